@@ -1,0 +1,810 @@
+"""Declared table domains: the public cells every private value is mapped into.
+
+Select-measure-reconstruct (McKenna thesis ch. 3-4) works over a finite data vector: one
+count per cell of the cross product of the attributes' domains.  This module defines
+
+* :class:`Domain` - the purely numerical view (attribute names and cell counts) used by
+  the planner, the graphical model and the tests;
+* :class:`Attribute` and its kinds (:class:`Categorical`, :class:`IntegerRange`,
+  :class:`Numeric`) - how a raw value becomes a cell index, in Python (:meth:`index_of`)
+  and in SQL (:meth:`index_sql`), and back to an output label;
+* :class:`TableSchema` and :func:`load_domain` - tables declared in TOML.
+
+Privacy: a domain is declared from public knowledge and never read off the rows.  The
+mapping is total: values outside the declared domain, values of the wrong type and NULLs
+all land in a documented cell and never raise, because an error that depended on the
+rows would itself reveal something about them.  The rules are in ``docs/domains.md``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from abc import ABC, abstractmethod
+import math
+import numbers
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from dpsql.errors import ConfigError, DomainViolationError, UnknownColumnError, UnsupportedQueryError
+
+__all__ = [
+    "Domain",
+    "Attribute",
+    "Categorical",
+    "IntegerRange",
+    "Numeric",
+    "TableSchema",
+    "load_domain",
+    "load_table_schemas",
+    "OTHER_LABEL",
+    "PREDICATE_OPS",
+]
+
+OTHER_LABEL = "(other)"
+PREDICATE_OPS = ("=", "!=", "<>", "<", "<=", ">", ">=")
+
+# Above this many thresholds a flat WHEN chain costs O(n) comparisons per row; a balanced
+# nested CASE costs O(log n) and is just as portable (and NULL/NaN still take one path).
+_FLAT_CASE_LIMIT = 16
+
+
+# --- Domain ----------------------------------------------------------------------------
+
+class Domain:
+    """Ordered attribute names with their cell counts; frozen, equal and hashed by value."""
+
+    __slots__ = ("_attributes", "_shape", "_index")
+
+    def __init__(self, attributes: Sequence[str], shape: Sequence[int]) -> None:
+        attributes = tuple(attributes)
+        shape = tuple(int(n) for n in shape)
+        if len(attributes) != len(shape):
+            raise ValueError(f"Domain: {len(attributes)} attributes but {len(shape)} sizes")
+        if len(set(attributes)) != len(attributes):
+            raise ValueError(f"Domain: duplicate attribute names in {attributes}")
+        if any(not isinstance(a, str) or not a for a in attributes):
+            raise ValueError(f"Domain: attribute names must be non-empty strings: {attributes}")
+        if any(n < 1 for n in shape):
+            raise ValueError(f"Domain: every size must be at least 1: {shape}")
+        object.__setattr__(self, "_attributes", attributes)
+        object.__setattr__(self, "_shape", shape)
+        object.__setattr__(self, "_index", {a: i for i, a in enumerate(attributes)})
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Domain is immutable")
+
+    @classmethod
+    def from_sizes(cls, sizes: Mapping[str, int]) -> "Domain":
+        return cls(list(sizes.keys()), list(sizes.values()))
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        return self._attributes
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    def _position(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise UnknownColumnError(f"attribute {name!r} is not in the domain",
+                                     hint=f"known attributes: {', '.join(self._attributes)}") from None
+
+    def __len__(self) -> int:
+        return len(self._attributes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._attributes)
+
+    def __getitem__(self, name: str) -> int:
+        return self._shape[self._position(name)]
+
+    def size(self, attrs: Iterable[str] | None = None) -> int:
+        """Number of cells of the marginal over ``attrs`` (the whole domain by default)."""
+        sizes = self._shape if attrs is None else [self[a] for a in attrs]
+        return math.prod(sizes)  # Python int: never overflows for huge cross products
+
+    def project(self, attrs: Iterable[str]) -> "Domain":
+        attrs = tuple(attrs)
+        return Domain(attrs, [self[a] for a in attrs])
+
+    def merge(self, other: "Domain") -> "Domain":
+        """This domain's attributes, then ``other``'s new ones; shared ones must agree in size."""
+        for a in other.attributes:
+            if a in self and self[a] != other[a]:
+                raise ValueError(f"Domain.merge: attribute {a!r} has size {self[a]} and {other[a]}")
+        extra = [a for a in other.attributes if a not in self]
+        return Domain(self._attributes + tuple(extra),
+                      self._shape + tuple(other[a] for a in extra))
+
+    def axes(self, attrs: Iterable[str]) -> tuple[int, ...]:
+        return tuple(self._position(a) for a in attrs)
+
+    def canonical(self, attrs: Iterable[str]) -> tuple[str, ...]:
+        return tuple(sorted(set(attrs), key=self._position))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Domain):
+            return NotImplemented
+        return self._attributes == other._attributes and self._shape == other._shape
+
+    def __hash__(self) -> int:
+        return hash((self._attributes, self._shape))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{a}: {n}" for a, n in zip(self._attributes, self._shape))
+        return f"Domain({{{inner}}})"
+
+
+# --- helpers shared by the attribute kinds ------------------------------------------------
+
+def _is_real(value: Any) -> bool:
+    # bool is an int subclass, but True in an age column is a type error, not the number 1.
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _fmt_number(x: float | int) -> str:
+    """Shortest unambiguous text for a bin bound: 10 not 10.0, 0.1 not 0.1000000000000000055."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return repr(x) if isinstance(x, float) else str(x)
+
+
+def _column_expr(column):
+    from sqlglot import exp  # lazy: only SQL generation needs sqlglot
+    if isinstance(column, exp.Expression):
+        return column
+    if isinstance(column, str):
+        return exp.column(column, quoted=True)
+    raise TypeError(f"index_sql expects a column name or a sqlglot expression, got {type(column).__name__}")
+
+
+def _threshold_case(x, thresholds: Sequence, literal, first: int, null_cell: int | None = None):
+    """CASE giving ``first + bisect_right(thresholds, x)`` using only ``x < t`` tests.
+
+    NaN fails every ``<`` test on every engine we target, so it takes the ELSE path down to
+    the last bin, exactly like ``bisect_right`` does in Python.  ``null_cell`` adds the
+    explicit NULL branch (only at the top: NULL must not reach the ``<`` tests).
+    """
+    from sqlglot import exp
+    case = exp.Case()
+    if null_cell is not None:
+        case = case.when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Literal.number(null_cell))
+    n = len(thresholds)
+    if n <= _FLAT_CASE_LIMIT:
+        for i, t in enumerate(thresholds):
+            case = case.when(exp.LT(this=x.copy(), expression=literal(t)), exp.Literal.number(first + i))
+        return case.else_(exp.Literal.number(first + n))
+    mid = n // 2
+    left = _threshold_case(x, thresholds[:mid], literal, first)
+    right = _threshold_case(x, thresholds[mid + 1:], literal, first + mid + 1)
+    return case.when(exp.LT(this=x.copy(), expression=literal(thresholds[mid])), left).else_(right)
+
+
+def _normalise_op(op: str) -> str:
+    op = op.strip()
+    if op not in PREDICATE_OPS:
+        raise UnsupportedQueryError(f"comparison operator {op!r} is not supported on binned attributes",
+                                    hint=f"use one of {', '.join(PREDICATE_OPS)}")
+    return "!=" if op == "<>" else op
+
+
+# --- attributes ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Attribute(ABC):
+    """One declared column: cells ``0..size-1``, value cells first, then other, then NULL."""
+
+    name: str
+    nullable_: bool = False
+
+    kind = "abstract"
+
+    @property
+    def nullable(self) -> bool:
+        return self.nullable_
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Number of cells, including the other and NULL cells."""
+
+    @property
+    def null_index(self) -> int | None:
+        """Cell of SQL NULL when declared nullable (always the last cell)."""
+        return self.size - 1 if self.nullable else None
+
+    @property
+    def other_index(self) -> int | None:
+        return None
+
+    @abstractmethod
+    def labels(self) -> list:
+        """One output label per cell: None for NULL, OTHER_LABEL for the other cell."""
+
+    @abstractmethod
+    def index_of(self, value: Any) -> int:
+        """Cell of a raw value; total (never raises, whatever the value)."""
+
+    @abstractmethod
+    def index_sql(self, column):
+        """sqlglot expression computing :meth:`index_of` inside the database; never NULL."""
+
+    @abstractmethod
+    def contains_value(self, value: Any) -> bool:
+        """Is ``value`` inside the declared domain (NULL counts only when nullable)?"""
+
+    @abstractmethod
+    def cells_for_predicate(self, op: str, value: Any) -> tuple[frozenset[int], bool]:
+        """Cells whose every value satisfies ``col <op> value``, and whether no cell is split."""
+
+    def cell_values(self) -> np.ndarray | None:
+        return None
+
+    def bin_bounds(self) -> list | None:
+        return None
+
+    def _check_common(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"attribute name must be a non-empty string, got {self.name!r}",
+                              hint="name every column in the domain declaration")
+        if not isinstance(self.nullable_, bool):
+            self._fail("nullable must be true or false", "use a TOML boolean")
+
+    def _fail(self, problem: str, hint: str) -> None:
+        raise ConfigError(f"column '{self.name}': {problem}", hint=hint)
+
+
+@dataclass(frozen=True)
+class Categorical(Attribute):
+    """Ordered labels, matched exactly (case and whitespace matter).
+
+    Unless ``closed``, one extra "other" cell catches every non-NULL value that is not a
+    label.  A closed categorical promises the labels are complete; a value that breaks the
+    promise still may not raise, so it goes to cell 0 (documented in ``docs/domains.md``).
+    """
+
+    labels_: tuple = ()
+    closed: bool = False
+    _lookup: dict = field(default=None, init=False, repr=False, compare=False, hash=False)
+
+    kind = "categorical"
+
+    def __init__(self, name: str, labels: Sequence, nullable: bool = False, closed: bool = False) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "labels_", tuple(labels) if not isinstance(labels, (str, bytes)) else labels)
+        object.__setattr__(self, "nullable_", nullable)
+        object.__setattr__(self, "closed", closed)
+        self._validate()
+        object.__setattr__(self, "_lookup", {v: i for i, v in enumerate(self.labels_)})
+
+    def _validate(self) -> None:
+        self._check_common()
+        if not isinstance(self.labels_, tuple) or not self.labels_:
+            self._fail("labels must be a non-empty list", 'e.g. labels = ["Female", "Male"]')
+        all_str = all(isinstance(v, str) for v in self.labels_)
+        all_int = all(isinstance(v, int) and not isinstance(v, bool) for v in self.labels_)
+        if not (all_str or all_int):
+            self._fail("labels must be all strings or all integers",
+                       "quote every label, or use an integer attribute for numbers")
+        if len(set(self.labels_)) != len(self.labels_):
+            dupes = sorted({str(v) for v in self.labels_ if self.labels_.count(v) > 1})
+            self._fail(f"duplicate labels {dupes}", "list every label once")
+        if OTHER_LABEL in self.labels_:
+            self._fail(f"label {OTHER_LABEL!r} is reserved for the other cell", "rename that label")
+        if not isinstance(self.closed, bool):
+            self._fail("closed must be true or false", "use a TOML boolean")
+
+    @property
+    def size(self) -> int:
+        return len(self.labels_) + (0 if self.closed else 1) + (1 if self.nullable_ else 0)
+
+    @property
+    def other_index(self) -> int | None:
+        return None if self.closed else len(self.labels_)
+
+    @property
+    def python_type(self) -> type:
+        return str if isinstance(self.labels_[0], str) else int
+
+    @property
+    def sql_type(self) -> str:
+        return "VARCHAR" if self.python_type is str else "INTEGER"
+
+    @property
+    def _fallback(self) -> int:
+        """Cell for values that match no label: the other cell, or cell 0 when closed."""
+        return 0 if self.closed else len(self.labels_)
+
+    def labels(self) -> list:
+        out = list(self.labels_)
+        if not self.closed:
+            out.append(OTHER_LABEL)
+        if self.nullable_:
+            out.append(None)
+        return out
+
+    def _matches_type(self, value: Any) -> bool:
+        return isinstance(value, str) if self.python_type is str else _is_real(value)
+
+    def index_of(self, value: Any) -> int:
+        if value is None:
+            return self.null_index if self.nullable_ else self._fallback
+        if not self._matches_type(value):
+            return self._fallback
+        try:
+            return self._lookup.get(value, self._fallback)
+        except TypeError:  # unhashable oddities are simply not labels
+            return self._fallback
+
+    def contains_value(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable_
+        return self._matches_type(value) and value in self._lookup
+
+    def index_sql(self, column):
+        from sqlglot import exp
+        x = _column_expr(column)
+        literal = exp.Literal.string if self.python_type is str else exp.Literal.number
+        case = exp.Case().when(exp.Is(this=x.copy(), expression=exp.Null()),
+                               exp.Literal.number(self.null_index if self.nullable_ else self._fallback))
+        for i, label in enumerate(self.labels_):
+            case = case.when(exp.EQ(this=x.copy(), expression=literal(label)), exp.Literal.number(i))
+        return case.else_(exp.Literal.number(self._fallback))
+
+    def cells_for_predicate(self, op: str, value: Any) -> tuple[frozenset[int], bool]:
+        """Cells whose every value satisfies ``col <op> value``, and whether that is exact.
+
+        Only ``=`` and ``!=`` are defined: SQL orders strings by collation, not by the
+        declared label order.  ``exact`` is False when the other cell holds values on both
+        sides (a literal that is not a label).  NULL never satisfies a comparison.
+        """
+        op = _normalise_op(op)
+        if op not in ("=", "!="):
+            raise UnsupportedQueryError(f"ordering comparison {op!r} on categorical column '{self.name}'",
+                                        hint="compare categorical columns with =, <> or IN")
+        if value is None:
+            return frozenset(), True
+        known = self.contains_value(value)
+        hit = self._lookup[value] if known else None
+        value_cells = range(len(self.labels_))
+        other = () if self.closed else (len(self.labels_),)
+        if op == "=":
+            return (frozenset([hit]) if known else frozenset()), (known or self.closed)
+        cells = frozenset(i for i in value_cells if i != hit)
+        if known:
+            return cells | frozenset(other), True
+        return cells, self.closed
+
+
+def _interval_predicate(lo, hi, op: str, v, *, integer: bool, closed_right: bool) -> tuple[bool, bool]:
+    """(all, any): do all / any values of the cell satisfy ``x <op> v``?
+
+    Integer cells hold the integers ``lo..hi``; real cells hold ``[lo, hi)`` or, for the
+    last bin, ``[lo, hi]``.  Derived case by case from the interval ends.
+    """
+    top_in = integer or closed_right  # is ``hi`` itself a value of the cell?
+    if op == "<":
+        return (hi < v if top_in else hi <= v), lo < v
+    if op == "<=":
+        return hi <= v, lo <= v
+    if op == ">":
+        return lo > v, hi > v
+    if op == ">=":
+        return lo >= v, (hi >= v if top_in else hi > v)
+    if integer:
+        eq_any = lo <= v <= hi and float(v).is_integer()
+        eq_all = eq_any and lo == hi
+    else:
+        eq_any = lo <= v <= hi if top_in else lo <= v < hi
+        eq_all = False
+    if op == "=":
+        return eq_all, eq_any
+    return not eq_any, not eq_all
+
+
+@dataclass(frozen=True)
+class _Binned(Attribute):
+    """Shared machinery of ordered numeric attributes: cells chosen by ``x < t`` thresholds."""
+
+    @abstractmethod
+    def _thresholds(self) -> tuple:
+        """Implemented by each kind."""
+
+    @abstractmethod
+    def _bounds(self) -> list[tuple]:
+        """Implemented by each kind."""
+
+    @abstractmethod
+    def _nbins(self) -> int:
+        """Implemented by each kind."""
+
+    @property
+    def size(self) -> int:
+        return self._nbins() + (1 if self.nullable else 0)
+
+    def bin_bounds(self) -> list:
+        """Per cell: inclusive ``(lo, hi)`` integers / half-open ``[lo, hi)`` reals; None for NULL."""
+        out = list(self._bounds())
+        if self.nullable:
+            out.append(None)
+        return out
+
+    def index_of(self, value: Any) -> int:
+        if value is None:
+            return self.null_index if self.nullable else 0
+        if not _is_real(value):
+            return 0
+        if isinstance(value, float) and math.isnan(value):
+            return self._nbins() - 1
+        return bisect.bisect_right(self._thresholds(), value)
+
+    def _sql_value(self, x):
+        return x
+
+    def _sql_literal(self, t):
+        from sqlglot import exp
+        return exp.Literal.number(t)
+
+    def index_sql(self, column):
+        x = self._sql_value(_column_expr(column))
+        return _threshold_case(x, self._thresholds(), self._sql_literal, 0,
+                               null_cell=self.null_index if self.nullable else 0)
+
+    def _check_predicate_value(self, value: Any) -> None:
+        if not _is_real(value) or (isinstance(value, float) and math.isnan(value)):
+            raise DomainViolationError(
+                f"column '{self.name}' is numeric; cannot compare it with {type(value).__name__} {value!r}",
+                hint="compare with a number literal")
+
+    def cells_for_predicate(self, op: str, value: Any) -> tuple[frozenset[int], bool]:
+        """Cells all of whose values satisfy ``col <op> value``, and whether no bin is split.
+
+        The values of a cell are those of the declared domain (clamped values count as the
+        end bins' values).  When ``exact`` is False, the boundary falls strictly inside at
+        least one bin; those split bins are *not* in the returned set.  NULL never satisfies
+        a comparison, so the NULL cell is never returned.
+        """
+        op = _normalise_op(op)
+        if value is None:
+            return frozenset(), True
+        self._check_predicate_value(value)
+        cells, exact = set(), True
+        bounds = self._bounds()
+        for i, (lo, hi) in enumerate(bounds):
+            all_, any_ = _interval_predicate(lo, hi, op, value, integer=self.kind == "integer",
+                                             closed_right=i == len(bounds) - 1)
+            if all_:
+                cells.add(i)
+            elif any_:
+                exact = False
+        return frozenset(cells), exact
+
+
+@dataclass(frozen=True)
+class IntegerRange(_Binned):
+    """Integers ``lo..hi`` in bins of ``bin_width`` or starting at explicit ``edges``.
+
+    ``edges`` are the bins' first values: bin i is ``edges[i]..edges[i+1]-1`` and the last
+    is ``edges[-1]..hi``.  Values below ``lo`` clamp to the first bin, above ``hi`` to the
+    last; a non-integer value goes to the bin whose range it falls in (``29.5`` with unit
+    bins goes to ``29``), which is what the ``x < next_start`` SQL tests compute.
+    """
+
+    lo: int = 0
+    hi: int = 0
+    bin_width: int = 1
+    edges: tuple | None = None
+    _starts: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
+
+    kind = "integer"
+    python_type = int
+    sql_type = "INTEGER"
+
+    def __init__(self, name: str, lo: int, hi: int, bin_width: int = 1, edges: Sequence[int] | None = None,
+                 nullable: bool = False) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        object.__setattr__(self, "bin_width", bin_width)
+        object.__setattr__(self, "edges", None if edges is None else tuple(edges))
+        object.__setattr__(self, "nullable_", nullable)
+        object.__setattr__(self, "_starts", self._validate())
+
+    def _validate(self) -> tuple:
+        self._check_common()
+        for key in ("lo", "hi"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool):
+                self._fail(f"{key} must be an integer, got {v!r}", "integer ranges take integer bounds")
+        if self.lo > self.hi:
+            self._fail(f"lo ({self.lo}) is greater than hi ({self.hi})", "swap lo and hi")
+        if self.edges is not None:
+            if self.bin_width != 1:
+                self._fail("give either bin_width or edges, not both", "remove one of them")
+            e = self.edges
+            if not e or any(not isinstance(v, int) or isinstance(v, bool) for v in e):
+                self._fail("edges must be a non-empty list of integers", "e.g. edges = [0, 1, 1000]")
+            if e[0] != self.lo:
+                self._fail(f"the first edge ({e[0]}) must equal lo ({self.lo})",
+                           "edges are the first values of the bins, starting at lo")
+            if any(b <= a for a, b in zip(e, e[1:])):
+                self._fail("edges must be strictly increasing", "sort the edges and remove repeats")
+            if e[-1] > self.hi:
+                self._fail(f"edge {e[-1]} is above hi ({self.hi})",
+                           "edges are bin starts; the last bin runs to hi, so drop any closing edge")
+            return e
+        w = self.bin_width
+        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+            self._fail(f"bin_width must be a positive integer, got {w!r}", "e.g. bin_width = 10")
+        return tuple(range(self.lo, self.hi + 1, w))
+
+    def _thresholds(self) -> tuple:
+        return self._starts[1:]
+
+    def _nbins(self) -> int:
+        return len(self._starts)
+
+    def _bounds(self) -> list[tuple[int, int]]:
+        ends = [s - 1 for s in self._starts[1:]] + [self.hi]
+        return list(zip(self._starts, ends))
+
+    def labels(self) -> list:
+        """``"17"`` for a one-value bin, ``"[20, 29]"`` (inclusive) for wider ones; None for NULL."""
+        out = [str(a) if a == b else f"[{a}, {b}]" for a, b in self._bounds()]
+        if self.nullable_:
+            out.append(None)
+        return out
+
+    def cell_values(self) -> np.ndarray:
+        vals = [float(a) if a == b else (a + b) / 2 for a, b in self._bounds()]
+        if self.nullable_:
+            vals.append(math.nan)
+        return np.array(vals, dtype=float)
+
+    def contains_value(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable_
+        if not _is_real(value) or not math.isfinite(value) or not float(value).is_integer():
+            return False
+        return self.lo <= value <= self.hi
+
+
+@dataclass(frozen=True)
+class Numeric(_Binned):
+    """Reals in bins ``[e0, e1), …, [e_{k-1}, e_k]``; values outside clamp to the end bins.
+
+    The SQL compares ``CAST(x AS DOUBLE)`` with ``CAST(edge AS DOUBLE)`` so that float32 or
+    DECIMAL columns and decimal literals such as 0.1 compare exactly as Python floats do.
+    """
+
+    edges: tuple = ()
+
+    kind = "numeric"
+    python_type = float
+    sql_type = "DOUBLE"
+
+    def __init__(self, name: str, edges: Sequence[float], nullable: bool = False) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "edges", tuple(edges) if not isinstance(edges, (str, bytes)) else edges)
+        object.__setattr__(self, "nullable_", nullable)
+        self._validate()
+        object.__setattr__(self, "edges", tuple(float(e) for e in self.edges))
+
+    def _validate(self) -> None:
+        self._check_common()
+        e = self.edges
+        if not isinstance(e, tuple) or len(e) < 2 or not all(_is_real(v) for v in e):
+            self._fail("edges must be a list of at least two numbers", "e.g. edges = [0.0, 0.5, 1.0]")
+        if not all(math.isfinite(v) for v in e):
+            self._fail("edges must be finite", "values beyond the ends clamp to the end bins anyway")
+        if any(b <= a for a, b in zip(e, e[1:])):
+            self._fail("edges must be strictly increasing", "sort the edges and remove repeats")
+
+    def _thresholds(self) -> tuple:
+        return self.edges[1:-1]
+
+    def _nbins(self) -> int:
+        return len(self.edges) - 1
+
+    def _bounds(self) -> list[tuple[float, float]]:
+        return list(zip(self.edges, self.edges[1:]))
+
+    def _sql_value(self, x):
+        from sqlglot import exp
+        return exp.cast(x, "DOUBLE")
+
+    def _sql_literal(self, t):
+        from sqlglot import exp
+        return exp.cast(exp.Literal.number(repr(float(t))), "DOUBLE")
+
+    def labels(self) -> list:
+        """``"[a, b)"`` per bin and ``"[a, b]"`` for the last (it holds its top edge)."""
+        bounds = self._bounds()
+        out = [f"[{_fmt_number(a)}, {_fmt_number(b)}" + ("]" if i == len(bounds) - 1 else ")")
+               for i, (a, b) in enumerate(bounds)]
+        if self.nullable_:
+            out.append(None)
+        return out
+
+    def cell_values(self) -> np.ndarray:
+        vals = [(a + b) / 2 for a, b in self._bounds()]
+        if self.nullable_:
+            vals.append(math.nan)
+        return np.array(vals, dtype=float)
+
+    def contains_value(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable_
+        if not _is_real(value) or not math.isfinite(value):
+            return False
+        return self.edges[0] <= value <= self.edges[-1]
+
+
+# --- tables and the TOML loader ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A private table: its public name, declared attributes (in order) and where rows live."""
+
+    name: str
+    attributes: tuple[Attribute, ...]
+    source: dict | None = field(default=None, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", tuple(self.attributes))
+        names = [a.name for a in self.attributes]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"table '{self.name}': duplicate column names", hint="declare each column once")
+
+    @property
+    def domain(self) -> Domain:
+        return Domain([a.name for a in self.attributes], [a.size for a in self.attributes])
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attributes)
+
+    def attribute(self, name: str) -> Attribute:
+        for a in self.attributes:
+            if a.name == name:
+                return a
+        raise UnknownColumnError(f"column {name!r} does not exist in table '{self.name}'",
+                                 hint=f"declared columns: {', '.join(self.column_names)}")
+
+
+_COLUMN_KEYS = {
+    "categorical": {"type", "labels", "nullable", "closed"},
+    "integer": {"type", "lo", "hi", "bin_width", "edges", "nullable"},
+    "numeric": {"type", "edges", "nullable"},
+}
+_REQUIRED_KEYS = {"categorical": ("labels",), "integer": ("lo", "hi"), "numeric": ("edges",)}
+_SOURCE_PATH_KEYS = ("csv", "parquet", "duckdb")
+
+
+def _build_attribute(name: str, spec: Mapping[str, Any]) -> Attribute:
+    kind = spec.get("type")
+    if kind not in _COLUMN_KEYS:
+        raise ConfigError(f"unknown or missing type {kind!r}",
+                          hint='type must be "categorical", "integer" or "numeric"')
+    unknown = sorted(set(spec) - _COLUMN_KEYS[kind])
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} for a {kind} column",
+                          hint=f"allowed keys: {', '.join(sorted(_COLUMN_KEYS[kind]))}")
+    missing = [k for k in _REQUIRED_KEYS[kind] if k not in spec]
+    if missing:
+        raise ConfigError(f"missing key(s) {missing} for a {kind} column",
+                          hint="see docs/domains.md for the format")
+    nullable = spec.get("nullable", False)
+    if kind == "categorical":
+        labels = spec["labels"]
+        if not isinstance(labels, list):
+            raise ConfigError("labels must be a list", hint='e.g. labels = ["Female", "Male"]')
+        return Categorical(name, labels, nullable=nullable, closed=spec.get("closed", False))
+    if kind == "integer":
+        edges = spec.get("edges")
+        if edges is not None and not isinstance(edges, list):
+            raise ConfigError("edges must be a list", hint="e.g. edges = [0, 1, 1000]")
+        if edges is not None and "bin_width" in spec:
+            raise ConfigError("give either bin_width or edges, not both", hint="remove one of them")
+        return IntegerRange(name, spec["lo"], spec["hi"], bin_width=spec.get("bin_width", 1),
+                            edges=edges, nullable=nullable)
+    if not isinstance(spec["edges"], list):
+        raise ConfigError("edges must be a list", hint="e.g. edges = [0.0, 0.5, 1.0]")
+    return Numeric(name, spec["edges"], nullable=nullable)
+
+
+def _resolve_source(spec: Any, base: Path) -> dict:
+    """Copy of the source table with file paths made absolute (relative to the TOML file)."""
+    if not isinstance(spec, dict):
+        raise ConfigError("source must be a table", hint='e.g. source = { csv = "adult.csv" }')
+    out = dict(spec)
+    for key in _SOURCE_PATH_KEYS:
+        if key in out:
+            if not isinstance(out[key], str) or not out[key]:
+                raise ConfigError(f"source.{key} must be a non-empty path string",
+                                  hint='e.g. source = { csv = "adult.csv" }')
+            path = Path(out[key])
+            out[key] = str(path if path.is_absolute() else (base / path).resolve())
+    return out
+
+
+def _located(err: ConfigError, where: str) -> ConfigError:
+    """The same error with its location prefixed (file, then table and column)."""
+    located = ConfigError(f"{where}: {err.message}", hint=err.hint, detail=err.detail)
+    located.__cause__ = err.__cause__
+    return located
+
+
+def load_domain(path: str | Path) -> dict[str, TableSchema]:
+    """Read the tables declared in a TOML file (format: ``docs/domains.md``).
+
+    Attributes keep their declaration order.  Every problem raises :class:`ConfigError`
+    naming the file, the table and the column.
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            document = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: domain file not found",
+                          hint="check the path (relative paths are taken from the working directory)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the TOML syntax") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read domain file: {exc.strerror}", hint="check permissions") from None
+
+    extra = sorted(set(document) - {"tables"})
+    if extra:
+        raise ConfigError(f"{path}: unknown top-level key(s) {extra}",
+                          hint="declare tables as [tables.<name>] sections")
+    tables = document.get("tables")
+    if not isinstance(tables, dict) or not tables:
+        raise ConfigError(f"{path}: no tables declared", hint="add a [tables.<name>] section")
+
+    schemas: dict[str, TableSchema] = {}
+    for table_name, table_spec in tables.items():
+        where = f"{path}: table '{table_name}'"
+        if not isinstance(table_spec, dict):
+            raise ConfigError(f"{where}: must be a table", hint=f"write [tables.{table_name}]")
+        extra = sorted(set(table_spec) - {"source", "columns"})
+        if extra:
+            raise ConfigError(f"{where}: unknown key(s) {extra}", hint="a table has only source and columns")
+        columns = table_spec.get("columns")
+        if not isinstance(columns, dict) or not columns:
+            raise ConfigError(f"{where}: no columns declared",
+                              hint=f"add [tables.{table_name}.columns.<column>] sections")
+        attributes = []
+        for column_name, column_spec in columns.items():
+            column_where = f"{where}, column '{column_name}'"
+            if not isinstance(column_spec, dict):
+                raise ConfigError(f"{column_where}: must be a table",
+                                  hint=f"write [tables.{table_name}.columns.{column_name}]")
+            try:
+                attribute = _build_attribute(column_name, column_spec)
+            except ConfigError as exc:
+                # Attribute constructors already name the column; drop the duplicate prefix.
+                exc.message = exc.message.removeprefix(f"column '{column_name}': ")
+                raise _located(exc, column_where) from None
+            attributes.append(attribute)
+        source = None
+        if "source" in table_spec:
+            try:
+                source = _resolve_source(table_spec["source"], path.parent)
+            except ConfigError as exc:
+                raise _located(exc, where) from None
+        schemas[table_name] = TableSchema(table_name, tuple(attributes), source)
+    return schemas
+
+
+# The engine loads schemas under this name; one loader, two spellings.
+load_table_schemas = load_domain
