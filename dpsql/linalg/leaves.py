@@ -1,0 +1,379 @@
+"""Per-attribute building-block matrices (ICML 2019 appendix B.1, Table 2).
+
+These are the factors of Kronecker query matrices: ``Identity`` (I, keep the
+attribute), ``Total`` (1, marginalise it out), ``Indicator`` (e_S, evidence on a set
+of cells), ``Bucket`` (R_f, coarsen the domain by a map f), ``Values`` (E, weight each
+cell, e.g. by its numeric value for SUM), plus ``Ones`` (the all-ones matrix, Gram of
+``Total``), ``Diagonal`` (per-row weights, appendix C.2's D) and ``Explicit`` (any small
+array).  Each gives closed forms for its Gram matrix, column norms and
+pseudo-inverse where one exists; the range leaves (P and friends) are in
+``ranges.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpsql.errors import ProgrammingError
+from dpsql.linalg.base import Product, QueryMatrix, Weighted, _pnorm
+
+__all__ = ["Identity", "Ones", "Total", "Values", "Indicator", "Bucket", "Diagonal",
+           "Explicit"]
+
+
+def _check_size(n, what: str = "n") -> int:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ProgrammingError(f"{what} must be a positive integer, got {n!r}",
+                               hint="domain sizes count cells and are at least 1")
+    return int(n)
+
+
+def _finite_vector(values, n: int, what: str) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (n,):
+        raise ProgrammingError(f"{what} must have length {n}, got shape {v.shape}",
+                               hint="give one value per cell of the attribute")
+    if not np.all(np.isfinite(v)):
+        raise ProgrammingError(f"{what} must be finite",
+                               hint="NULL cells carry NaN representatives; replace them "
+                                    "(usually by 0) before building the query")
+    return v
+
+
+class Identity(QueryMatrix):
+    """I_n: one query per cell ("keep variable in", Table 2)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = _check_size(n)
+        self._shape = (self.n, self.n)
+
+    def _matmat(self, X):
+        return np.array(X, dtype=np.float64, copy=True)
+
+    _rmatmat = _matmat
+
+    def _transpose(self):
+        return self
+
+    def gram(self):
+        return self
+
+    def pinv(self):
+        return self
+
+    def _sensitivity(self, p):
+        return 1.0
+
+    def _column_norms(self, p):
+        return np.ones(self.n)
+
+    def _trace(self):
+        return float(self.n)
+
+    def _diag(self):
+        return np.ones(self.n)
+
+    def _sum(self):
+        return float(self.n)
+
+    def _dense(self):
+        return np.eye(self.n)
+
+    def __repr__(self):
+        return f"Identity({self.n})"
+
+
+class Ones(QueryMatrix):
+    """The m×n all-ones matrix; ``Total(n)`` is its 1×n case and 1ᵀ1 = Ones(n, n)."""
+
+    def __init__(self, m: int, n: int) -> None:
+        self._shape = (_check_size(m, "m"), _check_size(n))
+
+    def _matmat(self, X):
+        s = X.sum(axis=0, keepdims=True)
+        return np.repeat(s, self._shape[0], axis=0)
+
+    def _rmatmat(self, Y):
+        s = Y.sum(axis=0, keepdims=True)
+        return np.repeat(s, self._shape[1], axis=0)
+
+    def _transpose(self):
+        m, n = self._shape
+        return self if m == n else Ones(n, m)
+
+    def gram(self):
+        m, n = self._shape
+        return Ones(n, n) if m == 1 else Weighted(float(m), Ones(n, n))
+
+    def pinv(self):
+        # 1_m 1_nᵀ has the single singular value sqrt(mn); its pseudo-inverse is
+        # 1_n 1_mᵀ / (mn).
+        m, n = self._shape
+        return Weighted(1.0 / (m * n), Ones(n, m))
+
+    def _sensitivity(self, p):
+        return float(self._shape[0]) ** (1.0 / p)
+
+    def _column_norms(self, p):
+        return np.full(self._shape[1], self._sensitivity(p))
+
+    def _trace(self):
+        return float(self._shape[0])
+
+    def _diag(self):
+        return np.ones(self._shape[0])
+
+    def _sum(self):
+        return float(self._shape[0] * self._shape[1])
+
+    def _dense(self):
+        return np.ones(self._shape)
+
+    def __repr__(self):
+        m, n = self._shape
+        return f"Ones({m}, {n})"
+
+
+class Total(Ones):
+    """1 (1×n): the total over an attribute ("marginalise variable out", Table 2)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(1, n)
+        self.n = self._shape[1]
+
+    def __repr__(self):
+        return f"Total({self.n})"
+
+
+class Values(QueryMatrix):
+    """E (1×n): one query weighting cell a by ``values[a]`` ("reduce to mean", Table 2)."""
+
+    def __init__(self, n: int, values) -> None:
+        self.n = _check_size(n)
+        self.values = _finite_vector(values, self.n, "values")
+        self.values.flags.writeable = False
+        self._shape = (1, self.n)
+
+    def _matmat(self, X):
+        return (self.values @ X)[None, :]
+
+    def _rmatmat(self, Y):
+        return np.outer(self.values, Y[0])
+
+    def gram(self):
+        return Product(self.T, self)
+
+    def pinv(self):
+        # A non-zero row v has v⁺ = vᵀ / |v|²; the zero row's pseudo-inverse is 0.
+        sq = float(self.values @ self.values)
+        return Weighted(0.0 if sq == 0.0 else 1.0 / sq, self.T)
+
+    def _sensitivity(self, p):
+        return float(np.abs(self.values).max())
+
+    def _column_norms(self, p):
+        return np.abs(self.values)
+
+    def _sum(self):
+        return float(self.values.sum())
+
+    def _dense(self):
+        return self.values[None, :].copy()
+
+    def __repr__(self):
+        return f"Values({self.n}, ...)"
+
+
+class Indicator(Values):
+    """e_S (1×n): counts the cells in S ("inject evidence (disjuncts)", Table 2)."""
+
+    def __init__(self, n: int, cells) -> None:
+        n = _check_size(n)
+        if isinstance(cells, (set, frozenset)):
+            cells = sorted(cells)
+        arr = np.asarray(cells)
+        if arr.dtype == bool:
+            if arr.shape != (n,):
+                raise ProgrammingError(f"indicator mask must have length {n}, got {arr.shape}",
+                                       hint="pass a boolean mask over the cells or a list "
+                                            "of cell indices")
+            idx = np.flatnonzero(arr)
+        else:
+            idx = np.unique(arr.astype(np.int64).ravel())
+            if idx.size and (idx[0] < 0 or idx[-1] >= n):
+                raise ProgrammingError(f"indicator cells must lie in [0, {n}), got {cells!r}",
+                                       hint="cells are 0-based indices into the attribute "
+                                            "domain")
+        values = np.zeros(n)
+        values[idx] = 1.0
+        super().__init__(n, values)
+        self.cells = tuple(int(i) for i in idx)
+
+    def _sensitivity(self, p):
+        return 1.0 if self.cells else 0.0
+
+    def __repr__(self):
+        return f"Indicator({self.n}, {list(self.cells)!r})"
+
+
+class Bucket(QueryMatrix):
+    """R_f (r×n): row b sums the cells a with f(a) = b ("compress domain", Table 2).
+
+    ``mapping[a] = -1`` drops cell a from every bucket.  Stored as a sparse 0/1
+    matrix so products cost O(n·k) whatever the number of buckets.
+    """
+
+    def __init__(self, n: int, mapping, buckets: int | None = None) -> None:
+        self.n = _check_size(n)
+        f = np.asarray(mapping)
+        if f.shape != (self.n,) or not np.issubdtype(f.dtype, np.integer):
+            raise ProgrammingError(
+                f"bucket mapping must be {self.n} integers, got shape {f.shape} "
+                f"dtype {f.dtype}", hint="mapping[a] is the bucket of cell a, or -1")
+        f = f.astype(np.int64)
+        top = int(f.max()) + 1 if f.size else 0
+        r = top if buckets is None else int(buckets)
+        if f.min() < -1 or top > r or r < 1:
+            raise ProgrammingError(
+                f"bucket mapping values must lie in [-1, {r}), got range "
+                f"[{f.min()}, {top - 1}]",
+                hint="use -1 for cells outside every bucket; pass buckets= to add empty "
+                     "trailing buckets")
+        self.mapping = f
+        self.mapping.flags.writeable = False
+        self.buckets = r
+        self._shape = (r, self.n)
+        keep = np.flatnonzero(f >= 0)
+        self._matrix = sp.csr_matrix((np.ones(keep.size), (f[keep], keep)), shape=self._shape)
+        self._counts = np.bincount(f[keep], minlength=r).astype(np.float64)
+
+    def _matmat(self, X):
+        return np.asarray(self._matrix @ X, dtype=np.float64)
+
+    def _rmatmat(self, Y):
+        return np.asarray(self._matrix.T @ Y, dtype=np.float64)
+
+    def pinv(self):
+        # R Rᵀ = diag(bucket sizes), so R⁺ = Rᵀ (R Rᵀ)⁺ with empty buckets giving 0.
+        inv = np.divide(1.0, self._counts, out=np.zeros_like(self._counts),
+                        where=self._counts > 0)
+        return Product(self.T, Diagonal(inv))
+
+    def _column_norms(self, p):
+        return (self.mapping >= 0).astype(np.float64)
+
+    def _sum(self):
+        return float(self._counts.sum())
+
+    def _dense(self):
+        return self._matrix.toarray()
+
+    def __repr__(self):
+        return f"Bucket({self.n}, buckets={self.buckets})"
+
+
+class Diagonal(QueryMatrix):
+    """diag(d): per-row weights, e.g. 1/σ_i for unequal noise (ICML appendix C.2)."""
+
+    def __init__(self, values) -> None:
+        d = np.asarray(values, dtype=np.float64)
+        if d.ndim != 1 or d.size == 0 or not np.all(np.isfinite(d)):
+            raise ProgrammingError("Diagonal needs a non-empty 1-D vector of finite values",
+                                   hint="pass one weight per row")
+        self.values = d
+        self.values.flags.writeable = False
+        self._shape = (d.size, d.size)
+
+    def _matmat(self, X):
+        return self.values[:, None] * X
+
+    _rmatmat = _matmat
+
+    def _transpose(self):
+        return self
+
+    def gram(self):
+        return Diagonal(self.values ** 2)
+
+    def pinv(self):
+        d = self.values
+        return Diagonal(np.divide(1.0, d, out=np.zeros_like(d), where=d != 0))
+
+    def _column_norms(self, p):
+        return np.abs(self.values)
+
+    def _trace(self):
+        return float(self.values.sum())
+
+    def _diag(self):
+        return self.values.copy()
+
+    def _sum(self):
+        return float(self.values.sum())
+
+    def _dense(self):
+        return np.diag(self.values)
+
+    def __repr__(self):
+        return f"Diagonal({self.values.size})"
+
+
+class Explicit(QueryMatrix):
+    """A small matrix given as an array (OPT_0 strategies, arbitrary factors).
+
+    Integer arrays are kept as given (measured query entries must stay on a
+    lattice); products are float64.
+    """
+
+    def __init__(self, array) -> None:
+        a = np.asarray(array)
+        if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
+            raise ProgrammingError(f"Explicit needs a non-empty 2-D array, got shape {a.shape}",
+                                   hint="reshape vectors to (1, n) for a single query")
+        if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
+                or a.dtype == bool):
+            raise ProgrammingError(f"Explicit needs a numeric array, got dtype {a.dtype}",
+                                   hint="query entries are real numbers")
+        if a.dtype == bool:
+            a = a.astype(np.int64)
+        if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
+            raise ProgrammingError("Explicit matrix has non-finite entries",
+                                   hint="query entries must be finite")
+        self.array = a
+        self._shape = (int(a.shape[0]), int(a.shape[1]))
+        self._f64 = a if a.dtype == np.float64 else a.astype(np.float64)
+
+    def _matmat(self, X):
+        return self._f64 @ X
+
+    def _rmatmat(self, Y):
+        return self._f64.T @ Y
+
+    def _transpose(self):
+        return Explicit(self.array.T)
+
+    def gram(self):
+        return Explicit(self._f64.T @ self._f64)
+
+    def pinv(self):
+        return Explicit(np.linalg.pinv(self._f64))
+
+    def _column_norms(self, p):
+        return _pnorm(self._f64, p, axis=0)
+
+    def _trace(self):
+        return float(np.trace(self._f64))
+
+    def _diag(self):
+        return np.diag(self._f64).copy()
+
+    def _sum(self):
+        return float(self._f64.sum())
+
+    def _dense(self):
+        return self._f64.copy()
+
+    def __repr__(self):
+        m, n = self._shape
+        return f"Explicit({m}x{n})"

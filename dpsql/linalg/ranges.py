@@ -1,0 +1,353 @@
+"""Range-query leaves and their closed-form Gram matrices (thesis §3.10 workloads).
+
+``Prefix`` (P of ICML Table 2, the CDF), ``Suffix`` (Pᵀ), ``AllRange`` (every interval
+[i, j], n(n+1)/2 rows) and ``WidthRange`` (every interval of one width) are applied
+through running sums, so a product costs O(rows + n) per column and the matrices
+are never built.  Their Gram matrices have closed forms:
+
+* PᵀP, PPᵀ and AllRangeᵀAllRange are *symmetric semiseparable*:
+  G[i, j] = a[min(i, j)] · b[max(i, j)] (0-based), with
+  (a, b) = (1, n - j), (i + 1, 1) and (i + 1, n - j) respectively, because the
+  number of intervals covering both i ≤ j is (#left ends ≤ i)·(#right ends ≥ j);
+* WidthRangeᵀWidthRange is banded: G[i, j] counts the windows covering both cells.
+
+``Difference`` is P⁻¹ (first differences), which makes P⁺ and (PᵀP)⁺ structured.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpsql.errors import ProgrammingError
+from dpsql.linalg.base import DENSE_LIMIT, Product, QueryMatrix
+from dpsql.linalg.leaves import Explicit, _check_size
+
+__all__ = ["Prefix", "Suffix", "Difference", "AllRange", "WidthRange", "Semiseparable",
+           "WidthRangeGram"]
+
+
+def _cumsum0(X: np.ndarray) -> np.ndarray:
+    """Running sums with a leading zero row: c[i] = X[:i].sum(0)."""
+    c = np.empty((X.shape[0] + 1,) + X.shape[1:])
+    c[0] = 0.0
+    np.cumsum(X, axis=0, out=c[1:])
+    return c
+
+
+def _rcumsum(X: np.ndarray) -> np.ndarray:
+    """Reverse running sums: r[i] = X[i:].sum(0)."""
+    return np.cumsum(X[::-1], axis=0)[::-1]
+
+
+class Prefix(QueryMatrix):
+    """P (n×n): row b sums cells 0..b ("transform into CDF", ICML Table 2)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = _check_size(n)
+        self._shape = (self.n, self.n)
+
+    def _matmat(self, X):
+        return np.cumsum(X, axis=0)
+
+    def _rmatmat(self, Y):
+        return _rcumsum(Y)
+
+    def gram(self):
+        # Cells i and j are both in row b iff b >= max(i, j): n - max(i, j) rows.
+        return Semiseparable(np.ones(self.n), self.n - np.arange(self.n, dtype=np.float64))
+
+    def pinv(self):
+        return Difference(self.n)
+
+    def _column_norms(self, p):
+        return (self.n - np.arange(self.n, dtype=np.float64)) ** (1.0 / p)
+
+    def _trace(self):
+        return float(self.n)
+
+    def _diag(self):
+        return np.ones(self.n)
+
+    def _sum(self):
+        return self.n * (self.n + 1) / 2.0
+
+    def _dense(self):
+        return np.tril(np.ones((self.n, self.n)))
+
+    def __repr__(self):
+        return f"Prefix({self.n})"
+
+
+class Suffix(QueryMatrix):
+    """Pᵀ (n×n): row b sums cells b..n-1 (the complementary CDF)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = _check_size(n)
+        self._shape = (self.n, self.n)
+
+    def _matmat(self, X):
+        return _rcumsum(X)
+
+    def _rmatmat(self, Y):
+        return np.cumsum(Y, axis=0)
+
+    def gram(self):
+        # Cells i and j are both in row b iff b <= min(i, j): min(i, j) + 1 rows.
+        return Semiseparable(np.arange(1, self.n + 1, dtype=np.float64), np.ones(self.n))
+
+    def pinv(self):
+        return Difference(self.n).T
+
+    def _column_norms(self, p):
+        return np.arange(1, self.n + 1, dtype=np.float64) ** (1.0 / p)
+
+    def _trace(self):
+        return float(self.n)
+
+    def _diag(self):
+        return np.ones(self.n)
+
+    def _sum(self):
+        return self.n * (self.n + 1) / 2.0
+
+    def _dense(self):
+        return np.triu(np.ones((self.n, self.n)))
+
+    def __repr__(self):
+        return f"Suffix({self.n})"
+
+
+class Difference(QueryMatrix):
+    """P⁻¹ (n×n): row 0 is x_0, row b is x_b - x_{b-1}."""
+
+    def __init__(self, n: int) -> None:
+        self.n = _check_size(n)
+        self._shape = (self.n, self.n)
+
+    def _matmat(self, X):
+        out = np.array(X, dtype=np.float64, copy=True)
+        out[1:] -= X[:-1]
+        return out
+
+    def _rmatmat(self, Y):
+        out = np.array(Y, dtype=np.float64, copy=True)
+        out[:-1] -= Y[1:]
+        return out
+
+    def pinv(self):
+        return Prefix(self.n)
+
+    def _column_norms(self, p):
+        norms = np.full(self.n, 2.0 ** (1.0 / p))
+        norms[-1] = 1.0
+        return norms
+
+    def _trace(self):
+        return float(self.n)
+
+    def _diag(self):
+        return np.ones(self.n)
+
+    def _sum(self):
+        return 1.0
+
+    def _dense(self):
+        return np.eye(self.n) - np.eye(self.n, k=-1)
+
+    def __repr__(self):
+        return f"Difference({self.n})"
+
+
+class Semiseparable(QueryMatrix):
+    """Symmetric G with G[i, j] = a[min(i, j)] · b[max(i, j)] (n×n).
+
+    The Gram matrices of Prefix, Suffix and AllRange have this form; a product
+    is two running sums: (Gx)_i = a_i Σ_{j≥i} b_j x_j + b_i Σ_{j<i} a_j x_j, O(n).
+    """
+
+    def __init__(self, a, b) -> None:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        assert a.ndim == 1 and a.shape == b.shape and a.size > 0
+        self.a, self.b = a, b
+        self.n = a.size
+        self._shape = (self.n, self.n)
+
+    def _matmat(self, X):
+        upper = _rcumsum(self.b[:, None] * X)           # Σ_{j≥i} b_j x_j
+        lower = _cumsum0(self.a[:, None] * X)[:-1]      # Σ_{j<i} a_j x_j
+        return self.a[:, None] * upper + self.b[:, None] * lower
+
+    _rmatmat = _matmat
+
+    def _transpose(self):
+        return self
+
+    def _trace(self):
+        return float(self.a @ self.b)
+
+    def _diag(self):
+        return self.a * self.b
+
+    def _dense(self):
+        i = np.arange(self.n)
+        lo = np.minimum(i[:, None], i[None, :])
+        hi = np.maximum(i[:, None], i[None, :])
+        return self.a[lo] * self.b[hi]
+
+    def pinv(self):
+        if self.n * self.n <= DENSE_LIMIT:
+            return Explicit(np.linalg.pinv(self._dense(), hermitian=True))
+        return super().pinv()
+
+    def __repr__(self):
+        return f"Semiseparable({self.n})"
+
+
+class AllRange(QueryMatrix):
+    """Every interval query [i, j], 0 ≤ i ≤ j < n: n(n+1)/2 rows, ordered by (i, j).
+
+    Row (i, j) is c[j+1] - c[i] for the running sums c of x, so products cost
+    O(rows) per column and the matrix is never materialised.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = _check_size(n)
+        self._shape = (self.n * (self.n + 1) // 2, self.n)
+        self._rows = None
+
+    def _intervals(self):
+        if self._rows is None:
+            self._rows = np.triu_indices(self.n)  # (i, j) pairs, i <= j, row-major
+        return self._rows
+
+    def _matmat(self, X):
+        i, j = self._intervals()
+        c = _cumsum0(X)
+        return c[j + 1] - c[i]
+
+    def _rmatmat(self, Y):
+        # (Aᵀy)_a = Σ_{i≤a} Σ_{j≥a} y[i, j]: scatter y into the upper triangle, take
+        # reverse running sums over j then running sums over i, read the diagonal.
+        i, j = self._intervals()
+        n, k = self.n, Y.shape[1]
+        U = np.zeros((n, n, k))
+        U[i, j] = Y
+        U = np.cumsum(_rcumsum(U.transpose(1, 0, 2)).transpose(1, 0, 2), axis=0)
+        d = np.arange(n)
+        return U[d, d]
+
+    def gram(self):
+        # Intervals covering i ≤ j: (i + 1) left ends times (n - j) right ends.
+        ar = np.arange(self.n, dtype=np.float64)
+        return Semiseparable(ar + 1.0, self.n - ar)
+
+    def pinv(self):
+        # Full column rank (the width-1 intervals are I), so A⁺ = (AᵀA)⁻¹Aᵀ.
+        if self.n * self.n <= DENSE_LIMIT:
+            return Product(self.gram().pinv(), self.T)
+        return super().pinv()
+
+    def _column_norms(self, p):
+        ar = np.arange(self.n, dtype=np.float64)
+        return ((ar + 1.0) * (self.n - ar)) ** (1.0 / p)
+
+    def _sum(self):
+        ar = np.arange(self.n, dtype=np.float64)
+        return float(((ar + 1.0) * (self.n - ar)).sum())
+
+    def _dense(self):
+        i, j = self._intervals()
+        cells = np.arange(self.n)
+        return ((cells[None, :] >= i[:, None]) & (cells[None, :] <= j[:, None])).astype(
+            np.float64)
+
+    def __repr__(self):
+        return f"AllRange({self.n})"
+
+
+class WidthRange(QueryMatrix):
+    """Every interval of width w: row i sums cells i..i+w-1 (n - w + 1 rows)."""
+
+    def __init__(self, n: int, w: int) -> None:
+        self.n = _check_size(n)
+        w = _check_size(w, "w")
+        if w > self.n:
+            raise ProgrammingError(f"range width {w} exceeds the domain size {self.n}",
+                                   hint="choose 1 <= w <= n")
+        self.w = w
+        self._shape = (self.n - w + 1, self.n)
+
+    def _matmat(self, X):
+        c = _cumsum0(X)
+        return c[self.w:] - c[:-self.w]
+
+    def _window_span(self):
+        """For each cell a, the first and last window containing it."""
+        a = np.arange(self.n)
+        return np.maximum(0, a - self.w + 1), np.minimum(a, self._shape[0] - 1)
+
+    def _rmatmat(self, Y):
+        lo, hi = self._window_span()
+        c = _cumsum0(Y)
+        return c[hi + 1] - c[lo]
+
+    def gram(self):
+        return WidthRangeGram(self.n, self.w)
+
+    def _column_norms(self, p):
+        lo, hi = self._window_span()
+        return (hi - lo + 1).astype(np.float64) ** (1.0 / p)
+
+    def _sum(self):
+        return float(self._shape[0] * self.w)
+
+    def _dense(self):
+        r = np.arange(self._shape[0])[:, None]
+        a = np.arange(self.n)[None, :]
+        return ((a >= r) & (a < r + self.w)).astype(np.float64)
+
+    def __repr__(self):
+        return f"WidthRange({self.n}, {self.w})"
+
+
+class WidthRangeGram(QueryMatrix):
+    """WᵀW for W = WidthRange(n, w): G[i, j] = #windows covering both i and j.
+
+    Windows start at s ∈ [0, n - w]; both cells are covered iff
+    max(i, j) - w + 1 ≤ s ≤ min(i, j), so
+    G[i, j] = max(0, min(i, j, n - w) - max(0, max(i, j) - w + 1) + 1).
+    Products go through W itself (two running sums).
+    """
+
+    def __init__(self, n: int, w: int) -> None:
+        self.base = WidthRange(n, w)
+        self.n, self.w = self.base.n, self.base.w
+        self._shape = (self.n, self.n)
+
+    def _matmat(self, X):
+        return self.base._rmatmat(self.base._matmat(X))
+
+    _rmatmat = _matmat
+
+    def _transpose(self):
+        return self
+
+    def _diag(self):
+        lo, hi = self.base._window_span()
+        return (hi - lo + 1).astype(np.float64)
+
+    def _sum(self):
+        # 1ᵀWᵀW1 = |W1|² and every window sums w ones.
+        return float(self.base._shape[0] * self.w * self.w)
+
+    def _dense(self):
+        i = np.arange(self.n)
+        lo = np.minimum(i[:, None], i[None, :])
+        hi = np.maximum(i[:, None], i[None, :])
+        last = self.n - self.w
+        return np.maximum(0, np.minimum(lo, last) - np.maximum(0, hi - self.w + 1) + 1
+                          ).astype(np.float64)
+
+    def __repr__(self):
+        return f"WidthRangeGram({self.n}, {self.w})"
