@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 import math
 import numbers
 import tomllib
+from decimal import Decimal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -149,7 +150,12 @@ class Domain:
 
 def _is_real(value: Any) -> bool:
     # bool is an int subclass, but True in an age column is a type error, not the number 1.
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    # Decimal is not a numbers.Real, yet DuckDB returns DECIMAL columns as Decimal.
+    return isinstance(value, (numbers.Real, Decimal)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_nan(value: Any) -> bool:
+    return value.is_nan() if isinstance(value, Decimal) else math.isnan(value)
 
 
 def _fmt_number(x: float | int) -> str:
@@ -246,6 +252,14 @@ class Attribute(ABC):
     @abstractmethod
     def cells_for_predicate(self, op: str, value: Any) -> tuple[frozenset[int], bool]:
         """Cells whose every value satisfies ``col <op> value``, and whether no cell is split."""
+
+    def cell_of_label(self, label: Any) -> int:
+        """Inverse of :meth:`labels`: the cell an output label names."""
+        for i, candidate in enumerate(self.labels()):
+            if candidate == label and type(candidate) is type(label):
+                return i
+        raise DomainViolationError(f"{label!r} is not a label of column '{self.name}'",
+                                   hint="labels are listed by the declared domain (docs/domains.md)")
 
     def cell_values(self) -> np.ndarray | None:
         return None
@@ -444,9 +458,13 @@ class _Binned(Attribute):
             return self.null_index if self.nullable else 0
         if not _is_real(value):
             return 0
-        if isinstance(value, float) and math.isnan(value):
+        if _is_nan(value):
             return self._nbins() - 1
-        return bisect.bisect_right(self._thresholds(), value)
+        return bisect.bisect_right(self._thresholds(), self._py_value(value))
+
+    def _py_value(self, value):
+        """The value as the SQL compares it (see :meth:`_sql_value`)."""
+        return value
 
     def _sql_value(self, x):
         return x
@@ -461,7 +479,7 @@ class _Binned(Attribute):
                                null_cell=self.null_index if self.nullable else 0)
 
     def _check_predicate_value(self, value: Any) -> None:
-        if not _is_real(value) or (isinstance(value, float) and math.isnan(value)):
+        if not _is_real(value) or _is_nan(value):
             raise DomainViolationError(
                 f"column '{self.name}' is numeric; cannot compare it with {type(value).__name__} {value!r}",
                 hint="compare with a number literal")
@@ -618,6 +636,9 @@ class Numeric(_Binned):
 
     def _bounds(self) -> list[tuple[float, float]]:
         return list(zip(self.edges, self.edges[1:]))
+
+    def _py_value(self, value):
+        return float(value)  # mirrors CAST(x AS DOUBLE): Decimal('0.1') becomes the double 0.1
 
     def _sql_value(self, x):
         from sqlglot import exp
