@@ -1,0 +1,239 @@
+"""The ``dpsql`` command line.
+
+    dpsql init data.csv                 draft a config from the file's *schema* only
+    dpsql plan    [--config C]          plan the workload's measurement strategy (no budget)
+    dpsql measure [--config C] [--yes]  measure it (spends budget; asks first)
+    dpsql query   [--config C] "SQL"    answer a query from the model
+    dpsql budget  [--config C]          spent and remaining budget, ledger entries
+    dpsql demo                          the adult example end to end
+    dpsql shell / serve / user          registered by repl/ and dpsql/server/
+
+Subcommands of other packages register themselves through ``register(subparsers)`` hooks
+so each front end owns its own code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import os
+import sys
+from pathlib import Path
+
+from dpsql import errors
+
+DEFAULT_CONFIG = "dpsql.toml"
+Z95 = 1.959963984540054
+
+
+def _config_path(args) -> str:
+    return args.config or os.environ.get("DPSQL_CONFIG") or DEFAULT_CONFIG
+
+
+def _print_error(exc: errors.Error) -> None:
+    print(f"ERROR [{exc.sqlstate}]: {exc.message}", file=sys.stderr)
+    if exc.detail:
+        print(f"DETAIL: {exc.detail}", file=sys.stderr)
+    if exc.hint:
+        print(f"HINT: {exc.hint}", file=sys.stderr)
+
+
+def format_value(value, stderr=None, mode: str = "ci95") -> str:
+    """``12,345 ± 210`` (95% interval by default); NULL shown distinctly."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.3g}" if value != int(value) else f"{value:,.0f}"
+    elif isinstance(value, int):
+        text = f"{value:,}"
+    else:
+        text = str(value)
+    if stderr is None or mode == "off" or (isinstance(stderr, float) and math.isnan(stderr)):
+        return text
+    half = stderr * (Z95 if mode == "ci95" else 1.0)
+    return f"{text} ± {half:,.0f}" if half >= 10 else f"{text} ± {half:.2g}"
+
+
+def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
+    if result.message and not result.columns:
+        print(result.message, file=out)
+        return
+    headers = [c.name for c in result.columns]
+    body = []
+    for i, row in enumerate(result.rows):
+        errs = result.stderr[i] if i < len(result.stderr) else (None,) * len(row)
+        cells = [format_value(v, e, mode) for v, e in zip(row, errs)]
+        if i < len(result.inferred) and result.inferred[i]:
+            cells[-1] += " *"
+        body.append(cells)
+    widths = [max([len(h)] + [len(r[j]) for r in body]) for j, h in enumerate(headers)]
+    print(" | ".join(h.ljust(w) for h, w in zip(headers, widths)), file=out)
+    print("-+-".join("-" * w for w in widths), file=out)
+    for r in body:
+        print(" | ".join(c.rjust(w) if j >= 1 else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))),
+              file=out)
+    print(f"({len(body)} row{'s' if len(body) != 1 else ''})", file=out)
+    if any(result.inferred):
+        print("* inferred by the model without a supporting measurement", file=out)
+
+
+# -- subcommands ----------------------------------------------------------------------------
+
+def cmd_init(args) -> int:
+    """Draft a config from the CSV header and column *types* only; domains are left blank
+    on purpose: they must come from public documentation, never from the rows."""
+    from dpsql.measure.backend import describe_source
+
+    path = Path(args.csv)
+    names_types = describe_source(path)
+    table = args.table or path.stem.replace("-", "_")
+    out = Path(args.output or "dpsql.toml")
+    domain_file = out.with_name(f"{table}.domain.toml")
+    if (out.exists() or domain_file.exists()) and not args.force:
+        raise errors.ConfigError(f"{out} or {domain_file} exists", hint="use --force to overwrite")
+    lines = [f"# Domain of table {table}, drafted by `dpsql init` from the header of {path.name}.",
+             "# Fill every domain from PUBLIC knowledge (documentation, codebooks, law), never from",
+             "# the rows: a domain read off the data would itself leak private information.",
+             f"[tables.{table}]", f'source = {{ csv = "{os.path.relpath(path.resolve(), out.resolve().parent)}" }}', ""]
+    for name, kind in names_types:
+        lines.append(f"[tables.{table}.columns.{name}]")
+        if kind == "integer":
+            lines += ['type = "integer"', "# lo = ?   (public lower bound)", "# hi = ?   (public upper bound)",
+                      "# bin_width = 1"]
+        elif kind == "numeric":
+            lines += ['type = "numeric"', "# edges = [ ... ]   (public bin edges)"]
+        else:
+            lines += ['type = "categorical"', "# labels = [ ... ]   (the published list of values)",
+                      "# nullable = true"]
+        lines.append("")
+    domain_file.write_text("\n".join(lines))
+    out.write_text("\n".join([
+        "# dpsql configuration drafted by `dpsql init` (docs/config.md).",
+        "[dpsql]", f'ledger = "{table}.ledger"', 'noise = "gaussian"', 'policy = "infer"', "",
+        "[budget]", "epsilon = 1.0", "delta = 1e-6", "",
+        f"[tables.{table}]", f'domain = "{domain_file.name}"', 'privacy_unit = "row"', "",
+        "[workload]", "queries = []", ""]))
+    print(f"wrote {out} and {domain_file}; fill in the domains before planning")
+    return 0
+
+
+def _connect(args):
+    import dpsql
+    return dpsql.connect(_config_path(args), user=args.user)
+
+
+def cmd_plan(args) -> int:
+    con = _connect(args)
+    report = con.session.plan(args.table)
+    s = report.strategy
+    print(f"table {report.table}: {report.queries} workload queries, {report.rows} linear query rows")
+    print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
+    if getattr(s, "explanation", None):
+        print(s.explanation)
+    print(f"expected RMSE per query row at rho = {report.rho:.4g}: {report.rmse:,.2f} "
+          f"(per-query Gaussian baseline: {report.baseline_rmse:,.2f})")
+    return 0
+
+
+def cmd_measure(args) -> int:
+    con = _connect(args)
+    session = con.session
+    rho = session.measure_cost(args.table)
+    if not args.yes:
+        answer = input(f"Measuring spends rho = {rho:.6g} of the budget. Continue? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing measured, nothing spent")
+            return 1
+    report = session.measure(args.table)
+    if report.reused:
+        print("already measured: re-using the released measurements (nothing spent)")
+    else:
+        print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent rho = {report.rho:.6g}")
+    return 0
+
+
+def cmd_query(args) -> int:
+    con = _connect(args)
+    cur = con.cursor()
+    cur.execute(args.sql)
+    print_result(cur.result, mode=args.errors)
+    return 0
+
+
+def cmd_budget(args) -> int:
+    con = _connect(args)
+    b = con.session.budget()
+    from dpsql.privacy.accountant import rho_to_epsilon
+    delta = b["delta"]
+    for label, spent, remaining in (("user " + b["user"], b["spent_rho"], b["remaining_rho"]),
+                                    ("total", b["total_spent_rho"], b["total_remaining_rho"])):
+        eps = rho_to_epsilon(remaining, delta) if remaining > 0 else 0.0
+        print(f"{label}: spent rho = {spent:.6g}, remaining rho = {remaining:.6g} "
+              f"(epsilon = {eps:.4g} at delta = {delta:g})")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from dpsql.engine.demo import run_demo
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpsql", description="differentially private SQL")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--config", "-C", help="path to dpsql.toml (default: $DPSQL_CONFIG or ./dpsql.toml)")
+        p.add_argument("--user", "-U", help="budget principal (default: the config's default user)")
+        p.add_argument("--table", help="table (default: the only configured table)")
+        return p
+
+    p = sub.add_parser("init", help="draft a config from a CSV's schema")
+    p.add_argument("csv")
+    p.add_argument("--table")
+    p.add_argument("--output", "-o")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_init)
+    common(sub.add_parser("plan", help="plan the workload strategy (spends nothing)")).set_defaults(func=cmd_plan)
+    p = common(sub.add_parser("measure", help="measure the planned strategy (spends budget)"))
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(func=cmd_measure)
+    p = common(sub.add_parser("query", help="answer one SQL query"))
+    p.add_argument("sql")
+    p.add_argument("--errors", choices=["ci95", "stderr", "off"], default="ci95")
+    p.set_defaults(func=cmd_query)
+    common(sub.add_parser("budget", help="show spent and remaining budget")).set_defaults(func=cmd_budget)
+    p = sub.add_parser("demo", help="run the adult example end to end")
+    p.add_argument("--workdir", help="where to keep the demo's ledger (default: a temp dir)")
+    p.add_argument("--epsilon", type=float, default=1.0)
+    p.set_defaults(func=cmd_demo)
+    for module in ("repl.cli", "dpsql.server.cli"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                continue
+            raise
+        mod.register(sub, common)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except errors.Error as exc:
+        _print_error(exc)
+        return 2
+    except KeyboardInterrupt:
+        print("cancelled", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["main", "build_parser", "format_value", "print_result"]

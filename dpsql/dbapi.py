@@ -1,0 +1,250 @@
+"""PEP 249 (DB-API 2.0) driver over an engine session.
+
+    import dpsql
+    con = dpsql.connect("examples/adult/dpsql.toml", user="alice")
+    cur = con.cursor()
+    cur.execute("SELECT sex, COUNT(*) FROM adult WHERE age BETWEEN ? AND ? GROUP BY sex", (30, 40))
+    cur.fetchall()      # noisy answers
+    cur.stderr          # standard error of every value, aligned with the rows
+
+Parameters (``qmark``) are bound as literals into the parsed AST by the SQL compiler, never
+spliced into text.  ``commit`` is a no-op (nothing is written by queries); ``rollback``
+raises NotSupportedError because a released answer cannot be taken back.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from dpsql import errors
+from dpsql.engine.config import load_config
+from dpsql.engine.engine import Engine
+from dpsql.engine.session import Result, Session
+
+apilevel = "2.0"
+threadsafety = 1  # threads may share the module, not connections
+paramstyle = "qmark"
+
+
+class _TypeCode(frozenset):
+    """PEP 249 type object: compares equal to every type name it groups."""
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            return other in self
+        return frozenset.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = frozenset.__hash__
+
+
+STRING = _TypeCode({"text"})
+NUMBER = _TypeCode({"integer", "double"})
+DATETIME = _TypeCode({"timestamp", "date", "time"})
+BINARY = _TypeCode({"bytea"})
+ROWID = _TypeCode({"rowid"})
+
+Date = datetime.date
+Time = datetime.time
+Timestamp = datetime.datetime
+
+
+def DateFromTicks(ticks):  # noqa: N802 - PEP 249 names
+    return datetime.date.fromtimestamp(ticks)
+
+
+def TimeFromTicks(ticks):  # noqa: N802
+    return datetime.datetime.fromtimestamp(ticks).time()
+
+
+def TimestampFromTicks(ticks):  # noqa: N802
+    return datetime.datetime.fromtimestamp(ticks)
+
+
+def Binary(value):  # noqa: N802
+    return bytes(value)
+
+
+_engines: "weakref.WeakValueDictionary[str, Engine]" = weakref.WeakValueDictionary()
+_engines_lock = threading.Lock()
+
+
+def _engine_for(config, overrides) -> Engine:
+    """One engine per ledger in a process, so every connection sees every release."""
+    cfg = load_config(config, **overrides)
+    key = str(Path(cfg.ledger_path).resolve())
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None or engine.config != cfg:
+            engine = Engine(cfg)
+            _engines[key] = engine
+        return engine
+
+
+def connect(config: str | Path | Mapping, user: str | None = None, **overrides: Any) -> "Connection":
+    """Open a connection; ``config`` is a ``dpsql.toml`` path or an equivalent dict."""
+    return Connection(_engine_for(config, overrides), user)
+
+
+class Connection:
+    Error = errors.Error
+    Warning = errors.Warning
+    InterfaceError = errors.InterfaceError
+    DatabaseError = errors.DatabaseError
+    DataError = errors.DataError
+    OperationalError = errors.OperationalError
+    IntegrityError = errors.IntegrityError
+    InternalError = errors.InternalError
+    ProgrammingError = errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
+
+    def __init__(self, engine: Engine, user: str | None) -> None:
+        self._engine = engine  # keeps the shared engine alive while connections exist
+        self._session: Session | None = Session(engine, user)
+
+    @property
+    def session(self) -> Session:
+        """Session commands (plan, measure, budget, explain) for shells and tools."""
+        if self._session is None:
+            raise errors.InterfaceError("connection is closed", hint="open a new one with dpsql.connect")
+        return self._session
+
+    @property
+    def closed(self) -> bool:
+        return self._session is None
+
+    def cursor(self) -> "Cursor":
+        return Cursor(self)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def commit(self) -> None:
+        self.session  # raises on a closed connection
+
+    def rollback(self) -> None:
+        raise errors.NotSupportedError("rollback is not supported: released answers cannot be taken back",
+                                       hint="queries never write, so there is nothing to roll back")
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Cursor:
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.arraysize = 1
+        self._result: Result | None = None
+        self._pos = 0
+        self._closed = False
+
+    # -- PEP 249 ------------------------------------------------------------------------------
+    @property
+    def description(self):
+        if self._result is None or not self._result.columns:
+            return None
+        return [(c.name, c.type, None, None, None, None, None) for c in self._result.columns]
+
+    @property
+    def rowcount(self) -> int:
+        return -1 if self._result is None or not self._result.columns else len(self._result.rows)
+
+    @property
+    def stderr(self) -> list[tuple]:
+        """Standard error of each value, aligned with the rows (None for keys)."""
+        return [] if self._result is None else self._result.stderr
+
+    @property
+    def inferred(self) -> list[bool]:
+        return [] if self._result is None else self._result.inferred
+
+    @property
+    def cost(self) -> float:
+        """ρ spent by the last statement (0 when answered from existing measurements)."""
+        return 0.0 if self._result is None else self._result.cost
+
+    @property
+    def statusmessage(self) -> str | None:
+        return None if self._result is None else self._result.message
+
+    @property
+    def result(self) -> Result | None:
+        return self._result
+
+    def execute(self, operation: str, parameters: Sequence[Any] | None = None) -> "Cursor":
+        self._check()
+        self._result = None
+        self._result = self.connection.session.execute(operation, parameters)
+        self._pos = 0
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters) -> "Cursor":
+        for params in seq_of_parameters:
+            self.execute(operation, params)
+        return self
+
+    def fetchone(self):
+        rows = self._rows()
+        if self._pos >= len(rows):
+            return None
+        row = rows[self._pos]
+        self._pos += 1
+        return row
+
+    def fetchmany(self, size: int | None = None):
+        rows = self._rows()
+        n = self.arraysize if size is None else size
+        out = rows[self._pos:self._pos + n]
+        self._pos += len(out)
+        return out
+
+    def fetchall(self):
+        rows = self._rows()
+        out = rows[self._pos:]
+        self._pos = len(rows)
+        return out
+
+    def close(self) -> None:
+        self._closed = True
+        self._result = None
+
+    def setinputsizes(self, sizes) -> None:
+        pass
+
+    def setoutputsize(self, size, column=None) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[tuple]:
+        while (row := self.fetchone()) is not None:
+            yield row
+
+    def __enter__(self) -> "Cursor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._closed:
+            raise errors.InterfaceError("cursor is closed", hint="create a new cursor")
+        if self.connection.closed:
+            raise errors.InterfaceError("connection is closed", hint="open a new one with dpsql.connect")
+
+    def _rows(self) -> list[tuple]:
+        self._check()
+        if self._result is None or not self._result.columns:
+            raise errors.InterfaceError("no result set to fetch from",
+                                        hint="execute a SELECT first")
+        return self._result.rows

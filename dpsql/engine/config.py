@@ -1,0 +1,242 @@
+"""Engine configuration: ``dpsql.toml`` (format documented in ``docs/config.md``).
+
+Everything here is public metadata chosen by the operator: table sources, declared
+domains, the privacy unit, budgets, planner options and workload files.  Nothing is read
+from the private rows.  ``load_config`` accepts a path or a dict (for programmatic use and
+tests) and keyword overrides that replace top-level entries of the same name, e.g.
+``budget={"epsilon": 1.0, "delta": 1e-6}``, ``ledger=path``, ``workload=[sql, ...]``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from dpsql.domain import TableSchema, load_domain
+from dpsql.errors import ConfigError
+from dpsql.measure.backend import Source
+from dpsql.privacy.accountant import epsilon_delta_to_rho
+
+POLICIES = ("infer", "measure", "refuse")
+ERROR_COLUMNS = ("off", "stderr", "ci95")
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """A budget in zCDP ρ; ``delta`` is kept only to display ε at the configured δ."""
+
+    rho: float
+    delta: float
+
+    @staticmethod
+    def parse(spec: Any, where: str, default_delta: float) -> "BudgetSpec":
+        if isinstance(spec, (int, float)):
+            return BudgetSpec(float(spec), default_delta)
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{where}: a budget is a table with rho, or epsilon (and delta)",
+                              hint='e.g. budget = { epsilon = 1.0, delta = 1e-6 }')
+        delta = float(spec.get("delta", default_delta))
+        if "rho" in spec:
+            rho = float(spec["rho"])
+        elif "epsilon" in spec:
+            eps = float(spec["epsilon"])
+            if not (0 < delta < 1):
+                raise ConfigError(f"{where}: delta must be in (0, 1) to convert epsilon to rho, got {delta}")
+            rho = float(epsilon_delta_to_rho(eps, delta))
+        else:
+            raise ConfigError(f"{where}: give rho or epsilon", hint='e.g. { epsilon = 1.0, delta = 1e-6 }')
+        if not rho > 0:
+            raise ConfigError(f"{where}: the budget must be positive")
+        return BudgetSpec(rho, delta)
+
+
+@dataclass(frozen=True)
+class PlannerOptions:
+    restarts: int = 3
+    seed: int = 0
+    max_clique_cells: int = 2_000_000
+    max_model_cells: int = 20_000_000
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None
+    tables: dict[str, TableSchema]
+    sources: dict[str, Source]
+    budget: BudgetSpec                      # global total
+    user_budgets: dict[str, BudgetSpec]      # explicit per-user budgets
+    default_user_budget: BudgetSpec | None   # for users not listed (None: only the global cap)
+    workload_budget: BudgetSpec | None       # what one workload measurement round spends
+    query_budget: BudgetSpec | None          # per on-demand query (policy "measure")
+    ledger_path: Path
+    cache_dir: Path
+    noise: str = "gaussian"
+    policy: str = "infer"
+    workload: tuple[str, ...] = ()
+    planner: PlannerOptions = field(default_factory=PlannerOptions)
+    fit_iters: int = 1000
+    default_user: str = "analyst"
+    error_columns: str = "off"
+
+    def user_budget(self, user: str) -> BudgetSpec | None:
+        return self.user_budgets.get(user, self.default_user_budget)
+
+
+def _read(config: str | os.PathLike | Mapping) -> tuple[dict, Path | None]:
+    if isinstance(config, Mapping):
+        return copy.deepcopy(dict(config)), None
+    path = Path(config)
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh), path.resolve()
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file not found: {path}",
+                          hint="create one with `dpsql init <csv>` or pass a dict") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _workload_sql(spec: Any, base: Path, where: str) -> list[str]:
+    """Workload statements from inline SQL strings and/or files (one query per statement)."""
+    from dpsql.sql.split import split_statements
+
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        spec = [spec]
+    if isinstance(spec, Mapping):
+        items = [("file", f) for f in spec.get("files", [])] + [("sql", q) for q in spec.get("queries", [])]
+    else:
+        items = [("sql", q) for q in spec]
+    out: list[str] = []
+    for kind, item in items:
+        if kind == "file":
+            p = Path(item) if Path(item).is_absolute() else base / item
+            if not p.exists():
+                raise ConfigError(f"{where}: workload file not found: {p}")
+            out.extend(split_statements(p.read_text()))
+        else:
+            out.extend(split_statements(item))
+    return out
+
+
+def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config:
+    raw, path = _read(config)
+    for key, value in overrides.items():
+        if value is not None:
+            raw[key] = value
+    where = str(path) if path else "<config dict>"
+    base = path.parent if path else Path.cwd()
+    section = raw.get("dpsql", {})
+    for key in ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_user", "error_columns"):
+        if key in raw and key not in ("budget",):
+            section = {**section, key: raw[key]}
+
+    tables_spec = raw.get("tables")
+    if not tables_spec:
+        raise ConfigError(f"{where}: no [tables] declared", hint="declare [tables.NAME] with domain and source")
+    tables: dict[str, TableSchema] = {}
+    sources: dict[str, Source] = {}
+    for name, spec in tables_spec.items():
+        twhere = f"{where}: table {name!r}"
+        if "domain" not in spec:
+            raise ConfigError(f"{twhere}: missing domain file", hint='domain = "adult.toml"')
+        dpath = Path(spec["domain"])
+        if not dpath.is_absolute():
+            dpath = base / dpath
+        declared = load_domain(dpath)
+        schema_name = spec.get("domain_table", name)
+        if schema_name not in declared:
+            raise ConfigError(f"{twhere}: {dpath} declares no table {schema_name!r}",
+                              hint=f"declared tables: {', '.join(sorted(declared))}")
+        schema = declared[schema_name]
+        if schema.name != name:
+            schema = TableSchema(name, schema.attributes, schema.source)
+        tables[name] = schema
+        src_spec = spec.get("source") or (schema.source or None)
+        if not src_spec:
+            raise ConfigError(f"{twhere}: missing source", hint='source = { csv = "adult.csv" }')
+        src_base = base if spec.get("source") else dpath.parent
+        source = Source.from_config(src_spec, src_base)
+        unit = spec.get("privacy_unit", "row")
+        if unit != "row":
+            if not isinstance(unit, Mapping) or "id" not in unit or "max_rows" not in unit:
+                raise ConfigError(f"{twhere}: privacy_unit is \"row\" or {{ id = COLUMN, max_rows = K, hash_key_file = PATH }}")
+            key_file = unit.get("hash_key_file")
+            key = None
+            if key_file:
+                kp = Path(key_file) if Path(key_file).is_absolute() else base / key_file
+                if not kp.exists():
+                    raise ConfigError(f"{twhere}: hash key file not found: {kp}")
+                key = kp.read_text().strip()
+            max_rows = int(unit["max_rows"])
+            if max_rows < 1:
+                raise ConfigError(f"{twhere}: max_rows must be ≥ 1")
+            source = Source(source.kind, source.path, source.table, id_column=str(unit["id"]),
+                            max_rows_per_id=max_rows, hash_key=key)
+        sources[name] = source
+
+    budget_spec = raw.get("budget")
+    if budget_spec is None:
+        raise ConfigError(f"{where}: no [budget]", hint="[budget] epsilon = 1.0, delta = 1e-6 (or rho = ...)")
+    default_delta = float(budget_spec.get("delta", 1e-6)) if isinstance(budget_spec, Mapping) else 1e-6
+    budget = BudgetSpec.parse(budget_spec, f"{where}: [budget]", default_delta)
+    users = {}
+    if isinstance(budget_spec, Mapping):
+        for user, uspec in budget_spec.get("users", {}).items():
+            users[user] = BudgetSpec.parse(uspec, f"{where}: [budget.users.{user}]", default_delta)
+    per_user = budget_spec.get("per_user") if isinstance(budget_spec, Mapping) else None
+    default_user_budget = BudgetSpec.parse(per_user, f"{where}: budget.per_user", default_delta) if per_user else None
+
+    wl = raw.get("workload")
+    workload = _workload_sql(wl, base, f"{where}: [workload]")
+    workload_budget = None
+    if isinstance(wl, Mapping) and ("epsilon" in wl or "rho" in wl):
+        workload_budget = BudgetSpec.parse(wl, f"{where}: [workload]", default_delta)
+    policy_spec = raw.get("policy", section.get("policy", "infer"))
+    query_budget = None
+    if isinstance(policy_spec, Mapping):
+        policy = policy_spec.get("unsupported", "infer")
+        if "epsilon" in policy_spec or "rho" in policy_spec:
+            query_budget = BudgetSpec.parse(policy_spec, f"{where}: [policy]", default_delta)
+    else:
+        policy = policy_spec
+    if policy not in POLICIES:
+        raise ConfigError(f"{where}: policy {policy!r} is not one of {', '.join(POLICIES)}")
+    if policy == "measure" and query_budget is None:
+        raise ConfigError(f"{where}: policy \"measure\" needs a per-query budget",
+                          hint='[policy] unsupported = "measure", epsilon = 0.05')
+    noise = section.get("noise", "gaussian")
+    if noise not in ("gaussian", "laplace"):
+        raise ConfigError(f"{where}: noise must be \"gaussian\" or \"laplace\", got {noise!r}")
+    error_columns = section.get("error_columns", "off")
+    if error_columns not in ERROR_COLUMNS:
+        raise ConfigError(f"{where}: error_columns must be one of {', '.join(ERROR_COLUMNS)}")
+
+    ledger = section.get("ledger")
+    if ledger is None:
+        if path is None:
+            raise ConfigError(f"{where}: no ledger path", hint='ledger = "dpsql.ledger"')
+        ledger = path.with_suffix(".ledger")
+    ledger_path = Path(ledger) if Path(ledger).is_absolute() else base / ledger
+    cache = section.get("cache_dir", ".dpsql-cache")
+    cache_dir = Path(cache) if Path(cache).is_absolute() else base / cache
+    planner_spec = raw.get("planner", {})
+    try:
+        planner = PlannerOptions(**{k: int(v) for k, v in planner_spec.items()})
+    except TypeError as exc:
+        raise ConfigError(f"{where}: [planner]: {exc}",
+                          hint="options: restarts, seed, max_clique_cells, max_model_cells") from None
+    return Config(path=path, tables=tables, sources=sources, budget=budget, user_budgets=users,
+                  default_user_budget=default_user_budget, workload_budget=workload_budget,
+                  query_budget=query_budget, ledger_path=ledger_path, cache_dir=cache_dir,
+                  noise=noise, policy=policy, workload=tuple(workload), planner=planner,
+                  fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 1000))),
+                  default_user=str(section.get("default_user", "analyst")),
+                  error_columns=error_columns)
+
+

@@ -1,0 +1,258 @@
+"""The query engine: plan → measure → fit → answer (thesis ch. 3–4, "HDMM + PGM").
+
+One ``Engine`` per configuration holds what all users share: the catalog of declared
+domains, the measurement backend, the ledger, the released measurements and the fitted
+models.  ``Session`` (``dpsql.engine.session``) is one user's view on it.
+
+Order of operations for a measurement (``docs/privacy.md``, "Measurement"):
+
+1. compile + plan from SQL and public metadata only (errors here spend nothing);
+2. look for an identical earlier release in the ledger (same strategy, same budget): if
+   found, re-use it — never pay twice, never release fresh noise for a repeat;
+3. ``Ledger.preview``: a request the budget cannot cover is refused before data is read;
+4. count the exact marginals (one scan);
+5. ``Ledger.charge``: the spend is made durable (fsync) *before* noise is drawn;
+6. draw noise, ``Ledger.record_release`` the noisy values, and only then use them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dpsql import linalg
+from dpsql.domain import TableSchema
+from dpsql.engine.config import Config
+from dpsql.engine.variance import SupportBlock, VarianceModel
+from dpsql.errors import BudgetExhaustedError, ProgrammingError
+from dpsql.measure.backend import Backend, DuckDBBackend
+from dpsql.measure import release as rel
+from dpsql.pgm import GraphicalModel, Measurement, estimate
+from dpsql.plan import Strategy, Workload, expected_error, optimize
+from dpsql.privacy.ledger import Ledger
+
+Released = tuple[rel.LatticeBlock, np.ndarray, float]
+
+
+@dataclass
+class TableState:
+    """Everything the engine knows about one private table (all of it public or noisy)."""
+
+    schema: TableSchema
+    released: list[Released] = field(default_factory=list)
+    release_keys: set[str] = field(default_factory=set)
+    model: GraphicalModel | None = None
+    model_version: int = 0
+    variance: VarianceModel | None = None
+    strategy: Strategy | None = None
+    strategy_workload: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    table: str
+    strategy: Strategy
+    queries: int
+    rows: int
+    rho: float
+    rmse: float              # expected RMSE per workload row at rho
+    baseline_rmse: float     # per-query Gaussian mechanism, budget split evenly
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MeasureReport:
+    table: str
+    rho: float               # spent by this call (0 when re-used)
+    reused: bool
+    blocks: int
+    cells: int
+    seconds: float
+
+
+def _sha(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, np.ndarray):
+            h.update(str(p.dtype).encode() + str(p.shape).encode())
+            h.update(np.ascontiguousarray(p).tobytes())
+        else:
+            h.update(repr(p).encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def gaussian_sigma2_unit(rho: float) -> float:
+    """σ² of the Gaussian mechanism with unit L2 sensitivity at cost ρ (Δ²/(2σ²) = ρ)."""
+    return 1.0 / (2.0 * rho)
+
+
+class Engine:
+    """Shared state for one configuration; thread-safe."""
+
+    def __init__(self, config: Config, backend: Backend | None = None,
+                 progress: Callable[[str, dict], None] | None = None) -> None:
+        self.config = config
+        self.catalog = dict(config.tables)
+        self.backend = backend if backend is not None else DuckDBBackend(config.sources)
+        per_user = {u: b.rho for u, b in config.user_budgets.items()}
+        self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho,
+                             per_user_rho=per_user,
+                             default_user_rho=(config.default_user_budget.rho
+                                               if config.default_user_budget else None))
+        self.progress = progress
+        self._lock = threading.RLock()
+        self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
+        self._load_releases()
+
+    # -- persisted releases ------------------------------------------------------------------
+    def _load_releases(self) -> None:
+        """Re-use every measurement already paid for (restart safety, issue 7)."""
+        for key, payload in self.ledger.releases():
+            table = key.split(":", 1)[0]
+            state = self.tables.get(table)
+            if state is None or key in state.release_keys:
+                continue
+            state.released.extend(rel.unpack(payload))
+            state.release_keys.add(key)
+
+    # -- planning ----------------------------------------------------------------------------
+    def workload_for(self, table: str, queries: Sequence[str] | None = None):
+        """Compile workload SQL (public) into an HDMM workload over the table's domain."""
+        from dpsql.sql import compile as compile_sql
+
+        queries = list(self.config.workload if queries is None else queries)
+        state = self._state(table)
+        blocks, names = [], []
+        for sql in queries:
+            cq = compile_sql(sql, self.catalog)
+            if cq.table != table:
+                continue
+            for lq in cq.linear_queries:
+                blocks.append(lq.matrix)
+            names.append(sql)
+        if not blocks:
+            raise ProgrammingError(f"the workload has no queries on table {table!r}",
+                                   hint="add SQL statements over this table to [workload]")
+        return Workload(state.schema.domain, linalg.Union(blocks)), names, blocks
+
+    def plan(self, table: str, queries: Sequence[str] | None = None,
+             rho: float | None = None) -> PlanReport:
+        t0 = time.perf_counter()
+        workload, names, blocks = self.workload_for(table, queries)
+        opts = self.config.planner
+        strategy = optimize(workload, noise=self.config.noise, restarts=opts.restarts, seed=opts.seed,
+                            caps={"max_clique_cells": opts.max_clique_cells,
+                                  "max_model_cells": opts.max_model_cells},
+                            cache_dir=self.config.cache_dir,
+                            progress=(lambda **kw: self.progress("plan", kw)) if self.progress else None)
+        with self._lock:
+            state = self._state(table)
+            state.strategy = strategy
+            state.strategy_workload = tuple(names)
+        rho = rho if rho is not None else self.workload_rho()
+        m = workload.matrix.shape[0]
+        tse_unit = strategy.expected_error
+        rmse = math.sqrt(tse_unit * gaussian_sigma2_unit(rho) / m)
+        # per-query baseline: each query alone with the Gaussian mechanism at ρ/k
+        k = len(blocks)
+        base_tse = sum(b.shape[0] * b.sensitivity(2) ** 2 * gaussian_sigma2_unit(rho / k) for b in blocks)
+        baseline = math.sqrt(base_tse / m)
+        return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0)
+
+    def workload_rho(self) -> float:
+        return (self.config.workload_budget or self.config.budget).rho
+
+    # -- measurement -------------------------------------------------------------------------
+    def measure_strategy(self, table: str, strategy: Strategy, rho: float, principal: str,
+                         purpose: str) -> MeasureReport:
+        """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
+        t0 = time.perf_counter()
+        state = self._state(table)
+        source = self.config.sources[table]
+        blocks = [rel.to_lattice(b.clique, b.query, b.weight) for b in strategy.blocks]
+        plan = rel.calibrate(blocks, rho, family=self.config.noise, unit_rows=source.max_rows_per_id)
+        key = table + ":" + _sha(str(source.path), self.config.noise, purpose, float(plan.rho),
+                                 *[(b.clique, b.scale, b.weight) for b in blocks],
+                                 *[f for b in blocks for f in b.factors])
+        cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
+        with self._lock:
+            if key in state.release_keys:
+                return MeasureReport(table, 0.0, True, len(blocks), cells, time.perf_counter() - t0)
+            cost = _round_up(plan.rho)
+            ok, remaining = self.ledger.preview(principal, cost)
+            if not ok:
+                raise BudgetExhaustedError(
+                    f"measuring this needs rho = {cost:.6g} but only {remaining:.6g} remains",
+                    hint="ask the operator for more budget, or answer from existing measurements",
+                    requested_rho=cost, remaining_rho=remaining)
+            counts = self.backend.count_marginals(state.schema, [b.clique for b in blocks])
+            exact = [b.apply(counts[b.clique]) for b in blocks]
+            charge = self.ledger.charge(principal, cost, key, {
+                "purpose": purpose, "table": table, "family": plan.family,
+                "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p)}
+                           for b, p in zip(blocks, plan.params)]})
+            released = [(b, rel.noisy_values(b, x, p, plan.family), rel.stddev(b, p, plan.family))
+                        for b, x, p in zip(blocks, exact, plan.params)]
+            del exact, counts
+            self.ledger.record_release(charge.id, key, rel.pack(released))
+            state.released.extend(released)
+            state.release_keys.add(key)
+            state.model = None  # refit lazily with a warm start
+        return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0)
+
+    def measure(self, table: str, principal: str, rho: float | None = None) -> MeasureReport:
+        state = self._state(table)
+        if state.strategy is None:
+            self.plan(table)
+        return self.measure_strategy(table, state.strategy, rho if rho is not None else self.workload_rho(),
+                                     principal, "workload")
+
+    # -- model -------------------------------------------------------------------------------
+    def model(self, table: str) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
+        with self._lock:
+            state = self._state(table)
+            if not state.released:
+                return None, None, state.model_version
+            if state.model is None:
+                measurements = [Measurement(b.clique, b.query(), values, sd)
+                                for b, values, sd in state.released]
+                previous = getattr(state, "_last_model", None)
+                state.model = estimate(state.schema.domain, measurements, iters=self.config.fit_iters,
+                                       warm_start=previous)
+                state._last_model = state.model
+                dom = state.schema.domain
+                state.variance = VarianceModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
+                                               [SupportBlock(b.clique, b.factors, sd, b.scale)
+                                                for b, _, sd in state.released])
+                state.model_version += 1
+            return state.model, state.variance, state.model_version
+
+    def _state(self, table: str) -> TableState:
+        try:
+            return self.tables[table]
+        except KeyError:
+            from dpsql.errors import UnknownTableError
+            raise UnknownTableError(f"table {table!r} is not a private table of this configuration",
+                                    hint=f"tables: {', '.join(sorted(self.tables))}") from None
+
+    def close(self) -> None:
+        self.backend.close()
+        self.ledger.close()
+
+
+def _round_up(x: Fraction) -> float:
+    """A float ≥ the exact rational (charges round toward more spending)."""
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+
+__all__ = ["Engine", "PlanReport", "MeasureReport", "expected_error"]

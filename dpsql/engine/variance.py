@@ -1,0 +1,183 @@
+"""Support and standard errors of answers.
+
+A linear query q (one row per output group) over the full domain is *supported* by a
+released measurement block b (clique C, query M_b, noise σ_b) when q only depends on the
+marginal of C and lies in the row space of M_b: then the local least-squares estimate
+q (M_bᵀM_b)⁺ M_bᵀ y_b is unbiased with variance σ_b² · diag(q (M_bᵀM_b)⁺ qᵀ)
+(thesis §3.9; the ordinary least-squares variance for independent noise).
+
+When several blocks support q, their unbiased estimates are independent and the
+inverse-variance combination has variance 1 / Σ_b 1/var_b.  This is the standard error
+dpsql reports.  It is exact for the least-squares estimate from the best single block and
+an upper bound on the variance of the joint least-squares estimate over all supporting
+blocks; the graphical-model answer is a constrained (non-negative, consistent) estimate
+whose error is in practice at most this (``docs/engine.md``, "Standard errors").
+
+A query no block supports is answered from the model's inference (``inferred``); it has no
+unbiased estimate and its standard error is reported as NaN.
+
+Everything is computed per attribute: the query and the strategy are Kronecker products,
+so q G⁺ qᵀ factors attribute by attribute (thesis §3.4: (A⊗B)⁺ = A⁺⊗B⁺).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dpsql.linalg import Kron, QueryMatrix, Sum, Union, Weighted
+
+# per-attribute factor of a query term: dense (rows × n) or None for "summed out" (Total)
+Term = tuple[float, dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class RowBlock:
+    """Consecutive output rows given by a sum of Kron terms with a common row structure."""
+
+    terms: tuple[Term, ...]
+    rows: int
+
+
+def _is_total(f: np.ndarray) -> bool:
+    return f.shape[0] == 1 and np.all(f == f[0, 0]) and f[0, 0] != 0
+
+
+def decompose(matrix: QueryMatrix, attributes: Sequence[str]) -> list[RowBlock]:
+    """Row blocks of a Union/Sum/Weighted/Kron tree whose Krons align with ``attributes``."""
+    if isinstance(matrix, Union):
+        out: list[RowBlock] = []
+        for block in matrix.blocks:
+            out.extend(decompose(block, attributes))
+        return out
+    if isinstance(matrix, Weighted):
+        return [RowBlock(tuple((c * matrix.weight, f) for c, f in rb.terms), rb.rows)
+                for rb in decompose(matrix.base, attributes)]
+    if isinstance(matrix, Sum):
+        parts = [decompose(t, attributes) for t in matrix.terms]
+        if any(len(p) != 1 for p in parts):
+            raise ValueError("sum of stacked blocks is not supported")
+        return [RowBlock(tuple(t for p in parts for t in p[0].terms), parts[0][0].rows)]
+    if isinstance(matrix, Kron):
+        if len(matrix.factors) != len(attributes):
+            raise ValueError("Kron factors do not align with the domain")
+        factors = {}
+        coef = 1.0
+        for a, f in zip(attributes, matrix.factors):
+            d = np.asarray(f.dense(), dtype=np.float64)
+            if _is_total(d):
+                coef *= float(d[0, 0])
+                continue
+            factors[a] = d
+        return [RowBlock(((coef, factors),), matrix.shape[0])]
+    raise ValueError(f"cannot decompose {type(matrix).__name__}")
+
+
+@dataclass(frozen=True)
+class SupportBlock:
+    """A released measurement seen by the variance analysis (structure and σ only)."""
+
+    clique: tuple[str, ...]
+    factors: tuple[np.ndarray, ...]   # per clique attribute, or one joint factor
+    stddev: float                     # noise σ of each measured row, in query units
+    scale: float                      # measured row = scale · (M x)
+
+
+class _Prepared:
+    def __init__(self, block: SupportBlock) -> None:
+        self.block = block
+        self.joint = len(block.factors) == 1 and len(block.clique) != 1
+        # pseudo-inverse of the gram per factor, in query units
+        self.ginv = []
+        self.proj = []
+        for f in block.factors:
+            m = f.astype(np.float64) * (block.scale if not self.ginv else 1.0)
+            g = m.T @ m
+            gi = np.linalg.pinv(g, hermitian=True)
+            self.ginv.append(gi)
+            self.proj.append(gi @ g)
+
+
+def _lift(term_factors: dict[str, np.ndarray], clique: Sequence[str], sizes: dict[str, int]):
+    """Query factors on the clique's attributes (ones rows for attributes it sums out)."""
+    if any(a not in clique for a in term_factors):
+        return None
+    return [term_factors.get(a, np.ones((1, sizes[a]))) for a in clique]
+
+
+def _kron_all(mats):
+    out = mats[0]
+    for m in mats[1:]:
+        out = np.kron(out, m)
+    return out
+
+
+def row_variances(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]) -> np.ndarray | None:
+    """σ_b² diag(q G⁺ qᵀ) for one row block, or None if the block does not support it."""
+    block = prepared.block
+    lifted = []
+    for coef, factors in rowblock.terms:
+        lf = _lift(factors, block.clique, sizes)
+        if lf is None:
+            return None
+        lifted.append((coef, lf))
+    if prepared.joint:
+        q = sum(c * _kron_all(lf) for c, lf in lifted)
+        gi, pr = prepared.ginv[0], prepared.proj[0]
+        if not np.allclose(q @ pr, q, atol=1e-8 * max(1.0, np.abs(q).max())):
+            return None
+        return block.stddev ** 2 * np.einsum("ij,jk,ik->i", q, gi, q)
+    for _, lf in lifted:
+        for qa, pr in zip(lf, prepared.proj):
+            if not np.allclose(qa @ pr, qa, atol=1e-8 * max(1.0, np.abs(qa).max())):
+                return None
+    total = None
+    for c1, lf1 in lifted:
+        for c2, lf2 in lifted:
+            diag = np.ones(1)
+            for qa, qb, gi in zip(lf1, lf2, prepared.ginv):
+                if qa.shape[0] != qb.shape[0]:
+                    return None
+                diag = np.kron(diag, np.einsum("ij,jk,ik->i", qa, gi, qb))
+            part = c1 * c2 * diag
+            total = part if total is None else total + part
+    if total is None or total.shape[0] != rowblock.rows:
+        return None
+    return block.stddev ** 2 * np.maximum(total, 0.0)
+
+
+class VarianceModel:
+    """Standard errors and support for queries, given the released blocks of one table."""
+
+    def __init__(self, attributes: Sequence[str], sizes: dict[str, int],
+                 blocks: Sequence[SupportBlock]) -> None:
+        self.attributes = tuple(attributes)
+        self.sizes = dict(sizes)
+        self.prepared = [_Prepared(b) for b in blocks]
+
+    def analyse(self, matrix: QueryMatrix) -> tuple[np.ndarray, np.ndarray]:
+        """(stderr per row, supported per row).  Unsupported rows get NaN."""
+        rowblocks = decompose(matrix, self.attributes)
+        errs, supported = [], []
+        for rb in rowblocks:
+            inv = np.zeros(rb.rows)
+            any_support = False
+            for p in self.prepared:
+                v = row_variances(rb, p, self.sizes)
+                if v is None:
+                    continue
+                any_support = True
+                with np.errstate(divide="ignore"):
+                    inv += np.where(v > 0, 1.0 / np.maximum(v, 1e-300), np.inf)
+            if any_support:
+                with np.errstate(divide="ignore"):
+                    errs.append(np.sqrt(np.where(np.isinf(inv), 0.0, 1.0 / inv)))
+                supported.append(np.ones(rb.rows, bool))
+            else:
+                errs.append(np.full(rb.rows, np.nan))
+                supported.append(np.zeros(rb.rows, bool))
+        if not errs:
+            return np.zeros(0), np.zeros(0, bool)
+        return np.concatenate(errs), np.concatenate(supported)
