@@ -1,0 +1,16 @@
+"""Private-PGM reconstruction: fit a graphical model to noisy measurements (thesis ch. 4).
+
+``estimate(domain, measurements)`` returns a :class:`GraphicalModel` from which any
+marginal, Kronecker query or synthetic dataset is answered.  This package knows
+nothing of SQL, DuckDB or privacy budgets: it post-processes noisy numbers.
+"""
+
+from dpsql.pgm.clique_vector import CliqueVector
+from dpsql.pgm.estimation import DEFAULT_CAPACITY, Progress, estimate
+from dpsql.pgm.factor import Factor
+from dpsql.pgm.junction_tree import JunctionTree, model_size
+from dpsql.pgm.measurement import Measurement
+from dpsql.pgm.model import GraphicalModel
+
+__all__ = ["CliqueVector", "DEFAULT_CAPACITY", "Factor", "GraphicalModel", "JunctionTree",
+           "Measurement", "Progress", "estimate", "model_size"]

@@ -1,0 +1,226 @@
+"""Fitting a graphical model to noisy measurements (thesis §4.3, Algorithms 2 and 3).
+
+:func:`estimate` solves thesis Problem 4, min over the marginal polytope of L(μ), by
+entropic mirror descent: every iterate is μ = MARGINAL-ORACLE(θ) for log-potentials
+θ on the junction tree's cliques, so the answer is a graphical model p_θ (the
+maximum-entropy distribution with the fitted marginals).
+
+* ``method="md"`` — Algorithm 2, θ ← θ − η ∇L(μ), with an Armijo backtracking line
+  search on η: the step is accepted when L drops by at least half of the linear
+  prediction ⟨∇L(μ), μ − μ'⟩ (which is non-negative for a mirror step), and η is
+  doubled before each iteration so the search tracks the local curvature.
+* ``method="accelerated"`` — Algorithm 3, Nesterov's accelerated dual averaging with
+  θ = −t(t+1)/(4K·N) ḡ, K the Lipschitz constant of the L2 loss (per unit N²) and N
+  the total: the same O(1/t²) rate once the constant is known, no line search.
+
+μ is kept on the scale of counts (it sums to the total N), as the measurements are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+import numpy as np
+
+from dpsql.domain import Domain
+from dpsql.errors import ModelTooLargeError
+from dpsql.pgm.inference import BeliefPropagation
+from dpsql.pgm.junction_tree import JunctionTree
+from dpsql.pgm.loss import MarginalLoss
+from dpsql.pgm.measurement import Measurement, estimate_total, lipschitz
+from dpsql.pgm.model import GraphicalModel
+
+__all__ = ["DEFAULT_CAPACITY", "Progress", "estimate", "check_capacity"]
+
+# 10⁷ float64 cells = 80 MB of parameters: the model capacity of thesis §5 (AIM).
+DEFAULT_CAPACITY = 10_000_000
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the callback sees after each iteration; return True from it to stop."""
+
+    iteration: int
+    loss: float
+    step: float
+
+
+def check_capacity(tree: JunctionTree, capacity: int) -> None:
+    """Raise ModelTooLargeError when JT-SIZE exceeds ``capacity`` cells (Remark 1)."""
+    if tree.size <= capacity:
+        return
+    sizes = sorted(((tree.clique_size(c), c) for c in tree.cliques), reverse=True)
+    offending, excess = [], tree.size - capacity
+    for size, c in sizes:
+        offending.append(c)
+        excess -= size
+        if excess <= 0:
+            break
+    raise ModelTooLargeError(
+        f"the graphical model needs {tree.size:,} cells, over the capacity of {capacity:,}",
+        cliques=offending, size=tree.size,
+        hint="measure fewer or smaller marginals (coarser bins, fewer attributes per "
+             "clique), raise the model capacity, or use the relaxed (region-graph) estimator")
+
+
+def _check(domain: Domain, measurements: Sequence[Measurement]) -> None:
+    if not measurements:
+        raise ValueError("estimate: at least one measurement is needed")
+    for m in measurements:
+        for a in m.clique:
+            if a not in domain:
+                raise ValueError(f"measurement clique {m.clique} names {a!r}, not in the domain")
+        n = domain.size(m.clique)
+        if int(m.query.shape[1]) != n:
+            raise ValueError(f"measurement on {m.clique}: query has {m.query.shape[1]} columns, "
+                             f"the marginal has {n} cells")
+
+
+def _initial_theta(domain: Domain, tree: JunctionTree, bp: BeliefPropagation,
+                   warm_start: GraphicalModel | None) -> list[np.ndarray]:
+    theta = [np.zeros(s) for s in bp.shapes]
+    if warm_start is None:
+        return theta
+    old = warm_start.potential_arrays()
+    try:
+        for clique, arr in old:
+            h = tree.host(clique)
+            shape = tuple(tree.sizes[a] if a in clique else 1 for a in tree.cliques[h])
+            theta[h] += arr.reshape(shape)
+        return theta
+    except KeyError:
+        pass
+    # The new structure does not contain the old one: start from the old model's
+    # marginals on the new cliques (the max-entropy model that matches them).
+    return _theta_from_marginals(tree, [warm_start.marginal(c).values for c in tree.cliques])
+
+
+def _theta_from_marginals(tree: JunctionTree, mu: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Potentials of p = Π_C μ_C / Π_S μ_S, whose clique marginals are ``mu`` (calibrated)."""
+    tiny = np.finfo(float).tiny
+    theta = [np.log(np.maximum(m, tiny)) for m in mu]
+    for (p, c), sep in tree.separators.items():
+        if not sep:
+            continue
+        clique = tree.cliques[c]
+        axes = tuple(i for i, a in enumerate(clique) if a not in sep)
+        marg = mu[c].sum(axis=axes, keepdims=True)
+        theta[c] = theta[c] - np.log(np.maximum(marg, tiny))
+    return theta
+
+
+def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int = 1000,
+             method: str = "md", warm_start: GraphicalModel | None = None, tol: float = 0.0,
+             callback: Callable[[Progress], bool | None] | None = None,
+             capacity: int = DEFAULT_CAPACITY, total: float | None = None,
+             norm: str = "l2", stepsize: float | None = None) -> GraphicalModel:
+    """Fit a graphical model to ``measurements`` (thesis Algorithm 2 or 3).
+
+    ``total`` is the number of records when known; otherwise it is estimated from
+    the measurements by inverse-variance weighting (ICML appendix E.1), falling back
+    to ``warm_start.total``.  ``tol`` stops early once the relative loss decrease
+    stays below it for 10 iterations.  ``capacity`` bounds the junction tree in cells;
+    beyond it ModelTooLargeError is raised before any work.  ``norm`` is "l2"
+    (default; Gaussian likelihood) or "l1" (Laplace; md only).
+    """
+    measurements = list(measurements)
+    _check(domain, measurements)
+    if method not in ("md", "accelerated"):
+        raise ValueError(f"estimate: method must be 'md' or 'accelerated', got {method!r}")
+    if method == "accelerated" and norm != "l2":
+        raise ValueError("estimate: the accelerated method needs the smooth L2 loss")
+    sizes = dict(zip(domain.attributes, domain.shape))
+    tree = JunctionTree(domain.attributes, sizes, [m.clique for m in measurements])
+    check_capacity(tree, capacity)
+    if total is None:
+        est = estimate_total(measurements)
+        if est is not None:
+            total = est[0]
+        elif warm_start is not None:
+            total = warm_start.total
+        else:
+            raise ValueError("estimate: no measurement determines the number of records "
+                             "(1ᵀ is in no query's row space); pass total=")
+    total = max(float(total), 1.0)
+    bp = BeliefPropagation(tree)
+    loss = MarginalLoss(tree, measurements, norm)
+    theta = _initial_theta(domain, tree, bp, warm_start)
+    if method == "md":
+        theta, history = _mirror_descent(bp, loss, theta, total, measurements, iters, tol,
+                                         callback, stepsize)
+    else:
+        theta, history = _accelerated(bp, loss, theta, total, measurements, iters, tol, callback)
+    return GraphicalModel(domain, tree, theta, total,
+                          measured=[m.clique for m in measurements], loss=history)
+
+
+def _converged(history: list[float], tol: float, window: int = 10) -> bool:
+    if tol <= 0 or len(history) <= window:
+        return False
+    old, new = history[-window - 1], history[-1]
+    return old - new <= tol * max(abs(new), 1e-300) * window
+
+
+def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):
+    """Thesis Algorithm 2 with Armijo backtracking (see the module docstring)."""
+    mu = bp.marginals(theta, total)
+    value, grad = loss(mu)
+    if stepsize is None:
+        stepsize = 1.0 / (max(lipschitz(measurements), 1e-300) * total)
+    alpha = stepsize
+    hosts = [i for i, g in enumerate(grad) if g is not None]
+    history = [value]
+    for it in range(1, iters + 1):
+        alpha *= 2.0
+        while True:
+            new_theta = list(theta)
+            for h in hosts:
+                new_theta[h] = theta[h] - alpha * grad[h]
+            new_mu = bp.marginals(new_theta, total)
+            new_value = loss.value(new_mu)
+            predicted = sum(float(np.vdot(grad[h], mu[h] - new_mu[h])) for h in hosts)
+            if value - new_value >= 0.5 * predicted or alpha < 1e-300:
+                break
+            alpha *= 0.5
+        theta, mu = new_theta, new_mu
+        value, grad = loss(mu)
+        history.append(value)
+        if callback is not None and callback(Progress(it, value, alpha)):
+            break
+        if _converged(history, tol) or predicted <= 0.0:
+            break
+    return theta, history
+
+
+def _accelerated(bp, loss, theta0, total, measurements, iters, tol, callback):
+    """Thesis Algorithm 3 (accelerated dual averaging), started from ``theta0``."""
+    K = max(lipschitz(measurements), 1e-300) * total
+    nu = bp.marginals(theta0, total)
+    mu = [m.copy() for m in nu]
+    gbar: list[np.ndarray | None] = [None] * len(mu)
+    theta = theta0
+    history = [loss.value(mu)]
+    for t in range(1, iters + 1):
+        c = 2.0 / (t + 1)
+        omega = [(1 - c) * m + c * v for m, v in zip(mu, nu)]
+        _, g = loss(omega)
+        for h, gh in enumerate(g):
+            if gh is not None:
+                gbar[h] = c * gh if gbar[h] is None else (1 - c) * gbar[h] + c * gh
+            elif gbar[h] is not None:
+                gbar[h] = (1 - c) * gbar[h]
+        scale = -t * (t + 1) / (4.0 * K)
+        theta = [th if gb is None else th + scale * gb for th, gb in zip(theta0, gbar)]
+        nu = bp.marginals(theta, total)
+        mu = [(1 - c) * m + c * v for m, v in zip(mu, nu)]
+        value = loss.value(mu)
+        history.append(value)
+        if callback is not None and callback(Progress(t, value, 1.0 / K)):
+            break
+        if _converged(history, tol):
+            break
+    # Algorithm 3 returns the averaged iterate μ, not the last oracle output ν.  μ is a
+    # convex combination of calibrated marginals, hence calibrated on the junction tree,
+    # so the junction-tree factorisation gives potentials reproducing it exactly.
+    return _theta_from_marginals(bp.tree, mu), history
+
