@@ -1,0 +1,176 @@
+"""Each leaf against a dense matrix built directly from its definition
+(ICML 2019 appendix Table 2; thesis §3.10 range workloads), and the closed-form
+Gram matrices of the range leaves against AᵀA."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.linalg import (
+    DENSE_LIMIT, AllRange, Bucket, Diagonal, Difference, Explicit, Identity, Indicator, Ones,
+    Prefix, Suffix, Total, Values, WidthRange,
+)
+from linalg_checks import assert_close, check_against_dense
+
+
+def allrange_ref(n):
+    rows = []
+    for i, j in itertools.combinations_with_replacement(range(n), 2):
+        r = np.zeros(n)
+        r[i:j + 1] = 1
+        rows.append(r)
+    return np.array(rows)
+
+
+def widthrange_ref(n, w):
+    return np.array([[1.0 if s <= a < s + w else 0.0 for a in range(n)]
+                     for s in range(n - w + 1)])
+
+
+def bucket_ref(mapping, r):
+    R = np.zeros((r, len(mapping)))
+    for a, b in enumerate(mapping):
+        if b >= 0:
+            R[b, a] = 1
+    return R
+
+
+def leaf_cases():
+    rng = np.random.default_rng(7)
+    vals = rng.integers(-3, 4, size=6).astype(float)
+    arr = rng.standard_normal((4, 6))
+    return [
+        (Identity(6), np.eye(6)),
+        (Total(6), np.ones((1, 6))),
+        (Ones(3, 5), np.ones((3, 5))),
+        (Prefix(6), np.tril(np.ones((6, 6)))),
+        (Suffix(6), np.triu(np.ones((6, 6)))),
+        (Difference(6), np.linalg.inv(np.tril(np.ones((6, 6))))),
+        (AllRange(5), allrange_ref(5)),
+        (AllRange(1), np.ones((1, 1))),
+        (WidthRange(7, 3), widthrange_ref(7, 3)),
+        (WidthRange(4, 4), np.ones((1, 4))),
+        (WidthRange(5, 1), np.eye(5)),
+        (Indicator(6, [1, 4]), np.array([[0, 1, 0, 0, 1, 0.0]])),
+        (Indicator(6, np.array([True, False, False, False, False, True])),
+         np.array([[1, 0, 0, 0, 0, 1.0]])),
+        (Indicator(4, []), np.zeros((1, 4))),
+        (Bucket(6, [0, 0, 1, -1, 2, 1]), bucket_ref([0, 0, 1, -1, 2, 1], 3)),
+        (Bucket(4, [1, 1, -1, 0], buckets=3), bucket_ref([1, 1, -1, 0], 3)),
+        (Values(6, vals), vals[None, :]),
+        (Values(3, [0.0, 0.0, 0.0]), np.zeros((1, 3))),
+        (Diagonal([2.0, -1.0, 0.0, 0.5]), np.diag([2.0, -1.0, 0.0, 0.5])),
+        (Explicit(arr), arr),
+        (Explicit(np.array([[1, 0, 2], [0, 1, 1]], dtype=np.int64)),
+         np.array([[1, 0, 2], [0, 1, 1.0]])),
+    ]
+
+
+@pytest.mark.parametrize("case", leaf_cases(), ids=lambda c: repr(c[0]))
+def test_leaf_matches_definition(case):
+    M, ref = case
+    check_against_dense(M, ref, np.random.default_rng(1))
+
+
+@pytest.mark.parametrize("n", range(1, 65))
+def test_range_grams_closed_form(n):
+    for M in (AllRange(n), Prefix(n), Suffix(n)):
+        D = M.dense()
+        G = M.gram()
+        assert_close(G.dense(), D.T @ D)
+        x = np.random.default_rng(n).standard_normal(n)
+        assert_close(G.matvec(x), D.T @ (D @ x), np.abs(D.T @ D).sum(1).max() * np.abs(x).max())
+        assert_close(G.trace(), np.trace(D.T @ D))
+    for w in {1, min(2, n), (n + 1) // 2, n}:
+        D = widthrange_ref(n, w)
+        assert_close(WidthRange(n, w).gram().dense(), D.T @ D)
+        assert_close(WidthRange(n, w).gram().sum(), (D.T @ D).sum())
+
+
+def test_allrange_gram_entry_formula():
+    # Thesis-independent statement of the closed form: (min+1)(n-max), 0-based.
+    n = 9
+    G = AllRange(n).gram().dense()
+    for i in range(n):
+        for j in range(n):
+            assert G[i, j] == (min(i, j) + 1) * (n - max(i, j))
+
+
+def test_structured_pinvs_are_structured():
+    assert isinstance(Prefix(5).pinv(), Difference)
+    assert isinstance(Difference(5).pinv(), Prefix)
+    assert isinstance(Identity(5).pinv(), Identity)
+    assert_close(Prefix(8).pinv().dense() @ Prefix(8).dense(), np.eye(8))
+    assert_close(Suffix(8).pinv().dense() @ Suffix(8).dense(), np.eye(8))
+
+
+def test_allrange_is_never_materialised_for_products():
+    A = AllRange(3000)  # 4.5M rows x 3000 columns would be 108 GB dense
+    assert A.shape == (3000 * 3001 // 2, 3000)
+    x = np.ones(3000)
+    y = A.matvec(x)
+    # Row (i, j) of all-ones input is the interval length j - i + 1.
+    assert y[0] == 1 and y[2999] == 3000 and y[-1] == 1
+    assert A.sensitivity(1) == max((a + 1) * (3000 - a) for a in range(3000))
+    with pytest.raises(NotSupportedError) as info:
+        A.dense()
+    assert info.value.hint
+
+
+def test_dense_limit_is_enforced():
+    big = Ones(1 << 13, 1 << 13)
+    assert big.shape[0] * big.shape[1] > DENSE_LIMIT
+    with pytest.raises(NotSupportedError):
+        big.dense()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Identity(0),
+    lambda: Identity(2.5),
+    lambda: Total(True),
+    lambda: WidthRange(3, 4),
+    lambda: Indicator(3, [3]),
+    lambda: Indicator(3, np.array([True, False])),
+    lambda: Bucket(3, [0, 1]),
+    lambda: Bucket(3, [0, -2, 1]),
+    lambda: Bucket(3, [0, 3, 1], buckets=2),
+    lambda: Bucket(3, [0.0, 1.0, 1.0]),
+    lambda: Values(3, [1.0, np.nan, 2.0]),
+    lambda: Explicit(np.ones(3)),
+    lambda: Explicit(np.array([[np.inf]])),
+    lambda: Diagonal([]),
+])
+def test_bad_construction_raises_programming_error(make):
+    with pytest.raises(ProgrammingError) as info:
+        make()
+    assert info.value.hint
+
+
+def test_shape_and_argument_errors():
+    P = Prefix(4)
+    with pytest.raises(ProgrammingError):
+        P.matvec(np.ones(5))
+    with pytest.raises(ProgrammingError):
+        P.rmatvec(np.ones((4, 1)))
+    with pytest.raises(ProgrammingError):
+        P.matmat(np.ones(4))
+    with pytest.raises(ProgrammingError):
+        P.sensitivity(3)
+    with pytest.raises(ProgrammingError):
+        Total(4).trace()
+    with pytest.raises(ProgrammingError):
+        P @ Prefix(3)
+    with pytest.raises(ProgrammingError):
+        P / 0
+
+
+def test_explicit_keeps_integer_array_but_returns_float():
+    a = np.array([[1, 2], [3, 4]], dtype=np.int64)
+    E = Explicit(a)
+    assert E.array.dtype == np.int64
+    out = E.matvec(np.array([1, 1]))
+    assert out.dtype == np.float64 and out.tolist() == [3.0, 7.0]
