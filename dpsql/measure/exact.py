@@ -1,0 +1,63 @@
+"""Exact (NON-private) answers, for tests, benchmarks and the demo on public data only.
+
+The engine never calls this.  It runs the analyst's SQL directly in DuckDB on the table
+with every column replaced by the value its declared cell stands for ("the binned data"),
+so that dpsql's answers at a near-infinite budget must equal these exactly.
+"""
+
+from __future__ import annotations
+
+import duckdb
+from sqlglot import exp
+
+from dpsql.domain import TableSchema
+from dpsql.measure import sqlgen
+from dpsql.measure.backend import Source
+
+
+class ExactOracle:
+    """Answers SQL exactly on the binned copy of a (public) table."""
+
+    def __init__(self, schemas: dict[str, TableSchema], sources: dict[str, Source]) -> None:
+        self.con = duckdb.connect(":memory:")
+        for name, schema in schemas.items():
+            source = sources[name]
+            scan = exp.func("read_csv", exp.Literal.string(str(source.path)),
+                            exp.EQ(this=exp.column("header"), expression=exp.true()),
+                            exp.EQ(this=exp.column("all_varchar"), expression=exp.true()))
+            cells = sqlgen.encode_select(schema, scan)
+            self.con.execute(f"CREATE TABLE __cells_{name} AS {cells.sql('duckdb')}")
+            cols = []
+            for i, att in enumerate(schema.attributes):
+                cols.append(_decode_expr(att, sqlgen.cell_column(i)))
+            self.con.execute(f'CREATE TABLE "{name}" AS SELECT {", ".join(cols)} FROM __cells_{name}')
+
+    def query(self, sql: str, params=None) -> list[tuple]:
+        return self.con.execute(sql, list(params or [])).fetchall()
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _sql_literal(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    return repr(float(v)) if isinstance(v, float) else str(int(v))
+
+
+def _decode_expr(att, column: str) -> str:
+    """Cell index → the value the cell stands for (label, integer, or bin representative)."""
+    if att.kind == "categorical":
+        values = att.labels()
+    else:
+        reps = att.cell_values()
+        values = [None if r != r else (int(r) if float(r).is_integer() and att.kind == "integer" else float(r))
+                  for r in reps]
+    whens = " ".join(f"WHEN {column} = {i} THEN {_sql_literal(v)}" for i, v in enumerate(values)
+                     if not (att.kind == "categorical" and v == "(other)"))
+    sql_type = {"categorical": "VARCHAR", "integer": "BIGINT"}.get(att.kind, "DOUBLE")
+    if att.kind == "categorical" and att.other_index is not None:
+        whens += f" WHEN {column} = {att.other_index} THEN '(other)'"
+    return f'CAST(CASE {whens} ELSE NULL END AS {sql_type}) AS "{att.name}"'
