@@ -1,0 +1,560 @@
+"""The privacy ledger: a durable, append-only, hash-chained record of every charge.
+
+Invariants (argued in ``docs/privacy.md``, "Ledger"):
+
+1. *Never overspent.*  A charge is checked and appended inside one SQLite
+   ``BEGIN IMMEDIATE`` transaction, which holds the database's single write lock, so
+   charges from all threads and processes are serialised; the check uses exact
+   rational sums of every charge in the file.  A request that does not fit raises
+   :class:`~dpsql.errors.BudgetExhaustedError` and writes nothing.
+2. *Charge before release.*  :meth:`Ledger.charge` returns only after the transaction
+   has committed with ``synchronous=FULL`` (fsync of the database and its journal), so
+   a noisy value computed afterwards is always covered by a durable charge.  A crash
+   between charge and :meth:`Ledger.record_release` leaves the charge in place (budget
+   spent, nothing released): the safe direction.
+3. *Pay once.*  Released measurements are stored under a key; :meth:`Ledger.release`
+   returns them so that a restart reuses what was paid for instead of paying again.
+4. *Tamper-evident, never reset.*  Each entry stores SHA-256(previous hash, entry); the
+   chain starts from a hash of the ledger's configuration and its head is kept in the
+   metadata.  An empty, truncated or malformed file, a failed ``PRAGMA
+   integrity_check``, a wrong format/version, or any break in the chain raises
+   :class:`~dpsql.errors.LedgerCorruptError`; the ledger then refuses charges.  A ledger
+   file is only ever created by atomically linking a complete new file into place, so an
+   existing path is never re-initialised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+
+from dpsql.errors import (BudgetExhaustedError, ConfigError, IntegrityError,
+                          LedgerCorruptError, OperationalError)
+from dpsql.privacy.accountant import to_rho
+
+__all__ = ["Ledger", "Charge", "LedgerEntry", "Preview", "FORMAT", "VERSION"]
+
+FORMAT = "dpsql-ledger"
+VERSION = 1
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE entries (
+    seq INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('charge', 'release')),
+    created TEXT NOT NULL,
+    principal TEXT,
+    fingerprint TEXT,
+    rho TEXT,
+    mechanism TEXT,
+    charge_seq INTEGER,
+    release_key TEXT UNIQUE,
+    payload BLOB,
+    payload_sha256 TEXT,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+"""
+_COLUMNS = ("seq, kind, created, principal, fingerprint, rho, mechanism, charge_seq, "
+            "release_key, payload_sha256, prev_hash, hash")
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A committed charge: ``id`` is its position in the ledger."""
+
+    id: int
+    principal: str
+    rho: Fraction
+    fingerprint: str
+    mechanism: dict
+    created: str
+    hash: str
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One verified ledger entry (a charge or a release)."""
+
+    seq: int
+    kind: str
+    created: str
+    principal: str | None
+    fingerprint: str | None
+    rho: Fraction | None
+    mechanism: dict | None
+    charge_id: int | None
+    key: str | None
+    payload_sha256: str | None
+    hash: str
+
+
+@dataclass(frozen=True)
+class Preview:
+    """Whether a charge would fit now, without charging."""
+
+    fits: bool
+    requested: Fraction
+    remaining: Fraction         # what this principal can still spend (min of both limits)
+    remaining_global: Fraction
+    remaining_user: Fraction | None
+
+
+def _rho_text(rho: Fraction) -> str:
+    return f"{rho.numerator}/{rho.denominator}"
+
+
+def _parse_rho(text: str) -> Fraction:
+    num, _, den = text.partition("/")
+    value = Fraction(int(num), int(den))
+    if value < 0:
+        raise ValueError("negative rho")
+    return value
+
+
+def _canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False, default=_json_default)
+
+
+def _json_default(obj):
+    if isinstance(obj, Fraction):
+        return _rho_text(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def _entry_hash(prev_hash: str, fields: list) -> str:
+    return hashlib.sha256((prev_hash + "\n" + _canonical(fields)).encode()).hexdigest()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _user_spec(per_user_rho) -> dict:
+    if per_user_rho is None:
+        return {"kind": "none"}
+    if isinstance(per_user_rho, dict):
+        return {"kind": "map",
+                "limits": {str(k): _rho_text(to_rho(v)) for k, v in per_user_rho.items()}}
+    return {"kind": "uniform", "limit": _rho_text(to_rho(per_user_rho))}
+
+
+class Ledger:
+    """Durable zCDP budget ledger in a SQLite file (format: ``docs/privacy.md``).
+
+    ``total_rho`` bounds the sum of all charges; ``per_user_rho`` is ``None`` (no
+    per-principal limit), one number (the same limit for everyone) or a dict from
+    principal to limit where the key ``"*"`` gives the default (a principal with no
+    entry and no default has a limit of 0).  Both are fixed when the file is created.
+    """
+
+    def __init__(self, path, *, total_rho, per_user_rho=None, timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        self.total_rho = to_rho(total_rho)
+        if self.total_rho <= 0:
+            raise ConfigError("total_rho must be positive", hint="set a positive privacy budget")
+        self._user_spec = _user_spec(per_user_rho)
+        self._timeout = timeout
+        self._lock = threading.RLock()
+        self._corrupt: str | None = None
+        self._verified_seq = 0
+        self._verified_hash = ""
+        self._spent_total = Fraction(0)
+        self._spent_by: dict[str, Fraction] = {}
+        self._config_text = _canonical({"format": FORMAT, "version": VERSION,
+                                        "total_rho": _rho_text(self.total_rho),
+                                        "per_user": self._user_spec})
+        if not self.path.exists():
+            self._create()
+        self._open_and_verify()
+
+    # --- creation and verification ----------------------------------------------------
+
+    def _create(self) -> None:
+        directory = self.path.parent if str(self.path.parent) else Path(".")
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ledger-", suffix=".tmp", dir=directory)
+        os.close(fd)
+        try:
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                # WAL + synchronous=FULL: a commit returns only after the WAL is fsync'd
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.executescript(_SCHEMA)
+                genesis = hashlib.sha256(("genesis\n" + self._config_text).encode()).hexdigest()
+                conn.execute("BEGIN")
+                conn.executemany("INSERT INTO meta VALUES (?, ?)", [
+                    ("config", self._config_text), ("created", _now()),
+                    ("genesis", genesis), ("head_seq", "0"), ("head_hash", genesis)])
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            try:
+                # link() never replaces an existing file: if another process created the
+                # ledger first we simply open theirs.
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        finally:
+            os.unlink(tmp)
+
+    def _fail(self, reason: str) -> LedgerCorruptError:
+        self._corrupt = reason
+        return LedgerCorruptError(
+            f"privacy ledger {self.path} is corrupt: {reason}",
+            hint="no further charges are accepted; restore the ledger from a backup or "
+                 "investigate the file -- it is never reset automatically")
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"cannot open database ({exc})") from exc
+        return conn
+
+    def _open_and_verify(self) -> None:
+        try:
+            size = self.path.stat().st_size
+            with open(self.path, "rb") as fh:
+                magic = fh.read(len(_SQLITE_MAGIC))
+        except OSError as exc:
+            raise self._fail(f"cannot read file ({exc})") from exc
+        if size == 0 or magic != _SQLITE_MAGIC:
+            raise self._fail("empty or not an SQLite database (truncated?)")
+        conn = self._connect()
+        try:
+            try:
+                rows = conn.execute("PRAGMA integrity_check").fetchall()
+                if rows != [("ok",)]:
+                    raise self._fail("integrity_check: " + "; ".join(r[0] for r in rows[:3]))
+                meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"unreadable ({exc})") from exc
+            self._check_meta(meta)
+            conn.execute("BEGIN")
+            try:
+                self._sync(conn)
+            finally:
+                conn.execute("ROLLBACK")
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"unreadable ({exc})") from exc
+        finally:
+            conn.close()
+
+    def _check_meta(self, meta: dict) -> None:
+        config = meta.get("config")
+        if config is None or "genesis" not in meta:
+            raise self._fail("missing ledger metadata")
+        try:
+            stored = json.loads(config)
+        except ValueError:
+            raise self._fail("unreadable configuration record") from None
+        if stored.get("format") != FORMAT or stored.get("version") != VERSION:
+            raise self._fail(f"unsupported format {stored.get('format')!r} "
+                             f"version {stored.get('version')!r}")
+        expected = hashlib.sha256(("genesis\n" + config).encode()).hexdigest()
+        if meta["genesis"] != expected:
+            raise self._fail("configuration record does not match the chain's genesis")
+        if config != self._config_text:
+            raise ConfigError(
+                f"privacy ledger {self.path} was created with budget {config}, but the "
+                f"configuration now says {self._config_text}",
+                hint="budgets are fixed when a ledger is created; to start over, point the "
+                     "configuration at a new ledger file (the old one keeps its history)")
+        self._genesis = meta["genesis"]
+
+    def _sync(self, conn: sqlite3.Connection) -> None:
+        """Verify entries appended since the last check and fold them into the sums.
+
+        Must run inside a transaction so the view is consistent.  Also re-checks that the
+        last verified entry is unchanged and that the stored head matches.
+        """
+        if self._corrupt:
+            raise LedgerCorruptError(f"privacy ledger {self.path} is corrupt: {self._corrupt}",
+                                     hint="no further charges are accepted")
+        if self._verified_seq == 0:
+            self._verified_hash = self._genesis
+        else:
+            row = conn.execute("SELECT hash FROM entries WHERE seq = ?",
+                               (self._verified_seq,)).fetchone()
+            if row is None or row[0] != self._verified_hash:
+                raise self._fail(f"entry {self._verified_seq} changed or vanished")
+        seq, prev = self._verified_seq, self._verified_hash
+        spent_total, spent_by = self._spent_total, dict(self._spent_by)
+        cursor = conn.execute(f"SELECT {_COLUMNS}, payload FROM entries WHERE seq > ? "
+                              "ORDER BY seq", (seq,))
+        for row in cursor:
+            (r_seq, kind, created, principal, fingerprint, rho, mechanism, charge_seq,
+             key, payload_sha, prev_hash, digest, payload) = row
+            if r_seq != seq + 1 or prev_hash != prev:
+                raise self._fail(f"hash chain broken at entry {r_seq}")
+            fields = [r_seq, kind, created, principal, fingerprint, rho, mechanism,
+                      charge_seq, key, payload_sha]
+            if _entry_hash(prev_hash, fields) != digest:
+                raise self._fail(f"entry {r_seq} does not match its hash")
+            if kind == "charge":
+                try:
+                    value = _parse_rho(rho)
+                except (TypeError, ValueError, ZeroDivisionError, AttributeError):
+                    raise self._fail(f"entry {r_seq} has an unreadable rho") from None
+                spent_total += value
+                spent_by[principal] = spent_by.get(principal, Fraction(0)) + value
+            elif payload is None or hashlib.sha256(payload).hexdigest() != payload_sha:
+                raise self._fail(f"release payload of entry {r_seq} does not match its hash")
+            seq, prev = r_seq, digest
+        head = dict(conn.execute("SELECT key, value FROM meta WHERE key IN "
+                                 "('head_seq', 'head_hash')").fetchall())
+        count = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+        if head.get("head_seq") != str(seq) or head.get("head_hash") != prev or count != seq:
+            raise self._fail("entries are missing or the head record disagrees (truncated?)")
+        self._verified_seq, self._verified_hash = seq, prev
+        self._spent_total, self._spent_by = spent_total, spent_by
+
+    def _append(self, conn: sqlite3.Connection, fields: dict, payload: bytes | None) -> tuple:
+        seq = self._verified_seq + 1
+        values = [seq, fields["kind"], _now(), fields.get("principal"),
+                  fields.get("fingerprint"), fields.get("rho"), fields.get("mechanism"),
+                  fields.get("charge_seq"), fields.get("key"), fields.get("payload_sha256")]
+        digest = _entry_hash(self._verified_hash, values)
+        conn.execute(f"INSERT INTO entries ({_COLUMNS}, payload) VALUES "
+                     "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (*values, self._verified_hash, digest, payload))
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'head_seq'", (str(seq),))
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'head_hash'", (digest,))
+        return values, digest
+
+    # --- transactions -----------------------------------------------------------------
+
+    def _run(self, body, *, write: bool):
+        """Run body(conn) in one transaction (IMMEDIATE for writes) after a sync."""
+        with self._lock:
+            conn = self._connect()
+            try:
+                try:
+                    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                except sqlite3.OperationalError as exc:
+                    raise OperationalError(f"privacy ledger {self.path} is busy ({exc})",
+                                           hint="another process holds the ledger lock; "
+                                                "retry") from exc
+                committed = False
+                saved = (self._verified_seq, self._verified_hash, self._spent_total,
+                         dict(self._spent_by))
+                try:
+                    self._sync(conn)
+                    result = body(conn)
+                    conn.execute("COMMIT")
+                    committed = True
+                    return result
+                finally:
+                    if not committed:
+                        if self._corrupt is None:
+                            # the body may have advanced the in-memory view before a
+                            # failed or refused commit: forget it, the file is the truth
+                            (self._verified_seq, self._verified_hash, self._spent_total,
+                             self._spent_by) = saved
+                        try:
+                            conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
+            except LedgerCorruptError:
+                raise
+            except sqlite3.OperationalError as exc:
+                raise OperationalError(f"privacy ledger {self.path}: {exc}",
+                                       hint="check the file system and retry") from exc
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"database error ({exc})") from exc
+            finally:
+                conn.close()
+
+    # --- limits -----------------------------------------------------------------------
+
+    def _user_limit(self, principal: str) -> Fraction | None:
+        spec = self._user_spec
+        if spec["kind"] == "none":
+            return None
+        if spec["kind"] == "uniform":
+            return _parse_rho(spec["limit"])
+        limits = spec["limits"]
+        text = limits.get(principal, limits.get("*"))
+        return Fraction(0) if text is None else _parse_rho(text)
+
+    def _preview_locked(self, principal: str, rho: Fraction) -> Preview:
+        remaining_global = self.total_rho - self._spent_total
+        limit = self._user_limit(principal)
+        remaining_user = None
+        remaining = remaining_global
+        if limit is not None:
+            remaining_user = limit - self._spent_by.get(principal, Fraction(0))
+            remaining = min(remaining, remaining_user)
+        return Preview(rho <= remaining, rho, max(remaining, Fraction(0)),
+                       max(remaining_global, Fraction(0)),
+                       None if remaining_user is None else max(remaining_user, Fraction(0)))
+
+    # --- public API -------------------------------------------------------------------
+
+    def preview(self, principal: str, rho) -> Preview:
+        """Would ``charge(principal, rho, ...)`` fit right now?  Charges nothing."""
+        value = self._check_rho(rho)
+        principal = self._check_principal(principal)
+        return self._run(lambda conn: self._preview_locked(principal, value), write=False)
+
+    def charge(self, principal: str, rho, fingerprint: str, mechanism: dict) -> Charge:
+        """Durably record a charge of ``rho`` or raise BudgetExhaustedError.
+
+        Returns only after the charge is committed and fsync'd; nothing noisy may be
+        released before this returns.
+        """
+        value = self._check_rho(rho, allow_zero=False)
+        principal = self._check_principal(principal)
+        if not isinstance(fingerprint, str) or not fingerprint:
+            raise ConfigError("charge needs a non-empty fingerprint string")
+        try:
+            mech_text = _canonical(mechanism)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"mechanism description is not JSON-serialisable ({exc})",
+                              hint="describe the mechanism with str/int/float/Fraction "
+                                   "values") from None
+
+        def body(conn):
+            view = self._preview_locked(principal, value)
+            if not view.fits:
+                who = "" if view.remaining_user is None or \
+                    view.remaining_user > view.remaining_global else f" for {principal!r}"
+                raise BudgetExhaustedError(
+                    f"privacy budget exhausted{who}: the request needs rho={float(value):.6g} "
+                    f"but only rho={float(view.remaining):.6g} remains",
+                    requested_rho=float(value), remaining_rho=float(view.remaining),
+                    hint="ask for fewer or coarser statistics, reuse released answers, or "
+                         "have the operator grant a new budget (a new ledger)")
+            values, digest = self._append(conn, {"kind": "charge", "principal": principal,
+                                                 "fingerprint": fingerprint,
+                                                 "rho": _rho_text(value),
+                                                 "mechanism": mech_text}, None)
+            self._verified_seq, self._verified_hash = values[0], digest
+            self._spent_total += value
+            self._spent_by[principal] = self._spent_by.get(principal, Fraction(0)) + value
+            return Charge(values[0], principal, value, fingerprint, json.loads(mech_text),
+                          values[2], digest)
+
+        return self._run(body, write=True)
+
+    def record_release(self, charge_id: int, key: str, payload: bytes) -> None:
+        """Durably store the noisy values paid for by ``charge_id`` under ``key``."""
+        if not isinstance(key, str) or not key:
+            raise ConfigError("release key must be a non-empty string")
+        data = bytes(payload)
+        digest_payload = hashlib.sha256(data).hexdigest()
+
+        def body(conn):
+            row = conn.execute("SELECT kind FROM entries WHERE seq = ?",
+                               (int(charge_id),)).fetchone()
+            if row is None or row[0] != "charge":
+                raise IntegrityError(f"no charge with id {charge_id} in the ledger",
+                                     hint="record a release only for a charge you made")
+            existing = conn.execute("SELECT payload_sha256 FROM entries WHERE release_key = ?",
+                                    (key,)).fetchone()
+            if existing is not None:
+                if existing[0] == digest_payload:
+                    return None
+                raise IntegrityError(f"release key {key!r} already holds different values",
+                                     hint="reuse the stored release instead of re-measuring")
+            values, digest = self._append(conn, {"kind": "release", "charge_seq": int(charge_id),
+                                                 "key": key,
+                                                 "payload_sha256": digest_payload}, data)
+            self._verified_seq, self._verified_hash = values[0], digest
+            return None
+
+        self._run(body, write=True)
+
+    def release(self, key: str) -> bytes | None:
+        """The payload recorded under ``key`` (verified against the chain), or None."""
+        def body(conn):
+            row = conn.execute("SELECT payload, payload_sha256 FROM entries WHERE "
+                               "release_key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            if hashlib.sha256(row[0]).hexdigest() != row[1]:
+                raise self._fail(f"release {key!r} does not match its hash")
+            return bytes(row[0])
+
+        return self._run(body, write=False)
+
+    def spent(self, principal: str | None = None) -> Fraction:
+        """Exact rho spent overall, or by one principal."""
+        def body(conn):
+            if principal is None:
+                return self._spent_total
+            return self._spent_by.get(principal, Fraction(0))
+
+        return self._run(body, write=False)
+
+    def remaining(self, principal: str | None = None) -> Fraction:
+        """Exact rho left overall, or what ``principal`` may still spend (both limits)."""
+        if principal is None:
+            return self._run(lambda conn: max(self.total_rho - self._spent_total, Fraction(0)),
+                             write=False)
+        return self.preview(principal, 0).remaining
+
+    def entries(self) -> list[LedgerEntry]:
+        """Every entry, verified, oldest first."""
+        def body(conn):
+            out = []
+            for row in conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE seq <= ? "
+                                    "ORDER BY seq", (self._verified_seq,)):
+                (seq, kind, created, principal, fingerprint, rho, mechanism, charge_seq,
+                 key, payload_sha, _prev, digest) = row
+                out.append(LedgerEntry(seq, kind, created, principal, fingerprint,
+                                       None if rho is None else _parse_rho(rho),
+                                       None if mechanism is None else json.loads(mechanism),
+                                       charge_seq, key, payload_sha, digest))
+            return out
+
+        return self._run(body, write=False)
+
+    def verify(self) -> None:
+        """Full re-verification from the first entry (e.g. for an operator's check)."""
+        with self._lock:
+            if self._corrupt:
+                raise LedgerCorruptError(f"privacy ledger {self.path} is corrupt: "
+                                         f"{self._corrupt}", hint="no charges are accepted")
+            self._verified_seq, self._verified_hash = 0, ""
+            self._spent_total, self._spent_by = Fraction(0), {}
+            self._open_and_verify()
+
+    # --- validation -------------------------------------------------------------------
+
+    @staticmethod
+    def _check_rho(rho, *, allow_zero: bool = True) -> Fraction:
+        value = to_rho(rho)
+        if value == 0 and not allow_zero:
+            raise ConfigError("a charge must have rho > 0",
+                              hint="do not record charges for computations that use no data")
+        return value
+
+    @staticmethod
+    def _check_principal(principal) -> str:
+        if not isinstance(principal, str) or not principal:
+            raise ConfigError("principal must be a non-empty string",
+                              hint="charge on behalf of a named user")
+        return principal
