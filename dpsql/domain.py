@@ -19,12 +19,12 @@ rows would itself reveal something about them.  The rules are in ``docs/domains.
 from __future__ import annotations
 
 import bisect
-from abc import ABC, abstractmethod
 import math
 import numbers
 import tomllib
-from decimal import Decimal
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -32,18 +32,8 @@ import numpy as np
 
 from dpsql.errors import ConfigError, DomainViolationError, UnknownColumnError, UnsupportedQueryError
 
-__all__ = [
-    "Domain",
-    "Attribute",
-    "Categorical",
-    "IntegerRange",
-    "Numeric",
-    "TableSchema",
-    "load_domain",
-    "load_table_schemas",
-    "OTHER_LABEL",
-    "PREDICATE_OPS",
-]
+__all__ = ["Domain", "Attribute", "Categorical", "IntegerRange", "Numeric", "TableSchema",
+           "load_domain", "load_table_schemas", "OTHER_LABEL", "PREDICATE_OPS", "MAX_CELLS"]
 
 OTHER_LABEL = "(other)"
 PREDICATE_OPS = ("=", "!=", "<>", "<", "<=", ">", ">=")
@@ -51,6 +41,9 @@ PREDICATE_OPS = ("=", "!=", "<>", "<", "<=", ">", ">=")
 # Above this many thresholds a flat WHEN chain costs O(n) comparisons per row; a balanced
 # nested CASE costs O(log n) and is just as portable (and NULL/NaN still take one path).
 _FLAT_CASE_LIMIT = 16
+# An attribute with more cells than this cannot be measured usefully (the noise drowns every
+# cell) and would make the planner's matrices huge; wider bins are the remedy.
+MAX_CELLS = 100_000
 
 
 # --- Domain ----------------------------------------------------------------------------
@@ -77,6 +70,9 @@ class Domain:
 
     def __setattr__(self, name, value):
         raise AttributeError("Domain is immutable")
+
+    def __reduce__(self):  # pickling/copying must not go through the blocked __setattr__
+        return (Domain, (self._attributes, self._shape))
 
     @classmethod
     def from_sizes(cls, sizes: Mapping[str, int]) -> "Domain":
@@ -174,6 +170,11 @@ def _column_expr(column):
     raise TypeError(f"index_sql expects a column name or a sqlglot expression, got {type(column).__name__}")
 
 
+def _when(case, condition, cell: int):
+    from sqlglot import exp
+    return case.when(condition, exp.Literal.number(cell), copy=False)  # no copy: O(n) not O(n^2)
+
+
 def _threshold_case(x, thresholds: Sequence, literal, first: int, null_cell: int | None = None):
     """CASE giving ``first + bisect_right(thresholds, x)`` using only ``x < t`` tests.
 
@@ -184,11 +185,11 @@ def _threshold_case(x, thresholds: Sequence, literal, first: int, null_cell: int
     from sqlglot import exp
     case = exp.Case()
     if null_cell is not None:
-        case = case.when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Literal.number(null_cell))
+        case = _when(case, exp.Is(this=x.copy(), expression=exp.Null()), null_cell)
     n = len(thresholds)
     if n <= _FLAT_CASE_LIMIT:
         for i, t in enumerate(thresholds):
-            case = case.when(exp.LT(this=x.copy(), expression=literal(t)), exp.Literal.number(first + i))
+            case = _when(case, exp.LT(this=x.copy(), expression=literal(t)), first + i)
         return case.else_(exp.Literal.number(first + n))
     mid = n // 2
     left = _threshold_case(x, thresholds[:mid], literal, first)
@@ -369,10 +370,10 @@ class Categorical(Attribute):
         from sqlglot import exp
         x = _column_expr(column)
         literal = exp.Literal.string if self.python_type is str else exp.Literal.number
-        case = exp.Case().when(exp.Is(this=x.copy(), expression=exp.Null()),
-                               exp.Literal.number(self.null_index if self.nullable_ else self._fallback))
+        case = _when(exp.Case(), exp.Is(this=x.copy(), expression=exp.Null()),
+                     self.null_index if self.nullable_ else self._fallback)
         for i, label in enumerate(self.labels_):
-            case = case.when(exp.EQ(this=x.copy(), expression=literal(label)), exp.Literal.number(i))
+            case = _when(case, exp.EQ(this=x.copy(), expression=literal(label)), i)
         return case.else_(exp.Literal.number(self._fallback))
 
     def cells_for_predicate(self, op: str, value: Any) -> tuple[frozenset[int], bool]:
@@ -388,16 +389,14 @@ class Categorical(Attribute):
                                         hint="compare categorical columns with =, <> or IN")
         if value is None:
             return frozenset(), True
-        known = self.contains_value(value)
-        hit = self._lookup[value] if known else None
-        value_cells = range(len(self.labels_))
-        other = () if self.closed else (len(self.labels_),)
+        hit = self._lookup[value] if self.contains_value(value) else None
+        exact = hit is not None or self.closed  # a non-label may hide in (and split) the other cell
         if op == "=":
-            return (frozenset([hit]) if known else frozenset()), (known or self.closed)
-        cells = frozenset(i for i in value_cells if i != hit)
-        if known:
-            return cells | frozenset(other), True
-        return cells, self.closed
+            return frozenset(() if hit is None else (hit,)), exact
+        cells = set(range(len(self.labels_))) - {hit}
+        if hit is not None and not self.closed:
+            cells.add(len(self.labels_))
+        return frozenset(cells), exact
 
 
 def _interval_predicate(lo, hi, op: str, v, *, integer: bool, closed_right: bool) -> tuple[bool, bool]:
@@ -442,6 +441,10 @@ class _Binned(Attribute):
     def _nbins(self) -> int:
         """Implemented by each kind."""
 
+    @abstractmethod
+    def _value_labels(self) -> list[str]:
+        """Labels of the value cells (without the NULL cell)."""
+
     @property
     def size(self) -> int:
         return self._nbins() + (1 if self.nullable else 0)
@@ -452,6 +455,23 @@ class _Binned(Attribute):
         if self.nullable:
             out.append(None)
         return out
+
+    def labels(self) -> list:
+        return self._value_labels() + ([None] if self.nullable else [])
+
+    def cell_values(self) -> np.ndarray:
+        """The value of a one-value bin, else the bin's midpoint; NaN for the NULL cell."""
+        vals = [float(a) if a == b else (a + b) / 2 for a, b in self._bounds()]
+        return np.array(vals + ([math.nan] if self.nullable else []), dtype=float)
+
+    def contains_value(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if not _is_real(value) or not math.isfinite(value):
+            return False
+        if self._integral and not float(value).is_integer():
+            return False
+        return self._bounds()[0][0] <= value <= self._bounds()[-1][1]
 
     def index_of(self, value: Any) -> int:
         if value is None:
@@ -499,7 +519,7 @@ class _Binned(Attribute):
         cells, exact = set(), True
         bounds = self._bounds()
         for i, (lo, hi) in enumerate(bounds):
-            all_, any_ = _interval_predicate(lo, hi, op, value, integer=self.kind == "integer",
+            all_, any_ = _interval_predicate(lo, hi, op, value, integer=self._integral,
                                              closed_right=i == len(bounds) - 1)
             if all_:
                 cells.add(i)
@@ -525,6 +545,7 @@ class IntegerRange(_Binned):
     _starts: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
 
     kind = "integer"
+    _integral = True
     python_type = int
     sql_type = "INTEGER"
 
@@ -564,6 +585,9 @@ class IntegerRange(_Binned):
         w = self.bin_width
         if not isinstance(w, int) or isinstance(w, bool) or w < 1:
             self._fail(f"bin_width must be a positive integer, got {w!r}", "e.g. bin_width = 10")
+        if (self.hi - self.lo) // w + 1 > MAX_CELLS:
+            self._fail(f"{(self.hi - self.lo) // w + 1} bins exceed the limit of {MAX_CELLS}",
+                       "use a wider bin_width or explicit edges")
         return tuple(range(self.lo, self.hi + 1, w))
 
     def _thresholds(self) -> tuple:
@@ -576,25 +600,9 @@ class IntegerRange(_Binned):
         ends = [s - 1 for s in self._starts[1:]] + [self.hi]
         return list(zip(self._starts, ends))
 
-    def labels(self) -> list:
-        """``"17"`` for a one-value bin, ``"[20, 29]"`` (inclusive) for wider ones; None for NULL."""
-        out = [str(a) if a == b else f"[{a}, {b}]" for a, b in self._bounds()]
-        if self.nullable_:
-            out.append(None)
-        return out
-
-    def cell_values(self) -> np.ndarray:
-        vals = [float(a) if a == b else (a + b) / 2 for a, b in self._bounds()]
-        if self.nullable_:
-            vals.append(math.nan)
-        return np.array(vals, dtype=float)
-
-    def contains_value(self, value: Any) -> bool:
-        if value is None:
-            return self.nullable_
-        if not _is_real(value) or not math.isfinite(value) or not float(value).is_integer():
-            return False
-        return self.lo <= value <= self.hi
+    def _value_labels(self) -> list[str]:
+        """``"17"`` for a one-value bin, ``"[20, 29]"`` (both ends inclusive) for wider ones."""
+        return [str(a) if a == b else f"[{a}, {b}]" for a, b in self._bounds()]
 
 
 @dataclass(frozen=True)
@@ -608,6 +616,7 @@ class Numeric(_Binned):
     edges: tuple = ()
 
     kind = "numeric"
+    _integral = False
     python_type = float
     sql_type = "DOUBLE"
 
@@ -627,6 +636,8 @@ class Numeric(_Binned):
             self._fail("edges must be finite", "values beyond the ends clamp to the end bins anyway")
         if any(b <= a for a, b in zip(e, e[1:])):
             self._fail("edges must be strictly increasing", "sort the edges and remove repeats")
+        if len(e) - 1 > MAX_CELLS:
+            self._fail(f"{len(e) - 1} bins exceed the limit of {MAX_CELLS}", "use fewer edges")
 
     def _thresholds(self) -> tuple:
         return self.edges[1:-1]
@@ -648,27 +659,11 @@ class Numeric(_Binned):
         from sqlglot import exp
         return exp.cast(exp.Literal.number(repr(float(t))), "DOUBLE")
 
-    def labels(self) -> list:
+    def _value_labels(self) -> list[str]:
         """``"[a, b)"`` per bin and ``"[a, b]"`` for the last (it holds its top edge)."""
         bounds = self._bounds()
-        out = [f"[{_fmt_number(a)}, {_fmt_number(b)}" + ("]" if i == len(bounds) - 1 else ")")
-               for i, (a, b) in enumerate(bounds)]
-        if self.nullable_:
-            out.append(None)
-        return out
-
-    def cell_values(self) -> np.ndarray:
-        vals = [(a + b) / 2 for a, b in self._bounds()]
-        if self.nullable_:
-            vals.append(math.nan)
-        return np.array(vals, dtype=float)
-
-    def contains_value(self, value: Any) -> bool:
-        if value is None:
-            return self.nullable_
-        if not _is_real(value) or not math.isfinite(value):
-            return False
-        return self.edges[0] <= value <= self.edges[-1]
+        return [f"[{_fmt_number(a)}, {_fmt_number(b)}" + ("]" if i == len(bounds) - 1 else ")")
+                for i, (a, b) in enumerate(bounds)]
 
 
 # --- tables and the TOML loader ---------------------------------------------------------------
@@ -725,22 +720,17 @@ def _build_attribute(name: str, spec: Mapping[str, Any]) -> Attribute:
     if missing:
         raise ConfigError(f"missing key(s) {missing} for a {kind} column",
                           hint="see docs/domains.md for the format")
+    for key in ("labels", "edges"):
+        if key in spec and not isinstance(spec[key], list):
+            raise ConfigError(f"{key} must be a list", hint=f"e.g. {key} = [0, 1, 1000]")
     nullable = spec.get("nullable", False)
     if kind == "categorical":
-        labels = spec["labels"]
-        if not isinstance(labels, list):
-            raise ConfigError("labels must be a list", hint='e.g. labels = ["Female", "Male"]')
-        return Categorical(name, labels, nullable=nullable, closed=spec.get("closed", False))
+        return Categorical(name, spec["labels"], nullable=nullable, closed=spec.get("closed", False))
     if kind == "integer":
-        edges = spec.get("edges")
-        if edges is not None and not isinstance(edges, list):
-            raise ConfigError("edges must be a list", hint="e.g. edges = [0, 1, 1000]")
-        if edges is not None and "bin_width" in spec:
+        if "edges" in spec and "bin_width" in spec:
             raise ConfigError("give either bin_width or edges, not both", hint="remove one of them")
         return IntegerRange(name, spec["lo"], spec["hi"], bin_width=spec.get("bin_width", 1),
-                            edges=edges, nullable=nullable)
-    if not isinstance(spec["edges"], list):
-        raise ConfigError("edges must be a list", hint="e.g. edges = [0.0, 0.5, 1.0]")
+                            edges=spec.get("edges"), nullable=nullable)
     return Numeric(name, spec["edges"], nullable=nullable)
 
 
@@ -761,9 +751,7 @@ def _resolve_source(spec: Any, base: Path) -> dict:
 
 def _located(err: ConfigError, where: str) -> ConfigError:
     """The same error with its location prefixed (file, then table and column)."""
-    located = ConfigError(f"{where}: {err.message}", hint=err.hint, detail=err.detail)
-    located.__cause__ = err.__cause__
-    return located
+    return ConfigError(f"{where}: {err.message}", hint=err.hint, detail=err.detail)
 
 
 def load_domain(path: str | Path) -> dict[str, TableSchema]:

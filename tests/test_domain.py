@@ -378,3 +378,14 @@ closed = true
     assert schemas["b"].domain == Domain(["z", "y"], [3, 2])
     assert schemas["b"].source == {"parquet": str(tmp_path / "data" / "b.parquet"), "id_column": "pid"}
     assert schemas["a"].source is None and schemas["a"].domain["x"] == 2
+
+
+def test_pickle_and_copy_round_trip():
+    import copy
+    import pickle
+    schema = load_domain(ADULT_TOML)["adult"]
+    for obj in (schema.domain, *schema.attributes, Numeric("x", [0, 1], nullable=True)):
+        clone = pickle.loads(pickle.dumps(obj))
+        assert clone == obj and hash(clone) == hash(obj) and copy.deepcopy(obj) == obj
+        if hasattr(obj, "labels"):
+            assert clone.labels() == obj.labels() and clone.index_of(None) == obj.index_of(None)
