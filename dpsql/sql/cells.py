@@ -1,0 +1,466 @@
+"""Evaluate one-column SQL expressions and predicates on the cells of a declared domain.
+
+Everything the compiler knows about a column is its declared cells (public).  A scalar
+expression of one column (``age / 10``, ``CASE WHEN sex = 'Male' THEN 1 ELSE 0 END``,
+``width_bucket(hours_per_week, 0, 100, 10)``) is evaluated once per cell; a predicate of
+one column becomes two cell masks, TRUE and FALSE (SQL three-valued logic: a cell in
+neither is UNKNOWN, e.g. the NULL cell under ``col <> 'x'``).
+
+Binning.  A unit-bin cell holds one value, so evaluation is exact.  A wide bin holds a
+range: a bare comparison ``col < v`` is exact only when ``v`` is a bin edge, and a derived
+expression is accepted only when it takes the same value at both ends of every bin
+(bucketing functions are monotone, so equal ends mean constant on the bin; ``%`` is not,
+and is refused on wide bins).  Otherwise the query is refused with the bin edges in the
+message: a silently wrong answer is worse than a refusal.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.errors import DomainViolationError, Error, UnsupportedQueryError
+
+__all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE"]
+
+
+class _Other:
+    """The value of a categorical's "other" cell: some undeclared non-NULL value."""
+
+    def __repr__(self) -> str:
+        return "(other)"
+
+    def __str__(self) -> str:
+        return "(other)"
+
+
+OTHER = _Other()
+
+NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+_OPS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+       ">": operator.gt, ">=": operator.ge}
+
+
+def columns_in(node: exp.Expression) -> list[exp.Column]:
+    return [c for c in node.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
+
+
+def literal_value(node: exp.Expression) -> tuple[bool, Any]:
+    """(is_constant, value) for literals, NULL, booleans, signed numbers and casts of them."""
+    if isinstance(node, exp.Paren):
+        return literal_value(node.this)
+    if isinstance(node, exp.Null):
+        return True, None
+    if isinstance(node, exp.Boolean):
+        return True, bool(node.this)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return True, node.this
+        text = node.this
+        try:
+            return True, int(text)
+        except ValueError:
+            return True, float(text)
+    if isinstance(node, exp.Neg):
+        ok, v = literal_value(node.this)
+        if ok and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return True, -v
+    if isinstance(node, exp.Cast):
+        ok, v = literal_value(node.this)
+        if ok:
+            return True, _cast(v, node.to.this)
+    return False, None
+
+
+def _cast(v, dtype):
+    if v is None:
+        return None
+    T = exp.DataType.Type
+    try:
+        if dtype in (T.INT, T.BIGINT, T.SMALLINT, T.TINYINT):
+            return int(round(float(v))) if not isinstance(v, int) else v
+        if dtype in (T.DOUBLE, T.FLOAT, T.DECIMAL):
+            return float(v)
+        if dtype in (T.VARCHAR, T.TEXT, T.CHAR):
+            return str(v)
+    except (TypeError, ValueError):
+        raise DomainViolationError(f"cannot cast {v!r} to {dtype.value.lower()}") from None
+    raise UnsupportedQueryError(f"cast to {dtype.value.lower()} is not supported",
+                                hint="cast to integer, double or text")
+
+
+@dataclass
+class Evaluated:
+    """Per cell: the value at the bottom and top of the cell's range, and NULL-ness."""
+
+    lo: list
+    hi: list
+    null: np.ndarray
+
+    def constant(self) -> list:
+        return self.lo
+
+
+def _int_div(a, b):
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+class CellEvaluator:
+    """Evaluates expressions of a single attribute; ``pos`` maps nodes to SQL positions."""
+
+    def __init__(self, attr, pos: Callable[[exp.Expression], int | None]) -> None:
+        self.attr = attr
+        self.pos = pos
+        n = attr.size
+        self.n = n
+        null = np.zeros(n, dtype=bool)
+        if attr.null_index is not None:
+            null[attr.null_index] = True
+        self.null = null
+        self.wide = False
+        if attr.kind == "categorical":
+            labels = attr.labels()
+            vals = [OTHER if i == attr.other_index else labels[i] for i in range(n)]
+            self._lo, self._hi = vals, list(vals)
+        else:
+            bounds = attr.bin_bounds()
+            lo, hi = [], []
+            last = max(i for i in range(n) if bounds[i] is not None)
+            for i, b in enumerate(bounds):
+                if b is None:
+                    lo.append(None)
+                    hi.append(None)
+                    continue
+                a, z = b
+                if attr.kind == "numeric" and i != last:
+                    z = math.nextafter(float(z), -math.inf)
+                lo.append(a)
+                hi.append(z)
+                self.wide |= a != z
+            self._lo, self._hi = lo, hi
+
+    # --- errors ------------------------------------------------------------------------
+    def _fail(self, cls, node, message: str, hint: str):
+        raise cls(message, position=self.pos(node), hint=hint)
+
+    def _split_error(self, node, cells) -> None:
+        bounds = self.attr.bin_bounds()
+        shown = [bounds[i] for i in sorted(cells)][:3]
+        if self.attr.kind == "integer":
+            text = ", ".join(f"{a}..{b}" for a, b in shown)
+            edges = sorted({a for a, _ in shown} | {b + 1 for _, b in shown})
+        else:
+            text = ", ".join(f"[{a}, {b})" for a, b in shown)
+            edges = sorted({a for a, _ in shown} | {b for _, b in shown})
+        self._fail(UnsupportedQueryError, node,
+                   f"'{node.sql()}' splits bin(s) {text} of column '{self.attr.name}': the declared "
+                   "domain cannot tell the values inside a bin apart, so the answer would be wrong",
+                   f"use a bin edge instead, e.g. one of {', '.join(str(e) for e in edges[:6])}")
+
+    # --- scalar values -----------------------------------------------------------------
+    def value(self, node: exp.Expression) -> Evaluated:
+        """Per-cell values of a scalar expression (ends of each bin)."""
+        if isinstance(node, exp.Paren):
+            return self.value(node.this)
+        if isinstance(node, exp.Column):
+            return Evaluated(list(self._lo), list(self._hi), self.null.copy())
+        ok, v = literal_value(node)
+        if ok:
+            return Evaluated([v] * self.n, [v] * self.n, np.full(self.n, v is None))
+        if isinstance(node, exp.Neg):
+            return self._map(node, [self.value(node.this)], lambda a: -a)
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod)):
+            return self._arith(node)
+        if isinstance(node, exp.Floor):
+            return self._map(node, [self.value(node.this)], lambda a: math.floor(a))
+        if isinstance(node, exp.Ceil):
+            return self._map(node, [self.value(node.this)], lambda a: math.ceil(a))
+        if isinstance(node, exp.Abs):
+            return self._map(node, [self.value(node.this)], abs, monotone=False)
+        if isinstance(node, exp.Round):
+            digits = node.args.get("decimals")
+            d = literal_value(digits)[1] if digits is not None else 0
+            return self._map(node, [self.value(node.this)], lambda a: _round_half_away(a, d))
+        if isinstance(node, exp.Cast):
+            return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this))
+        if isinstance(node, exp.WidthBucket):
+            return self._width_bucket(node)
+        if isinstance(node, exp.Coalesce):
+            return self._coalesce(node)
+        if isinstance(node, exp.Case):
+            return self._case(node)
+        if isinstance(node, exp.If):
+            return self._case(exp.Case(ifs=[exp.If(this=node.this, true=node.args.get("true"))],
+                                       default=node.args.get("false")))
+        name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
+        self._fail(UnsupportedQueryError, node, f"{name} is not supported in dpsql expressions",
+                   "use arithmetic, floor/ceil/round, width_bucket, COALESCE or CASE WHEN")
+
+    def _map(self, node, args: list[Evaluated], fn, monotone: bool = True) -> Evaluated:
+        if not monotone and self.wide and self.attr.kind != "categorical":
+            self._fail(UnsupportedQueryError, node,
+                       f"{node.sql()} is not monotone, so it cannot be evaluated on the wide bins "
+                       f"of column '{self.attr.name}'", "group or filter on the column's bins directly")
+        null = np.zeros(self.n, dtype=bool)
+        for a in args:
+            null |= a.null
+        out = []
+        for side in ("lo", "hi"):
+            col = []
+            for i in range(self.n):
+                vs = [getattr(a, side)[i] for a in args]
+                if null[i] or any(v is None for v in vs):
+                    col.append(None)
+                    continue
+                if any(v is OTHER for v in vs):
+                    self._fail(UnsupportedQueryError, node,
+                               f"{node.sql()} needs the value of undeclared labels of '{self.attr.name}'",
+                               "compare the column with its declared labels instead")
+                if any(isinstance(v, str) for v in vs) and fn is not _concat:
+                    self._fail(UnsupportedQueryError, node,
+                               f"{node.sql()} applies arithmetic to text column '{self.attr.name}'",
+                               "use CASE WHEN to map labels to numbers")
+                col.append(fn(*vs))
+            out.append(col)
+        lo, hi = out
+        null = null | np.array([v is None for v in lo])
+        return Evaluated(lo, hi, null)
+
+    def _arith(self, node) -> Evaluated:
+        a, b = self.value(node.this), self.value(node.expression)
+        divisor = literal_value(node.expression)
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)) and divisor[0] and divisor[1] == 0:
+            self._fail(UnsupportedQueryError, node, "division by zero", "divide by a non-zero constant")
+        typed = bool(node.args.get("typed"))
+
+        def div(x, y):
+            if y == 0:
+                return None
+            if typed and isinstance(x, int) and isinstance(y, int):
+                return _int_div(x, y)
+            return x / y
+
+        fns = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul, exp.Div: div,
+               exp.IntDiv: lambda x, y: None if y == 0 else math.floor(x / y) if isinstance(x, float)
+               or isinstance(y, float) else _int_div(x, y),
+               exp.Mod: lambda x, y: None if y == 0 else math.fmod(x, y) if isinstance(x, float)
+               or isinstance(y, float) else int(math.fmod(x, y))}
+        return self._map(node, [a, b], fns[type(node)], monotone=not isinstance(node, exp.Mod))
+
+    def _width_bucket(self, node) -> Evaluated:
+        lo_ok, lo = literal_value(node.args["min_value"])
+        hi_ok, hi = literal_value(node.args["max_value"])
+        n_ok, nb = literal_value(node.args["num_buckets"])
+        if not (lo_ok and hi_ok and n_ok) or not isinstance(nb, int) or nb < 1 or lo == hi:
+            self._fail(UnsupportedQueryError, node, "width_bucket needs constant bounds and a positive "
+                       "bucket count", "e.g. width_bucket(age, 0, 100, 10)")
+
+        def wb(x):
+            # PostgreSQL's definition: 0 below the range, n + 1 at or above its top.
+            if lo < hi:
+                if x < lo:
+                    return 0
+                if x >= hi:
+                    return nb + 1
+                return int(math.floor((x - lo) / (hi - lo) * nb)) + 1
+            if x > lo:
+                return 0
+            if x <= hi:
+                return nb + 1
+            return int(math.floor((lo - x) / (lo - hi) * nb)) + 1
+
+        return self._map(node, [self.value(node.this)], wb)
+
+    def _coalesce(self, node) -> Evaluated:
+        args = [self.value(node.this)] + [self.value(e) for e in node.expressions]
+        lo, hi, null = [], [], np.ones(self.n, dtype=bool)
+        for i in range(self.n):
+            for a in args:
+                if not a.null[i] and a.lo[i] is not None:
+                    lo.append(a.lo[i])
+                    hi.append(a.hi[i])
+                    null[i] = False
+                    break
+            else:
+                lo.append(None)
+                hi.append(None)
+        return Evaluated(lo, hi, null)
+
+    def _case(self, node) -> Evaluated:
+        subject = node.this
+        lo, hi = [None] * self.n, [None] * self.n
+        decided = np.zeros(self.n, dtype=bool)
+        for branch in node.args.get("ifs") or []:
+            cond = branch.this
+            if subject is not None:
+                cond = exp.EQ(this=subject.copy(), expression=cond.copy())
+            true, _ = self.truth(cond)
+            val = self.value(branch.args["true"])
+            for i in np.flatnonzero(true & ~decided):
+                lo[i], hi[i] = val.lo[i], val.hi[i]
+            decided |= true
+        default = node.args.get("default")
+        if default is not None:
+            val = self.value(default)
+            for i in np.flatnonzero(~decided):
+                lo[i], hi[i] = val.lo[i], val.hi[i]
+        return Evaluated(lo, hi, np.array([v is None for v in lo]))
+
+    def constant_values(self, node) -> tuple[list, np.ndarray]:
+        """Per-cell value of ``node``, refusing bins on which it is not constant."""
+        ev = self.value(node)
+        split = [i for i in range(self.n) if not ev.null[i] and ev.lo[i] != ev.hi[i]]
+        if split:
+            self._split_error(node, split)
+        return ev.lo, ev.null
+
+    # --- predicates ----------------------------------------------------------------------
+    def truth(self, node: exp.Expression) -> tuple[np.ndarray, np.ndarray]:
+        """(TRUE mask, FALSE mask) of a predicate of this attribute over its cells."""
+        if isinstance(node, exp.Paren):
+            return self.truth(node.this)
+        if isinstance(node, exp.Not):
+            t, f = self.truth(node.this)
+            return f, t
+        if isinstance(node, exp.And):
+            t1, f1 = self.truth(node.this)
+            t2, f2 = self.truth(node.expression)
+            return t1 & t2, f1 | f2
+        if isinstance(node, exp.Or):
+            t1, f1 = self.truth(node.this)
+            t2, f2 = self.truth(node.expression)
+            return t1 | t2, f1 & f2
+        ok, v = literal_value(node)
+        if ok:
+            if v is None:
+                return np.zeros(self.n, bool), np.zeros(self.n, bool)
+            if isinstance(v, bool):
+                return np.full(self.n, v), np.full(self.n, not v)
+        if isinstance(node, exp.Is):
+            target = node.expression
+            if not isinstance(target, exp.Null):
+                self._fail(UnsupportedQueryError, node, "only IS [NOT] NULL is supported", "use = or <>")
+            null = self.null.copy() if isinstance(node.this, exp.Column) else self.value(node.this).null
+            return null, ~null
+        if type(node) in _OPS:
+            return self._compare(node, _OPS[type(node)], node.this, node.expression)
+        if isinstance(node, exp.Between):
+            ge = exp.GTE(this=node.this, expression=node.args["low"])
+            le = exp.LTE(this=node.this, expression=node.args["high"])
+            t1, f1 = self._compare(ge, ">=", node.this, node.args["low"])
+            t2, f2 = self._compare(le, "<=", node.this, node.args["high"])
+            return t1 & t2, f1 | f2
+        if isinstance(node, exp.In):
+            if node.args.get("query") is not None:
+                self._fail(UnsupportedQueryError, node, "IN (SELECT ...) is not supported", "list the values")
+            t = np.zeros(self.n, bool)
+            f = np.ones(self.n, bool)
+            for item in node.expressions:
+                ti, fi = self._compare(node, "=", node.this, item)
+                t |= ti
+                f &= fi
+            return t, f
+        if isinstance(node, exp.Column):
+            self._fail(UnsupportedQueryError, node, f"column '{self.attr.name}' is not a boolean",
+                       "compare it with a value")
+        self._fail(UnsupportedQueryError, node, f"{node.sql()} is not a supported predicate",
+                   "use comparisons, BETWEEN, IN, IS NULL, AND, OR and NOT")
+
+    def _compare(self, node, op: str, left, right) -> tuple[np.ndarray, np.ndarray]:
+        lok, lv = literal_value(left)
+        if lok:  # literal on the left: mirror so the column is always on the left
+            left, right, op = right, left, _MIRROR[op]
+        ok, v = literal_value(right)
+        if not ok:
+            self._fail(UnsupportedQueryError, node, f"'{node.sql()}' compares two expressions of columns",
+                       "compare a column (or an expression of one column) with a constant")
+        if v is None:  # comparison with NULL is never true, never false
+            return np.zeros(self.n, bool), np.zeros(self.n, bool)
+        if isinstance(left, exp.Paren):
+            left = left.this
+        if isinstance(left, exp.Column):
+            return self._compare_column(node, op, v)
+        vals, null = self.constant_values(left)
+        t = np.zeros(self.n, bool)
+        f = np.zeros(self.n, bool)
+        for i in range(self.n):
+            if null[i]:
+                continue
+            x = vals[i]
+            if x is OTHER:
+                if op in ("=", "!=") and isinstance(v, str):
+                    t[i], f[i] = op == "!=", op == "="
+                    continue
+                self._fail(UnsupportedQueryError, node, f"'{node.sql()}' depends on undeclared labels",
+                           "compare with declared labels only")
+            try:
+                r = _PY[op](x, v)
+            except TypeError:
+                self._fail(DomainViolationError, node, f"cannot compare {x!r} with {v!r} in '{node.sql()}'",
+                           "compare with a value of the expression's type")
+            t[i], f[i] = r, not r
+        return t, f
+
+    def _coerce(self, node, v):
+        attr = self.attr
+        if attr.kind == "categorical":
+            labels = [x for x in attr.labels() if x is not None and x is not OTHER and x != "(other)"]
+            want_str = isinstance(labels[0], str)
+            if want_str and not isinstance(v, str) or not want_str and isinstance(v, str):
+                try:
+                    v = str(v) if want_str else int(v)
+                except ValueError:
+                    pass
+            if not attr.contains_value(v):
+                shown = ", ".join(repr(x) for x in labels[:50])
+                self._fail(DomainViolationError, node,
+                           f"{v!r} is not a declared value of column '{attr.name}'",
+                           f"allowed values: {shown}")
+            return v
+        if isinstance(v, str):
+            try:
+                v = float(v) if any(c in v for c in ".eE") else int(v)
+            except ValueError:
+                self._fail(DomainViolationError, node, f"column '{attr.name}' is numeric; cannot compare it "
+                           f"with the string {v!r}", "compare with a number")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self._fail(DomainViolationError, node, f"column '{attr.name}' is numeric; cannot compare it "
+                       f"with {v!r}", "compare with a number")
+        return v
+
+    def _compare_column(self, node, op: str, v) -> tuple[np.ndarray, np.ndarray]:
+        v = self._coerce(node, v)
+        try:
+            yes = self.attr.cells_for_predicate(op, v)[0]
+            no = self.attr.cells_for_predicate(NEGATE[op], v)[0]
+        except Error as err:
+            if err.position is None:
+                err.position = self.pos(node)
+            raise
+        t = np.zeros(self.n, bool)
+        f = np.zeros(self.n, bool)
+        t[list(yes)] = True
+        f[list(no)] = True
+        split = np.flatnonzero(~(t | f | self.null))
+        if split.size:
+            self._split_error(node, split)
+        return t, f
+
+
+def _round_half_away(a, d):
+    scale = 10 ** d
+    r = math.floor(abs(a) * scale + 0.5) / scale
+    r = r if a >= 0 else -r
+    return int(r) if d == 0 and isinstance(a, int) else r
+
+
+def _concat(*vs):
+    return "".join(str(v) for v in vs)

@@ -1,0 +1,383 @@
+"""``compile(sql, catalog)``: the front end's driver, parse → validate → bind → lower.
+
+It walks one SELECT: resolves GROUP BY keys to domain buckets (``grouping.py``), turns
+the select list, HAVING and ORDER BY into a post-processing program over per-group
+aggregate values (``postprocess.py``), and each distinct aggregate into one or two linear
+queries (``aggregates.py``, ``predicates.py``, ``lower.py``).
+
+Privacy: every decision here (accept, refuse, which groups exist) reads only the SQL and
+the declared schema.  In particular a bare private column in the output is refused with
+42501 because it would print individual rows; the one exception is a schema probe
+(``LIMIT 0`` or a constant-false WHERE), which returns no rows at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.errors import PrivacyViolationError, UnsupportedQueryError
+from dpsql.sql.aggregates import AggCall, check_argument, is_aggregate, parse_aggregate
+from dpsql.sql.bind import Catalog, Scope, bind_table
+from dpsql.sql.cells import CellEvaluator, columns_in, literal_value
+from dpsql.sql.grouping import GroupKey, Grouping, build_key
+from dpsql.sql.lower import QuerySpec, build_linear_query
+from dpsql.sql.parse import parse_statement
+from dpsql.sql.postprocess import AggPlan, Program, to_ir
+from dpsql.sql.predicates import compile_predicate
+from dpsql.sql.query import CompiledQuery, OutputColumn
+from dpsql.sql.validate import check_structure
+
+__all__ = ["compile"]
+
+_AGG_NAMES = {"count": "count", "sum": "sum", "avg": "avg"}
+
+
+def attribute_type(attr) -> str:
+    if attr.kind == "categorical":
+        labels = [x for x in attr.labels() if x is not None]
+        return "integer" if labels and all(isinstance(x, int) for x in labels) else "text"
+    if attr.kind == "integer":
+        return "integer"
+    return "double precision"
+
+
+def _and(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return exp.And(this=exp.Paren(this=a.copy()), expression=exp.Paren(this=b.copy()))
+
+
+class _Lowering:
+    def __init__(self, stmt, scope: Scope) -> None:
+        self.stmt = stmt
+        self.scope = scope
+        self.schema = scope.schema
+        self.tree = stmt.tree
+        self._evaluators: dict[str, CellEvaluator] = {}
+        self.keys: list[GroupKey] = []
+        self.key_index: dict[Any, int] = {}
+        self.aggs: list[AggPlan] = []
+        self.agg_index: dict[Any, int] = {}
+        self.specs: dict[Any, QuerySpec] = {}
+        self.where = self.tree.args["where"].this if self.tree.args.get("where") is not None else None
+
+    # --- helpers -----------------------------------------------------------------------
+    def pos(self, node, name=None):
+        return self.stmt.pos(node, name)
+
+    def resolve(self, col: exp.Column):
+        return self.scope.attribute(col)
+
+    def evaluator(self, attr) -> CellEvaluator:
+        ev = self._evaluators.get(attr.name)
+        if ev is None:
+            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos)
+        return ev
+
+    def canon(self, node):
+        if isinstance(node, exp.Paren):
+            return self.canon(node.this)
+        if isinstance(node, exp.Column):
+            return ("col", self.resolve(node).name)
+        if isinstance(node, exp.Expression):
+            items = []
+            for k in sorted(node.args):
+                v = node.args[k]
+                if v is None or v is False or (isinstance(v, list) and not v):
+                    continue
+                if isinstance(v, list):
+                    items.append((k, tuple(self.canon(x) for x in v)))
+                else:
+                    items.append((k, self.canon(v)))
+            return (type(node).__name__, tuple(items))
+        return node
+
+    def attrs_of(self, node) -> list:
+        seen = {}
+        for c in columns_in(node):
+            a = self.resolve(c)
+            seen.setdefault(a.name, a)
+        return list(seen.values())
+
+    # --- the statement -----------------------------------------------------------------
+    def projections(self) -> list[tuple[str | None, exp.Expression]]:
+        out = []
+        for e in self.tree.expressions:
+            if isinstance(e, exp.Alias):
+                out.append((e.alias, e.this))
+            else:
+                out.append((None, e))
+        return out
+
+    def is_probe(self) -> bool:
+        limit = self.tree.args.get("limit")
+        if limit is not None:
+            ok, v = literal_value(limit.expression)
+            if ok and v == 0:
+                return True
+        if self.where is not None and not columns_in(self.where):
+            ok, v = literal_value(self.where)
+            if ok and (v is None or v is False):
+                return True
+            if isinstance(self.where, (exp.EQ, exp.NEQ)):
+                lok, lv = literal_value(self.where.this)
+                rok, rv = literal_value(self.where.expression)
+                if lok and rok and ((lv == rv) != isinstance(self.where, exp.EQ)):
+                    return True
+        return False
+
+    def probe(self) -> CompiledQuery:
+        cols = []
+        for alias, body in self.projections():
+            if isinstance(body, exp.Star):
+                cols += [OutputColumn(a.name, attribute_type(a)) for a in self.schema.attributes]
+                continue
+            for c in columns_in(body):
+                self.resolve(c)
+            name = alias or self.default_name(body)
+            if isinstance(body, exp.Column):
+                cols.append(OutputColumn(name, attribute_type(self.resolve(body))))
+            else:
+                agg = any(is_aggregate(n) for n in body.walk())
+                cols.append(OutputColumn(name, "double precision" if agg else "text", agg))
+        return CompiledQuery(sql=self.stmt.sql, table=self.schema.name, columns=cols, groups=[],
+                             linear_queries=[], is_schema_probe=True, schema=self.schema)
+
+    def default_name(self, body) -> str:
+        if isinstance(body, exp.Column):
+            return body.name
+        node = body.this if isinstance(body, exp.Filter) else body
+        if isinstance(node, exp.WithinGroup):
+            node = node.this
+        if isinstance(node, exp.Count):
+            return "count"
+        if isinstance(node, exp.Anonymous):
+            return str(node.this).lower()
+        if isinstance(node, exp.Func):
+            return node.sql_name().lower()
+        return "?column?"
+
+    def group_keys(self, projections) -> None:
+        group = self.tree.args.get("group")
+        if group is None:
+            return
+        columns = {c.lower() for c in self.schema.column_names}
+        aliases = {a.lower(): b for a, b in projections if a}
+        for item in group.expressions:
+            node = item
+            ok, v = literal_value(item)
+            if ok and isinstance(v, int) and not isinstance(v, bool):
+                if not 1 <= v <= len(projections):
+                    raise UnsupportedQueryError(f"GROUP BY position {v} is not in select list",
+                                                position=self.pos(item),
+                                                hint=f"use 1..{len(projections)}")
+                node = projections[v - 1][1]
+            elif isinstance(item, exp.Column) and not item.table and item.name.lower() not in columns \
+                    and item.name.lower() in aliases:
+                node = aliases[item.name.lower()]
+            if any(is_aggregate(n) for n in node.walk()):
+                raise UnsupportedQueryError("aggregate functions are not allowed in GROUP BY",
+                                            position=self.pos(item), hint="group by columns")
+            attrs = self.attrs_of(node)
+            if not attrs:
+                continue  # a constant key does not split the groups
+            if len(attrs) > 1:
+                raise UnsupportedQueryError(f"GROUP BY {node.sql()} uses several columns",
+                                            position=self.pos(item),
+                                            hint="group by each column separately")
+            c = self.canon(node)
+            if c in self.key_index:
+                continue
+            self.key_index[c] = len(self.keys)
+            self.keys.append(build_key(str(c), node, attrs[0], self.evaluator(attrs[0])))
+
+    # --- aggregates ----------------------------------------------------------------------
+    def register(self, node) -> int:
+        call = parse_aggregate(node, self.pos)
+        check_argument(call, self.pos)
+        key = (call.func, self.canon(call.arg) if call.arg is not None else None,
+               self.canon(call.filter) if call.filter is not None else None, call.q, call.method)
+        if key in self.agg_index:
+            return self.agg_index[key]
+        pred = _and(self.where, call.filter)
+        if call.filter is not None and any(is_aggregate(n) for n in call.filter.walk()):
+            raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
+                                        hint="filter on columns")
+        attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
+        label = node.sql(dialect="postgres")
+        if call.func == "count":
+            if call.arg is not None:
+                pred = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
+            plan = AggPlan("count", label, [self.spec("linear", pred, label)])
+        elif call.func in ("sum", "avg"):
+            weights = self.weights(call, attr)
+            s = self.spec("linear", pred, f"SUM({call.arg.sql()})", attr, weights)
+            if call.func == "sum":
+                plan = AggPlan("sum", label, [s])
+            else:
+                notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
+                c = self.spec("linear", notnull, f"COUNT({call.arg.sql()})")
+                plan = AggPlan("avg", label, [s, c])
+        else:
+            values = self.quantile_values(call, attr)
+            q = self.spec("quantile", pred, label, quantile_attr=attr)
+            plan = AggPlan("quantile", label, [q], q=call.q, method=call.method, cell_values=values)
+        self.agg_index[key] = len(self.aggs)
+        self.aggs.append(plan)
+        return self.agg_index[key]
+
+    def weights(self, call: AggCall, attr) -> np.ndarray:
+        ev = self.evaluator(attr)
+        if isinstance(call.arg, exp.Column) and attr.kind != "categorical":
+            w = np.asarray(attr.cell_values(), dtype=float)
+        else:
+            vals, null = ev.constant_values(call.arg)
+            if any(isinstance(v, str) or v is None and not null[i] for i, v in enumerate(vals)):
+                raise UnsupportedQueryError(f"{call.node.sql()} sums text values", position=self.pos(call.node),
+                                            hint="sum numbers, e.g. SUM(CASE WHEN col = 'x' THEN 1 ELSE 0 END)")
+            w = np.array([np.nan if null[i] else float(v) for i, v in enumerate(vals)])
+        return np.where(np.isnan(w), 0.0, w)
+
+    def quantile_values(self, call: AggCall, attr) -> np.ndarray:
+        if attr.kind == "categorical" and isinstance(call.arg, exp.Column):
+            raise UnsupportedQueryError(f"quantiles of text column '{attr.name}' are not supported",
+                                        position=self.pos(call.node), hint="use a numeric column")
+        if isinstance(call.arg, exp.Column):
+            return np.asarray(attr.cell_values(), dtype=float)
+        vals, null = self.evaluator(attr).constant_values(call.arg)
+        if any(isinstance(v, str) for v in vals):
+            raise UnsupportedQueryError(f"{call.node.sql()} is a quantile of text values",
+                                        position=self.pos(call.node), hint="use a numeric expression")
+        return np.array([np.nan if null[i] or v is None else float(v) for i, v in enumerate(vals)])
+
+    def spec(self, kind, pred, description, weight_attr=None, weights=None, quantile_attr=None) -> str:
+        pkey = self.canon(pred) if pred is not None else None
+        wkey = None if weights is None else (weight_attr.name, weights.tobytes())
+        qkey = quantile_attr.name if quantile_attr is not None else None
+        key = (kind, pkey, wkey, qkey)
+        found = self.specs.get(key)
+        if found is not None:
+            return found.name
+        terms = compile_predicate(pred, self.resolve, self.evaluator, self.pos)
+        name = f"q{len(self.specs)}"
+        where = f" WHERE {pred.sql(dialect='postgres')}" if pred is not None else ""
+        self.specs[key] = QuerySpec(name=name, kind=kind, terms=terms,
+                                    weight_attr=weight_attr.name if weight_attr is not None else None,
+                                    weights=weights,
+                                    quantile_attr=quantile_attr.name if quantile_attr is not None else None,
+                                    description=description + where)
+        return name
+
+    # --- driver --------------------------------------------------------------------------
+    def run(self) -> CompiledQuery:
+        if self.is_probe():
+            return self.probe()
+        projections = self.projections()
+        for _, body in projections:
+            if isinstance(body, exp.Star):
+                raise PrivacyViolationError("SELECT * would reveal individual rows of a private table",
+                                            position=self.pos(body, "*"),
+                                            hint="select aggregates, e.g. SELECT COUNT(*) … GROUP BY col")
+        self.group_keys(projections)
+        grouping = Grouping(self.keys, self.schema)
+        ir = lambda node: to_ir(node, self)  # noqa: E731
+        outputs, columns = [], []
+        for alias, body in projections:
+            node_ir = ir(body)
+            outputs.append(node_ir)
+            columns.append(OutputColumn(alias or self.default_name(body), self.ir_type(node_ir),
+                                        self.ir_has_agg(node_ir)))
+        having = self.tree.args.get("having")
+        having_ir = ir(having.this) if having is not None else None
+        order = self.order_by(projections, columns, ir)
+        limit = self.int_clause("limit")
+        offset = self.int_clause("offset")
+        distinct = self.tree.args.get("distinct") is not None
+        lqs = [build_linear_query(s, self.schema, grouping) for s in self.specs.values()]
+        program = Program(outputs=outputs, having=having_ir, order=order, limit=limit, offset=offset,
+                          distinct=distinct, aggs=self.aggs, keys=self.keys, grouping=grouping,
+                          lq_by_name={lq.name: lq for lq in lqs})
+        return CompiledQuery(sql=self.stmt.sql, table=self.schema.name, columns=columns,
+                             groups=grouping.group_tuples(), linear_queries=lqs, program=program,
+                             schema=self.schema)
+
+    def ir_has_agg(self, node_ir) -> bool:
+        if node_ir[0] == "agg":
+            return True
+        return any(self.ir_has_agg(c) for c in node_ir[2]) if node_ir[0] in ("op", "fn") else \
+            node_ir[0] == "case" and any(self.ir_has_agg(x) for x in _case_children(node_ir))
+
+    def ir_type(self, node_ir) -> str:
+        if node_ir[0] == "key":
+            return self.keys[node_ir[1]].type
+        if node_ir[0] == "lit":
+            v = node_ir[1]
+            return "integer" if isinstance(v, int) and not isinstance(v, bool) else \
+                "boolean" if isinstance(v, bool) else "text" if isinstance(v, str) else "double precision"
+        if node_ir[0] == "op" and node_ir[1] in ("=", "!=", "<", "<=", ">", ">=", "and", "or", "not", "isnull"):
+            return "boolean"
+        return "double precision"
+
+    def order_by(self, projections, columns, ir):
+        order = self.tree.args.get("order")
+        if order is None:
+            return []
+        out = []
+        names = {c.name.lower(): i for i, c in reversed(list(enumerate(columns)))}
+        for o in order.expressions:
+            node = o.this
+            desc = bool(o.args.get("desc"))
+            nulls_first = o.args.get("nulls_first")
+            if nulls_first is None:
+                nulls_first = desc  # PostgreSQL: NULLs sort as larger than any value
+            ok, v = literal_value(node)
+            if ok and isinstance(v, int) and not isinstance(v, bool):
+                if not 1 <= v <= len(columns):
+                    raise UnsupportedQueryError(f"ORDER BY position {v} is not in select list",
+                                                position=self.pos(node), hint=f"use 1..{len(columns)}")
+                out.append((("out", v - 1), desc, bool(nulls_first)))
+                continue
+            if isinstance(node, exp.Column) and not node.table and node.name.lower() in names:
+                out.append((("out", names[node.name.lower()]), desc, bool(nulls_first)))
+                continue
+            out.append((ir(node), desc, bool(nulls_first)))
+        return out
+
+    def int_clause(self, name) -> int | None:
+        clause = self.tree.args.get(name)
+        if clause is None:
+            return None
+        node = clause.expression if isinstance(clause, (exp.Limit, exp.Offset)) else clause
+        ok, v = literal_value(node)
+        if not ok or not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise UnsupportedQueryError(f"{name.upper()} must be a non-negative integer constant",
+                                        position=self.pos(clause), hint=f"e.g. {name.upper()} 10")
+        return v
+
+
+def _case_children(node_ir):
+    _, branches, default = node_ir[0], node_ir[1], node_ir[2]
+    out = []
+    for c, v in branches:
+        out += [c, v]
+    if default is not None:
+        out.append(default)
+    return out
+
+
+def compile(sql: str, catalog: Catalog, params: Sequence[Any] | None = None,
+            dialect: str = "postgres") -> CompiledQuery:
+    """Compile one aggregate query (or ``EXPLAIN`` of one) against the catalog's schemas."""
+    stmt = parse_statement(sql, params, dialect)
+    check_structure(stmt)
+    scope = bind_table(stmt, catalog)
+    inner = _Lowering(stmt, scope).run()
+    if not stmt.explain:
+        return inner
+    return CompiledQuery(sql=sql, table=inner.table, columns=[OutputColumn("QUERY PLAN", "text")],
+                         groups=[], linear_queries=[], is_explain=True, inner=inner, schema=inner.schema)

@@ -1,0 +1,146 @@
+"""GROUP BY keys → buckets of the declared domain (the R_f factor of ICML appendix Table 2).
+
+Each key is an expression of one column: the column itself (one group per declared cell)
+or a bucketing expression (``age / 10``, ``CASE WHEN … END``, ``width_bucket``, ``floor``),
+evaluated on every cell (see ``cells.py``).  Keys on the same column are combined: a cell
+belongs to the group of its tuple of key values.  Groups are enumerated from the domain,
+so empty groups are returned (with zero counts) and nothing about the rows decides which
+groups exist.
+
+Group order: groups are the C-order product over the grouped attributes in *domain* order
+(that is the row order of the Kron product); within one attribute, buckets appear in the
+order of the first cell that falls in them, so a bare column keeps its declared order
+and numeric buckets are ascending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.errors import UnsupportedQueryError
+from dpsql.sql.cells import OTHER, CellEvaluator
+
+__all__ = ["GroupKey", "GroupAttr", "Grouping", "key_value_type"]
+
+
+@dataclass
+class GroupKey:
+    """One GROUP BY key: its canonical text, attribute and per-cell value."""
+
+    canonical: str
+    node: exp.Expression
+    attr: object
+    values: list
+    type: str
+
+
+@dataclass
+class GroupAttr:
+    """All keys on one attribute, folded into one bucket mapping."""
+
+    attr: object
+    keys: list[int]             # indices into Grouping.keys
+    mapping: np.ndarray          # cell → bucket
+    labels: list[tuple]          # bucket → tuple of key values (in ``keys`` order)
+
+    @property
+    def buckets(self) -> int:
+        return len(self.labels)
+
+
+def key_value_type(attr, values: list) -> str:
+    present = [v for v in values if v is not None and v is not OTHER]
+    if not present:
+        return "text"
+    if all(isinstance(v, str) for v in present):
+        return "text"
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in present):
+        return "integer"
+    if all(isinstance(v, (int, float)) for v in present):
+        return "double precision"
+    return "text"
+
+
+def column_key_values(attr) -> tuple[list, str]:
+    """Per-cell output value of a bare grouped column: its label, as a number when exact."""
+    labels = attr.labels()
+    if attr.kind == "categorical":
+        vals = ["(other)" if i == attr.other_index else labels[i] for i in range(attr.size)]
+        return vals, key_value_type(attr, [v for v in vals if v != "(other)"])
+    bounds = attr.bin_bounds()
+    if attr.kind == "integer" and all(b is None or b[0] == b[1] for b in bounds):
+        return [None if b is None else int(b[0]) for b in bounds], "integer"
+    # Wide bins are reported by their label ("[20, 29]"): the value inside is not known.
+    return list(labels), "text"
+
+
+class Grouping:
+    """The grouped attributes (domain order) and the enumeration of output groups."""
+
+    def __init__(self, keys: list[GroupKey], schema) -> None:
+        self.keys = keys
+        order = [a.name for a in schema.attributes]
+        by_attr: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            by_attr.setdefault(k.attr.name, []).append(i)
+        self.attrs: list[GroupAttr] = []
+        for name in order:
+            if name not in by_attr:
+                continue
+            idx = by_attr[name]
+            attr = keys[idx[0]].attr
+            seen: dict[tuple, int] = {}
+            mapping = np.empty(attr.size, dtype=np.int64)
+            for cell in range(attr.size):
+                tup = tuple(_hashable(keys[i].values[cell]) for i in idx)
+                mapping[cell] = seen.setdefault(tup, len(seen))
+            self.attrs.append(GroupAttr(attr=attr, keys=idx, mapping=mapping, labels=list(seen)))
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for g in self.attrs:
+            n *= g.buckets
+        return n
+
+    def group_tuples(self) -> list[tuple]:
+        """Label tuples (in GROUP BY key order) for every group, in group order."""
+        out = []
+        for combo in product(*[range(g.buckets) for g in self.attrs]):
+            row = [None] * len(self.keys)
+            for g, b in zip(self.attrs, combo):
+                for j, k in enumerate(g.keys):
+                    row[k] = g.labels[b][j]
+            out.append(tuple(row))
+        return out
+
+    def attr_map(self) -> dict[str, GroupAttr]:
+        return {g.attr.name: g for g in self.attrs}
+
+
+def _hashable(v):
+    return "(other)" if v is OTHER else v
+
+
+def build_key(canonical: str, node: exp.Expression, attr, evaluator: CellEvaluator) -> GroupKey:
+    """Evaluate a key expression on the cells of ``attr``."""
+    inner = node.this if isinstance(node, exp.Paren) else node
+    if isinstance(inner, exp.Column):
+        values, typ = column_key_values(attr)
+        return GroupKey(canonical, node, attr, values, typ)
+    values, null = evaluator.constant_values(node)
+    values = [None if null[i] else values[i] for i in range(len(values))]
+    if any(v is OTHER for v in values):
+        raise UnsupportedQueryError(f"GROUP BY {node.sql()} would need undeclared labels of '{attr.name}'",
+                                    position=evaluator.pos(node), hint="map every label with CASE WHEN … ELSE")
+    values = [int(v) if isinstance(v, float) and v.is_integer() and _integral(node) else v for v in values]
+    return GroupKey(canonical, node, attr, values, key_value_type(attr, values))
+
+
+def _integral(node) -> bool:
+    # floor/ceil/width_bucket return integers in SQL even though Python computes floats.
+    return isinstance(node, (exp.Floor, exp.Ceil, exp.WidthBucket))

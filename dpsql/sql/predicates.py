@@ -1,0 +1,180 @@
+"""Boolean predicates over several columns → a disjoint union of Kronecker terms.
+
+A predicate restricts the data vector to the cells where it is TRUE.  For a conjunction
+of one-column predicates that set is a box (a product of per-attribute cell sets), which
+is one Kron term with an ``e_S`` (Indicator) factor per attribute (ICML 2019 appendix
+Table 2).  A general boolean predicate (OR, NOT over several columns) is split into
+connected components of its top-level conjunction; each component that couples several
+attributes is evaluated in SQL's three-valued logic on the joint cells of just those
+attributes and its TRUE set is cut into disjoint boxes.  Disjoint boxes make the
+query's value the plain sum of the terms' values.
+
+Three-valued logic (Kleene): every sub-predicate yields a TRUE mask and a FALSE mask;
+NOT swaps them, AND/OR combine them, and only TRUE cells are counted.  So ``NOT (a = 'x')``
+excludes the NULL cell of ``a``, as in SQL.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.errors import UnsupportedQueryError
+from dpsql.sql.cells import CellEvaluator, columns_in, literal_value
+
+__all__ = ["Term", "compile_predicate", "MAX_JOINT_CELLS"]
+
+# A term maps attribute name → boolean mask over its cells; absent attributes are unrestricted.
+Term = dict[str, np.ndarray]
+
+# Joint evaluation of a coupled component materialises this many booleans at most; beyond
+# it the predicate is refused rather than slowing every compile to a crawl.
+MAX_JOINT_CELLS = 4_000_000
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+class _Compiler:
+    def __init__(self, resolve: Callable[[exp.Column], object],
+                 evaluator: Callable[[object], CellEvaluator], pos) -> None:
+        self.resolve = resolve
+        self.evaluator = evaluator
+        self.pos = pos
+
+    def attrs(self, node) -> list:
+        seen: dict[str, object] = {}
+        for col in columns_in(node):
+            a = self.resolve(col)
+            seen.setdefault(a.name, a)
+        return list(seen.values())
+
+    def joint(self, node, order: list, sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(TRUE, FALSE) of ``node`` broadcastable over the grid of ``order``."""
+        if isinstance(node, exp.Paren):
+            return self.joint(node.this, order, sizes)
+        if isinstance(node, exp.Not):
+            t, f = self.joint(node.this, order, sizes)
+            return f, t
+        if isinstance(node, (exp.And, exp.Or)):
+            t1, f1 = self.joint(node.this, order, sizes)
+            t2, f2 = self.joint(node.expression, order, sizes)
+            if isinstance(node, exp.And):
+                return t1 & t2, f1 | f2
+            return t1 | t2, f1 & f2
+        attrs = self.attrs(node)
+        if len(attrs) > 1:
+            raise UnsupportedQueryError(f"'{node.sql()}' compares columns with each other",
+                                        position=self.pos(node),
+                                        hint="compare each column with constants; combine with AND/OR")
+        shape = [1] * len(order)
+        if not attrs:
+            ok, v = literal_value(node)
+            if ok and (v is None or isinstance(v, bool)):
+                t = np.full(shape, v is True)
+                f = np.full(shape, v is False)
+                return t, f
+            raise UnsupportedQueryError(f"'{node.sql()}' is not a supported predicate",
+                                        position=self.pos(node), hint="compare a column with a constant")
+        names = [a.name for a in order]
+        axis = names.index(attrs[0].name)
+        t, f = self.evaluator(attrs[0]).truth(node)
+        shape[axis] = sizes[axis]
+        return t.reshape(shape), f.reshape(shape)
+
+
+def _boxes(mask: np.ndarray, names: list[str]) -> list[Term]:
+    """Disjoint boxes covering the TRUE cells of ``mask`` (axes named by ``names``)."""
+    if not mask.any():
+        return []
+    if len(names) == 1:
+        return [{names[0]: mask.copy()}]
+    flat = mask.reshape(mask.shape[0], -1)
+    patterns, inverse = np.unique(flat, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    out: list[Term] = []
+    for k, pattern in enumerate(patterns):
+        if not pattern.any():
+            continue
+        rows = inverse == k
+        for sub in _boxes(pattern.reshape(mask.shape[1:]), names[1:]):
+            out.append({names[0]: rows, **sub})
+    return out
+
+
+def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos) -> list[Term]:
+    """Disjoint terms whose union is the TRUE set of ``node`` (``[{}]`` when no predicate).
+
+    ``resolve`` maps a column node to its Attribute, ``evaluator`` an Attribute to its
+    :class:`CellEvaluator`, ``pos`` a node to its SQL position.  An empty list means the
+    predicate is never TRUE.
+    """
+    if node is None:
+        return [{}]
+    comp = _Compiler(resolve, evaluator, pos)
+    conj = _conjuncts(node)
+    # Union-find on attributes: conjuncts sharing a column belong to one component.
+    parent: dict[str, str] = {}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    by_conj = []
+    constant_parts = []
+    for c in conj:
+        attrs = comp.attrs(c)
+        by_conj.append(attrs)
+        if not attrs:
+            constant_parts.append(c)
+        for a in attrs:
+            parent.setdefault(a.name, a.name)
+        for a in attrs[1:]:
+            parent[find(a.name)] = find(attrs[0].name)
+    for c in constant_parts:
+        t, _ = comp.joint(c, [], [])
+        if not bool(t):
+            return []
+    components: dict[str, list] = {}
+    comp_attrs: dict[str, dict] = {}
+    for c, attrs in zip(conj, by_conj):
+        if not attrs:
+            continue
+        root = find(attrs[0].name)
+        components.setdefault(root, []).append(c)
+        bucket = comp_attrs.setdefault(root, {})
+        for a in attrs:
+            bucket.setdefault(a.name, a)
+    terms: list[Term] = [{}]
+    for root, parts in components.items():
+        attrs = list(comp_attrs[root].values())
+        expr = parts[0]
+        for p in parts[1:]:
+            expr = exp.And(this=expr, expression=p)
+        if len(attrs) == 1:
+            t, _ = evaluator(attrs[0]).truth(expr)
+            pieces = [{attrs[0].name: t}] if t.any() else []
+        else:
+            sizes = [a.size for a in attrs]
+            total = int(np.prod(sizes, dtype=float))
+            if total > MAX_JOINT_CELLS:
+                raise UnsupportedQueryError(
+                    f"the predicate couples columns {', '.join(a.name for a in attrs)} whose joint domain "
+                    f"has {total:,} cells (limit {MAX_JOINT_CELLS:,})", position=pos(expr),
+                    hint="split the OR into separate queries, or use columns with coarser domains")
+            t, _ = comp.joint(expr, attrs, sizes)
+            t = np.broadcast_to(t, sizes)
+            pieces = _boxes(t, [a.name for a in attrs])
+        if not pieces:
+            return []
+        terms = [{**old, **new} for old in terms for new in pieces]
+    return terms
