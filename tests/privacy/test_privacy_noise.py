@@ -1,0 +1,224 @@
+"""Goodness of fit and exactness checks for the discrete samplers (CKS20).
+
+Seeds are fixed through the injectable bit source, so every test is deterministic; the
+negative controls show the same tests do reject a wrong distribution.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import pathlib
+from decimal import Decimal, getcontext
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpsql.errors import ConfigError
+from dpsql.privacy import noise
+from dpsql.privacy.expbounds import (exp_bounds, exp_neg_bounds, gaussian_acceptance_table,
+                                     geometric_table)
+from dpsql.privacy.noise import (SeededBitSource, discrete_gaussian, discrete_laplace,
+                                 lattice_release, lattice_sensitivity2, round_to_grid)
+
+ALPHA = 1e-4  # deterministic seeds: a correct sampler passes, a wrong one fails by far
+
+
+def _exp_decimal(x: Fraction, precision: int) -> Decimal:
+    getcontext().prec = precision // 3 + 40
+    return (-(Decimal(x.numerator) / Decimal(x.denominator))).exp()
+
+
+def _pmf(kind: str, param: Fraction, support: np.ndarray) -> np.ndarray:
+    # Decimal-free float pmf is enough for chi-square expectations; normalised over a
+    # support wide enough that the omitted mass is < 1e-12.
+    p = float(param)
+    y = support.astype(float)
+    logw = -(y * y) / (2 * p) if kind == "gauss" else -np.abs(y) / p
+    w = np.exp(logw - logw.max())
+    return w / w.sum()
+
+
+def _chi_square(sample: np.ndarray, kind: str, param: Fraction) -> float:
+    spread = math.sqrt(float(param)) if kind == "gauss" else float(param)
+    half = int(40 * spread) + 40
+    support = np.arange(-half, half + 1)
+    probs = _pmf(kind, param, support)
+    counts = np.bincount(np.clip(sample, -half, half) + half, minlength=support.size)
+    expected = probs * sample.size
+    # Merge cells from the outside in until every cell expects >= 5 draws.
+    keep_obs, keep_exp = [], []
+    acc_o = acc_e = 0.0
+    order = np.argsort(np.abs(support), kind="stable")[::-1]
+    for i in order:
+        acc_o += counts[i]
+        acc_e += expected[i]
+        if acc_e >= 5:
+            keep_obs.append(acc_o)
+            keep_exp.append(acc_e)
+            acc_o = acc_e = 0.0
+    keep_obs[-1] += acc_o
+    keep_exp[-1] += acc_e
+    obs, exp = np.array(keep_obs), np.array(keep_exp)
+    exp *= obs.sum() / exp.sum()
+    return stats.chisquare(obs, exp).pvalue
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 4), Fraction(1), Fraction(7, 3), 25.0,
+                                    Fraction(10000), 2.5e7])
+def test_discrete_gaussian_fits_exact_pmf(sigma2):
+    sample = discrete_gaussian(sigma2, 200_000, rng=SeededBitSource(11))
+    assert sample.dtype == np.int64
+    assert _chi_square(sample, "gauss", Fraction(sigma2)) > ALPHA
+
+
+@pytest.mark.parametrize("scale", [Fraction(1, 3), Fraction(1), Fraction(37, 10), 50,
+                                   Fraction(123457, 7)])
+def test_discrete_laplace_fits_exact_pmf(scale):
+    sample = discrete_laplace(scale, 200_000, rng=SeededBitSource(12))
+    assert sample.dtype == np.int64
+    assert _chi_square(sample, "laplace", Fraction(scale)) > ALPHA
+
+
+def test_large_laplace_scale_uses_memoryless_redraws():
+    # scale 2^40 exceeds both table caps, so V is redrawn many times; the empirical
+    # mean absolute value must match E|Y| = 2q/((1-q)(1+q)) ~ scale.
+    scale = Fraction(1 << 40)
+    sample = discrete_laplace(scale, 20_000, rng=SeededBitSource(3)).astype(float)
+    mean_abs = np.abs(sample).mean() / float(scale)
+    assert abs(mean_abs - 1.0) < 4 * 1.0 / math.sqrt(sample.size)
+
+
+def test_goodness_of_fit_rejects_a_wrong_distribution():
+    sample = discrete_gaussian(Fraction(100), 200_000, rng=SeededBitSource(5))
+    assert _chi_square(sample, "gauss", Fraction(104)) < ALPHA
+    lap = discrete_laplace(Fraction(10), 200_000, rng=SeededBitSource(6))
+    assert _chi_square(lap, "laplace", Fraction(21, 2)) < ALPHA
+    # a (continuous) Gaussian rounded to integers is not the discrete Gaussian at tiny sigma
+    rounded = np.rint(stats.norm(scale=0.5).rvs(200_000, random_state=1)).astype(np.int64)
+    assert _chi_square(rounded, "gauss", Fraction(1, 4)) < ALPHA
+
+
+def test_exact_path_alone_reproduces_the_distribution(monkeypatch):
+    """Send a third of all comparisons to the exact lazy continuation and re-test fit.
+
+    The continuation is otherwise reached with probability < 2^-60, so this is the only
+    way to test it statistically.
+    """
+    original = noise._decide
+    flip = np.random.default_rng(0)  # test-only choice of which comparisons to divert
+
+    def diverted(u, lo, hi):
+        success, undecided = original(u, lo, hi)
+        forced = flip.random(u.shape) < 0.35
+        return success & ~forced, undecided | forced
+
+    monkeypatch.setattr(noise, "_decide", diverted)
+    gauss = discrete_gaussian(Fraction(9, 2), 30_000, rng=SeededBitSource(21))
+    lap = discrete_laplace(Fraction(5, 2), 30_000, rng=SeededBitSource(22))
+    assert _chi_square(gauss, "gauss", Fraction(9, 2)) > ALPHA
+    assert _chi_square(lap, "laplace", Fraction(5, 2)) > ALPHA
+
+
+def test_lazy_comparison_matches_high_precision_exp():
+    bits = SeededBitSource(8)
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        x = Fraction(int(rng.integers(0, 5000)), int(rng.integers(1, 1000)))
+        p = _exp_decimal(x, 256)
+        # a prefix right next to the threshold forces several refinements
+        u = int(p * (1 << 64))
+        for delta in (-1, 0, 1):
+            lazy = noise._LazyUniform(max(u + delta, 0), bits)
+            decision = lazy.less_than_exp(x.numerator, x.denominator)
+            v = Decimal(lazy.prefix) / Decimal(2) ** lazy.nbits
+            width = Decimal(1) / Decimal(2) ** lazy.nbits
+            if decision:
+                assert v + width <= p
+            else:
+                assert v >= p
+
+
+@pytest.mark.parametrize("n,d", [(0, 1), (1, 1), (3, 7), (100, 3), (5, 100000),
+                                 (10**16 + 7, 3 * 10**14)])
+def test_exp_bounds_bracket_the_true_value(n, d):
+    for precision in (64, 128, 300):
+        lo, hi = exp_neg_bounds(n, d, precision)
+        p = _exp_decimal(Fraction(n, d), precision) * Decimal(2) ** precision
+        assert lo <= p <= hi
+        assert hi - lo <= 2
+    lo, hi = exp_bounds(-7, 3, 64)
+    p = (Decimal(7) / Decimal(3)).exp() * Decimal(2) ** 64
+    assert lo <= p <= hi
+
+
+def test_tables_bracket_the_true_values():
+    los, his = geometric_table(3, 1001, 500)
+    for k in (0, 1, 250, 499):
+        p = _exp_decimal(Fraction(3 * k, 1001), 200) * Decimal(2) ** 64
+        assert los[k] <= p <= his[k] + 1 and his[k] - los[k] <= 2
+    a, b, t = 70, 3, 5  # sigma2 = 70/3
+    los, his = gaussian_acceptance_table(a, b, t, 200)
+    for y in (0, 4, 23, 199):
+        gamma = Fraction((y * b * t - a) ** 2, 2 * a * b * t * t)
+        p = _exp_decimal(gamma, 200) * Decimal(2) ** 64
+        assert los[y] <= p <= his[y] and his[y] - los[y] <= 2
+
+
+def test_default_source_is_the_os_csprng(monkeypatch):
+    calls = []
+    real = noise.os.urandom
+
+    def counting(n):
+        calls.append(n)
+        return real(n)
+
+    monkeypatch.setattr(noise.os, "urandom", counting)
+    discrete_gaussian(4, 100)
+    discrete_laplace(2, 100)
+    assert calls, "production path must draw from os.urandom"
+
+
+def test_noise_module_has_no_float_inverse_cdf_or_numpy_random():
+    tree = ast.parse(pathlib.Path(noise.__file__).read_text())
+    names = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    forbidden = {"log", "log1p", "log2", "exp", "expm1", "random", "default_rng", "uniform",
+                 "laplace", "normal", "geometric", "randbits"}
+    assert not names & forbidden
+    imports = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for alias in node.names}
+    assert "random" not in imports
+    assert "np.random" not in pathlib.Path(noise.__file__).read_text()
+
+
+def test_shapes_seeds_and_errors():
+    a = discrete_gaussian(3, (4, 5), rng=SeededBitSource(1))
+    b = discrete_gaussian(3, (4, 5), rng=SeededBitSource(1))
+    assert a.shape == (4, 5) and np.array_equal(a, b)
+    assert discrete_laplace(1, 0).shape == (0,)
+    for bad in (0, -1, "x", float("nan")):
+        with pytest.raises(ConfigError):
+            discrete_gaussian(bad, 3)
+    with pytest.raises(ConfigError):
+        discrete_laplace(2.0**60, 3)
+
+
+def test_grid_rounding_and_lattice_release():
+    q = np.array([[0.5, 0.26, -1.0], [0.0, 0.74, 0.333]])
+    k = round_to_grid(q, Fraction(1, 4))
+    assert k.dtype == np.int64
+    assert np.array_equal(k, [[2, 1, -4], [0, 3, 1]])
+    assert np.all(np.abs(q - k / 4) <= 1 / 8)
+    # the sensitivity is the rounded matrix's: max column sum of squares, exactly
+    assert lattice_sensitivity2(k) == max(4 + 0, 1 + 9, 16 + 1)
+    x = np.array([3, 0, 7])
+    values = k @ x
+    released = lattice_release(values, 50, rng=SeededBitSource(2))
+    assert released.dtype == np.int64 and released.shape == values.shape
+    with pytest.raises(ConfigError):
+        lattice_release(values.astype(float), 50)
+    with pytest.raises(ConfigError):
+        round_to_grid([[1e12]], Fraction(1, 1000))
