@@ -11,14 +11,12 @@ the intervals; it draws no randomness.
 
 Bounds come from the alternating Taylor series of exp(-f) for 0 <= f <= 1, whose
 consecutive partial sums bracket the limit (Leibniz criterion, terms f^k/k! are
-non-increasing when f <= 1), evaluated with exact :class:`fractions.Fraction`
-arithmetic, and raised to the m-th power for x = m f with directed (floor/ceil)
+non-increasing when f <= 1), evaluated in fixed-point
+integer arithmetic with every term rounded outward, and raised to the m-th power for x = m f with directed (floor/ceil)
 integer rounding.  See ``docs/privacy.md`` ("Exact sampling").
 """
 
 from __future__ import annotations
-
-from fractions import Fraction
 
 __all__ = ["exp_neg_bounds", "exp_bounds", "geometric_table", "gaussian_acceptance_table",
            "to_u64_bounds"]
@@ -45,23 +43,30 @@ def exp_neg_bounds(n: int, d: int, precision: int) -> tuple[int, int]:
     # Raising to the m-th power multiplies the absolute error of the base by at most m
     # (the base is <= 1), so m.bit_length() guard bits plus slack keep the result tight.
     work = precision + m.bit_length() + 8
-    f = Fraction(n, d * m)
-    term = Fraction(1)
-    partial = Fraction(1)
+    # Fixed-point series with every term bracketed: term_k in [t_lo, t_hi] * 2^-guard.
+    # Partial sums of an alternating series with non-increasing terms bracket the limit,
+    # and the first omitted term bounds the remainder.
+    guard = work + 16
+    dm = d * m
+    t_lo = t_hi = 1 << guard
+    low = high = 1 << guard
     k = 0
-    threshold = Fraction(1, 1 << (work + 2))
-    previous = partial
     while True:
         k += 1
-        term = term * f / k
-        previous = partial
-        partial = partial - term if k % 2 else partial + term
-        if term < threshold:
+        t_lo = (t_lo * n) // (dm * k)
+        t_hi = -((-t_hi * n) // (dm * k))
+        if t_hi <= 1:
+            low -= t_hi + 1
+            high += t_hi + 1
             break
-    low, high = (partial, previous) if partial < previous else (previous, partial)
-    scale = 1 << work
-    base_lo = (low.numerator * scale) // low.denominator
-    base_hi = -((-high.numerator * scale) // high.denominator)
+        if k % 2:
+            low -= t_hi
+            high -= t_lo
+        else:
+            low += t_lo
+            high += t_hi
+    base_lo = max(low, 0) >> (guard - work)
+    base_hi = -((-high) >> (guard - work))
     if m == 1:
         lo, hi = base_lo, base_hi
     else:
