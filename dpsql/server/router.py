@@ -1,0 +1,202 @@
+"""Classify one SQL statement for the wire server, from sqlglot's AST and tokens.
+
+Routes:
+
+* ``empty`` — only whitespace/comments (EmptyQueryResponse);
+* ``session`` — SET/SHOW/RESET, transaction control, SAVEPOINT/RELEASE, DISCARD,
+  DEALLOCATE: answered by the connection itself, never by data;
+* ``local`` — a FROM-less SELECT of session functions (``pg_backend_pid()``, ``version()``,
+  ``current_user``, …) whose answer must describe *this* server and user;
+* ``catalog`` — relations only from ``pg_catalog``/``information_schema`` (or none at all):
+  sent to the schema-only shadow PostgreSQL, which holds no rows;
+* ``engine`` — reads a private table: compiled and answered by the DP engine;
+* ``error`` — refused with a SQLSTATE (writes 25006, COPY/cursors 0A000, mixing private and
+  catalog relations 0A000, unknown relations 42P01).
+
+Data SQL is never routed by matching its text: tables come from the AST.  Session-control
+statements are recognised by their leading *token* because sqlglot parses several of them
+(``SAVEPOINT x``, ``DISCARD ALL``) as aliases; they never carry data.  A statement sqlglot
+cannot parse goes to the engine when any identifier token names a private table (the engine
+then reports the syntax error with its position), otherwise to the shadow, which cannot leak
+because it holds no rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
+
+CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
+SESSION_WORDS = frozenset({"SET", "SHOW", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT",
+                           "SAVEPOINT", "RELEASE", "DISCARD", "DEALLOCATE", "UNLISTEN"})
+LOCAL_FUNCTIONS = frozenset({"pg_backend_pid", "version", "current_database", "current_schema",
+                             "current_user", "session_user", "current_catalog", "user"})
+_LOCAL_NODES = {exp.CurrentUser: "current_user", exp.SessionUser: "session_user",
+                exp.CurrentSchema: "current_schema", exp.CurrentDatabase: "current_database",
+                exp.CurrentCatalog: "current_catalog", exp.CurrentVersion: "version"}
+_WRITE_NODES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge,
+                exp.TruncateTable)
+_TOKENIZER = Postgres.Tokenizer()
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str                       # empty | session | local | catalog | engine | error
+    words: tuple[str, ...] = ()     # session: the statement's tokens (upper-cased keywords)
+    tokens: tuple = ()              # session: raw sqlglot tokens
+    items: tuple = ()               # local: (column name, function name or literal value)
+    sqlstate: str = ""
+    message: str = ""
+    hint: str | None = None
+    tag: str = "SELECT"
+    tree: object = field(default=None, compare=False)
+
+
+def _tokens(sql: str):
+    try:
+        return _TOKENIZER.tokenize(sql)
+    except (TokenError, ValueError):
+        return None
+
+
+def _parse(sql: str):
+    logger = logging.getLogger("sqlglot")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        trees = sqlglot.parse(sql, read="postgres")
+    except (ParseError, TokenError, ValueError, RecursionError):
+        return None
+    finally:
+        logger.setLevel(level)
+    trees = [t for t in trees if t is not None]
+    return trees[0] if len(trees) == 1 else None
+
+
+def _cte_names(tree: exp.Expression) -> set[str]:
+    return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+
+
+def _relations(tree: exp.Expression, private: set[str]) -> tuple[set, set, set]:
+    """(private tables, catalog relations, unknown relations) referenced by the statement."""
+    ctes = _cte_names(tree)
+    found_private, found_catalog, unknown = set(), set(), set()
+    for table in tree.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier):
+            continue  # table functions: generate_series(…), unnest(…)
+        name = table.name.lower()
+        schema = table.db.lower() if table.db else ""
+        if schema in CATALOG_SCHEMAS or (not schema and (name.startswith("pg_") or name in ("_pg_expandarray",))):
+            found_catalog.add(f"{schema + '.' if schema else ''}{name}")
+        elif not schema and name in ctes:
+            continue
+        elif schema in ("", "public") and name in private:
+            found_private.add(name)
+        else:
+            unknown.add(f"{schema + '.' if schema else ''}{name}")
+    return found_private, found_catalog, unknown
+
+
+def _local_items(tree: exp.Select):
+    """The SELECT list as (name, source) pairs when every item is a session function or literal."""
+    if tree.args.get("from_") or tree.args.get("from") or tree.args.get("where") or tree.args.get("joins"):
+        return None
+    items = []
+    for node in tree.expressions:
+        alias = node.alias if isinstance(node, exp.Alias) else None
+        inner = node.this if isinstance(node, exp.Alias) else node
+        if isinstance(inner, exp.Dot) and isinstance(inner.this, exp.Identifier) \
+                and inner.this.name.lower() == "pg_catalog":
+            inner = inner.expression
+        func = None
+        if type(inner) in _LOCAL_NODES:
+            func = _LOCAL_NODES[type(inner)]
+        elif isinstance(inner, exp.Anonymous) and inner.name.lower() in LOCAL_FUNCTIONS and not inner.expressions:
+            func = inner.name.lower()
+        elif isinstance(inner, exp.Column) and not inner.table and inner.name.lower() in LOCAL_FUNCTIONS:
+            func = inner.name.lower()
+        if func is None:
+            return None
+        items.append((alias or func, func))
+    return tuple(items) if items else None
+
+
+def route(sql: str, private_tables) -> Route:
+    private = {t.lower() for t in private_tables}
+    tokens = _tokens(sql)
+    if tokens is not None:
+        tokens = [t for t in tokens if t.token_type != TokenType.SEMICOLON]
+    if tokens is not None and not tokens:
+        return Route("empty")
+    if tokens:
+        head = tokens[0].text.upper()
+        if head in SESSION_WORDS:
+            words = tuple(t.text.upper() if t.token_type not in (TokenType.STRING, TokenType.IDENTIFIER)
+                          else t.text for t in tokens)
+            return Route("session", words=words, tokens=tuple(tokens))
+        if head in ("DECLARE", "FETCH", "MOVE", "CLOSE", "COPY", "LISTEN", "NOTIFY", "LOCK", "CALL", "DO",
+                    "PREPARE", "EXECUTE"):
+            return Route("error", sqlstate="0A000", message=f"{head} is not supported by dpsql",
+                         hint="send plain SELECT statements; results are returned in full")
+        if head in ("VACUUM", "ANALYZE", "CHECKPOINT", "REINDEX", "CLUSTER", "GRANT", "REVOKE", "COMMENT",
+                    "REFRESH", "SECURITY", "IMPORT", "TRUNCATE"):
+            return Route("error", sqlstate="25006", message=f"cannot execute {head} in a read-only transaction")
+    tree = _parse(sql)
+    if tree is None:
+        names = {t.text.lower() for t in tokens or () if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
+        return Route("engine") if names & private else Route("catalog")
+    if isinstance(tree, exp.Command) and str(tree.this).upper() == "EXPLAIN":
+        names = {t.text.lower() for t in tokens or () if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
+        return Route("engine", tag="EXPLAIN") if names & private else Route("catalog", tag="EXPLAIN")
+    if isinstance(tree, exp.Copy):
+        return Route("error", sqlstate="0A000", message="COPY is not supported by dpsql",
+                     hint="run the aggregate query directly")
+    if isinstance(tree, _WRITE_NODES):
+        verb = tree.key.upper().replace("TRUNCATETABLE", "TRUNCATE")
+        return Route("error", sqlstate="25006", message=f"cannot execute {verb} in a read-only transaction",
+                     hint="dpsql answers queries only; data is loaded by the operator")
+    if not isinstance(tree, (exp.Query, exp.Values)):
+        return Route("error", sqlstate="0A000", message="statement not supported by dpsql",
+                     hint="send SELECT statements")
+    found_private, found_catalog, unknown = _relations(tree, private)
+    if found_private and (found_catalog or unknown):
+        return Route("error", sqlstate="0A000",
+                     message="a query cannot combine private tables with catalog or other relations",
+                     hint="query the private table on its own")
+    if found_private:
+        return Route("engine", tree=tree)
+    if unknown:
+        name = sorted(unknown)[0]
+        return Route("error", sqlstate="42P01", message=f'relation "{name}" does not exist',
+                     hint=f"private tables: {', '.join(sorted(private))}" if private else None)
+    if isinstance(tree, exp.Select) and not found_catalog:
+        items = _local_items(tree)
+        if items is not None:
+            return Route("local", items=items, tree=tree)
+    return Route("catalog", tree=tree)
+
+
+def qmark_parameters(tree: exp.Expression) -> tuple[str, list[int]] | None:
+    """Rewrite ``$n`` parameters to ``?`` for the DP compiler.
+
+    Returns the SQL and, for each ``?`` in the compiler's binding order (pre-order walk, as
+    ``dpsql.sql.parse`` does), the 0-based index of the client's parameter; None when the
+    statement has no ``$n`` parameters (the original text is then used unchanged)."""
+    tree = tree.copy()
+    params = [n for n in tree.walk() if isinstance(n, exp.Parameter)]
+    if not params:
+        return None
+    order: list[int] = []
+    for node in params:
+        try:
+            order.append(int(node.this.name) - 1)
+        except (AttributeError, ValueError):
+            return None
+        node.replace(exp.Placeholder())
+    return tree.sql("postgres"), order
