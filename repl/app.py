@@ -1,0 +1,284 @@
+"""The ``Shell``: a prompt-toolkit session over one dpsql connection.
+
+The loop reads a buffer until every statement in it ends with ``;`` (a meta-command ends
+at Enter), runs each item, and prints the private answers as aligned tables with their
+error bounds.  The same ``Shell`` runs scripts (``-c`` / ``-f``) with ``interactive=False``:
+no prompt, no pager, no spinner, and the first error stops the script.
+
+The bottom toolbar shows who is querying, what budget they have left (ρ, and ε at the
+configured δ) and which model version answered last, because in a DP engine the budget
+is the one resource an analyst must watch while working.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import IO, Callable, TypeVar
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.enums import EditingMode
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings
+
+from dpsql import errors
+from repl import render, work
+from repl.commands import MetaCommands, completion_table
+from repl.completion import SqlCompleter
+from repl.lexer import STYLE, SqlLexer
+from repl.statements import Item, is_complete, parse_meta, split_script
+
+T = TypeVar("T")
+
+
+def history_path() -> Path:
+    """``$DPSQL_HISTORY``, else ``$XDG_DATA_HOME/dpsql/history`` (``~/.local/share`` by default)."""
+    explicit = os.environ.get("DPSQL_HISTORY")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "dpsql" / "history"
+
+
+def _open_history(path: Path | None) -> History:
+    """A file history, or an in-memory one when the data directory cannot be written
+    (a read-only home must not stop the analyst from working)."""
+    if path is None:
+        return InMemoryHistory()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=True)
+    except OSError:
+        return InMemoryHistory()
+    return FileHistory(str(path))
+
+
+class Shell:
+    """One analyst's shell.  ``input``/``output`` are prompt-toolkit objects (pipe input and a
+    dummy output in tests); ``out`` receives results and ``err`` errors."""
+
+    def __init__(self, connection, *, out: IO[str] | None = None, err: IO[str] | None = None,
+                 input=None, output=None, interactive: bool = True, vi: bool = False,
+                 errors_mode: str = "ci95", pager: bool = True, timing: bool = True,
+                 history: Path | None | str = "default") -> None:
+        self.connection = connection
+        self.session = connection.session
+        self.out = out if out is not None else sys.stdout
+        self.err = err if err is not None else (out if out is not None else sys.stderr)
+        self.input = input
+        self.output = output
+        self.interactive = interactive
+        self.vi = vi
+        self.errors = errors_mode
+        self.pager = pager
+        self.timing = timing
+        self.expanded = False
+        self.done = False
+        self.workload: list[str] | None = None
+        self.workload_source = ""
+        self.csv_path: str | None = None
+        self.model_version: int | None = None
+        self.model_note = ""
+        self._budget: dict | None = None
+        self.commands = MetaCommands(self)
+        self._plain_answers()
+        self.refresh_status()
+        self.prompt_session: PromptSession | None = None
+        if interactive:
+            hist = _open_history(history_path() if history == "default" else
+                                 (Path(history) if history is not None else None))
+            self.prompt_session = self._make_prompt(hist)
+
+    # -- setup ---------------------------------------------------------------------------
+    def _plain_answers(self) -> None:
+        """The shell prints each value with its error itself, so the engine must not add
+        separate error columns to the rows."""
+        if self.session.settings.get("dpsql.error_columns", "off") != "off":
+            self.connection.cursor().execute("SET dpsql.error_columns = 'off'")
+
+    def catalog(self):
+        return self.session.engine.catalog
+
+    def ledger_entries(self) -> list:
+        return list(self.session.engine.ledger.entries())
+
+    def _make_prompt(self, history: History) -> PromptSession:
+        kb = KeyBindings()
+        complete = Condition(lambda: is_complete(self.prompt_session.default_buffer.text))
+
+        @kb.add("enter", filter=complete)
+        def _submit(event) -> None:
+            event.current_buffer.validate_and_handle()
+
+        return PromptSession(
+            message=[("class:prompt", "dpsql=> ")], multiline=True,
+            prompt_continuation=lambda width, line, wrap: [("class:prompt", "...> ".rjust(width))],
+            lexer=SqlLexer(), completer=SqlCompleter(self.catalog, completion_table()),
+            complete_while_typing=False, history=history, key_bindings=kb, style=STYLE,
+            bottom_toolbar=self.toolbar, editing_mode=EditingMode.VI if self.vi else EditingMode.EMACS,
+            include_default_pygments_style=False, input=self.input, output=self.output,
+            enable_history_search=False, search_ignore_case=True)
+
+    def set_vi(self, on: bool) -> None:
+        self.vi = on
+        if self.prompt_session is not None:
+            self.prompt_session.editing_mode = EditingMode.VI if on else EditingMode.EMACS
+
+    # -- status --------------------------------------------------------------------------
+    def refresh_status(self) -> None:
+        try:
+            self._budget = self.session.budget()
+        except errors.Error:
+            self._budget = None
+
+    def toolbar(self):
+        from dpsql.privacy.accountant import rho_to_epsilon
+
+        parts = [("class:bottom-toolbar.key", " user "), ("", str(self.session.user))]
+        b = self._budget
+        if b is None:
+            parts += [("class:bottom-toolbar.key", "  budget "), ("", "unavailable")]
+        else:
+            rho = float(b["remaining_rho"])
+            delta = float(b["delta"])
+            eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
+            style = "class:bottom-toolbar.warn" if rho <= 0 else ""
+            parts += [("class:bottom-toolbar.key", "  left "),
+                      (style, f"ε={eps:.4g} (δ={delta:g}) ρ={rho:.4g}")]
+        model = f"v{self.model_version}" if self.model_version else "none yet"
+        if self.model_note:
+            model += f" ({self.model_note})"
+        parts += [("class:bottom-toolbar.key", "  model "), ("", model),
+                  ("class:bottom-toolbar.key", "  errors "), ("", self.errors),
+                  ("class:bottom-toolbar.key", "  keys "), ("", "vi" if self.vi else "emacs"), ("", " ")]
+        return parts
+
+    # -- output --------------------------------------------------------------------------
+    def _write(self, stream: IO[str], lines: list[str]) -> None:
+        stream.write("\n".join(lines) + "\n")
+        stream.flush()
+
+    def note(self, text: str) -> None:
+        self._write(self.out, [text])
+
+    def emit(self, lines: list[str]) -> None:
+        """Print ``lines``, through the pager when they would not fit on the screen."""
+        if self.interactive and self.pager and len(lines) > self._screen_rows() - 2:
+            from repl.pager import page
+            page(lines, input=self.input, output=self.output)
+            return
+        self._write(self.out, lines)
+
+    def _screen_rows(self) -> int:
+        if self.prompt_session is not None:
+            return self.prompt_session.app.output.get_size().rows
+        return 10 ** 9
+
+    def show_error(self, exc: BaseException, sql: str | None = None, where: str | None = None) -> None:
+        lines = render.error_lines(exc, sql)
+        if where:
+            lines.append(f"({where})")
+        self._write(self.err, lines)
+
+    def confirm(self, question: str) -> bool:
+        """Ask a yes/no question; anything but yes (including Ctrl-C) is no."""
+        asker: PromptSession = PromptSession(input=self.input, output=self.output)
+        try:
+            answer = asker.prompt(question)
+        except (KeyboardInterrupt, EOFError):
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
+    def set_csv(self, path: str | None) -> None:
+        if path is None:
+            if self.csv_path:
+                self.note(f"Results go to the screen again (was {self.csv_path}).")
+            self.csv_path = None
+            return
+        target = Path(os.path.expanduser(path))
+        try:
+            target.write_text("", encoding="utf-8")
+        except OSError as exc:
+            raise errors.InterfaceError(f"cannot write {path}: {exc.strerror or exc}") from None
+        self.csv_path = str(target)
+        self.note(f"Query results now go to {target} as CSV (\\o alone to stop).")
+
+    # -- running -------------------------------------------------------------------------
+    def work(self, fn: Callable[[], T], label: str) -> T:
+        return work.run(fn, label, input=self.input, output=self.output, interactive=self.interactive)
+
+    def run_sql(self, sql: str, where: str | None = None) -> bool:
+        cursor = self.connection.cursor()  # a fresh cursor: a cancelled run may still hold the old one
+        try:
+            result = self.work(lambda: cursor.execute(sql).result, "answering")
+        except errors.Error as exc:
+            self.show_error(exc, sql, where)
+            return False
+        version = getattr(result, "model_version", 0)
+        if version:
+            if version != self.model_version:
+                self.model_note = ""
+            self.model_version = version
+        if self.csv_path and result.columns:
+            with open(self.csv_path, "a", encoding="utf-8", newline="") as fh:
+                if fh.tell() > 0:
+                    fh.write("\n")
+                n = render.write_csv(result, fh)
+            self.note(f"({n} row{'' if n == 1 else 's'} written to {self.csv_path})")
+            return True
+        self.emit(render.result_lines(result, self.errors, expanded=self.expanded, timing=self.timing))
+        return True
+
+    def run_item(self, item: Item, where: str | None = None) -> bool:
+        try:
+            if item.kind == "meta":
+                return self.commands.dispatch(parse_meta(item.text))
+            return self.run_sql(item.text, where)
+        except work.Cancelled:
+            self._write(self.err, ["Cancelled (any work still running finishes in the background; "
+                                   "its result is discarded)."])
+            return False
+        except errors.Error as exc:
+            self.show_error(exc, where=where)
+            return False
+        finally:
+            self.refresh_status()
+
+    def run_text(self, text: str, *, source: str | None = None, stop_on_error: bool = False) -> bool:
+        """Run every statement and meta-command in ``text``; False if any failed."""
+        ok = True
+        for item in split_script(text):
+            where = None
+            if source:
+                where = f"{source}, line {text.count(chr(10), 0, item.offset) + 1}"
+            if not self.run_item(item, where):
+                ok = False
+                if stop_on_error:
+                    break
+            if self.done:
+                break
+        return ok
+
+    def run(self) -> int:
+        """The interactive loop; returns the exit code."""
+        if self.prompt_session is None:
+            raise errors.InterfaceError("this shell was created for scripts",
+                                        hint="create it with interactive=True")
+        self.note("dpsql shell: SQL ends with ;   \\help for commands, \\q to quit")
+        while not self.done:
+            try:
+                text = self.prompt_session.prompt()
+            except KeyboardInterrupt:
+                continue
+            except EOFError:
+                break
+            self.run_text(text)
+        return 0
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+__all__ = ["Shell", "history_path"]

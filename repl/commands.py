@@ -1,0 +1,335 @@
+"""The shell's backslash meta-commands (``\\d``, ``\\budget``, ``\\plan``, ``\\measure``, …).
+
+Each command is a method taking the argument text and returning whether it succeeded
+(scripts stop at the first failure).  They reach dpsql only through the session's public
+commands and the catalog of declared domains; ``\\measure`` always states what it would
+spend and asks first, because a privacy charge cannot be taken back.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from dpsql import errors
+from repl import render
+from repl.statements import Meta, split_script
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from repl.app import Shell
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    usage: str
+    help: str
+    arg: str | None  # what completion offers for the argument
+
+
+COMMANDS = [
+    Command("d", "\\d [TABLE]", "list tables, or a table's columns, types and declared domains", "table"),
+    Command("budget", "\\budget", "budget spent and remaining (you, all users, per user) and ledger entries", None),
+    Command("explain", "\\explain SQL", "compiled factors, supporting measurements, expected error, cost", "sql"),
+    Command("workload", "\\workload [FILE]", "load the SQL statements to plan from FILE (show them without FILE)", "file"),
+    Command("plan", "\\plan [TABLE]", "plan a measurement strategy for the workload (spends nothing)", "table"),
+    Command("measure", "\\measure [-y] [TABLE]", "measure the planned strategy (states the cost and asks first)", "table"),
+    Command("timing", "\\timing [on|off]", "show how long each statement took", None),
+    Command("x", "\\x [on|off]", "expanded display: one block per row", None),
+    Command("o", "\\o [FILE]", "write query results to FILE as CSV (no FILE: back to the screen)", "file"),
+    Command("errors", "\\errors ci95|stderr|off", "show 95% intervals, standard errors, or no error", "errors"),
+    Command("set", "\\set [NAME VALUE]", "settings: vi, timing, expanded, errors, pager (no args: show all)", "set"),
+    Command("help", "\\help", "this list", None),
+    Command("q", "\\q", "quit (also Ctrl-D)", None),
+]
+ALIASES = {"?": "help", "h": "help", "quit": "q", "exit": "q", "dt": "d"}
+
+
+def completion_table() -> dict[str, str | None]:
+    """Command names (aliases included) and their argument kinds, for the completer."""
+    kinds = {c.name: c.arg for c in COMMANDS}
+    for alias, target in ALIASES.items():
+        if alias.isalpha():
+            kinds[alias] = kinds[target]
+    return kinds
+
+
+def _on_off(arg: str, current: bool, what: str) -> bool:
+    word = arg.strip().lower()
+    if not word:
+        return not current
+    if word in ("on", "true", "yes", "1"):
+        return True
+    if word in ("off", "false", "no", "0"):
+        return False
+    raise errors.ProgrammingError(f"{what} takes on or off, not {arg!r}", hint=f"e.g. \\{what} on")
+
+
+def _wrap_list(items: list[str], width: int) -> list[str]:
+    """Comma-separated items broken into lines of at most ``width`` characters."""
+    lines, cur = [], ""
+    for k, item in enumerate(items):
+        piece = item + ("," if k < len(items) - 1 else "")
+        if cur and len(cur) + 1 + len(piece) > width:
+            lines.append(cur)
+            cur = piece
+        else:
+            cur = f"{cur} {piece}" if cur else piece
+    if cur or not lines:
+        lines.append(cur)
+    return lines
+
+
+def _num(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def describe_domain(attr) -> list[str]:
+    """The declared domain of one attribute as display items (public metadata only)."""
+    kind = getattr(attr, "kind", "?")
+    if kind == "categorical":
+        skip = {attr.null_index, attr.other_index}
+        items = [repr(str(lab)) for i, lab in enumerate(attr.labels()) if i not in skip and lab is not None]
+        if attr.other_index is not None:
+            items.append("(any other value)")
+    elif kind == "integer":
+        edges = getattr(attr, "edges", None)
+        if edges:
+            items = [f"{attr.lo}..{attr.hi}", "bins start at " + " ".join(str(e) for e in edges)]
+        else:
+            w = getattr(attr, "bin_width", 1)
+            items = [f"{attr.lo}..{attr.hi}"] + ([f"bins of {w}"] if w != 1 else [])
+    elif kind == "numeric":
+        items = ["edges " + " ".join(_num(e) for e in attr.edges)]
+    else:
+        items = [str(x) for x in attr.labels()]
+    if attr.nullable:
+        items.append("NULL")
+    return items
+
+
+class MetaCommands:
+    """Dispatches ``Meta`` commands to methods ``do_<name>``."""
+
+    def __init__(self, shell: "Shell") -> None:
+        self.shell = shell
+
+    def dispatch(self, meta: Meta) -> bool:
+        name = ALIASES.get(meta.name, meta.name)
+        handler: Callable[[str], bool] | None = getattr(self, f"do_{name}", None)
+        if handler is None:
+            raise errors.ProgrammingError(f"unknown command \\{meta.name}", hint="\\help lists the commands")
+        return handler(meta.arg)
+
+    # -- catalog -------------------------------------------------------------------------
+    def do_d(self, arg: str) -> bool:
+        catalog = self.shell.catalog()
+        name = arg.strip().strip('"').rstrip(";")
+        if not name:
+            rows = [(t, str(len(s.column_names)), f"{s.domain.size():,}") for t, s in sorted(catalog.items())]
+            self.shell.emit(["Private tables"] + render.grid_lines(["table", "columns", "domain cells"], rows, right=(1, 2)))
+            return True
+        if name not in catalog:
+            raise errors.UnknownTableError(f"table {name!r} is not a private table of this configuration",
+                                           hint=f"tables: {', '.join(sorted(catalog))}")
+        schema = catalog[name]
+        rows = []
+        for col in schema.column_names:
+            attr = schema.attribute(col)
+            sql_type = getattr(attr, "sql_type", "") or ""
+            items = _wrap_list(describe_domain(attr), 60)
+            rows.append((col, f"{attr.kind} ({sql_type.lower()})" if sql_type else attr.kind,
+                         "yes" if attr.nullable else "no", f"{attr.size:,}", items[0]))
+            rows += [("", "", "", "", more) for more in items[1:]]
+        lines = [f"Table {name!r} (declared domain; {schema.domain.size():,} cells)"]
+        lines += render.grid_lines(["column", "type", "null", "cells", "domain"], rows, right=(3,))
+        self.shell.emit(lines)
+        return True
+
+    # -- budget --------------------------------------------------------------------------
+    def do_budget(self, arg: str) -> bool:
+        from dpsql.privacy.accountant import rho_to_epsilon
+
+        b = self.shell.session.budget()
+        delta = float(b["delta"])
+
+        def eps(rho) -> str:
+            rho = float(rho)
+            return f"{rho_to_epsilon(rho, delta):.4g}" if rho > 0 else "0"
+
+        lines = [f"Budget (ε at δ = {delta:g})"]
+        lines += render.grid_lines(
+            ["who", "spent ρ", "remaining ρ", "remaining ε"],
+            [(f"you ({b['user']})", f"{float(b['spent_rho']):.6g}", f"{float(b['remaining_rho']):.6g}",
+              eps(b["remaining_rho"])),
+             ("all users", f"{float(b['total_spent_rho']):.6g}", f"{float(b['total_remaining_rho']):.6g}",
+              eps(b["total_remaining_rho"]))], right=(1, 2, 3))
+        charges = [e for e in self.shell.ledger_entries() if e.kind == "charge"]
+        per_user: dict[str, list] = {}
+        for e in charges:
+            per_user.setdefault(e.principal or "?", []).append(float(e.rho or 0))
+        if per_user:
+            lines += ["", "Spent per user"]
+            lines += render.grid_lines(["user", "charges", "spent ρ"],
+                                       [(u, str(len(v)), f"{math.fsum(v):.6g}") for u, v in sorted(per_user.items())],
+                                       right=(1, 2))
+            lines += ["", "Ledger charges"]
+            lines += render.grid_lines(
+                ["#", "when", "user", "ρ", "purpose"],
+                [(str(e.seq), str(e.created)[:19], e.principal or "", f"{float(e.rho or 0):.6g}",
+                  str((e.mechanism or {}).get("purpose", ""))) for e in charges], right=(0, 3))
+        else:
+            lines += ["", "The ledger has no charges yet."]
+        self.shell.emit(lines)
+        return True
+
+    # -- explain, workload, plan, measure -------------------------------------------------
+    def do_explain(self, arg: str) -> bool:
+        sql = arg.strip().rstrip(";").strip()
+        if not sql:
+            raise errors.ProgrammingError("\\explain needs a query", hint="e.g. \\explain SELECT sex, COUNT(*) FROM adult GROUP BY sex")
+        try:
+            text = self.shell.work(lambda: self.shell.session.explain(sql), "explaining")
+        except errors.Error as exc:
+            self.shell.show_error(exc, sql)
+            return False
+        self.shell.emit(str(text).splitlines())
+        return True
+
+    def do_workload(self, arg: str) -> bool:
+        path = arg.strip()
+        if not path:
+            if self.shell.workload is None:
+                self.shell.note("Workload: the configuration's [workload] (load another with \\workload FILE)")
+            else:
+                self.shell.emit([f"Workload: {len(self.shell.workload)} statements from {self.shell.workload_source}"]
+                                + [f"  {q}" for q in self.shell.workload])
+            return True
+        file = Path(os.path.expanduser(path))
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise errors.InterfaceError(f"cannot read workload file {path}: {exc.strerror or exc}") from None
+        queries = [it.text for it in split_script(text) if it.kind == "sql"]
+        if not queries:
+            raise errors.ProgrammingError(f"{path} holds no SQL statements", hint="statements end with ;")
+        self.shell.workload = queries
+        self.shell.workload_source = str(file)
+        self.shell.note(f"Loaded {len(queries)} statements from {file}; \\plan plans them, \\measure measures.")
+        return True
+
+    def do_plan(self, arg: str) -> bool:
+        table = arg.strip() or None
+        queries = self.shell.workload
+        report = self.shell.work(lambda: self.shell.session.plan(table, queries=queries), "planning")
+        s = report.strategy
+        lines = [f"Strategy for table {report.table}: {getattr(s, 'operator', '?')}, "
+                 f"{len(s.blocks)} measurement blocks, planned in {render.describe_seconds(report.seconds)}"]
+        if getattr(s, "explanation", None):
+            lines += str(s.explanation).splitlines()
+        lines += render.kv_lines([
+            ("workload", f"{report.queries} queries, {report.rows:,} linear query rows"),
+            ("budget", f"ρ = {report.rho:.6g}"),
+            ("expected RMSE", f"{report.rmse:,.2f} per query row"),
+            ("baseline RMSE", f"{report.baseline_rmse:,.2f} (each query on its own, budget split evenly)"),
+        ])
+        self.shell.emit(lines)
+        return True
+
+    def do_measure(self, arg: str) -> bool:
+        from dpsql.privacy.accountant import rho_to_epsilon
+
+        words = arg.split()
+        yes = any(w in ("-y", "--yes") for w in words)
+        rest = [w for w in words if w not in ("-y", "--yes")]
+        table = rest[0] if rest else None
+        session = self.shell.session
+        rho = float(session.measure_cost(table))
+        budget = session.budget()
+        delta = float(budget["delta"])
+        eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
+        remaining = float(budget["remaining_rho"])
+        question = (f"Measuring spends ρ = {rho:.6g} (ε = {eps:.4g} at δ = {delta:g}) of your remaining "
+                    f"ρ = {remaining:.6g}. Measure now? [y/N] ")
+        if not yes:
+            if not self.shell.interactive:
+                raise errors.ProgrammingError(
+                    f"\\measure would spend ρ = {rho:.6g}; a script must confirm it explicitly",
+                    hint="write \\measure -y to spend the budget without asking")
+            if not self.shell.confirm(question):
+                self.shell.note("Nothing measured; nothing spent.")
+                return True
+        report = self.shell.work(lambda: session.measure(table), "measuring")
+        if report.reused:
+            self.shell.note("Already measured: re-using the released measurements (nothing spent).")
+        else:
+            self.shell.note(f"Measured {report.blocks} blocks ({report.cells:,} cells) on {report.table}: "
+                            f"spent ρ = {float(report.rho):.6g} in {render.describe_seconds(report.seconds)}.")
+        self.shell.model_note = "refit on next query"
+        return True
+
+    # -- display settings ----------------------------------------------------------------
+    def do_timing(self, arg: str) -> bool:
+        self.shell.timing = _on_off(arg, self.shell.timing, "timing")
+        self.shell.note(f"Timing is {'on' if self.shell.timing else 'off'}.")
+        return True
+
+    def do_x(self, arg: str) -> bool:
+        self.shell.expanded = _on_off(arg, self.shell.expanded, "x")
+        self.shell.note(f"Expanded display is {'on' if self.shell.expanded else 'off'}.")
+        return True
+
+    def do_errors(self, arg: str) -> bool:
+        mode = arg.strip().lower()
+        if mode not in render.ERROR_MODES:
+            raise errors.ProgrammingError(f"\\errors takes ci95, stderr or off, not {arg!r}",
+                                          hint="ci95: ± half-width of the 95% interval; stderr: ± one standard error")
+        self.shell.errors = mode
+        self.shell.note(f"Errors shown as {mode}.")
+        return True
+
+    def do_o(self, arg: str) -> bool:
+        self.shell.set_csv(arg.strip() or None)
+        return True
+
+    def do_set(self, arg: str) -> bool:
+        parts = arg.split(None, 1)
+        if not parts:
+            s = self.shell
+            self.shell.emit(render.kv_lines([
+                ("vi", "on" if s.vi else "off"), ("timing", "on" if s.timing else "off"),
+                ("expanded", "on" if s.expanded else "off"), ("errors", s.errors),
+                ("pager", "on" if s.pager else "off"), ("output", s.csv_path or "screen")]))
+            return True
+        name, value = parts[0].lower(), (parts[1] if len(parts) > 1 else "")
+        if name == "vi":
+            self.shell.set_vi(_on_off(value, self.shell.vi, "set vi"))
+            self.shell.note(f"Vi mode is {'on' if self.shell.vi else 'off'}.")
+            return True
+        if name == "pager":
+            self.shell.pager = _on_off(value, self.shell.pager, "set pager")
+            self.shell.note(f"Pager is {'on' if self.shell.pager else 'off'}.")
+            return True
+        if name in ("timing", "x", "expanded", "errors"):
+            target = {"expanded": "x"}.get(name, name)
+            return getattr(self, f"do_{target}")(value)
+        raise errors.ProgrammingError(f"unknown setting {name!r}", hint="settings: vi, timing, expanded, errors, pager")
+
+    def do_help(self, arg: str) -> bool:
+        w = max(len(c.usage) for c in COMMANDS)
+        lines = ["SQL statements end with ;  (Enter inside a statement starts a new line)."]
+        lines += [f"  {c.usage.ljust(w)}  {c.help}" for c in COMMANDS]
+        lines += ["Keys: Tab completes; Ctrl-C cancels the running statement or clears the line;",
+                  "Ctrl-D quits; Ctrl-R searches the history; Alt-Enter submits at once."]
+        self.shell.emit(lines)
+        return True
+
+    def do_q(self, arg: str) -> bool:
+        self.shell.done = True
+        return True
+
+
+__all__ = ["MetaCommands", "COMMANDS", "ALIASES", "completion_table", "describe_domain"]
