@@ -1,0 +1,275 @@
+"""The ledger: never overspent (threads, processes, random interleavings), durable across
+SIGKILL, reuses releases after restart, and detects corruption without ever resetting."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpsql.errors import BudgetExhaustedError, ConfigError, IntegrityError, LedgerCorruptError
+from dpsql.privacy.ledger import Ledger
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_charge_spend_remaining_and_refusal(tmp_path):
+    ledger = Ledger(tmp_path / "l.db", total_rho=Fraction(1, 2),
+                    per_user_rho={"alice": Fraction(1, 4), "*": Fraction(1, 10)})
+    c = ledger.charge("alice", Fraction(1, 8), "strategy:abc", {"noise": "discrete_gaussian",
+                                                                "sigma2": Fraction(7, 2)})
+    assert c.id == 1 and c.rho == Fraction(1, 8) and c.mechanism["sigma2"] == "7/2"
+    assert ledger.spent() == ledger.spent("alice") == Fraction(1, 8)
+    assert ledger.remaining("alice") == Fraction(1, 8)
+    assert ledger.remaining("bob") == Fraction(1, 10)
+    assert ledger.remaining() == Fraction(3, 8)
+    assert ledger.preview("alice", Fraction(1, 8)).fits
+    assert not ledger.preview("alice", Fraction(1, 7)).fits
+    before = ledger.entries()
+    with pytest.raises(BudgetExhaustedError) as info:
+        ledger.charge("alice", Fraction(1, 7), "q2", {})
+    assert info.value.requested_rho == pytest.approx(1 / 7)
+    assert info.value.remaining_rho == pytest.approx(1 / 8)
+    assert info.value.hint and "alice" in info.value.message
+    assert ledger.entries() == before  # nothing was written
+    ledger.charge("alice", Fraction(1, 8), "q3", {})
+    assert ledger.remaining("alice") == 0
+    # a principal with no entry and no "*" default has no budget
+    strict = Ledger(tmp_path / "s.db", total_rho=1, per_user_rho={"alice": 1})
+    with pytest.raises(BudgetExhaustedError):
+        strict.charge("mallory", Fraction(1, 1000), "q", {})
+    with pytest.raises(ConfigError):
+        ledger.charge("alice", 0, "q", {})
+
+
+def test_releases_are_reused_after_restart(tmp_path):
+    path = tmp_path / "l.db"
+    ledger = Ledger(path, total_rho=1)
+    c = ledger.charge("alice", Fraction(1, 10), "fp", {"k": 1})
+    ledger.record_release(c.id, "fp/block0", b"\x01\x02noisy")
+    ledger.record_release(c.id, "fp/block0", b"\x01\x02noisy")  # idempotent
+    with pytest.raises(IntegrityError):
+        ledger.record_release(c.id, "fp/block0", b"different")
+    with pytest.raises(IntegrityError):
+        ledger.record_release(99, "other", b"x")
+    reopened = Ledger(path, total_rho=1)
+    assert reopened.release("fp/block0") == b"\x01\x02noisy"
+    assert reopened.release("never") is None
+    assert reopened.spent() == Fraction(1, 10)
+    kinds = [e.kind for e in reopened.entries()]
+    assert kinds == ["charge", "release"]
+
+
+def test_budget_is_fixed_at_creation(tmp_path):
+    path = tmp_path / "l.db"
+    Ledger(path, total_rho=1)
+    with pytest.raises(ConfigError):
+        Ledger(path, total_rho=2)
+    with pytest.raises(ConfigError):
+        Ledger(path, total_rho=1, per_user_rho=Fraction(1, 2))
+
+
+@settings(max_examples=25, deadline=None)
+@given(total=st.integers(1, 64), user=st.integers(1, 64),
+       ops=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 24)), max_size=14))
+def test_random_interleavings_match_an_exact_model(total, user, ops):
+    with tempfile.TemporaryDirectory() as tmp:
+        total_rho, user_rho = Fraction(total, 64), Fraction(user, 64)
+        ledger = Ledger(Path(tmp) / "l.db", total_rho=total_rho, per_user_rho=user_rho)
+        spent_by: dict[str, Fraction] = {}
+        for who, amount in ops:
+            principal, rho = f"u{who}", Fraction(amount, 64)
+            fits = (sum(spent_by.values(), Fraction(0)) + rho <= total_rho
+                    and spent_by.get(principal, 0) + rho <= user_rho)
+            if fits:
+                ledger.charge(principal, rho, "fp", {})
+                spent_by[principal] = spent_by.get(principal, Fraction(0)) + rho
+            else:
+                with pytest.raises(BudgetExhaustedError):
+                    ledger.charge(principal, rho, "fp", {})
+            assert ledger.spent() == sum(spent_by.values(), Fraction(0)) <= total_rho
+            assert all(ledger.spent(p) == s <= user_rho for p, s in spent_by.items())
+
+
+def test_threads_never_overspend(tmp_path):
+    ledger = Ledger(tmp_path / "l.db", total_rho=Fraction(1, 2))
+    granted: list[Fraction] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        for i in range(12):
+            rho = Fraction(1 + (k * 7 + i) % 5, 100)
+            try:
+                c = ledger.charge(f"t{k}", rho, f"t{k}-{i}", {})
+            except BudgetExhaustedError:
+                continue
+            with lock:
+                granted.append(c.rho)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(granted) == ledger.spent() <= Fraction(1, 2)
+    assert Ledger(tmp_path / "l.db", total_rho=Fraction(1, 2)).spent() == sum(granted)
+
+
+def _process_worker(path: str, principal: str, out) -> None:
+    ledger = Ledger(path, total_rho=1, per_user_rho=Fraction(1, 5))
+    granted = 0
+    for i in range(30):
+        try:
+            ledger.charge(principal, Fraction(1, 100), f"{principal}-{i}", {"i": i})
+            granted += 1
+        except BudgetExhaustedError:
+            pass
+    out.put((principal, granted))
+
+
+def test_eight_processes_never_overspend(tmp_path):
+    path = str(tmp_path / "l.db")
+    Ledger(path, total_rho=1, per_user_rho=Fraction(1, 5))
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_process_worker, args=(path, f"p{k}", out)) for k in range(8)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    ledger = Ledger(path, total_rho=1, per_user_rho=Fraction(1, 5))
+    # demand (8 x 30 x 1/100) exceeds the budget, so it is used up exactly, never more
+    assert ledger.spent() == Fraction(sum(results.values()), 100) == 1
+    assert all(ledger.spent(p) == Fraction(n, 100) <= Fraction(1, 5) for p, n in results.items())
+    assert len(ledger.entries()) == 100
+
+
+_CHILD = r"""
+import sys, time
+from fractions import Fraction
+from dpsql.privacy.ledger import Ledger
+ledger = Ledger(sys.argv[1], total_rho=1)
+mode = sys.argv[2]
+if mode == "one":
+    c = ledger.charge("alice", Fraction(1, 10), "fp", {"sigma2": 12})
+    print(c.id, flush=True)           # charge is durable: the engine would now add noise
+    time.sleep(600)                   # ... and is killed before record_release
+else:
+    for i in range(10_000):
+        c = ledger.charge("bob", Fraction(1, 10_000), f"fp{i}", {})
+        print(c.id, flush=True)
+"""
+
+
+def _spawn(path: Path, mode: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-c", _CHILD, str(path), mode],
+                            stdout=subprocess.PIPE, text=True, env=env)
+
+
+def test_sigkill_between_charge_and_release_keeps_the_charge(tmp_path):
+    path = tmp_path / "l.db"
+    Ledger(path, total_rho=1)
+    child = _spawn(path, "one")
+    charge_id = int(child.stdout.readline())
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    ledger = Ledger(path, total_rho=1)
+    assert ledger.spent() == Fraction(1, 10)          # paid, kept
+    assert [e.seq for e in ledger.entries()] == [charge_id]
+    assert ledger.release("fp") is None               # never released
+    ledger.charge("alice", Fraction(1, 10), "fp-retry", {})
+    assert ledger.spent() == Fraction(2, 10)          # a retry pays again: safe direction
+
+
+def test_sigkill_during_a_stream_of_charges_loses_nothing(tmp_path):
+    path = tmp_path / "l.db"
+    Ledger(path, total_rho=1)
+    child = _spawn(path, "many")
+    seen = [int(child.stdout.readline()) for _ in range(25)]
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    ledger = Ledger(path, total_rho=1)                # full chain verification on open
+    ids = [e.seq for e in ledger.entries()]
+    assert ids[: len(seen)] == seen                   # every acknowledged charge is there
+    assert len(ids) <= len(seen) + 2                  # at most the in-flight one(s) beyond
+    assert ledger.spent() == Fraction(len(ids), 10_000)  # counted exactly once each
+
+
+def _filled(path: Path) -> Ledger:
+    ledger = Ledger(path, total_rho=1)
+    for i in range(40):
+        c = ledger.charge("alice", Fraction(1, 1000), f"fp{i}", {"i": i})
+    ledger.record_release(c.id, "big", os.urandom(20_000))
+    return ledger
+
+
+def test_tampered_entry_is_detected_and_never_reset(tmp_path):
+    path = tmp_path / "l.db"
+    _filled(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE entries SET rho = '1/1000000' WHERE seq = 3")
+    before = _digest(path)
+    with pytest.raises(LedgerCorruptError) as info:
+        Ledger(path, total_rho=1)
+    assert "entry 3" in info.value.message and info.value.hint
+    assert _digest(path) == before
+
+
+def test_deleted_tail_is_detected_by_a_running_ledger(tmp_path):
+    path = tmp_path / "l.db"
+    ledger = _filled(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM entries WHERE seq = (SELECT max(seq) FROM entries)")
+    with pytest.raises(LedgerCorruptError):
+        ledger.charge("alice", Fraction(1, 1000), "x", {})
+    with pytest.raises(LedgerCorruptError):  # sticky: refuses all further charges
+        ledger.charge("alice", Fraction(1, 1000), "y", {})
+    with pytest.raises(LedgerCorruptError):
+        Ledger(path, total_rho=1)
+
+
+@pytest.mark.parametrize("damage", ["half", "zero", "garbage", "config"])
+def test_damaged_file_is_detected_and_never_reset(tmp_path, damage):
+    path = tmp_path / "l.db"
+    _filled(path)
+    if damage == "half":
+        size = path.stat().st_size
+        with open(path, "r+b") as fh:
+            fh.truncate(size // 2)
+    elif damage == "zero":
+        path.write_bytes(b"")
+    elif damage == "garbage":
+        # whole pages: a few random bytes may land in a page's unused space, which is
+        # harmless and (rightly) not reported
+        data = bytearray(path.read_bytes())
+        for page in (1, 3):
+            data[4096 * page:4096 * (page + 1)] = os.urandom(4096)
+        path.write_bytes(bytes(data))
+    else:
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE meta SET value = replace(value, '\"1/1\"', '\"100/1\"') "
+                         "WHERE key = 'config'")
+    before = _digest(path)
+    with pytest.raises(LedgerCorruptError):
+        Ledger(path, total_rho=100 if damage == "config" else 1)
+    assert _digest(path) == before
+    assert path.stat().st_size == len(Path(path).read_bytes())
