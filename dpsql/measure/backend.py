@@ -64,10 +64,14 @@ class Source:
 
 
 def reduce_cliques(cliques: Sequence[Clique]) -> list[Clique]:
-    """Maximal cliques only: a marginal contained in another is derived by summing (exact)."""
-    unique = list(dict.fromkeys(tuple(c) for c in cliques))
-    return [c for c in unique
-            if not any(set(c) < set(d) for d in unique)]
+    """Maximal cliques only, one per attribute set: a marginal contained in another is
+    derived by summing (exact).  Two grouping sets over the same columns would share a NULL
+    pattern in the result and be indistinguishable, so sets are deduplicated as sets."""
+    by_set = {}
+    for c in cliques:
+        by_set.setdefault(frozenset(c), tuple(c))
+    unique = list(by_set.values())
+    return [c for c in unique if not any(set(c) < set(d) for d in unique)]
 
 
 def project_counts(counts: np.ndarray, source: Clique, target: Clique) -> np.ndarray:

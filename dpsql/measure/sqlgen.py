@@ -42,12 +42,20 @@ def _source_column(attribute, name: str) -> exp.Expression:
     return exp.TryCast(this=col, to=exp.DataType.build("DOUBLE"))
 
 
+def cell_type(size: int) -> str:
+    """Smallest unsigned SQL integer type holding cell indices 0..size-1."""
+    return "UTINYINT" if size <= 255 else "USMALLINT" if size <= 65535 else "UINTEGER"
+
+
 def encode_select(schema: TableSchema, source: exp.Expression) -> exp.Select:
     """SELECT that maps every row of ``source`` to its cell indices (one column per attribute)."""
     projections = []
     for i, attribute in enumerate(schema.attributes):
         raw = _source_column(attribute, attribute.name)
-        projections.append(exp.alias_(attribute.index_sql(raw), cell_column(i)))
+        # the narrowest integer type: grouping a 10M-row table of 1-byte keys is ~25% faster
+        # than of 4-byte ones (bench/measure_speed.py)
+        narrow = exp.cast(attribute.index_sql(raw), exp.DataType.build(cell_type(attribute.size), dialect="duckdb"))
+        projections.append(exp.alias_(narrow, cell_column(i)))
     return exp.select(*projections).from_(source)
 
 
