@@ -1,0 +1,295 @@
+"""Statement dispatch for one client connection: engine, shadow catalog, or local.
+
+``Dispatcher`` implements the coroutines ``protocol.QueryProtocol`` calls.  It keeps the
+privacy rules of the wire protocol:
+
+* Describe never runs a private query: row types come from compiling the statement
+  (``dpsql.sql.compile``), which reads public metadata only; schema probes (``LIMIT 0``,
+  ``WHERE false``) go to the engine, which answers them with no release.
+* One release per Execute: the outcome is materialised in the portal (``protocol.py``).
+* Identical queries get identical answers: the engine session caches them.
+* The budget principal is the authenticated user (the ``EngineLink`` is opened for them).
+* Engine errors are already scrubbed; their SQLSTATE, message, hint and position pass
+  through unchanged.  Anything unexpected becomes XX000 naming only the exception type.
+
+Engine calls run on the server's bounded thread pool, one at a time per connection (a
+cancelled call is awaited before the next one starts, because a session is not shared
+between threads).  A cancel answers 57014 at once; the engine call finishes in the
+background, and any release it made is cached, so repeating the query costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from dpsql import errors
+from dpsql.server import codec, pgtypes, router
+from dpsql.server.gucs import Settings, local_values, parse_command, text_description
+from dpsql.server.results import Outcome, Portal, Prepared, QueryError
+from dpsql.server.shadow import ShadowError, ShadowUnavailable
+
+log = logging.getLogger("dpsql.server")
+
+
+class DpsqlLink:
+    """The engine side of one client connection: a ``dpsql`` Connection for its user."""
+
+    def __init__(self, config, user: str, overrides: dict | None = None) -> None:
+        import dpsql
+        self.connection = dpsql.connect(config, user=user, **(overrides or {}))
+
+    @property
+    def catalog(self) -> dict:
+        return self.connection.session.engine.catalog
+
+    def compile(self, sql: str, params):
+        from dpsql.sql import compile as compile_sql
+        return compile_sql(sql, self.catalog, params)
+
+    def execute(self, sql: str, params):
+        return self.connection.session.execute(sql, params)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _column(col) -> tuple[str, str]:
+    if isinstance(col, tuple):
+        return col[0], col[1]
+    return col.name, col.type
+
+
+def _format(formats, i: int) -> int:
+    if not formats:
+        return 0
+    return formats[0] if len(formats) == 1 else formats[i]
+
+
+def from_engine_error(exc: errors.Error, *, keep_position: bool = True) -> QueryError:
+    return QueryError(exc.sqlstate, exc.message, hint=exc.hint, detail=exc.detail,
+                      position=exc.position if keep_position else None)
+
+
+class Dispatcher:
+    def __init__(self, link, shadow, settings: Settings, *, pid: int, database: str, executor,
+                 dpsql_version: str = "") -> None:
+        self.link = link
+        self.shadow = shadow
+        self.settings = settings
+        self.pid = pid
+        self.database = database
+        self.executor = executor
+        self.dpsql_version = dpsql_version
+        self._tables = tuple(link.catalog)
+        self._pending: asyncio.Future | None = None
+        self._cancel = asyncio.Event()
+        self._running: Any = None
+        self.tx_status = "I"   # kept current by the protocol; BEGIN/COMMIT depend on it
+        self._keep_position = True
+
+    # -- routing ------------------------------------------------------------------------------
+    def route(self, sql: str):
+        return router.route(sql, self._tables)
+
+    # -- engine calls -------------------------------------------------------------------------
+    async def _engine(self, fn, *args):
+        if self._pending is not None and not self._pending.done():
+            await asyncio.wait([self._pending])
+        loop = asyncio.get_running_loop()
+        self._cancel.clear()
+        fut = loop.run_in_executor(self.executor, fn, *args)
+        self._pending = fut
+        self._running = "engine"
+        waiter = asyncio.ensure_future(self._cancel.wait())
+        try:
+            await asyncio.wait([fut, waiter], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            self._running = None
+        if not fut.done():
+            fut.add_done_callback(lambda f: f.exception())  # the result is discarded, not the error log
+            raise QueryError("57014", "canceling statement due to user request")
+        try:
+            return fut.result()
+        except errors.Error as exc:
+            raise from_engine_error(exc, keep_position=getattr(self, "_keep_position", True)) from None
+        except Exception as exc:  # never echo internals: they could carry values
+            log.exception("engine failure")
+            raise QueryError("XX000", f"internal error ({type(exc).__name__})") from None
+
+    async def cancel(self) -> None:
+        """Cancel what this connection is running now (called from the cancel connection)."""
+        running = self._running
+        if running == "engine":
+            self._cancel.set()
+        elif running is not None and self.shadow is not None:
+            await self.shadow.cancel(running)
+
+    # -- shadow calls -------------------------------------------------------------------------
+    def _need_shadow(self) -> None:
+        if self.shadow is None:
+            raise QueryError("0A000", "catalog queries are not available: the schema-only catalog "
+                             "(PostgreSQL) is not running", hint="start `dpsql serve` with PostgreSQL installed")
+
+    async def _shadow_call(self, method: str, *args):
+        self._need_shadow()
+        client = await self.shadow.acquire()
+        self._running = client
+        try:
+            return await getattr(client, method)(*args)
+        except ShadowError as exc:
+            raise QueryError("", "", fields=exc.fields) from None
+        except (ShadowUnavailable, OSError) as exc:
+            client.broken = True
+            raise QueryError("58000", f"catalog backend unavailable: {exc}") from None
+        finally:
+            self._running = None
+            self.shadow.release(client)
+
+    # -- statements ---------------------------------------------------------------------------
+    def _engine_sql(self, route, sql: str, params: tuple) -> tuple[str, list | None]:
+        """SQL and qmark parameters for the compiler (``$n`` rewritten to ``?`` in the AST)."""
+        if route.tree is None:
+            return sql, list(params) if params else None
+        rewritten = router.qmark_parameters(route.tree)
+        if rewritten is None:
+            return sql, list(params) if params else None
+        text, order = rewritten
+        if any(i < 0 or i >= len(params) for i in order):
+            raise QueryError("08P01", "statement refers to a parameter that was not supplied")
+        return text, [params[i] for i in order]
+
+    @staticmethod
+    def _param_count(route) -> int:
+        if route.tree is None:
+            return 0
+        from sqlglot import exp
+        numbers = [int(n.this.name) for n in route.tree.find_all(exp.Parameter)
+                   if getattr(n.this, "name", "").isdigit()]
+        return max(numbers, default=0)
+
+    async def prepare(self, sql: str, route, param_oids) -> Prepared:
+        if route.kind == "error":
+            raise QueryError(route.sqlstate, route.message, hint=route.hint)
+        if route.kind == "catalog":
+            oids, description = await self._shadow_call("describe", sql, tuple(param_oids))
+            return Prepared(sql, route, oids, description, described=True)
+        count = max(len(param_oids), self._param_count(route))
+        oids = tuple(param_oids) + (0,) * (count - len(param_oids))
+        if route.kind == "engine":
+            oids = tuple(o if o else pgtypes.TEXT for o in oids)
+        return Prepared(sql, route, oids)
+
+    async def describe_statement(self, stmt: Prepared) -> None:
+        route = stmt.route
+        if route.kind == "engine":
+            nulls = [None] * len(stmt.param_oids)
+            sql, params = self._engine_sql(route, stmt.sql, tuple(nulls))
+            self._keep_position = params is None or sql == stmt.sql
+            compiled = await self._engine(self.link.compile, sql, params)
+            stmt.description = self._engine_description(compiled.columns, ())
+        elif route.kind == "session":
+            cmd = parse_command(route)
+            stmt.description = text_description([cmd.name]) if cmd.kind == "show" and not cmd.name.startswith("dpsql.") else None
+        elif route.kind == "local":
+            stmt.description = self._local_description(route, ())
+        stmt.described = True
+
+    async def describe_portal(self, portal: Portal) -> bytes | None:
+        if portal.outcome is not None:
+            return portal.outcome.description
+        route = portal.statement.route
+        if route.kind == "engine":
+            sql, params = self._engine_sql(route, portal.statement.sql, self._decode_params(portal))
+            self._keep_position = sql == portal.statement.sql
+            compiled = await self._engine(self.link.compile, sql, params)
+            return self._engine_description(compiled.columns, portal.result_formats)
+        portal.outcome = await self.execute(portal)
+        return portal.outcome.description
+
+    def _decode_params(self, portal: Portal) -> tuple:
+        oids = portal.statement.param_oids
+        try:
+            return tuple(pgtypes.decode_param(v, oids[i] if i < len(oids) else 0, _format(portal.param_formats, i))
+                         for i, v in enumerate(portal.params))
+        except pgtypes.ParameterError as exc:
+            raise QueryError("22P02", str(exc)) from None
+
+    async def execute(self, portal: Portal) -> Outcome:
+        route = portal.statement.route
+        if route.kind == "catalog":
+            oids = portal.statement.param_oids
+            res = await self._shadow_call("execute", portal.statement.sql, oids, portal.param_formats,
+                                          portal.params, portal.result_formats)
+            if res.empty:
+                return Outcome(empty=True)
+            return Outcome(description=res.description, rows=res.rows, tag=res.tag)
+        if route.kind == "engine":
+            return await self._run_engine(route, portal.statement.sql, self._decode_params(portal),
+                                          portal.result_formats)
+        return await self.run_simple(portal.statement.sql, route, portal.result_formats)
+
+    async def _run_engine(self, route, sql: str, params: tuple, formats) -> Outcome:
+        text, qparams = self._engine_sql(route, sql, params)
+        self._keep_position = text == sql
+        result = await self._engine(self.link.execute, text, qparams)
+        columns = [_column(c) for c in result.columns]
+        if not columns:
+            return Outcome(tag=result.message or "SELECT")
+        oids = [pgtypes.oid_for(t) for _, t in columns]
+        rows = []
+        for row in result.rows:
+            rows.append(codec.encode_data_row([pgtypes.encode_value(v, oids[i], _format(formats, i))
+                                               for i, v in enumerate(row)]))
+        tag = "SELECT" if route.tag == "SELECT" else route.tag
+        return Outcome(description=self._engine_description(result.columns, formats), rows=rows, tag=tag)
+
+    @staticmethod
+    def _engine_description(columns, formats) -> bytes:
+        fields = []
+        for i, col in enumerate(columns):
+            name, type_name = _column(col)
+            oid = pgtypes.oid_for(type_name)
+            fields.append(codec.Field(name, oid, pgtypes.type_size(oid), -1, _format(formats, i)))
+        return codec.encode_row_description(fields)
+
+    def _local(self, route):
+        return local_values(route.items, pid=self.pid, user=self.settings.user, database=self.database,
+                            server_version=self.settings.values.get("server_version", ""),
+                            dpsql_version=self.dpsql_version)
+
+    def _local_description(self, route, formats) -> bytes:
+        fields = [codec.Field(name, oid, pgtypes.type_size(oid), -1, _format(formats, i))
+                  for i, (name, oid, _) in enumerate(self._local(route))]
+        return codec.encode_row_description(fields)
+
+    async def run_simple(self, sql: str, route, formats=()) -> Outcome:
+        if route.kind == "empty":
+            return Outcome(empty=True)
+        if route.kind == "error":
+            raise QueryError(route.sqlstate, route.message, hint=route.hint)
+        if route.kind == "engine":
+            return await self._run_engine(route, sql, (), formats)
+        if route.kind == "catalog":
+            res = await self._shadow_call("execute", sql, (), (), (), tuple(formats))
+            if res.empty:
+                return Outcome(empty=True)
+            return Outcome(description=res.description, rows=res.rows, tag=res.tag)
+        if route.kind == "local":
+            values = self._local(route)
+            row = codec.encode_data_row([pgtypes.encode_value(v, oid, _format(formats, i))
+                                         for i, (_, oid, v) in enumerate(values)])
+            return Outcome(description=self._local_description(route, formats), rows=[row], tag="SELECT")
+        cmd = parse_command(route)
+        if cmd.name.startswith("dpsql."):
+            self._keep_position = True
+            result = await self._engine(self.link.execute, sql, None)
+            columns = [_column(c) for c in result.columns]
+            if not columns:
+                return Outcome(tag=result.message or cmd.kind.upper())
+            rows = [codec.encode_data_row([pgtypes.encode_value(v, pgtypes.TEXT, _format(formats, i))
+                                           for i, v in enumerate(r)]) for r in result.rows]
+            return Outcome(description=text_description([n for n, _ in columns], formats), rows=rows, tag="SHOW")
+        return self.settings.apply(cmd, self.tx_status)

@@ -1,0 +1,208 @@
+"""Connection settings (GUCs), session-control statements and session functions.
+
+Drivers set and read a handful of PostgreSQL settings on connect (pgjdbc: ``DateStyle``,
+``extra_float_digits``; SQLAlchemy: ``show standard_conforming_strings``, ``show
+transaction isolation level``; Metabase: ``SET SESSION CHARACTERISTICS …``).  They are
+answered here, per connection, with no data involved.  Settings in the ``dpsql.``
+namespace belong to the engine session and are forwarded to it by the dispatcher.
+
+Settings PostgreSQL marks GUC_REPORT are announced with ParameterStatus at startup and
+again whenever SET changes them, as a real server does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot.tokens import TokenType
+
+from dpsql.server import codec, pgtypes
+from dpsql.server.results import Outcome, QueryError
+
+REPORTED = {"application_name": "application_name", "client_encoding": "client_encoding",
+            "datestyle": "DateStyle", "timezone": "TimeZone", "integer_datetimes": "integer_datetimes",
+            "standard_conforming_strings": "standard_conforming_strings", "server_version": "server_version",
+            "server_encoding": "server_encoding", "intervalstyle": "IntervalStyle",
+            "is_superuser": "is_superuser", "session_authorization": "session_authorization",
+            "default_transaction_read_only": "default_transaction_read_only",
+            "in_hot_standby": "in_hot_standby"}
+_ALIASES = {"transaction isolation level": "transaction_isolation", "time zone": "timezone",
+            "session authorization": "session_authorization"}
+_NOOP_SET = {"TRANSACTION", "CHARACTERISTICS", "CONSTRAINTS", "ROLE", "SESSION_AUTHORIZATION"}
+
+
+def defaults(server_version: str, user: str) -> dict[str, str]:
+    return {
+        "server_version": server_version, "server_version_num": _version_num(server_version),
+        "server_encoding": "UTF8", "client_encoding": "UTF8", "datestyle": "ISO, MDY",
+        "intervalstyle": "postgres", "timezone": "UTC", "integer_datetimes": "on",
+        "standard_conforming_strings": "on", "is_superuser": "off", "session_authorization": user,
+        "application_name": "", "default_transaction_read_only": "on", "transaction_read_only": "on",
+        "in_hot_standby": "off", "transaction_isolation": "read committed",
+        "default_transaction_isolation": "read committed", "extra_float_digits": "1",
+        "search_path": '"$user", public', "statement_timeout": "0", "lc_messages": "C",
+        "max_identifier_length": "63", "max_index_keys": "32", "bytea_output": "hex",
+    }
+
+
+def _version_num(version: str) -> str:
+    parts = (version.split() or ["15.0"])[0].split(".")
+    try:
+        major = int(parts[0])
+        minor = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+    except ValueError:
+        return "150000"
+    return str(major * 10000 + minor)
+
+
+@dataclass(frozen=True)
+class Command:
+    kind: str          # set | show | reset | begin | commit | rollback | savepoint | release | ack
+    name: str = ""
+    value: str | None = None
+    tag: str = ""
+
+
+def _token_text(tok) -> str:
+    return tok.text
+
+
+def parse_command(route) -> Command:
+    """A session-control statement's meaning, from the router's tokens."""
+    tokens = list(route.tokens)
+    head = route.words[0]
+    upper = [t.text.upper() for t in tokens]
+    if head == "SET":
+        i = 1
+        while i < len(tokens) and upper[i] in ("SESSION", "LOCAL") and not (
+                i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.EQ):
+            i += 1
+        if i < len(tokens) and upper[i] in _NOOP_SET or (i + 1 < len(tokens) and upper[i] == "SESSION"
+                                                         and upper[i + 1] == "AUTHORIZATION"):
+            return Command("ack", tag="SET")
+        if i + 1 < len(tokens) and upper[i] == "TIME" and upper[i + 1] == "ZONE":
+            name, j = "timezone", i + 2
+        else:
+            j = i
+            while j < len(tokens) and tokens[j].token_type != TokenType.EQ and upper[j] != "TO":
+                j += 1
+            name = "".join(t.text for t in tokens[i:j]).lower()
+            j += 1
+        values = [t for t in tokens[j:] if t.token_type != TokenType.COMMA]
+        if not name or not values:
+            raise QueryError("42601", "syntax error in SET", hint="SET name = value")
+        if len(values) == 1 and values[0].text.upper() in ("DEFAULT", "LOCAL") and values[0].token_type != TokenType.STRING:
+            return Command("reset", name)
+        value = ", ".join(_token_text(t) for t in values)
+        return Command("set", name, value)
+    if head == "SHOW":
+        name = " ".join(t.text for t in tokens[1:]).strip().lower()
+        return Command("show", _ALIASES.get(name, name.replace(" ", "")))
+    if head == "RESET":
+        name = " ".join(t.text for t in tokens[1:]).strip().lower()
+        return Command("reset", _ALIASES.get(name, name))
+    if head in ("BEGIN", "START"):
+        return Command("begin", tag="BEGIN")
+    if head in ("COMMIT", "END"):
+        return Command("commit", tag="COMMIT")
+    if head in ("ROLLBACK", "ABORT"):
+        if "TO" in upper:
+            return Command("rollback_to", tag="ROLLBACK")
+        return Command("rollback", tag="ROLLBACK")
+    if head == "SAVEPOINT":
+        return Command("ack", tag="SAVEPOINT")
+    if head == "RELEASE":
+        return Command("ack", tag="RELEASE")
+    if head == "DISCARD":
+        return Command("ack", tag="DISCARD ALL" if "ALL" in upper else "DISCARD")
+    if head == "DEALLOCATE":
+        return Command("ack", tag="DEALLOCATE ALL" if "ALL" in upper else "DEALLOCATE")
+    return Command("ack", tag=head)
+
+
+class Settings:
+    """One connection's settings."""
+
+    def __init__(self, server_version: str, user: str, startup: dict[str, str] | None = None) -> None:
+        self.user = user
+        self._defaults = defaults(server_version, user)
+        self.values = dict(self._defaults)
+        for key, value in (startup or {}).items():
+            low = key.lower()
+            if low in ("user", "database", "options", "replication") or low.startswith("_pq_."):
+                continue
+            self.values[low] = value
+
+    def initial_status(self) -> list[bytes]:
+        return [codec.encode_parameter_status(display, self.values.get(key, ""))
+                for key, display in REPORTED.items()]
+
+    def _report(self, name: str) -> list[bytes]:
+        if name in REPORTED:
+            return [codec.encode_parameter_status(REPORTED[name], self.values.get(name, ""))]
+        return []
+
+    def apply(self, cmd: Command, status: str) -> Outcome:
+        """Run a session command locally (``dpsql.*`` settings never get here)."""
+        if cmd.kind == "set":
+            if cmd.name == "client_encoding" and cmd.value.replace("-", "").upper() not in ("UTF8", "UNICODE"):
+                raise QueryError("22023", f"invalid value for parameter \"client_encoding\": \"{cmd.value}\"",
+                                 hint="dpsql speaks UTF8 only")
+            if cmd.name in ("server_version", "server_encoding", "integer_datetimes", "is_superuser"):
+                raise QueryError("55P02", f'parameter "{cmd.name}" cannot be changed')
+            value = "UTC" if cmd.name == "timezone" and cmd.value.upper() in ("UTC", "GMT", "Z") else cmd.value
+            self.values[cmd.name] = value
+            return Outcome(tag="SET", before=self._report(cmd.name))
+        if cmd.kind == "reset":
+            names = list(self.values) if cmd.name == "all" else [cmd.name]
+            before = []
+            for name in names:
+                if name in self._defaults:
+                    changed = self.values.get(name) != self._defaults[name]
+                    self.values[name] = self._defaults[name]
+                    if changed:
+                        before += self._report(name)
+                else:
+                    self.values.pop(name, None)
+            return Outcome(tag="RESET", before=before)
+        if cmd.kind == "show":
+            if cmd.name == "all":
+                rows = [codec.encode_data_row([k.encode(), v.encode(), b""]) for k, v in sorted(self.values.items())]
+                return Outcome(description=text_description(["name", "setting", "description"]), rows=rows, tag="SHOW")
+            if cmd.name not in self.values:
+                raise QueryError("42704", f'unrecognized configuration parameter "{cmd.name}"')
+            return Outcome(description=text_description([cmd.name]),
+                           rows=[codec.encode_data_row([self.values[cmd.name].encode("utf-8")])], tag="SHOW")
+        if cmd.kind == "begin":
+            return Outcome(tag="BEGIN", status="T" if status == "I" else status)
+        if cmd.kind == "commit":
+            return Outcome(tag="ROLLBACK" if status == "E" else "COMMIT", status="I")
+        if cmd.kind == "rollback":
+            return Outcome(tag="ROLLBACK", status="I")
+        if cmd.kind == "rollback_to":
+            return Outcome(tag="ROLLBACK", status="T" if status == "E" else status)
+        return Outcome(tag=cmd.tag)
+
+
+def text_description(names, formats=()) -> bytes:
+    fields = [codec.Field(n, pgtypes.TEXT, -1, -1, formats[i] if i < len(formats) else (formats[0] if len(formats) == 1 else 0))
+              for i, n in enumerate(names)]
+    return codec.encode_row_description(fields)
+
+
+def local_values(items, *, pid: int, user: str, database: str, server_version: str, dpsql_version: str):
+    """Values and OIDs of FROM-less session-function SELECTs answered by the connection."""
+    out = []
+    for name, func in items:
+        if func == "pg_backend_pid":
+            out.append((name, pgtypes.INT4, pid))
+        elif func == "version":
+            out.append((name, pgtypes.TEXT, f"PostgreSQL {server_version} (dpsql {dpsql_version}, "
+                        "differentially private answers) on x86_64-pc-linux-gnu, 64-bit"))
+        elif func in ("current_database", "current_catalog"):
+            out.append((name, pgtypes.NAME, database))
+        elif func == "current_schema":
+            out.append((name, pgtypes.NAME, "public"))
+        else:  # current_user, session_user, user
+            out.append((name, pgtypes.NAME, user))
+    return out
