@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -275,7 +275,7 @@ class Attribute(ABC):
         if not isinstance(self.nullable_, bool):
             self._fail("nullable must be true or false", "use a TOML boolean")
 
-    def _fail(self, problem: str, hint: str) -> None:
+    def _fail(self, problem: str, hint: str) -> NoReturn:
         raise ConfigError(f"column '{self.name}': {problem}", hint=hint)
 
 
@@ -451,10 +451,7 @@ class _Binned(Attribute):
 
     def bin_bounds(self) -> list:
         """Per cell: inclusive ``(lo, hi)`` integers / half-open ``[lo, hi)`` reals; None for NULL."""
-        out = list(self._bounds())
-        if self.nullable:
-            out.append(None)
-        return out
+        return self._bounds() + ([None] if self.nullable else [])
 
     def labels(self) -> list:
         return self._value_labels() + ([None] if self.nullable else [])
@@ -471,7 +468,8 @@ class _Binned(Attribute):
             return False
         if self._integral and not float(value).is_integer():
             return False
-        return self._bounds()[0][0] <= value <= self._bounds()[-1][1]
+        bounds = self._bounds()
+        return bounds[0][0] <= value <= bounds[-1][1]
 
     def index_of(self, value: Any) -> int:
         if value is None:
