@@ -3,7 +3,7 @@
 Costs (McKenna thesis §2.3, Props. 3-6; Bun & Steinke 2016; CKS20):
 
 * Gaussian or discrete Gaussian noise of standard deviation sigma on a query of L2
-  sensitivity Delta costs Delta^2 / (2 sigma^2)  (Prop. 4; CKS20 Thm. 14 for the
+  sensitivity Delta costs Delta^2 / (2 sigma^2)  (Prop. 4; CKS20 §2 for the
   discrete Gaussian on integer-valued queries);
 * any pure epsilon-DP mechanism (Laplace, discrete Laplace) costs epsilon^2 / 2  (Prop. 3);
 * the exponential mechanism costs epsilon^2 / 8  (Prop. 5);

@@ -6,7 +6,7 @@ and Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020; CKS
 * ``discrete_laplace(scale)`` has pmf proportional to exp(-|y|/scale) on the integers;
   it satisfies (Delta/scale)-DP for integer queries of L1 sensitivity Delta.
 * ``discrete_gaussian(sigma2)`` has pmf proportional to exp(-y^2/(2 sigma2)); it
-  satisfies Delta^2/(2 sigma2)-zCDP for L2 sensitivity Delta (CKS20 Thm. 4/14).
+  satisfies Delta^2/(2 sigma2)-zCDP for L2 sensitivity Delta (CKS20 §2, privacy of the discrete Gaussian).
 
 Every random decision is made *exactly*: all randomness is uniform bits from a
 :class:`BitSource` (the OS CSPRNG in production), all Bernoulli(exp(-x)) events are
@@ -45,7 +45,7 @@ __all__ = ["BitSource", "SystemBitSource", "SeededBitSource", "discrete_laplace"
 
 _MAX_BLOCK = 1 << 16          # largest table for the uniform part U of G = L*V + U
 _MAX_V_TABLE = 1 << 16        # largest table of thresholds exp(-v L/scale)
-_MAX_GAUSS_TABLE = 1 << 18    # largest acceptance table (covers |Y| < 26 t at sigma=1e4)
+_MAX_GAUSS_TABLE = 1 << 18    # largest acceptance table (16 t up to sigma ~ 16,000)
 _MAX_SCALE = Fraction(1 << 50)  # keeps L*V + U far inside int64
 
 
@@ -291,7 +291,7 @@ def discrete_laplace(scale, size, *, rng: BitSource | None = None) -> np.ndarray
 def _gaussian_plan(a: int, b: int):
     """Proposal scale t and acceptance bounds for sigma2 = a/b (CKS20 Alg. 3)."""
     t = math.isqrt(a // b) + 1  # floor(sigma) + 1, as CKS20 recommend
-    cap = min(_MAX_GAUSS_TABLE, 30 * t)
+    cap = min(_MAX_GAUSS_TABLE, 16 * t)  # P(|Y| >= 16t) < 2e-7; beyond: see below
     lo, hi = gaussian_acceptance_table(a, b, t, cap)
     return t, np.array(lo, dtype=np.uint64), np.array(hi, dtype=np.uint64)
 
@@ -300,7 +300,7 @@ def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarr
     """Exact samples with P(y) proportional to exp(-y^2/(2 sigma2)), y an integer (int64).
 
     ``sigma2`` is the exact rational variance parameter.  Adding it to an integer query of
-    L2 sensitivity Delta gives Delta^2/(2 sigma2)-zCDP (CKS20 Thm. 14;
+    L2 sensitivity Delta gives Delta^2/(2 sigma2)-zCDP (CKS20 §2;
     ``accountant.rho_gaussian``).
     """
     s2 = as_fraction(sigma2, "sigma2")
