@@ -101,6 +101,12 @@ def parse_aggregate(node: exp.Expression, pos) -> AggCall:
             return AggCall("count", None, filt, node=outer)
         if node.expressions:
             raise UnsupportedQueryError("COUNT takes one argument", position=pos(node), hint="COUNT(col)")
+        ok, v = literal_value(arg)
+        if ok:
+            # COUNT(1) counts every row; COUNT(NULL) counts none.
+            never = exp.Boolean(this=False)
+            return AggCall("count", None, filt if v is not None else never if filt is None
+                           else exp.And(this=exp.Paren(this=filt), expression=never), node=outer)
         return AggCall("count", arg, filt, node=outer)
     if _anon_name(node) == "count_star":
         return AggCall("count", None, filt, node=outer)

@@ -349,7 +349,20 @@ class CellEvaluator:
             if not isinstance(target, exp.Null):
                 self._fail(UnsupportedQueryError, node, "only IS [NOT] NULL is supported", "use = or <>")
             null = self.null.copy() if isinstance(node.this, exp.Column) else self.value(node.this).null
-            return null, ~null
+            # PostgreSQL's parser spells IS NOT NULL as Is(negate=True), not NOT(Is).
+            return (~null, null) if node.args.get("negate") else (null, ~null)
+        if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)):
+            # IS [NOT] DISTINCT FROM never yields UNKNOWN: NULL is a comparable value here.
+            ok, v = literal_value(node.expression)
+            if not ok:
+                self._fail(UnsupportedQueryError, node, f"'{node.sql()}' compares two expressions of columns",
+                           "compare with a constant")
+            if v is None:
+                t, f = self.null.copy(), ~self.null
+            else:
+                t, f = self._compare(node, "=", node.this, node.expression)
+                t, f = t & ~self.null, f | self.null
+            return (t, f) if isinstance(node, exp.NullSafeEQ) else (f, t)
         if type(node) in _OPS:
             return self._compare(node, _OPS[type(node)], node.this, node.expression)
         if isinstance(node, exp.Between):
@@ -375,6 +388,10 @@ class CellEvaluator:
                    "use comparisons, BETWEEN, IN, IS NULL, AND, OR and NOT")
 
     def _compare(self, node, op: str, left, right) -> tuple[np.ndarray, np.ndarray]:
+        if self.attr.kind == "categorical" and op not in ("=", "!=") and columns_in(left) + columns_in(right):
+            self._fail(UnsupportedQueryError, node,
+                       f"ordering comparison '{node.sql()}' on categorical column '{self.attr.name}'",
+                       "compare categorical columns with =, <>, IN or CASE WHEN")
         lok, lv = literal_value(left)
         if lok:  # literal on the left: mirror so the column is always on the left
             left, right, op = right, left, _MIRROR[op]

@@ -168,7 +168,11 @@ class _Lowering:
             return
         columns = {c.lower() for c in self.schema.column_names}
         aliases = {a.lower(): b for a, b in projections if a}
-        for item in group.expressions:
+        items = list(group.expressions)
+        if group.args.get("all"):
+            # DuckDB's GROUP BY ALL: every select item that contains no aggregate.
+            items = [b.copy() for _, b in projections if not any(is_aggregate(n) for n in b.walk())]
+        for item in items:
             node = item
             ok, v = literal_value(item)
             if ok and isinstance(v, int) and not isinstance(v, bool):
@@ -263,7 +267,7 @@ class _Lowering:
         found = self.specs.get(key)
         if found is not None:
             return found.name
-        terms = compile_predicate(pred, self.resolve, self.evaluator, self.pos)
+        terms = compile_predicate(pred, self.resolve, self.evaluator, self.pos, self.schema.attributes[0])
         name = f"q{len(self.specs)}"
         where = f" WHERE {pred.sql(dialect='postgres')}" if pred is not None else ""
         self.specs[key] = QuerySpec(name=name, kind=kind, terms=terms,

@@ -101,7 +101,8 @@ def to_ir(node, low):
     if isinstance(node, exp.Not):
         return ("op", "not", [to_ir(node.this, low)])
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-        return ("op", "isnull", [to_ir(node.this, low)])
+        test = ("op", "isnull", [to_ir(node.this, low)])
+        return ("op", "not", [test]) if node.args.get("negate") else test
     if isinstance(node, exp.Between):
         x = node.this
         return ("op", "and", [("op", ">=", [to_ir(x, low), to_ir(node.args["low"], low)]),

@@ -22,7 +22,8 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
-from dpsql.sql.cells import CellEvaluator, columns_in, literal_value
+from dpsql.sql.aggregates import is_aggregate
+from dpsql.sql.cells import CellEvaluator, columns_in
 
 __all__ = ["Term", "compile_predicate", "MAX_JOINT_CELLS"]
 
@@ -44,7 +45,8 @@ def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
 
 class _Compiler:
     def __init__(self, resolve: Callable[[exp.Column], object],
-                 evaluator: Callable[[object], CellEvaluator], pos) -> None:
+                 evaluator: Callable[[object], CellEvaluator], pos, any_attr) -> None:
+        self.any_attr = any_attr
         self.resolve = resolve
         self.evaluator = evaluator
         self.pos = pos
@@ -76,13 +78,12 @@ class _Compiler:
                                         hint="compare each column with constants; combine with AND/OR")
         shape = [1] * len(order)
         if not attrs:
-            ok, v = literal_value(node)
-            if ok and (v is None or isinstance(v, bool)):
-                t = np.full(shape, v is True)
-                f = np.full(shape, v is False)
-                return t, f
-            raise UnsupportedQueryError(f"'{node.sql()}' is not a supported predicate",
-                                        position=self.pos(node), hint="compare a column with a constant")
+            if any(is_aggregate(n) for n in node.walk()):
+                raise UnsupportedQueryError("aggregate functions are not allowed in WHERE or FILTER",
+                                            position=self.pos(node), hint="move the condition to HAVING")
+            # A constant predicate has the same truth value on every cell of any attribute.
+            t, f = self.evaluator(self.any_attr).truth(node)
+            return np.full(shape, bool(t[0])), np.full(shape, bool(f[0]))
         names = [a.name for a in order]
         axis = names.index(attrs[0].name)
         t, f = self.evaluator(attrs[0]).truth(node)
@@ -109,16 +110,17 @@ def _boxes(mask: np.ndarray, names: list[str]) -> list[Term]:
     return out
 
 
-def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos) -> list[Term]:
+def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos, any_attr) -> list[Term]:
     """Disjoint terms whose union is the TRUE set of ``node`` (``[{}]`` when no predicate).
 
     ``resolve`` maps a column node to its Attribute, ``evaluator`` an Attribute to its
-    :class:`CellEvaluator`, ``pos`` a node to its SQL position.  An empty list means the
+    :class:`CellEvaluator`, ``pos`` a node to its SQL position; ``any_attr`` (any attribute
+    of the table) evaluates constant conjuncts such as ``1 = 1``.  An empty list means the
     predicate is never TRUE.
     """
     if node is None:
         return [{}]
-    comp = _Compiler(resolve, evaluator, pos)
+    comp = _Compiler(resolve, evaluator, pos, any_attr)
     conj = _conjuncts(node)
     # Union-find on attributes: conjuncts sharing a column belong to one component.
     parent: dict[str, str] = {}

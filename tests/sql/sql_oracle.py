@@ -1,0 +1,226 @@
+"""The semantic oracle for the SQL front end: compiled linear queries vs DuckDB.
+
+For an accepted query, the compiled linear queries are applied to the *exact* marginal
+of the attributes they touch (counted in DuckDB from the cell indices that the domain's
+``index_sql`` computes), post-processed, and compared with DuckDB's own answer to the same
+SQL on the same binned data (every value replaced by its cell's representative: the
+value itself for unit bins, the bin midpoint for wide bins).  No noise is involved, so
+agreement must be exact up to floating-point rounding.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import sqlglot
+from sqlglot import exp
+
+from dpsql.domain import load_domain
+from dpsql.linalg import Kron, Weighted
+from dpsql.sql import compile as compile_sql
+from dpsql.sql.postprocess import run_program
+
+ROOT = Path(__file__).resolve().parents[2]
+ADULT_TOML = ROOT / "examples" / "adult" / "adult.toml"
+ADULT_CSV = ROOT / "examples" / "adult" / "adult.csv"
+FIXTURES = ROOT / "tests" / "fixtures" / "sql"
+
+
+def load_fixtures(name: str) -> list[dict]:
+    """Statements of a fixture file with their ``-- key: value`` header comments."""
+    text = (FIXTURES / name).read_text()
+    out, meta, buf = [], {}, []
+    for line in text.splitlines():
+        m = re.match(r"^\s*--\s*(\w+)\s*:\s*(.*?)\s*$", line)
+        if m and not "".join(buf).strip():
+            meta[m.group(1).lower()] = m.group(2)
+            continue
+        if line.strip().startswith("--") and not "".join(buf).strip():
+            continue
+        buf.append(line)
+        if line.rstrip().endswith(";"):
+            sql = "\n".join(buf).strip().rstrip(";").strip()
+            if sql:
+                out.append({"sql": sql, **meta})
+            meta, buf = {}, []
+    rest = "\n".join(buf).strip()
+    if rest:
+        out.append({"sql": rest, **meta})
+    return out
+
+
+class Oracle:
+    """One DuckDB connection with the raw index table and the binned table, shared by tests."""
+
+    def __init__(self) -> None:
+        self.catalog = load_domain(ADULT_TOML)
+        self.schema = self.catalog["adult"]
+        self.con = duckdb.connect()
+        self.con.execute(f"CREATE TABLE raw AS SELECT * FROM read_csv('{ADULT_CSV}', header=true, nullstr='')")
+        idx_cols, binned_cols = [], []
+        for a in self.schema.attributes:
+            idx = a.index_sql(a.name).sql(dialect="duckdb")
+            idx_cols.append(f"{idx} AS \"{a.name}\"")
+        self.con.execute(f"CREATE TABLE idx AS SELECT {', '.join(idx_cols)} FROM raw")
+        for a in self.schema.attributes:
+            binned_cols.append(f"{self._representative(a)} AS \"{a.name}\"")
+        self.con.execute(f"CREATE TABLE adult AS SELECT {', '.join(binned_cols)} FROM idx")
+        self._marginals: dict[tuple, np.ndarray] = {}
+        self.midpoints = {}
+        for a in self.schema.attributes:
+            if a.kind != "categorical":
+                for lab, v in zip(a.labels(), a.cell_values()):
+                    if lab is not None:
+                        self.midpoints[(a.name, lab)] = float(v)
+
+    def _representative(self, a) -> str:
+        col = f"\"{a.name}\""
+        if a.kind == "categorical":
+            labels = a.labels()
+            lits = ", ".join("NULL" if v is None else "'" + str(v).replace("'", "''") + "'" for v in labels)
+            return f"([{lits}])[{col} + 1]"
+        vals = a.cell_values()
+        unit = a.kind == "integer" and all(b is None or b[0] == b[1] for b in a.bin_bounds())
+        lits = ", ".join("NULL" if math.isnan(v) else (str(int(v)) if unit else repr(float(v))) for v in vals)
+        cast = "BIGINT" if unit else "DOUBLE"
+        return f"CAST(([{lits}])[{col} + 1] AS {cast})"
+
+    # --- exact answers of compiled linear queries ------------------------------------
+    def marginal(self, attrs: tuple[str, ...]) -> np.ndarray:
+        if attrs not in self._marginals:
+            sizes = [self.schema.attribute(a).size for a in attrs]
+            if not attrs:
+                n = self.con.execute("SELECT COUNT(*) FROM idx").fetchone()[0]
+                self._marginals[attrs] = np.array(float(n))
+            else:
+                cols = ", ".join(f"\"{a}\"" for a in attrs)
+                rows = self.con.execute(f"SELECT {cols}, COUNT(*) FROM idx GROUP BY ALL").fetchall()
+                m = np.zeros(sizes)
+                for r in rows:
+                    m[tuple(r[:-1])] += r[-1]
+                self._marginals[attrs] = m
+        return self._marginals[attrs]
+
+    def answer(self, lq) -> np.ndarray:
+        """matrix @ x for the data vector x, via the marginal over the touched attributes."""
+        names = [a.name for a in self.schema.attributes]
+        touched = tuple(lq.attributes)
+        m = self.marginal(touched)
+        out = []
+        for block in lq.matrix.blocks:
+            assert isinstance(block, Weighted) and isinstance(block.base, Kron)
+            factors = block.base.factors
+            assert len(factors) == len(names)
+            t = m
+            for axis, a in enumerate(touched):
+                f = factors[names.index(a)].dense()
+                t = np.moveaxis(np.tensordot(f, t, axes=([1], [axis])), 0, axis)
+            for a, f in zip(names, factors):
+                if a not in touched:
+                    assert f.shape[0] == 1 and np.allclose(f.dense(), 1.0), a
+            out.append(block.weight * np.asarray(t).reshape(-1))
+        return np.concatenate(out)
+
+    # --- the two sides ----------------------------------------------------------------
+    def ours(self, sql: str, dialect: str = "postgres", params=None):
+        cq = compile_sql(sql, self.catalog, params=params, dialect=dialect)
+        answers = {lq.name: self.answer(lq) for lq in cq.linear_queries}
+        present = self._present(cq, sql, dialect, params)
+        rows, _ = run_program(cq, answers, None, present=present)
+        return cq, rows
+
+    def _present(self, cq, sql, dialect, params):
+        """Which groups have rows under WHERE (DuckDB omits empty groups; we never do)."""
+        if cq.is_schema_probe or not cq.program.keys:
+            return None
+        tree = sqlglot.parse_one(sql, read=dialect)
+        tree.set("expressions", tree.expressions + [exp.alias_(exp.Count(this=exp.Star()), "__n")])
+        for k in ("having", "order", "limit", "offset", "distinct"):
+            tree.set(k, None)
+        helper = compile_sql(tree.sql(dialect=dialect), self.catalog, params=params, dialect=dialect)
+        answers = {lq.name: self.answer(lq) for lq in helper.linear_queries}
+        rows, _ = run_program(helper, answers, None)
+        return np.array([r[-1] > 0 for r in rows])
+
+    def duck(self, sql: str, dialect: str = "postgres", params=None):
+        tree = sqlglot.parse_one(sql, read=dialect)
+        tree = tree.transform(self._duck_rewrite)
+        text = tree.sql(dialect="duckdb")
+        return self.con.execute(text, params or []).fetchall()
+
+    def _int_valued(self, node) -> bool:
+        if isinstance(node, exp.Paren):
+            return self._int_valued(node.this)
+        if isinstance(node, exp.Column):
+            a = self.schema.attribute(node.name)
+            return a.kind == "integer" and all(b is None or b[0] == b[1] for b in a.bin_bounds())
+        if isinstance(node, exp.Literal):
+            return not node.is_string and re.fullmatch(r"-?\d+", node.this) is not None
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.IntDiv)):
+            return self._int_valued(node.this) and self._int_valued(node.expression)
+        if isinstance(node, exp.Div):
+            return bool(node.args.get("typed")) and self._int_valued(node.this) and \
+                self._int_valued(node.expression)
+        if isinstance(node, (exp.Floor, exp.Ceil, exp.WidthBucket, exp.Count)):
+            return True
+        return False
+
+    def _duck_rewrite(self, node):
+        if isinstance(node, exp.Table) and node.args.get("db") is not None:
+            node = node.copy()
+            node.set("db", None)
+            return node
+        # PostgreSQL divides integers by truncation; DuckDB's '/' is always real division.
+        if isinstance(node, exp.Div) and node.args.get("typed") and self._int_valued(node.this) \
+                and self._int_valued(node.expression):
+            return exp.IntDiv(this=node.this, expression=node.expression)
+        if isinstance(node, exp.WidthBucket):
+            x, lo, hi, n = (node.this, node.args["min_value"], node.args["max_value"], node.args["num_buckets"])
+            body = f"(floor(({x.sql('duckdb')} - {lo.sql('duckdb')}) * {n.sql('duckdb')} / " \
+                   f"({hi.sql('duckdb')} - {lo.sql('duckdb')})) + 1)"
+            return sqlglot.parse_one(
+                f"CASE WHEN {x.sql('duckdb')} IS NULL THEN NULL WHEN {x.sql('duckdb')} < {lo.sql('duckdb')} "
+                f"THEN 0 WHEN {x.sql('duckdb')} >= {hi.sql('duckdb')} THEN {n.sql('duckdb')} + 1 "
+                f"ELSE CAST({body} AS BIGINT) END", read="duckdb")
+        return node
+
+    # --- comparison --------------------------------------------------------------------
+    def normalise(self, cq, rows):
+        """Our labels of wide bins → their midpoints, the value DuckDB sees."""
+        out = []
+        key_attrs = {}
+        for j, c in enumerate(cq.columns):
+            for k in (cq.program.keys if cq.program else []):
+                if c.type == "text" and k.attr.kind != "categorical":
+                    key_attrs[j] = k.attr.name
+        for r in rows:
+            r = list(r)
+            for j, a in key_attrs.items():
+                if isinstance(r[j], str) and (a, r[j]) in self.midpoints:
+                    r[j] = self.midpoints[(a, r[j])]
+            out.append(tuple(r))
+        return out
+
+
+def values_equal(a, b, tol: float = 1e-9) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(b)))
+    return str(a) == str(b)
+
+
+def rows_equal(ours, theirs, ordered: bool) -> bool:
+    if len(ours) != len(theirs):
+        return False
+    if not ordered:
+        key = lambda r: tuple((0, "") if v is None else (1, round(float(v), 6)) if isinstance(v, (int, float))  # noqa: E731
+                              else (2, str(v)) for v in r)
+        ours, theirs = sorted(ours, key=key), sorted(theirs, key=key)
+    return all(len(x) == len(y) and all(values_equal(p, q) for p, q in zip(x, y)) for x, y in zip(ours, theirs))
