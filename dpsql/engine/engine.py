@@ -103,11 +103,12 @@ class Engine:
         self.config = config
         self.catalog = dict(config.tables)
         self.backend = backend if backend is not None else DuckDBBackend(config.sources)
-        per_user = {u: b.rho for u, b in config.user_budgets.items()}
-        self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho,
-                             per_user_rho=per_user,
-                             default_user_rho=(config.default_user_budget.rho
-                                               if config.default_user_budget else None))
+        per_user = None
+        if config.user_budgets or config.default_user_budget:
+            # users without their own entry fall back to the default, or to the global cap
+            default = config.default_user_budget or config.budget
+            per_user = {"*": default.rho, **{u: b.rho for u, b in config.user_budgets.items()}}
+        self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho, per_user_rho=per_user)
         self.progress = progress
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
@@ -116,13 +117,15 @@ class Engine:
     # -- persisted releases ------------------------------------------------------------------
     def _load_releases(self) -> None:
         """Re-use every measurement already paid for (restart safety, issue 7)."""
-        for key, payload in self.ledger.releases():
-            table = key.split(":", 1)[0]
-            state = self.tables.get(table)
-            if state is None or key in state.release_keys:
+        for entry in self.ledger.entries():
+            if entry.kind != "release" or entry.key is None:
                 continue
-            state.released.extend(rel.unpack(payload))
-            state.release_keys.add(key)
+            table = entry.key.split(":", 1)[0]
+            state = self.tables.get(table)
+            if state is None or entry.key in state.release_keys:
+                continue
+            state.released.extend(rel.unpack(self.ledger.release(entry.key)))
+            state.release_keys.add(entry.key)
 
     # -- planning ----------------------------------------------------------------------------
     def workload_for(self, table: str, queries: Sequence[str] | None = None):
@@ -188,10 +191,13 @@ class Engine:
             if key in state.release_keys:
                 return MeasureReport(table, 0.0, True, len(blocks), cells, time.perf_counter() - t0)
             cost = _round_up(plan.rho)
-            ok, remaining = self.ledger.preview(principal, cost)
-            if not ok:
+            view = self.ledger.preview(principal, cost)
+            if not view.fits:
+                remaining = float(view.remaining)
                 raise BudgetExhaustedError(
-                    f"measuring this needs rho = {cost:.6g} but only {remaining:.6g} remains",
+                    f"measuring this needs rho = {cost:.6g} but only rho = {remaining:.6g} remains"
+                    + (f" for {principal!r}" if view.remaining_user is not None
+                       and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
                     requested_rho=cost, remaining_rho=remaining)
             counts = self.backend.count_marginals(state.schema, [b.clique for b in blocks])
@@ -246,7 +252,6 @@ class Engine:
 
     def close(self) -> None:
         self.backend.close()
-        self.ledger.close()
 
 
 def _round_up(x: Fraction) -> float:

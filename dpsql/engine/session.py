@@ -53,6 +53,16 @@ class Result:
 Z95 = 1.959963984540054
 
 
+def _type_name(pg_type: str) -> str:
+    """The driver's type code for a PostgreSQL type name from the compiler."""
+    t = pg_type.lower()
+    if t in ("integer", "bigint", "smallint", "int", "int8", "int4"):
+        return "integer"
+    if t in ("double precision", "numeric", "real", "float8", "double"):
+        return "double"
+    return "text"
+
+
 class Session:
     def __init__(self, engine: Engine, user: str | None = None) -> None:
         self.engine = engine
@@ -75,7 +85,7 @@ class Session:
             return Result([Column("QUERY PLAN", "text")],
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
-        columns = [Column(n, t) for n, t in compiled.columns]
+        columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
         if compiled.is_schema_probe:
             return Result(columns, [], seconds=time.perf_counter() - t0)
         key = (sql, tuple(params) if params is not None else None)
@@ -128,10 +138,12 @@ class Session:
     def budget(self) -> dict:
         led = self.engine.ledger
         cfg = self.engine.config
-        return {"user": self.user, "spent_rho": led.spent(self.user),
-                "remaining_rho": led.remaining(self.user),
-                "total_spent_rho": led.spent(None), "total_remaining_rho": led.remaining(None),
-                "delta": cfg.budget.delta}
+        return {"user": self.user, "spent_rho": float(led.spent(self.user)),
+                "remaining_rho": float(led.remaining(self.user)),
+                "total_spent_rho": float(led.spent(None)),
+                "total_remaining_rho": float(led.remaining(None)),
+                "total_rho": cfg.budget.rho, "delta": cfg.budget.delta,
+                "entries": len(led.entries())}
 
     def explain(self, sql: str, params=None) -> str:
         from dpsql.sql import compile as compile_sql
@@ -139,6 +151,8 @@ class Session:
 
     def explain_compiled(self, compiled) -> str:
         lines = [compiled.explain()]
+        if getattr(compiled, "is_explain", False):
+            compiled = compiled.inner
         model, variance, _ = self.engine.model(compiled.table)
         for lq in compiled.linear_queries:
             if variance is None:

@@ -1,0 +1,82 @@
+"""Standard errors: the per-attribute computation equals the dense least-squares formula."""
+
+import numpy as np
+import pytest
+
+from dpsql.engine.variance import SupportBlock, VarianceModel
+from dpsql.linalg import Identity, Indicator, Kron, Prefix, Sum, Total, Union, Weighted
+
+SIZES = {"a": 3, "b": 4, "c": 2}
+ATTRS = ("a", "b", "c")
+
+
+def full_matrix(clique, factors):
+    """The block's rows over the full domain: its factors on the clique, ones elsewhere."""
+    if len(factors) == 1 and len(clique) > 1:  # one joint factor over the flattened clique
+        assert tuple(clique) == ATTRS[:len(clique)]
+        rest = np.ones((1, int(np.prod([SIZES[a] for a in ATTRS[len(clique):]]))))
+        return np.kron(factors[0], rest)
+    mats = []
+    it = iter(factors)
+    for a in ATTRS:
+        mats.append(next(it) if a in clique else np.ones((1, SIZES[a])))
+    out = mats[0]
+    for m in mats[1:]:
+        out = np.kron(out, m)
+    return out
+
+
+def dense_var(q, blocks):
+    """Row by row: inverse-variance combination of the blocks whose row space holds the row."""
+    inv = np.zeros(q.shape[0])
+    for b in blocks:
+        A = b.scale * full_matrix(b.clique, b.factors)
+        G = A.T @ A
+        P = np.linalg.pinv(G)
+        ok = np.all(np.isclose(q @ P @ G, q, atol=1e-8), axis=1)
+        inv[ok] += 1.0 / (b.stddev ** 2 * np.einsum("ij,jk,ik->i", q[ok], P, q[ok]))
+    with np.errstate(divide="ignore"):
+        return np.where(inv > 0, np.sqrt(1.0 / np.where(inv > 0, inv, 1.0)), np.nan)
+
+
+BLOCKS = [
+    SupportBlock(("a", "b"), (np.eye(3, dtype=np.int64), np.eye(4, dtype=np.int64)), 2.0, 1.0),
+    SupportBlock(("b", "c"), (np.tril(np.ones((4, 4), dtype=np.int64)), np.eye(2, dtype=np.int64)), 3.0, 0.5),
+    SupportBlock(("a",), (np.ones((1, 3), dtype=np.int64),), 1.5, 1.0),
+]
+
+QUERIES = [
+    Kron([Identity(3), Total(4), Total(2)]),
+    Kron([Indicator(3, [0, 2]), Identity(4), Total(2)]),
+    Kron([Total(3), Prefix(4), Identity(2)]),
+    Kron([Total(3), Total(4), Total(2)]),
+    Union([Weighted(2.0, Kron([Identity(3), Total(4), Total(2)])),
+           Kron([Total(3), Indicator(4, [1]), Identity(2)])]),
+    Sum([Kron([Indicator(3, [0]), Identity(4), Total(2)]), Kron([Indicator(3, [1]), Identity(4), Total(2)])]),
+]
+
+
+@pytest.mark.parametrize("i", range(len(QUERIES)))
+def test_stderr_matches_dense_least_squares(i):
+    q = QUERIES[i]
+    model = VarianceModel(ATTRS, SIZES, BLOCKS)
+    err, sup = model.analyse(q)
+    ref = dense_var(q.dense(), BLOCKS)
+    assert np.array_equal(np.isnan(err), np.isnan(ref))
+    assert np.allclose(err[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-9)
+    assert np.array_equal(sup, ~np.isnan(ref))
+
+
+def test_unsupported_query_is_flagged():
+    model = VarianceModel(ATTRS, SIZES, BLOCKS)
+    err, sup = model.analyse(Kron([Identity(3), Total(4), Identity(2)]))  # (a, c) never measured together
+    assert not sup.any() and np.isnan(err).all()
+
+
+def test_joint_factor_block():
+    rng = np.random.default_rng(1)
+    M = rng.integers(-3, 4, size=(20, 12)).astype(np.int64)  # over the flattened (a, b) marginal
+    blocks = [SupportBlock(("a", "b"), (M,), 1.7, 0.25)]
+    q = Kron([Indicator(3, [1]), Identity(4), Total(2)])
+    err, sup = VarianceModel(ATTRS, SIZES, blocks).analyse(q)
+    assert np.allclose(err, dense_var(q.dense(), blocks))
