@@ -97,13 +97,13 @@ def describe_domain(attr) -> list[str]:
             items.append("(any other value)")
     elif kind == "integer":
         edges = getattr(attr, "edges", None)
+        w = getattr(attr, "bin_width", 1)
         if edges:
-            items = [f"{attr.lo}..{attr.hi}", "bins start at " + " ".join(str(e) for e in edges)]
+            items = [f"{attr.lo}..{attr.hi} in bins starting at {edges[0]}"] + [str(e) for e in edges[1:]]
         else:
-            w = getattr(attr, "bin_width", 1)
-            items = [f"{attr.lo}..{attr.hi}"] + ([f"bins of {w}"] if w != 1 else [])
+            items = [f"{attr.lo}..{attr.hi}" + (f" in bins of {w}" if w != 1 else "")]
     elif kind == "numeric":
-        items = ["edges " + " ".join(_num(e) for e in attr.edges)]
+        items = [f"bins with edges {_num(attr.edges[0])}"] + [_num(e) for e in attr.edges[1:]]
     else:
         items = [str(x) for x in attr.labels()]
     if attr.nullable:
@@ -139,13 +139,12 @@ class MetaCommands:
         rows = []
         for col in schema.column_names:
             attr = schema.attribute(col)
-            sql_type = getattr(attr, "sql_type", "") or ""
+            sql_type = str(getattr(attr, "sql_type", "") or "").lower()
             items = _wrap_list(describe_domain(attr), 60)
-            rows.append((col, f"{attr.kind} ({sql_type.lower()})" if sql_type else attr.kind,
-                         "yes" if attr.nullable else "no", f"{attr.size:,}", items[0]))
-            rows += [("", "", "", "", more) for more in items[1:]]
-        lines = [f"Table {name!r} (declared domain; {schema.domain.size():,} cells)"]
-        lines += render.grid_lines(["column", "type", "null", "cells", "domain"], rows, right=(3,))
+            rows.append((col, sql_type, attr.kind, "yes" if attr.nullable else "no", f"{attr.size:,}", items[0]))
+            rows += [("", "", "", "", "", more) for more in items[1:]]
+        lines = [f"Table {name!r}: declared (public) domain of {schema.domain.size():,} cells"]
+        lines += render.grid_lines(["column", "type", "kind", "null", "cells", "domain"], rows, right=(4,))
         self.shell.emit(lines)
         return True
 

@@ -15,7 +15,7 @@ from prompt_toolkit.completion import Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 
 from repl.lexer import FUNCTIONS, KEYWORDS
-from repl.statements import current_statement, string_start
+from repl.statements import scan, string_start
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _TABLE_REF = re.compile(r'\b(?:FROM|JOIN)\s+"?([A-Za-z_][A-Za-z0-9_]*)"?', re.I)
@@ -46,10 +46,11 @@ class SqlCompleter(Completer):
 
     # -- entry point ---------------------------------------------------------------------
     def get_completions(self, document: Document, complete_event) -> Iterable[Completion]:
-        before = current_statement(document.text_before_cursor)
-        stripped = before.lstrip()
-        if stripped.startswith("\\"):
-            yield from self._meta(stripped, document, complete_event)
+        text = document.text_before_cursor
+        items, before, _ = scan(text)
+        if items and items[-1].kind == "meta" and "\n" not in text[items[-1].offset:]:
+            # the cursor is still on the meta-command's line
+            yield from self._meta(text[items[-1].offset:], document, complete_event)
             return
         after = document.text_after_cursor.split(";", 1)[0]
         yield from self._sql(before, before + after)

@@ -72,7 +72,7 @@ def _aligned(cells: list[tuple[str, str, bool]], right: bool) -> list[str]:
     for v, e, m in cells:
         text = v.rjust(vw) if right else v.ljust(vw)
         if ew:
-            text += " " + e.rjust(ew) if e else " " * (ew + 1)
+            text += " " + e.ljust(ew) if e else " " * (ew + 1)
         if mark:
             text += " " + INFERRED_MARK if m else "  "
         out.append(text)
@@ -110,7 +110,7 @@ def table_lines(result, mode: str = "ci95") -> list[str]:
     for i in range(len(result.rows)):
         cells = [(col[i].rjust(w) if _numeric(c) else col[i].ljust(w))
                  for col, c, w in zip(texts, result.columns, widths)]
-        lines.append((" " + " | ".join(cells)).rstrip())
+        lines.append(" " + " | ".join(cells) + " ")
     return lines
 
 

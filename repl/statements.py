@@ -50,6 +50,7 @@ def scan(text: str) -> tuple[list[Item], str, int]:
     items: list[Item] = []
     i, n = 0, len(text)
     start = 0
+    first = 0  # where the current statement's first token starts (after comments)
     blank_so_far = True  # only whitespace/comments since ``start``
     while i < n:
         c = text[i]
@@ -70,20 +71,22 @@ def scan(text: str) -> tuple[list[Item], str, int]:
                 blank_so_far = False  # an unterminated comment keeps the statement open
             continue
         if c in "'\"":
+            if blank_so_far:
+                first = i
             blank_so_far = False
             j = _skip_quoted(text, i)
             i = n if j < 0 else j
             continue
         if c == ";":
-            body = text[start:i]
-            if not is_blank(body):
-                lead = len(body) - len(body.lstrip())
-                items.append(Item("sql", body.strip(), start + lead))
+            if not blank_so_far:
+                items.append(Item("sql", text[first:i].rstrip(), first))
             i += 1
             start = i
             blank_so_far = True
             continue
         if not c.isspace():
+            if blank_so_far:
+                first = i
             blank_so_far = False
         i += 1
     return items, text[start:], start
@@ -133,9 +136,24 @@ def split_script(text: str) -> list[Item]:
     """All items of a script; a final statement without ``;`` still counts (as psql does)."""
     items, rest, start = scan(text)
     if not is_blank(rest):
-        lead = len(rest) - len(rest.lstrip())
-        items.append(Item("sql", rest.strip(), start + lead))
+        lead = _blank_prefix(rest)
+        items.append(Item("sql", rest[lead:].rstrip(), start + lead))
     return items
+
+
+def _blank_prefix(text: str) -> int:
+    """Length of the whitespace and complete comments ``text`` starts with."""
+    i, n = 0, len(text)
+    while i < n:
+        if text[i].isspace():
+            i += 1
+        elif text.startswith("--", i) and "\n" in text[i:]:
+            i = text.index("\n", i) + 1
+        elif text.startswith("/*", i) and "*/" in text[i + 2:]:
+            i = text.index("*/", i + 2) + 2
+        else:
+            break
+    return i
 
 
 def string_start(text: str) -> int | None:
