@@ -55,7 +55,7 @@ class LatticeBlock:
         """Δ₂(M)² exactly: Kron column norms multiply (thesis §3.4)."""
         out = 1
         for f in self.factors:
-            out *= int((f.astype(object) ** 2).sum(axis=0).max())
+            out *= _noise.lattice_sensitivity2(f)
         return out
 
     def l1_sensitivity(self) -> int:
@@ -108,9 +108,9 @@ def to_lattice(clique: Sequence[str], query: QueryMatrix, weight: float) -> Latt
         if top == 0:
             factors.append(np.zeros(d.shape, dtype=np.int64))
             continue
-        m = np.round(d * (GRID / top)).astype(np.int64)
-        factors.append(m)
-        scale *= top / GRID
+        grid = top / GRID
+        factors.append(_noise.round_to_grid(d, grid).astype(np.int64))
+        scale *= grid
     return LatticeBlock(tuple(clique), tuple(factors), float(scale), float(weight))
 
 
