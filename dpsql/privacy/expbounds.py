@@ -11,8 +11,8 @@ the intervals; it draws no randomness.
 
 Bounds come from the alternating Taylor series of exp(-f) for 0 <= f <= 1, whose
 consecutive partial sums bracket the limit (Leibniz criterion, terms f^k/k! are
-non-increasing when f <= 1), evaluated in fixed-point
-integer arithmetic with every term rounded outward, and raised to the m-th power for x = m f with directed (floor/ceil)
+non-increasing when f <= 1), evaluated in fixed-point integer arithmetic with every term
+rounded outward, then raised to the m-th power for x = m f with directed (floor/ceil)
 integer rounding.  See ``docs/privacy.md`` ("Exact sampling").
 """
 

@@ -6,7 +6,8 @@ and Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020; CKS
 * ``discrete_laplace(scale)`` has pmf proportional to exp(-|y|/scale) on the integers;
   it satisfies (Delta/scale)-DP for integer queries of L1 sensitivity Delta.
 * ``discrete_gaussian(sigma2)`` has pmf proportional to exp(-y^2/(2 sigma2)); it
-  satisfies Delta^2/(2 sigma2)-zCDP for L2 sensitivity Delta (CKS20 §2, privacy of the discrete Gaussian).
+  satisfies Delta^2/(2 sigma2)-zCDP for L2 sensitivity Delta (CKS20 §2, the privacy
+  of the discrete Gaussian).
 
 Every random decision is made *exactly*: all randomness is uniform bits from a
 :class:`BitSource` (the OS CSPRNG in production), all Bernoulli(exp(-x)) events are
@@ -312,6 +313,7 @@ def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarr
     a, b = s2.numerator, s2.denominator
     t, acc_lo, acc_hi = _gaussian_plan(a, b)
     cap = acc_lo.size
+    coarse = (cap - 1) * t * b >= a
     denom = 2 * a * b * t * t
     out = np.empty(n, dtype=np.int64)
     filled = 0
@@ -325,10 +327,14 @@ def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarr
         inside = mag < cap
         idx = np.where(inside, mag, cap - 1)
         ok, undecided = _decide(u, acc_lo[idx], acc_hi[idx])
-        # Beyond the table |Y| >= cap > sigma2/t, where A is decreasing, so A(cap-1)'s
-        # upper bound still proves rejection; anything else goes to the exact path.
         ok &= inside
-        undecided = (undecided | (~inside & ~(u >= acc_hi[cap - 1]))) & ~ok
+        # Beyond the table (|Y| >= cap): if cap-1 >= sigma2/t, A is non-increasing there,
+        # so u >= hi(A(cap-1)) proves rejection; everything else takes the exact path.
+        if coarse:
+            surely_out = ~inside & (u >= acc_hi[cap - 1])
+        else:
+            surely_out = np.zeros(batch, dtype=bool)
+        undecided = (undecided & inside) | (~inside & ~surely_out)
         for i in np.flatnonzero(undecided):
             gamma_num = (int(mag[i]) * b * t - a) ** 2
             ok[i] = _LazyUniform(u[i], bits).less_than_exp(gamma_num, denom)

@@ -122,6 +122,25 @@ def test_exact_path_alone_reproduces_the_distribution(monkeypatch):
     assert _chi_square(lap, "laplace", Fraction(5, 2)) > ALPHA
 
 
+def test_gaussian_beyond_its_acceptance_table(monkeypatch):
+    """A table shorter than sigma2/t (as for sigma > 2^18) must not cut corners.
+
+    Between cap and sigma2/t the acceptance probability still grows, so the shortcut
+    "reject when u exceeds A(cap-1)" would be wrong there; those draws take the exact path.
+    """
+    monkeypatch.setattr(noise, "_MAX_GAUSS_TABLE", 40)
+    noise._gaussian_plan.cache_clear()
+    try:
+        sample = discrete_gaussian(Fraction(3601), 20_000, rng=SeededBitSource(31))
+        assert _chi_square(sample, "gauss", Fraction(3601)) > ALPHA
+        monkeypatch.setattr(noise, "_MAX_GAUSS_TABLE", 3 * 61)  # now cap-1 >= sigma2/t
+        noise._gaussian_plan.cache_clear()
+        sample = discrete_gaussian(Fraction(3601), 20_000, rng=SeededBitSource(32))
+        assert _chi_square(sample, "gauss", Fraction(3601)) > ALPHA
+    finally:
+        noise._gaussian_plan.cache_clear()
+
+
 def test_lazy_comparison_matches_high_precision_exp():
     bits = SeededBitSource(8)
     rng = np.random.default_rng(1)
