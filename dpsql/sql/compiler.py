@@ -64,6 +64,7 @@ class _Lowering:
         self.aggs: list[AggPlan] = []
         self.agg_index: dict[Any, int] = {}
         self.specs: dict[Any, QuerySpec] = {}
+        self._terms: dict[Any, list[dict]] = {}
         self.where = self.tree.args["where"].this if self.tree.args.get("where") is not None else None
 
     # --- helpers -----------------------------------------------------------------------
@@ -215,9 +216,11 @@ class _Lowering:
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
         label = node.sql(dialect="postgres")
         if call.func == "count":
+            shown = pred
             if call.arg is not None:
                 pred = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-            plan = AggPlan("count", label, [self.spec("linear", pred, label)])
+            plan = AggPlan("count", label, [self.spec("linear", pred, f"COUNT({call.arg.sql() if call.arg else '*'})",
+                                                      shown=shown)])
         elif call.func in ("sum", "avg"):
             weights = self.weights(call, attr)
             s = self.spec("linear", pred, f"SUM({call.arg.sql()})", attr, weights)
@@ -225,7 +228,7 @@ class _Lowering:
                 plan = AggPlan("sum", label, [s])
             else:
                 notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-                c = self.spec("linear", notnull, f"COUNT({call.arg.sql()})")
+                c = self.spec("linear", notnull, f"COUNT({call.arg.sql()})", shown=pred)
                 plan = AggPlan("avg", label, [s, c])
         else:
             values = self.quantile_values(call, attr)
@@ -259,17 +262,27 @@ class _Lowering:
                                         position=self.pos(call.node), hint="use a numeric expression")
         return np.array([np.nan if null[i] or v is None else float(v) for i, v in enumerate(vals)])
 
-    def spec(self, kind, pred, description, weight_attr=None, weights=None, quantile_attr=None) -> str:
+    def terms(self, pred) -> list[dict]:
         pkey = self.canon(pred) if pred is not None else None
+        if pkey not in self._terms:
+            terms = compile_predicate(pred, self.resolve, self.evaluator, self.pos, self.schema.attributes[0])
+            # An all-TRUE mask restricts nothing; dropping it lets equal queries share a key.
+            self._terms[pkey] = [{a: m for a, m in t.items() if not m.all()} for t in terms]
+        return self._terms[pkey]
+
+    def spec(self, kind, pred, description, weight_attr=None, weights=None, quantile_attr=None,
+             shown="same") -> str:
+        terms = self.terms(pred)
+        tkey = tuple(tuple(sorted((a, m.tobytes()) for a, m in t.items())) for t in terms)
         wkey = None if weights is None else (weight_attr.name, weights.tobytes())
         qkey = quantile_attr.name if quantile_attr is not None else None
-        key = (kind, pkey, wkey, qkey)
+        key = (kind, tkey, wkey, qkey)
         found = self.specs.get(key)
         if found is not None:
             return found.name
-        terms = compile_predicate(pred, self.resolve, self.evaluator, self.pos, self.schema.attributes[0])
         name = f"q{len(self.specs)}"
-        where = f" WHERE {pred.sql(dialect='postgres')}" if pred is not None else ""
+        shown = pred if shown == "same" else shown
+        where = f" WHERE {shown.sql(dialect='postgres')}" if shown is not None else ""
         self.specs[key] = QuerySpec(name=name, kind=kind, terms=terms,
                                     weight_attr=weight_attr.name if weight_attr is not None else None,
                                     weights=weights,

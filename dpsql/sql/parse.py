@@ -87,12 +87,26 @@ def _literal_for(value: Any, index: int) -> exp.Expression:
 
 
 def _bind_params(tree: exp.Expression, params: Sequence[Any] | None) -> exp.Expression:
+    if isinstance(params, (str, bytes)):
+        raise InterfaceError("parameters must be a sequence, not a string", hint="wrap it: (value,)")
+    given = list(params) if params is not None else []
     # Pre-order DFS visits a SELECT's clauses in the order they are written, which is the
     # order of the ``?`` marks in the text.
     holes = [n for n in tree.walk() if isinstance(n, exp.Placeholder) and not n.this]
-    given = list(params) if params is not None else []
-    if isinstance(params, (str, bytes)):
-        raise InterfaceError("parameters must be a sequence, not a string", hint="wrap it: (value,)")
+    numbered = [n for n in tree.walk() if isinstance(n, exp.Parameter)
+                and isinstance(n.this, exp.Literal) and not n.this.is_string]
+    if holes and numbered:
+        raise InterfaceError("the statement mixes '?' and '$n' parameter markers", hint="use one style")
+    if numbered:
+        # PostgreSQL's $1, $2 … (the wire protocol's extended query form) name their value.
+        top = max(int(n.this.this) for n in numbered)
+        if top != len(given):
+            raise InterfaceError(f"the statement uses parameters up to ${top} but {len(given)} were given",
+                                 hint="pass one value per distinct $n")
+        for n in numbered:
+            k = int(n.this.this) - 1
+            n.replace(_literal_for(given[k], k))
+        return tree
     if len(holes) != len(given):
         raise InterfaceError(f"the statement has {len(holes)} parameter marker(s) but "
                              f"{len(given)} parameter(s) were given",
