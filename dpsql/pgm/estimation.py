@@ -27,7 +27,7 @@ from dpsql.errors import ModelTooLargeError
 from dpsql.pgm.inference import BeliefPropagation
 from dpsql.pgm.junction_tree import JunctionTree
 from dpsql.pgm.loss import MarginalLoss
-from dpsql.pgm.measurement import Measurement, estimate_total, lipschitz
+from dpsql.pgm.measurement import Measurement, estimate_total, lipschitz, subgradient_bound
 from dpsql.pgm.model import GraphicalModel
 
 __all__ = ["DEFAULT_CAPACITY", "Progress", "estimate", "check_capacity"]
@@ -125,9 +125,10 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     """
     measurements = list(measurements)
     _check(domain, measurements)
-    if method not in ("md", "accelerated"):
-        raise ValueError(f"estimate: method must be 'md' or 'accelerated', got {method!r}")
-    if method == "accelerated" and norm != "l2":
+    if method not in ("md", "accelerated", "adaptive"):
+        raise ValueError(f"estimate: method must be 'md', 'accelerated' or 'adaptive', "
+                         f"got {method!r}")
+    if method != "md" and norm != "l2":
         raise ValueError("estimate: the accelerated method needs the smooth L2 loss")
     sizes = dict(zip(domain.attributes, domain.shape))
     tree = JunctionTree(domain.attributes, sizes, [m.clique for m in measurements])
@@ -145,9 +146,14 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     bp = BeliefPropagation(tree)
     loss = MarginalLoss(tree, measurements, norm)
     theta = _initial_theta(domain, tree, bp, warm_start)
-    if method == "md":
+    if method == "md" and norm == "l1":
+        theta, history = _subgradient(bp, loss, theta, total, measurements, iters, tol,
+                                      callback, stepsize)
+    elif method == "md":
         theta, history = _mirror_descent(bp, loss, theta, total, measurements, iters, tol,
                                          callback, stepsize)
+    elif method == "adaptive":
+        theta, history = _adaptive(bp, loss, theta, total, measurements, iters, tol, callback)
     else:
         theta, history = _accelerated(bp, loss, theta, total, measurements, iters, tol, callback)
     return GraphicalModel(domain, tree, theta, total,
@@ -190,6 +196,93 @@ def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, 
         if _converged(history, tol) or predicted <= 0.0:
             break
     return theta, history
+
+
+def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
+    """Accelerated entropic mirror descent with a backtracked Lipschitz estimate.
+
+    Nesterov's method of similar triangles (Tseng 2008, Alg. 1 with the entropy as
+    prox function): y = (1−τ)x + τz, z ← MARGINAL-ORACLE(θ_z − a∇L(y)), x ← (1−τ)x + τz,
+    with a²L = A + a, τ = a/(A + a).  Algorithm 3 uses the worst-case K of the queries;
+    here L is halved before every iteration and doubled until the descent inequality
+    L(x) ≤ L(y) + ⟨∇L(y), x − y⟩ + (L/2N)‖x − y‖₁² holds.  ‖·‖₁ over p is bounded below
+    by the largest clique-marginal L1 distance, so checking with that bound is a
+    stricter test and keeps the O(L·D/t²) guarantee, while L tracks the local
+    curvature, which is usually orders of magnitude below K.
+    """
+    N = total
+    L = max(lipschitz(measurements), 1e-300) * N
+    theta_z = list(theta0)
+    z = bp.marginals(theta_z, N)
+    x = z
+    A = 0.0
+    value = loss.value(x)
+    history = [value]
+    for t in range(1, iters + 1):
+        while True:
+            a = (1.0 + np.sqrt(1.0 + 4.0 * L * A)) / (2.0 * L)
+            tau = a / (A + a)
+            y = [(1 - tau) * xr + tau * zr for xr, zr in zip(x, z)]
+            fy, gy = loss(y)
+            new_theta = [th if g is None else th - a * g for th, g in zip(theta_z, gy)]
+            new_z = bp.marginals(new_theta, N)
+            new_x = [(1 - tau) * xr + tau * zr for xr, zr in zip(x, new_z)]
+            fx = loss.value(new_x)
+            lin = norm = 0.0
+            for g, xr, yr in zip(gy, new_x, y):
+                d = xr - yr
+                norm = max(norm, float(np.abs(d).sum()))
+                if g is not None:
+                    lin += float(np.vdot(g, d))
+            if fx <= fy + lin + L / (2 * N) * norm * norm + 1e-12 * abs(fy) or L > 1e300:
+                break
+            L *= 2.0
+        if fx > history[-1]:
+            # Adaptive restart (O'Donoghue & Candès 2015): momentum overshot, so
+            # restart the sequence from the current point x, whose junction-tree
+            # potentials reproduce it exactly.
+            theta_z = _theta_from_marginals(bp.tree, x)
+            z, A = x, 0.0
+            history.append(history[-1])
+        else:
+            A += a
+            x, z, theta_z = new_x, new_z, new_theta
+            history.append(fx)
+        L *= 0.5
+        if callback is not None and callback(Progress(t, history[-1], a)):
+            break
+        if _converged(history, tol):
+            break
+    return _theta_from_marginals(bp.tree, x), history
+
+
+def _subgradient(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):
+    """Thesis Algorithm 2 for the non-smooth L1 loss: η_t = η₀/√t, best iterate kept.
+
+    A line search stalls at the kinks of ‖·‖₁, so the classical schedule for entropic
+    mirror descent is used instead: η₀ = √(2 log n)/G with n the domain size and G
+    a bound on ‖∇L‖_∞ (O(1/√t) convergence of the best iterate).
+    """
+    log_n = float(sum(np.log(s) for s in bp.tree.sizes.values()))
+    eta0 = stepsize if stepsize is not None else np.sqrt(2.0 * max(log_n, 1.0)) / max(
+        subgradient_bound(measurements), 1e-300)
+    mu = bp.marginals(theta, total)
+    value, grad = loss(mu)
+    best, best_theta = value, theta
+    history = [value]
+    for t in range(1, iters + 1):
+        eta = eta0 / np.sqrt(t)
+        theta = [th if g is None else th - eta * g for th, g in zip(theta, grad)]
+        mu = bp.marginals(theta, total)
+        value, grad = loss(mu)
+        if value < best:
+            best, best_theta = value, theta
+        history.append(best)
+        if callback is not None and callback(Progress(t, best, eta)):
+            break
+        if _converged(history, tol):
+            break
+    return best_theta, history
 
 
 def _accelerated(bp, loss, theta0, total, measurements, iters, tol, callback):

@@ -168,6 +168,24 @@ def lipschitz(measurements: Sequence[Measurement]) -> float:
     return float(sum(2.0 * lambda_max(m.query) / m.stddev ** 2 for m in measurements))
 
 
+def subgradient_bound(measurements: Sequence[Measurement]) -> float:
+    """G ≥ ‖∇L‖_∞ for the L1 loss: Σ_i (max column L1 norm of Q_i)/σ_i.
+
+    ∇_r L = Q_iᵀ sign(·)/σ_i has entries bounded by Q_i's column L1 norms; the step
+    schedule of subgradient mirror descent is scaled by it.
+    """
+    total = 0.0
+    for m in measurements:
+        q = m.query
+        if identity_scale(q) is not None:
+            total += abs(identity_scale(q)) / m.stddev
+        elif isinstance(q, np.ndarray) or _shape(q)[0] * _shape(q)[1] <= DENSE_LIMIT:
+            total += float(np.abs(dense(q)).sum(axis=0).max()) / m.stddev
+        else:
+            total += float(q.sensitivity(1)) / m.stddev
+    return total
+
+
 # --- the total (appendix E.1) -------------------------------------------------------------
 
 def _total_weights(q) -> np.ndarray | None:

@@ -1,0 +1,185 @@
+"""Estimation (thesis Algorithms 2 and 3) against a full-data-vector reference solver."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import linprog
+
+from dpsql.domain import Domain
+from dpsql.errors import ModelTooLargeError
+from dpsql.linalg import Explicit, Identity, Kron, Prefix, Total
+from dpsql.pgm import Measurement, estimate, model_size
+from dpsql.pgm.measurement import estimate_total
+from pgm_brute import (design, joint_from_model, loss_full, marginal, measure, random_cliques,
+                       random_data, random_domain, solve_full)
+
+
+def _queries(rng, dom, cliques):
+    """Identity, Prefix-Kron and random integer queries, in each clique's own order."""
+    out = []
+    for i, c in enumerate(cliques):
+        n = dom.size(c)
+        kind = i % 3
+        if kind == 0:
+            out.append(Identity(n))
+        elif kind == 1:
+            out.append(Kron([Prefix(dom[a]) for a in c]))
+        else:
+            out.append(Explicit(rng.integers(-1, 3, size=(n + 2, n)).astype(float)))
+    return out
+
+
+def _problem(seed, d=5, max_size=3, records=3000, k=5):
+    rng = np.random.default_rng(seed)
+    dom = random_domain(rng, d, max_size)
+    data = random_data(rng, dom, records)
+    cliques = random_cliques(rng, dom, k)
+    queries = _queries(rng, dom, cliques)
+    sd = [float(rng.uniform(1.0, 6.0)) for _ in cliques]  # unequal noise (appendix C.2)
+    return dom, data, measure(rng, dom, data, cliques, queries, sd)
+
+
+@pytest.mark.parametrize("method", ["md", "adaptive"])
+@pytest.mark.parametrize("seed", range(6))
+def test_estimate_reaches_the_full_vector_optimum(seed, method):
+    dom, data, ms = _problem(seed)
+    total = float(data.sum())
+    _, best = solve_full(dom, ms, total)
+    model = estimate(dom, ms, iters=12000, total=total, tol=1e-13, method=method)
+    got = loss_full(dom, ms, joint_from_model(model))
+    # The loss the estimator tracks is the same function of μ as the brute-force loss of p.
+    assert got == pytest.approx(model.loss[-1], rel=1e-9)
+    assert abs(got - best) <= 1e-6 * best
+
+
+def test_noiseless_measurements_are_reproduced_exactly():
+    rng = np.random.default_rng(11)
+    dom = random_domain(rng, 6, 4)
+    data = random_data(rng, dom, 5000) + 1.0  # strictly positive: an interior optimum
+    cliques = [("a3", "a0"), ("a0", "a1"), ("a1", "a3"), ("a5", "a2", "a4")]
+    queries = [Identity(dom.size(cliques[0])), Kron([Prefix(dom["a0"]), Prefix(dom["a1"])]),
+               Identity(dom.size(cliques[2])), Identity(dom.size(cliques[3]))]
+    ms = measure(rng, dom, data, cliques, queries, [1e-12] * 4)
+    model = estimate(dom, ms, iters=5000, tol=1e-15)
+    assert model.total == pytest.approx(data.sum(), rel=1e-12)
+    for c in cliques:
+        np.testing.assert_allclose(model.marginal(c).values, marginal(dom, data, c),
+                                   rtol=1e-6, atol=1e-6)
+
+
+def test_total_is_inverse_variance_weighted_when_unknown():
+    dom = Domain.from_sizes({"a": 3, "b": 2})
+    y1 = np.array([10.0, 20.0, 30.0])  # Identity: m = 60, var = 3·σ²
+    y2 = np.array([55.0])              # Total:    m = 55, var = σ²
+    y3 = np.array([5.0, 7.0])          # Prefix:   last row is the total, m = 7, var = σ²
+    ms = [Measurement(("a",), Identity(3), y1, 2.0), Measurement(("b",), Total(2), y2, 1.0),
+          Measurement(("b",), Prefix(2), y3, 3.0)]
+    est, var = estimate_total(ms)
+    w = np.array([1 / 12, 1 / 1, 1 / 9])
+    assert est == pytest.approx((w @ np.array([60.0, 55.0, 7.0])) / w.sum(), rel=1e-10)
+    assert var == pytest.approx(1 / w.sum(), rel=1e-10)
+    assert estimate(dom, ms, iters=5).total == pytest.approx(est)
+    no_total = [Measurement(("a",), Explicit(np.array([[1.0, -1.0, 0.0]])), np.array([1.0]), 1.0)]
+    assert estimate_total(no_total) is None
+    with pytest.raises(ValueError):
+        estimate(dom, no_total, iters=5)
+    assert estimate(dom, no_total, iters=5, total=40.0).total == 40.0
+
+
+def test_accelerated_method_meets_its_convergence_bound():
+    dom, data, ms = _problem(3, d=4)
+    total = float(data.sum())
+    _, best = solve_full(dom, ms, total)
+    t = 3000
+    model = estimate(dom, ms, iters=t, total=total, method="accelerated")
+    got = loss_full(dom, ms, joint_from_model(model))
+    assert got == pytest.approx(model.loss[-1], rel=1e-9)
+    # Algorithm 3 (Nesterov dual averaging): gap ≤ 4·K·N²·D / (t(t+1)) with K the
+    # Lipschitz constant per unit N² and D = KL(p*‖uniform) ≤ log n.
+    from dpsql.pgm.measurement import lipschitz
+    bound = 4 * lipschitz(ms) * total ** 2 * np.log(dom.size()) / (t * (t + 1))
+    assert best - 1e-9 * best <= got <= best + bound
+
+
+def test_warm_start_continues_from_the_previous_model():
+    dom, data, ms = _problem(4)
+    total = float(data.sum())
+    first = estimate(dom, ms, iters=300, total=total)
+    again = estimate(dom, ms, iters=300, total=total, warm_start=first)
+    assert again.loss[0] == pytest.approx(first.loss[-1], rel=1e-12)
+    assert again.loss[-1] <= first.loss[-1]
+    # A structure that does not contain the old cliques starts from the old marginals.
+    extra = measure(np.random.default_rng(0), dom, data, [dom.attributes[:3]],
+                    [Identity(dom.size(dom.attributes[:3]))], [2.0])
+    grown = estimate(dom, ms + extra, iters=1, total=total, warm_start=first)
+    start = loss_full(dom, ms + extra, joint_from_model(first))
+    assert grown.loss[0] <= start * (1 + 1e-9)
+
+
+def test_l1_loss_approaches_the_linear_programming_optimum():
+    dom, data, ms = _problem(5, d=4)
+    total = float(data.sum())
+    A, b = design(dom, ms)
+    A = A * np.array([m.stddev for m in ms for _ in range(m.values.size)])[:, None]
+    b = b * np.array([m.stddev for m in ms for _ in range(m.values.size)])
+    w = np.concatenate([np.full(m.values.size, 1 / m.stddev) for m in ms])
+    # min Σ w|Ap − b| as an LP over (p, t): −t ≤ Ap − b ≤ t, Σp = N, p ≥ 0.
+    m_, n = A.shape
+    c = np.concatenate([np.zeros(n), w])
+    A_ub = np.block([[A, -np.eye(m_)], [-A, -np.eye(m_)]])
+    lp = linprog(c, A_ub=A_ub, b_ub=np.concatenate([b, -b]),
+                 A_eq=np.concatenate([np.ones(n), np.zeros(m_)])[None], b_eq=[total],
+                 bounds=(0, None), method="highs")
+    gaps = []
+    for T in (250, 4000):
+        model = estimate(dom, ms, iters=T, total=total, norm="l1")
+        p = joint_from_model(model).ravel()
+        got = float(w @ np.abs(A @ p - b))
+        assert got == pytest.approx(model.loss[-1], rel=1e-9)
+        assert got >= lp.fun * (1 - 1e-9)  # nothing beats the LP optimum
+        # Entropic MD with η_t = √(2 log n)/(G√t): best-iterate gap ≤ N·G·√(log n)·(1 + ln T)/√(8T).
+        from dpsql.pgm.measurement import subgradient_bound
+        G, log_n = subgradient_bound(ms), np.log(dom.size())
+        assert got - lp.fun <= total * G * np.sqrt(log_n) * (1 + np.log(T)) / np.sqrt(8 * T)
+        gaps.append(got - lp.fun)
+    assert gaps[1] <= gaps[0] / 2  # the O(1/√t) rate predicts a factor of 4 over 16× iterations
+
+
+def test_model_too_large_is_refused_before_fitting():
+    dom = Domain([f"x{i}" for i in range(5)], [10] * 5)
+    cliques = [("x0", "x1"), ("x1", "x2"), ("x2", "x3"), ("x3", "x4"), ("x4", "x0")]
+    size = model_size(dom, cliques)
+    ms = [Measurement(c, Identity(100), np.zeros(100), 1.0) for c in cliques]
+    with pytest.raises(ModelTooLargeError) as err:
+        estimate(dom, ms, iters=1, capacity=size - 1)
+    assert err.value.size == size and err.value.hint
+    assert err.value.cliques and all(len(c) == 3 for c in err.value.cliques)
+    assert err.value.sqlstate == "54000"
+    estimate(dom, ms, iters=1, capacity=size, total=1.0)
+
+
+def test_callback_sees_progress_and_can_stop():
+    dom, data, ms = _problem(1)
+    seen = []
+    model = estimate(dom, ms, iters=100, total=float(data.sum()),
+                     callback=lambda p: seen.append(p) or p.iteration == 7)
+    assert [p.iteration for p in seen] == list(range(1, 8))
+    assert len(model.loss) == 8
+    assert all(b.loss <= a.loss for a, b in zip(seen, seen[1:]))  # Armijo: monotone
+
+
+def test_bad_measurements_are_rejected():
+    dom = Domain.from_sizes({"a": 3, "b": 2})
+    with pytest.raises(ValueError):
+        Measurement(("a",), Identity(3), np.zeros(2), 1.0)
+    with pytest.raises(ValueError):
+        Measurement(("a",), Identity(3), np.zeros(3), 0.0)
+    with pytest.raises(ValueError):
+        Measurement(("a", "a"), Identity(9), np.zeros(9), 1.0)
+    with pytest.raises(ValueError):
+        estimate(dom, [Measurement(("a",), Identity(2), np.zeros(2), 1.0)], iters=1)
+    with pytest.raises(ValueError):
+        estimate(dom, [Measurement(("z",), Identity(2), np.zeros(2), 1.0)], iters=1)
+    with pytest.raises(ValueError):
+        estimate(dom, [Measurement(("a",), Identity(3), np.ones(3), 1.0)], iters=1, method="newton")

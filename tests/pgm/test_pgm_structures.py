@@ -1,0 +1,109 @@
+"""Factor, CliqueVector and JunctionTree against direct numpy computations."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dpsql.domain import Domain
+from dpsql.pgm import CliqueVector, Factor, JunctionTree, model_size
+from pgm_brute import random_cliques, random_domain
+
+DOM = Domain(["a", "b", "c"], [2, 3, 4])
+
+
+def test_factor_project_sum_and_order():
+    rng = np.random.default_rng(0)
+    f = Factor(DOM, rng.random(DOM.shape))
+    g = f.project(("c", "a"))
+    assert g.attributes == ("c", "a")
+    np.testing.assert_allclose(g.values, f.values.sum(axis=1).T)
+    assert f.sum() == pytest.approx(f.values.sum())
+    np.testing.assert_allclose(f.sum(["b"]).values, f.values.sum(axis=1))
+
+
+def test_factor_logsumexp_is_stable_and_matches_log_of_sum():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=DOM.shape) * 5
+    f = Factor(DOM, x + 1000.0)  # exp(1000) overflows; the shifted form must not
+    got = f.logsumexp(["b"]).values
+    np.testing.assert_allclose(got - 1000.0, np.log(np.exp(x).sum(axis=1)), rtol=1e-12)
+    assert np.isfinite(f.logsumexp())
+    h = Factor(DOM, np.full(DOM.shape, -np.inf))
+    assert np.all(h.logsumexp(["a"]).values == -np.inf)
+
+
+def test_factor_arithmetic_aligns_axes_by_name():
+    rng = np.random.default_rng(2)
+    f = Factor(DOM.project(("c", "a")), rng.random((4, 2)))
+    g = Factor(DOM.project(("b",)), rng.random(3))
+    h = f * g
+    assert set(h.attributes) == {"a", "b", "c"}
+    full = h.transpose(("a", "b", "c")).values
+    want = f.values.T[:, None, :] * g.values[None, :, None]
+    np.testing.assert_allclose(full, want)
+    e = f.expand(DOM)
+    np.testing.assert_allclose(e.values, np.broadcast_to(f.values.T[:, None, :], DOM.shape))
+    q = (f + 1.0) / Factor(DOM.project(("a",)), np.array([0.0, 2.0]))
+    assert np.all(q.project(("a", "c")).values[0] == 0.0)  # 0 divisor gives 0, not inf
+    assert f.dot(f.transpose(("a", "c"))) == pytest.approx(float((f.values ** 2).sum()))
+    assert f.normalize(5.0).sum() == pytest.approx(5.0)
+    assert np.exp(f.normalize(3.0, log=True).values).sum() == pytest.approx(3.0)
+
+
+def test_clique_vector_arithmetic_dot_expand_project():
+    rng = np.random.default_rng(3)
+    cl = [("a", "b"), ("b", "c")]
+    u = CliqueVector({c: Factor(DOM.project(c), rng.random(DOM.project(c).shape)) for c in cl})
+    v = CliqueVector.zeros(DOM, cl) + 1.0
+    w = 2.0 * u - v
+    assert w.dot(v) == pytest.approx(2 * u.dot(v) - v.dot(v))
+    assert u.dot(v) == pytest.approx(sum(float(u[c].values.sum()) for c in cl))
+    big = u.expand(DOM, [("a", "b", "c")])
+    want = u[("a", "b")].expand(DOM).values + u[("b", "c")].expand(DOM).values
+    np.testing.assert_allclose(big[("a", "b", "c")].values, want)
+    small = big.project([("c",), ("a", "b")])
+    np.testing.assert_allclose(small[("c",)].values, want.sum(axis=(0, 1)))
+
+
+def _is_junction_tree(tree: JunctionTree) -> bool:
+    """Running intersection: the cliques containing any attribute form a connected subtree."""
+    for a in tree.attributes:
+        nodes = {i for i, c in enumerate(tree.cliques) if a in c}
+        tops = [i for i in nodes if tree.parent[i] not in nodes]
+        if len(tops) != 1:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_junction_tree_covers_cliques_and_has_running_intersection(seed):
+    rng = np.random.default_rng(seed)
+    dom = random_domain(rng, 6)
+    cliques = random_cliques(rng, dom, int(rng.integers(2, 7)))
+    tree = JunctionTree(dom.attributes, dict(zip(dom.attributes, dom.shape)), cliques)
+    for c in cliques:
+        assert any(set(c) <= set(m) for m in tree.cliques)
+    assert set(itertools.chain(*tree.cliques)) == set(dom.attributes)
+    for i, c in enumerate(tree.cliques):  # maximal: none inside another
+        assert not any(set(c) < set(d) for j, d in enumerate(tree.cliques) if j != i)
+    assert _is_junction_tree(tree)
+    assert len(tree.edges) == len(tree.cliques) - 1
+    assert model_size(dom, cliques) == tree.size == sum(dom.size(c) for c in tree.cliques)
+
+
+def test_model_size_of_a_cycle_triangulates():
+    dom = Domain.from_sizes({"a": 10, "b": 10, "c": 10, "d": 10})
+    # A 4-cycle needs one chord: two triangles of 1000 cells each.
+    assert model_size(dom, [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")]) == 2000
+    assert model_size(dom, [("a", "b"), ("b", "c"), ("c", "d")]) == 300
+
+
+def test_chain_of_a_thousand_attributes_builds_quickly_with_linear_size():
+    sizes = {f"x{i}": 10 for i in range(1000)}
+    cliques = [(f"x{i}", f"x{i+1}", f"x{i+2}") for i in range(998)]
+    tree = JunctionTree(list(sizes), sizes, cliques)
+    assert len(tree.cliques) == 998 and tree.size == 998_000
+    assert _is_junction_tree(tree)
