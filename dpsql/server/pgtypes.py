@@ -94,6 +94,7 @@ def _numeric_binary(value) -> bytes:
         int_digits += "0" * exponent
         exponent = 0
     frac_len = -exponent
+    int_digits = int_digits.rjust(frac_len, "0")
     whole = int_digits[:len(int_digits) - frac_len] if frac_len else int_digits
     frac = int_digits[len(int_digits) - frac_len:] if frac_len else ""
     whole = whole.lstrip("0")

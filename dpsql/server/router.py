@@ -147,13 +147,15 @@ def route(sql: str, private_tables) -> Route:
         if head in ("VACUUM", "ANALYZE", "CHECKPOINT", "REINDEX", "CLUSTER", "GRANT", "REVOKE", "COMMENT",
                     "REFRESH", "SECURITY", "IMPORT", "TRUNCATE"):
             return Route("error", sqlstate="25006", message=f"cannot execute {head} in a read-only transaction")
+    if tokens and tokens[0].text.upper() == "EXPLAIN" and len(tokens) > 1:
+        inner = route(sql[tokens[0].end + 1:], private_tables)
+        if inner.kind == "engine":
+            return Route("engine", tag="EXPLAIN")
+        return inner if inner.kind == "error" else Route("catalog", tag="EXPLAIN")
     tree = _parse(sql)
     if tree is None:
         names = {t.text.lower() for t in tokens or () if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
         return Route("engine") if names & private else Route("catalog")
-    if isinstance(tree, exp.Command) and str(tree.this).upper() == "EXPLAIN":
-        names = {t.text.lower() for t in tokens or () if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
-        return Route("engine", tag="EXPLAIN") if names & private else Route("catalog", tag="EXPLAIN")
     if isinstance(tree, exp.Copy):
         return Route("error", sqlstate="0A000", message="COPY is not supported by dpsql",
                      hint="run the aggregate query directly")

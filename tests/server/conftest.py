@@ -1,0 +1,49 @@
+"""Fixtures: servers on 127.0.0.1 port 0 with a users file holding known SCRAM verifiers.
+
+``fake_server`` serves the deterministic FakeLink without the shadow catalog (fast protocol
+tests); ``shadow_server`` adds the schema-only PostgreSQL (skipped when its binaries are not
+installed); ``engine_server`` serves the real DP engine over the adult example with a temp
+ledger and a large budget, measured once."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsql.server import scram
+from dpsql.server.server import Server, ServerOptions, ServerThread
+from dpsql.server.shadow import find_bindir
+
+from server_fakes import ADULT_CONFIG, FakeLink
+
+PASSWORD = "s3cret-pw"
+
+
+@pytest.fixture(scope="session")
+def users_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("users") / "dpsql.users.json"
+    for name in ("alice", "bob", "load"):
+        scram.add_user(path, name, PASSWORD)
+    return path
+
+
+def _start(users_file, link_factory, catalog, **options):
+    opts = ServerOptions(host="127.0.0.1", port=0, **options)
+    server = Server(ADULT_CONFIG, users_file=users_file, link_factory=link_factory, catalog=catalog, options=opts)
+    return ServerThread(server).start()
+
+
+@pytest.fixture(scope="session")
+def fake_server(users_file):
+    thread = _start(users_file, FakeLink, FakeLink.catalog, shadow=False, auth_failure_delay=0.05,
+                    startup_timeout=2.0, max_message=1 << 20, max_connections=20)
+    yield thread
+    thread.stop()
+
+
+@pytest.fixture(scope="session")
+def shadow_server(users_file):
+    if find_bindir() is None:
+        pytest.skip("PostgreSQL server binaries (initdb/pg_ctl) not installed: apt-get install postgresql")
+    thread = _start(users_file, FakeLink, FakeLink.catalog, shadow=True, auth_failure_delay=0.05)
+    yield thread
+    thread.stop()
