@@ -177,7 +177,7 @@ def epsilon_delta_to_rho(epsilon, delta) -> Fraction:
     Bisection on rho using :func:`rho_to_epsilon`, then a verification that the result
     converts back to at most delta at epsilon; rho is shrunk until it does.
     """
-    e = float(_exact(epsilon, "epsilon"))
+    e = float(_exact(epsilon, "epsilon", allow_zero=True))  # (0, delta)-DP is meaningful
     d = _check_delta(delta)
     lo, hi = 0.0, e + 1.0
     while rho_to_epsilon(hi, d) <= e:  # pragma: no cover - only for delta close to 1
