@@ -236,7 +236,7 @@ class Shell:
             if item.kind == "meta":
                 return self.commands.dispatch(parse_meta(item.text))
             return self.run_sql(item.text, where)
-        except work.Cancelled:
+        except (work.Cancelled, KeyboardInterrupt):
             self._write(self.err, ["Cancelled (any work still running finishes in the background; "
                                    "its result is discarded)."])
             return False

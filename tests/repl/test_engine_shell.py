@@ -1,0 +1,185 @@
+"""The shell over the real engine: answers, measurement confirmation, history, screen.
+
+At a near-infinite budget (ε = 10⁷) the noise is far below 0.5, so the rounded answers
+must equal DuckDB's exact counts over ``examples/adult/adult.csv``; that checks the whole
+path from typed keys to the printed table.  The screen test runs ``dpsql shell`` in tmux
+on the demo configuration with a scratch ledger and reads the terminal back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import duckdb
+import pytest
+
+from driver import ENTER, UP, driven, run_keys
+from fakes import ADULT_CONFIG, ROOT
+
+CSV = ROOT / "examples" / "adult" / "adult.csv"
+HUGE = {"epsilon": 1e7, "delta": 1e-6}
+
+
+def _connect(ledger):
+    import dpsql
+    return dpsql.connect(str(ADULT_CONFIG), ledger=str(ledger), budget=HUGE)
+
+
+def _exact(sql: str) -> dict:
+    return {k: v for k, v in duckdb.sql(sql.replace("FROM adult", f"FROM read_csv('{CSV}')")).fetchall()}
+
+
+def _printed_counts(out: str, keys) -> dict:
+    """``key -> rounded value`` read back from the rendered table."""
+    found = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) == 2 and cells[0] in keys:
+            value = cells[1].split("±")[0].replace(",", "").strip()
+            found[cells[0]] = round(float(value))
+    return found
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """A connection whose workload was measured through the shell's own \\measure."""
+    ledger = tmp_path_factory.mktemp("ledger") / "adult.ledger"
+    con = _connect(ledger)
+    session = con.session
+    assert float(session.budget()["spent_rho"]) == 0
+    out = run_keys(con, "\\measure" + ENTER + "no" + ENTER)
+    assert "Nothing measured; nothing spent." in out
+    assert float(session.budget()["spent_rho"]) == 0  # "no" spent nothing, ledger included
+    assert not [e for e in session.engine.ledger.entries() if e.kind == "charge"]
+    out = run_keys(con, "\\measure" + ENTER + "yes" + ENTER)
+    assert "Measured" in out, out
+    assert float(session.budget()["spent_rho"]) > 0
+    return con
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT sex, COUNT(*) FROM adult GROUP BY sex",
+    "SELECT income, COUNT(*) FROM adult WHERE age BETWEEN 30 AND 40 GROUP BY income",
+])
+def test_typed_query_shows_the_exact_table_at_a_huge_budget(measured, sql):
+    exact = _exact(sql)
+    out = run_keys(measured, sql + ";" + ENTER)
+    assert "ERROR" not in out, out
+    assert _printed_counts(out, exact) == exact
+    assert re.search(r"\(2 rows, [\d.]+ (ms|s)\)", out)
+    assert "±" in out
+
+
+def test_describe_shows_the_declared_domain(measured):
+    out = run_keys(measured, "\\d adult" + ENTER)
+    sex = next(line for line in out.splitlines() if line.startswith(" sex "))
+    assert "'Female', 'Male'" in sex
+
+
+def test_tab_after_an_open_quote_offers_the_declared_labels(measured):
+    with driven(measured) as d:
+        d.send("SELECT COUNT(*) FROM adult WHERE sex = '\t")
+        buffer = d.shell.prompt_session.default_buffer
+        d.wait_for(lambda: buffer.complete_state is not None and buffer.complete_state.completions,
+                   "completions")
+        assert [c.display_text for c in buffer.complete_state.completions] == ["Female", "Male"]
+        d.send("\x03")
+        d.finish()
+
+
+def test_sql_errors_carry_sqlstate_and_a_caret(measured):
+    out = run_keys(measured, "SELECT sexx, COUNT(*) FROM adult GROUP BY sexx;" + ENTER)
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("ERROR ["))
+    assert re.match(r"ERROR \[[0-9A-Z]{5}\]: ", lines[first])
+    if lines[first + 1].startswith("LINE 1: "):
+        assert lines[first + 1][lines[first + 2].index("^"):].startswith("sexx")
+
+
+def test_history_survives_a_restart(measured, tmp_path):
+    history = tmp_path / "history"
+    sql = "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
+    run_keys(measured, sql + ";" + ENTER, history=history)
+    out = run_keys(measured, UP + UP + ENTER, history=history)
+    assert _printed_counts(out, {"Female", "Male"}) == _exact(sql)
+
+
+def test_explain_and_budget(measured):
+    out = run_keys(measured, "\\explain SELECT sex, COUNT(*) FROM adult GROUP BY sex" + ENTER + "\\budget" + ENTER)
+    assert "ERROR" not in out, out
+    assert "you (" in out and "Ledger charges" in out
+
+
+def test_script_mode_exit_codes(tmp_path):
+    ledger = tmp_path / "l.ledger"
+    cli = [sys.executable, "-m", "dpsql.cli", "shell", "--config", str(ADULT_CONFIG), "--ledger", str(ledger)]
+    ok = subprocess.run(cli + ["-c", "\\d adult"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr
+    assert "'Female', 'Male'" in ok.stdout
+    script = tmp_path / "bad.sql"
+    script.write_text("\\d adult\nSELECT nosuch FROM adult;\n\\d\n")
+    bad = subprocess.run(cli + ["-f", str(script)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode != 0
+    assert "ERROR [" in bad.stderr and "line 2" in bad.stderr
+    assert "Private tables" not in bad.stdout  # stopped at the error
+
+
+# -- screen ---------------------------------------------------------------------------------
+
+def _tmux(socket, *args, check=True):
+    return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30, check=check)
+
+
+def _type(socket, text):
+    """Type ``text`` literally, then Enter.  tmux reads an argument ending in ``;`` as a
+    command separator, so that ``;`` is escaped."""
+    if text.endswith(";"):
+        text = text[:-1] + "\\;"
+    _tmux(socket, "send-keys", "-t", "shell", "-l", text)
+    _tmux(socket, "send-keys", "-t", "shell", "Enter")
+
+
+def _wait_screen(socket, needle, limit=240.0):
+    deadline = time.monotonic() + limit
+    while True:
+        screen = _tmux(socket, "capture-pane", "-p", "-t", "shell").stdout
+        if needle in screen:
+            return screen
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{needle!r} never appeared; screen:\n{screen}")
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_screen_in_tmux(tmp_path):
+    socket = f"dpsql-test-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, DPSQL_HISTORY=str(tmp_path / "history"), TERM="xterm-256color")
+    command = (f"cd {ROOT} && exec {sys.executable} -m dpsql.cli shell --config {ADULT_CONFIG} "
+               f"--ledger {tmp_path / 'screen.ledger'}")
+    subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-s", "shell", "-x", "110",
+                    "-y", "40", command], check=True, env=env, timeout=30)
+    try:
+        _wait_screen(socket, "dpsql=>")
+        _type(socket, "\\measure")
+        question = _wait_screen(socket, "Measure now? [y/N]")
+        assert "Measuring spends ρ =" in question
+        _type(socket, "y")
+        _wait_screen(socket, "Measured")
+        _type(socket, "SELECT sex, COUNT(*) FROM adult GROUP BY sex;")
+        screen = _wait_screen(socket, "(2 rows")
+        lines = screen.splitlines()
+        female = next(line for line in lines if line.startswith(" Female |"))
+        male = next(line for line in lines if line.startswith(" Male   |"))
+        assert "±" in female and female.index("±") == male.index("±")
+        assert lines[lines.index(female) - 1].startswith("--------+-")
+        toolbar = [line for line in lines if " user " in line and " left " in line]
+        assert toolbar and "ε=" in toolbar[-1] and "model v" in toolbar[-1]
+        _type(socket, "\\q")
+    finally:
+        _tmux(socket, "kill-server", check=False)
