@@ -1,0 +1,216 @@
+"""Real clients against the server with the schema-only shadow catalog and the
+deterministic fake engine link: psql, psycopg 3, SQLAlchemy + pandas, pgjdbc.
+
+Every client call is bounded: subprocesses get ``timeout=``, psycopg calls run through
+``bounded`` (a worker thread joined with a timeout)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from server_fakes import FakeLink
+
+from conftest import PASSWORD
+
+HERE = Path(__file__).resolve().parent
+JDBC_JARS = ["/usr/share/java/postgresql.jar"]
+
+
+def bounded(fn, timeout=30):
+    out = {}
+
+    def work():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+            out["error"] = exc
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"client call did not finish within {timeout}s"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def psql(port, *args, user="alice", password=PASSWORD):
+    if shutil.which("psql") is None:
+        pytest.skip("psql not installed (apt-get install postgresql-client)")
+    env = dict(os.environ, PGPASSWORD=password, PGCONNECT_TIMEOUT="10", PGSSLMODE="disable")
+    return subprocess.run(["psql", "-X", "-h", "127.0.0.1", "-p", str(port), "-U", user, "-d", "dpsql", *args],
+                          capture_output=True, text=True, env=env, timeout=30)
+
+
+# -- psql -----------------------------------------------------------------------------------
+
+def test_psql_meta_commands(shadow_server):
+    r = psql(shadow_server.port, "-c", r"\d")
+    assert r.returncode == 0, r.stderr
+    assert "public | adult | table" in r.stdout
+    r = psql(shadow_server.port, "-c", r"\d adult")
+    assert r.returncode == 0, r.stderr
+    assert 'Table "public.adult"' in r.stdout and "education_num" in r.stdout and "| bigint |" in r.stdout
+    r = psql(shadow_server.port, "-c", r"\l")
+    assert r.returncode == 0, r.stderr
+    assert " dpsql " in r.stdout
+
+
+def test_psql_aggregate_and_refusal(shadow_server):
+    r = psql(shadow_server.port, "-At", "-c", "SELECT sex, COUNT(*) FROM adult GROUP BY sex")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert [line.split("|")[0] for line in lines] == ["Female", "Male"]
+    r = psql(shadow_server.port, "-c", "SELECT * FROM adult")
+    assert r.returncode != 0
+    assert "ERROR:  SELECT * would reveal individual rows" in r.stderr and "HINT:" in r.stderr
+
+
+def test_psql_wrong_password_and_unknown_user(shadow_server):
+    for user, pw in (("alice", "nope"), ("nobody", PASSWORD)):
+        r = psql(shadow_server.port, "-c", "SELECT 1", user=user, password=pw)
+        assert r.returncode != 0
+        assert f'password authentication failed for user "{user}"' in r.stderr
+
+
+# -- psycopg 3 ------------------------------------------------------------------------------
+
+@pytest.fixture
+def pg(shadow_server):
+    psycopg = pytest.importorskip("psycopg", reason="psycopg not installed (pip install -e '.[dev]')")
+    conn = bounded(lambda: psycopg.connect(host="127.0.0.1", port=shadow_server.port, user="alice",
+                                           password=PASSWORD, dbname="dpsql", connect_timeout=10,
+                                           sslmode="disable", autocommit=True))
+    yield conn
+    bounded(conn.close)
+
+
+def test_psycopg_parameters_prepared_and_binary(pg):
+    import psycopg
+    sql = "SELECT sex, COUNT(*) FROM adult WHERE age > %s GROUP BY sex"
+    first = bounded(lambda: pg.execute(sql, (30,)).fetchall())
+    assert [r[0] for r in first] == ["Female", "Male"] and all(isinstance(r[1], int) for r in first)
+    for _ in range(3):
+        assert bounded(lambda: pg.execute(sql, (30,), prepare=True).fetchall()) == first
+    assert bounded(lambda: pg.execute("SELECT sex, COUNT(*) FROM adult WHERE sex = %s GROUP BY sex",
+                                      ("Male",)).fetchall())
+    cur = pg.cursor(binary=True)
+    rows = bounded(lambda: cur.execute("SELECT race, AVG(age) AS a, COUNT(*) AS n FROM adult GROUP BY race").fetchall())
+    assert rows and all(isinstance(r[1], float) and isinstance(r[2], int) for r in rows)
+    assert [d.type_code for d in cur.description] == [25, 701, 20]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+        bounded(lambda: pg.execute("SELECT * FROM adult"))
+    assert info.value.diag.message_hint
+    assert bounded(lambda: pg.execute("SELECT current_user").fetchone()) == ("alice",)
+
+
+def test_psycopg_cancel_engine_query(pg):
+    import psycopg
+    FakeLink.log.clear()
+    FakeLink.gate = threading.Event()
+    try:
+        result = {}
+
+        def run():
+            try:
+                pg.execute("SELECT income, COUNT(*) FROM adult GROUP BY income").fetchall()
+            except psycopg.errors.QueryCanceled as exc:
+                result["canceled"] = exc
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 10
+        while not any(e[0] == "execute" for e in FakeLink.log) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        bounded(lambda: pg.cancel_safe(timeout=5))
+        worker.join(10)
+        assert "canceled" in result
+    finally:
+        FakeLink.gate.set()
+        FakeLink.gate = None
+    assert bounded(lambda: pg.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex").fetchall())
+
+
+def test_psycopg_cancel_catalog_query(pg):
+    import psycopg
+    result = {}
+
+    def run():
+        try:
+            pg.execute("SELECT pg_sleep(20)")
+        except psycopg.errors.QueryCanceled as exc:
+            result["canceled"] = exc
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    time.sleep(0.5)
+    bounded(lambda: pg.cancel_safe(timeout=5))
+    worker.join(15)
+    assert "canceled" in result
+
+
+def test_psycopg_transactions_and_pipeline(shadow_server):
+    psycopg = pytest.importorskip("psycopg")
+    conn = bounded(lambda: psycopg.connect(host="127.0.0.1", port=shadow_server.port, user="bob", password=PASSWORD,
+                                           dbname="dpsql", connect_timeout=10, sslmode="disable"))
+    try:
+        assert bounded(lambda: conn.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex").fetchall())
+        bounded(conn.rollback)
+
+        def pipelined():
+            with conn.pipeline():
+                curs = [conn.execute("SELECT sex, COUNT(*) FROM adult WHERE age > %s GROUP BY sex", (a,))
+                        for a in (20, 30, 40)]
+            return [c.fetchall() for c in curs]
+        assert len(bounded(pipelined)) == 3
+        bounded(conn.commit)
+    finally:
+        bounded(conn.close)
+
+
+# -- SQLAlchemy + pandas -------------------------------------------------------------------
+
+def test_sqlalchemy_inspect_and_pandas(shadow_server):
+    sqlalchemy = pytest.importorskip("sqlalchemy", reason="sqlalchemy not installed (pip install -e '.[dev]')")
+    pytest.importorskip("psycopg")
+    pandas = pytest.importorskip("pandas")
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:{shadow_server.port}/dpsql",
+        connect_args={"connect_timeout": 10, "sslmode": "disable"}, pool_pre_ping=True)
+    try:
+        insp = bounded(lambda: sqlalchemy.inspect(engine))
+        assert bounded(insp.get_table_names) == ["adult"]
+        columns = bounded(lambda: insp.get_columns("adult"))
+        assert [c["name"] for c in columns][:3] == ["age", "workclass", "fnlwgt"]
+        assert str(columns[0]["type"]) == "BIGINT" and columns[1]["nullable"] is True
+        frame = bounded(lambda: pandas.read_sql("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex", engine))
+        assert list(frame.columns) == ["sex", "n"] and list(frame["sex"]) == ["Female", "Male"]
+    finally:
+        engine.dispose()
+
+
+# -- pgjdbc ---------------------------------------------------------------------------------
+
+def test_pgjdbc_metadata_and_prepared_statement(shadow_server, tmp_path):
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        pytest.skip("no JDK (apt-get install default-jdk-headless)")
+    jar = next((j for j in JDBC_JARS if Path(j).exists()), None)
+    if jar is None:
+        pytest.skip("pgjdbc not installed (apt-get install libpostgresql-jdbc-java)")
+    shutil.copy(HERE / "JdbcProbe.java", tmp_path / "JdbcProbe.java")
+    subprocess.run(["javac", "-cp", jar, "JdbcProbe.java"], cwd=tmp_path, check=True, timeout=90,
+                   capture_output=True)
+    url = f"jdbc:postgresql://127.0.0.1:{shadow_server.port}/dpsql?sslmode=disable"
+    r = subprocess.run(["java", "-cp", f"{jar}:{tmp_path}", "JdbcProbe", url, "alice", PASSWORD],
+                       capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert "TABLE adult" in lines
+    assert "COLUMN age int8" in lines and "COLUMN sex text" in lines
+    rows = [line for line in lines if line.startswith("ROW ")]
+    assert len(rows) == 8 and len({line.split(" ", 2)[2] for line in rows}) == 2  # same answers every time
+    assert "REFUSED 42501" in lines
