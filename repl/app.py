@@ -81,7 +81,7 @@ class Shell:
         self.csv_path: str | None = None
         self.model_version: int | None = None
         self.model_note = ""
-        self._budget: dict | None = None
+        self._budget: tuple[float, float, float] | None = None
         self.commands = MetaCommands(self)
         self._plain_answers()
         self.refresh_status()
@@ -128,22 +128,23 @@ class Shell:
 
     # -- status --------------------------------------------------------------------------
     def refresh_status(self) -> None:
+        """Re-read the budget after each statement; the toolbar is redrawn on every key
+        press and must not query the ledger or convert ρ to ε each time."""
+        from dpsql.privacy.accountant import rho_to_epsilon
+
         try:
-            self._budget = self.session.budget()
+            b = self.session.budget()
+            rho, delta = float(b["remaining_rho"]), float(b["delta"])
+            self._budget = (rho, delta, rho_to_epsilon(rho, delta) if rho > 0 else 0.0)
         except errors.Error:
             self._budget = None
 
     def toolbar(self):
-        from dpsql.privacy.accountant import rho_to_epsilon
-
         parts = [("class:bottom-toolbar.key", " user "), ("", str(self.session.user))]
-        b = self._budget
-        if b is None:
+        if self._budget is None:
             parts += [("class:bottom-toolbar.key", "  budget "), ("", "unavailable")]
         else:
-            rho = float(b["remaining_rho"])
-            delta = float(b["delta"])
-            eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
+            rho, delta, eps = self._budget
             style = "class:bottom-toolbar.warn" if rho <= 0 else ""
             parts += [("class:bottom-toolbar.key", "  left "),
                       (style, f"ε={eps:.4g} (δ={delta:g}) ρ={rho:.4g}")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import numbers
 from typing import IO, Sequence
 
 Z95 = 1.959963984540054
@@ -22,7 +23,7 @@ ERROR_MODES = ("ci95", "stderr", "off")
 
 
 def _is_nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
+    return isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral) and math.isnan(x)
 
 
 def _decimals(half: float) -> int:
@@ -37,9 +38,10 @@ def _plain(value) -> str:
         return NULL_TEXT
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    if isinstance(value, numbers.Real):
+        value = float(value)
         if math.isnan(value):
             return "NaN"
         if value == int(value) and abs(value) < 1e15:
@@ -57,7 +59,7 @@ def format_cell(value, stderr, mode: str) -> tuple[str, str, bool]:
     se = float(stderr)
     half = se * Z95 if mode == "ci95" else se
     d = _decimals(half)
-    text = f"{value:,.{d}f}" if isinstance(value, (int, float)) else str(value)
+    text = f"{float(value):,.{d}f}" if isinstance(value, numbers.Real) else str(value)
     if mode == "off":
         return text, "", False
     return text, f"± {half:,.{d}f}", False
@@ -141,6 +143,8 @@ def result_lines(result, mode: str = "ci95", *, expanded: bool = False,
     """Everything the shell prints for one statement's result."""
     if not result.columns:
         return [result.message or "OK"]
+    if result.message == "EXPLAIN" and len(result.columns) == 1:
+        return [str(row[0]) for row in result.rows]
     lines = expanded_lines(result, mode) if expanded else table_lines(result, mode)
     n = len(result.rows)
     footer = f"({n} row{'' if n == 1 else 's'}"

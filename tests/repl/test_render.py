@@ -108,3 +108,15 @@ def test_csv_has_raw_values_errors_and_the_inferred_flag():
 def test_grid_lines():
     lines = render.grid_lines(["a", "bb"], [("x", "1"), ("yyy", "22")], right=(1,))
     assert lines == ["  a  | bb", "-----+----", " x   |  1", " yyy | 22"]
+
+
+def test_numpy_values_format_like_python_numbers():
+    import numpy as np
+    assert render.format_cell(np.int64(1234), None, "ci95") == ("1,234", "", False)
+    assert render.format_cell(np.float64(12.0), np.float64(math.nan), "ci95") == ("12", "", True)
+    assert render.format_cell(np.float32(100.0), np.float32(5.0), "stderr") == ("100.0", "± 5.0", False)
+
+
+def test_explain_results_print_as_plain_lines():
+    r = Result([Column("QUERY PLAN", "text")], [("Aggregate over adult",), ("  q0: supported",)], message="EXPLAIN")
+    assert render.result_lines(r) == ["Aggregate over adult", "  q0: supported"]
