@@ -48,6 +48,10 @@ _PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
        ">": operator.gt, ">=": operator.ge}
 
 
+_PREDICATES = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.And, exp.Or, exp.Not, exp.Is,
+               exp.In, exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
 def columns_in(node: exp.Expression) -> list[exp.Column]:
     return [c for c in node.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
 
@@ -197,6 +201,11 @@ class CellEvaluator:
             return self._coalesce(node)
         if isinstance(node, exp.Case):
             return self._case(node)
+        if isinstance(node, _PREDICATES):
+            # A predicate used as a value: TRUE/FALSE per cell, NULL where UNKNOWN.
+            t, f = self.truth(node)
+            vals = [True if t[i] else False if f[i] else None for i in range(self.n)]
+            return Evaluated(vals, list(vals), ~(t | f))
         if isinstance(node, exp.If):
             return self._case(exp.Case(ifs=[exp.If(this=node.this, true=node.args.get("true"))],
                                        default=node.args.get("false")))
