@@ -1,0 +1,194 @@
+"""Prox-PGM over the local polytope: relaxed estimation (NeurIPS 2021 §4, Problem 2, §6).
+
+:func:`estimate_relaxed` solves Problem 2, min_{τ ∈ L(G)} L(τ), for a region graph G
+that supports the measured cliques.  By Theorem 2, mirror descent with the entropy
+Σ_r κ_r H(τ_r) as mirror map is PROX-PGM (Algorithm 1) with CONVEX-GBP as the
+marginal oracle: θ ← θ − η∇L(τ), τ ← CONVEX-GBP(θ).  The loss and its gradient are
+:class:`~dpsql.pgm.loss.MarginalLoss`, shared with the exact estimator (the region
+graph offers the same ``host``/``cliques`` interface as a junction tree); every
+measured clique is a region, so its gradient lands on its own θ_r.
+
+Practical choices (§6):
+
+* **Warm start, one sweep.**  The messages of CONVEX-GBP are carried from one outer
+  iteration to the next and ``inner`` (default 1) sweeps are run per iteration.  The
+  final θ̂ is then run to convergence so that the returned τ̂ = CONVEX-GBP(θ̂) lies in
+  L(G) to ``gbp_tol``.
+* **Constant step size.**  One warm-started sweep is not a descent direction, so no
+  line search is possible.  The default step is derived from the geometry: with κ = 1
+  the Bregman divergence is Σ_r KL(τ_r‖τ'_r) ≥ Σ_r ‖τ_r − τ'_r‖₁²/(2N) (Pinsker on
+  each region, N the total), and L is smooth with constant K_r = Σ_{i on r}
+  2λ_max(Q_iᵀQ_i)/σ_i² with respect to ‖·‖₁ on region r; so η = 1/(N·max_r K_r) is
+  the classical safe mirror-descent step (Beck & Teboulle 2003).  It depends on the
+  largest per-region curvature, not on the number of measurements, which is what
+  keeps it useful at 10⁴ cliques.  ``stepsize`` overrides it; ``step_scale``
+  multiplies it (2 by default: the safe step is conservative).  If the loss rises
+  more than 0.1% above its running best for ``patience`` iterations in a row the step is halved —
+  a guard, not a line search, against the rare oscillation the paper mentions.
+* **Damping** of the messages, 0.5 by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from dpsql.domain import Domain
+from dpsql.pgm.convex_gbp import ConvexGBP
+from dpsql.pgm.estimation import Progress
+from dpsql.pgm.loss import MarginalLoss
+from dpsql.pgm.measurement import Measurement, estimate_total, lambda_max
+from dpsql.pgm.region_graph import RegionGraph
+
+__all__ = ["RelaxedFit", "estimate_relaxed", "region_lipschitz"]
+
+# A loss more than this fraction above its running best counts as a rise; smaller
+# wobbles are the round-off of a converged iterate and must not shrink the step.
+_RISE = 1e-3
+
+
+class RelaxedFit:
+    """Everything :func:`estimate_relaxed` produced: the graph, θ̂, τ̂ (probabilities per
+    region), the total, the messages, the loss history and the step used."""
+
+    __slots__ = ("graph", "theta", "probs", "total", "messages", "loss", "stepsize",
+                 "violation", "iterations", "kappa", "damping")
+
+    def __init__(self, graph, theta, probs, total, messages, loss, stepsize, violation,
+                 iterations, kappa, damping) -> None:
+        self.graph, self.theta, self.probs, self.total = graph, theta, probs, total
+        self.messages, self.loss, self.stepsize = messages, loss, stepsize
+        self.violation, self.iterations, self.kappa, self.damping = violation, iterations, kappa, damping
+
+
+def _check(domain: Domain, measurements: Sequence[Measurement]) -> None:
+    if not measurements:
+        raise ValueError("estimate_relaxed: at least one measurement is needed")
+    for m in measurements:
+        for a in m.clique:
+            if a not in domain:
+                raise ValueError(f"measurement clique {m.clique} names {a!r}, not in the domain")
+        if int(m.query.shape[1]) != domain.size(m.clique):
+            raise ValueError(f"measurement on {m.clique}: query has {m.query.shape[1]} columns, "
+                             f"the marginal has {domain.size(m.clique)} cells")
+
+
+def region_lipschitz(graph: RegionGraph, measurements: Sequence[Measurement], norm: str = "l2") -> float:
+    """max_r K_r: the largest per-region smoothness of the L2 loss per unit N² (see module doc).
+
+    For the non-smooth L1 loss the analogous scale Σ_{i on r} ‖Q_i‖²/σ_i is returned
+    (the squared Lipschitz constant of the loss itself), which sets the same units.
+    """
+    per: dict[int, float] = {}
+    for m in measurements:
+        h = graph.host(m.clique)
+        lam = lambda_max(m.query)
+        k = 2.0 * lam / m.stddev ** 2 if norm == "l2" else np.sqrt(lam) / m.stddev
+        per[h] = per.get(h, 0.0) + k
+    return max(per.values())
+
+
+def _resolve_total(measurements, total, warm_start) -> float:
+    if total is None:
+        est = estimate_total(measurements)
+        if est is not None:
+            total = est[0]
+        elif warm_start is not None:
+            total = warm_start.total
+        else:
+            raise ValueError("estimate_relaxed: no measurement determines the number of records "
+                             "(1ᵀ is in no query's row space); pass total=")
+    return max(float(total), 1.0)
+
+
+def _initial(graph: RegionGraph, oracle: ConvexGBP, warm_start) -> tuple[list[np.ndarray], list | None]:
+    theta = [np.zeros(s) for s in oracle.shapes]
+    if warm_start is None:
+        return theta, None
+    old_graph = getattr(warm_start, "graph", None)
+    old_theta = getattr(warm_start, "theta", None)
+    if isinstance(old_graph, RegionGraph) and old_theta is not None:
+        # θ of a previous relaxed fit: regions that still exist keep their potentials;
+        # the messages are reused only when the structure is unchanged.
+        for r, th in zip(old_graph.regions, old_theta):
+            i = graph.index.get(r)
+            if i is not None:
+                theta[i] = np.array(th, dtype=float)
+        same = old_graph.regions == graph.regions and old_graph.edges == graph.edges
+        return theta, (list(warm_start.messages) if same else None)
+    # Any other model: start from its marginals on the maximal regions, the
+    # Convex-GBP parameters that reproduce them when those regions do not overlap.
+    for i, r in enumerate(graph.regions):
+        if not graph.parents[i]:
+            mu = warm_start.marginal(r).values
+            theta[i] = np.log(np.maximum(mu / max(mu.sum(), 1e-300), np.finfo(float).tiny))
+    return theta, None
+
+
+def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
+                     region_graph: str | RegionGraph = "saturated", iters: int = 1000,
+                     stepsize: float | None = None, step_scale: float = 2.0,
+                     inner: int = 1, damping: float = 0.5, kappa: float = 1.0,
+                     warm_start=None, total: float | None = None, norm: str = "l2",
+                     tol: float = 0.0, patience: int = 20, gbp_tol: float = 1e-9,
+                     final_sweeps: int = 2000,
+                     callback: Callable[[Progress], bool | None] | None = None) -> RelaxedFit:
+    """Solve Problem 2 by Prox-PGM with warm-started CONVEX-GBP (see the module docstring).
+
+    ``region_graph`` is "saturated" (default), "factor" or a prebuilt :class:`RegionGraph`
+    that supports every measured clique.  ``tol`` stops early once the relative loss
+    decrease over 10 iterations stays below it.  Returns a :class:`RelaxedFit`.
+    """
+    measurements = list(measurements)
+    _check(domain, measurements)
+    if norm not in ("l1", "l2"):
+        raise ValueError(f"estimate_relaxed: norm must be 'l1' or 'l2', got {norm!r}")
+    sizes = dict(zip(domain.attributes, domain.shape))
+    cliques = [m.clique for m in measurements]
+    if isinstance(region_graph, RegionGraph):
+        graph = region_graph
+        for c in cliques:
+            if not graph.supports(c):
+                raise ValueError(f"estimate_relaxed: the region graph does not support {c}")
+    else:
+        graph = RegionGraph.build(region_graph, domain.attributes, sizes, cliques)
+    total = _resolve_total(measurements, total, warm_start)
+    oracle = ConvexGBP(graph, kappa, damping)
+    loss = MarginalLoss(graph, measurements, norm)
+    theta, messages = _initial(graph, oracle, warm_start)
+    if stepsize is None:
+        stepsize = step_scale / (region_lipschitz(graph, measurements, norm) * total)
+    eta = float(stepsize)
+    state = oracle.run(theta, total, messages, sweeps=max(inner, 1), tol=0.0)
+    tau, messages = state.marginals, state.messages
+    value, grad = loss(tau)
+    hosts = [h for h, g in enumerate(grad) if g is not None]
+    history = [value]
+    best, worse = value, 0
+    it = 0
+    for it in range(1, iters + 1):
+        for h in hosts:
+            theta[h] = theta[h] - eta * grad[h]
+        state = oracle.run(theta, total, messages, sweeps=inner, tol=0.0)
+        tau, messages = state.marginals, state.messages
+        value, grad = loss(tau)
+        history.append(value)
+        if value <= best * (1.0 + _RISE):
+            best, worse = min(best, value), 0
+        else:
+            worse += 1
+            if worse >= patience:
+                eta *= 0.5
+                worse = 0
+        if callback is not None and callback(Progress(it, value, eta)):
+            break
+        if tol > 0 and len(history) > 10:
+            old = history[-11]
+            if old - value <= tol * max(abs(value), 1e-300) * 10:
+                break
+    final = oracle.run(theta, total, messages, sweeps=final_sweeps, tol=gbp_tol)
+    probs = [t / total for t in final.marginals]
+    history.append(loss.value(final.marginals))
+    return RelaxedFit(graph, theta, probs, total, final.messages, history, eta,
+                      oracle.violation(probs), it, kappa, damping)
