@@ -62,7 +62,7 @@ class Shell:
     def __init__(self, connection, *, out: IO[str] | None = None, err: IO[str] | None = None,
                  input=None, output=None, interactive: bool = True, vi: bool = False,
                  errors_mode: str = "ci95", pager: bool = True, timing: bool = True,
-                 history: Path | None | str = "default") -> None:
+                 history: Path | None | str = "default", table: str | None = None) -> None:
         self.connection = connection
         self.session = connection.session
         self.out = out if out is not None else sys.stdout
@@ -76,6 +76,7 @@ class Shell:
         self.timing = timing
         self.expanded = False
         self.done = False
+        self.table = table  # default for \plan and \measure (None: the only table)
         self.workload: list[str] | None = None
         self.workload_source = ""
         self.csv_path: str | None = None

@@ -49,7 +49,7 @@ def run(args) -> int:
     scripted = bool(args.command or args.file) or not sys.stdin.isatty()
     connection = _connect(args)
     shell = Shell(connection, interactive=not scripted, vi=args.vi, errors_mode=args.errors,
-                  pager=not args.no_pager, err=sys.stderr)
+                  pager=not args.no_pager, err=sys.stderr, table=args.table)
     try:
         if not scripted:
             return shell.run()

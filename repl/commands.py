@@ -221,7 +221,7 @@ class MetaCommands:
         return True
 
     def do_plan(self, arg: str) -> bool:
-        table = arg.strip() or None
+        table = arg.strip() or self.shell.table
         queries = self.shell.workload
         report = self.shell.work(lambda: self.shell.session.plan(table, queries=queries), "planning")
         s = report.strategy
@@ -244,7 +244,7 @@ class MetaCommands:
         words = arg.split()
         yes = any(w in ("-y", "--yes") for w in words)
         rest = [w for w in words if w not in ("-y", "--yes")]
-        table = rest[0] if rest else None
+        table = rest[0] if rest else self.shell.table
         session = self.shell.session
         rho = float(session.measure_cost(table))
         budget = session.budget()
