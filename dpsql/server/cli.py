@@ -1,0 +1,107 @@
+"""``dpsql serve`` and ``dpsql user``: the wire server's command-line entry points.
+
+    dpsql serve --config dpsql.toml --host 127.0.0.1 --port 5432 [--tls-cert C --tls-key K]
+    dpsql user add NAME --password PW --config dpsql.toml     (or --password-stdin, or a prompt)
+    dpsql user remove NAME --config dpsql.toml
+    dpsql user list --config dpsql.toml
+
+Users live in ``<config stem>.users.json`` next to the config (SCRAM verifiers only, 0600).
+Registered into ``dpsql.cli`` through ``register(subparsers, common)``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import ssl
+import sys
+
+from dpsql import errors
+
+
+def _config(args) -> str:
+    from dpsql.cli import _config_path
+    return _config_path(args)
+
+
+def _users_file(args):
+    from dpsql.server import scram
+    return args.users or scram.users_path(_config(args))
+
+
+def cmd_serve(args) -> int:
+    from dpsql.server.server import run
+    context = None
+    if args.tls_cert:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    elif args.host not in ("127.0.0.1", "::1", "localhost"):
+        print("warning: serving on a non-loopback address without TLS; passwords are still never sent "
+              "in clear (SCRAM), but query results are", file=sys.stderr)
+    run(_config(args), users_file=args.users, host=args.host, port=args.port, database=args.database,
+        max_connections=args.max_connections, workers=args.workers, ssl_context=context,
+        auth_method=args.auth, shadow=not args.no_catalog)
+    return 0
+
+
+def _read_password(args) -> str:
+    if args.password is not None:
+        return args.password
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    first = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != first:
+        raise errors.InterfaceError("passwords do not match")
+    return first
+
+
+def cmd_user(args) -> int:
+    from dpsql.server import scram
+    path = _users_file(args)
+    if args.action == "add":
+        try:
+            scram.add_user(path, args.name, _read_password(args))
+        except ValueError as exc:
+            raise errors.InterfaceError(str(exc)) from None
+        print(f"user {args.name!r} stored in {path} (SCRAM-SHA-256 verifier; the password is not kept)")
+        return 0
+    if args.action == "remove":
+        if not scram.remove_user(path, args.name):
+            print(f"no user {args.name!r} in {path}", file=sys.stderr)
+            return 1
+        print(f"user {args.name!r} removed")
+        return 0
+    for name in sorted(scram.load_users(path)):
+        print(name)
+    return 0
+
+
+def register(subparsers, common) -> None:
+    p = common(subparsers.add_parser("serve", help="serve the PostgreSQL wire protocol (psql, BI tools)"))
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=5432)
+    p.add_argument("--database", default="dpsql", help="database name clients connect to")
+    p.add_argument("--users", help="users file (default: <config stem>.users.json)")
+    p.add_argument("--max-connections", type=int, default=100)
+    p.add_argument("--workers", type=int, help="query threads (default: CPU count)")
+    p.add_argument("--tls-cert", help="PEM certificate: enables TLS (SSLRequest)")
+    p.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    p.add_argument("--auth", choices=["scram-sha-256", "password"], default="scram-sha-256",
+                   help="'password' (cleartext) is accepted only over TLS")
+    p.add_argument("--no-catalog", action="store_true",
+                   help="do not start the schema-only PostgreSQL (catalog queries are then refused)")
+    p.set_defaults(func=cmd_serve)
+
+    p = subparsers.add_parser("user", help="manage wire-server users (SCRAM verifiers)")
+    sub = p.add_subparsers(dest="action", required=True)
+    add = common(sub.add_parser("add", help="add a user or change their password"))
+    add.add_argument("name")
+    add.add_argument("--password", help="the password (visible in the process list; prefer a prompt)")
+    add.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    add.add_argument("--users", help="users file (default: <config stem>.users.json)")
+    rm = common(sub.add_parser("remove", help="remove a user"))
+    rm.add_argument("name")
+    rm.add_argument("--users")
+    ls = common(sub.add_parser("list", help="list users"))
+    ls.add_argument("--users")
+    for q in (add, rm, ls):
+        q.set_defaults(func=cmd_user)
