@@ -65,6 +65,7 @@ class _Lowering:
         self.agg_index: dict[Any, int] = {}
         self.specs: dict[Any, QuerySpec] = {}
         self._terms: dict[Any, list[dict]] = {}
+        self.aliases: dict[str, exp.Expression] = {}
         self.where = self.tree.args["where"].this if self.tree.args.get("where") is not None else None
 
     # --- helpers -----------------------------------------------------------------------
@@ -84,6 +85,9 @@ class _Lowering:
         if isinstance(node, exp.Paren):
             return self.canon(node.this)
         if isinstance(node, exp.Column):
+            body = self.output_alias(node)
+            if body is not None:
+                return self.canon(body)
             return ("col", self.resolve(node).name)
         if isinstance(node, exp.Expression):
             items = []
@@ -97,6 +101,15 @@ class _Lowering:
                     items.append((k, self.canon(v)))
             return (type(node).__name__, tuple(items))
         return node
+
+    def output_alias(self, col: exp.Column):
+        """The select item an unqualified non-column name refers to, if any."""
+        if col.table or not self.aliases:
+            return None
+        name = col.name.lower()
+        if name in {c.lower() for c in self.schema.column_names}:
+            return None
+        return self.aliases.get(name)
 
     def attrs_of(self, node) -> list:
         seen = {}
@@ -309,6 +322,7 @@ class _Lowering:
             outputs.append(node_ir)
             columns.append(OutputColumn(alias or self.default_name(body), self.ir_type(node_ir),
                                         self.ir_has_agg(node_ir)))
+        self.aliases = {a.lower(): b for a, b in projections if a}
         having = self.tree.args.get("having")
         having_ir = ir(having.this) if having is not None else None
         order = self.order_by(projections, columns, ir)

@@ -88,6 +88,9 @@ def to_ir(node, low):
     if ok:
         return ("lit", v)
     if isinstance(node, exp.Column):
+        body = low.output_alias(node)
+        if body is not None:  # DuckDB lets HAVING and ORDER BY expressions name output aliases
+            return to_ir(body, low)
         attr = low.resolve(node)
         raise PrivacyViolationError(
             f"column \"{attr.name}\" must appear in GROUP BY or be used in an aggregate function: "
