@@ -39,6 +39,10 @@ def exp_neg_bounds(n: int, d: int, precision: int) -> tuple[int, int]:
     if n == 0:
         one = 1 << precision
         return one, one
+    if n >= precision * d:
+        # x >= P implies exp(-x) 2^P <= (2/e)^P < 1: the bounds are 0 and 1 without the
+        # series (whose m-th power would otherwise have P*x bits).
+        return 0, 1
     m = -(-n // d)  # ceil(n/d) >= 1, so f = n/(d m) lies in (0, 1]
     # Raising to the m-th power multiplies the absolute error of the base by at most m
     # (the base is <= 1), so m.bit_length() guard bits plus slack keep the result tight.

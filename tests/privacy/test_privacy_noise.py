@@ -201,7 +201,12 @@ def test_default_source_is_the_os_csprng(monkeypatch):
 
 
 def test_noise_module_has_no_float_inverse_cdf_or_numpy_random():
-    tree = ast.parse(pathlib.Path(noise.__file__).read_text())
+    _assert_no_float_sampling(pathlib.Path(noise.__file__))
+    _assert_no_float_sampling(pathlib.Path(noise.__file__).with_name("expbounds.py"))
+
+
+def _assert_no_float_sampling(path: pathlib.Path) -> None:
+    tree = ast.parse(path.read_text())
     names = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     forbidden = {"log", "log1p", "log2", "exp", "expm1", "random", "default_rng", "uniform",
@@ -210,7 +215,16 @@ def test_noise_module_has_no_float_inverse_cdf_or_numpy_random():
     imports = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                for alias in node.names}
     assert "random" not in imports
-    assert "np.random" not in pathlib.Path(noise.__file__).read_text()
+    assert "np.random" not in path.read_text()
+
+
+def test_tiny_parameters_are_fast_and_exact():
+    # exp(-x) for huge x is bounded by [0, 1] units without a huge power (1/(2 sigma2) = 5e5)
+    g = discrete_gaussian(Fraction(1, 10**6), 50_000, rng=SeededBitSource(4))
+    lap = discrete_laplace(1e-6, 50_000, rng=SeededBitSource(5))
+    # P(|Y| >= 1) is about 2 exp(-1/(2 sigma2)) resp. 2 exp(-1/scale): never observed
+    assert not g.any() and not lap.any()
+    assert exp_neg_bounds(10**9, 3, 64) == (0, 1)
 
 
 def test_shapes_seeds_and_errors():
