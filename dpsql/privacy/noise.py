@@ -86,7 +86,14 @@ _SYSTEM = SystemBitSource()
 
 
 def _source(rng: BitSource | None) -> BitSource:
-    return _SYSTEM if rng is None else rng
+    if rng is None:
+        return _SYSTEM
+    if not callable(getattr(rng, "random_bytes", None)):
+        # In particular numpy Generators are refused: privacy noise never comes from them.
+        raise ConfigError(f"rng must be a BitSource, got {type(rng).__name__}",
+                          hint="omit rng in production (OS CSPRNG); tests pass "
+                               "dpsql.privacy.noise.SeededBitSource(seed)")
+    return rng
 
 
 def _u64(bits: BitSource, n: int) -> np.ndarray:

@@ -237,6 +237,8 @@ def test_shapes_seeds_and_errors():
             discrete_gaussian(bad, 3)
     with pytest.raises(ConfigError):
         discrete_laplace(2.0**60, 3)
+    with pytest.raises(ConfigError):  # a numpy Generator is not a bit source
+        discrete_gaussian(3, 3, rng=np.random.default_rng(0))
 
 
 def test_grid_rounding_and_lattice_release():
