@@ -183,7 +183,10 @@ class Server:
             if counted:
                 self._active -= 1
             if link is not None:
-                await asyncio.get_running_loop().run_in_executor(self.executor, link.close)
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self.executor, link.close)
+                except (asyncio.CancelledError, RuntimeError):
+                    link.close()  # server shutting down: close inline rather than leak the session
             try:
                 writer.close()
             except Exception:  # noqa: BLE001
