@@ -81,6 +81,8 @@ def kron_matmat(factors: list[QueryMatrix], X: np.ndarray) -> np.ndarray:
     intermediate when a factor changes the axis length, and one slab.
     """
     k = X.shape[1]
+    if k == 0:
+        return np.zeros((math.prod(f.shape[0] for f in factors), 0))
     dims = [f.shape[1] for f in factors] + [k]
     steps = [i for i, f in enumerate(factors) if not isinstance(f, Identity)]
     steps.sort(key=lambda i: factors[i].shape[0] / factors[i].shape[1])

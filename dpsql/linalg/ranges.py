@@ -26,17 +26,39 @@ __all__ = ["Prefix", "Suffix", "Difference", "AllRange", "WidthRange", "Semisepa
            "WidthRangeGram"]
 
 
+# numpy's cumsum along axis 0 of a C-ordered block walks each column with a large
+# stride (6x slower than row-wise adds measured on 40 x 52k blocks); with wide rows a
+# Python loop of vectorised row additions is faster, with narrow rows it is not.
+_ROW_LOOP_MIN_WIDTH = 64
+
+
+def _cumsum_rows(X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Running sums down axis 0 (out[i] = X[:i+1].sum(0)), into ``out`` if given."""
+    if out is None:
+        out = np.empty(X.shape)
+    if X.shape[0] == 0:
+        return out
+    if X[0].size < _ROW_LOOP_MIN_WIDTH:
+        return np.cumsum(X, axis=0, out=out)
+    out[0] = X[0]
+    for i in range(1, X.shape[0]):
+        np.add(out[i - 1], X[i], out=out[i])
+    return out
+
+
 def _cumsum0(X: np.ndarray) -> np.ndarray:
     """Running sums with a leading zero row: c[i] = X[:i].sum(0)."""
     c = np.empty((X.shape[0] + 1,) + X.shape[1:])
     c[0] = 0.0
-    np.cumsum(X, axis=0, out=c[1:])
+    _cumsum_rows(X, out=c[1:])
     return c
 
 
 def _rcumsum(X: np.ndarray) -> np.ndarray:
     """Reverse running sums: r[i] = X[i:].sum(0)."""
-    return np.cumsum(X[::-1], axis=0)[::-1]
+    out = np.empty(X.shape)
+    _cumsum_rows(X[::-1], out=out[::-1])
+    return out
 
 
 class Prefix(QueryMatrix):
@@ -47,7 +69,7 @@ class Prefix(QueryMatrix):
         self._shape = (self.n, self.n)
 
     def _matmat(self, X):
-        return np.cumsum(X, axis=0)
+        return _cumsum_rows(X)
 
     def _rmatmat(self, Y):
         return _rcumsum(Y)
@@ -89,7 +111,7 @@ class Suffix(QueryMatrix):
         return _rcumsum(X)
 
     def _rmatmat(self, Y):
-        return np.cumsum(Y, axis=0)
+        return _cumsum_rows(Y)
 
     def gram(self):
         # Cells i and j are both in row b iff b <= min(i, j): min(i, j) + 1 rows.
@@ -233,7 +255,7 @@ class AllRange(QueryMatrix):
         n, k = self.n, Y.shape[1]
         U = np.zeros((n, n, k))
         U[i, j] = Y
-        U = np.cumsum(_rcumsum(U.transpose(1, 0, 2)).transpose(1, 0, 2), axis=0)
+        U = _cumsum_rows(_rcumsum(U.transpose(1, 0, 2)).transpose(1, 0, 2))
         d = np.arange(n)
         return U[d, d]
 

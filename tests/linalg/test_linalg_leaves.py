@@ -174,3 +174,15 @@ def test_explicit_keeps_integer_array_but_returns_float():
     assert E.array.dtype == np.int64
     out = E.matvec(np.array([1, 1]))
     assert out.dtype == np.float64 and out.tolist() == [3.0, 7.0]
+
+
+@pytest.mark.parametrize("width", [1, 63, 64, 200])
+def test_range_products_on_narrow_and_wide_blocks(width):
+    # Running sums switch strategy with the block width; both must agree with dense.
+    rng = np.random.default_rng(width)
+    for M in (Prefix(7), Suffix(7), AllRange(7), WidthRange(7, 3), AllRange(7).gram()):
+        D = M.dense()
+        X = rng.standard_normal((M.shape[1], width))
+        Y = rng.standard_normal((M.shape[0], width))
+        assert_close(M.matmat(X), D @ X, np.abs(D).sum(1).max() * np.abs(X).max())
+        assert_close(M.rmatmat(Y), D.T @ Y, np.abs(D).sum(0).max() * np.abs(Y).max())
