@@ -8,6 +8,10 @@
   expression of one column (``SUM(CASE WHEN … THEN 1 ELSE 0 END)``) the expression's
   per-cell value.  NULL cells weigh 0, as SQL's SUM skips NULLs.
 * ``AVG(x)`` = ``SUM(x) / COUNT(x)`` (two linear queries, a ratio in post-processing).
+* ``VARIANCE``/``VAR_SAMP``/``VAR_POP``/``STDDEV``/``STDDEV_SAMP``/``STDDEV_POP``: from the
+  first two moments (the E_k factor with k = 2: ``SUM(x²)``, ``SUM(x)``, ``COUNT(x)``).
+  On wide bins the midpoints drop the spread inside each bin, so the variance is that of
+  the binned data (exact for unit bins).
 * ``MEDIAN``, ``percentile_cont``/``percentile_disc … WITHIN GROUP``, ``quantile_cont``,
   ``quantile_disc``, ``quantile``: the per-group histogram of x (an identity factor on x);
   post-processing reads the quantile off the cumulative counts (the P factor).
@@ -35,11 +39,11 @@ QUANTILE_NAMES = {"quantile_cont": "cont", "quantile_disc": "disc", "quantile": 
 class AggCall:
     """One aggregate as written: function, argument, FILTER predicate, quantile level."""
 
-    func: str                       # count | sum | avg | quantile
+    func: str                       # count | sum | avg | variance | stddev | quantile
     arg: exp.Expression | None      # None for COUNT(*)
     filter: exp.Expression | None
     q: float | None = None
-    method: str | None = None       # cont | disc
+    method: str | None = None       # cont | disc (quantiles); samp | pop (variance)
     node: exp.Expression | None = None
     name: str = ""
 
@@ -114,6 +118,10 @@ def parse_aggregate(node: exp.Expression, pos) -> AggCall:
         return AggCall("sum", node.this, filt, node=outer)
     if isinstance(node, exp.Avg):
         return AggCall("avg", node.this, filt, node=outer)
+    if isinstance(node, (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)):
+        method = "pop" if isinstance(node, (exp.VariancePop, exp.StddevPop)) else "samp"
+        root = isinstance(node, (exp.Stddev, exp.StddevPop, exp.StddevSamp))
+        return AggCall("stddev" if root else "variance", node.this, filt, method=method, node=outer)
     if isinstance(node, exp.Median):
         return AggCall("quantile", node.this, filt, 0.5, "cont", outer)
     if isinstance(node, (exp.PercentileCont, exp.PercentileDisc, exp.Quantile)):
@@ -142,8 +150,8 @@ def parse_aggregate(node: exp.Expression, pos) -> AggCall:
             hint="use a quantile instead, e.g. percentile_disc(0.99) WITHIN GROUP (ORDER BY col)")
     label = node.sql_name() if isinstance(node, exp.Func) else node.sql()
     raise UnsupportedQueryError(f"aggregate {label} is not supported", position=pos(node),
-                                hint="supported: COUNT, SUM, AVG, MEDIAN, percentile_cont/disc, "
-                                     "quantile_cont/disc")
+                                hint="supported: COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, "
+                                     "percentile_cont/disc, quantile_cont/disc")
 
 
 def check_argument(call: AggCall, pos) -> None:

@@ -234,6 +234,14 @@ class _Lowering:
                 pred = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
             plan = AggPlan("count", label, [self.spec("linear", pred, f"COUNT({call.arg.sql() if call.arg else '*'})",
                                                       shown=shown)])
+        elif call.func in ("variance", "stddev"):
+            weights = self.weights(call, attr)
+            notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
+            arg = call.arg.sql()
+            s2 = self.spec("linear", pred, f"SUM(({arg})^2)", attr, weights ** 2)
+            s1 = self.spec("linear", pred, f"SUM({arg})", attr, weights)
+            c = self.spec("linear", notnull, f"COUNT({arg})", shown=pred)
+            plan = AggPlan(call.func, label, [s2, s1, c], method=call.method)
         elif call.func in ("sum", "avg"):
             weights = self.weights(call, attr)
             s = self.spec("linear", pred, f"SUM({call.arg.sql()})", attr, weights)

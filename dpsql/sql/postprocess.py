@@ -44,7 +44,7 @@ __all__ = ["AggPlan", "Program", "to_ir", "run_program", "quantile_from_histogra
 class AggPlan:
     """How one aggregate is computed from linear-query answers."""
 
-    kind: str                       # count | sum | avg | quantile
+    kind: str                       # count | sum | avg | variance | stddev | quantile
     label: str
     queries: list[str]
     q: float | None = None
@@ -427,6 +427,10 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
                     var = np.full(groups, np.nan)
             vals.append(avg)
             vars_.append(var)
+        elif plan.kind in ("variance", "stddev"):
+            v, var = _moments(plan, got, groups)
+            vals.append(v)
+            vars_.append(var)
         else:
             lq = program.lq_by_name[plan.queries[0]]
             hist = _histograms(lq, got[0][0], groups)
@@ -436,6 +440,39 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
             vals.append(out)
             vars_.append(np.full(groups, np.nan))
     return vals, vars_
+
+
+def _moments(plan: AggPlan, got, groups: int):
+    """Variance (or standard deviation) from SUM(x²), SUM(x), COUNT(x), with its delta-method variance.
+
+    Noise can make the estimate negative; it is clipped to 0 (a variance is never negative).
+    """
+    (s2, v2), (s1, v1), (c, vc) = got
+    s2, s1, c = s2.sum(axis=0), s1.sum(axis=0), c.sum(axis=0)
+    samp = plan.method == "samp"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = c > (1 if samp else 0)
+        c_ = np.where(ok, c, 2.0)
+        if samp:
+            f = (s2 - s1 ** 2 / c_) / (c_ - 1)
+            d2 = 1 / (c_ - 1)
+            d1 = -2 * s1 / (c_ * (c_ - 1))
+            dc = ((s1 / c_) ** 2 * (c_ - 1) - (s2 - s1 ** 2 / c_)) / (c_ - 1) ** 2
+        else:
+            f = s2 / c_ - (s1 / c_) ** 2
+            d2 = 1 / c_
+            d1 = -2 * s1 / c_ ** 2
+            dc = -s2 / c_ ** 2 + 2 * s1 ** 2 / c_ ** 3
+        f = np.clip(f, 0.0, None)
+        if plan.kind == "stddev":
+            g = np.sqrt(f)
+            scale = np.where(g > 0, 1 / (2 * g), np.nan)
+            f, d2, d1, dc = g, d2 * scale, d1 * scale, dc * scale
+        if v2 is not None and v1 is not None and vc is not None:
+            var = d2 ** 2 * v2.sum(axis=0) + d1 ** 2 * v1.sum(axis=0) + dc ** 2 * vc.sum(axis=0)
+        else:
+            var = np.full(groups, np.nan)
+    return np.where(ok, f, np.nan), np.where(ok, var, np.nan)
 
 
 def _py(x):

@@ -330,3 +330,19 @@ TINY_LABEL_MID = {lab: float(v) for lab, v in zip(TINY.attributes[2].labels(), T
 def _with_count(sql: str) -> str:
     head, rest = sql.split(" FROM ", 1)
     return f"{head}, COUNT(*) AS __n FROM {rest}"
+
+
+@pytest.mark.parametrize("fn", ["var_samp", "var_pop", "stddev_samp", "stddev_pop"])
+def test_moment_standard_errors_match_finite_differences(oracle, catalog, fn):
+    cq = compile_sql(f"SELECT {fn}(age) FROM adult WHERE sex = 'Female'", catalog)
+    answers = exact(oracle, cq)
+    sigma = {lq.name: 3.0 + i for i, lq in enumerate(cq.linear_queries)}
+    _, errs = cq.postprocess(answers, {k: np.full(1, s) for k, s in sigma.items()})
+    total = 0.0
+    for name, a in answers.items():
+        h = 1e-6 * max(1.0, abs(a[0]))
+        up = cq.postprocess(dict(answers, **{name: a + h}))[0][0][0]
+        down = cq.postprocess(dict(answers, **{name: a - h}))[0][0][0]
+        slope = (up - down) / (2 * h)
+        total += (slope * sigma[name]) ** 2
+    assert errs[0][0] == pytest.approx(math.sqrt(total), rel=1e-3)
