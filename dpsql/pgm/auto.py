@@ -1,0 +1,154 @@
+"""Choosing between exact and relaxed estimation (NeurIPS 2021 §4–§6).
+
+:func:`fit` is the one entry point the engine needs: it fits the exact Private-PGM
+model (:func:`dpsql.pgm.estimate`, thesis Algorithm 2) when the junction tree of the
+measured cliques fits ``capacity`` cells (JT-SIZE, thesis Remark 1, computed from
+public metadata before any work), and the relaxed model of the local polytope
+(:func:`dpsql.pgm.relaxed.estimate_relaxed` with a saturated region graph) otherwise.
+Exact is preferred whenever it fits: its marginals are globally consistent and its
+out-of-model answers use global information (App. B.5), while the relaxed model's
+size grows only linearly with the number of cliques (Figure 2c).
+
+Both results answer the same calls; :class:`ExactModel` adds ``summary()`` to a
+:class:`~dpsql.pgm.model.GraphicalModel` (every other attribute is the wrapped
+model's), and :class:`~dpsql.pgm.relaxed_model.RelaxedModel` has its own.  The
+summary states which estimator ran and why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from dpsql.domain import Domain
+from dpsql.pgm.estimation import DEFAULT_CAPACITY, Progress, estimate
+from dpsql.pgm.junction_tree import model_size
+from dpsql.pgm.measurement import Measurement
+from dpsql.pgm.model import GraphicalModel
+from dpsql.pgm.relaxed import estimate_relaxed
+from dpsql.pgm.relaxed_model import RelaxedModel
+
+__all__ = ["ExactModel", "fit"]
+
+
+class ExactModel:
+    """A fitted :class:`GraphicalModel` plus the reason it was chosen (``summary()``)."""
+
+    def __init__(self, model: GraphicalModel, reason: str, seconds: float | None = None) -> None:
+        self.model = model
+        self.reason = reason
+        self.seconds = seconds
+
+    # The GraphicalModel interface, stated explicitly so that it is documented here.
+    @property
+    def domain(self) -> Domain:
+        return self.model.domain
+
+    @property
+    def cliques(self):
+        return self.model.cliques
+
+    @property
+    def total(self) -> float:
+        return self.model.total
+
+    def marginal(self, attrs):
+        return self.model.marginal(attrs)
+
+    def marginals_many(self, cliques):
+        return self.model.marginals_many(cliques)
+
+    def answer(self, query):
+        return self.model.answer(query)
+
+    def answer_many(self, queries):
+        return self.model.answer_many(queries)
+
+    def supports(self, attrs) -> bool:
+        return self.model.supports(attrs)
+
+    def synthetic(self, *args, **kwargs):
+        return self.model.synthetic(*args, **kwargs)
+
+    def __getattr__(self, name):
+        # Everything else (tree, theta, loss, potentials, ...) is the wrapped model's.
+        if name == "model":
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+    def summary(self) -> str:
+        m = self.model
+        lines = [
+            "exact model (Private-PGM: mirror descent over the marginal polytope, thesis §4.3)",
+            f"why: {self.reason}",
+            f"structure: junction tree with {len(m.tree.cliques)} maximal cliques, "
+            f"{m.tree.size:,} cells, largest clique "
+            f"{max(m.tree.clique_size(c) for c in m.tree.cliques):,} cells",
+            f"measured cliques: {len(set(m.measured))}; total N = {m.total:,.6g}",
+        ]
+        if m.loss:
+            lines.append(f"loss: {m.loss[0]:.6g} → {m.loss[-1]:.6g} over {len(m.loss) - 1} iterations")
+        if self.seconds is not None:
+            lines.append(f"fitted in {self.seconds:.2f} s")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"ExactModel({self.model!r})"
+
+
+def _cliques(measurements: Iterable[Measurement]) -> list[tuple[str, ...]]:
+    return [tuple(m.clique) for m in measurements]
+
+
+def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = DEFAULT_CAPACITY,
+        iters: int = 1000, warm_start=None, callback: Callable[[Progress], bool | None] | None = None,
+        method: str = "auto", region_graph: str = "saturated", total: float | None = None,
+        norm: str = "l2", **options) -> ExactModel | RelaxedModel:
+    """Fit a model to ``measurements``: exact if JT-SIZE ≤ ``capacity`` cells, else relaxed.
+
+    ``method`` is "auto" (default), "exact" (raises ModelTooLargeError beyond
+    ``capacity``) or "relaxed".  ``warm_start`` is a previous model: an ExactModel /
+    GraphicalModel for the exact path; a RelaxedModel (θ̂ and messages reused) or any
+    model (its marginals as a start) for the relaxed path.  Remaining ``options`` go
+    to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).
+    """
+    if method not in ("auto", "exact", "relaxed"):
+        raise ValueError(f"fit: method must be 'auto', 'exact' or 'relaxed', got {method!r}")
+    measurements = list(measurements)
+    if not measurements:
+        raise ValueError("fit: at least one measurement is needed")
+    for m in measurements:
+        for a in m.clique:
+            if a not in domain:
+                raise ValueError(f"measurement clique {m.clique} names {a!r}, not in the domain")
+    cliques = _cliques(measurements)
+    if method == "relaxed":
+        reason = "the relaxed estimator was requested (method='relaxed')"
+        use_exact = False
+    else:
+        size = model_size(domain, cliques)
+        use_exact = method == "exact" or size <= capacity
+        if method == "exact":
+            reason = f"the exact estimator was requested (junction tree {size:,} cells)"
+        elif use_exact:
+            reason = (f"the junction tree of the measured cliques has {size:,} cells, "
+                      f"within the capacity of {capacity:,}")
+        else:
+            reason = (f"the junction tree of the measured cliques would need {size:,} cells, "
+                      f"over the capacity of {capacity:,}; the saturated region graph "
+                      f"relaxes global to local consistency")
+    start = time.perf_counter()
+    if use_exact:
+        ws = warm_start.model if isinstance(warm_start, ExactModel) else warm_start
+        if not isinstance(ws, GraphicalModel):
+            ws = None
+        model = estimate(domain, measurements, iters=iters, warm_start=ws, callback=callback,
+                         capacity=capacity, total=total, norm=norm, **options)
+        return ExactModel(model, reason, time.perf_counter() - start)
+    ws = warm_start.fit if isinstance(warm_start, RelaxedModel) else warm_start
+    if isinstance(ws, ExactModel):
+        ws = ws.model
+    result = estimate_relaxed(domain, measurements, region_graph=region_graph, iters=iters,
+                              warm_start=ws, callback=callback, total=total, norm=norm, **options)
+    return RelaxedModel(domain, result, measured=cliques, reason=reason,
+                        seconds=time.perf_counter() - start)
