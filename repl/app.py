@@ -178,6 +178,12 @@ class Shell:
             return self.prompt_session.app.output.get_size().rows
         return 10 ** 9
 
+    def screen_columns(self) -> int:
+        """The terminal's width (80 for scripts, whose output may go anywhere)."""
+        if self.prompt_session is not None:
+            return self.prompt_session.app.output.get_size().columns
+        return 80
+
     def show_error(self, exc: BaseException, sql: str | None = None, where: str | None = None) -> None:
         lines = render.error_lines(exc, sql)
         if where:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -69,18 +70,9 @@ def _on_off(arg: str, current: bool, what: str) -> bool:
 
 
 def _wrap_list(items: list[str], width: int) -> list[str]:
-    """Comma-separated items broken into lines of at most ``width`` characters."""
-    lines, cur = [], ""
-    for k, item in enumerate(items):
-        piece = item + ("," if k < len(items) - 1 else "")
-        if cur and len(cur) + 1 + len(piece) > width:
-            lines.append(cur)
-            cur = piece
-        else:
-            cur = f"{cur} {piece}" if cur else piece
-    if cur or not lines:
-        lines.append(cur)
-    return lines
+    """Comma-separated items broken into lines of at most ``width`` characters where
+    possible (a single word longer than ``width`` is never cut)."""
+    return textwrap.wrap(", ".join(items), width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
 def _num(x) -> str:
@@ -136,12 +128,20 @@ class MetaCommands:
             raise errors.UnknownTableError(f"table {name!r} is not a private table of this configuration",
                                            hint=f"tables: {', '.join(sorted(catalog))}")
         schema = catalog[name]
-        rows = []
+        meta = []
         for col in schema.column_names:
             attr = schema.attribute(col)
             sql_type = str(getattr(attr, "sql_type", "") or "").lower()
-            items = _wrap_list(describe_domain(attr), 60)
-            rows.append((col, sql_type, attr.kind, "yes" if attr.nullable else "no", f"{attr.size:,}", items[0]))
+            meta.append(((col, sql_type, attr.kind, "yes" if attr.nullable else "no", f"{attr.size:,}"),
+                         describe_domain(attr)))
+        # wrap the domain column to what the screen has left beside the other columns
+        used = sum(max(len(h), *(len(m[0][j]) for m in meta)) + 3
+                   for j, h in enumerate(["column", "type", "kind", "null", "cells"]))
+        width = max(20, min(100, self.shell.screen_columns() - used - 1))
+        rows = []
+        for cells, domain in meta:
+            items = _wrap_list(domain, width)
+            rows.append(cells + (items[0],))
             rows += [("", "", "", "", "", more) for more in items[1:]]
         lines = [f"Table {name!r}: declared (public) domain of {schema.domain.size():,} cells"]
         lines += render.grid_lines(["column", "type", "kind", "null", "cells", "domain"], rows, right=(4,))

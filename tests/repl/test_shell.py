@@ -56,15 +56,26 @@ def test_describe_lists_tables_and_the_declared_domain():
     out = run_keys(FakeConnection(_session()), "\\d" + ENTER + "\\d adult" + ENTER)
     assert "Private tables" in out and " adult " in out
     lines = out.splitlines()
-    rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")] for line in lines if "|" in line}
+    rows, domains, col = {}, {}, None
+    for line in lines[lines.index(next(x for x in lines if x.startswith("Table 'adult'"))) + 3:]:
+        if "|" not in line:
+            break
+        cells = [c.strip() for c in line.split("|")]
+        if cells[0]:
+            col = cells[0]
+            rows[col] = cells
+            domains[col] = cells[-1]
+        else:  # a long domain continues on the next lines
+            domains[col] += " " + cells[-1]
     assert rows["sex"][1:] == ["varchar", "categorical", "no", "2", "'Female', 'Male'"]
     assert rows["age"][1:] == ["integer", "integer", "no", "74", "17..90"]
-    assert rows["fnlwgt"][-1] == "1..1500000 in bins of 50000"
-    assert rows["capital_loss"][-1].startswith("0..5000 in bins starting at 0, 1, 500, 1000,")
-    # a long label list continues on the following lines, ending with the NULL cell
-    start = next(i for i, line in enumerate(lines) if line.startswith(" workclass "))
-    block = lines[start:start + 3]
-    assert rows["workclass"][3] == "yes" and block[-1].rstrip().endswith("'Never-worked', NULL")
+    assert domains["fnlwgt"] == "1..1500000 in bins of 50000"
+    assert domains["capital_loss"] == "0..5000 in bins starting at 0, 1, 500, 1000, 1500, 2000, 2500, 3000"
+    assert rows["workclass"][3] == "yes" and domains["workclass"].endswith("'Never-worked', NULL")
+    assert domains["native_country"].count("'") == 2 * 41
+    # wrapped to the (dummy) 80-column screen; only a single label longer than the room may stick out
+    table = [line for line in lines if "|" in line and line.split("|")[0].strip() in ("",) + tuple(rows)]
+    assert all(len(line.rstrip()) <= 80 or " " not in line.split("|")[-1].strip() for line in table)
 
 
 def test_describe_an_unknown_table_is_an_error():
