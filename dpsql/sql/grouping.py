@@ -36,6 +36,8 @@ class GroupKey:
     attr: object
     values: list
     type: str
+    # Wide bins are reported by label; ORDER BY must follow the bins, not the label text.
+    sort_rank: dict | None = None
 
 
 @dataclass
@@ -131,7 +133,10 @@ def build_key(canonical: str, node: exp.Expression, attr, evaluator: CellEvaluat
     inner = node.this if isinstance(node, exp.Paren) else node
     if isinstance(inner, exp.Column):
         values, typ = column_key_values(attr)
-        return GroupKey(canonical, node, attr, values, typ)
+        rank = None
+        if attr.kind != "categorical" and typ == "text":
+            rank = {v: i for i, v in enumerate(values) if v is not None}
+        return GroupKey(canonical, node, attr, values, typ, rank)
     values, null = evaluator.constant_values(node)
     values = [None if null[i] else values[i] for i in range(len(values))]
     if any(v is OTHER for v in values):

@@ -528,6 +528,10 @@ def run_program(cq, answers, stderrs, present=None):
         for spec, desc, nulls_first in reversed(program.order):
             col = [rows[i][spec[1]] for i in range(n)] if spec[0] == "out" else \
                 [_py(x) for x in _as_obj(ev(spec))]
+            key_ir = program.outputs[spec[1]] if spec[0] == "out" else spec
+            rank = program.keys[key_ir[1]].sort_rank if key_ir[0] == "key" else None
+            if rank is not None:
+                col = [None if v is None else rank[v] for v in col]
             flag_null = int(nulls_first == desc)
             order_idx.sort(key=lambda i: (flag_null, 0) if col[i] is None else (1 - flag_null, col[i]),
                            reverse=desc)
