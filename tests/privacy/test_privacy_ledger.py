@@ -131,6 +131,55 @@ def test_threads_never_overspend(tmp_path):
     assert Ledger(tmp_path / "l.db", total_rho=Fraction(1, 2)).spent() == sum(granted)
 
 
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 20), min_size=1, max_size=6), min_size=2, max_size=5))
+def test_concurrent_interleavings_never_overspend_nor_refuse_wrongly(plans):
+    """Threads charge concurrently; the OS picks the interleaving.
+
+    Spending only grows, so a refusal of rho was justified iff the final remainder is
+    still below rho; and the file must agree with what callers were granted.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        total = Fraction(30, 64)
+        ledger = Ledger(Path(tmp) / "l.db", total_rho=total)
+        granted, refused = [], []
+        lock = threading.Lock()
+
+        def worker(k, amounts):
+            for amount in amounts:
+                rho = Fraction(amount, 64)
+                try:
+                    ledger.charge(f"u{k}", rho, "fp", {})
+                    with lock:
+                        granted.append(rho)
+                except BudgetExhaustedError:
+                    with lock:
+                        refused.append(rho)
+
+        threads = [threading.Thread(target=worker, args=(k, a)) for k, a in enumerate(plans)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        final = Ledger(Path(tmp) / "l.db", total_rho=total)
+        assert final.spent() == sum(granted, Fraction(0)) <= total
+        assert all(final.remaining() < rho for rho in refused)
+
+
+def test_verify_finds_rewritten_history_in_a_running_process(tmp_path):
+    path = tmp_path / "l.db"
+    ledger = _filled(path)
+    entry = ledger.entries()[4]
+    assert entry.kind == "charge" and entry.fingerprint == "fp4" and entry.mechanism == {"i": 4}
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE entries SET principal = 'bob' WHERE seq = 5")
+    # the running instance keeps its verified sums; a full check exposes the rewrite
+    with pytest.raises(LedgerCorruptError):
+        ledger.verify()
+    with pytest.raises(LedgerCorruptError):
+        ledger.charge("alice", Fraction(1, 1000), "x", {})
+
+
 def _process_worker(path: str, principal: str, out) -> None:
     ledger = Ledger(path, total_rho=1, per_user_rho=Fraction(1, 5))
     granted = 0
