@@ -19,7 +19,7 @@ from typing import IO, Callable, TypeVar
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.enums import EditingMode
-from prompt_toolkit.filters import Condition
+from prompt_toolkit.filters import Condition, completion_is_selected
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
@@ -109,7 +109,13 @@ class Shell:
         kb = KeyBindings()
         complete = Condition(lambda: is_complete(self.prompt_session.default_buffer.text))
 
-        @kb.add("enter", filter=complete)
+        @kb.add("enter", filter=completion_is_selected)
+        def _take_completion(event) -> None:
+            # Enter on a highlighted completion keeps it and closes the menu, as in editors;
+            # it must not run or break the statement
+            event.current_buffer.complete_state = None
+
+        @kb.add("enter", filter=complete & ~completion_is_selected)
         def _submit(event) -> None:
             event.current_buffer.validate_and_handle()
 

@@ -19,6 +19,7 @@ from repl.app import Shell
 
 LIMIT = 30.0
 UP = "\x1b[A"
+DOWN = "\x1b[B"
 TAB = "\t"
 CTRL_C = "\x03"
 ENTER = "\r"

@@ -7,7 +7,7 @@ the same application over the real engine.
 
 import csv
 
-from driver import CTRL_C, ENTER, TAB, UP, driven, run_keys
+from driver import CTRL_C, DOWN, ENTER, TAB, UP, driven, run_keys
 from fakes import SEX_COUNTS, Column, FakeConnection, FakeSession, Result
 from dpsql import errors
 
@@ -185,6 +185,25 @@ def test_tab_completes_a_unique_label_into_the_statement():
         d.send("SELECT COUNT(*) FROM adult WHERE sex = 'Fe" + TAB)
         buffer = d.shell.prompt_session.default_buffer
         d.wait_for(lambda: buffer.text.endswith("'Female'"), "the completed label")
+        d.send(";" + ENTER)
+        d.wait_output("(1 row")
+        d.finish()
+    assert s.executed == [sql]
+
+
+def test_enter_on_a_highlighted_completion_keeps_it_and_does_not_run():
+    s = _session()
+    sql = "SELECT COUNT(*) FROM adult WHERE sex = 'Male'"
+    s.results[sql] = Result([Column("count", "double")], [(32649.7,)], [(15.3,)], [False])
+    with driven(FakeConnection(s)) as d:
+        buffer = d.shell.prompt_session.default_buffer
+        d.send("SELECT COUNT(*) FROM adult WHERE sex = '" + TAB)
+        d.wait_for(lambda: buffer.complete_state is not None and buffer.complete_state.completions, "menu")
+        d.send(DOWN + DOWN)
+        d.wait_for(lambda: buffer.text.endswith("'Male'"), "the second label")
+        d.send(ENTER)
+        d.wait_for(lambda: buffer.complete_state is None, "the menu to close")
+        assert buffer.text == sql and s.executed == []
         d.send(";" + ENTER)
         d.wait_output("(1 row")
         d.finish()
