@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dpsql.errors as errors
-from dpsql.domain import Categorical, IntegerRange, TableSchema
+from dpsql.domain import Categorical, IntegerRange, Numeric, TableSchema
 from dpsql.linalg import Kron, Total, Weighted
 from dpsql.sql import compile as compile_sql
 from dpsql.sql.postprocess import quantile_from_histogram, run_program
@@ -275,7 +275,8 @@ def test_duckdb_dialect_matches_postgres(oracle, catalog):
 
 TINY = TableSchema("tiny", (Categorical("c", ["a", "b", "c"], nullable=True, closed=True),
                             IntegerRange("n", 0, 5),
-                            IntegerRange("w", 0, 99, bin_width=10, nullable=True)), None)
+                            IntegerRange("w", 0, 99, bin_width=10, nullable=True),
+                            Numeric("x", [0.0, 0.5, 1.0, 2.0])), None)
 
 TINY_QUERIES = [
     "SELECT COUNT(*) FROM tiny",
@@ -287,6 +288,10 @@ TINY_QUERIES = [
     "SELECT c, percentile_disc(0.5) WITHIN GROUP (ORDER BY n) FROM tiny WHERE n > 0 OR c = 'c' GROUP BY c",
     "SELECT n, median(n), AVG(n) FROM tiny GROUP BY n",
     "SELECT SUM(CASE WHEN c = 'a' THEN 10 ELSE 1 END) FROM tiny WHERE w < 60",
+    "SELECT x, COUNT(*), AVG(n) FROM tiny GROUP BY x",
+    "SELECT c, AVG(x), SUM(x) FROM tiny WHERE x >= 0.5 OR n = 3 GROUP BY c",
+    "SELECT COUNT(*) FROM tiny WHERE x < 1 AND NOT (x < 0.5)",
+    "SELECT CASE WHEN x < 1 THEN 'small' ELSE 'big' END AS s, median(x) FROM tiny GROUP BY 1",
 ]
 
 
@@ -297,15 +302,16 @@ def tiny_data():
     for _ in range(400):
         c = [None, "a", "b", "c"][rng.integers(4)]
         w = None if rng.random() < 0.15 else int(rng.integers(0, 100))
-        rows.append((c, int(rng.integers(0, 6)), w))
+        rows.append((c, int(rng.integers(0, 6)), w, float(rng.uniform(0, 2))))
     con = duckdb.connect()
-    con.execute("CREATE TABLE tiny (c VARCHAR, n BIGINT, w DOUBLE)")
-    mids = {i: v for i, v in enumerate(TINY.attributes[2].cell_values())}
-    binned = [(c, n, None if w is None else float(mids[TINY.attributes[2].index_of(w)])) for c, n, w in rows]
-    con.executemany("INSERT INTO tiny VALUES (?, ?, ?)", binned)
+    con.execute("CREATE TABLE tiny (c VARCHAR, n BIGINT, w DOUBLE, x DOUBLE)")
+    wa, xa = TINY.attributes[2], TINY.attributes[3]
+    binned = [(c, n, None if w is None else float(wa.cell_values()[wa.index_of(w)]),
+               float(xa.cell_values()[xa.index_of(v)])) for c, n, w, v in rows]
+    con.executemany("INSERT INTO tiny VALUES (?, ?, ?, ?)", binned)
     x = np.zeros(TINY.domain.size())
-    for c, n, w in rows:
-        cell = [a.index_of(v) for a, v in zip(TINY.attributes, (c, n, w))]
+    for row in rows:
+        cell = [a.index_of(v) for a, v in zip(TINY.attributes, row)]
         x[np.ravel_multi_index(cell, TINY.domain.shape)] += 1
     return con, x
 
@@ -323,8 +329,14 @@ def test_full_domain_matrices_match_duckdb(tiny_data, sql):
     assert rows_equal(ours, con.execute(sql.replace("n / 2", "n // 2")).fetchall(), ordered=False), ours
 
 
-TINY_LABEL_MID = {lab: float(v) for lab, v in zip(TINY.attributes[2].labels(), TINY.attributes[2].cell_values())
+TINY_LABEL_MID = {lab: float(v) for a in TINY.attributes[2:] for lab, v in zip(a.labels(), a.cell_values())
                   if lab is not None}
+
+
+def test_numeric_bins_refuse_split_boundaries():
+    with pytest.raises(errors.UnsupportedQueryError) as info:
+        compile_sql("SELECT COUNT(*) FROM tiny WHERE x < 0.7", {"tiny": TINY})
+    assert "[0.5, 1.0)" in info.value.message and "0.5" in info.value.hint and "1.0" in info.value.hint
 
 
 def _with_count(sql: str) -> str:
