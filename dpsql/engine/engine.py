@@ -35,7 +35,8 @@ from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, ProgrammingError
 from dpsql.measure.backend import Backend, DuckDBBackend
 from dpsql.measure import release as rel
-from dpsql.pgm import GraphicalModel, Measurement, estimate
+from dpsql.pgm import GraphicalModel, Measurement
+from dpsql.pgm.auto import fit
 from dpsql.plan import Strategy, Workload, expected_error, optimize
 from dpsql.privacy.ledger import Ledger
 
@@ -232,13 +233,15 @@ class Engine:
                 measurements = [Measurement(b.clique, b.query(), values, sd)
                                 for b, values, sd in state.released]
                 previous = getattr(state, "_last_model", None)
-                state.model = estimate(state.schema.domain, measurements, iters=self.config.fit_iters,
-                                       warm_start=previous)
+                # exact junction tree when it fits the capacity, relaxed region graph
+                # otherwise (NeurIPS 2021); the model's summary says which
+                state.model = fit(state.schema.domain, measurements, iters=self.config.fit_iters,
+                                  warm_start=previous, capacity=self.config.planner.max_model_cells)
                 state._last_model = state.model
                 dom = state.schema.domain
                 state.variance = VarianceModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
-                                               [SupportBlock(b.clique, b.factors, sd, b.scale)
-                                                for b, _, sd in state.released])
+                                               [SupportBlock(b.clique, b.factors, sd, b.scale, values)
+                                                for b, values, sd in state.released])
                 state.model_version += 1
             return state.model, state.variance, state.model_version
 

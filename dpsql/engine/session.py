@@ -67,7 +67,8 @@ class Session:
     def __init__(self, engine: Engine, user: str | None = None) -> None:
         self.engine = engine
         self.user = user or engine.config.default_user
-        self.settings: dict[str, str] = {"dpsql.error_columns": engine.config.error_columns}
+        self.settings: dict[str, str] = {"dpsql.error_columns": engine.config.error_columns,
+                                         "dpsql.estimator": "pgm"}
         self._cache: dict[tuple, Result] = {}
         self._lock = threading.Lock()
 
@@ -88,7 +89,7 @@ class Session:
         columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
         if compiled.is_schema_probe:
             return Result(columns, [], seconds=time.perf_counter() - t0)
-        key = (sql, tuple(params) if params is not None else None)
+        key = (sql, tuple(params) if params is not None else None, self.settings["dpsql.estimator"])
         model, variance, version = self.engine.model(compiled.table)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
@@ -182,9 +183,16 @@ class Session:
                              hint=f"tables: {', '.join(sorted(self.engine.tables))}")
 
     def _answer(self, compiled, model, variance):
+        """Answers from the graphical model (default) or, with ``SET dpsql.estimator =
+        'least_squares'``, HDMM's local least squares (thesis §3.9: unbiased, possibly
+        negative and mutually inconsistent; unsupported values are NULL)."""
         answers, stderrs, unsupported = {}, {}, []
+        least_squares = self.settings.get("dpsql.estimator") == "least_squares"
         for lq in compiled.linear_queries:
-            answers[lq.name] = np.asarray(model.answer(lq.matrix), dtype=np.float64)
+            if least_squares:
+                answers[lq.name], _ = variance.least_squares(lq.matrix)
+            else:
+                answers[lq.name] = np.asarray(model.answer(lq.matrix), dtype=np.float64)
             err, sup = variance.analyse(lq.matrix)
             stderrs[lq.name] = err
             if not sup.all():
@@ -210,10 +218,11 @@ class Session:
     def _session_command(self, command, t0) -> Result:
         kind, name, value = command
         if kind == "set":
-            if name == "dpsql.error_columns":
-                if value not in ("off", "stderr", "ci95"):
-                    raise ProgrammingError(f"invalid value for dpsql.error_columns: {value!r}",
-                                           hint="use 'off', 'stderr' or 'ci95'")
+            allowed = {"dpsql.error_columns": ("off", "stderr", "ci95"),
+                       "dpsql.estimator": ("pgm", "least_squares")}.get(name)
+            if allowed is not None and value not in allowed:
+                raise ProgrammingError(f"invalid value for {name}: {value!r}",
+                                       hint="use " + " or ".join(repr(a) for a in allowed))
             self.settings[name] = value
             return Result([], [], message="SET", seconds=time.perf_counter() - t0)
         if kind == "show":
@@ -224,7 +233,8 @@ class Session:
             return Result([Column(name, "text")], [(self.settings.get(name, ""),)],
                           seconds=time.perf_counter() - t0)
         if kind == "reset":
-            self.settings[name] = self.engine.config.error_columns if name == "dpsql.error_columns" else ""
+            defaults = {"dpsql.error_columns": self.engine.config.error_columns, "dpsql.estimator": "pgm"}
+            self.settings[name] = defaults.get(name, "")
             return Result([], [], message="RESET", seconds=time.perf_counter() - t0)
         if kind in ("begin", "commit", "rollback"):
             return Result([], [], message=kind.upper(), seconds=time.perf_counter() - t0)

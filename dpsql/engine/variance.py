@@ -83,19 +83,20 @@ class SupportBlock:
     factors: tuple[np.ndarray, ...]   # per clique attribute, or one joint factor
     stddev: float                     # noise σ of each measured row, in query units
     scale: float                      # measured row = scale · (M x)
+    values: np.ndarray | None = None  # the noisy measurement (for least-squares answers)
 
 
 class _Prepared:
     def __init__(self, block: SupportBlock) -> None:
         self.block = block
         self.joint = len(block.factors) == 1 and len(block.clique) != 1
-        # pseudo-inverse of the gram per factor, in query units
-        self.ginv = []
-        self.proj = []
+        # per factor, in query units: M, pinv of its gram, and the row-space projector
+        self.mats, self.ginv, self.proj = [], [], []
         for f in block.factors:
             m = f.astype(np.float64) * (block.scale if not self.ginv else 1.0)
             g = m.T @ m
             gi = np.linalg.pinv(g, hermitian=True)
+            self.mats.append(m)
             self.ginv.append(gi)
             self.proj.append(gi @ g)
 
@@ -148,6 +149,34 @@ def row_variances(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]
     return block.stddev ** 2 * np.maximum(total, 0.0)
 
 
+def _kron_apply(mats, y: np.ndarray) -> np.ndarray:
+    """(⊗ mats) y without forming the product (thesis Algorithm 1)."""
+    x = y.reshape(tuple(m.shape[1] for m in mats))
+    for axis, m in enumerate(mats):
+        x = np.moveaxis(np.tensordot(m, x, axes=([1], [axis])), 0, axis)
+    return x.reshape(-1)
+
+
+def row_estimates(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]) -> np.ndarray | None:
+    """Local least-squares estimate q (MᵀM)⁺ Mᵀ y of one row block from one block (§3.9)."""
+    block = prepared.block
+    if block.values is None:
+        return None
+    y = np.asarray(block.values, dtype=np.float64)
+    out = np.zeros(rowblock.rows)
+    for coef, factors in rowblock.terms:
+        lf = _lift(factors, block.clique, sizes)
+        if lf is None:
+            return None
+        if prepared.joint:
+            q = _kron_all(lf)
+            out += coef * (q @ (prepared.ginv[0] @ (prepared.mats[0].T @ y)))
+        else:
+            mats = [qa @ gi @ m.T for qa, gi, m in zip(lf, prepared.ginv, prepared.mats)]
+            out += coef * _kron_apply(mats, y)
+    return out
+
+
 class VarianceModel:
     """Standard errors and support for queries, given the released blocks of one table."""
 
@@ -181,3 +210,28 @@ class VarianceModel:
         if not errs:
             return np.zeros(0), np.zeros(0, bool)
         return np.concatenate(errs), np.concatenate(supported)
+
+    def least_squares(self, matrix: QueryMatrix) -> tuple[np.ndarray, np.ndarray]:
+        """HDMM's unbiased answers without the graphical model: per row, the inverse-variance
+        combination of the local least-squares estimates of the supporting blocks
+        (thesis §3.9).  Returns (answers, stderr); unsupported rows are NaN."""
+        answers, errs = [], []
+        for rb in decompose(matrix, self.attributes):
+            num = np.zeros(rb.rows)
+            den = np.zeros(rb.rows)
+            for p in self.prepared:
+                v = row_variances(rb, p, self.sizes)
+                if v is None:
+                    continue
+                est = row_estimates(rb, p, self.sizes)
+                if est is None:
+                    continue
+                w = 1.0 / np.maximum(v, 1e-300)
+                num += w * est
+                den += w
+            with np.errstate(invalid="ignore", divide="ignore"):
+                answers.append(np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan))
+                errs.append(np.where(den > 0, np.sqrt(1.0 / np.where(den > 0, den, 1.0)), np.nan))
+        if not answers:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate(answers), np.concatenate(errs)

@@ -80,3 +80,41 @@ def test_joint_factor_block():
     q = Kron([Indicator(3, [1]), Identity(4), Total(2)])
     err, sup = VarianceModel(ATTRS, SIZES, blocks).analyse(q)
     assert np.allclose(err, dense_var(q.dense(), blocks))
+
+
+def test_least_squares_matches_dense_normal_equations():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 30, size=24).astype(float)  # data vector over (a, b, c)
+    blocks = []
+    for b in BLOCKS:
+        A = b.scale * full_matrix(b.clique, b.factors)
+        y = A @ x + rng.normal(0, b.stddev, size=A.shape[0])
+        blocks.append(SupportBlock(b.clique, b.factors, b.stddev, b.scale, y))
+    model = VarianceModel(ATTRS, SIZES, blocks)
+    for q in QUERIES:
+        est, err = model.least_squares(q)
+        dq = q.dense()
+        # reference: per row, inverse-variance combination of each block's LS estimate
+        num = np.zeros(dq.shape[0])
+        den = np.zeros(dq.shape[0])
+        for b in blocks:
+            A = b.scale * full_matrix(b.clique, b.factors)
+            G = A.T @ A
+            P = np.linalg.pinv(G)
+            ok = np.all(np.isclose(dq @ P @ G, dq, atol=1e-8), axis=1)
+            v = b.stddev ** 2 * np.einsum("ij,jk,ik->i", dq, P, dq)
+            e = dq @ P @ A.T @ b.values
+            num[ok] += e[ok] / v[ok]
+            den[ok] += 1 / v[ok]
+        ref = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+        assert np.allclose(est, ref, equal_nan=True)
+        assert np.allclose(err, dense_var(dq, blocks), equal_nan=True)
+
+
+def test_least_squares_is_exact_without_noise():
+    x = np.arange(24, dtype=float)
+    blocks = [SupportBlock(b.clique, b.factors, b.stddev, b.scale,
+                           b.scale * full_matrix(b.clique, b.factors) @ x) for b in BLOCKS]
+    q = Kron([Indicator(3, [0, 2]), Identity(4), Total(2)])
+    est, _ = VarianceModel(ATTRS, SIZES, blocks).least_squares(q)
+    assert np.allclose(est, q.dense() @ x)
