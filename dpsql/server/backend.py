@@ -45,14 +45,30 @@ class DpsqlLink:
         return self.connection.session.engine.catalog
 
     def compile(self, sql: str, params):
-        from dpsql.sql import compile as compile_sql
-        return compile_sql(sql, self.catalog, params)
+        """Compile for Describe: output columns as Execute will return them."""
+        try:
+            from dpsql.sql import compile as compile_sql
+        except ImportError:  # the package re-export is the contract; the module is where it lives
+            from dpsql.sql.compiler import compile as compile_sql
+        compiled = compile_sql(sql, self.catalog, params)
+        mode = self.connection.session.settings.get("dpsql.error_columns", "off")
+        if mode == "off" or getattr(compiled, "is_explain", False):
+            return compiled
+        # the session appends one error column per noisy value column (Session._with_error_columns)
+        extra = [(f"{c.name}_{mode}", "double") for c in compiled.columns if getattr(c, "is_aggregate", False)]
+        return _Described([(c.name, c.type) for c in compiled.columns] + extra, compiled.is_schema_probe)
 
     def execute(self, sql: str, params):
         return self.connection.session.execute(sql, params)
 
     def close(self) -> None:
         self.connection.close()
+
+
+class _Described:
+    def __init__(self, columns, is_schema_probe) -> None:
+        self.columns = columns
+        self.is_schema_probe = is_schema_probe
 
 
 def _column(col) -> tuple[str, str]:
@@ -205,6 +221,7 @@ class Dispatcher:
             sql, params = self._engine_sql(route, portal.statement.sql, self._decode_params(portal))
             self._keep_position = sql == portal.statement.sql
             compiled = await self._engine(self.link.compile, sql, params)
+            portal.row_types = [_column(c)[1] for c in compiled.columns]
             return self._engine_description(compiled.columns, portal.result_formats)
         portal.outcome = await self.execute(portal)
         return portal.outcome.description
@@ -228,23 +245,26 @@ class Dispatcher:
             return Outcome(description=res.description, rows=res.rows, tag=res.tag)
         if route.kind == "engine":
             return await self._run_engine(route, portal.statement.sql, self._decode_params(portal),
-                                          portal.result_formats)
+                                          portal.result_formats, getattr(portal, "row_types", None))
         return await self.run_simple(portal.statement.sql, route, portal.result_formats)
 
-    async def _run_engine(self, route, sql: str, params: tuple, formats) -> Outcome:
+    async def _run_engine(self, route, sql: str, params: tuple, formats, described=None) -> Outcome:
         text, qparams = self._engine_sql(route, sql, params)
         self._keep_position = text == sql
         result = await self._engine(self.link.execute, text, qparams)
         columns = [_column(c) for c in result.columns]
         if not columns:
             return Outcome(tag=result.message or "SELECT")
+        if described is not None and len(described) == len(columns):
+            # the client decodes with the types it was given at Describe; keep to them
+            columns = [(name, t) for (name, _), t in zip(columns, described)]
         oids = [pgtypes.oid_for(t) for _, t in columns]
         rows = []
         for row in result.rows:
             rows.append(codec.encode_data_row([pgtypes.encode_value(v, oids[i], _format(formats, i))
                                                for i, v in enumerate(row)]))
         tag = "SELECT" if route.tag == "SELECT" else route.tag
-        return Outcome(description=self._engine_description(result.columns, formats), rows=rows, tag=tag)
+        return Outcome(description=self._engine_description(columns, formats), rows=rows, tag=tag)
 
     @staticmethod
     def _engine_description(columns, formats) -> bytes:

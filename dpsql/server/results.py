@@ -72,3 +72,4 @@ class Portal:
     result_formats: tuple[int, ...]
     outcome: Outcome | None = None
     sent: int = 0
+    row_types: list[str] | None = None   # engine column types announced at Describe
