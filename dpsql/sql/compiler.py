@@ -322,7 +322,7 @@ class _Lowering:
                                             position=self.pos(body, "*"),
                                             hint="select aggregates, e.g. SELECT COUNT(*) … GROUP BY col")
         self.group_keys(projections)
-        grouping = Grouping(self.keys, self.schema)
+        grouping = Grouping(self.keys, self.schema, self.pos)
         ir = lambda node: to_ir(node, self)  # noqa: E731
         outputs, columns = [], []
         for alias, body in projections:

@@ -24,7 +24,11 @@ from sqlglot import exp
 from dpsql.errors import UnsupportedQueryError
 from dpsql.sql.cells import OTHER, CellEvaluator
 
-__all__ = ["GroupKey", "GroupAttr", "Grouping", "key_value_type"]
+__all__ = ["GroupKey", "GroupAttr", "Grouping", "key_value_type", "MAX_GROUPS"]
+
+# Every group is returned (empty ones included), so a GROUP BY over many fine columns would
+# produce a result nobody can read and a linear query nobody can answer accurately.
+MAX_GROUPS = 1_000_000
 
 
 @dataclass
@@ -83,7 +87,7 @@ def column_key_values(attr) -> tuple[list, str]:
 class Grouping:
     """The grouped attributes (domain order) and the enumeration of output groups."""
 
-    def __init__(self, keys: list[GroupKey], schema) -> None:
+    def __init__(self, keys: list[GroupKey], schema, pos=None) -> None:
         self.keys = keys
         order = [a.name for a in schema.attributes]
         by_attr: dict[str, list[int]] = {}
@@ -101,6 +105,12 @@ class Grouping:
                 tup = tuple(_hashable(keys[i].values[cell]) for i in idx)
                 mapping[cell] = seen.setdefault(tup, len(seen))
             self.attrs.append(GroupAttr(attr=attr, keys=idx, mapping=mapping, labels=list(seen)))
+        if self.size > MAX_GROUPS:
+            sizes = " × ".join(f"{g.buckets} ({g.attr.name})" for g in self.attrs)
+            raise UnsupportedQueryError(
+                f"GROUP BY would produce {self.size:,} groups ({sizes}); the limit is {MAX_GROUPS:,}",
+                position=pos(keys[0].node) if pos is not None and keys else None,
+                hint="group by fewer or coarser columns, e.g. age / 10 instead of age")
 
     @property
     def size(self) -> int:
