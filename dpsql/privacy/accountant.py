@@ -38,7 +38,7 @@ _MARGIN = 1e-10
 def _exact(value, name: str, *, allow_zero: bool = False) -> Fraction:
     try:
         frac = Fraction(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{name} must be a number, got {value!r}",
                           hint=f"pass {name} as an int, float or fractions.Fraction") from None
     if frac < 0 or (frac == 0 and not allow_zero):
@@ -132,7 +132,10 @@ def _minimise(fn, lo: float = 1e-9, hi: float = 1e9) -> float:
 
 
 def _check_delta(delta) -> float:
-    d = float(delta)
+    try:
+        d = float(delta)
+    except (TypeError, ValueError):
+        d = float("nan")
     if not 0.0 < d < 1.0:
         raise ConfigError(f"delta must lie strictly between 0 and 1, got {delta!r}",
                           hint="typical values are 1e-6 .. 1e-9 (well below 1/rows)")

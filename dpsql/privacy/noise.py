@@ -170,7 +170,7 @@ def as_fraction(value, name: str) -> Fraction:
     """Exact rational value of a positive int/float/Fraction/str parameter."""
     try:
         frac = Fraction(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{name} must be a number, got {value!r}",
                           hint=f"pass {name} as an int, float or fractions.Fraction") from None
     if not frac > 0:

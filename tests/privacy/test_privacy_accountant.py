@@ -95,4 +95,9 @@ def test_budget_value_type_and_errors():
         rho_to_epsilon(0.1, 1.5)
     with pytest.raises(ConfigError):
         rho_gaussian(1, 0)
+    for bad in (float("inf"), float("nan"), "abc", None):
+        with pytest.raises(ConfigError):
+            rho_pure(bad)
+        with pytest.raises(ConfigError):
+            rho_to_epsilon(0.1, bad)
     assert rho_to_epsilon(0, 1e-6) == 0.0

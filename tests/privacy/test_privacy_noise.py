@@ -232,7 +232,7 @@ def test_shapes_seeds_and_errors():
     b = discrete_gaussian(3, (4, 5), rng=SeededBitSource(1))
     assert a.shape == (4, 5) and np.array_equal(a, b)
     assert discrete_laplace(1, 0).shape == (0,)
-    for bad in (0, -1, "x", float("nan")):
+    for bad in (0, -1, "x", float("nan"), float("inf"), None):
         with pytest.raises(ConfigError):
             discrete_gaussian(bad, 3)
     with pytest.raises(ConfigError):
