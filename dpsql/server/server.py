@@ -147,10 +147,9 @@ class Server:
                 async with asyncio.timeout(self.options.startup_timeout):
                     result = await self._startup(reader, writer, frames)
                     if result is None:
-                        return
-                    user, conn, params, counted = result
-                    if counted is False:
-                        return
+                        return  # a cancel request: no reply, just close
+                    user, conn, params = result
+                    counted = True
                     link = await asyncio.get_running_loop().run_in_executor(self.executor, self.link_factory, user)
                     settings = Settings(self.server_version, user, params)
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
@@ -252,7 +251,7 @@ class Server:
             self._active -= 1
             raise
         conn = self._register()
-        return user, conn, packet.params, True
+        return user, conn, packet.params
 
     async def _authenticate(self, reader, writer, frames, user: str, tls: bool) -> None:
         users = scram.load_users(self.users_file)
