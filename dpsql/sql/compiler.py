@@ -32,8 +32,6 @@ from dpsql.sql.validate import check_structure
 
 __all__ = ["compile"]
 
-_AGG_NAMES = {"count": "count", "sum": "sum", "avg": "avg"}
-
 
 def attribute_type(attr) -> str:
     if attr.kind == "categorical":
