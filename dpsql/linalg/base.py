@@ -130,6 +130,14 @@ class QueryMatrix:
     def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         raise NotImplementedError(type(self).__name__ + "._rmatmat")
 
+    def _matmat_rows(self, Z: np.ndarray) -> np.ndarray:
+        """Z Aᵀ: A applied to every row of Z (the last Kron axis of a matvec).
+
+        Leaves override this when they can write the row layout directly, which
+        spares Algorithm 1 two strided transposes on the innermost axis.
+        """
+        return self._matmat(Z.T).T
+
     # ------------------------------------------------------------- algebra
     @property
     def T(self) -> QueryMatrix:

@@ -56,6 +56,14 @@ def _apply_along_axis(op: QueryMatrix, src: np.ndarray, dst: np.ndarray) -> None
     L, N, R = src.shape
     M = dst.shape[1]
     width = max(N, M)
+    if R == 1:
+        # Innermost axis of a matvec: rows of src[:, :, 0] are contiguous, so the
+        # factor maps whole rows (one GEMM for Explicit) with no transposes.
+        cl = max(1, _SLAB_ENTRIES // width)
+        for l0 in range(0, L, cl):
+            l1 = min(L, l0 + cl)
+            dst[l0:l1, :, 0] = op._matmat_rows(src[l0:l1, :, 0])
+        return
     if width * R >= _SLAB_ENTRIES:
         cl, cr = 1, max(1, _SLAB_ENTRIES // width)
     else:

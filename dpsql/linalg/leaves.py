@@ -350,6 +350,9 @@ class Explicit(QueryMatrix):
     def _rmatmat(self, Y):
         return self._f64.T @ Y
 
+    def _matmat_rows(self, Z):
+        return Z @ self._f64.T
+
     def _transpose(self):
         return Explicit(self.array.T)
 

@@ -74,6 +74,9 @@ class Prefix(QueryMatrix):
     def _rmatmat(self, Y):
         return _rcumsum(Y)
 
+    def _matmat_rows(self, Z):
+        return np.cumsum(Z, axis=1)
+
     def gram(self):
         # Cells i and j are both in row b iff b >= max(i, j): n - max(i, j) rows.
         return Semiseparable(np.ones(self.n), self.n - np.arange(self.n, dtype=np.float64))
@@ -112,6 +115,9 @@ class Suffix(QueryMatrix):
 
     def _rmatmat(self, Y):
         return _cumsum_rows(Y)
+
+    def _matmat_rows(self, Z):
+        return np.cumsum(Z[:, ::-1], axis=1)[:, ::-1]
 
     def gram(self):
         # Cells i and j are both in row b iff b <= min(i, j): min(i, j) + 1 rows.
