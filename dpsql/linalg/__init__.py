@@ -14,7 +14,9 @@ from dpsql.linalg.leaves import (
 from dpsql.linalg.ranges import (
     AllRange, Difference, Prefix, Semiseparable, Suffix, WidthRange, WidthRangeGram,
 )
-from dpsql.linalg.workloads import Marginals, dense_factors, is_kron_union, kron_terms
+from dpsql.linalg.workloads import (
+    Marginals, dense_factors, is_kron_union, kron_terms, to_dense_factors,
+)
 
 __all__ = [
     "QueryMatrix", "Transpose", "Weighted", "Product",
@@ -22,6 +24,6 @@ __all__ = [
     "Prefix", "Suffix", "Difference", "AllRange", "WidthRange", "Semiseparable",
     "WidthRangeGram",
     "Kron", "Union", "Sum", "kron_matmat",
-    "Marginals", "kron_terms", "is_kron_union", "dense_factors",
+    "Marginals", "kron_terms", "is_kron_union", "dense_factors", "to_dense_factors",
     "DENSE_LIMIT", "WORK_LIMIT", "EXACT_SENSITIVITY_LIMIT",
 ]

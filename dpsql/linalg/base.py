@@ -443,6 +443,21 @@ class Product(QueryMatrix):
     def _transpose(self):
         return Product(self.right.T, self.left.T)
 
+    def _is_gram(self) -> bool:
+        return isinstance(self.left, Transpose) and self.left.base is self.right
+
+    def _diag(self):
+        # diag(AᵀA) holds the squared column 2-norms of A, which leaves know in
+        # closed form.
+        if self._is_gram():
+            return self.right._column_norms(2) ** 2
+        return super()._diag()
+
+    def _trace(self):
+        if self._is_gram():
+            return float((self.right._column_norms(2) ** 2).sum())
+        return super()._trace()
+
     def _dense(self):
         lm, ln = self.left.shape
         rm, rn = self.right.shape

@@ -17,7 +17,7 @@ from dpsql.linalg.base import QueryMatrix, Weighted, check_weight
 from dpsql.linalg.composite import Kron, Union
 from dpsql.linalg.leaves import Identity, Total, _check_size
 
-__all__ = ["Marginals", "kron_terms", "is_kron_union", "dense_factors"]
+__all__ = ["Marginals", "kron_terms", "is_kron_union", "dense_factors", "to_dense_factors"]
 
 
 def _domain_pairs(domain_sizes) -> list[tuple[str, int]]:
@@ -132,3 +132,7 @@ def is_kron_union(M: QueryMatrix, attribute_sizes=None) -> bool:
 def dense_factors(M: QueryMatrix):
     """``kron_terms`` with every factor materialised: [(w, [ndarray, …]), …]."""
     return [(w, [f.dense() for f in factors]) for w, factors in kron_terms(M)]
+
+
+#: The name used in the linalg issue; same function.
+to_dense_factors = dense_factors

@@ -145,3 +145,25 @@ def test_widthrange_and_allrange_factors_in_kron():
     K = Kron([WidthRange(5, 2), AllRange(3), Total(2)])
     ref = reduce(np.kron, [WidthRange(5, 2).dense(), AllRange(3).dense(), np.ones((1, 2))])
     check_against_dense(K, ref, np.random.default_rng(9))
+
+
+def test_scalar_operators_and_numpy_scalars():
+    P = Prefix(4)
+    for c in (2, 2.0, np.float64(2.0), np.int64(2)):
+        W = c * P
+        assert isinstance(W, Weighted) and W.weight == 2.0
+        assert_close(W.dense(), 2.0 * P.dense())
+    W = 3.0 * (2.0 * P)
+    assert isinstance(W.base, Prefix) and W.weight == 6.0
+    assert_close((P / 4).dense(), P.dense() / 4)
+    assert_close((-P).dense(), -P.dense())
+    x = np.arange(4.0)
+    assert_close(x @ P, x @ P.dense())
+    assert_close(np.ones((2, 4)) @ P, np.ones((2, 4)) @ P.dense())
+
+
+def test_gram_diag_and_trace_use_column_norms():
+    v = Values(5, [1.0, -2.0, 0.0, 3.0, 0.5])
+    G = v.gram()
+    assert_close(G.diag(), v.dense()[0] ** 2)
+    assert_close(G.trace(), float((v.dense() ** 2).sum()))
