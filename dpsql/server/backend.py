@@ -90,7 +90,7 @@ def from_engine_error(exc: errors.Error, *, keep_position: bool = True) -> Query
 
 class Dispatcher:
     def __init__(self, link, shadow, settings: Settings, *, pid: int, database: str, executor,
-                 dpsql_version: str = "") -> None:
+                 dpsql_version: str = "", signal=None) -> None:
         self.link = link
         self.shadow = shadow
         self.settings = settings
@@ -98,6 +98,7 @@ class Dispatcher:
         self.database = database
         self.executor = executor
         self.dpsql_version = dpsql_version
+        self.signal = signal            # cancels another session of the same user by pid
         self._tables = tuple(link.catalog)
         self._pending: asyncio.Future | None = None
         self._cancel = asyncio.Event()
@@ -278,7 +279,7 @@ class Dispatcher:
     def _local(self, route):
         return local_values(route.items, pid=self.pid, user=self.settings.user, database=self.database,
                             server_version=self.settings.values.get("server_version", ""),
-                            dpsql_version=self.dpsql_version)
+                            dpsql_version=self.dpsql_version, signal=self.signal)
 
     def _local_description(self, route, formats) -> bytes:
         fields = [codec.Field(name, oid, pgtypes.type_size(oid), -1, _format(formats, i))

@@ -190,11 +190,16 @@ def text_description(names, formats=()) -> bytes:
     return codec.encode_row_description(fields)
 
 
-def local_values(items, *, pid: int, user: str, database: str, server_version: str, dpsql_version: str):
-    """Values and OIDs of FROM-less session-function SELECTs answered by the connection."""
+def local_values(items, *, pid: int, user: str, database: str, server_version: str, dpsql_version: str,
+                 signal=None):
+    """Values and OIDs of FROM-less session-function SELECTs answered by the connection.
+
+    ``signal(pid)`` cancels one of this user's sessions and says whether it existed."""
     out = []
     for name, func in items:
-        if func == "pg_backend_pid":
+        if func.startswith(("pg_cancel_backend:", "pg_terminate_backend:")):
+            out.append((name, pgtypes.BOOL, bool(signal and signal(int(func.split(":", 1)[1])))))
+        elif func == "pg_backend_pid":
             out.append((name, pgtypes.INT4, pid))
         elif func == "version":
             out.append((name, pgtypes.TEXT, f"PostgreSQL {server_version} (dpsql {dpsql_version}, "

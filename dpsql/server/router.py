@@ -103,6 +103,46 @@ def _relations(tree: exp.Expression, private: set[str]) -> tuple[set, set, set]:
     return found_private, found_catalog, unknown
 
 
+_SIGNALS = ("pg_cancel_backend", "pg_terminate_backend")
+
+
+def _int_literal(node) -> int | None:
+    if isinstance(node, exp.Literal):
+        try:
+            return int(node.this)
+        except ValueError:
+            return None
+    if isinstance(node, exp.Cast):
+        return _int_literal(node.this)
+    return None
+
+
+def _signal_item(tree: exp.Select):
+    """``SELECT pg_cancel_backend(<pid>)``, or Superset's ``SELECT pg_terminate_backend(pid) FROM
+    pg_stat_activity WHERE pid = '<pid>'``: must act on *our* sessions, not the shadow's backends."""
+    if len(tree.expressions) != 1:
+        return None
+    node = tree.expressions[0]
+    inner = node.this if isinstance(node, exp.Alias) else node
+    if not (isinstance(inner, exp.Anonymous) and inner.name.lower() in _SIGNALS and len(inner.expressions) == 1):
+        return None
+    func, arg = inner.name.lower(), inner.expressions[0]
+    source = tree.args.get("from_") or tree.args.get("from")
+    if source is None and not tree.args.get("where"):
+        pid = _int_literal(arg)
+    elif (source is not None and isinstance(source.this, exp.Table) and source.this.name.lower() == "pg_stat_activity"
+          and not tree.args.get("joins") and isinstance(arg, exp.Column) and arg.name.lower() == "pid"
+          and tree.args.get("where") is not None and isinstance(tree.args["where"].this, exp.EQ)):
+        eq = tree.args["where"].this
+        left, right = (eq.this, eq.expression) if isinstance(eq.this, exp.Column) else (eq.expression, eq.this)
+        pid = _int_literal(right) if isinstance(left, exp.Column) and left.name.lower() == "pid" else None
+    else:
+        return None
+    if pid is None:
+        return None
+    return ((node.alias or func, f"{func}:{pid}"),)
+
+
 def _local_items(tree: exp.Select):
     """The SELECT list as (name, source) pairs when every item is a session function or literal."""
     if tree.args.get("from_") or tree.args.get("from") or tree.args.get("where") or tree.args.get("joins"):
@@ -177,6 +217,10 @@ def route(sql: str, private_tables) -> Route:
         name = sorted(unknown)[0]
         return Route("error", sqlstate="42P01", message=f'relation "{name}" does not exist',
                      hint=f"private tables: {', '.join(sorted(private))}" if private else None)
+    if isinstance(tree, exp.Select):
+        signal = _signal_item(tree)
+        if signal is not None:
+            return Route("local", items=signal, tree=tree)
     if isinstance(tree, exp.Select) and not found_catalog:
         items = _local_items(tree)
         if items is not None:

@@ -64,6 +64,7 @@ class _Conn:
         self.pid = pid
         self.secret = secret
         self.dispatcher: Dispatcher | None = None
+        self.user = ""
 
 
 class Server:
@@ -152,8 +153,10 @@ class Server:
                     counted = True
                     link = await asyncio.get_running_loop().run_in_executor(self.executor, self.link_factory, user)
                     settings = Settings(self.server_version, user, params)
+                    conn.user = user
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
-                                            executor=self.executor, dpsql_version=_version())
+                                            executor=self.executor, dpsql_version=_version(),
+                                            signal=lambda pid, user=user: self._signal(pid, user))
                     conn.dispatcher = dispatcher
                     writer.write(b"".join(settings.initial_status())
                                  + codec.encode_backend_key(conn.pid, conn.secret) + codec.encode_ready("I"))
@@ -280,6 +283,16 @@ class Server:
         conn = _Conn(pid, secrets.token_bytes(4))
         self._conns[pid] = conn
         return conn
+
+    def _signal(self, pid: int, user: str) -> bool:
+        """``pg_cancel_backend``/``pg_terminate_backend``: only the caller's own sessions.
+
+        Both cancel the running statement (Superset uses terminate to stop a query)."""
+        conn = self._conns.get(pid)
+        if conn is None or conn.dispatcher is None or conn.user != user:
+            return False
+        asyncio.ensure_future(conn.dispatcher.cancel())
+        return True
 
     async def _cancel(self, key: codec.CancelKey) -> None:
         conn = self._conns.get(key.pid)

@@ -214,3 +214,41 @@ def test_pgjdbc_metadata_and_prepared_statement(shadow_server, tmp_path):
     rows = [line for line in lines if line.startswith("ROW ")]
     assert len(rows) == 8 and len({line.split(" ", 2)[2] for line in rows}) == 2  # same answers every time
     assert "REFUSED 42501" in lines
+
+
+def test_superset_style_terminate_cancels_own_sessions_only(shadow_server, pg):
+    import psycopg
+    pid = bounded(lambda: pg.execute("SELECT pg_backend_pid()").fetchone()[0])
+    assert pid == pg.info.backend_pid
+    other = bounded(lambda: psycopg.connect(host="127.0.0.1", port=shadow_server.port, user="bob", password=PASSWORD,
+                                            dbname="dpsql", connect_timeout=10, autocommit=True, sslmode="disable"))
+    FakeLink.log.clear()
+    FakeLink.gate = threading.Event()
+    try:
+        result = {}
+
+        def run():
+            try:
+                pg.execute("SELECT workclass, COUNT(*) FROM adult GROUP BY workclass").fetchall()
+            except psycopg.errors.QueryCanceled as exc:
+                result["canceled"] = exc
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 10
+        while not any(e[0] == "execute" for e in FakeLink.log) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sql = f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid='{pid}'"
+        assert bounded(lambda: other.execute(sql).fetchone()) == (False,)   # bob cannot touch alice
+        same = bounded(lambda: psycopg.connect(host="127.0.0.1", port=shadow_server.port, user="alice",
+                                               password=PASSWORD, dbname="dpsql", connect_timeout=10,
+                                               autocommit=True, sslmode="disable"))
+        try:
+            assert bounded(lambda: same.execute(sql).fetchone()) == (True,)
+        finally:
+            bounded(same.close)
+        worker.join(10)
+        assert "canceled" in result
+    finally:
+        FakeLink.gate.set()
+        FakeLink.gate = None
+        bounded(other.close)
