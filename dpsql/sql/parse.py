@@ -25,7 +25,9 @@ __all__ = ["Statement", "parse_statement", "position_of", "DIALECTS"]
 
 DIALECTS = ("postgres", "duckdb")
 
-_EXPLAIN = re.compile(r"^\s*explain(\s+analyze)?(\s+verbose)?\s+", re.IGNORECASE)
+# Leading comments are allowed before EXPLAIN (BI tools prepend them).
+_EXPLAIN = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*explain(\s+analyze)?(\s+verbose)?\s+",
+                      re.IGNORECASE | re.DOTALL)
 
 # Statements that write or change the schema.  dpsql only ever reads the private table.
 _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge,

@@ -79,7 +79,7 @@ class LinearQuery:
     cell_masks: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompiledQuery:
     """Everything needed to answer one statement; built by :func:`dpsql.sql.compile`."""
 
