@@ -28,7 +28,8 @@ from pathlib import Path
 
 from dpsql.server import codec
 
-SHADOW_ROLE = "dpsql"
+SHADOW_ROLE = "dpsql"            # owner and superuser: only used to build the schema
+READER_ROLE = "dpsql_reader"     # what client catalog queries run as: no superuser powers
 
 
 class ShadowUnavailable(RuntimeError):
@@ -222,7 +223,7 @@ class ShadowPool:
         try:
             if self._idle:
                 return self._idle.pop()
-            client = await ShadowClient.connect(self.socket_path, self.database)
+            client = await ShadowClient.connect(self.socket_path, self.database, READER_ROLE)
             self.server_version = client.parameters.get("server_version", self.server_version)
             return client
         except BaseException:
@@ -306,6 +307,16 @@ class ShadowCluster:
         try:
             for stmt in schema_ddl(self.catalog):
                 await db.simple(stmt)
+            # Client SQL reaches the shadow, so it must not run as a superuser: that would expose
+            # pg_read_file, pg_ls_dir, lo_import … on the server host.  The reader may only read the
+            # catalog and the empty tables (SELECT makes them visible in information_schema).
+            reader = _ident(READER_ROLE)
+            await db.simple(f"CREATE ROLE {reader} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION")
+            await db.simple(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {reader}")
+            await db.simple(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+            await db.simple(f"REVOKE TEMPORARY ON DATABASE {_ident(self.database)} FROM PUBLIC")
+            await db.simple(f"ALTER ROLE {reader} SET default_transaction_read_only = on")
+            await db.simple(f"ALTER ROLE {reader} SET statement_timeout = '30s'")
             # belt and braces: even a bug in routing cannot write into the shadow
             await db.simple(f"ALTER DATABASE {_ident(self.database)} SET default_transaction_read_only = on")
         finally:

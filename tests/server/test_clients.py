@@ -252,3 +252,15 @@ def test_superset_style_terminate_cancels_own_sessions_only(shadow_server, pg):
         FakeLink.gate.set()
         FakeLink.gate = None
         bounded(other.close)
+
+
+def test_shadow_runs_client_sql_without_superuser_powers(pg):
+    import psycopg
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        bounded(lambda: pg.execute("SELECT pg_read_file('/etc/hostname')"))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        bounded(lambda: pg.execute("SELECT pg_ls_dir('.')"))
+    assert bounded(lambda: pg.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()) == (False,)
+    # the public tables are visible (information_schema lists only what the role may read) and empty
+    assert bounded(lambda: pg.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
+                   .fetchall()) == [("adult",)]
