@@ -229,3 +229,17 @@ def test_max_connections(fake_server):
         for c in clients:
             c.close()
     time.sleep(0.2)  # let the server reap the closed sockets before other tests connect
+
+
+def test_cancel_request_with_wrong_secret_is_ignored(fake_server):
+    c = RawClient(fake_server.port)
+    msgs = c.startup("alice", PASSWORD)
+    key = next(body for kind, body in msgs if kind == b"K")
+    pid = struct.unpack("!i", key[:4])[0]
+    other = RawClient(fake_server.port)
+    other.send(codec.encode_cancel_request(pid, bytes(b ^ 0xFF for b in key[4:])))
+    assert other.read() is None   # no reply; the connection is just closed
+    other.close()
+    c.send(codec.encode_query("SELECT sex, COUNT(*) FROM adult GROUP BY sex"))
+    assert not error_fields(c.until())
+    c.close()
