@@ -21,10 +21,26 @@ from math import log
 
 import numpy as np
 
-from dpsql.pgm.factor import logsumexp
 from dpsql.pgm.junction_tree import JunctionTree
 
 __all__ = ["BeliefPropagation"]
+
+_max = np.maximum.reduce
+_sum = np.add.reduce
+_exp, _log = np.exp, np.log
+
+
+def _lse(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """log Σ exp over ``axes`` (kept as size-1 axes), shifted by the per-row maximum.
+
+    The inner-loop twin of :func:`dpsql.pgm.factor.logsumexp`: bare ufunc reductions,
+    because call overhead, not arithmetic, dominates on small cliques.  Inputs here
+    are finite (potentials and messages of finite θ), so no -inf guard is needed.
+    """
+    if not axes:
+        return x
+    m = _max(x, axis=axes, keepdims=True)
+    return _log(_sum(_exp(x - m), axis=axes, keepdims=True)) + m
 
 
 class BeliefPropagation:
@@ -61,7 +77,7 @@ class BeliefPropagation:
         owned = [False] * len(partial)
         up: list[np.ndarray | None] = [None] * len(partial)
         for c in self.postorder:
-            msg = logsumexp(partial[c], self.up_axes[c], keepdims=True).reshape(self.up_shape[c])
+            msg = _lse(partial[c], self.up_axes[c]).reshape(self.up_shape[c])
             up[c] = msg
             p = self.parent[c]
             if owned[p]:
@@ -72,15 +88,14 @@ class BeliefPropagation:
         belief = partial  # the root's partial is already its full belief
         for c in self.preorder[1:]:
             p = self.parent[c]
-            down = logsumexp(belief[p] - up[c], self.down_axes[c], keepdims=True)
-            down = down.reshape(self.down_shape[c])
+            down = _lse(belief[p] - up[c], self.down_axes[c]).reshape(self.down_shape[c])
             if owned[c]:
                 belief[c] += down
             else:
                 belief[c] = belief[c] + down
                 owned[c] = True
         root = self.preorder[0]
-        log_z = float(logsumexp(belief[root], tuple(range(belief[root].ndim))))
+        log_z = float(_lse(belief[root].ravel(), (0,))[0])
         return belief, log_z
 
     def marginals(self, theta: Sequence[np.ndarray], total: float = 1.0) -> list[np.ndarray]:

@@ -23,9 +23,11 @@ from dpsql.pgm.measurement import Measurement, _Operator
 
 __all__ = ["MarginalLoss"]
 
+_sum = np.add.reduce
+
 
 class _Term:
-    __slots__ = ("to_given", "given_shape", "to_canon", "op", "y", "weight")
+    __slots__ = ("to_given", "given_shape", "to_canon", "op", "y", "weight", "query")
 
     def __init__(self, meas: Measurement, canon: tuple[str, ...], sizes: dict[str, int],
                  norm: str) -> None:
@@ -34,6 +36,7 @@ class _Term:
         self.given_shape = tuple(sizes[a] for a in given)
         self.to_canon = None if given == canon else tuple(given.index(a) for a in canon)
         self.op = _Operator(meas.query)
+        self.query = meas.query
         self.y = meas.values
         self.weight = 1.0 / meas.stddev ** 2 if norm == "l2" else 1.0 / meas.stddev
 
@@ -73,19 +76,20 @@ class MarginalLoss:
         self.groups = list(groups.values())
         self.hosts = sorted({g.host for g in self.groups})
 
-    def _residuals(self, group: _Group, mu: Sequence[np.ndarray]):
+    @staticmethod
+    def _marginal(group: _Group, mu: Sequence[np.ndarray]) -> np.ndarray:
         m = mu[group.host]
-        marg = m.sum(axis=group.sum_axes) if group.sum_axes else m
-        marg = marg.reshape(group.canon_shape)
-        for t in group.terms:
-            x = marg if t.to_given is None else marg.transpose(t.to_given)
-            yield t, t.op.matvec(x.ravel()) - t.y
+        marg = _sum(m, axis=group.sum_axes) if group.sum_axes else m
+        return marg.reshape(group.canon_shape)
 
     def value(self, mu: Sequence[np.ndarray]) -> float:
         total = 0.0
         l2 = self.norm == "l2"
         for g in self.groups:
-            for t, r in self._residuals(g, mu):
+            marg = self._marginal(g, mu)
+            for t in g.terms:
+                x = marg if t.to_given is None else marg.transpose(t.to_given)
+                r = t.op.matvec(x.ravel()) - t.y
                 total += t.weight * (float(r @ r) if l2 else float(np.abs(r).sum()))
         return total
 
@@ -95,15 +99,18 @@ class MarginalLoss:
         l2 = self.norm == "l2"
         grads: list[np.ndarray | None] = [None] * len(mu)
         for g in self.groups:
+            marg = self._marginal(g, mu)
             acc = None
-            for t, r in self._residuals(g, mu):
+            for t in g.terms:
+                x = marg if t.to_given is None else marg.transpose(t.to_given)
+                r = t.op.matvec(x.ravel()) - t.y
                 if l2:
                     total += t.weight * float(r @ r)
-                    gr = t.op.rmatvec((2.0 * t.weight) * r)
+                    r *= 2.0 * t.weight
                 else:
                     total += t.weight * float(np.abs(r).sum())
-                    gr = t.op.rmatvec(t.weight * np.sign(r))
-                gr = gr.reshape(t.given_shape)
+                    r = t.weight * np.sign(r)
+                gr = t.op.rmatvec(r).reshape(t.given_shape)
                 if t.to_canon is not None:
                     gr = gr.transpose(t.to_canon)
                 acc = gr if acc is None else acc + gr
