@@ -126,12 +126,14 @@ class Dispatcher:
             waiter.cancel()
             self._running = None
         if not fut.done():
-            fut.add_done_callback(lambda f: f.exception())  # the result is discarded, not the error log
+            # the abandoned call's outcome is dropped; fetching its exception keeps asyncio from
+            # logging it as "never retrieved"
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise QueryError("57014", "canceling statement due to user request")
         try:
             return fut.result()
         except errors.Error as exc:
-            raise from_engine_error(exc, keep_position=getattr(self, "_keep_position", True)) from None
+            raise from_engine_error(exc, keep_position=self._keep_position) from None
         except Exception as exc:  # never echo internals: they could carry values
             log.exception("engine failure")
             raise QueryError("XX000", f"internal error ({type(exc).__name__})") from None
@@ -157,7 +159,7 @@ class Dispatcher:
         try:
             return await getattr(client, method)(*args)
         except ShadowError as exc:
-            raise QueryError("", "", fields=exc.fields) from None
+            raise QueryError.relayed(exc.fields) from None
         except (ShadowUnavailable, OSError) as exc:
             client.broken = True
             raise QueryError("58000", f"catalog backend unavailable: {exc}") from None

@@ -29,6 +29,11 @@ class QueryError(Exception):
                 fields["P"] = str(position)
         self.fields = fields
 
+    @classmethod
+    def relayed(cls, fields: dict) -> "QueryError":
+        """An error reported by the shadow catalog, passed on field by field."""
+        return cls(fields.get("C", "XX000"), fields.get("M", ""), fields=dict(fields))
+
     @property
     def sqlstate(self) -> str:
         return self.fields.get("C", "XX000")
