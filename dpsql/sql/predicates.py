@@ -98,13 +98,19 @@ def _boxes(mask: np.ndarray, names: list[str]) -> list[Term]:
     if len(names) == 1:
         return [{names[0]: mask.copy()}]
     flat = mask.reshape(mask.shape[0], -1)
-    patterns, inverse = np.unique(flat, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    # Cells of the first attribute with the same slice over the others share their boxes;
+    # hashing packed rows is far cheaper than np.unique(axis=0) on wide boolean rows.
+    packed = np.packbits(flat, axis=1)
+    same: dict[bytes, list[int]] = {}
+    for i in range(flat.shape[0]):
+        same.setdefault(packed[i].tobytes(), []).append(i)
     out: list[Term] = []
-    for k, pattern in enumerate(patterns):
+    for cells in same.values():
+        pattern = flat[cells[0]]
         if not pattern.any():
             continue
-        rows = inverse == k
+        rows = np.zeros(flat.shape[0], dtype=bool)
+        rows[cells] = True
         for sub in _boxes(pattern.reshape(mask.shape[1:]), names[1:]):
             out.append({names[0]: rows, **sub})
     return out
