@@ -174,6 +174,8 @@ class Server:
         except QueryError as exc:  # engine refused the session itself (e.g. unknown principal)
             fields = dict(exc.fields, S="FATAL", V="FATAL")
             await self._send_raw(writer, codec.encode_notice_fields(b"E", fields))
+        except asyncio.CancelledError:
+            pass  # server shutdown: end the connection quietly
         except Exception as exc:  # noqa: BLE001 - a connection must never take the server down
             if hasattr(exc, "sqlstate") and hasattr(exc, "message"):
                 await self._send_fatal(writer, Fatal(exc.sqlstate, exc.message))
