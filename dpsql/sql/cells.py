@@ -265,9 +265,9 @@ class CellEvaluator:
         return self._map(node, [a, b], fns[type(node)], monotone=not isinstance(node, exp.Mod))
 
     def _width_bucket(self, node) -> Evaluated:
-        lo_ok, lo = literal_value(node.args["min_value"])
-        hi_ok, hi = literal_value(node.args["max_value"])
-        n_ok, nb = literal_value(node.args["num_buckets"])
+        parts = [node.args.get(k) for k in ("min_value", "max_value", "num_buckets")]
+        (lo_ok, lo), (hi_ok, hi), (n_ok, nb) = [literal_value(p) if p is not None else (False, None)
+                                                for p in parts]
         if not (lo_ok and hi_ok and n_ok) or not isinstance(nb, int) or nb < 1 or lo == hi:
             self._fail(UnsupportedQueryError, node, "width_bucket needs constant bounds and a positive "
                        "bucket count", "e.g. width_bucket(age, 0, 100, 10)")

@@ -30,6 +30,8 @@ _EXPLAIN = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*explain(\s+analyze)?
                       re.IGNORECASE | re.DOTALL)
 
 # Statements that write or change the schema.  dpsql only ever reads the private table.
+_WRITE_WORDS = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "TRUNCATE", "GRANT", "REVOKE",
+                "COPY", "MERGE", "VACUUM", "REINDEX", "CLUSTER", "COMMENT"}
 _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge,
            exp.TruncateTable, exp.Copy)
 
@@ -144,6 +146,9 @@ def parse_statement(sql: str, params: Sequence[Any] | None = None, dialect: str 
                                     position=offset + 1, hint="only aggregate SELECT queries can be run")
     if isinstance(tree, exp.Command):
         word = str(tree.this).upper()
+        if word in _WRITE_WORDS:
+            raise PrivacyViolationError(f"{word} statements are not allowed: the private table is read-only",
+                                        position=offset + 1, hint="only aggregate SELECT queries can be run")
         raise UnsupportedQueryError(f"{word} statements are not supported", position=offset + 1,
                                     hint="only aggregate SELECT queries (and EXPLAIN of them) can be run")
     if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
