@@ -486,7 +486,12 @@ def _py(x):
 
 
 def run_program(cq, answers, stderrs, present=None):
-    """Rows and standard-error rows of a compiled query; see the module docstring."""
+    """Rows and standard-error rows of a compiled query; see the module docstring.
+
+    ``present`` (a boolean mask over groups) drops groups before HAVING.  Only the semantic
+    tests pass it, to mimic SQL's omission of empty groups from exact counts; the engine
+    never does, because which groups are empty is private.
+    """
     if cq.is_explain:
         lines = cq.explain().split("\n")
         return [(line,) for line in lines], ([(None,) for _ in lines] if stderrs is not None else None)
