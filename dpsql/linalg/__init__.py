@@ -12,7 +12,8 @@ from dpsql.linalg.leaves import (
     Bucket, Diagonal, Explicit, Identity, Indicator, Ones, Total, Values,
 )
 from dpsql.linalg.ranges import (
-    AllRange, Difference, Prefix, Semiseparable, Suffix, WidthRange, WidthRangeGram,
+    AllRange, Difference, Prefix, Semiseparable, Suffix, Tridiagonal, WidthRange,
+    WidthRangeGram,
 )
 from dpsql.linalg.workloads import (
     Marginals, dense_factors, is_kron_union, kron_terms, to_dense_factors,
@@ -22,7 +23,7 @@ __all__ = [
     "QueryMatrix", "Transpose", "Weighted", "Product",
     "Identity", "Ones", "Total", "Values", "Indicator", "Bucket", "Diagonal", "Explicit",
     "Prefix", "Suffix", "Difference", "AllRange", "WidthRange", "Semiseparable",
-    "WidthRangeGram",
+    "Tridiagonal", "WidthRangeGram",
     "Kron", "Union", "Sum", "kron_matmat",
     "Marginals", "kron_terms", "is_kron_union", "dense_factors", "to_dense_factors",
     "DENSE_LIMIT", "WORK_LIMIT", "EXACT_SENSITIVITY_LIMIT",

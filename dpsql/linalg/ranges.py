@@ -11,7 +11,9 @@ are never built.  Their Gram matrices have closed forms:
   number of intervals covering both i ≤ j is (#left ends ≤ i)·(#right ends ≥ j);
 * WidthRangeᵀWidthRange is banded: G[i, j] counts the windows covering both cells.
 
-``Difference`` is P⁻¹ (first differences), which makes P⁺ and (PᵀP)⁺ structured.
+``Difference`` is P⁻¹ (first differences), which makes P⁺ structured, and the inverse
+of a non-singular semiseparable G is :class:`Tridiagonal`, so (AᵀA)⁻¹ and
+AllRange⁺ = (AᵀA)⁻¹Aᵀ cost O(n) per column for any n.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dpsql.linalg.base import DENSE_LIMIT, Product, QueryMatrix
 from dpsql.linalg.leaves import Explicit, _check_size
 
 __all__ = ["Prefix", "Suffix", "Difference", "AllRange", "WidthRange", "Semiseparable",
-           "WidthRangeGram"]
+           "Tridiagonal", "WidthRangeGram"]
 
 
 # numpy's cumsum along axis 0 of a C-ordered block walks each column with a large
@@ -224,12 +226,77 @@ class Semiseparable(QueryMatrix):
         return self.a[lo] * self.b[hi]
 
     def pinv(self):
+        """Tridiagonal inverse when G is non-singular, else a dense pseudo-inverse.
+
+        With d_i = a_{i+1} b_i - a_i b_{i+1}, det G = a_0 b_{n-1} Π d_i and
+        G⁻¹ has off-diagonal -1/d_i, corners a_1/(a_0 d_0) and
+        b_{n-2}/(b_{n-1} d_{n-2}), and interior diagonal
+        (a_{i+1} b_{i-1} - a_{i-1} b_{i+1}) / (d_{i-1} d_i).  (Column j of G is
+        b_j·a on rows i ≤ j and a_j·b below, so a three-term row of T annihilates
+        it away from the diagonal; the tests check T G = I and the determinant.)
+        """
+        a, b, n = self.a, self.b, self.n
+        scale = np.abs(a).max() * np.abs(b).max()
+        d = a[1:] * b[:-1] - a[:-1] * b[1:]
+        # Near-singular G: the inverse would be huge and pinv must truncate instead.
+        tol = 1e-12 * scale
+        singular = (scale == 0 or abs(a[0] * b[-1]) <= tol
+                    or (d.size > 0 and np.abs(d).min() <= tol))
+        if not singular:
+            if n == 1:
+                return Tridiagonal(np.array([1.0 / (a[0] * b[0])]), np.empty(0))
+            diag = np.empty(n)
+            diag[0] = a[1] / (a[0] * d[0])
+            diag[-1] = b[-2] / (b[-1] * d[-1])
+            diag[1:-1] = (a[2:] * b[:-2] - a[:-2] * b[2:]) / (d[:-1] * d[1:])
+            return Tridiagonal(diag, -1.0 / d)
         if self.n * self.n <= DENSE_LIMIT:
             return Explicit(np.linalg.pinv(self._dense(), hermitian=True))
         return super().pinv()
 
     def __repr__(self):
         return f"Semiseparable({self.n})"
+
+
+class Tridiagonal(QueryMatrix):
+    """Symmetric tridiagonal T (n×n): ``diag`` on the diagonal, ``off`` beside it.
+
+    Arises as the inverse of the range Gram matrices (see :class:`Semiseparable`).
+    """
+
+    def __init__(self, diag, off) -> None:
+        d = np.asarray(diag, dtype=np.float64)
+        e = np.asarray(off, dtype=np.float64)
+        assert d.ndim == 1 and d.size >= 1 and e.shape == (d.size - 1,)
+        self.diag_values, self.off = d, e
+        self.n = d.size
+        self._shape = (self.n, self.n)
+
+    def _matmat(self, X):
+        out = self.diag_values[:, None] * X
+        out[:-1] += self.off[:, None] * X[1:]
+        out[1:] += self.off[:, None] * X[:-1]
+        return out
+
+    _rmatmat = _matmat
+
+    def _transpose(self):
+        return self
+
+    def _trace(self):
+        return float(self.diag_values.sum())
+
+    def _diag(self):
+        return self.diag_values.copy()
+
+    def _sum(self):
+        return float(self.diag_values.sum() + 2.0 * self.off.sum())
+
+    def _dense(self):
+        return np.diag(self.diag_values) + np.diag(self.off, 1) + np.diag(self.off, -1)
+
+    def __repr__(self):
+        return f"Tridiagonal({self.n})"
 
 
 class AllRange(QueryMatrix):
@@ -255,15 +322,17 @@ class AllRange(QueryMatrix):
         return c[j + 1] - c[i]
 
     def _rmatmat(self, Y):
-        # (Aᵀy)_a = Σ_{i≤a} Σ_{j≥a} y[i, j]: scatter y into the upper triangle, take
-        # reverse running sums over j then running sums over i, read the diagonal.
-        i, j = self._intervals()
-        n, k = self.n, Y.shape[1]
-        U = np.zeros((n, n, k))
-        U[i, j] = Y
-        U = _cumsum_rows(_rcumsum(U.transpose(1, 0, 2)).transpose(1, 0, 2))
-        d = np.arange(n)
-        return U[d, d]
+        # (Aᵀy)_a = Σ_{i≤a} Σ_{j≥a} y[i, j].  Rows with left end i are one contiguous
+        # run (j = i..n-1), whose reverse running sums give Σ_{j≥a} y[i, j] for every
+        # a ≥ i: n vectorised steps, O(rows·k) time and O(n·k) scratch.
+        n = self.n
+        out = np.zeros((n, Y.shape[1]))
+        start = 0
+        for i in range(n):
+            run = Y[start:start + n - i]
+            out[i:] += _rcumsum(run)
+            start += n - i
+        return out
 
     def gram(self):
         # Intervals covering i ≤ j: (i + 1) left ends times (n - j) right ends.
@@ -271,10 +340,9 @@ class AllRange(QueryMatrix):
         return Semiseparable(ar + 1.0, self.n - ar)
 
     def pinv(self):
-        # Full column rank (the width-1 intervals are I), so A⁺ = (AᵀA)⁻¹Aᵀ.
-        if self.n * self.n <= DENSE_LIMIT:
-            return Product(self.gram().pinv(), self.T)
-        return super().pinv()
+        # Full column rank (the width-1 intervals are I), so A⁺ = (AᵀA)⁻¹Aᵀ, and
+        # (AᵀA)⁻¹ is tridiagonal: O(rows) per column for any n.
+        return Product(self.gram().pinv(), self.T)
 
     def _column_norms(self, p):
         ar = np.arange(self.n, dtype=np.float64)

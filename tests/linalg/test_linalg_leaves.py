@@ -186,3 +186,49 @@ def test_range_products_on_narrow_and_wide_blocks(width):
         Y = rng.standard_normal((M.shape[0], width))
         assert_close(M.matmat(X), D @ X, np.abs(D).sum(1).max() * np.abs(X).max())
         assert_close(M.rmatmat(Y), D.T @ Y, np.abs(D).sum(0).max() * np.abs(Y).max())
+
+
+def semiseparable_cases():
+    rng = np.random.default_rng(21)
+    for n in (1, 2, 3, 8, 33):
+        yield np.arange(1.0, n + 1), np.ones(n)                      # Suffix gram
+        yield np.ones(n), n - np.arange(float(n))                     # Prefix gram
+        yield np.arange(1.0, n + 1), n - np.arange(float(n))          # AllRange gram
+        yield rng.standard_normal(n), rng.standard_normal(n)          # general signs
+
+
+@pytest.mark.parametrize("ab", list(semiseparable_cases()), ids=lambda ab: f"n{ab[0].size}")
+def test_semiseparable_inverse_is_tridiagonal(ab):
+    from dpsql.linalg import Semiseparable, Tridiagonal
+    a, b = ab
+    G = Semiseparable(a, b)
+    D = G.dense()
+    d = a[1:] * b[:-1] - a[:-1] * b[1:]
+    assert_close(np.linalg.det(D), a[0] * b[-1] * np.prod(d), abs(np.linalg.det(D)) + 1e-300,
+                 rtol=1e-8)
+    P = G.pinv()
+    assert isinstance(P, Tridiagonal)
+    want = np.linalg.inv(D)
+    cond = np.linalg.cond(D)
+    # Inverse perturbation bound: |ΔG⁻¹| ≲ cond · eps · |G⁻¹| (with slack for n).
+    assert_close(P.dense(), want, rtol=max(1e-9, 1e3 * cond * np.finfo(float).eps))
+    check_against_dense(P, P.dense(), np.random.default_rng(0), pinv=False)
+
+
+def test_semiseparable_singular_falls_back_to_dense_pinv():
+    from dpsql.linalg import Semiseparable, Tridiagonal
+    G = Semiseparable(np.array([0.0, 1.0, 2.0]), np.ones(3))  # first row and column zero
+    P = G.pinv()
+    assert not isinstance(P, Tridiagonal)
+    assert_close(P.dense(), np.linalg.pinv(G.dense()))
+
+
+def test_allrange_pinv_structured_for_large_n():
+    from dpsql.linalg import Product, Tridiagonal
+    n = 4096  # a dense gram pinv would need 128 MiB; the tridiagonal needs 64 KiB
+    A = AllRange(n)
+    P = A.pinv()
+    assert isinstance(P, Product) and isinstance(P.left, Tridiagonal)
+    x = np.random.default_rng(4).standard_normal(n)
+    # Full column rank, so A⁺A = I: recover x from its range answers.
+    assert_close(P.matvec(A.matvec(x)), x, np.abs(x).max(), rtol=1e-8)
