@@ -26,7 +26,8 @@ ENTER = "\r"
 
 
 class Driven:
-    def __init__(self, shell: Shell, pipe, out: io.StringIO) -> None:
+    def __init__(self, shell: Shell, pipe, out: io.StringIO, limit: float = LIMIT) -> None:
+        self.limit = limit
         self.shell = shell
         self.pipe = pipe
         self.out = out
@@ -47,7 +48,7 @@ class Driven:
         return self.out.getvalue()
 
     def wait_for(self, predicate, what: str) -> None:
-        deadline = time.monotonic() + LIMIT
+        deadline = time.monotonic() + self.limit
         while not predicate():
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}; output so far:\n{self.text()}")
@@ -60,7 +61,7 @@ class Driven:
 
     def finish(self) -> str:
         self.send("\\q" + ENTER)
-        self.thread.join(LIMIT)
+        self.thread.join(self.limit)
         if self.thread.is_alive():
             raise AssertionError(f"shell did not quit; output so far:\n{self.text()}")
         if self.error is not None:
@@ -69,13 +70,14 @@ class Driven:
 
 
 @contextmanager
-def driven(connection, *, history=None, **options):
-    """A running shell over ``connection``; yields a ``Driven`` to type into."""
+def driven(connection, *, history=None, limit: float = LIMIT, **options):
+    """A running shell over ``connection``; yields a ``Driven`` to type into.  ``limit``
+    bounds every wait (the real engine may plan and fit for a while)."""
     out = io.StringIO()
     options.setdefault("pager", False)
     with create_pipe_input() as pipe:
         shell = Shell(connection, out=out, input=pipe, output=DummyOutput(), history=history, **options)
-        d = Driven(shell, pipe, out)
+        d = Driven(shell, pipe, out, limit)
         d.thread.start()
         try:
             yield d
