@@ -1,0 +1,232 @@
+"""The error model, in one place (thesis Prop. 9, §3.5 Theorem 4, §3.7 Theorem 9, §3.10).
+
+``expected_error(W, A, noise)`` is the unit-noise total squared error of answering W by
+least squares from the strategy A:  2·‖A‖₁²·tr(WᵀW(AᵀA)⁺) for Laplace noise of scale 1 and
+‖A‖₂²·tr(WᵀW(AᵀA)⁺) for Gaussian noise with σ = 1.  It is computed from structured grams:
+
+* A one Kronecker product: tr factorises over attributes (Theorem 4);
+* A a union of (weighted) marginal queries: the marginals algebra (Theorem 9);
+* any other union on a small domain: dense n×n grams;
+* any other union on a large domain: *local* least squares (§3.9) -- each workload term is
+  answered from the single block that supports it best.  This is the error the OPT_+
+  reconstruction achieves and an upper bound on the global least-squares error.
+
+``rmse`` converts to RMSE = sqrt(TSE/m) for a concrete budget (thesis §3.10 convention),
+and ``per_query_variance`` gives the variance of each workload answer (for standard errors).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from dpsql.errors import UnsupportedQueryError
+from dpsql.plan.calibration import gaussian_sigma, laplace_scale
+from dpsql.plan.marginals import MarginalSpace, marginal_loss, strategy_kappa, workload_kappa
+from dpsql.plan.opt0 import _pinv_psd
+from dpsql.plan.strategy import KronBlock, Strategy, factor_kind, union_sensitivity
+from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
+
+__all__ = ["expected_error", "rmse", "per_query_variance", "strategy_tse", "noise_norm",
+           "strategy_blocks", "DENSE_LIMIT"]
+
+#: Largest full domain on which a general union strategy is evaluated densely.
+DENSE_LIMIT = 2048
+
+
+def noise_norm(noise: str) -> int:
+    """Sensitivity norm of a noise family: 1 for Laplace, 2 for Gaussian."""
+    if noise == "laplace":
+        return 1
+    if noise == "gaussian":
+        return 2
+    raise UnsupportedQueryError(f"unknown noise {noise!r}", hint="use 'laplace' or 'gaussian'")
+
+
+def _unit_variance(noise: str) -> float:
+    return 2.0 if noise_norm(noise) == 1 else 1.0
+
+
+def strategy_blocks(A: Any) -> tuple[tuple[KronBlock, ...], tuple[int, ...] | None]:
+    """Dense Kron blocks (and OPT_+ assignment) of a Strategy, linalg matrix or array."""
+    if isinstance(A, Strategy):
+        return A.kron_blocks, A.assignment
+    if isinstance(A, np.ndarray):
+        return (KronBlock(1.0, (np.atleast_2d(np.asarray(A, dtype=float)),)),), None
+    from dpsql.linalg import kron_terms
+
+    return tuple(KronBlock(float(w), tuple(factor_dense(f) for f in fs))
+                 for w, fs in kron_terms(A)), None
+
+
+def _factor_traces(block: KronBlock, terms: WorkloadTerms) -> np.ndarray:
+    """t[j, i] = tr(V_ji (F_iᵀF_i)⁺), inf where factor i does not support term j."""
+    k, d = len(terms.terms), len(terms.shape)
+    out = np.empty((k, d))
+    for i, F in enumerate(block.factors):
+        Xp, proj = _pinv_psd(F.T @ F)
+        cache: dict[int, float] = {}
+        for j, t in enumerate(terms.terms):
+            V = t.grams[i]
+            val = cache.get(id(V))
+            if val is None:
+                resid = V - V @ proj
+                if np.abs(resid).max() > 1e-7 * max(np.abs(V).max(), 1e-300):
+                    val = math.inf
+                else:
+                    val = float(np.sum(Xp * V))
+                cache[id(V)] = val
+            out[j, i] = val
+    return out
+
+
+def _kron_loss(block: KronBlock, terms: WorkloadTerms) -> np.ndarray:
+    """Per-term Σ-free loss w_j² Π_i tr(V_ji X_i⁺) / weight² (Theorem 4 summands)."""
+    tr = _factor_traces(block, terms)
+    w2 = np.array([t.weight ** 2 for t in terms.terms])
+    with np.errstate(invalid="ignore"):
+        return w2 * np.prod(tr, axis=1) / block.weight ** 2
+
+
+def _marginal_form(blocks: Sequence[KronBlock]):
+    cliques, theta = [], []
+    for b in blocks:
+        clique, w = [], b.weight
+        for i, F in enumerate(b.factors):
+            kind, c = factor_kind(F)
+            if kind == "other":
+                return None
+            w *= c
+            if kind == "identity":
+                clique.append(i)
+        cliques.append(frozenset(clique))
+        theta.append(w)
+    return cliques, np.asarray(theta)
+
+
+def _marginal_trace(terms: WorkloadTerms, cliques, theta) -> float:
+    space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
+    kw = workload_kappa(space, terms)
+    ku = strategy_kappa(space, theta ** 2, cliques)
+    return marginal_loss(kw, ku, space.mult())
+
+
+def _dense_trace(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> float:
+    n = terms.size
+    X = np.zeros((n, n))
+    for b in blocks:
+        G = np.ones((1, 1))
+        for F in b.factors:
+            G = np.kron(G, F.T @ F)
+        X += b.weight ** 2 * G
+    V = terms.dense_gram()
+    Xp, proj = _pinv_psd(X)
+    if np.abs(V - V @ proj).max() > 1e-7 * max(np.abs(V).max(), 1e-300):
+        return math.inf
+    return float(np.sum(Xp * V))
+
+
+def strategy_tse(terms: WorkloadTerms, blocks: Sequence[KronBlock], noise: str,
+                 assignment: Sequence[int] | None = None,
+                 shape: Sequence[int] | None = None) -> float:
+    """Unit-noise TSE of the blocks on the flattened workload (see module docstring)."""
+    p = noise_norm(noise)
+    shape = terms.shape if shape is None else tuple(shape)
+    if tuple(shape) != tuple(terms.shape):
+        raise UnsupportedQueryError("strategy and workload are over different domains")
+    sens = union_sensitivity(blocks, shape, p)
+    if len(blocks) == 1:
+        trace = float(np.sum(_kron_loss(blocks[0], terms)))
+    else:
+        form = _marginal_form(blocks)
+        if form is not None:
+            trace = _marginal_trace(terms, *form)
+        elif terms.size <= DENSE_LIMIT:
+            trace = _dense_trace(terms, blocks)
+        else:
+            per = np.array([_kron_loss(b, terms) for b in blocks])       # blocks × terms
+            if assignment is not None:
+                trace = float(sum(per[a, j] for j, a in enumerate(assignment)))
+            else:
+                trace = float(per.min(axis=0).sum())
+    return _unit_variance(noise) * sens * sens * trace
+
+
+def expected_error(W: Any, A: Any, noise: str = "gaussian") -> float:
+    """Unit-noise total squared error of strategy A on workload W (thesis Prop. 9)."""
+    terms = workload_terms(W)
+    blocks, assignment = strategy_blocks(A)
+    if isinstance(A, Strategy) and A.workload is not None and A.workload is terms \
+            and A.noise == noise:
+        return A.expected_error
+    return strategy_tse(terms, blocks, noise, assignment)
+
+
+def _variance_scale(noise: str, epsilon: float, delta: float | None, calibration: str) -> float:
+    """Noise variance per unit of sensitivity² relative to the unit-noise convention."""
+    if noise_norm(noise) == 1:
+        return laplace_scale(epsilon) ** 2        # TSE already carries the 2 of Var(Lap(b))
+    if delta is None:
+        raise UnsupportedQueryError("Gaussian noise needs delta",
+                                    hint="pass delta, e.g. 1e-6")
+    return gaussian_sigma(epsilon, delta, calibration) ** 2
+
+
+def rmse(W: Any, A: Any, noise: str = "gaussian", epsilon: float = 1.0,
+         delta: float | None = None, calibration: str = "analytic") -> float:
+    """sqrt(TSE/m) at (epsilon, delta): Laplace b = 1/ε, Gaussian σ by ``calibration``."""
+    terms = workload_terms(W)
+    tse = expected_error(terms, A, noise)
+    return math.sqrt(_variance_scale(noise, epsilon, delta, calibration) * tse
+                     / terms.num_queries)
+
+
+def per_query_variance(W: Any, A: Any, noise: str = "gaussian", epsilon: float = 1.0,
+                       delta: float | None = None, calibration: str = "analytic"
+                       ) -> np.ndarray:
+    """Variance of each least-squares workload answer: diag(W (AᵀA)⁺ Wᵀ)·‖A‖²·noise var.
+
+    Per-term and per-factor: for a Kron strategy and a Kron term, the diagonal of
+    ⊗_i W_i X_i⁺ W_iᵀ is the Kron of the factor diagonals, so the rows of each term are
+    never materialised beyond one factor at a time.  Requires dense factors of W.
+    """
+    from dpsql.linalg import kron_terms
+
+    blocks, _ = strategy_blocks(A)
+    p = noise_norm(noise)
+    terms = workload_terms(W)
+    scale = _variance_scale(noise, epsilon, delta, calibration) * _unit_variance(noise)
+    sens = union_sensitivity(blocks, terms.shape, p)
+    matrix = W.matrix if hasattr(W, "matrix") else W
+    flat = [(1.0, [matrix])] if isinstance(matrix, np.ndarray) else kron_terms(matrix)
+    out = []
+    if len(blocks) == 1:
+        b = blocks[0]
+        pinvs = [_pinv_psd(F.T @ F)[0] / (b.weight ** 2 if i == 0 else 1.0)
+                 for i, F in enumerate(b.factors)]
+        for w, factors in flat:
+            d = np.ones(1)
+            for f, Xp in zip(factors, pinvs):
+                Fw = factor_dense(f)
+                d = np.kron(d, np.einsum("ij,jk,ik->i", Fw, Xp, Fw))
+            out.append(w * w * d)
+    else:
+        if terms.size > DENSE_LIMIT:
+            raise UnsupportedQueryError(
+                "per-query variance of a union strategy needs a small domain",
+                hint="use the graphical-model path for standard errors")
+        X = np.zeros((terms.size, terms.size))
+        for b in blocks:
+            G = np.ones((1, 1))
+            for F in b.factors:
+                G = np.kron(G, F.T @ F)
+            X += b.weight ** 2 * G
+        Xp = _pinv_psd(X)[0]
+        for w, factors in flat:
+            Wd = np.ones((1, 1))
+            for f in factors:
+                Wd = np.kron(Wd, factor_dense(f))
+            out.append(w * w * np.einsum("ij,jk,ik->i", Wd, Xp, Wd))
+    return scale * sens * sens * np.concatenate(out)

@@ -1,0 +1,208 @@
+"""The marginals algebra and OPT_M (thesis §3.6-3.7, Theorems 5-11, Definition 24).
+
+Marginal Gram matrices G(u) = Σ_a u(a)·C(a), C(a) = ⊗_i (I if i ∈ a else 1), share one
+eigenbasis (Theorem 7): on the eigenspace of a subset a (dimension mult(a) = Π_{i∈a}(n_i−1))
+G(u) has eigenvalue κ_u(a) = Σ_{b ⊇ a} u(b)·c(b) with c(b) = Π_{i∉b} n_i.  So κ = Y u with the
+triangular Y of Theorem 11, and every quantity OPT_M needs is a sum over subsets:
+
+* a workload enters only through κ_w (Theorem 8).  For a Kron term with per-factor grams
+  V_i, projecting V_i onto span{I, 1} gives κ_w(a) = w² Π_{i∈a} β_i Π_{i∉a} (sum V_i / n_i),
+  with β_i the I-coefficient -- no enumeration of the 2^d weights is needed;
+* the strategy M(θ) has gram G(θ²), so the loss (Theorem 9) is
+  ‖θ‖² Σ_a mult(a) κ_w(a) / κ_θ²(a), and the strategy supports W iff κ_θ²(a) > 0
+  wherever κ_w(a) > 0 (both are energies of the same eigenspace);
+* the SVD bound (Theorem 10) is (Σ_a mult(a) √κ_w(a))² / n.  The thesis writes the
+  multiplicity as c(¬a), the row count of V(a); the eigenspace's dimension is
+  Π_{i∈a}(n_i − 1), which is what a dense eigendecomposition confirms (tests);
+* the closed form of Theorem 11 is θ² = Y⁻¹ √(Y w).
+
+All sums are restricted to the downward closure S of the workload's supports: κ_w vanishes
+outside S, and a strategy weight outside S only adds sensitivity, so |S| parameters (576
+for all ≤3-way marginals on 15 attributes) replace 2^d.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Iterable, Sequence
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.optimize as so
+
+from dpsql.plan.opt0 import Progress
+from dpsql.plan.workload import WorkloadTerms
+
+__all__ = ["MarginalSpace", "downward_closure", "workload_kappa", "marginal_loss",
+           "marginal_loss_grad", "closed_form", "opt_marginals_theta", "marginal_svd_bound"]
+
+
+def downward_closure(cliques: Iterable[Iterable[int]]) -> list[frozenset[int]]:
+    """All subsets of the given cliques, sorted by size then lexicographically."""
+    out: set[frozenset[int]] = set()
+    for c in cliques:
+        c = tuple(sorted(c))
+        for k in range(len(c) + 1):
+            out.update(frozenset(s) for s in combinations(c, k))
+    return sorted(out, key=lambda s: (len(s), sorted(s)))
+
+
+@dataclass(frozen=True, eq=False)
+class MarginalSpace:
+    """A downward-closed family S of attribute subsets over a domain of ``shape``."""
+
+    shape: tuple[int, ...]
+    subsets: tuple[frozenset[int], ...]
+
+    @classmethod
+    def of(cls, shape: Sequence[int], cliques: Iterable[Iterable[int]]) -> "MarginalSpace":
+        return cls(tuple(int(n) for n in shape), tuple(downward_closure(cliques)))
+
+    @property
+    def size(self) -> int:
+        return len(self.subsets)
+
+    def members(self) -> np.ndarray:
+        """Boolean |S|×d incidence matrix."""
+        M = np.zeros((len(self.subsets), len(self.shape)), dtype=bool)
+        for k, s in enumerate(self.subsets):
+            M[k, list(s)] = True
+        return M
+
+    def index(self) -> dict[frozenset[int], int]:
+        return {s: k for k, s in enumerate(self.subsets)}
+
+    def log_c(self) -> np.ndarray:
+        """log c(b) = Σ_{i∉b} log n_i (kept in logs: n can exceed 1e18)."""
+        logn = np.log(np.asarray(self.shape, dtype=float))
+        return logn.sum() - self.members().astype(float) @ logn
+
+    def mult(self) -> np.ndarray:
+        """Eigenspace dimensions Π_{i∈a}(n_i − 1)."""
+        m1 = np.asarray(self.shape, dtype=float) - 1.0
+        return np.prod(np.where(self.members(), m1[None, :], 1.0), axis=1)
+
+    def Y(self) -> np.ndarray:
+        """Y(a, b) = c(b) if a ⊆ b else 0 (Theorem 11), upper-triangular in this order."""
+        M = self.members()
+        sub = ~np.any(M[:, None, :] & ~M[None, :, :], axis=2)      # a ⊆ b
+        return np.where(sub, np.exp(self.log_c())[None, :], 0.0)
+
+
+def workload_kappa(space: MarginalSpace, W: WorkloadTerms) -> np.ndarray:
+    """Eigenvalues κ_w(a), a ∈ S, of the marginal approximation of WᵀW (Theorem 8)."""
+    M = space.members()
+    kappa = np.zeros(space.size)
+    for t in W.terms:
+        vals = np.where(M, t.beta[None, :], t.mean[None, :])
+        kappa += t.weight ** 2 * np.prod(vals, axis=1)
+    return kappa
+
+
+def strategy_kappa(space: MarginalSpace, u: np.ndarray, cliques: Sequence[frozenset[int]]
+                   ) -> np.ndarray:
+    """κ_u(a) for a ∈ S of a marginal gram with weights u on arbitrary ``cliques``."""
+    logn = np.log(np.asarray(space.shape, dtype=float))
+    Ms = space.members()
+    Mc = np.zeros((len(cliques), len(space.shape)), dtype=bool)
+    for k, c in enumerate(cliques):
+        Mc[k, list(c)] = True
+    sup = ~np.any(Ms[:, None, :] & ~Mc[None, :, :], axis=2)          # a ⊆ clique
+    c = np.exp(logn.sum() - Mc.astype(float) @ logn)
+    return sup.astype(float) @ (np.asarray(u, dtype=float) * c)
+
+
+def marginal_loss(kappa_w: np.ndarray, kappa_u: np.ndarray, mult: np.ndarray) -> float:
+    """Σ_a mult(a) κ_w(a)/κ_u(a) = tr(G(u)⁺ WᵀW); inf when u does not support W."""
+    need = kappa_w > 0
+    if np.any(kappa_u[need] <= 0):
+        return math.inf
+    return float(np.sum(mult[need] * kappa_w[need] / kappa_u[need]))
+
+
+def _norm2(theta: np.ndarray, noise: str) -> tuple[float, np.ndarray]:
+    if noise == "laplace":
+        s = float(theta.sum())
+        return s * s, np.full_like(theta, 2.0 * s)
+    return float(theta @ theta), 2.0 * theta
+
+
+def marginal_loss_grad(theta: np.ndarray, kappa_w: np.ndarray, Y: np.ndarray,
+                       mult: np.ndarray, noise: str) -> tuple[float, np.ndarray]:
+    """Loss ‖θ‖²·Σ_a mult κ_w / (Yθ²) of Theorem 9 and its gradient in θ."""
+    ku = Y @ (theta * theta)
+    need = kappa_w > 0
+    if np.any(ku[need] <= 0):
+        return math.inf, np.zeros_like(theta)
+    r = np.zeros_like(ku)
+    r[need] = mult[need] * kappa_w[need] / ku[need]
+    tr = float(r.sum())
+    r[need] /= ku[need]
+    N, dN = _norm2(theta, noise)
+    grad = dN * tr - 2.0 * N * theta * (Y.T @ r)
+    return N * tr, grad
+
+
+def closed_form(space: MarginalSpace, kappa_w: np.ndarray, Y: np.ndarray | None = None
+                ) -> np.ndarray:
+    """Theorem 11: θ = √(Y⁻¹ √(Y w)), with negative squares clipped to zero."""
+    Y = space.Y() if Y is None else Y
+    sq = sla.solve_triangular(Y, np.sqrt(np.clip(kappa_w, 0.0, None)), lower=False)
+    return np.sqrt(np.clip(sq, 0.0, None))
+
+
+def marginal_svd_bound(space: MarginalSpace, kappa_w: np.ndarray) -> float:
+    """Theorem 10 (with eigenspace dimensions as multiplicities): (Σ mult √κ_w)² / n."""
+    total = float(np.sum(space.mult() * np.sqrt(np.clip(kappa_w, 0.0, None))))
+    logn = float(np.sum(np.log(np.asarray(space.shape, dtype=float))))
+    return math.exp(2.0 * math.log(total) - logn) if total > 0 else 0.0
+
+
+def opt_marginals_theta(space: MarginalSpace, kappa_w: np.ndarray, noise: str, *,
+                        restarts: int = 1, rng: np.random.Generator | None = None,
+                        maxiter: int = 2000, progress: Progress | None = None
+                        ) -> tuple[np.ndarray, float]:
+    """OPT_M (Definition 24): weights θ on S minimising the Theorem 9 loss.
+
+    Variables are scaled by the closed-form solution θ̄ (a diagonal preconditioner: the
+    c(b) in Y span many orders of magnitude), so z = θ/θ̄ starts at 1; further restarts
+    perturb z log-uniformly.  Zero entries of θ̄ are lifted to a small positive value
+    so that every eigenspace the workload needs stays covered.
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    Y = space.Y()
+    mult = space.mult()
+    base = closed_form(space, kappa_w, Y)
+    pos = base[base > 0]
+    floor = (pos.min() if pos.size else 1.0) * 1e-2
+    scale = np.where(base > 0, base, floor)
+    best_theta, best = scale.copy(), marginal_loss_grad(scale, kappa_w, Y, mult, noise)[0]
+    step = [0]
+
+    def fun(z):
+        f, g = marginal_loss_grad(z * scale, kappa_w, Y, mult, noise)
+        return f, g * scale
+
+    def cb(zk):
+        step[0] += 1
+        if progress is not None and step[0] % 10 == 0:
+            progress("opt_marginals", step[0], best)
+
+    for r in range(max(1, restarts)):
+        z0 = np.ones(space.size) if r == 0 else np.exp(rng.uniform(-1.0, 1.0, space.size))
+        if not math.isfinite(fun(z0)[0]):
+            continue
+        res = so.minimize(fun, z0, jac=True, method="L-BFGS-B", callback=cb,
+                          bounds=so.Bounds(np.zeros(space.size), np.full(space.size, np.inf)),
+                          options=dict(maxiter=maxiter, ftol=1e-9))
+        theta = res.x * scale
+        f = marginal_loss_grad(theta, kappa_w, Y, mult, noise)[0]
+        if f < best:
+            best, best_theta = f, theta
+        if progress is not None:
+            progress("opt_marginals", step[0], best)
+    # Normalise to unit sensitivity so weights read as budget shares.
+    norm = math.sqrt(_norm2(best_theta, noise)[0])
+    return best_theta / norm, best

@@ -1,0 +1,229 @@
+"""OPT_0: strategy optimisation for an explicitly represented (per-attribute) workload.
+
+Works on the n×n gram V = WᵀW only (thesis §3.3); every routine returns a dense strategy
+``A`` and its *loss* ``‖A‖²·tr(V (AᵀA)⁺)`` with the L1 (Laplace) or L2 (Gaussian) column
+norm.  Multiply by the noise variance (2b² or σ²) for an expected error (Prop. 9).
+
+Gaussian (§3.3.1, Definition 13).  The convex problem  min tr(X⁻¹V)  s.t. diag X = 1,
+X ≻ 0  has the Lagrangian dual  max_λ 2·tr((Λ^½VΛ^½)^½) − 1ᵀλ,  whose maximiser gives the
+primal optimum  X(λ) = Λ^-½ (Λ^½VΛ^½)^½ Λ^-½  (stationarity X Λ X = V).  By Danskin the dual
+gradient is diag X(λ) − 1, so one symmetric eigendecomposition per step gives value and
+gradient of an n-variable smooth concave problem instead of n²/2 primal variables.  λ = 1
+is exactly the thesis' SVD-bound initialisation X = V^½; we take two multiplicative
+fixed-point steps (λ_i ← λ_i·x_i²/mean, which equalises column norms to first order) and
+then run scipy L-BFGS on log λ.  Every λ yields a valid strategy A = Σ^¼ Pᵀ Λ^-½, whose loss
+max_i X_ii · tr((Λ^½VΛ^½)^½) we track, keeping the best.  The primal objective and gradient
+(Cholesky, −X⁻¹VX⁻¹) are kept for validation and an optional polish.
+
+Laplace (§3.3.2, Definition 14/15).  p-Identity A(Θ) = [I; Θ]·diag(1 + 1ᵀΘ)⁻¹ has unit L1
+column norms, so the loss is tr(S V S (I + ΘᵀΘ)⁻¹) with s = 1 + 1ᵀΘ.  Woodbury turns the
+n×n inverse into a p×p one: (I + ΘᵀΘ)⁻¹ = I − ΘᵀR⁻¹Θ, R = I + ΘΘᵀ, and ΘM = R⁻¹Θ, so loss
+and gradient cost one p×n×n GEMM plus O(p²n) work (derivation in :func:`pidentity_loss`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.optimize as so
+
+__all__ = ["FactorResult", "factor_loss", "sensitivity", "gaussian_dual", "gaussian_primal_loss",
+           "pidentity_loss", "pidentity", "opt0", "Progress"]
+
+Progress = Callable[[str, int, float], None]
+
+
+@dataclass(frozen=True)
+class FactorResult:
+    """A dense per-attribute strategy and its loss ‖A‖²·tr(V(AᵀA)⁺)."""
+
+    matrix: np.ndarray
+    loss: float
+    method: str
+
+
+def sensitivity(A: np.ndarray, p: int) -> float:
+    """Max column L1 (p=1) or L2 (p=2) norm (thesis Prop. 2)."""
+    if p == 1:
+        return float(np.abs(A).sum(axis=0).max())
+    return float(np.sqrt((A * A).sum(axis=0).max()))
+
+
+def _pinv_psd(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pseudo-inverse of a PSD matrix and the projector onto its range."""
+    w, P = np.linalg.eigh(X)
+    keep = w > max(w.max(), 0.0) * 1e-10 * X.shape[0]
+    Pk = P[:, keep]
+    return (Pk / w[keep]) @ Pk.T, Pk @ Pk.T
+
+
+def factor_loss(V: np.ndarray, A: np.ndarray, p: int) -> float:
+    """‖A‖_p² · tr(V (AᵀA)⁺), or inf when A does not support the workload (V(I−A⁺A) ≠ 0)."""
+    X = A.T @ A
+    Xp, proj = _pinv_psd(X)
+    resid = V - V @ proj
+    if np.abs(resid).max() > 1e-7 * max(np.abs(V).max(), 1e-300):
+        return math.inf
+    return sensitivity(A, p) ** 2 * float(np.sum(Xp * V))
+
+
+# --- Gaussian: dual of the convex reformulation --------------------------------------------
+
+def _dual_eval(V: np.ndarray, lam: np.ndarray):
+    s = np.sqrt(lam)
+    w, P = np.linalg.eigh(s[:, None] * V * s[None, :])
+    root = np.sqrt(np.clip(w, 0.0, None))
+    x = ((P * P) @ root) / lam            # diag X(λ)
+    return x, float(root.sum()), root, P
+
+
+def _dual_strategy(lam: np.ndarray, root: np.ndarray, P: np.ndarray) -> np.ndarray:
+    keep = root > root.max() * 1e-9
+    A = (np.sqrt(root[keep])[:, None] * P[:, keep].T) / np.sqrt(lam)[None, :]
+    # Rows of the eigenbasis are signed arbitrarily by LAPACK; fix the sign so the same
+    # workload always yields the same matrix (stable cache fingerprints and rounding).
+    signs = np.sign(A[np.arange(A.shape[0]), np.abs(A).argmax(axis=1)])
+    return A * np.where(signs == 0, 1.0, signs)[:, None]
+
+
+def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 2,
+                  progress: Progress | None = None) -> FactorResult:
+    """OPT_0 for Gaussian noise via the dual of Definition 13 (see module docstring)."""
+    n = V.shape[0]
+    active = np.diag(V) > 1e-12 * max(float(np.abs(np.diag(V)).max()), 1e-300)
+    if not active.any():
+        return FactorResult(np.zeros((1, n)), 0.0, "gaussian-dual")
+    Va = V[np.ix_(active, active)]
+    best = {"loss": math.inf, "lam": None}
+    it = [0]
+
+    def record(lam, x, tr, root, P):
+        loss = float(x.max() * tr)
+        it[0] += 1
+        if loss < best["loss"]:
+            best.update(loss=loss, lam=lam.copy(), root=root, P=P)
+        if progress is not None:
+            progress("opt0-gaussian", it[0], best["loss"])
+
+    lam = np.ones(Va.shape[0])
+    for _ in range(max(fixed_point_steps, 0)):
+        x, tr, root, P = _dual_eval(Va, lam)
+        record(lam, x, tr, root, P)
+        lam = lam * (x / x.mean()) ** 2
+    x, tr, root, P = _dual_eval(Va, lam)
+    record(lam, x, tr, root, P)
+    lam = lam * x.mean() ** 2            # the dual optimum has diag X = 1 exactly
+
+    def neg_dual(eta):
+        lam_ = np.exp(eta)
+        x_, tr_, root_, P_ = _dual_eval(Va, lam_)
+        record(lam_, x_, tr_, root_, P_)
+        return -(2.0 * tr_ - lam_.sum()), -(lam_ * (x_ - 1.0))
+
+    if maxiter > 0 and Va.shape[0] > 1:
+        so.minimize(neg_dual, np.log(lam), jac=True, method="L-BFGS-B",
+                    options=dict(maxiter=maxiter, maxcor=20, ftol=1e-10, gtol=1e-8))
+    Aa = _dual_strategy(best["lam"], best["root"], best["P"])
+    A = np.zeros((Aa.shape[0], n))
+    A[:, active] = Aa
+    return FactorResult(A, best["loss"], "gaussian-dual")
+
+
+def gaussian_primal_loss(v: np.ndarray, V: np.ndarray) -> tuple[float, np.ndarray]:
+    """Primal objective tr(X⁻¹V) of Definition 13 over the strict lower triangle of X
+    (unit diagonal eliminated) and its gradient −2·tril(X⁻¹VX⁻¹); inf off the PD cone."""
+    n = V.shape[0]
+    il = np.tril_indices(n, -1)
+    X = np.eye(n)
+    X[il] = v
+    X.T[il] = v
+    try:
+        c = sla.cho_factor(X, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return math.inf, np.zeros_like(v)
+    Xi_V = sla.cho_solve(c, V, check_finite=False)
+    G = sla.cho_solve(c, Xi_V.T, check_finite=False)     # X⁻¹ V X⁻¹
+    return float(np.trace(Xi_V)), -2.0 * G[il]
+
+
+# --- Laplace: p-Identity ------------------------------------------------------------------
+
+def pidentity_loss(theta: np.ndarray, V: np.ndarray, p: int) -> tuple[float, np.ndarray]:
+    """Loss tr(SVS(I+ΘᵀΘ)⁻¹) of A(Θ) = [I; Θ]S⁻¹ and its gradient wrt Θ (Definition 15).
+
+    With V' = SVS, M = (I+ΘᵀΘ)⁻¹ = I − ΘᵀR⁻¹Θ and Z = MV'M:
+    ∂/∂Θ_kj = 2(V'M)_jj / s_j − 2(ΘZ)_kj, where (V'M)_jj = V'_jj − Σ_k(ΘV')_kj(R⁻¹Θ)_kj
+    and ΘZ = R⁻¹(ΘV' − (ΘV'Θᵀ)R⁻¹Θ), because ΘM = R⁻¹Θ.
+    """
+    n = V.shape[0]
+    T = theta.reshape(p, n)
+    s = 1.0 + T.sum(axis=0)
+    TV = ((T * s) @ V) * s                          # ΘV', the only O(pn²) product
+    c = sla.cho_factor(np.eye(p) + T @ T.T, lower=True, check_finite=False)
+    RiT = sla.cho_solve(c, T, check_finite=False)
+    vdiag = s * s * np.diag(V)
+    cross = np.sum(TV * RiT, axis=0)
+    loss = float(vdiag.sum() - cross.sum())
+    TZ = sla.cho_solve(c, TV - (TV @ T.T) @ RiT, check_finite=False)
+    grad = (2.0 * (vdiag - cross) / s)[None, :] - 2.0 * TZ
+    return loss, grad.ravel()
+
+
+def _pidentity_matrix(T: np.ndarray) -> np.ndarray:
+    T = T[T.sum(axis=1) > 1e-12 * max(T.max(initial=0.0), 1e-300)]
+    s = 1.0 + T.sum(axis=0)
+    return np.vstack([np.eye(T.shape[1]), T]) / s[None, :]
+
+
+def pidentity(V: np.ndarray, p: int, rng: np.random.Generator, *, ftol: float = 1e-4,
+              maxiter: int = 2000, progress: Progress | None = None) -> FactorResult:
+    """One restart of p-Identity from a random non-negative Θ (L-BFGS-B, Θ ≥ 0)."""
+    n = V.shape[0]
+    x0 = rng.random(p * n)
+    it = [0]
+
+    def cb(xk):
+        it[0] += 1
+        if progress is not None:
+            progress("opt0-laplace", it[0], float("nan"))
+
+    res = so.minimize(pidentity_loss, x0, args=(V, p), jac=True, method="L-BFGS-B",
+                      bounds=so.Bounds(np.zeros(p * n), np.full(p * n, np.inf)),
+                      callback=cb, options=dict(maxiter=maxiter, ftol=ftol))
+    A = _pidentity_matrix(res.x.reshape(p, n))
+    return FactorResult(A, float(res.fun), f"p-identity(p={p})")
+
+
+# --- OPT_0 operator ------------------------------------------------------------------------
+
+def _baselines(V: np.ndarray, p_norm: int) -> list[FactorResult]:
+    n = V.shape[0]
+    out = [FactorResult(np.eye(n), float(np.trace(V)), "identity")]
+    mean = V.sum() / (n * n)
+    if n > 1 and mean > 0 and np.allclose(V, mean, rtol=1e-10, atol=0.0):
+        # A pure Total sub-workload (V = μ·11ᵀ): one row of ones answers it; its gram
+        # pseudo-inverse is 11ᵀ/n², so the loss is μ against n·μ for the identity.
+        out.append(FactorResult(np.ones((1, n)), float(mean), "total"))
+    return out
+
+
+def opt0(V: np.ndarray, noise: str, *, p: int | None = None, restarts: int = 1,
+         rng: np.random.Generator | None = None,
+         progress: Progress | None = None) -> FactorResult:
+    """OPT_0 (thesis §3.3): best of Identity, Total (when applicable) and the optimiser."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    p_norm = 1 if noise == "laplace" else 2
+    cands = _baselines(V, p_norm)
+    n = V.shape[0]
+    if n > 1 and not any(c.method == "total" for c in cands):
+        if noise == "gaussian":
+            cands.append(gaussian_dual(V, progress=progress))
+        else:
+            pp = max(1, n // 16) if p is None else max(1, int(p))
+            for _ in range(max(1, restarts)):
+                cands.append(pidentity(V, pp, rng, progress=progress))
+    return min(cands, key=lambda c: c.loss)

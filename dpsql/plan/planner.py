@@ -1,0 +1,238 @@
+"""OPT_HDMM: run the applicable operators with restarts and keep the best (thesis §3.8).
+
+Public operators, each returning a :class:`~dpsql.plan.strategy.Strategy`:
+``opt_0`` (explicit 1-D workloads, §3.3), ``opt_kron`` (OPT_⊗, Def. 19-20), ``opt_union``
+(OPT_+, Def. 21) and ``opt_marginals`` (OPT_M, Def. 24).  ``optimize`` runs those that apply
+and keeps the lowest expected error among the candidates that the measure and reconstruct
+steps can afford.
+
+Feasibility is decided from public metadata before any optimisation runs, because every
+operator's measured cliques are known in advance: OPT_⊗ must keep every attribute some
+term does not sum out (one clique, their union), while OPT_+ and OPT_M measure the terms'
+own supports.  A candidate whose largest counted marginal exceeds ``Caps.marginal_cells`` or
+whose cliques induce a junction tree larger than ``Caps.model_size`` is skipped, and
+``Strategy.explanation`` says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
+from dpsql.plan.error import noise_norm, strategy_tse
+from dpsql.plan.kron import kron_strategy
+from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, workload_kappa
+from dpsql.plan.opt0 import Progress
+from dpsql.plan.strategy import KronBlock, Strategy
+from dpsql.plan.union import group_by_support, union_strategy
+from dpsql.plan.workload import WorkloadTerms, workload_terms
+
+__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "optimize",
+           "junction_tree_size", "DEFAULT_GRID"]
+
+#: Grid that real-valued strategy factors are rounded to (entries scaled to max 1 first).
+DEFAULT_GRID = 2.0 ** -10
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Limits on what a strategy may ask of the measure and reconstruct steps."""
+
+    marginal_cells: int = 10 ** 7      # cells of the largest marginal counted in the database
+    model_size: int = 10 ** 8          # cells of the junction tree the cliques induce
+    opt0_cells: int = 4096             # largest attribute OPT_0 optimises densely
+    marginal_parameters: int = 4096    # largest downward closure OPT_M optimises over
+
+
+def _prod(xs) -> int:
+    return int(math.prod(int(x) for x in xs))
+
+
+def _local_model_size(shape, cliques) -> int:
+    """Greedy min-fill junction tree size (used when dpsql.pgm is unavailable)."""
+    import networkx as nx
+    from networkx.algorithms.approximation import treewidth_min_fill_in
+
+    G = nx.Graph()
+    for c in cliques:
+        G.add_nodes_from(c)
+        G.add_edges_from((a, b) for k, a in enumerate(c) for b in c[k + 1:])
+    if G.number_of_nodes() == 0:
+        return 1
+    total = 0
+    for comp in nx.connected_components(G):
+        _, tree = treewidth_min_fill_in(G.subgraph(comp).copy())
+        bags = list(tree.nodes) or [frozenset(comp)]
+        total += sum(_prod(shape[i] for i in bag) for bag in bags)
+    return total
+
+
+def junction_tree_size(attributes, shape, cliques) -> int:
+    """Cells of the junction tree for ``cliques`` (attribute-name tuples)."""
+    try:
+        from dpsql.domain import Domain
+        from dpsql.pgm.junction_tree import model_size
+    except ImportError:
+        model_size = None
+    if model_size is not None:
+        return int(model_size(Domain(attributes, shape), [tuple(c) for c in cliques]))
+    idx = {a: i for i, a in enumerate(attributes)}
+    return _local_model_size(shape, [tuple(idx[a] for a in c) for c in cliques])
+
+
+def _make(terms: WorkloadTerms, blocks, noise: str, operator: str, *, assignment=None,
+          explanation: str = "") -> Strategy:
+    tse = strategy_tse(terms, blocks, noise, assignment)
+    return Strategy(terms.attributes, terms.shape, tuple(blocks), operator, noise, tse,
+                    explanation, None if assignment is None else tuple(assignment), terms)
+
+
+def _rng(seed) -> np.random.Generator:
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+# --- operators --------------------------------------------------------------------------
+
+def opt_kron(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
+             progress: Progress | None = None) -> Strategy:
+    """OPT_⊗ (thesis Definition 20): one Kronecker product over all attributes."""
+    noise_norm(noise)
+    terms = workload_terms(W)
+    block, _ = kron_strategy(terms, noise, restarts=restarts, rng=_rng(seed), progress=progress)
+    return _make(terms, [block], noise, "OPT_kron")
+
+
+def opt_0(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
+          progress: Progress | None = None) -> Strategy:
+    """OPT_0 (thesis §3.3) for a one-attribute (explicit) workload."""
+    terms = workload_terms(W)
+    if len(terms.shape) != 1:
+        raise UnsupportedQueryError("OPT_0 takes a one-attribute workload",
+                                    hint="use opt_kron / optimize for multi-attribute ones")
+    s = opt_kron(terms, noise, restarts=restarts, seed=seed, progress=progress)
+    return Strategy(s.attributes, s.shape, s.kron_blocks, "OPT_0", noise, s.expected_error,
+                    s.explanation, None, terms)
+
+
+def opt_union(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
+              groups=None, progress: Progress | None = None) -> Strategy:
+    """OPT_+ (thesis Definition 21): one OPT_⊗ block per group of terms."""
+    noise_norm(noise)
+    terms = workload_terms(W)
+    blocks, assignment, _ = union_strategy(terms, noise, groups=groups, restarts=restarts,
+                                           rng=_rng(seed), progress=progress)
+    return _make(terms, blocks, noise, "OPT_+", assignment=assignment)
+
+
+def opt_marginals(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
+                  progress: Progress | None = None) -> Strategy:
+    """OPT_M (thesis Definition 24) over the downward closure of the workload's supports."""
+    noise_norm(noise)
+    terms = workload_terms(W)
+    space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
+    kw = workload_kappa(space, terms)
+    theta, _ = opt_marginals_theta(space, kw, noise, restarts=restarts, rng=_rng(seed),
+                                   progress=progress)
+    blocks = []
+    for s, th in zip(space.subsets, theta):
+        if th <= 1e-9 * theta.max():
+            continue
+        factors = tuple(np.eye(n) if i in s else np.ones((1, n))
+                        for i, n in enumerate(terms.shape))
+        blocks.append(KronBlock(float(th), factors))
+    return _make(terms, blocks, noise, "OPT_M")
+
+
+# --- OPT_HDMM -----------------------------------------------------------------------------
+
+def _names(terms: WorkloadTerms, idx) -> tuple[str, ...]:
+    return tuple(terms.attributes[i] for i in sorted(idx))
+
+
+def _planned_cliques(terms: WorkloadTerms, operator: str) -> list[tuple[str, ...]]:
+    supports = [t.support for t in terms.terms]
+    if operator in ("OPT_0", "OPT_kron"):
+        return [_names(terms, frozenset().union(*supports))]
+    maximal = [s for s in set(supports) if not any(s < o for o in supports)]
+    return [_names(terms, s) for s in maximal]
+
+
+def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
+             caps: Caps | None = None, progress: Progress | None = None, *,
+             operators: tuple[str, ...] | None = None, grid: float | None = DEFAULT_GRID,
+             cache=None) -> Strategy:
+    """OPT_HDMM (thesis §3.8): best feasible strategy over the applicable operators.
+
+    Deterministic for a seed: every operator draws from one generator in a fixed order.
+    ``grid`` rounds real-valued factors so measured values lie on a lattice (None keeps
+    them exact, e.g. for comparisons with the thesis tables).
+    """
+    noise_norm(noise)
+    caps = Caps() if caps is None else caps
+    terms = workload_terms(W)
+    options = dict(restarts=restarts, seed=seed, caps=caps.__dict__, grid=grid,
+                   operators=operators)
+    if cache is not None:
+        hit = cache.get(terms, noise, options)
+        if hit is not None:
+            return hit
+    d = len(terms.shape)
+    default_ops = ("OPT_0",) if d == 1 else ("OPT_kron", "OPT_+", "OPT_M")
+    ops = default_ops if operators is None else tuple(operators)
+    run: dict[str, Callable] = {"OPT_0": opt_0, "OPT_kron": opt_kron, "OPT_+": opt_union,
+                                "OPT_M": opt_marginals}
+    rng = np.random.default_rng(seed)
+    notes, cands = [], []
+    for op in ops:
+        if op not in run:
+            raise UnsupportedQueryError(f"unknown operator {op!r}",
+                                        hint="use OPT_0, OPT_kron, OPT_+ or OPT_M")
+        if op == "OPT_+" and len(group_by_support(terms)) < 2:
+            continue
+        cliques = _planned_cliques(terms, op)
+        biggest = max(_prod(terms.shape[terms.attributes.index(a)] for a in c)
+                      for c in cliques)
+        if biggest > caps.marginal_cells:
+            notes.append(f"{op} skipped: it would count a {biggest:,}-cell marginal "
+                         f"(cap {caps.marginal_cells:,})")
+            continue
+        size = junction_tree_size(terms.attributes, terms.shape, cliques)
+        if size > caps.model_size:
+            notes.append(f"{op} skipped: its cliques induce a {size:,}-cell junction tree "
+                         f"(cap {caps.model_size:,})")
+            continue
+        if op in ("OPT_0", "OPT_kron", "OPT_+") and max(terms.shape) > caps.opt0_cells:
+            notes.append(f"{op} skipped: an attribute has {max(terms.shape):,} cells "
+                         f"(dense OPT_0 cap {caps.opt0_cells:,})")
+            continue
+        if op == "OPT_M":
+            nparams = len(MarginalSpace.of(terms.shape, [t.support for t in terms.terms]).subsets)
+            if nparams > caps.marginal_parameters:
+                notes.append(f"OPT_M skipped: {nparams:,} marginal weights "
+                             f"(cap {caps.marginal_parameters:,})")
+                continue
+        strat = run[op](terms, noise, restarts=restarts, seed=rng, progress=progress)
+        if grid is not None:
+            strat = strat.rounded(grid)
+        cands.append(strat)
+        notes.append(f"{op}: expected error {strat.expected_error:.6g}, "
+                     f"{len(strat.kron_blocks)} block(s), model size {size:,}")
+    finite = [s for s in cands if math.isfinite(s.expected_error)]
+    if not finite:
+        raise ModelTooLargeError(
+            "no HDMM strategy fits the configured caps: " + "; ".join(notes),
+            cliques=_planned_cliques(terms, "OPT_M"),
+            hint="split the workload, coarsen attributes, or raise the caps")
+    best = min(finite, key=lambda s: s.expected_error)
+    why = (f"{best.operator} chosen (lowest expected unit-noise squared error among "
+           f"feasible candidates). " + "; ".join(notes) + ".")
+    best = Strategy(best.attributes, best.shape, best.kron_blocks, best.operator, noise,
+                    best.expected_error, why + best.explanation.replace(why, ""),
+                    best.assignment, terms)
+    if cache is not None:
+        cache.put(terms, noise, options, best)
+    return best

@@ -1,0 +1,230 @@
+"""Strategies: what the planner hands to the measure step, and how it is rounded.
+
+A :class:`Strategy` is a union of weighted Kronecker products over the full domain (every
+HDMM operator's output has this form: OPT_0/OPT_⊗ one product, OPT_+ several, OPT_M one per
+marginal; thesis §3.5-3.7).  Internally each product is a :class:`KronBlock` of small dense
+per-attribute factors.  The measure step sees :class:`MeasurementBlock`\\ s instead: a factor
+that is a (scaled) row of ones sums its attribute out, so a block only needs the marginal on
+the attributes whose factor is not a Total (its *clique*), with the Kron of the remaining
+factors as the query on that marginal (thesis §3.9: measuring is Algorithm 1 applied to the
+data vector; on a marginal it is the same product with the summed-out axes gone).
+
+Privacy: measured values must lie on a lattice before noise is added (exact discrete
+samplers).  Identity, Total and marginal factors are integer already; real-valued factors are
+rounded to multiples of a grid ``g`` by :meth:`Strategy.rounded`, which recomputes the
+sensitivity and the expected error on the rounded matrix, so the numbers the planner reports
+are those of the matrix actually measured.  A block's values then lie on the lattice
+(Π of its factors' grids)·ℤ, recorded in :attr:`MeasurementBlock.grid`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["KronBlock", "MeasurementBlock", "Strategy", "factor_kind", "block_sensitivity",
+           "union_sensitivity"]
+
+
+def factor_kind(F: np.ndarray) -> tuple[str, float]:
+    """('total', c) for c·1ᵀ, ('identity', c) for c·I, else ('other', 1)."""
+    m, n = F.shape
+    c = float(F.flat[0])
+    if c != 0.0 and m == 1 and np.all(F == c):
+        return "total", c
+    if m == n and c != 0.0 and np.array_equal(F, c * np.eye(n)):
+        return "identity", c
+    return "other", 1.0
+
+
+def _is_integer(F: np.ndarray) -> bool:
+    return bool(np.all(F == np.round(F)))
+
+
+@dataclass(frozen=True, eq=False)
+class KronBlock:
+    """weight · (F_1 ⊗ … ⊗ F_d), factors dense and aligned with the domain attributes."""
+
+    weight: float
+    factors: tuple[np.ndarray, ...]
+    grids: tuple[float, ...] = ()
+
+    def kinds(self) -> list[tuple[str, float]]:
+        return [factor_kind(F) for F in self.factors]
+
+    @property
+    def rows(self) -> int:
+        return int(np.prod([F.shape[0] for F in self.factors], dtype=object))
+
+
+@dataclass(frozen=True, eq=False)
+class MeasurementBlock:
+    """``weight * query`` applied to the marginal on ``clique`` (clique order, C order).
+
+    ``grid``: every entry of ``query`` is an integer multiple of it (1.0 for integer
+    queries), so measured values lie on grid·ℤ.
+    """
+
+    clique: tuple[str, ...]
+    query: Any
+    weight: float
+    grid: float = 1.0
+
+
+def block_sensitivity(block: KronBlock, p: int) -> float:
+    """Max column p-norm of one weighted Kron product (thesis Prop. 12)."""
+    out = abs(block.weight)
+    for F in block.factors:
+        out *= float(np.abs(F).sum(axis=0).max()) if p == 1 else \
+            float(np.sqrt((F * F).sum(axis=0).max()))
+    return out
+
+
+def union_sensitivity(blocks: Sequence[KronBlock], shape: Sequence[int], p: int,
+                      exact_limit: int = 1 << 22) -> float:
+    """Max over cells of the union's column p-norm.
+
+    Exact (sum over blocks of products of per-attribute column norms, maximised over the
+    domain) when the domain has at most ``exact_limit`` cells or every factor has uniform
+    column norms; otherwise the sum of per-block maxima, a valid upper bound.
+    """
+    if len(blocks) == 1:
+        return block_sensitivity(blocks[0], p)
+    cols = []
+    uniform = True
+    for b in blocks:
+        per = []
+        for F in b.factors:
+            c = np.abs(F).sum(axis=0) if p == 1 else (F * F).sum(axis=0)
+            uniform &= bool(np.allclose(c, c[0], rtol=1e-12, atol=0.0))
+            per.append(c)
+        cols.append(per)
+    scale = [abs(b.weight) if p == 1 else b.weight ** 2 for b in blocks]
+    size = int(np.prod(shape, dtype=object))
+    if uniform or size > exact_limit:
+        total = sum(s * math.prod(float(c.max()) for c in per) for s, per in zip(scale, cols))
+    else:
+        acc = np.zeros(tuple(shape))
+        for s, per in zip(scale, cols):
+            term = np.asarray(s)
+            for c in per:
+                term = np.multiply.outer(term, c)
+            acc += term
+        total = float(acc.max())
+    return total if p == 1 else math.sqrt(total)
+
+
+@dataclass(frozen=True, eq=False)
+class Strategy:
+    """An HDMM strategy over the full domain (see module docstring).
+
+    ``expected_error`` is the unit-noise total squared error on the workload it was
+    optimised for (thesis Prop. 9; local least squares for OPT_+ on large domains, §3.9).
+    """
+
+    attributes: tuple[str, ...]
+    shape: tuple[int, ...]
+    kron_blocks: tuple[KronBlock, ...]
+    operator: str
+    noise: str
+    expected_error: float
+    explanation: str = ""
+    assignment: tuple[int, ...] | None = None
+    workload: Any = field(default=None, repr=False)
+
+    # --- views -----------------------------------------------------------------------
+    def sensitivity(self, p: int | None = None) -> float:
+        p = (1 if self.noise == "laplace" else 2) if p is None else int(p)
+        return union_sensitivity(self.kron_blocks, self.shape, p)
+
+    @property
+    def blocks(self) -> list[MeasurementBlock]:
+        from dpsql.linalg import Explicit, Identity, Kron
+
+        out = []
+        for b in self.kron_blocks:
+            weight = b.weight
+            clique, factors, grid = [], [], 1.0
+            grids = b.grids or (1.0,) * len(b.factors)
+            for attr, F, g in zip(self.attributes, b.factors, grids):
+                kind, c = factor_kind(F)
+                if kind == "total":
+                    weight *= c
+                    continue
+                clique.append(attr)
+                if kind == "identity":
+                    weight *= c
+                    factors.append(Identity(F.shape[1]))
+                else:
+                    factors.append(Explicit(F))
+                    grid *= g if not _is_integer(F) else 1.0
+            query = Kron(factors) if len(factors) > 1 else (
+                factors[0] if factors else Explicit(np.ones((1, 1))))
+            out.append(MeasurementBlock(tuple(clique), query, float(weight), float(grid)))
+        return out
+
+    @property
+    def cliques(self) -> list[tuple[str, ...]]:
+        return [blk.clique for blk in self.blocks]
+
+    @property
+    def matrix(self):
+        """The strategy as a dpsql.linalg matrix over the full domain."""
+        from dpsql.linalg import Explicit, Identity, Kron, Total, Union, Weighted
+
+        def leaf(F):
+            kind, c = factor_kind(F)
+            if kind == "identity" and c == 1.0:
+                return Identity(F.shape[1])
+            if kind == "total" and c == 1.0:
+                return Total(F.shape[1])
+            return Explicit(F)
+
+        prods = [Weighted(b.weight, Kron([leaf(F) for F in b.factors])) for b in self.kron_blocks]
+        return prods[0] if len(prods) == 1 else Union(prods)
+
+    def dense(self) -> np.ndarray:
+        rows = []
+        for b in self.kron_blocks:
+            M = np.ones((1, 1))
+            for F in b.factors:
+                M = np.kron(M, F)
+            rows.append(b.weight * M)
+        return np.vstack(rows)
+
+    # --- rounding --------------------------------------------------------------------
+    def rounded(self, grid: float) -> "Strategy":
+        """Round every non-integer factor to multiples of ``grid`` and re-evaluate.
+
+        Factors are first scaled so their largest entry is 1 (the scale moves into the
+        block weight, which does not affect the lattice), so one grid fits all factors.
+        """
+        if not grid > 0:
+            raise ValueError("grid must be positive")
+        from dpsql.plan.error import strategy_tse
+
+        blocks = []
+        for b in self.kron_blocks:
+            weight, factors, grids = b.weight, [], []
+            for F in b.factors:
+                if _is_integer(F):
+                    factors.append(F)
+                    grids.append(1.0)
+                    continue
+                top = float(np.abs(F).max())
+                R = grid * np.round(F / (top * grid))
+                R = R[np.any(R != 0, axis=1)]
+                factors.append(R if R.size else np.zeros((1, F.shape[1])))
+                grids.append(float(grid))
+                weight *= top
+            blocks.append(KronBlock(weight, tuple(factors), tuple(grids)))
+        err = self.expected_error
+        if self.workload is not None:
+            err = strategy_tse(self.workload, blocks, self.noise, self.assignment,
+                                self.shape)
+        note = f" Factors rounded to a grid of {grid:g}."
+        return replace(self, kron_blocks=tuple(blocks), expected_error=err,
+                       explanation=self.explanation + note)

@@ -1,0 +1,49 @@
+"""The SVD bound: a lower bound on the matrix mechanism's error (thesis §3.2.2).
+
+Definition 12: SVDB(W) = (λ_1 + … + λ_n)² / n with λ the singular values of W, i.e. the
+square roots of the eigenvalues of WᵀW -- so only the gram is needed.  It lower-bounds the
+unit-noise Gaussian error ‖A‖₂²·tr(WᵀW(AᵀA)⁺) of every supporting strategy (Prop. 10), and
+the Laplace error divided by 2 (‖A‖₁ ≥ ‖A‖₂).  Computable cases:
+
+* a single Kronecker product: the bound factorises (Theorem 3);
+* a marginal workload (every factor gram in span{I, 1}): Theorem 10;
+* anything on a small domain: a dense eigendecomposition.
+
+Other workloads return ``None`` (the thesis reports "-" there too, tables 3.4-3.5).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dpsql.plan.marginals import MarginalSpace, marginal_svd_bound, workload_kappa
+from dpsql.plan.workload import workload_terms
+
+__all__ = ["svd_bound", "gram_svd_bound"]
+
+_DENSE_LIMIT = 4096
+
+
+def gram_svd_bound(V: np.ndarray) -> float:
+    """Definition 12 from a dense gram V = WᵀW."""
+    ev = np.linalg.eigvalsh(V)
+    return float(np.sqrt(np.clip(ev, 0.0, None)).sum() ** 2 / V.shape[0])
+
+
+def svd_bound(W: Any) -> float | None:
+    """SVDB of the workload (unit-noise Gaussian TSE lower bound), or None if unknown."""
+    terms = workload_terms(W)
+    if len(terms.terms) == 1:
+        t = terms.terms[0]
+        out = t.weight ** 2
+        for g in t.grams:
+            out *= gram_svd_bound(g)
+        return float(out)
+    if all(all(t.marginal_like) for t in terms.terms):
+        space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
+        return marginal_svd_bound(space, workload_kappa(space, terms))
+    if terms.size <= _DENSE_LIMIT:
+        return gram_svd_bound(terms.dense_gram())
+    return None

@@ -1,0 +1,225 @@
+"""Workloads as the planner sees them: a union of weighted Kronecker products of grams.
+
+HDMM never needs the rows of a workload, only its Gram matrix WᵀW (thesis Prop. 9, §3.5):
+for W = w_1 W_1 + ... + w_k W_k with W_j = W_j1 ⊗ ... ⊗ W_jd (Eq. 3.3) the optimisers and
+the error model work on the small per-attribute grams V_ji = W_jiᵀ W_ji and on the number of
+rows of each factor (for RMSE).  :func:`workload_terms` performs that flattening once, from a
+:class:`Workload` (a ``dpsql.linalg`` ``Union`` of ``Weighted(Kron)`` blocks aligned with the
+domain), a bare 1-D ``dpsql.linalg`` matrix, or a dense array (tests, explicit workloads).
+
+Each factor gram is also summarised by its projection onto span{I, 1} (thesis Theorem 8):
+``beta`` (the I coefficient) and ``mean = sum(V)/n`` (the eigenvalue on the ones vector).
+The marginals algebra (:mod:`dpsql.plan.marginals`) needs only these two numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Sequence
+
+import numpy as np
+
+from dpsql.errors import UnsupportedQueryError
+from dpsql.linalg import QueryMatrix, kron_terms
+
+__all__ = ["Workload", "KronTerm", "WorkloadTerms", "workload_terms", "factor_dense",
+           "factor_gram"]
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """A workload over ``domain``: ``matrix`` is a Union of Weighted(Kron) blocks whose Kron
+    factors align with ``domain.attributes`` (docs/architecture.md, ``dpsql.plan``)."""
+
+    domain: Any
+    matrix: Any
+
+    @cached_property
+    def terms(self) -> "WorkloadTerms":
+        return _extract(self.matrix, tuple(self.domain.attributes), tuple(self.domain.shape))
+
+
+@dataclass(frozen=True, eq=False)
+class KronTerm:
+    """One weighted Kronecker product of the workload, kept as per-attribute grams."""
+
+    weight: float
+    grams: tuple[np.ndarray, ...]
+    rows: tuple[int, ...]
+
+    @cached_property
+    def beta(self) -> np.ndarray:
+        """I-coefficient of each factor gram's projection onto span{I, 1} (Theorem 8)."""
+        out = np.empty(len(self.grams))
+        for i, g in enumerate(self.grams):
+            n = g.shape[0]
+            if n == 1:
+                out[i] = 0.0
+                continue
+            tr, sm = float(np.trace(g)), float(g.sum())
+            out[i] = max((n * tr - sm) / (n * (n - 1)), 0.0)
+        return out
+
+    @cached_property
+    def mean(self) -> np.ndarray:
+        """sum(V)/n per factor: the gram's eigenvalue on the ones vector."""
+        return np.array([float(g.sum()) / g.shape[0] for g in self.grams])
+
+    @cached_property
+    def support(self) -> frozenset[int]:
+        """Attributes this term does not just sum over (beta > 0 up to rounding)."""
+        scale = np.maximum(self.mean, 1e-300)
+        return frozenset(int(i) for i in np.nonzero(self.beta > 1e-12 * scale)[0])
+
+    @cached_property
+    def marginal_like(self) -> tuple[bool, ...]:
+        """Whether each factor gram lies exactly in span{I, 1} (I/T-built subworkloads)."""
+        out = []
+        for g, b, mu in zip(self.grams, self.beta, self.mean):
+            n = g.shape[0]
+            c = (mu - b) / n if n > 1 else 0.0
+            out.append(bool(np.allclose(g, b * np.eye(n) + c, rtol=1e-9,
+                                        atol=1e-12 * max(abs(mu), 1.0))))
+        return tuple(out)
+
+    @property
+    def num_queries(self) -> int:
+        return int(np.prod(self.rows, dtype=object))
+
+
+@dataclass(frozen=True, eq=False)
+class WorkloadTerms:
+    """The flattened workload: attributes, shape and the list of weighted Kron terms."""
+
+    attributes: tuple[str, ...]
+    shape: tuple[int, ...]
+    terms: tuple[KronTerm, ...]
+
+    @property
+    def num_queries(self) -> int:
+        return int(sum(t.num_queries for t in self.terms))
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=object))
+
+    def attribute_gram(self, i: int, coeffs: Sequence[float] | None = None) -> np.ndarray:
+        """sum_j coeffs_j² V_ji: the surrogate gram of Eq. 3.5 (plain w_j² by default)."""
+        n = self.shape[i]
+        out = np.zeros((n, n))
+        for j, t in enumerate(self.terms):
+            c = t.weight if coeffs is None else coeffs[j]
+            out += (c * c) * t.grams[i]
+        return out
+
+    def dense_gram(self) -> np.ndarray:
+        """Full WᵀW; only for small domains (tests and dense fallbacks)."""
+        n = self.size
+        out = np.zeros((n, n))
+        for t in self.terms:
+            g = np.ones((1, 1))
+            for gi in t.grams:
+                g = np.kron(g, gi)
+            out += t.weight ** 2 * g
+        return out
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Content hash of the grams, weights, rows and domain (strategy cache key)."""
+        h = hashlib.sha256()
+        h.update(repr((self.attributes, self.shape)).encode())
+        seen: dict[int, str] = {}
+        for t in self.terms:
+            h.update(np.float64(t.weight).tobytes())
+            h.update(repr(t.rows).encode())
+            for g in t.grams:
+                key = seen.get(id(g))
+                if key is None:
+                    key = hashlib.sha256(np.ascontiguousarray(g).tobytes()).hexdigest()
+                    seen[id(g)] = key
+                h.update(key.encode())
+        return h.hexdigest()
+
+
+def factor_dense(factor: Any) -> np.ndarray:
+    """Dense matrix of one per-attribute factor (an ndarray or a dpsql.linalg matrix)."""
+    if isinstance(factor, np.ndarray):
+        return np.atleast_2d(np.asarray(factor, dtype=float))
+    return np.atleast_2d(np.asarray(factor.dense(), dtype=float))
+
+
+def factor_gram(factor: Any) -> np.ndarray:
+    """Dense WᵀW of one factor, from its structured gram when it has one.
+
+    Structured grams matter: AllRange(1024) has 524,800 rows but a closed-form 1024² gram.
+    """
+    if isinstance(factor, np.ndarray):
+        f = np.atleast_2d(np.asarray(factor, dtype=float))
+        return f.T @ f
+    gram = factor.gram()
+    g = gram if isinstance(gram, np.ndarray) else gram.dense()
+    return np.atleast_2d(np.asarray(g, dtype=float))
+
+
+def _rows(factor: Any) -> int:
+    return int(np.atleast_2d(factor).shape[0]) if isinstance(factor, np.ndarray) \
+        else int(factor.shape[0])
+
+
+def _flatten(matrix: Any, weight: float, out: list) -> None:
+    if isinstance(matrix, np.ndarray):
+        out.append((weight, [matrix]))
+        return
+    for w, factors in kron_terms(matrix):
+        out.append((weight * float(w), list(factors)))
+
+
+def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...]) -> WorkloadTerms:
+    flat: list = []
+    _flatten(matrix, 1.0, flat)
+    cache: dict[int, np.ndarray] = {}
+    terms = []
+    for weight, factors in flat:
+        if len(factors) != len(shape):
+            raise UnsupportedQueryError(
+                f"workload block has {len(factors)} Kronecker factors but the domain has "
+                f"{len(shape)} attributes",
+                hint="build each workload block as Kron over all domain attributes")
+        grams = []
+        for f, n in zip(factors, shape):
+            g = cache.get(id(f))
+            if g is None:
+                g = factor_gram(f)
+                cache[id(f)] = g
+            if g.shape != (n, n):
+                raise UnsupportedQueryError(
+                    f"workload factor has {g.shape[0]} columns, attribute has {n} cells")
+            grams.append(g)
+        terms.append(KronTerm(float(weight), tuple(grams), tuple(_rows(f) for f in factors)))
+    if not terms:
+        raise UnsupportedQueryError("empty workload")
+    return WorkloadTerms(attributes, shape, tuple(terms))
+
+
+def workload_terms(W: Any) -> WorkloadTerms:
+    """Flatten a :class:`Workload`, a bare 1-D matrix or a dense array into Kron terms."""
+    if isinstance(W, WorkloadTerms):
+        return W
+    if isinstance(W, Workload):
+        return W.terms
+    if isinstance(W, np.ndarray):
+        n = np.atleast_2d(W).shape[1]
+        return _extract(np.atleast_2d(np.asarray(W, dtype=float)), ("x",), (n,))
+    if not isinstance(W, QueryMatrix):
+        raise UnsupportedQueryError(f"cannot plan for a {type(W).__name__}",
+                                    hint="pass a Workload, a dpsql.linalg matrix or an array")
+    # A bare matrix without a domain: one attribute per Kron factor position.
+    flat: list = []
+    _flatten(W, 1.0, flat)
+    first = flat[0][1]
+    shape = tuple(int(np.atleast_2d(f).shape[1]) if isinstance(f, np.ndarray)
+                  else int(f.shape[1]) for f in first)
+    attrs = tuple(f"x{i}" for i in range(len(shape))) if len(shape) > 1 else ("x",)
+    return _extract(W, attrs, shape)
