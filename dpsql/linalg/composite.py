@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from functools import reduce
+from itertools import accumulate
 
 import numpy as np
 
@@ -193,7 +194,8 @@ class Union(QueryMatrix):
                 raise ProgrammingError(
                     f"Union blocks must share a domain: {b!r} has {b.shape[1]} columns, "
                     f"expected {n}", hint="every block must act on the same data vector")
-        self._offsets = np.cumsum([0] + [b.shape[0] for b in self.blocks]).tolist()
+        # Python ints: Kron row counts may exceed int64 while staying implicit.
+        self._offsets = list(accumulate([b.shape[0] for b in self.blocks], initial=0))
         self._shape = (self._offsets[-1], n)
 
     def _matmat(self, X):

@@ -167,3 +167,10 @@ def test_gram_diag_and_trace_use_column_norms():
     G = v.gram()
     assert_close(G.diag(), v.dense()[0] ** 2)
     assert_close(G.trace(), float((v.dense() ** 2).sum()))
+
+
+def test_union_of_huge_krons_has_python_int_shape():
+    K = Kron([Prefix(40)] * 12)
+    U = Union([K, 2.0 * K])
+    assert U.shape == (2 * 40 ** 12, 40 ** 12)
+    assert U.sensitivity(1) == pytest.approx(3.0 * 40.0 ** 12)  # bound path, exact here
