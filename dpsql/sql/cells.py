@@ -199,6 +199,11 @@ class CellEvaluator:
             return self._width_bucket(node)
         if isinstance(node, exp.Coalesce):
             return self._coalesce(node)
+        if isinstance(node, exp.Nullif):
+            # NULLIF(a, b) = CASE WHEN a = b THEN NULL ELSE a END, with SQL's NULL rules.
+            return self._case(exp.Case(ifs=[exp.If(this=exp.EQ(this=node.this.copy(),
+                                                               expression=node.expression.copy()),
+                                                   true=exp.Null())], default=node.this.copy()))
         if isinstance(node, exp.Case):
             return self._case(node)
         if isinstance(node, _PREDICATES):
