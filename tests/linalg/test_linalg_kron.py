@@ -174,3 +174,16 @@ def test_union_of_huge_krons_has_python_int_shape():
     U = Union([K, 2.0 * K])
     assert U.shape == (2 * 40 ** 12, 40 ** 12)
     assert U.sensitivity(1) == pytest.approx(3.0 * 40.0 ** 12)  # bound path, exact here
+
+
+def test_matrices_survive_pickling():
+    # Strategies and workloads cross process boundaries (multiprocessing, caches).
+    import pickle
+
+    from dpsql.linalg import Bucket
+    M = Union([Marginals({"a": 3, "b": 2}, [("a",), ("a", "b")]),
+               Kron([AllRange(3), Bucket(2, [0, -1])]),
+               0.5 * Kron([Prefix(3), Total(2)]).T.T])
+    M2 = pickle.loads(pickle.dumps(M))
+    assert_close(M2.dense(), M.dense())
+    assert M2.sensitivity(2) == M.sensitivity(2)
