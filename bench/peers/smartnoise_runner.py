@@ -8,12 +8,17 @@ job = {
   "table": "adult", "schema": "bench",
   "columns": {name: {"type": "int"|"float"|"string", "lower": .., "upper": ..}},
   "queries": [sql, ...]            (FROM <table>; rewritten here to FROM <schema>.<table>),
-  "runs": [{"epsilon": per-query ε, "delta": per-query δ, "mechanism": "laplace"|"gaussian",
-            "trials": n}, ...]
+  "runs": [{"epsilon": per-query ε, "delta": per-query δ,
+            "mechanism": "laplace"|"gaussian"|"best", "trials": n}, ...]
 }
 
 report = {"versions": {...}, "load_seconds": .., "runs": [{"trials": [[{"rows", "seconds",
-"error"}, ...per query], ...per trial], "scale": noise scale of a count}], "peak_rss_kb": ..}
+"error"}, ...per query], ...per trial], "mechanism": used, "scale": noise scale of a count,
+"count_variance": its variance}], "peak_rss_kb": ..}
+
+``"best"`` picks, before any data is read, whichever of SmartNoise's count mechanisms
+(its default discrete Laplace, or its Gaussian) has the smaller noise variance at the given
+per-query (ε, δ).
 
 The metadata gives SmartNoise what dpsql is given: row-level privacy, clamping bounds equal
 to dpsql's declared domains, and ``censor_dims = false`` so that every group present in the
@@ -65,6 +70,28 @@ def count_scale(run: dict) -> float:
     return float(mech.scale)
 
 
+def count_variance(mechanism: str, scale: float) -> float:
+    """Noise variance of a count: discrete Laplace (SmartNoise's default) or Gaussian."""
+    if mechanism == "gaussian":
+        return scale * scale
+    q = math.exp(-1.0 / scale)
+    return 2.0 * q / (1.0 - q) ** 2
+
+
+def choose(run: dict) -> dict:
+    """Resolve ``"best"`` into the mechanism with the smaller count variance (public choice)."""
+    if run["mechanism"] != "best":
+        return dict(run)
+    options = []
+    for mech in ("laplace", "gaussian"):
+        try:
+            scale = count_scale({**run, "mechanism": mech})
+        except ValueError:  # e.g. the Gaussian scale search fails at tiny epsilon
+            continue
+        options.append((count_variance(mech, scale), mech))
+    return {**run, "mechanism": min(options)[1]}
+
+
 def to_json_value(v):
     if v is None:
         return None
@@ -93,6 +120,7 @@ def main() -> int:
 
     out_runs = []
     for run in job["runs"]:
+        run = choose(run)
         reader = snsql.from_df(df, privacy=privacy_for(run), metadata=meta)
         trials = []
         for _ in range(run["trials"]):
@@ -107,7 +135,9 @@ def main() -> int:
                     answers.append({"rows": None, "seconds": time.perf_counter() - q0,
                                     "error": f"{type(e).__name__}: {e}"[:300]})
             trials.append(answers)
-        out_runs.append({"trials": trials, "scale": count_scale(run)})
+        scale = count_scale(run)
+        out_runs.append({"trials": trials, "mechanism": run["mechanism"], "scale": scale,
+                         "count_variance": count_variance(run["mechanism"], scale)})
     report = {
         "versions": {p: version(p) for p in ("smartnoise-sql", "opendp", "pandas")},
         "load_seconds": load_seconds,
