@@ -95,7 +95,8 @@ def _cast(v, dtype):
         if dtype in (T.VARCHAR, T.TEXT, T.CHAR):
             return str(v)
     except (TypeError, ValueError):
-        raise DomainViolationError(f"cannot cast {v!r} to {dtype.value.lower()}") from None
+        raise DomainViolationError(f"cannot cast {v!r} to {dtype.value.lower()}",
+                                   hint="cast a value that has the target type's form") from None
     raise UnsupportedQueryError(f"cast to {dtype.value.lower()} is not supported",
                                 hint="cast to integer, double or text")
 
@@ -107,9 +108,6 @@ class Evaluated:
     lo: list
     hi: list
     null: np.ndarray
-
-    def constant(self) -> list:
-        return self.lo
 
 
 def _int_div(a, b):
@@ -194,7 +192,7 @@ class CellEvaluator:
             d = literal_value(digits)[1] if digits is not None else 0
             return self._map(node, [self.value(node.this)], lambda a: _round_half_away(a, d))
         if isinstance(node, exp.Cast):
-            return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this))
+            return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this), text_ok=True)
         if isinstance(node, exp.WidthBucket):
             return self._width_bucket(node)
         if isinstance(node, exp.Coalesce):
@@ -218,7 +216,7 @@ class CellEvaluator:
         self._fail(UnsupportedQueryError, node, f"{name} is not supported in dpsql expressions",
                    "use arithmetic, floor/ceil/round, width_bucket, COALESCE or CASE WHEN")
 
-    def _map(self, node, args: list[Evaluated], fn, monotone: bool = True) -> Evaluated:
+    def _map(self, node, args: list[Evaluated], fn, monotone: bool = True, text_ok: bool = False) -> Evaluated:
         if not monotone and self.wide and self.attr.kind != "categorical":
             self._fail(UnsupportedQueryError, node,
                        f"{node.sql()} is not monotone, so it cannot be evaluated on the wide bins "
@@ -238,7 +236,7 @@ class CellEvaluator:
                     self._fail(UnsupportedQueryError, node,
                                f"{node.sql()} needs the value of undeclared labels of '{self.attr.name}'",
                                "compare the column with its declared labels instead")
-                if any(isinstance(v, str) for v in vs) and fn is not _concat:
+                if any(isinstance(v, str) for v in vs) and not text_ok:
                     self._fail(UnsupportedQueryError, node,
                                f"{node.sql()} applies arithmetic to text column '{self.attr.name}'",
                                "use CASE WHEN to map labels to numbers")
@@ -492,6 +490,3 @@ def _round_half_away(a, d):
     r = r if a >= 0 else -r
     return int(r) if d == 0 and isinstance(a, int) else r
 
-
-def _concat(*vs):
-    return "".join(str(v) for v in vs)
