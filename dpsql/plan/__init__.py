@@ -1,0 +1,23 @@
+"""HDMM strategy selection (McKenna thesis ch. 3): error model, SVD bound, OPT_0/⊗/+/M.
+
+``optimize(W, noise, ...)`` returns a :class:`Strategy` whose measurement blocks the
+measure step counts; ``expected_error``/``rmse``/``svd_bound`` evaluate strategies from
+structured grams; ``least_squares`` is the HDMM-only reconstruction baseline.
+"""
+
+from dpsql.plan.cache import StrategyCache
+from dpsql.plan.calibration import analytic_gaussian_sigma, gaussian_sigma, zcdp_sigma
+from dpsql.plan.error import expected_error, per_query_variance, rmse
+from dpsql.plan.planner import Caps, opt_0, opt_kron, opt_marginals, opt_union, optimize
+from dpsql.plan.reconstruct import LeastSquaresEstimate, least_squares
+from dpsql.plan.strategy import MeasurementBlock, Strategy
+from dpsql.plan.svd_bound import svd_bound
+from dpsql.plan.workload import Workload
+
+__all__ = [
+    "Workload", "Strategy", "MeasurementBlock", "Caps",
+    "expected_error", "rmse", "per_query_variance", "svd_bound",
+    "opt_0", "opt_kron", "opt_union", "opt_marginals", "optimize",
+    "least_squares", "LeastSquaresEstimate", "StrategyCache",
+    "analytic_gaussian_sigma", "gaussian_sigma", "zcdp_sigma",
+]

@@ -44,6 +44,7 @@ class FactorResult:
     matrix: np.ndarray
     loss: float
     method: str
+    lower_bound: float = 0.0    # a certified lower bound on the optimal loss, when known
 
 
 def sensitivity(A: np.ndarray, p: int) -> float:
@@ -98,11 +99,14 @@ def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 
     if not active.any():
         return FactorResult(np.zeros((1, n)), 0.0, "gaussian-dual")
     Va = V[np.ix_(active, active)]
-    best = {"loss": math.inf, "lam": None}
+    best = {"loss": math.inf, "lam": None, "dual": 0.0}
     it = [0]
 
     def record(lam, x, tr, root, P):
         loss = float(x.max() * tr)
+        # Weak duality: any λ ≥ 0 gives 2·tr(M^½) − 1ᵀλ ≤ the optimal loss, so the
+        # best such value certifies how far the returned strategy can be from optimal.
+        best["dual"] = max(best["dual"], 2.0 * tr - float(lam.sum()))
         it[0] += 1
         if loss < best["loss"]:
             best.update(loss=loss, lam=lam.copy(), root=root, P=P)
@@ -130,7 +134,7 @@ def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 
     Aa = _dual_strategy(best["lam"], best["root"], best["P"])
     A = np.zeros((Aa.shape[0], n))
     A[:, active] = Aa
-    return FactorResult(A, best["loss"], "gaussian-dual")
+    return FactorResult(A, best["loss"], "gaussian-dual", best["dual"])
 
 
 def gaussian_primal_loss(v: np.ndarray, V: np.ndarray) -> tuple[float, np.ndarray]:
