@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -49,7 +50,7 @@ _PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
 
 
 _PREDICATES = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.And, exp.Or, exp.Not, exp.Is,
-               exp.In, exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ)
+               exp.In, exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike)
 
 
 def columns_in(node: exp.Expression) -> list[exp.Column]:
@@ -393,11 +394,42 @@ class CellEvaluator:
                 t |= ti
                 f &= fi
             return t, f
+        if isinstance(node, exp.Escape) and isinstance(node.this, (exp.Like, exp.ILike)):
+            ok, esc = literal_value(node.expression)
+            return self._like(node.this, esc if ok else None, node)
+        if isinstance(node, (exp.Like, exp.ILike)):
+            return self._like(node, "\\", node)
         if isinstance(node, exp.Column):
             self._fail(UnsupportedQueryError, node, f"column '{self.attr.name}' is not a boolean",
                        "compare it with a value")
         self._fail(UnsupportedQueryError, node, f"{node.sql()} is not a supported predicate",
                    "use comparisons, BETWEEN, IN, IS NULL, AND, OR and NOT")
+
+    def _like(self, node, escape, where) -> tuple[np.ndarray, np.ndarray]:
+        """[I]LIKE on a text expression: matched against each declared label."""
+        ok, pattern = literal_value(node.expression)
+        if not ok or not isinstance(pattern, str) or not isinstance(escape, (str, type(None))) \
+                or (escape is not None and len(escape) > 1):
+            self._fail(UnsupportedQueryError, where, f"'{where.sql()}' needs a constant text pattern",
+                       "e.g. education LIKE '%th'")
+        regex = re.compile(_like_regex(pattern, escape or None),
+                           re.DOTALL | (re.IGNORECASE if isinstance(node, exp.ILike) else 0))
+        vals, null = self.constant_values(node.this)
+        t = np.zeros(self.n, bool)
+        f = np.zeros(self.n, bool)
+        for i, v in enumerate(vals):
+            if null[i]:
+                continue
+            if v is OTHER:
+                # An undeclared label might or might not match: the answer would be a guess.
+                self._fail(UnsupportedQueryError, where, f"'{where.sql()}' depends on undeclared labels of "
+                           f"'{self.attr.name}'", "compare with declared labels, or declare the column closed")
+            if not isinstance(v, str):
+                self._fail(UnsupportedQueryError, where, f"LIKE needs text; '{self.attr.name}' is numeric",
+                           "compare numbers with <, >, BETWEEN")
+            t[i] = regex.fullmatch(v) is not None
+            f[i] = not t[i]
+        return (f, t) if node.args.get("negate") else (t, f)
 
     def _compare(self, node, op: str, left, right) -> tuple[np.ndarray, np.ndarray]:
         if self.attr.kind == "categorical" and op not in ("=", "!=") and columns_in(left) + columns_in(right):
@@ -482,6 +514,20 @@ class CellEvaluator:
         if split.size:
             self._split_error(node, split)
         return t, f
+
+
+def _like_regex(pattern: str, escape: str | None) -> str:
+    """SQL LIKE pattern → Python regex: % any run, _ one character, ``escape`` quotes."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if escape is not None and ch == escape and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return "".join(out)
 
 
 def _round_half_away(a, d):
