@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench bench-report clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,14 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+# Evaluation suite against SmartNoise SQL (bench/suite.py; creates bench/peers/.venv-smartnoise),
+# then tables in bench/RESULTS.md, plots in docs/img/ and the README's results section.
+# SUITE_ARGS=--full runs the whole grid (slow); the default grid takes ~15 min on 2 idle cores.
+bench-report: $(PY)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) bench/suite.py $(SUITE_ARGS)
+	$(PY) bench/report.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
