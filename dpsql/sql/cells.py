@@ -196,6 +196,8 @@ class CellEvaluator:
             return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this), text_ok=True)
         if isinstance(node, exp.WidthBucket):
             return self._width_bucket(node)
+        if isinstance(node, (exp.Upper, exp.Lower, exp.Length, exp.Substring, exp.Left, exp.DPipe, exp.Concat)):
+            return self._text(node)
         if isinstance(node, exp.Coalesce):
             return self._coalesce(node)
         if isinstance(node, exp.Nullif):
@@ -267,6 +269,48 @@ class CellEvaluator:
                exp.Mod: lambda x, y: None if y == 0 else math.fmod(x, y) if isinstance(x, float)
                or isinstance(y, float) else int(math.fmod(x, y))}
         return self._map(node, [a, b], fns[type(node)], monotone=not isinstance(node, exp.Mod))
+
+    def _text(self, node) -> Evaluated:
+        """String functions, applied to each declared label (refused on undeclared ones)."""
+        def const(key, default=None):
+            arg = node.args.get(key)
+            if arg is None:
+                return default
+            ok, v = literal_value(arg)
+            if not ok or not isinstance(v, int) or isinstance(v, bool):
+                self._fail(UnsupportedQueryError, node, f"{node.sql()} needs constant integer arguments",
+                           "e.g. substring(col, 1, 3)")
+            return v
+
+        if isinstance(node, (exp.DPipe, exp.Concat)):
+            parts = [node.this, node.expression] if isinstance(node, exp.DPipe) else list(node.expressions)
+            args = [self.value(p) for p in parts]
+            if isinstance(node, exp.Concat):
+                # concat() skips NULL arguments; || yields NULL if any side is NULL.
+                args = [Evaluated(["" if v is None else v for v in a.lo], ["" if v is None else v for v in a.hi],
+                                  np.zeros(self.n, bool)) for a in args]
+            return self._map(node, args, lambda *vs: "".join(str(v) for v in vs), text_ok=True)
+        if isinstance(node, exp.Upper):
+            fn = str.upper
+        elif isinstance(node, exp.Lower):
+            fn = str.lower
+        elif isinstance(node, exp.Length):
+            fn = len
+        elif isinstance(node, exp.Left):
+            k = literal_value(node.expression)[1]
+            fn = lambda v: v[:k]  # noqa: E731
+        else:
+            start, length = const("start", 1), const("length")
+            # SQL positions are 1-based and a start before 1 eats into the length.
+            lo = max(start, 1) - 1
+            hi = None if length is None else max(start + length - 1, 0)
+            fn = lambda v: v[lo:hi] if hi is None or hi > lo else ""  # noqa: E731
+        arg = self.value(node.this)
+        for v in arg.lo:
+            if v is not None and v is not OTHER and not isinstance(v, str):
+                self._fail(UnsupportedQueryError, node, f"{node.sql()} needs text; '{self.attr.name}' is numeric",
+                           "cast it first: CAST(col AS TEXT)")
+        return self._map(node, [arg], fn, text_ok=True)
 
     def _width_bucket(self, node) -> Evaluated:
         parts = [node.args.get(k) for k in ("min_value", "max_value", "num_buckets")]

@@ -64,6 +64,8 @@ def key_value_type(attr, values: list) -> str:
         return "text"
     if all(isinstance(v, str) for v in present):
         return "text"
+    if all(isinstance(v, (bool, np.bool_)) for v in present):
+        return "boolean"
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in present):
         return "integer"
     if all(isinstance(v, (int, float)) for v in present):
