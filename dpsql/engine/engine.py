@@ -37,7 +37,7 @@ from dpsql.measure.backend import Backend, DuckDBBackend
 from dpsql.measure import release as rel
 from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.auto import fit
-from dpsql.plan import Strategy, Workload, expected_error, optimize
+from dpsql.plan import Caps, Strategy, StrategyCache, Workload, expected_error, optimize
 from dpsql.privacy.ledger import Ledger
 
 Released = tuple[rel.LatticeBlock, np.ndarray, float]
@@ -113,6 +113,7 @@ class Engine:
         self.progress = progress
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
+        self._strategy_cache: StrategyCache | None = None
         self._load_releases()
 
     # -- persisted releases ------------------------------------------------------------------
@@ -152,12 +153,7 @@ class Engine:
              rho: float | None = None) -> PlanReport:
         t0 = time.perf_counter()
         workload, names, blocks = self.workload_for(table, queries)
-        opts = self.config.planner
-        strategy = optimize(workload, noise=self.config.noise, restarts=opts.restarts, seed=opts.seed,
-                            caps={"max_clique_cells": opts.max_clique_cells,
-                                  "max_model_cells": opts.max_model_cells},
-                            cache_dir=self.config.cache_dir,
-                            progress=(lambda **kw: self.progress("plan", kw)) if self.progress else None)
+        strategy = self.optimize(workload)
         with self._lock:
             state = self._state(table)
             state.strategy = strategy
@@ -171,6 +167,17 @@ class Engine:
         base_tse = sum(b.shape[0] * b.sensitivity(2) ** 2 * gaussian_sigma2_unit(rho / k) for b in blocks)
         baseline = math.sqrt(base_tse / m)
         return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0)
+
+    def optimize(self, workload: Workload) -> Strategy:
+        """HDMM with the configured options and caps; strategies cached on disk."""
+        opts = self.config.planner
+        if self._strategy_cache is None:
+            self._strategy_cache = StrategyCache(self.config.cache_dir)
+        return optimize(workload, noise=self.config.noise, restarts=opts.restarts, seed=opts.seed,
+                        caps=Caps(marginal_cells=opts.max_clique_cells, model_size=opts.max_model_cells),
+                        cache=self._strategy_cache,
+                        progress=(lambda *a, **kw: self.progress("plan", {"args": a, **kw}))
+                        if self.progress else None)
 
     def workload_rho(self) -> float:
         return (self.config.workload_budget or self.config.budget).rho

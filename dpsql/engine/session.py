@@ -23,7 +23,7 @@ import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport
 from dpsql.errors import InterfaceError, OperationalError, ProgrammingError, UnsupportedQueryError
-from dpsql.plan import Workload, optimize
+from dpsql.plan import Workload
 
 
 @dataclass(frozen=True)
@@ -206,11 +206,7 @@ class Session:
         table = compiled.table
         state = self.engine._state(table)
         workload = Workload(state.schema.domain, linalg.Union([lq.matrix for lq in unsupported]))
-        opts = self.engine.config.planner
-        strategy = optimize(workload, noise=self.engine.config.noise, restarts=opts.restarts,
-                            seed=opts.seed, caps={"max_clique_cells": opts.max_clique_cells,
-                                                  "max_model_cells": opts.max_model_cells},
-                            cache_dir=self.engine.config.cache_dir)
+        strategy = self.engine.optimize(workload)
         rho = self.engine.config.query_budget.rho
         return self.engine.measure_strategy(table, strategy, rho, self.user,
                                             "query:" + ";".join(lq.name for lq in unsupported))
