@@ -69,7 +69,7 @@ class Oracle:
         for a in self.schema.attributes:
             binned_cols.append(f"{self._representative(a)} AS \"{a.name}\"")
         self.con.execute(f"CREATE TABLE adult AS SELECT {', '.join(binned_cols)} FROM idx")
-        self._marginals: dict[tuple, np.ndarray] = {}
+        self._marginals: dict[tuple, tuple] = {}
         self.midpoints = {}
         for a in self.schema.attributes:
             if a.kind != "categorical":
@@ -90,39 +90,46 @@ class Oracle:
         return f"CAST(([{lits}])[{col} + 1] AS {cast})"
 
     # --- exact answers of compiled linear queries ------------------------------------
-    def marginal(self, attrs: tuple[str, ...]) -> np.ndarray:
+    def marginal(self, attrs: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The non-zero cells of the marginal on ``attrs``: (cell indices (R, k), counts (R,))."""
         if attrs not in self._marginals:
-            sizes = [self.schema.attribute(a).size for a in attrs]
             if not attrs:
                 n = self.con.execute("SELECT COUNT(*) FROM idx").fetchone()[0]
-                self._marginals[attrs] = np.array(float(n))
+                self._marginals[attrs] = (np.zeros((1, 0), dtype=np.int64), np.array([float(n)]))
             else:
                 cols = ", ".join(f"\"{a}\"" for a in attrs)
-                rows = self.con.execute(f"SELECT {cols}, COUNT(*) FROM idx GROUP BY ALL").fetchall()
-                m = np.zeros(sizes)
-                for r in rows:
-                    m[tuple(r[:-1])] += r[-1]
-                self._marginals[attrs] = m
+                rows = np.array(self.con.execute(f"SELECT {cols}, COUNT(*) FROM idx GROUP BY ALL").fetchall(),
+                                dtype=np.int64)
+                self._marginals[attrs] = (rows[:, :-1], rows[:, -1].astype(float))
         return self._marginals[attrs]
 
     def answer(self, lq) -> np.ndarray:
-        """matrix @ x for the data vector x, via the marginal over the touched attributes."""
+        """matrix @ x for the data vector x, via the marginal over the touched attributes.
+
+        Each block is Kron(factors); on the marginal's non-zero cells its answer is
+        Σ_cells count · ⊗_a factor_a[:, cell_a] (untouched factors are all-ones rows).
+        """
         names = [a.name for a in self.schema.attributes]
         touched = tuple(lq.attributes)
-        m = self.marginal(touched)
+        cells, counts = self.marginal(touched)
         out = []
         for block in lq.matrix.blocks:
             assert isinstance(block, Weighted) and isinstance(block.base, Kron)
             factors = block.base.factors
             assert len(factors) == len(names)
-            t = m
-            for axis, a in enumerate(touched):
-                f = factors[names.index(a)].dense()
-                t = np.moveaxis(np.tensordot(f, t, axes=([1], [axis])), 0, axis)
             for a, f in zip(names, factors):
                 if a not in touched:
                     assert f.shape[0] == 1 and np.allclose(f.dense(), 1.0), a
-            out.append(block.weight * np.asarray(t).reshape(-1))
+            dense = [factors[names.index(a)].dense() for a in touched]
+            total = None
+            for start in range(0, len(counts), 4096):
+                w = counts[start:start + 4096, None]
+                for k, f in enumerate(dense):
+                    col = f[:, cells[start:start + 4096, k]].T          # (R, m_k)
+                    w = (w[:, :, None] * col[:, None, :]).reshape(len(w), -1)
+                part = w.sum(axis=0)
+                total = part if total is None else total + part
+            out.append(block.weight * total)
         return np.concatenate(out)
 
     # --- the two sides ----------------------------------------------------------------
