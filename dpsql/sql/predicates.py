@@ -16,6 +16,7 @@ excludes the NULL cell of ``a``, as in SQL.
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import numpy as np
@@ -33,6 +34,7 @@ Term = dict[str, np.ndarray]
 # Joint evaluation of a coupled component materialises this many booleans at most; beyond
 # it the predicate is refused rather than slowing every compile to a crawl.
 MAX_JOINT_CELLS = 4_000_000
+_PERMUTE_CELLS = 100_000
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
@@ -116,6 +118,22 @@ def _boxes(mask: np.ndarray, names: list[str]) -> list[Term]:
     return out
 
 
+def _fewest_boxes(mask: np.ndarray, names: list[str]) -> list[Term]:
+    """Disjoint boxes, trying every attribute order when that is cheap.
+
+    The split depends on which attribute is peeled first (``a OR b`` is 2 boxes one way and
+    may be more the other); fewer boxes mean fewer workload rows for the planner.
+    """
+    if len(names) > 3 or mask.size > _PERMUTE_CELLS:
+        return _boxes(mask, names)
+    best = None
+    for order in itertools.permutations(range(len(names))):
+        boxes = _boxes(np.transpose(mask, order), [names[i] for i in order])
+        if best is None or len(boxes) < len(best):
+            best = boxes
+    return best
+
+
 def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos, any_attr) -> list[Term]:
     """Disjoint terms whose union is the TRUE set of ``node`` (``[{}]`` when no predicate).
 
@@ -181,7 +199,7 @@ def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos, any_
                     hint="split the OR into separate queries, or use columns with coarser domains")
             t, _ = comp.joint(expr, attrs, sizes)
             t = np.broadcast_to(t, sizes)
-            pieces = _boxes(t, [a.name for a in attrs])
+            pieces = _fewest_boxes(t, [a.name for a in attrs])
         if not pieces:
             return []
         terms = [{**old, **new} for old in terms for new in pieces]
