@@ -185,7 +185,14 @@ def _curvature(loss: MarginalLoss, mu, measurements) -> float:
 
 
 def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):
-    """Thesis Algorithm 2 with Armijo backtracking (see the module docstring)."""
+    """Thesis Algorithm 2 with Armijo backtracking (see the module docstring).
+
+    Each rejected trial costs a full oracle call, so after the first backtrack the
+    step grows by only 5% per iteration: trials then succeed ~95% of the time
+    (≈1.07 oracle calls per iteration), while before it the step doubles so that a
+    cautious first step is corrected geometrically.  The gradient is evaluated with
+    the trial's loss, since almost every trial is accepted.
+    """
     mu = bp.marginals(theta, total)
     value, grad = loss(mu)
     if stepsize is None:
@@ -193,27 +200,21 @@ def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, 
     alpha = stepsize
     hosts = [i for i, g in enumerate(grad) if g is not None]
     history = [value]
-    grow = True
+    growth = 2.0
     for it in range(1, iters + 1):
-        # Double the step only after an iteration that needed no backtracking: each
-        # rejected trial costs a full oracle call, so this keeps ~1.5 calls/iteration
-        # at the curvature limit while still ramping up geometrically from a small η₀.
-        if grow:
-            alpha *= 2.0
-        grow = True
+        alpha *= growth
         while True:
             new_theta = list(theta)
             for h in hosts:
                 new_theta[h] = theta[h] - alpha * grad[h]
             new_mu = bp.marginals(new_theta, total)
-            new_value = loss.value(new_mu)
+            new_value, new_grad = loss(new_mu)
             predicted = sum(float(np.vdot(grad[h], mu[h] - new_mu[h])) for h in hosts)
             if value - new_value >= 0.5 * predicted or alpha < 1e-300:
                 break
             alpha *= 0.5
-            grow = False
-        theta, mu = new_theta, new_mu
-        value, grad = loss(mu)
+            growth = 1.05
+        theta, mu, value, grad = new_theta, new_mu, new_value, new_grad
         history.append(value)
         if callback is not None and callback(Progress(it, value, alpha)):
             break
