@@ -10,6 +10,7 @@ agreement must be exact up to floating-point rounding.
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 from pathlib import Path
@@ -213,7 +214,15 @@ class Oracle:
         return out
 
 
+def _norm(v):
+    """DuckDB may return Decimal or bool; compare numbers as floats."""
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    return v
+
+
 def values_equal(a, b, tol: float = 1e-9) -> bool:
+    a, b = _norm(a), _norm(b)
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, bool) or isinstance(b, bool):
@@ -223,11 +232,22 @@ def values_equal(a, b, tol: float = 1e-9) -> bool:
     return str(a) == str(b)
 
 
+def _sort_key(row):
+    out = []
+    for v in map(_norm, row):
+        if v is None:
+            out.append((0, ""))
+        elif isinstance(v, (int, float)):
+            out.append((1, round(float(v), 6)))
+        else:
+            out.append((2, str(v)))
+    return tuple(out)
+
+
 def rows_equal(ours, theirs, ordered: bool) -> bool:
+    """Rows equal to 1e-9 (relative); without ORDER BY the row order does not matter."""
     if len(ours) != len(theirs):
         return False
     if not ordered:
-        key = lambda r: tuple((0, "") if v is None else (1, round(float(v), 6)) if isinstance(v, (int, float))  # noqa: E731
-                              else (2, str(v)) for v in r)
-        ours, theirs = sorted(ours, key=key), sorted(theirs, key=key)
+        ours, theirs = sorted(ours, key=_sort_key), sorted(theirs, key=_sort_key)
     return all(len(x) == len(y) and all(values_equal(p, q) for p, q in zip(x, y)) for x, y in zip(ours, theirs))
