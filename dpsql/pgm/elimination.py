@@ -75,13 +75,13 @@ class Eliminator:
         """Cliques covering ``attrs``: greedy set cover, most new attributes first."""
         left = set(attrs)
         chosen = []
-        by_attr = self.tree._by_attr
+        by_attr = self.tree.by_attribute
         while left:
             cands = {i for a in left for i in by_attr[a]}
-            best = max(cands, key=lambda i: (len(left & self.tree._sets[i]),
+            best = max(cands, key=lambda i: (len(left & self.tree.clique_sets[i]),
                                              -self.tree.clique_size(self.tree.cliques[i]), -i))
             chosen.append(best)
-            left -= self.tree._sets[best]
+            left -= self.tree.clique_sets[best]
         return chosen
 
     def _subtree(self, nodes: Sequence[int]) -> tuple[int, list[int]]:

@@ -111,6 +111,8 @@ class JunctionTree:
 
     Attributes: ``cliques`` (maximal cliques, canonical order), ``edges`` (pairs of
     clique indices), ``separators`` (dict edge → canonical separator), ``root``,
+    ``by_attribute`` (attribute → indices of the cliques containing it),
+    ``clique_sets`` (each clique as a frozenset),
     ``parent`` (list, ``-1`` for the root), ``preorder`` (root first), ``order``
     (the elimination order used), ``size`` (JT-SIZE in cells).
     """
@@ -152,7 +154,7 @@ class JunctionTree:
                 for j in members[x + 1:]:
                     if not graph.has_edge(i, j):
                         graph.add_edge(i, j, weight=len(sets[i] & sets[j]))
-        self._by_attr, self._sets = by_attr, sets
+        self.by_attribute, self.clique_sets = by_attr, sets
         tree = nx.maximum_spanning_tree(graph, weight="weight")
         comps = [min(c) for c in nx.connected_components(tree)]
         comps.sort()
@@ -179,9 +181,9 @@ class JunctionTree:
         if not want:
             return self.root
         best = -1
-        for i in self._by_attr.get(next(iter(want)), ()):
+        for i in self.by_attribute.get(next(iter(want)), ()):
             c = self.cliques[i]
-            if want <= self._sets[i] and (
+            if want <= self.clique_sets[i] and (
                     best < 0 or self.clique_size(c) < self.clique_size(self.cliques[best])):
                 best = i
         if best < 0:

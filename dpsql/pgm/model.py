@@ -65,7 +65,7 @@ class GraphicalModel:
     def supports(self, attrs: Iterable[str]) -> bool:
         """True when ``attrs`` lie inside one fitted clique (answered from a belief)."""
         attrs = set(attrs)
-        return not attrs or any(attrs <= s for s in self.tree._sets)
+        return not attrs or any(attrs <= s for s in self.tree.clique_sets)
 
     @property
     def potentials(self) -> CliqueVector:
@@ -102,8 +102,8 @@ class GraphicalModel:
 
     def _canonical_marginal(self, canon: tuple[str, ...]) -> np.ndarray:
         want = set(canon)
-        for i in self.tree._by_attr.get(canon[0], ()) if canon else (self.tree.root,):
-            if want <= self.tree._sets[i]:
+        for i in self.tree.by_attribute.get(canon[0], ()) if canon else (self.tree.root,):
+            if want <= self.tree.clique_sets[i]:
                 clique = self.tree.cliques[i]
                 axes = tuple(j for j, a in enumerate(clique) if a not in want)
                 return self._probs[i].sum(axis=axes) if axes else self._probs[i]
