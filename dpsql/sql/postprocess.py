@@ -255,12 +255,13 @@ def _fn(name: str, args: list[V], n: int) -> V:
     if name == "round":
         d = int(_as_num(args[1]).val[0]) if len(args) > 1 else 0
         scale = 10.0 ** d
-        return V(np.sign(x.val) * np.floor(np.abs(x.val) * scale + 0.5) / scale, {k: 0 * v for k, v in x.grad.items()})
+        # Rounding does not make an estimate more certain: its error passes through unchanged.
+        return V(np.sign(x.val) * np.floor(np.abs(x.val) * scale + 0.5) / scale, dict(x.grad))
     if name == "abs":
         return V(np.abs(x.val), {k: d * np.sign(x.val) for k, d in x.grad.items()})
     if name in ("floor", "ceil"):
         f = np.floor if name == "floor" else np.ceil
-        return V(f(x.val), {k: 0 * d for k, d in x.grad.items()})
+        return V(f(x.val), dict(x.grad))
     if name == "sqrt":
         with np.errstate(invalid="ignore", divide="ignore"):
             r = np.sqrt(np.where(x.val < 0, np.nan, x.val))

@@ -379,3 +379,10 @@ def test_mangled_queries_only_raise_dpsql_errors(catalog):
                 compile_sql(v, catalog)
             except errors.Error as err:
                 assert err.message
+
+
+def test_rounding_keeps_the_standard_error(oracle, catalog):
+    cq = compile_sql("SELECT ROUND(AVG(age), 1), AVG(age) FROM adult", catalog)
+    answers = exact(oracle, cq)
+    _, errs = cq.postprocess(answers, {k: np.full(1, 5.0) for k in answers})
+    assert errs[0][0] == pytest.approx(errs[0][1]) and errs[0][0] > 0
