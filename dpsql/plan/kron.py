@@ -17,7 +17,9 @@ import math
 
 import numpy as np
 
-from dpsql.plan.opt0 import FactorResult, Progress, _pinv_psd, opt0, sensitivity
+from dpsql.plan.opt0 import (
+    FactorResult, Progress, _pinv_psd, opt0, semiseparable_right, sensitivity,
+)
 from dpsql.plan.strategy import KronBlock
 from dpsql.plan.workload import WorkloadTerms
 
@@ -41,6 +43,18 @@ def factor_errors(A: np.ndarray, terms: WorkloadTerms, i: int, p: int) -> np.nda
             cache[id(V)] = val
         out[j] = val
     return out
+
+
+def _fast_right(terms: WorkloadTerms, i: int, coeffs: np.ndarray):
+    """T ↦ T·V̂_i in O(pn) when the surrogate gram is one semiseparable gram (Prefix,
+    AllRange; linalg keeps those as G[i,j] = a[min]·b[max])."""
+    live = [j for j in range(len(terms.terms)) if coeffs[j] != 0]
+    if len(live) != 1 or not terms.terms[live[0]].structured:
+        return None
+    g = terms.terms[live[0]].structured[i]
+    if g is None or type(g).__name__ != "Semiseparable":
+        return None
+    return semiseparable_right(coeffs[live[0]] ** 2 * np.asarray(g.a), np.asarray(g.b))
 
 
 def _p_for(terms: WorkloadTerms, i: int) -> int:
@@ -71,7 +85,7 @@ def kron_strategy(terms: WorkloadTerms, noise: str, *, restarts: int = 1,
                 continue
             V = terms.attribute_gram(i, coeffs)
             cand = opt0(V, noise, p=_p_for(terms, i), restarts=restarts, rng=rng,
-                        progress=progress)
+                        progress=progress, right=_fast_right(terms, i, coeffs))
             current = FactorResult(factors[i], float(np.sum(coeffs ** 2 * E[:, i])), "current")
             if cand.loss < current.loss * (1 - 1e-12):
                 factors[i] = cand.matrix

@@ -189,12 +189,14 @@ def pidentity_loss(theta: np.ndarray, V: np.ndarray, p: int,
     s = 1.0 + T.sum(axis=0)
     # ΘV' = ((Θ∘s)V)∘s: the only O(pn²) product, O(pn) for a semiseparable V.
     TV = (((T * s) @ V) if right is None else right(T * s)) * s
-    c = sla.cho_factor(np.eye(p) + T @ T.T, lower=True, check_finite=False)
-    RiT = sla.cho_solve(c, T, check_finite=False)
+    # R is only p×p: invert it once and keep every n-wide product a GEMM.
+    Ri = sla.cho_solve(sla.cho_factor(np.eye(p) + T @ T.T, lower=True, check_finite=False),
+                       np.eye(p), check_finite=False)
+    RiT = Ri @ T
     vdiag = s * s * (np.diag(V) if vdiag is None else vdiag)
     cross = np.sum(TV * RiT, axis=0)
     loss = float(vdiag.sum() - cross.sum())
-    TZ = sla.cho_solve(c, TV - (TV @ T.T) @ RiT, check_finite=False)
+    TZ = Ri @ (TV - (TV @ T.T) @ RiT)
     grad = (2.0 * (vdiag - cross) / s)[None, :] - 2.0 * TZ
     return loss, grad.ravel()
 

@@ -48,6 +48,7 @@ class KronTerm:
     weight: float
     grams: tuple[np.ndarray, ...]
     rows: tuple[int, ...]
+    structured: tuple[Any, ...] = ()   # linalg gram objects (fast products), when known
 
     @cached_property
     def beta(self) -> np.ndarray:
@@ -150,17 +151,18 @@ def factor_dense(factor: Any) -> np.ndarray:
     return np.atleast_2d(np.asarray(factor.dense(), dtype=float))
 
 
-def factor_gram(factor: Any) -> np.ndarray:
-    """Dense WᵀW of one factor, from its structured gram when it has one.
+def factor_gram(factor: Any) -> tuple[np.ndarray, Any]:
+    """Dense WᵀW of one factor, and the structured gram object it came from (or None).
 
     Structured grams matter: AllRange(1024) has 524,800 rows but a closed-form 1024² gram.
     """
     if isinstance(factor, np.ndarray):
         f = np.atleast_2d(np.asarray(factor, dtype=float))
-        return f.T @ f
+        return f.T @ f, None
     gram = factor.gram()
-    g = gram if isinstance(gram, np.ndarray) else gram.dense()
-    return np.atleast_2d(np.asarray(g, dtype=float))
+    if isinstance(gram, np.ndarray):
+        return np.atleast_2d(gram.astype(float)), None
+    return np.atleast_2d(np.asarray(gram.dense(), dtype=float)), gram
 
 
 def _rows(factor: Any) -> int:
@@ -179,7 +181,7 @@ def _flatten(matrix: Any, weight: float, out: list) -> None:
 def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...]) -> WorkloadTerms:
     flat: list = []
     _flatten(matrix, 1.0, flat)
-    cache: dict[int, np.ndarray] = {}
+    cache: dict[int, tuple[np.ndarray, Any]] = {}
     terms = []
     for weight, factors in flat:
         if len(factors) != len(shape):
@@ -187,17 +189,20 @@ def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...]) -
                 f"workload block has {len(factors)} Kronecker factors but the domain has "
                 f"{len(shape)} attributes",
                 hint="build each workload block as Kron over all domain attributes")
-        grams = []
+        grams, structured = [], []
         for f, n in zip(factors, shape):
-            g = cache.get(id(f))
-            if g is None:
-                g = factor_gram(f)
-                cache[id(f)] = g
+            entry = cache.get(id(f))
+            if entry is None:
+                entry = factor_gram(f)
+                cache[id(f)] = entry
+            g = entry[0]
+            structured.append(entry[1])
             if g.shape != (n, n):
                 raise UnsupportedQueryError(
                     f"workload factor has {g.shape[0]} columns, attribute has {n} cells")
             grams.append(g)
-        terms.append(KronTerm(float(weight), tuple(grams), tuple(_rows(f) for f in factors)))
+        terms.append(KronTerm(float(weight), tuple(grams), tuple(_rows(f) for f in factors),
+                              tuple(structured)))
     if not terms:
         raise UnsupportedQueryError("empty workload")
     return WorkloadTerms(attributes, shape, tuple(terms))

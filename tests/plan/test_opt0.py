@@ -88,3 +88,17 @@ def test_pidentity_beats_identity_and_supports():
     best = opt0(V, "laplace", restarts=3, rng=np.random.default_rng(0))
     assert best.loss <= np.trace(V)           # never worse than Identity
     assert best.loss < 0.8 * np.trace(V)      # and p-Identity finds a real improvement
+
+
+def test_semiseparable_product_matches_dense():
+    from dpsql.plan.opt0 import semiseparable_right
+
+    for W in (AllRange(40), Prefix(40)):
+        G = W.gram()
+        T = np.random.default_rng(5).random((3, 40))
+        np.testing.assert_allclose(semiseparable_right(G.a, G.b)(T), T @ G.dense(), rtol=1e-12)
+        x = T.ravel()
+        dense = pidentity_loss(x, G.dense(), 3)
+        fast = pidentity_loss(x, G.dense(), 3, semiseparable_right(G.a, G.b))
+        assert fast[0] == pytest.approx(dense[0], rel=1e-12)
+        np.testing.assert_allclose(fast[1], dense[1], rtol=1e-9, atol=1e-12)
