@@ -91,3 +91,46 @@ def test_user_command(tmp_path, capsys):
     assert main(["user", "remove", "dora", "--config", str(config)]) == 0
     assert main(["user", "remove", "dora", "--config", str(config)]) == 1
     assert scram.load_users(path) == {}
+
+
+def test_dpsql_serve_command(tmp_path):
+    """``dpsql serve`` end to end: a user added with ``dpsql user add`` logs in with psql."""
+    import os
+    import signal
+    import sys
+    from pathlib import Path
+
+    if shutil.which("psql") is None:
+        pytest.skip("psql not installed (apt-get install postgresql-client)")
+    src = Path(ADULT_CONFIG).parent
+    for name in ("dpsql.toml", "adult.toml", "dashboard.sql"):
+        shutil.copy(src / name, tmp_path / name)
+    (tmp_path / "adult.csv").symlink_to(src / "adult.csv")
+    config = str(tmp_path / "dpsql.toml")
+    assert main(["user", "add", "erin", "--password", "pw-erin", "--config", config]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "--config", config, "--port", "0",
+                             "--no-catalog"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        import select
+        ready, _, _ = select.select([proc.stdout], [], [], 90)
+        assert ready, "dpsql serve printed no banner"
+        banner = proc.stdout.readline()
+        assert "serving 'dpsql' on 127.0.0.1:" in banner, banner + proc.stderr.read() if proc.poll() is not None else banner
+        port = banner.split("127.0.0.1:")[1].split()[0]
+        env = dict(os.environ, PGPASSWORD="pw-erin", PGCONNECT_TIMEOUT="10", PGSSLMODE="disable")
+        r = subprocess.run(["psql", "-X", "-h", "127.0.0.1", "-p", port, "-U", "erin", "-d", "dpsql", "-At", "-c",
+                            "SELECT current_user, current_database()"], capture_output=True, text=True, env=env,
+                           timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == "erin|dpsql", r.stderr
+        # nothing measured on this fresh ledger: the engine's own error and hint come through
+        r = subprocess.run(["psql", "-X", "-h", "127.0.0.1", "-p", port, "-U", "erin", "-d", "dpsql", "-c",
+                            "SELECT sex, COUNT(*) FROM adult GROUP BY sex"], capture_output=True, text=True, env=env,
+                           timeout=60)
+        assert r.returncode != 0 and "nothing has been measured" in r.stderr and "HINT:" in r.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
