@@ -12,6 +12,12 @@ maximum-entropy distribution with the fitted marginals).
 * ``method="accelerated"`` — Algorithm 3, Nesterov's accelerated dual averaging with
   θ = −t(t+1)/(4K·N) ḡ, K the Lipschitz constant of the L2 loss (per unit N²) and N
   the total: the same O(1/t²) rate once the constant is known, no line search.
+* ``method="adaptive"`` — the accelerated method with K backtracked to the local
+  curvature and restarted when the loss rises (:func:`_adaptive`); the fastest to
+  a tight optimum, since the worst-case K of Algorithm 3 is usually far too large.
+
+With the L1 loss, "md" uses the classical η₀/√t schedule (a line search stalls at
+the kinks of ‖·‖₁).
 
 μ is kept on the scale of counts (it sums to the total N), as the measurements are.
 """
@@ -116,6 +122,12 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
              capacity: int = DEFAULT_CAPACITY, total: float | None = None,
              norm: str = "l2", stepsize: float | None = None) -> GraphicalModel:
     """Fit a graphical model to ``measurements`` (thesis Algorithm 2 or 3).
+
+    ``method`` is "md" (Algorithm 2, default), "accelerated" (Algorithm 3) or
+    "adaptive" (accelerated with a backtracked Lipschitz estimate and restarts).
+    ``warm_start`` continues from a previous model's potentials (or, when its cliques
+    do not fit the new tree, from its marginals).  ``callback(Progress)`` runs after
+    every iteration; returning True stops the fit.
 
     ``total`` is the number of records when known; otherwise it is estimated from
     the measurements by inverse-variance weighting (ICML appendix E.1), falling back
