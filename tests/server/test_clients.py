@@ -264,3 +264,16 @@ def test_shadow_runs_client_sql_without_superuser_powers(pg):
     # the public tables are visible (information_schema lists only what the role may read) and empty
     assert bounded(lambda: pg.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
                    .fetchall()) == [("adult",)]
+
+
+def test_psycopg_protocol_negotiation(shadow_server):
+    psycopg = pytest.importorskip("psycopg")
+    if psycopg.pq.version() < 180000:
+        pytest.skip("libpq < 18 cannot request protocol 3.2")
+    conn = bounded(lambda: psycopg.connect(host="127.0.0.1", port=shadow_server.port, user="alice", password=PASSWORD,
+                                           dbname="dpsql", connect_timeout=10, sslmode="disable",
+                                           max_protocol_version="3.2", require_auth="scram-sha-256"))
+    try:
+        assert bounded(lambda: conn.execute("SELECT current_user").fetchone()) == ("alice",)
+    finally:
+        bounded(conn.close)
