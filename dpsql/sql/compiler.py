@@ -25,7 +25,7 @@ from dpsql.sql.cells import CellEvaluator, columns_in, literal_value
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import parse_statement
-from dpsql.sql.postprocess import AggPlan, Program, to_ir
+from dpsql.sql.postprocess import AggPlan, Program, int_ir, to_ir
 from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.validate import check_structure
@@ -350,6 +350,8 @@ class _Lowering:
             node_ir[0] == "case" and any(self.ir_has_agg(x) for x in _case_children(node_ir))
 
     def ir_type(self, node_ir) -> str:
+        if node_ir[0] == "op" and int_ir(node_ir, self):
+            return "integer"
         if node_ir[0] == "key":
             return self.keys[node_ir[1]].type
         if node_ir[0] == "lit":

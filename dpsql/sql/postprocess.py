@@ -37,7 +37,7 @@ from dpsql.errors import DataError, InterfaceError, PrivacyViolationError, Unsup
 from dpsql.sql.aggregates import is_aggregate
 from dpsql.sql.cells import columns_in, literal_value
 
-__all__ = ["AggPlan", "Program", "to_ir", "run_program", "quantile_from_histogram"]
+__all__ = ["AggPlan", "Program", "to_ir", "int_ir", "run_program", "quantile_from_histogram"]
 
 
 @dataclass
@@ -98,7 +98,11 @@ def to_ir(node, low):
             position=low.pos(node, node.name),
             hint=f"aggregate it (e.g. COUNT(*), AVG({attr.name})) or add it to GROUP BY")
     if type(node) in _BINARY:
-        return ("op", _BINARY[type(node)], [to_ir(node.this, low), to_ir(node.expression, low)])
+        args = [to_ir(node.this, low), to_ir(node.expression, low)]
+        if isinstance(node, exp.Div) and node.args.get("typed") and all(int_ir(a, low) for a in args):
+            # PostgreSQL divides integers by truncation; only exact (non-noisy) integers qualify.
+            return ("op", "int/", args)
+        return ("op", _BINARY[type(node)], args)
     if isinstance(node, exp.Neg):
         return ("op", "neg", [to_ir(node.this, low)])
     if isinstance(node, exp.Not):
@@ -129,6 +133,17 @@ def to_ir(node, low):
     raise UnsupportedQueryError(f"{label} is not supported in the select list, HAVING or ORDER BY",
                                 position=low.pos(node),
                                 hint="use arithmetic, comparisons, CASE, ROUND, ABS, COALESCE on aggregates")
+
+
+def int_ir(ir, low) -> bool:
+    """Is this IR an exact integer (group key or literal, never an aggregate)?"""
+    if ir[0] == "key":
+        return low.keys[ir[1]].type == "integer"
+    if ir[0] == "lit":
+        return isinstance(ir[1], int) and not isinstance(ir[1], bool)
+    if ir[0] == "op" and ir[1] in ("+", "-", "*", "%", "int/", "neg"):
+        return all(int_ir(a, low) for a in ir[2])
+    return False
 
 
 # --- evaluation ------------------------------------------------------------------------
@@ -186,6 +201,9 @@ def _arith(op: str, a: V, b: V) -> V:
         if op == "/":
             safe = np.where(y == 0, np.nan, y)
             return V(x / safe, _combine(a, b, 1.0 / safe, -x / safe ** 2))
+        if op == "int/":
+            safe = np.where(y == 0, np.nan, y)
+            return V(np.trunc(x / safe), {})
         if op == "%":
             safe = np.where(y == 0, np.nan, y)
             return V(np.fmod(x, safe), {k: d for k, d in a.grad.items()})
@@ -304,7 +322,7 @@ class _Eval:
             return V(np.array([v] * n, dtype=object), None, False)
         if tag == "op":
             op, args = ir[1], [self(a) for a in ir[2]]
-            if op in ("+", "-", "*", "/", "%"):
+            if op in ("+", "-", "*", "/", "%", "int/"):
                 return _arith(op, *args)
             if op == "neg":
                 a = _as_num(args[0])
@@ -476,6 +494,10 @@ def _moments(plan: AggPlan, got, groups: int):
     return np.where(ok, f, np.nan), np.where(ok, var, np.nan)
 
 
+def _as_int(x):
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
 def _py(x):
     if isinstance(x, (np.floating, float)):
         return None if math.isnan(x) else float(x)
@@ -524,7 +546,9 @@ def run_program(cq, answers, stderrs, present=None):
             total = total + (d * np.ones(n)) ** 2 * vars_[k]
         return np.array([None if math.isnan(x) else math.sqrt(x) for x in total], dtype=object)
 
-    rows = [tuple(_py(o.val[i]) for o in outs) for i in range(n)]
+    integer = [c.type == "integer" for c in cq.columns]
+    rows = [tuple(_as_int(_py(o.val[i])) if integer[j] else _py(o.val[i]) for j, o in enumerate(outs))
+            for i in range(n)]
     errs = None
     if stderrs is not None:
         cols = [stderr_of(o) for o in outs]
