@@ -10,7 +10,8 @@ Feasibility is decided from public metadata before any optimisation runs, becaus
 operator's measured cliques are known in advance: OPT_⊗ must keep every attribute some
 term does not sum out (one clique, their union), while OPT_+ and OPT_M measure the terms'
 own supports.  A candidate whose largest counted marginal exceeds ``Caps.marginal_cells`` or
-whose cliques induce a junction tree larger than ``Caps.model_size`` is skipped, and
+whose cliques induce a junction tree larger than ``Caps.model_size`` loses to any candidate
+within it (if none fits, the best is kept and flagged for approximate inference), and
 ``Strategy.explanation`` says why.
 """
 
@@ -201,10 +202,6 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
                          f"(cap {caps.marginal_cells:,})")
             continue
         size = junction_tree_size(terms.attributes, terms.shape, cliques)
-        if size > caps.model_size:
-            notes.append(f"{op} skipped: its cliques induce a {size:,}-cell junction tree "
-                         f"(cap {caps.model_size:,})")
-            continue
         if op in ("OPT_0", "OPT_kron", "OPT_+") and max(terms.shape) > caps.opt0_cells:
             notes.append(f"{op} skipped: an attribute has {max(terms.shape):,} cells "
                          f"(dense OPT_0 cap {caps.opt0_cells:,})")
@@ -218,15 +215,24 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         strat = run[op](terms, noise, restarts=restarts, seed=rng, progress=progress)
         if grid is not None:
             strat = strat.rounded(grid)
-        cands.append(strat)
+        cands.append((strat, size))
         notes.append(f"{op}: expected error {strat.expected_error:.6g}, "
-                     f"{len(strat.kron_blocks)} block(s), model size {size:,}")
-    finite = [s for s in cands if math.isfinite(s.expected_error)]
+                     f"{len(strat.kron_blocks)} block(s), junction tree {size:,} cells")
+    finite = [(s, size) for s, size in cands if math.isfinite(s.expected_error)]
     if not finite:
         raise ModelTooLargeError(
             "no HDMM strategy fits the configured caps: " + "; ".join(notes),
             cliques=_planned_cliques(terms, "OPT_M"),
             hint="split the workload, coarsen attributes, or raise the caps")
+    # Exact inference needs the junction tree; a larger one is still measurable and can be
+    # fitted approximately (region graphs), so over-cap candidates lose only to fitting ones.
+    fitting = [s for s, size in finite if size <= caps.model_size]
+    if fitting:
+        finite = fitting
+    else:
+        notes.append(f"every candidate's junction tree exceeds {caps.model_size:,} cells: "
+                     "the estimate will need approximate (region-graph) inference")
+        finite = [s for s, _ in finite]
     best = min(finite, key=lambda s: s.expected_error)
     why = (f"{best.operator} chosen (lowest expected unit-noise squared error among "
            f"feasible candidates). " + "; ".join(notes) + ".")

@@ -76,8 +76,11 @@ def test_caps_restructure_high_dimensional_workloads():
     assert s.operator in ("OPT_M", "OPT_+")
     assert "OPT_kron skipped" in s.explanation
     assert max(len(c) for c in s.cliques) <= 2
+    # A junction tree over the cap is flagged, not refused; a marginal over the cap is.
+    flagged = optimize(W, "gaussian", restarts=1, caps=Caps(model_size=100))
+    assert "approximate (region-graph) inference" in flagged.explanation
     with pytest.raises(ModelTooLargeError):
-        optimize(W, "gaussian", caps=Caps(model_size=100))
+        optimize(W, "gaussian", caps=Caps(marginal_cells=8))
 
 
 def test_progress_and_cache(tmp_path, workloads):
