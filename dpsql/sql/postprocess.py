@@ -303,7 +303,9 @@ def _fn(name: str, args: list[V], n: int) -> V:
 
 
 class _Eval:
-    def __init__(self, agg_vals, agg_vars, key_cols, n):
+    """Evaluates IR over all groups at once; numeric values carry their partial derivatives."""
+
+    def __init__(self, agg_vals, key_cols, n):
         self.agg_vals = agg_vals
         self.key_cols = key_cols
         self.n = n
@@ -531,7 +533,7 @@ def run_program(cq, answers, stderrs, present=None):
     vars_ = [v[idx] for v in vars_]
     n = len(idx)
     key_cols = [np.array([tuples[i][j] for i in idx], dtype=object) for j in range(len(program.keys))]
-    ev = _Eval(vals, vars_, key_cols, n)
+    ev = _Eval(vals, key_cols, n)
     keep = np.ones(n, dtype=bool)
     if program.having is not None:
         h = _as_obj(ev(program.having))
