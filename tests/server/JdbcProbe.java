@@ -23,7 +23,7 @@ public class JdbcProbe {
                 for (int i = 0; i < 4; i++) {
                     ps.setInt(1, 30);
                     try (ResultSet rs = ps.executeQuery()) {
-                        while (rs.next()) System.out.println("ROW " + i + " " + rs.getString(1) + " " + rs.getLong(2));
+                        while (rs.next()) System.out.println("ROW " + i + " " + rs.getString(1) + " " + rs.getDouble(2));
                     }
                 }
             }

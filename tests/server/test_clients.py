@@ -195,7 +195,8 @@ def test_sqlalchemy_inspect_and_pandas(shadow_server):
 
 # -- pgjdbc ---------------------------------------------------------------------------------
 
-def test_pgjdbc_metadata_and_prepared_statement(shadow_server, tmp_path):
+def run_jdbc_probe(port, tmp_path):
+    """Compile and run JdbcProbe.java; returns its output lines (skips without a JDK or pgjdbc)."""
     if shutil.which("javac") is None or shutil.which("java") is None:
         pytest.skip("no JDK (apt-get install default-jdk-headless)")
     jar = next((j for j in JDBC_JARS if Path(j).exists()), None)
@@ -204,16 +205,23 @@ def test_pgjdbc_metadata_and_prepared_statement(shadow_server, tmp_path):
     shutil.copy(HERE / "JdbcProbe.java", tmp_path / "JdbcProbe.java")
     subprocess.run(["javac", "-cp", jar, "JdbcProbe.java"], cwd=tmp_path, check=True, timeout=90,
                    capture_output=True)
-    url = f"jdbc:postgresql://127.0.0.1:{shadow_server.port}/dpsql?sslmode=disable"
+    url = f"jdbc:postgresql://127.0.0.1:{port}/dpsql?sslmode=disable"
     r = subprocess.run(["java", "-cp", f"{jar}:{tmp_path}", "JdbcProbe", url, "alice", PASSWORD],
                        capture_output=True, text=True, timeout=90)
     assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stdout.splitlines()
+    return r.stdout.splitlines()
+
+
+def check_jdbc_output(lines):
     assert "TABLE adult" in lines
     assert "COLUMN age int8" in lines and "COLUMN sex text" in lines
     rows = [line for line in lines if line.startswith("ROW ")]
     assert len(rows) == 8 and len({line.split(" ", 2)[2] for line in rows}) == 2  # same answers every time
     assert "REFUSED 42501" in lines
+
+
+def test_pgjdbc_metadata_and_prepared_statement(shadow_server, tmp_path):
+    check_jdbc_output(run_jdbc_probe(shadow_server.port, tmp_path))
 
 
 def test_superset_style_terminate_cancels_own_sessions_only(shadow_server, pg):
@@ -262,6 +270,8 @@ def test_shadow_runs_client_sql_without_superuser_powers(pg):
         bounded(lambda: pg.execute("SELECT pg_ls_dir('.')"))
     assert bounded(lambda: pg.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()) == (False,)
     # the public tables are visible (information_schema lists only what the role may read) and empty
+    assert bounded(lambda: pg.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'adult'")
+                   .fetchall()) == [(0,)]
     assert bounded(lambda: pg.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
                    .fetchall()) == [("adult",)]
 

@@ -144,3 +144,26 @@ def test_load_against_engine_leaves_ledger_consistent(engine_server):
     assert result["alive"] == 0 and result["failures"] == [] and result["completed"] == 1000
     # the mix is answered from the released workload measurements: distinct queries charge 0
     assert admin.session.budget()["total_spent_rho"] == before
+
+
+def test_pgjdbc_against_engine(engine_server, tmp_path):
+    from test_clients import check_jdbc_output, run_jdbc_probe
+    thread, _ = engine_server
+    check_jdbc_output(run_jdbc_probe(thread.port, tmp_path))
+
+
+def test_sqlalchemy_pandas_against_engine(engine_server):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pandas = pytest.importorskip("pandas")
+    thread, _ = engine_server
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:{thread.port}/dpsql",
+                                      connect_args={"connect_timeout": 10, "sslmode": "disable"})
+    try:
+        insp = bounded(lambda: sqlalchemy.inspect(engine))
+        assert bounded(insp.get_table_names) == ["adult"]
+        assert "income" in [c["name"] for c in bounded(lambda: insp.get_columns("adult"))]
+        frame = bounded(lambda: pandas.read_sql("SELECT income, COUNT(*) AS n FROM adult GROUP BY income", engine),
+                        timeout=60)
+        assert sorted(frame["income"]) == ["<=50K", ">50K"] and (frame["n"] > 0).all()
+    finally:
+        engine.dispose()
