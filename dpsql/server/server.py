@@ -69,7 +69,8 @@ class _Conn:
 
 class Server:
     def __init__(self, config, *, users_file=None, overrides: dict | None = None, link_factory=None,
-                 catalog=None, options: ServerOptions | None = None) -> None:
+                 catalog=None, options: ServerOptions | None = None, shadow_cluster: ShadowCluster | None = None) -> None:
+        """``shadow_cluster``: an already started shadow to share (the caller stops it)."""
         self.config = config
         self.options = options or ServerOptions()
         if self.options.auth_method not in ("scram-sha-256", "password"):
@@ -82,7 +83,8 @@ class Server:
         self._catalog = catalog
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.options.workers or os.cpu_count() or 2, thread_name_prefix="dpsql-query")
-        self.shadow_cluster: ShadowCluster | None = None
+        self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
+        self._shared_cluster = shadow_cluster
         self.shadow: ShadowPool | None = None
         self._server: asyncio.base_events.Server | None = None
         self._conns: dict[int, _Conn] = {}
@@ -103,20 +105,23 @@ class Server:
                 self._catalog = dict(probe.catalog)
             finally:
                 probe.close()
-        if self.options.shadow:
+        cluster = self._shared_cluster
+        if cluster is None and self.options.shadow:
             cluster = ShadowCluster(self._catalog, self.options.database)
             try:
                 await loop.run_in_executor(self.executor, cluster.start)
             except ShadowUnavailable as exc:
                 await loop.run_in_executor(self.executor, cluster.stop)
                 log.warning("catalog queries disabled: %s", exc)
+                cluster = None
             else:
                 self.shadow_cluster = cluster
-                self.shadow = ShadowPool(cluster.socket_path, self.options.database, self.options.shadow_pool)
-                client = await self.shadow.acquire()
-                self.shadow.release(client)
-                if not self.options.server_version:
-                    self.server_version = self.shadow.server_version.split()[0]
+        if cluster is not None:
+            self.shadow = ShadowPool(cluster.socket_path, cluster.database, self.options.shadow_pool)
+            client = await self.shadow.acquire()
+            self.shadow.release(client)
+            if not self.options.server_version:
+                self.server_version = self.shadow.server_version.split()[0]
         self._server = await asyncio.start_server(self._client, self.options.host, self.options.port,
                                                   limit=2 ** 16)
         log.info("dpsql serving on %s:%s", self.options.host, self.port)

@@ -11,7 +11,7 @@ import pytest
 
 from dpsql.server import scram
 from dpsql.server.server import Server, ServerOptions, ServerThread
-from dpsql.server.shadow import find_bindir
+from dpsql.server.shadow import ShadowCluster, find_bindir
 
 from server_fakes import ADULT_CONFIG, FakeLink
 
@@ -26,10 +26,22 @@ def users_file(tmp_path_factory):
     return path
 
 
-def _start(users_file, link_factory, catalog, **options):
+def _start(users_file, link_factory, catalog, cluster=None, **options):
     opts = ServerOptions(host="127.0.0.1", port=0, **options)
-    server = Server(ADULT_CONFIG, users_file=users_file, link_factory=link_factory, catalog=catalog, options=opts)
+    server = Server(ADULT_CONFIG, users_file=users_file, link_factory=link_factory, catalog=catalog, options=opts,
+                    shadow_cluster=cluster)
     return ServerThread(server).start()
+
+
+@pytest.fixture(scope="session")
+def shadow_cluster():
+    """One schema-only PostgreSQL shared by every server of the session (initdb is the slow part)."""
+    if find_bindir() is None:
+        pytest.skip("PostgreSQL server binaries (initdb/pg_ctl) not installed: apt-get install postgresql")
+    cluster = ShadowCluster(FakeLink.catalog, "dpsql")
+    cluster.start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +53,7 @@ def fake_server(users_file):
 
 
 @pytest.fixture(scope="session")
-def shadow_server(users_file):
-    if find_bindir() is None:
-        pytest.skip("PostgreSQL server binaries (initdb/pg_ctl) not installed: apt-get install postgresql")
-    thread = _start(users_file, FakeLink, FakeLink.catalog, shadow=True, auth_failure_delay=0.05)
+def shadow_server(users_file, shadow_cluster):
+    thread = _start(users_file, FakeLink, FakeLink.catalog, shadow_cluster, auth_failure_delay=0.05)
     yield thread
     thread.stop()
