@@ -85,6 +85,11 @@ class QueryMatrix:
     __array_ufunc__ = None
     dtype = np.dtype(np.float64)
     _shape: tuple[int, int]
+    # Preferred number of entries per block when a Kron applies this matrix along
+    # one axis of a big tensor (thesis Algorithm 1).  Numpy-ufunc leaves want big
+    # blocks to amortise per-call overhead; BLAS-backed ones override it with small,
+    # cache-resident blocks.
+    _slab_hint = 1 << 18
 
     # ----------------------------------------------------------------- shape
     @property
@@ -338,6 +343,7 @@ class Transpose(QueryMatrix):
         assert isinstance(base, QueryMatrix)
         self.base = base
         self._shape = (base.shape[1], base.shape[0])
+        self._slab_hint = base._slab_hint
 
     def _matmat(self, X):
         return self.base._rmatmat(X)
@@ -381,6 +387,7 @@ class Weighted(QueryMatrix):
         self.weight = check_weight(weight)
         self.base = base
         self._shape = base.shape
+        self._slab_hint = base._slab_hint
 
     def _matmat(self, X):
         return self.weight * self.base._matmat(X)
@@ -433,6 +440,7 @@ class Product(QueryMatrix):
         self.left = left
         self.right = right
         self._shape = (left.shape[0], right.shape[1])
+        self._slab_hint = min(left._slab_hint, right._slab_hint)
 
     def _matmat(self, X):
         return self.left._matmat(self.right._matmat(X))

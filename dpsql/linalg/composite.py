@@ -29,12 +29,12 @@ __all__ = ["Kron", "Union", "Sum", "EXACT_SENSITIVITY_LIMIT"]
 #: per block vector.
 EXACT_SENSITIVITY_LIMIT = 1 << 22
 
-# Each slab handed to a factor in Algorithm 1 holds about this many entries (2 MiB),
-# which bounds the scratch memory beyond the input and output vectors and keeps a
-# slab and its image in cache: on the 40^5 benchmark 2^18 used ~20% less CPU than
-# 2^21, and smaller slabs gained nothing more.
+# Each slab handed to a factor in Algorithm 1 holds at most about this many entries
+# (2 MiB), which bounds the scratch memory beyond the input and output vectors.
+# Factors may ask for smaller slabs (QueryMatrix._slab_hint), but a slab always has
+# at least _MIN_SLAB_COLS columns so a wide factor's own entries are reused.
 _SLAB_ENTRIES = 1 << 18
-
+_MIN_SLAB_COLS = 128
 
 def _check_blocks(items, what: str) -> list[QueryMatrix]:
     items = list(items)
@@ -58,19 +58,18 @@ def _apply_along_axis(op: QueryMatrix, src: np.ndarray, dst: np.ndarray) -> None
     """
     L, N, R = src.shape
     M = dst.shape[1]
-    width = max(N, M)
+    cols = max(_MIN_SLAB_COLS, min(_SLAB_ENTRIES, op._slab_hint) // max(N, M))
     if R == 1:
         # Innermost axis of a matvec: rows of src[:, :, 0] are contiguous, so the
         # factor maps whole rows (one GEMM for Explicit) with no transposes.
-        cl = max(1, _SLAB_ENTRIES // width)
-        for l0 in range(0, L, cl):
-            l1 = min(L, l0 + cl)
+        for l0 in range(0, L, cols):
+            l1 = min(L, l0 + cols)
             dst[l0:l1, :, 0] = op._matmat_rows(src[l0:l1, :, 0])
         return
-    if width * R >= _SLAB_ENTRIES:
-        cl, cr = 1, max(1, _SLAB_ENTRIES // width)
+    if R >= cols:
+        cl, cr = 1, cols
     else:
-        cl, cr = max(1, _SLAB_ENTRIES // (width * R)), R
+        cl, cr = max(1, cols // R), R
     for l0 in range(0, L, cl):
         l1 = min(L, l0 + cl)
         for r0 in range(0, R, cr):

@@ -29,6 +29,7 @@ def test_four_attribute_kron_vs_np_kron(monkeypatch, slab):
     # Small slabs force the chunked paths: one row split over columns (cl = 1) and
     # several rows per slab (cl > 1), including in-place updates of square factors.
     monkeypatch.setattr(composite, "_SLAB_ENTRIES", slab)
+    monkeypatch.setattr(composite, "_MIN_SLAB_COLS", 1)
     rng = np.random.default_rng(11)
     K, ref = four_attribute_kron(rng)
     x = rng.standard_normal(K.shape[1])
@@ -44,6 +45,7 @@ def test_four_attribute_kron_vs_np_kron(monkeypatch, slab):
 @pytest.mark.parametrize("slab", [5, 1 << 21])
 def test_square_kron_in_place_and_noncontiguous_input(monkeypatch, slab):
     monkeypatch.setattr(composite, "_SLAB_ENTRIES", slab)
+    monkeypatch.setattr(composite, "_MIN_SLAB_COLS", 1)
     rng = np.random.default_rng(3)
     factors = [Explicit(rng.standard_normal((4, 4))), Prefix(3), Suffix(5), Identity(2)]
     K = Kron(factors)
