@@ -340,7 +340,8 @@ class _Lowering:
                           distinct=distinct, aggs=self.aggs, keys=self.keys, grouping=grouping,
                           lq_by_name={lq.name: lq for lq in lqs})
         return CompiledQuery(sql=self.stmt.sql, table=self.schema.name, columns=columns,
-                             groups=grouping.group_tuples(), linear_queries=lqs, program=program,
+                             groups=grouping.group_tuples(),
+                             linear_queries=[lq for lq in lqs if not lq.always_zero], program=program,
                              schema=self.schema)
 
     def ir_has_agg(self, node_ir) -> bool:

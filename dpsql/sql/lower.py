@@ -106,4 +106,4 @@ def build_linear_query(spec: QuerySpec, schema, grouping: Grouping) -> LinearQue
     return LinearQuery(name=spec.name, matrix=Union(blocks),
                        attributes=tuple(a.name for a in attrs if a.name in touched),
                        kind=spec.kind, description=spec.description, layout=layout,
-                       blocks=len(blocks), cell_masks=tuple(masks) if masks else None)
+                       blocks=len(blocks), cell_masks=tuple(masks) if masks else None, always_zero=zero)

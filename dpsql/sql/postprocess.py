@@ -390,6 +390,9 @@ def quantile_from_histogram(hist: np.ndarray, values: np.ndarray, q: float, meth
 
 
 def _answers(lq, answers, stderrs):
+    if lq.always_zero:
+        zero = np.zeros((lq.blocks, lq.layout.rows))
+        return zero, (zero.copy() if stderrs is not None else None)
     if lq.name not in answers:
         raise InterfaceError(f"no answer for linear query {lq.name!r}", hint="answer every linear query")
     a = np.asarray(answers[lq.name], dtype=float).reshape(-1)

@@ -77,6 +77,9 @@ class LinearQuery:
     # Per block, for quantiles: which cells of the quantile attribute satisfy the block's
     # predicate (the factor itself is the identity, so the mask is applied afterwards).
     cell_masks: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
+    # The predicate is never TRUE (decided from the domain): the answer is known to be 0, so
+    # the query is kept out of ``CompiledQuery.linear_queries`` and costs nothing.
+    always_zero: bool = False
 
 
 @dataclass(frozen=True)
