@@ -195,18 +195,23 @@ def test_sqlalchemy_inspect_and_pandas(shadow_server):
 
 # -- pgjdbc ---------------------------------------------------------------------------------
 
+_JDBC_BUILD: dict = {}
+
+
 def run_jdbc_probe(port, tmp_path):
-    """Compile and run JdbcProbe.java; returns its output lines (skips without a JDK or pgjdbc)."""
+    """Compile JdbcProbe.java (once per session) and run it; skips without a JDK or pgjdbc."""
     if shutil.which("javac") is None or shutil.which("java") is None:
         pytest.skip("no JDK (apt-get install default-jdk-headless)")
     jar = next((j for j in JDBC_JARS if Path(j).exists()), None)
     if jar is None:
         pytest.skip("pgjdbc not installed (apt-get install libpostgresql-jdbc-java)")
-    shutil.copy(HERE / "JdbcProbe.java", tmp_path / "JdbcProbe.java")
-    subprocess.run(["javac", "-cp", jar, "JdbcProbe.java"], cwd=tmp_path, check=True, timeout=90,
-                   capture_output=True)
+    if "dir" not in _JDBC_BUILD:
+        shutil.copy(HERE / "JdbcProbe.java", tmp_path / "JdbcProbe.java")
+        subprocess.run(["javac", "-cp", jar, "JdbcProbe.java"], cwd=tmp_path, check=True, timeout=90,
+                       capture_output=True)
+        _JDBC_BUILD["dir"] = tmp_path
     url = f"jdbc:postgresql://127.0.0.1:{port}/dpsql?sslmode=disable"
-    r = subprocess.run(["java", "-cp", f"{jar}:{tmp_path}", "JdbcProbe", url, "alice", PASSWORD],
+    r = subprocess.run(["java", "-cp", f"{jar}:{_JDBC_BUILD['dir']}", "JdbcProbe", url, "alice", PASSWORD],
                        capture_output=True, text=True, timeout=90)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout.splitlines()
