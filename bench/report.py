@@ -59,6 +59,7 @@ def plot_table(results: dict, table: str, path: Path, title: str) -> bool:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     keys = [k for k in results if k.startswith(table + "/")]
     if not keys:
@@ -81,14 +82,20 @@ def plot_table(results: dict, table: str, path: Path, title: str) -> bool:
         ax.set_title(f"{table}: {WORKLOAD_TITLES.get(name, name)} ({entry['queries']} queries)", fontsize=10)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ticks = sorted({float(e) for by_eps in entry["systems"].values() for e in by_eps})
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("total privacy budget ε  (δ = 1e-6)")
         ax.set_ylabel("RMSE per answer cell (counts)")
-        ax.grid(True, which="major", alpha=0.35)
-        ax.grid(True, which="minor", alpha=0.12)
+        ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    handles, labels = next(iter(axes.flat)).get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    legend = {}
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, h)
+    labels = [LABELS[s] for s in ORDER if LABELS[s] in legend]
+    fig.legend([legend[label] for label in labels], labels, loc="lower center", ncol=4, fontsize=9, frameon=False)
     fig.suptitle(title, fontsize=12)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
     path.parent.mkdir(parents=True, exist_ok=True)
