@@ -28,6 +28,8 @@ __all__ = ["kron_strategy", "factor_errors"]
 
 def factor_errors(A: np.ndarray, terms: WorkloadTerms, i: int, p: int) -> np.ndarray:
     """e_ji = ‖A‖_p² tr(V_ji (AᵀA)⁺) for every term j (inf if A does not support V_ji)."""
+    if A.shape[0] == A.shape[1] and np.array_equal(A, np.eye(A.shape[0])):
+        return np.array([float(np.trace(t.grams[i])) for t in terms.terms])
     Xp, proj = _pinv_psd(A.T @ A)
     s2 = sensitivity(A, p) ** 2
     cache: dict[int, float] = {}
@@ -89,7 +91,11 @@ def kron_strategy(terms: WorkloadTerms, noise: str, *, restarts: int = 1,
             current = FactorResult(factors[i], float(np.sum(coeffs ** 2 * E[:, i])), "current")
             if cand.loss < current.loss * (1 - 1e-12):
                 factors[i] = cand.matrix
-                E[:, i] = factor_errors(cand.matrix, terms, i, p_norm)
+                if len(w2) == 1:
+                    # One term: OPT_0's loss on c²V is exactly c²·e, no second inverse.
+                    E[0, i] = cand.loss / coeffs[0] ** 2
+                else:
+                    E[:, i] = factor_errors(cand.matrix, terms, i, p_norm)
             best = float(np.sum(w2 * np.prod(E, axis=1)))
             if progress is not None:
                 progress("opt_kron", sweep * d + i + 1, best)

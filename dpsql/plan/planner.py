@@ -86,8 +86,9 @@ def junction_tree_size(attributes, shape, cliques) -> int:
 
 
 def _make(terms: WorkloadTerms, blocks, noise: str, operator: str, *, assignment=None,
-          explanation: str = "") -> Strategy:
-    tse = strategy_tse(terms, blocks, noise, assignment)
+          explanation: str = "", tse: float | None = None) -> Strategy:
+    if tse is None:
+        tse = strategy_tse(terms, blocks, noise, assignment)
     return Strategy(terms.attributes, terms.shape, tuple(blocks), operator, noise, tse,
                     explanation, None if assignment is None else tuple(assignment), terms)
 
@@ -103,8 +104,11 @@ def opt_kron(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
     """OPT_⊗ (thesis Definition 20): one Kronecker product over all attributes."""
     noise_norm(noise)
     terms = workload_terms(W)
-    block, _ = kron_strategy(terms, noise, restarts=restarts, rng=_rng(seed), progress=progress)
-    return _make(terms, [block], noise, "OPT_kron")
+    block, loss = kron_strategy(terms, noise, restarts=restarts, rng=_rng(seed),
+                                progress=progress)
+    # Theorem 4: the product of per-factor losses already is ‖Q‖²·tr(WᵀW(QᵀQ)⁺).
+    return _make(terms, [block], noise, "OPT_kron",
+                 tse=(2.0 if noise_norm(noise) == 1 else 1.0) * loss)
 
 
 def opt_0(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
