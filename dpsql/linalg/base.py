@@ -21,6 +21,7 @@ over a product domain use C-order flattening, as in thesis Algorithm 1.
 
 from __future__ import annotations
 
+import abc
 import math
 import numbers
 
@@ -65,13 +66,14 @@ def check_p(p) -> int:
 
 
 def check_weight(c) -> float:
+    """Validate a block weight: a finite real number, returned as float."""
     if not isinstance(c, numbers.Real) or not math.isfinite(float(c)):
         raise ProgrammingError(f"matrix weight must be a finite real number, got {c!r}",
                                hint="weights scale whole blocks of queries; pass a float")
     return float(c)
 
 
-class QueryMatrix:
+class QueryMatrix(abc.ABC):
     """A linear query matrix known by its structure (thesis §3.4).
 
     Subclasses set ``self._shape`` and override ``_matmat`` and ``_rmatmat`` (X has
@@ -129,11 +131,13 @@ class QueryMatrix:
             raise _shape_error("rmatmat", (self._shape[0], "k"), Y.shape)
         return self._rmatmat(Y)
 
+    @abc.abstractmethod
     def _matmat(self, X: np.ndarray) -> np.ndarray:
-        raise NotImplementedError(type(self).__name__ + "._matmat")
+        """A X for 2-D float64 X with shape[1] rows (shape already checked)."""
 
+    @abc.abstractmethod
     def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
-        raise NotImplementedError(type(self).__name__ + "._rmatmat")
+        """Aᵀ Y for 2-D float64 Y with shape[0] rows (shape already checked)."""
 
     def _matmat_rows(self, Z: np.ndarray) -> np.ndarray:
         """Z Aᵀ: A applied to every row of Z (the last Kron axis of a matvec).
@@ -189,9 +193,8 @@ class QueryMatrix:
         return self._column_norms(check_p(p))
 
     def _column_norms(self, p: int) -> np.ndarray:
-        m, n = self._shape
         self._check_work("column norms")
-        out = np.empty(n)
+        out = np.empty(self._shape[1])
         for lo, hi, block in self._column_blocks():
             out[lo:hi] = _pnorm(block, p, axis=0)
         return out

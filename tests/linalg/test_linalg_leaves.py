@@ -232,3 +232,17 @@ def test_allrange_pinv_structured_for_large_n():
     x = np.random.default_rng(4).standard_normal(n)
     # Full column rank, so A⁺A = I: recover x from its range answers.
     assert_close(P.matvec(A.matvec(x)), x, np.abs(x).max(), rtol=1e-8)
+
+
+def test_new_leaf_needs_both_products():
+    from dpsql.linalg import QueryMatrix
+
+    class Half(QueryMatrix):
+        def __init__(self):
+            self._shape = (1, 1)
+
+        def _matmat(self, X):
+            return 0.5 * X
+
+    with pytest.raises(TypeError):
+        Half()
