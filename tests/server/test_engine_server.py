@@ -169,3 +169,26 @@ def test_sqlalchemy_pandas_against_engine(engine_server):
         assert sorted(frame["income"]) == ["<=50K", ">50K"] and (frame["n"] > 0).all()
     finally:
         engine.dispose()
+
+
+def test_text_parameters_and_error_columns(engine_server):
+    thread, _ = engine_server
+    conn = _psycopg(thread.port)
+    try:
+        rows = bounded(lambda: conn.execute("SELECT sex, COUNT(*) FROM adult WHERE sex = %s GROUP BY sex",
+                                            ("Male",)).fetchall())
+        # every group of the public domain is reported (which groups are empty is private); the
+        # filtered-out group's noisy count is near zero, the other one is not
+        counts = dict(rows)
+        assert counts["Male"] > 1000 > abs(counts.get("Female", 0))
+        bounded(lambda: conn.execute("SET dpsql.error_columns = 'ci95'"))
+        for binary in (False, True):
+            cur = conn.cursor(binary=binary)
+            rows = bounded(lambda: cur.execute("SELECT sex, COUNT(*) FROM adult WHERE age > %s GROUP BY sex",
+                                               (25,)).fetchall())
+            assert [d.name for d in cur.description] == ["sex", "count", "count_ci95"]
+            assert all(isinstance(r[2], float) and r[2] > 0 for r in rows)
+        shown = bounded(lambda: conn.execute("SHOW dpsql.error_columns").fetchone())
+        assert shown == ("ci95",)
+    finally:
+        bounded(conn.close)
