@@ -28,7 +28,8 @@ REPORTED = {"application_name": "application_name", "client_encoding": "client_e
             "in_hot_standby": "in_hot_standby"}
 _ALIASES = {"transaction isolation level": "transaction_isolation", "time zone": "timezone",
             "session authorization": "session_authorization"}
-_NOOP_SET = {"TRANSACTION", "CHARACTERISTICS", "CONSTRAINTS", "ROLE", "SESSION_AUTHORIZATION"}
+_NOOP_SET = {"TRANSACTION", "CHARACTERISTICS", "CONSTRAINTS"}
+_IDENTITY_SET = {"ROLE", "AUTHORIZATION", "SESSION_AUTHORIZATION"}
 
 
 def defaults(server_version: str, user: str) -> dict[str, str]:
@@ -57,7 +58,7 @@ def _version_num(version: str) -> str:
 
 @dataclass(frozen=True)
 class Command:
-    kind: str          # set | show | reset | begin | commit | rollback | savepoint | release | ack
+    kind: str          # set | show | reset | begin | commit | rollback | rollback_to | ack
     name: str = ""
     value: str | None = None
     tag: str = ""
@@ -77,8 +78,11 @@ def parse_command(route) -> Command:
         while i < len(tokens) and upper[i] in ("SESSION", "LOCAL") and not (
                 i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.EQ):
             i += 1
-        if i < len(tokens) and upper[i] in _NOOP_SET or (i + 1 < len(tokens) and upper[i] == "SESSION"
-                                                         and upper[i + 1] == "AUTHORIZATION"):
+        if i < len(tokens) and upper[i] in _IDENTITY_SET:
+            # the budget principal is whoever authenticated; switching identity would move charges
+            raise QueryError("0A000", "SET ROLE and SET SESSION AUTHORIZATION are not supported by dpsql",
+                             hint="connect as the user whose budget the queries should use")
+        if i < len(tokens) and upper[i] in _NOOP_SET:
             return Command("ack", tag="SET")
         if i + 1 < len(tokens) and upper[i] == "TIME" and upper[i + 1] == "ZONE":
             name, j = "timezone", i + 2

@@ -6,6 +6,8 @@ from decimal import Decimal
 import pytest
 
 from dpsql.server import pgtypes
+from dpsql.server.gucs import parse_command
+from dpsql.server.results import QueryError
 from dpsql.server.router import qmark_parameters, route
 
 PRIVATE = ["adult"]
@@ -97,3 +99,27 @@ def test_parameters_by_oid():
     assert pgtypes.decode_param(None, pgtypes.INT8, 0) is None
     with pytest.raises(pgtypes.ParameterError):
         pgtypes.decode_param(b"abc", pgtypes.INT4, 0)
+
+
+@pytest.mark.parametrize("sql, kind, name, value", [
+    ("SET TIME ZONE 'UTC'", "set", "timezone", "UTC"),
+    ("SET extra_float_digits TO 3", "set", "extra_float_digits", "3"),
+    ("SET SESSION timezone = 'UTC'", "set", "timezone", "UTC"),
+    ('set search_path = "public"', "set", "search_path", "public"),
+    ("SET application_name TO DEFAULT", "reset", "application_name", None),
+    ("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED", "ack", "", None),
+    ("SHOW transaction isolation level", "show", "transaction_isolation", None),
+    ("SHOW TIME ZONE", "show", "timezone", None),
+    ("RESET ALL", "reset", "all", None),
+    ("ROLLBACK TO SAVEPOINT s", "rollback_to", "", None),
+])
+def test_session_command_parsing(sql, kind, name, value):
+    cmd = parse_command(route(sql, PRIVATE))
+    assert (cmd.kind, cmd.name, cmd.value) == (kind, name, value)
+
+
+@pytest.mark.parametrize("sql", ["SET ROLE bob", "SET SESSION AUTHORIZATION bob"])
+def test_identity_switch_refused(sql):
+    with pytest.raises(QueryError) as info:
+        parse_command(route(sql, PRIVATE))
+    assert info.value.sqlstate == "0A000"
