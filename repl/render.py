@@ -91,9 +91,13 @@ def _cells(result, mode: str) -> list[list[tuple[str, str, bool]]]:
     by_col: list[list] = [[] for _ in range(ncol)]
     for i, row in enumerate(result.rows):
         errs = result.stderr[i] if i < len(result.stderr) else ()
+        cells = [format_cell(row[j], errs[j] if j < len(errs) else None, mode) for j in range(ncol)]
+        if ncol and i < len(result.inferred) and result.inferred[i] and not any(m for _, _, m in cells):
+            # the row is flagged but no value says which one: mark the last, as `dpsql query` does
+            v, e, _ = cells[-1]
+            cells[-1] = (v, e, True)
         for j in range(ncol):
-            se = errs[j] if j < len(errs) else None
-            by_col[j].append(format_cell(row[j], se, mode))
+            by_col[j].append(cells[j])
     return by_col
 
 

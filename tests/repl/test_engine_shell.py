@@ -112,13 +112,14 @@ def test_tab_after_an_open_quote_offers_the_declared_labels(measured):
         d.finish()
 
 
-def test_sql_errors_carry_sqlstate_and_a_caret(measured):
-    out = run_keys(measured, "SELECT sexx, COUNT(*) FROM adult GROUP BY sexx;" + ENTER)
+def test_sql_errors_carry_sqlstate_hint_and_a_caret(measured):
+    out = run_keys(measured, "SELECT COUNT(*) FROM adult WHERE sex = 'Mal';" + ENTER, limit=SLOW)
     lines = out.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("ERROR ["))
-    assert re.match(r"ERROR \[[0-9A-Z]{5}\]: ", lines[first])
-    if lines[first + 1].startswith("LINE 1: "):
-        assert lines[first + 1][lines[first + 2].index("^"):].startswith("sexx")
+    assert lines[first].startswith("ERROR [22023]: ")
+    assert lines[first + 1] == "LINE 1: SELECT COUNT(*) FROM adult WHERE sex = 'Mal'"
+    assert lines[first + 1][lines[first + 2].index("^"):].startswith("sex = 'Mal'")
+    assert lines[first + 3].startswith("HINT: ") and "'Female', 'Male'" in lines[first + 3]
 
 
 def test_history_survives_a_restart(measured, tmp_path):

@@ -120,3 +120,11 @@ def test_numpy_values_format_like_python_numbers():
 def test_explain_results_print_as_plain_lines():
     r = Result([Column("QUERY PLAN", "text")], [("Aggregate over adult",), ("  q0: supported",)], message="EXPLAIN")
     assert render.result_lines(r) == ["Aggregate over adult", "  q0: supported"]
+
+
+def test_a_flagged_row_without_nan_errors_still_gets_a_mark():
+    r = Result([Column("age", "integer"), Column("count", "double")], [(17, 660.1), (18, 12.0)],
+               [(None, None), (None, 3.0)], [True, False])
+    body = render.table_lines(r, "ci95")[2:]
+    assert body[0].rstrip().endswith("*") and not body[1].rstrip().endswith("*")
+    assert render.result_lines(r)[-1] == render.INFERRED_NOTE
