@@ -48,7 +48,7 @@ class ServerOptions:
     max_connections: int = 100
     max_message: int = codec.DEFAULT_MAX_MESSAGE
     startup_timeout: float = 10.0
-    auth_failure_delay: float = 0.2
+    auth_failure_delay: float = 0.2          # doubled per recent failure from the same address, up to 5 s
     auth_method: str = "scram-sha-256"      # or "password" (cleartext; TLS only)
     workers: int | None = None
     ssl_context: ssl.SSLContext | None = None
@@ -89,6 +89,7 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._conns: dict[int, _Conn] = {}
         self._active = 0
+        self._failures: dict[str, list[float]] = {}   # peer address -> recent failure times
         self._tasks: set[asyncio.Task] = set()
         self.server_version = self.options.server_version or "15.0"
 
@@ -275,12 +276,24 @@ class Server:
             try:
                 reply, done = auth.step(body)
             except (scram.AuthFailure, codec.ProtocolViolation):
-                await asyncio.sleep(self.options.auth_failure_delay)
+                await asyncio.sleep(self._failure_delay(writer))
                 raise Fatal("28P01", f'password authentication failed for user "{user}"') from None
             writer.write(reply)
             await writer.drain()
             if done:
                 return
+
+    def _failure_delay(self, writer) -> float:
+        """Escalating delay per peer address, so password guessing slows down exponentially."""
+        peer = writer.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) and peer else "?"
+        now = asyncio.get_running_loop().time()
+        recent = [t for t in self._failures.get(host, []) if now - t < 60.0]
+        recent.append(now)
+        self._failures[host] = recent
+        if len(self._failures) > 10_000:  # bound the table under an address-spraying attack
+            self._failures = {h: ts for h, ts in self._failures.items() if now - ts[-1] < 60.0}
+        return min(5.0, self.options.auth_failure_delay * 2 ** (len(recent) - 1))
 
     def _register(self) -> _Conn:
         while True:
