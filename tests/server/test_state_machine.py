@@ -79,3 +79,27 @@ def test_portal_is_materialised_once():
                 codec.encode_describe("P", "p"), codec.encode_execute("p"), codec.encode_execute("p"), codec.SYNC)
     assert d.executed == ["SELECT once"]
     assert [k for k, _ in msgs] == [b"1", b"2", b"T", b"D", b"C", b"C", b"Z"]
+
+
+def test_failed_login_delay_escalates_per_address(users_file):
+    from dpsql.server.server import Server, ServerOptions
+    from server_fakes import ADULT_CONFIG, FakeLink
+
+    server = Server(ADULT_CONFIG, users_file=users_file, link_factory=FakeLink, catalog=FakeLink.catalog,
+                    options=ServerOptions(auth_failure_delay=0.1))
+
+    class Peer:
+        def __init__(self, host):
+            self.host = host
+
+        def get_extra_info(self, key):
+            return (self.host, 5432)
+
+    async def delays():
+        return ([server._failure_delay(Peer("10.0.0.1")) for _ in range(8)], server._failure_delay(Peer("10.0.0.2")))
+    try:
+        first, other = asyncio.run(delays())
+    finally:
+        server.executor.shutdown()
+    assert first[:4] == [0.1, 0.2, 0.4, 0.8] and first[-1] == 5.0
+    assert other == 0.1
