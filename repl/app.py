@@ -226,7 +226,8 @@ class Shell:
     def run_sql(self, sql: str, where: str | None = None) -> bool:
         cursor = self.connection.cursor()  # a fresh cursor: a cancelled run may still hold the old one
         try:
-            result = self.work(lambda: cursor.execute(sql).result, "answering")
+            label = "fitting the model and answering" if self.model_note else "answering"
+            result = self.work(lambda: cursor.execute(sql).result, label)
         except errors.Error as exc:
             self.show_error(exc, sql, where)
             return False
@@ -256,6 +257,13 @@ class Shell:
             return False
         except errors.Error as exc:
             self.show_error(exc, where=where)
+            return False
+        except Exception as exc:  # noqa: BLE001 - an engine bug must not end the session
+            lines = [f"INTERNAL ERROR: {type(exc).__name__}: {exc}",
+                     "HINT: this is a bug in dpsql, not in your query; please report it"]
+            if where:
+                lines.append(f"({where})")
+            self._write(self.err, lines)
             return False
         finally:
             self.refresh_status()

@@ -305,3 +305,11 @@ def test_engine_errors_inside_meta_commands_are_reported():
     s.budget = lambda: (_ for _ in ()).throw(errors.LedgerCorruptError("ledger hash chain broken"))
     out = run_keys(FakeConnection(s), "\\budget" + ENTER)
     assert "ERROR [XX001]: ledger hash chain broken" in out
+
+
+def test_an_unexpected_engine_failure_is_reported_and_the_shell_carries_on():
+    s = _session()
+    s.results["SELECT 1"] = ZeroDivisionError("division by zero")
+    out = run_keys(FakeConnection(s), "SELECT 1;" + ENTER + SEX_SQL + ";" + ENTER)
+    assert "INTERNAL ERROR: ZeroDivisionError: division by zero" in out
+    assert "(2 rows" in out
