@@ -7,8 +7,9 @@ maximum-entropy distribution with the fitted marginals).
 
 * ``method="md"`` — Algorithm 2, θ ← θ − η ∇L(μ), with an Armijo backtracking line
   search on η: the step is accepted when L drops by at least half of the linear
-  prediction ⟨∇L(μ), μ − μ'⟩ (which is non-negative for a mirror step), and η is
-  doubled before each iteration so the search tracks the local curvature.
+  prediction ⟨∇L(μ), μ − μ'⟩ (which is non-negative for a mirror step); η grows
+  before each iteration (×2 until the first backtrack, ×1.05 after) so the search
+  tracks the local curvature at about one oracle call per iteration.
 * ``method="accelerated"`` — Algorithm 3, Nesterov's accelerated dual averaging with
   θ = −t(t+1)/(4K·N) ḡ, K the Lipschitz constant of the L2 loss (per unit N²) and N
   the total: the same O(1/t²) rate once the constant is known, no line search.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
 import numpy as np
 
 from dpsql.domain import Domain
