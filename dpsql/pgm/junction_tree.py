@@ -34,11 +34,12 @@ def elimination_order(sizes: dict[str, int], cliques: Iterable[Sequence[str]],
     """Greedy min-weight elimination order over the attributes in ``sizes``.
 
     At each step the attribute whose elimination creates the smallest new clique (in
-    cells) goes next; ties are broken by the number of fill-in edges, then by
-    attribute position, so the order is deterministic.  Returns the order and the
-    elimination clique ``{v} ∪ N(v)`` of every step (canonical order).  Scores are
-    kept in a lazy heap so that a chain of a thousand attributes triangulates in
-    linear time rather than quadratic.
+    cells) goes next; ties are broken by degree, then by attribute position, so the
+    order is deterministic.  Returns the order and the elimination clique
+    ``{v} ∪ N(v)`` of every step (canonical order).  A score depends only on the
+    attribute's own neighbourhood, so after each step only the eliminated
+    attribute's neighbours are rescored (lazy heap): a chain of a thousand
+    attributes, or a dense graph of hundreds, triangulates in well under a second.
     """
     position = {a: i for i, a in enumerate(sizes)}
     nbrs: dict[str, set[str]] = {a: set() for a in sizes}
@@ -52,10 +53,7 @@ def elimination_order(sizes: dict[str, int], cliques: Iterable[Sequence[str]],
 
     def score(v: str) -> tuple[int, int, int]:
         ns = nbrs[v]
-        weight = sizes[v] * prod(sizes[u] for u in ns)
-        nl = list(ns)
-        fill = sum(1 for i, a in enumerate(nl) for b in nl[i + 1:] if b not in nbrs[a])
-        return (weight, fill, position[v])
+        return (sizes[v] * prod(sizes[u] for u in ns), len(ns), position[v])
 
     version = {a: 0 for a in sizes}
     heap = [(score(a), 0, a) for a in sizes]
@@ -75,11 +73,7 @@ def elimination_order(sizes: dict[str, int], cliques: Iterable[Sequence[str]],
         for u in nl:
             nbrs[u].discard(v)
             nbrs[u].update(w for w in nl if w != u)
-        # Only the neighbours' scores (and their neighbours' fill counts) change.
-        touched = set(nl)
         for u in nl:
-            touched.update(nbrs[u])
-        for u in touched:
             version[u] += 1
             heapq.heappush(heap, (score(u), version[u], u))
     return order, elim_cliques
