@@ -251,14 +251,15 @@ class MetaCommands:
         delta = float(budget["delta"])
         eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
         remaining = float(budget["remaining_rho"])
-        question = (f"Measuring spends ρ = {rho:.6g} (ε = {eps:.4g} at δ = {delta:g}) of your remaining "
-                    f"ρ = {remaining:.6g}. Measure now? [y/N] ")
+        cost = (f"Measuring spends ρ = {rho:.6g} (ε = {eps:.4g} at δ = {delta:g}) "
+                f"of your remaining ρ = {remaining:.6g}.")
         if not yes:
             if not self.shell.interactive:
                 raise errors.ProgrammingError(
                     f"\\measure would spend ρ = {rho:.6g}; a script must confirm it explicitly",
                     hint="write \\measure -y to spend the budget without asking")
-            if not self.shell.confirm(question):
+            self.shell.note(cost)
+            if not self.shell.confirm("Measure now? [y/N] "):
                 self.shell.note("Nothing measured; nothing spent.")
                 return True
         report = self.shell.work(lambda: session.measure(table), "measuring")
