@@ -373,6 +373,7 @@ def run_smartnoise(table: str, name: str, queries: list[str], eps, trials: int, 
     out["wall_s"] = time.perf_counter() - t0
     for run, e in zip(out["runs"], eps):
         run["epsilon"] = e
+    (OUT / "raw" / f"smartnoise-{table}-{name}.json").write_text(json.dumps(out))
     return out
 
 
@@ -426,6 +427,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("DPSQL_DATA", "/work/shared/data"))
     ap.add_argument("--jobs", type=int, default=2, help="parallel system runs")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per system run")
+    ap.add_argument("--from-raw", action="store_true",
+                    help="recompute the summary from the raw answers in bench/out/eval/raw (no runs)")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     ap.add_argument("--job-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -468,8 +471,18 @@ def main(argv=None) -> int:
 
     tasks = [(s, u) for u in units for s in ("dpsql", "smartnoise")
              if s in systems or (s == "dpsql" and "dpsql_ls" in systems)]
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        raw = dict(pool.map(work, tasks))
+    if args.from_raw:
+        raw = {}
+        for system, (table, name, _) in tasks:
+            path = OUT / "raw" / f"{system}-{table}-{name}.json"
+            if path.exists():
+                raw[(system, table, name)] = json.loads(path.read_text())
+        if not args.eps:  # every ε found in the raw answers
+            eps = tuple(sorted({float(r["epsilon"]) for res in raw.values() for r in res.get("runs", [])}
+                               | set(eps if "baseline" in systems else ())))
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            raw = dict(pool.map(work, tasks))
 
     summary_path = OUT / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"results": {}}
