@@ -13,9 +13,7 @@ from dpsql.server import scram
 from dpsql.server.server import Server, ServerOptions, ServerThread
 from dpsql.server.shadow import ShadowCluster, find_bindir
 
-from server_fakes import ADULT_CONFIG, FakeLink
-
-PASSWORD = "s3cret-pw"
+from server_fakes import ADULT_CONFIG, PASSWORD, FakeLink
 
 
 @pytest.fixture(scope="session")

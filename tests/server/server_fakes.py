@@ -18,6 +18,7 @@ from dpsql.domain import load_domain
 
 ROOT = Path(__file__).resolve().parents[2]
 ADULT_CONFIG = ROOT / "examples" / "adult" / "dpsql.toml"
+PASSWORD = "s3cret-pw"   # every test user's password (see conftest.users_file)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import pytest
 
 from server_fakes import FakeLink
 
-from conftest import PASSWORD
+from server_fakes import PASSWORD
 
 HERE = Path(__file__).resolve().parent
 JDBC_JARS = ["/usr/share/java/postgresql.jar"]

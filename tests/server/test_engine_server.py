@@ -17,7 +17,7 @@ import pytest
 from dpsql.server import codec
 from dpsql.server.server import Server, ServerOptions, ServerThread, serve
 
-from conftest import PASSWORD
+from server_fakes import PASSWORD
 from server_fakes import ADULT_CONFIG
 from server_pgclient import RawClient, error_fields
 from test_clients import bounded

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PASSWORD
+from server_fakes import PASSWORD
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "server_load.py"
 

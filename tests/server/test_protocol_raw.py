@@ -12,7 +12,7 @@ from dpsql.server import codec
 from server_fakes import FakeLink
 from server_pgclient import RawClient, error_fields
 
-from conftest import PASSWORD
+from server_fakes import PASSWORD
 
 
 @pytest.fixture

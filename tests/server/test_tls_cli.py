@@ -13,7 +13,7 @@ from dpsql.cli import main
 from dpsql.server import scram
 from dpsql.server.server import Server, ServerOptions, ServerThread
 
-from conftest import PASSWORD
+from server_fakes import PASSWORD
 from server_fakes import ADULT_CONFIG, FakeLink
 from test_clients import bounded
 
