@@ -15,6 +15,7 @@ from prompt_toolkit.completion import Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 
 from repl.lexer import FUNCTIONS, KEYWORDS
+from repl.render import ERROR_MODES
 from repl.statements import scan, string_start
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
@@ -24,8 +25,6 @@ _COMPARISON = re.compile(_COLUMN + r"\s*(?:=|<>|!=|<=|>=|<|>|\bNOT\s+I?LIKE\b|\b
 _IN_HEAD = re.compile(_COLUMN + r"\s+(?:NOT\s+)?IN\s*$", re.I)
 _IN_BODY = re.compile(r"^(?:\s*'(?:[^']|'')*'\s*,)*\s*$")
 _LAST_KEYWORD = re.compile(r"\b(FROM|JOIN|WHERE|SELECT|BY|AND|OR|ON|HAVING|INTO|TABLE)\b", re.I)
-
-ERROR_MODES = ("ci95", "stderr", "off")
 
 
 def _quote_label(label: str) -> str:
