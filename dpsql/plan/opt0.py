@@ -226,7 +226,7 @@ def pidentity(V: np.ndarray, p: int, rng: np.random.Generator, *, ftol: float = 
 
     res = so.minimize(pidentity_loss, x0, args=(V, p, right, np.diag(V).copy()), jac=True, method="L-BFGS-B",
                       bounds=so.Bounds(np.zeros(p * n), np.full(p * n, np.inf)),
-                      callback=cb, options=dict(maxiter=maxiter, ftol=ftol))
+                      callback=cb, options=dict(maxiter=maxiter, ftol=ftol, maxcor=5))
     A = _pidentity_matrix(res.x.reshape(p, n))
     return FactorResult(A, float(res.fun), f"p-identity(p={p})")
 
