@@ -70,16 +70,22 @@ class LeastSquaresEstimate:
 
     def _local(self, matrix: Any) -> np.ndarray:
         from dpsql.linalg import kron_terms
+        from dpsql.plan.error import _kron_loss
         from dpsql.plan.workload import workload_terms
 
-        terms = workload_terms(self.strategy.workload)
-        blocks = self.strategy.kron_blocks
+        s = self.strategy
+        # Each term from the block that answers it with the least variance (for the OPT_+
+        # workload this is at least as good as the block optimised for it).
+        per = np.array([_kron_loss(b, workload_terms(matrix)) for b in s.kron_blocks])
+        if not np.all(np.isfinite(per.min(axis=0))):
+            raise UnsupportedQueryError("a workload term is not supported by any single block",
+                                        hint="local least squares needs a supporting block")
+        choice = list(np.argmin(per, axis=0))
         out = []
         for j, (w, factors) in enumerate(kron_terms(matrix)):
-            b = self.strategy.assignment[j] if j < len(terms.terms) else 0
-            fs = _measured_factors(blocks[b])
+            fs = _measured_factors(s.kron_blocks[choice[j]])
             ops = [factor_dense(f) @ np.linalg.pinv(F) for f, F in zip(factors, fs)]
-            out.append(w * kron_apply(ops, self.values[b]))
+            out.append(w * kron_apply(ops, self.values[choice[j]]))
         return np.concatenate(out)
 
 

@@ -15,7 +15,7 @@ The marginals algebra (:mod:`dpsql.plan.marginals`) needs only these two numbers
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Sequence
 

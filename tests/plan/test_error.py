@@ -4,7 +4,6 @@ import pytest
 from dpsql.linalg import AllRange, Explicit, Identity, Kron, Prefix, Total, Union, Weighted
 from dpsql.plan import expected_error, per_query_variance, rmse
 from dpsql.plan.calibration import analytic_gaussian_sigma
-from dpsql.plan.strategy import KronBlock, Strategy
 
 from plan_oracles import dense_tse
 
