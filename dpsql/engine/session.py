@@ -93,7 +93,7 @@ class Session:
         model, variance, version = self.engine.model(compiled.table)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
-            return cached
+            return self._with_error_columns(cached)
         cost = 0.0
         if model is None:
             if self.engine.config.policy != "measure":
@@ -122,9 +122,8 @@ class Session:
         inferred = [any(isinstance(v, float) and math.isnan(v) for v in r) for r in stderr_rows]
         result = Result(columns, list(rows), stderr_rows, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version)
-        result = self._with_error_columns(result)
         self._cache[key] = result
-        return result
+        return self._with_error_columns(result)
 
     def plan(self, table: str | None = None, queries: Sequence[str] | None = None) -> PlanReport:
         return self.engine.plan(self._table(table), queries)

@@ -109,6 +109,8 @@ def _lift(term_factors: dict[str, np.ndarray], clique: Sequence[str], sizes: dic
 
 
 def _kron_all(mats):
+    if not mats:  # the empty clique: its marginal is the total, a 1-vector
+        return np.ones((1, 1))
     out = mats[0]
     for m in mats[1:]:
         out = np.kron(out, m)

@@ -12,6 +12,8 @@ ATTRS = ("a", "b", "c")
 
 def full_matrix(clique, factors):
     """The block's rows over the full domain: its factors on the clique, ones elsewhere."""
+    if len(clique) == 0:
+        return np.kron(factors[0], np.ones((1, int(np.prod(list(SIZES.values()))))))
     if len(factors) == 1 and len(clique) > 1:  # one joint factor over the flattened clique
         assert tuple(clique) == ATTRS[:len(clique)]
         rest = np.ones((1, int(np.prod([SIZES[a] for a in ATTRS[len(clique):]]))))
@@ -118,3 +120,10 @@ def test_least_squares_is_exact_without_noise():
     q = Kron([Indicator(3, [0, 2]), Identity(4), Total(2)])
     est, _ = VarianceModel(ATTRS, SIZES, blocks).least_squares(q)
     assert np.allclose(est, q.dense() @ x)
+
+
+def test_total_block_over_the_empty_clique_supports_the_total():
+    blocks = BLOCKS + [SupportBlock((), (np.ones((1, 1), dtype=np.int64),), 0.5, 1.0)]
+    err, sup = VarianceModel(ATTRS, SIZES, blocks).analyse(Kron([Total(3), Total(4), Total(2)]))
+    assert sup.all()
+    assert np.allclose(err, dense_var(Kron([Total(3), Total(4), Total(2)]).dense(), blocks))
