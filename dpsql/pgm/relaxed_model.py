@@ -35,6 +35,12 @@ from dpsql.pgm.relaxed import RelaxedFit
 __all__ = ["RelaxedModel"]
 
 
+def _span(values) -> str:
+    arr = np.atleast_1d(np.asarray(values, dtype=float))
+    lo, hi = float(arr.min()), float(arr.max())
+    return f"{lo:.3g}" if lo == hi else f"{lo:.3g}–{hi:.3g}"
+
+
 class RelaxedModel:
     """Pseudo-marginals τ̂ ∈ L(G) scaled to ``total`` records, with out-of-model inference.
 
@@ -183,7 +189,7 @@ class RelaxedModel:
             f"why: {self.reason}",
             f"structure: {self.graph.describe()}",
             f"measured cliques: {len(set(self.measured))}; total N = {self.total:,.6g}",
-            f"oracle: Convex-GBP, counting numbers {fit.kappa}, damping {fit.damping}; "
+            f"oracle: Convex-GBP, counting numbers {_span(fit.kappa)}, damping {fit.damping}; "
             f"{fit.iterations} iterations, step {fit.stepsize:.3g}",
             f"loss: {fit.loss[0]:.6g} → {fit.loss[-1]:.6g}; "
             f"max local-consistency violation {fit.violation:.2e}",
