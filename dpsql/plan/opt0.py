@@ -91,9 +91,17 @@ def _dual_strategy(lam: np.ndarray, root: np.ndarray, P: np.ndarray) -> np.ndarr
     return A * np.where(signs == 0, 1.0, signs)[:, None]
 
 
+class _Converged(Exception):
+    """Raised inside the dual objective once the duality gap certifies the tolerance."""
+
+
 def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 2,
-                  progress: Progress | None = None) -> FactorResult:
-    """OPT_0 for Gaussian noise via the dual of Definition 13 (see module docstring)."""
+                  gap_tol: float = 5e-4, progress: Progress | None = None) -> FactorResult:
+    """OPT_0 for Gaussian noise via the dual of Definition 13 (see module docstring).
+
+    Stops as soon as the best strategy's loss is within ``gap_tol`` (relative) of the best
+    dual value, i.e. certified within that factor of the optimum.
+    """
     n = V.shape[0]
     active = np.diag(V) > 1e-12 * max(float(np.abs(np.diag(V)).max()), 1e-300)
     if not active.any():
@@ -104,9 +112,10 @@ def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 
 
     def record(lam, x, tr, root, P):
         loss = float(x.max() * tr)
-        # Weak duality: any λ ≥ 0 gives 2·tr(M^½) − 1ᵀλ ≤ the optimal loss, so the
-        # best such value certifies how far the returned strategy can be from optimal.
-        best["dual"] = max(best["dual"], 2.0 * tr - float(lam.sum()))
+        # Weak duality: any λ ≥ 0 gives 2·tr(M^½) − 1ᵀλ ≤ the optimal loss; over the ray
+        # cλ that is maximised at c = (tr/1ᵀλ)², giving tr²/1ᵀλ.  The best such value
+        # certifies how far the returned strategy can be from optimal.
+        best["dual"] = max(best["dual"], tr * tr / float(lam.sum()))
         it[0] += 1
         if loss < best["loss"]:
             best.update(loss=loss, lam=lam.copy(), root=root, P=P)
@@ -120,7 +129,7 @@ def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 
         lam = lam * (x / x.mean()) ** 2
     x, tr, root, P = _dual_eval(Va, lam)
     record(lam, x, tr, root, P)
-    lam = lam * x.mean() ** 2            # the dual optimum has diag X = 1 exactly
+    lam = lam * (tr / lam.sum()) ** 2    # the best point of the ray (see record)
 
     def neg_dual(eta):
         lam_ = np.exp(eta)
