@@ -218,6 +218,11 @@ class Union(QueryMatrix):
             return self.blocks[0].gram()
         return Sum([b.gram() for b in self.blocks])
 
+    def pinv(self):
+        if len(self.blocks) == 1:
+            return self.blocks[0].pinv()
+        return super().pinv()
+
     def _sensitivity(self, p):
         """Exact from per-cell column norms when the domain has at most
         EXACT_SENSITIVITY_LIMIT cells; otherwise the upper bound (Σ_b s_b^p)^(1/p),

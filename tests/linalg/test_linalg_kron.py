@@ -210,3 +210,12 @@ def test_kron_matvec_memory_is_output_plus_slabs():
     slab_bytes = 8 * composite._SLAB_ENTRIES
     assert peak <= y.nbytes + 3 * slab_bytes + (1 << 19)
     assert peak < 2 * y.nbytes  # what a copy-per-factor implementation would need
+
+
+def test_single_block_union_keeps_structured_pinv():
+    K = Kron([Prefix(30)] * 5)  # 24.3M cells: a dense pseudo-inverse is impossible
+    P = Union([Weighted(2.0, K)]).pinv()
+    assert isinstance(P, Weighted) and isinstance(P.base, Kron)
+    x = np.random.default_rng(2).standard_normal(K.shape[1] // 30 ** 3)
+    small = Union([Weighted(2.0, Kron([Prefix(30)] * 2))])
+    assert_close(small.pinv().matvec(small.matvec(x)), x, np.abs(x).max())
