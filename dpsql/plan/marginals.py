@@ -185,10 +185,10 @@ def opt_marginals_theta(space: MarginalSpace, kappa_w: np.ndarray, noise: str, *
         f, g = marginal_loss_grad(z * scale, kappa_w, Y, mult, noise)
         return f, g * scale
 
-    def cb(zk):
+    def cb(intermediate_result):
         step[0] += 1
         if progress is not None and step[0] % 10 == 0:
-            progress("opt_marginals", step[0], best)
+            progress("opt_marginals", step[0], min(best, float(intermediate_result.fun)))
 
     for r in range(max(1, restarts)):
         z0 = np.ones(space.size) if r == 0 else np.exp(rng.uniform(-1.0, 1.0, space.size))
