@@ -198,7 +198,10 @@ class Semiseparable(QueryMatrix):
     def __init__(self, a, b) -> None:
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
-        assert a.ndim == 1 and a.shape == b.shape and a.size > 0
+        if a.ndim != 1 or a.shape != b.shape or a.size == 0 or not (
+                np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+            raise ProgrammingError("Semiseparable needs two finite 1-D vectors of one length",
+                                   hint="G[i, j] = a[min(i, j)] * b[max(i, j)]")
         self.a, self.b = a, b
         self.n = a.size
         self._shape = (self.n, self.n)
@@ -267,7 +270,11 @@ class Tridiagonal(QueryMatrix):
     def __init__(self, diag, off) -> None:
         d = np.asarray(diag, dtype=np.float64)
         e = np.asarray(off, dtype=np.float64)
-        assert d.ndim == 1 and d.size >= 1 and e.shape == (d.size - 1,)
+        if d.ndim != 1 or d.size == 0 or e.shape != (d.size - 1,) or not (
+                np.all(np.isfinite(d)) and np.all(np.isfinite(e))):
+            raise ProgrammingError("Tridiagonal needs a finite diagonal of length n and "
+                                   "off-diagonal of length n - 1",
+                                   hint="the matrix is symmetric: one off-diagonal suffices")
         self.diag_values, self.off = d, e
         self.n = d.size
         self._shape = (self.n, self.n)

@@ -143,6 +143,8 @@ def test_dense_limit_is_enforced():
     lambda: Explicit(np.ones(3)),
     lambda: Explicit(np.array([[np.inf]])),
     lambda: Diagonal([]),
+    lambda: __import__("dpsql.linalg").linalg.Semiseparable([1.0, 2.0], [1.0]),
+    lambda: __import__("dpsql.linalg").linalg.Tridiagonal([1.0, 2.0], [1.0, 1.0]),
 ])
 def test_bad_construction_raises_programming_error(make):
     with pytest.raises(ProgrammingError) as info:
