@@ -12,7 +12,7 @@ import pytest
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.linalg import (
     DENSE_LIMIT, AllRange, Bucket, Diagonal, Difference, Explicit, Identity, Indicator, Ones,
-    Prefix, Suffix, Total, Values, WidthRange,
+    Prefix, Semiseparable, Suffix, Total, Tridiagonal, Values, WidthRange,
 )
 from linalg_checks import assert_close, check_against_dense
 
@@ -143,8 +143,8 @@ def test_dense_limit_is_enforced():
     lambda: Explicit(np.ones(3)),
     lambda: Explicit(np.array([[np.inf]])),
     lambda: Diagonal([]),
-    lambda: __import__("dpsql.linalg").linalg.Semiseparable([1.0, 2.0], [1.0]),
-    lambda: __import__("dpsql.linalg").linalg.Tridiagonal([1.0, 2.0], [1.0, 1.0]),
+    lambda: Semiseparable([1.0, 2.0], [1.0]),
+    lambda: Tridiagonal([1.0, 2.0], [1.0, 1.0]),
 ])
 def test_bad_construction_raises_programming_error(make):
     with pytest.raises(ProgrammingError) as info:
@@ -201,7 +201,6 @@ def semiseparable_cases():
 
 @pytest.mark.parametrize("ab", list(semiseparable_cases()), ids=lambda ab: f"n{ab[0].size}")
 def test_semiseparable_inverse_is_tridiagonal(ab):
-    from dpsql.linalg import Semiseparable, Tridiagonal
     a, b = ab
     G = Semiseparable(a, b)
     D = G.dense()
@@ -218,7 +217,6 @@ def test_semiseparable_inverse_is_tridiagonal(ab):
 
 
 def test_semiseparable_singular_falls_back_to_dense_pinv():
-    from dpsql.linalg import Semiseparable, Tridiagonal
     G = Semiseparable(np.array([0.0, 1.0, 2.0]), np.ones(3))  # first row and column zero
     P = G.pinv()
     assert not isinstance(P, Tridiagonal)
@@ -226,7 +224,7 @@ def test_semiseparable_singular_falls_back_to_dense_pinv():
 
 
 def test_allrange_pinv_structured_for_large_n():
-    from dpsql.linalg import Product, Tridiagonal
+    from dpsql.linalg import Product
     n = 4096  # a dense gram pinv would need 128 MiB; the tridiagonal needs 64 KiB
     A = AllRange(n)
     P = A.pinv()
