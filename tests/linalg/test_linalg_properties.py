@@ -165,3 +165,28 @@ def test_kron_product_mixed_rule(data):
     assert isinstance(AB, Kron)
     check_against_dense(AB, ra @ rb, np.random.default_rng(3), pinv=False)
     assert isinstance(A @ Product(B, Identity(B.shape[1])), Product)
+
+
+@SETTINGS
+@given(st.data())
+def test_kron_products_with_tiny_slabs(data):
+    # Random factor types through every slab path of Algorithm 1 (row-split,
+    # multi-row, innermost-axis rows, in place), including non-square factors.
+    import dpsql.linalg.composite as composite
+    widths = data.draw(st.lists(st.integers(1, 4), min_size=2, max_size=4))
+    K, ref = draw_kron(data, widths)
+    slab = data.draw(st.integers(1, 40), label="slab")
+    k = data.draw(st.integers(1, 3), label="columns")
+    saved = composite._SLAB_ENTRIES, composite._MIN_SLAB_COLS
+    composite._SLAB_ENTRIES, composite._MIN_SLAB_COLS = slab, 1
+    try:
+        rng = np.random.default_rng(slab)
+        X = rng.standard_normal((K.shape[1], k))
+        Y = rng.standard_normal((K.shape[0], k))
+        got_x, got_y, got_v = K.matmat(X), K.rmatmat(Y), K.matvec(X[:, 0])
+    finally:
+        composite._SLAB_ENTRIES, composite._MIN_SLAB_COLS = saved
+    scale = max(1.0, np.abs(ref).sum(1).max(), np.abs(ref).sum(0).max()) * 4.0
+    assert np.abs(got_x - ref @ X).max() <= 1e-9 * scale
+    assert np.abs(got_y - ref.T @ Y).max() <= 1e-9 * scale
+    assert np.abs(got_v - ref @ X[:, 0]).max() <= 1e-9 * scale
