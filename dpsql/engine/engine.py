@@ -184,17 +184,31 @@ class Engine:
         return (self.config.workload_budget or self.config.budget).rho
 
     # -- measurement -------------------------------------------------------------------------
-    def measure_strategy(self, table: str, strategy: Strategy, rho: float, principal: str,
-                         purpose: str) -> MeasureReport:
-        """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
-        t0 = time.perf_counter()
-        state = self._state(table)
+    def _release_plan(self, table: str, strategy: Strategy, rho: float, purpose: str):
+        """Lattice blocks, calibrated noise and the release key (all public)."""
         source = self.config.sources[table]
         blocks = [rel.to_lattice(b.clique, b.query, b.weight) for b in strategy.blocks]
         plan = rel.calibrate(blocks, rho, family=self.config.noise, unit_rows=source.max_rows_per_id)
         key = table + ":" + _sha(str(source.path), self.config.noise, purpose, float(plan.rho),
                                  *[(b.clique, b.scale, b.weight) for b in blocks],
                                  *[f for b in blocks for f in b.factors])
+        return blocks, plan, key
+
+    def measure_cost(self, table: str, rho: float | None = None) -> float:
+        """ρ the workload measurement would charge now: 0 when it was already released."""
+        state = self._state(table)
+        if state.strategy is None:
+            self.plan(table)
+        _, plan, key = self._release_plan(table, state.strategy,
+                                          rho if rho is not None else self.workload_rho(), "workload")
+        return 0.0 if key in state.release_keys else _round_up(plan.rho)
+
+    def measure_strategy(self, table: str, strategy: Strategy, rho: float, principal: str,
+                         purpose: str) -> MeasureReport:
+        """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
+        t0 = time.perf_counter()
+        state = self._state(table)
+        blocks, plan, key = self._release_plan(table, strategy, rho, purpose)
         cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
         with self._lock:
             if key in state.release_keys:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -93,7 +93,7 @@ class Session:
         model, variance, version = self.engine.model(compiled.table)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
-            return self._with_error_columns(cached)
+            return self._with_error_columns(replace(cached, cost=0.0))  # a repeat is free
         cost = 0.0
         if model is None:
             if self.engine.config.policy != "measure":
@@ -116,10 +116,25 @@ class Session:
                 cost = self._measure_for(compiled, unsupported).rho
                 model, variance, version = self.engine.model(compiled.table)
                 answers, stderrs, unsupported = self._answer(compiled, model, variance)
-        rows, stderr_rows = compiled.postprocess(answers, stderrs)
-        stderr_rows = [tuple(r) for r in stderr_rows]
-        # a value is inferred exactly when it has no unbiased estimate, i.e. a NaN stderr
-        inferred = [any(isinstance(v, float) and math.isnan(v) for v in r) for r in stderr_rows]
+        # Unsupported rows carry an infinite variance through the post-processing (the
+        # delta method keeps inf where it would turn NaN into "no stderr"); a value is
+        # inferred exactly when its standard error comes out infinite, and is reported NaN.
+        rows, stderr_rows = compiled.postprocess(
+            answers, {k: np.where(np.isnan(v), np.inf, v) for k, v in stderrs.items()})
+        quantile_inferred = any(lq.kind == "quantile" for lq in unsupported)
+        inferred, cleaned = [], []
+        for r in stderr_rows:
+            flag = quantile_inferred
+            out = []
+            for v in r:
+                if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
+                    out.append(math.nan)
+                    flag = True
+                else:
+                    out.append(v)
+            cleaned.append(tuple(out))
+            inferred.append(flag)
+        stderr_rows = cleaned
         result = Result(columns, list(rows), stderr_rows, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version)
         self._cache[key] = result
@@ -132,8 +147,9 @@ class Session:
         return self.engine.measure(self._table(table), self.user)
 
     def measure_cost(self, table: str | None = None) -> float:
-        """ρ that ``measure`` would spend (0 if that release already exists)."""
-        return self.engine.workload_rho()
+        """ρ that ``measure`` would spend (0 if that release already exists); plans the
+        workload if needed (public, free)."""
+        return self.engine.measure_cost(self._table(table))
 
     def budget(self) -> dict:
         led = self.engine.ledger

@@ -196,3 +196,48 @@ def test_noise_at_moderate_budget_matches_reported_stderr(tmp_path):
     oracle.close()
     assert total > 100
     assert hits / total >= 0.8, (hits, total)
+
+
+def test_unsupported_values_are_flagged_inferred(measured):
+    _, con, _ = measured
+    # the dashboard never asks race and sex together, so no block measures that pair
+    cur = con.cursor().execute("SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex")
+    assert len(cur.fetchall()) == 10
+    assert all(cur.inferred)
+    assert all(math.isnan(err[-1]) for err in cur.stderr)
+    supported = con.cursor().execute("SELECT race, COUNT(*) FROM adult GROUP BY race")
+    assert not any(supported.inferred)
+
+
+def test_measure_cost_is_zero_once_released(measured):
+    _, con, _ = measured
+    assert con.session.measure_cost() == 0.0
+
+
+SEX = "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
+RACE_SEX = "SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex"
+
+
+def test_policy_refuse_spends_nothing(tmp_path):
+    con = connect(tmp_path, workload=[SEX], policy="refuse")
+    con.session.measure()
+    spent = con.session.budget()["total_spent_rho"]
+    with pytest.raises(dpsql.UnsupportedQueryError) as info:
+        con.cursor().execute(RACE_SEX)
+    assert info.value.sqlstate == "0A000" and info.value.hint
+    assert con.session.budget()["total_spent_rho"] == spent
+
+
+def test_policy_measure_charges_the_user_once_and_answers_supported(tmp_path):
+    budget = {"rho": 1e7, "per_user": {"rho": 1e7}}
+    con = connect(tmp_path, workload={"queries": [SEX], "rho": 1e5}, budget=budget,
+                  policy={"unsupported": "measure", "rho": 1e5})
+    con.session.measure()
+    before = con.session.budget()["spent_rho"]
+    cur = con.cursor().execute(RACE_SEX)
+    assert cur.cost > 0 and not any(cur.inferred)
+    after = con.session.budget()["spent_rho"]
+    assert after == pytest.approx(before + cur.cost)
+    again = con.cursor().execute(RACE_SEX)  # the repeat is answered from the release
+    assert again.cost == 0 and con.session.budget()["spent_rho"] == after
+    assert again.fetchall() == cur.fetchall()
