@@ -76,7 +76,8 @@ def run_demo(args) -> int:
         elapsed = time.perf_counter() - t0
         rows, errs = cur.fetchall(), cur.stderr
         exact = {tuple(r[:-1]): r[-1] for r in oracle.query(sql)}
-        print(f"\n{sql}    [{elapsed * 1000:.0f} ms]")
+        shown_sql = " ".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+        print(f"\n{shown_sql}    [{elapsed * 1000:.0f} ms]")
         shown = rows if len(rows) <= 8 else rows[:8]
         for row, err in zip(shown, errs):
             key, value = tuple(row[:-1]), row[-1]
