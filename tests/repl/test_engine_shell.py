@@ -93,11 +93,9 @@ def test_typed_query_shows_the_exact_table_at_a_huge_budget(measured, sql):
     assert "±" in out
 
 
-@pytest.mark.xfail(strict=True, reason="engine returns stderr None and inferred False for unsupported values")
 def test_values_without_a_supporting_measurement_are_marked(tmp_path):
-    # only sex is measured, so a count by age can only be inferred by the model.  The
-    # contract (docs/architecture.md) says such values carry a NaN stderr and inferred=True;
-    # the engine currently returns None and False, so the shell cannot know.
+    # only sex is measured, so a count by age can only be inferred by the model; such
+    # values carry a NaN stderr and inferred=True (docs/architecture.md).
     import dpsql
     con = dpsql.connect(str(ADULT_CONFIG), ledger=str(tmp_path / "l.ledger"), budget=HUGE,
                         workload=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"])
