@@ -97,3 +97,21 @@ def test_progress_and_cache(tmp_path, workloads):
     np.testing.assert_array_equal(again.dense(), s.dense())
     other = optimize(W, "laplace", restarts=1, seed=0, cache=cache)   # different key
     assert other.noise == "laplace"
+
+
+def test_bare_one_dimensional_matrix_and_structured_view():
+    from dpsql.linalg import AllRange
+
+    s = optimize(AllRange(24), "gaussian", restarts=1, seed=0)
+    assert s.operator == "OPT_0" and s.attributes == ("x",)
+    np.testing.assert_allclose(s.matrix.dense(), s.dense())
+    assert s.sensitivity(2) == pytest.approx(np.sqrt((s.dense() ** 2).sum(axis=0).max()))
+    assert s.expected_error == pytest.approx(dense_tse(AllRange(24).dense(), s.dense(),
+                                                       "gaussian"), rel=1e-7)
+
+
+def test_dense_optimiser_cap_is_explained(workloads):
+    W = workloads["range-union"]
+    s = optimize(W, "gaussian", restarts=1, caps=Caps(opt0_cells=3))
+    assert s.operator == "OPT_M"
+    assert "dense OPT_0 cap" in s.explanation
