@@ -250,7 +250,7 @@ def pidentity(V: np.ndarray, p: int, rng: np.random.Generator, *, ftol: float = 
 
 # --- OPT_0 operator ------------------------------------------------------------------------
 
-def _baselines(V: np.ndarray, p_norm: int) -> list[FactorResult]:
+def _baselines(V: np.ndarray) -> list[FactorResult]:
     n = V.shape[0]
     out = [FactorResult(np.eye(n), float(np.trace(V)), "identity")]
     mean = V.sum() / (n * n)
@@ -269,8 +269,7 @@ def opt0(V: np.ndarray, noise: str, *, p: int | None = None, restarts: int = 1,
     ``right`` optionally computes T ↦ T·V faster than the dense product (structured grams).
     """
     rng = np.random.default_rng(0) if rng is None else rng
-    p_norm = 1 if noise == "laplace" else 2
-    cands = _baselines(V, p_norm)
+    cands = _baselines(V)
     n = V.shape[0]
     if n > 1 and not any(c.method == "total" for c in cands):
         if noise == "gaussian":
