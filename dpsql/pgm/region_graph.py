@@ -11,6 +11,9 @@ P_{r→s} τ_r = τ_s (Definition 3).  Two constructions are provided:
   contain it, which is how it is computed: one pass over the subsets of each clique
   (2^|c| per clique) instead of the quadratic pairwise closure, so 10,000 three-way
   cliques cost ~80,000 set operations.
+* :meth:`RegionGraph.capped` — the saturated graph over the junction-tree cliques
+  that fit a cell budget plus the remaining measured cliques: global consistency where
+  it is affordable, local elsewhere (between Figures 1a and 1c).
 * :meth:`RegionGraph.factor_graph` — one vertex per clique plus the singletons, with
   edges clique → attribute (Figure 1b); only one-way marginals must agree.
 
@@ -155,6 +158,37 @@ class RegionGraph:
         return cls(attributes, sizes, regions, edges, kind="saturated")
 
     @classmethod
+    def capped(cls, attributes: Sequence[str], sizes, cliques: Iterable[Sequence[str]],
+               capacity: int) -> "RegionGraph":
+        """A saturated region graph over junction-tree cliques that fit, plus the rest.
+
+        The maximal cliques of the junction tree of ``cliques`` are kept, smallest
+        first, while their cells total at most ``capacity``; measured cliques inside no
+        kept one are added as they are, and the result is saturated (intersections and
+        covering edges).  This sits between the junction tree and the saturated graph
+        of Figure 1: inside the kept cliques consistency is global (their local
+        polytope is the marginal polytope), elsewhere it is local.  With capacity 0 it
+        is the saturated graph; with capacity ≥ JT-SIZE it is the junction tree.
+        """
+        from dpsql.pgm.junction_tree import JunctionTree
+
+        attributes = tuple(attributes)
+        if not isinstance(sizes, dict):
+            sizes = dict(zip(attributes, sizes))
+        cliques = [tuple(c) for c in cliques if c]
+        tree = JunctionTree(attributes, sizes, cliques)
+        kept, used = [], 0
+        for c in sorted(tree.cliques, key=tree.clique_size):
+            if used + tree.clique_size(c) <= capacity:
+                kept.append(c)
+                used += tree.clique_size(c)
+        sets = [frozenset(k) for k in kept]
+        tops = kept + [c for c in cliques if not any(frozenset(c) <= k for k in sets)]
+        graph = cls.saturated(attributes, sizes, tops)
+        graph.kind = "capped"
+        return graph
+
+    @classmethod
     def factor_graph(cls, attributes: Sequence[str], sizes, cliques: Iterable[Sequence[str]]
                      ) -> "RegionGraph":
         """Cliques plus all singletons, with edges clique → each of its attributes (Figure 1b)."""
@@ -166,12 +200,17 @@ class RegionGraph:
         return cls(attributes, sizes, regions, edges, kind="factor")
 
     @classmethod
-    def build(cls, kind: str, attributes: Sequence[str], sizes, cliques) -> "RegionGraph":
+    def build(cls, kind: str, attributes: Sequence[str], sizes, cliques,
+              capacity: int | None = None) -> "RegionGraph":
+        if kind == "capped":
+            if capacity is None:
+                raise ValueError("a capped region graph needs a capacity (cells)")
+            return cls.capped(attributes, sizes, cliques, capacity)
         if kind == "saturated":
             return cls.saturated(attributes, sizes, cliques)
         if kind == "factor":
             return cls.factor_graph(attributes, sizes, cliques)
-        raise ValueError(f"region graph kind must be 'saturated' or 'factor', got {kind!r}")
+        raise ValueError(f"region graph kind must be 'saturated', 'capped' or 'factor', got {kind!r}")
 
     # --- structure -----------------------------------------------------------------------
     @property

@@ -96,49 +96,71 @@ def _check(domain: Domain, measurements: Sequence[Measurement]) -> None:
                              f"the marginal has {domain.size(m.clique)} cells")
 
 
-def region_curvatures(graph: RegionGraph, measurements: Sequence[Measurement],
-                      norm: str = "l2") -> dict[int, float]:
-    """K_r per measured region: Σ_{i on r} 2λ_max(Q_iᵀQ_i)/σ_i² (see the module docstring).
+class _Curvature:
+    """One measured clique c on host region h: K_c = Σ_{i on c} 2λ_max(Q_iᵀQ_i)/σ_i², the
+    axes of h summed to reach c, and m̂_c, the largest measured cell (or N)."""
 
-    For the non-smooth L1 loss the analogous scale Σ_{i on r} ‖Q_i‖₂/σ_i is used, which
-    has the units of a gradient per record and so sets the same kind of step.
-    """
-    per: dict[int, float] = {}
-    for m in measurements:
-        h = graph.host(m.clique)
-        lam = lambda_max(m.query)
-        k = 2.0 * lam / m.stddev ** 2 if norm == "l2" else np.sqrt(lam) / m.stddev
-        per[h] = per.get(h, 0.0) + k
-    return per
+    __slots__ = ("host", "axes", "k", "peak")
+
+    def __init__(self, host: int, axes: tuple[int, ...], k: float, peak: float) -> None:
+        self.host, self.axes, self.k, self.peak = host, axes, k, peak
 
 
-def _relative_step(curv: dict[int, float], tau: Sequence[np.ndarray], kappa: np.ndarray) -> float:
-    """1 / max_r (K_r · max_x τ_r(x) / κ_r): the relative-smoothness step (module docstring)."""
-    worst = max(k * float(tau[h].max()) / kappa[h] for h, k in curv.items())
-    return 1.0 / max(worst, 1e-300)
+def region_curvatures(graph: RegionGraph, measurements: Sequence[Measurement], total: float,
+                      norm: str = "l2") -> list[_Curvature]:
+    """Per measured clique: the curvature K_c of the loss (see the module docstring).
 
-
-def auto_kappa(graph: RegionGraph, measurements: Sequence[Measurement],
-               curv: dict[int, float], total: float) -> np.ndarray:
-    """Counting numbers κ_r = K_r · m̂_r that equalise the step across regions.
-
-    m̂_r estimates the largest cell of τ_r: the largest measured value when the query
-    is a scaled identity (the noisy marginal itself), else N.  Regions without
-    measurements take the largest κ among their parents (they carry no gradient; a
-    larger κ only makes their beliefs smoother), or the largest κ overall.
+    For the non-smooth L1 loss the analogous scale Σ ‖Q_i‖₂/σ_i is used, which has the
+    units of a gradient per record and so sets the same kind of step.
     """
     from dpsql.pgm.measurement import identity_scale
 
-    n = len(graph.regions)
-    peak = np.zeros(n)
+    per: dict[tuple[str, ...], _Curvature] = {}
     for m in measurements:
-        h = graph.host(m.clique)
+        canon = graph.canonical(m.clique)
+        h = graph.host(canon)
+        lam = lambda_max(m.query)
+        k = 2.0 * lam / m.stddev ** 2 if norm == "l2" else np.sqrt(lam) / m.stddev
         s = identity_scale(m.query)
         est = float(np.max(m.values)) / s if s is not None and s > 0 else total
-        peak[h] = max(peak[h], min(max(est, total / graph.region_size(graph.regions[h])), total))
+        peak = min(max(est, total / max(graph.region_size(canon), 1)), total)
+        c = per.get(canon)
+        if c is None:
+            region = graph.regions[h]
+            axes = tuple(i for i, a in enumerate(region) if a not in canon)
+            per[canon] = _Curvature(h, axes, k, peak)
+        else:
+            c.k += k
+            c.peak = max(c.peak, peak)
+    return list(per.values())
+
+
+def _relative_step(curv: list[_Curvature], tau: Sequence[np.ndarray], kappa: np.ndarray) -> float:
+    """1 / max_r (Σ_{c on r} K_c · max P_{r→c}τ_r / κ_r): the relative-smoothness step.
+
+    ‖P_{r→c}δ‖₂² ≤ max(P_{r→c}τ_r)·2KL_r(τ'‖τ) to second order, so each measured clique
+    contributes its curvature times its own largest cell to its host region's bound.
+    """
+    worst: dict[int, float] = {}
+    for c in curv:
+        t = tau[c.host]
+        top = float((t.sum(axis=c.axes) if c.axes else t).max())
+        worst[c.host] = worst.get(c.host, 0.0) + c.k * top
+    return 1.0 / max(max(w / kappa[h] for h, w in worst.items()), 1e-300)
+
+
+def auto_kappa(graph: RegionGraph, curv: list[_Curvature]) -> np.ndarray:
+    """Counting numbers κ_r = Σ_{c on r} K_c · m̂_c that equalise the step across regions.
+
+    m̂_c estimates the largest cell of τ_c: the largest measured value when the query
+    is a scaled identity (the noisy marginal itself), else N.  Regions without
+    measurements take the largest κ among their parents (they carry no gradient; a
+    larger κ only makes their beliefs smoother), or 1 (the scale of the largest).
+    """
+    n = len(graph.regions)
     kappa = np.zeros(n)
-    for h, k in curv.items():
-        kappa[h] = k * peak[h]
+    for c in curv:
+        kappa[c.host] += c.k * c.peak
     top = float(kappa.max()) if kappa.max() > 0 else 1.0
     kappa /= top  # only ratios matter (a common factor is absorbed by the step)
     for i in sorted(range(n), key=lambda i: -len(graph.regions[i])):
@@ -186,7 +208,8 @@ def _initial(graph: RegionGraph, oracle: ConvexGBP, warm_start) -> tuple[list[np
 
 
 def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
-                     region_graph: str | RegionGraph = "saturated", iters: int = 1000,
+                     region_graph: str | RegionGraph = "saturated", region_capacity: int | None = None,
+                     iters: int = 1000,
                      stepsize: float | None = None, step_scale: float = 1.0,
                      inner: int = 1, damping: float = 0.5, kappa: float | str = "auto",
                      warm_start=None, total: float | None = None, norm: str = "l2",
@@ -195,8 +218,9 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
                      callback: Callable[[Progress], bool | None] | None = None) -> RelaxedFit:
     """Solve Problem 2 by Prox-PGM with warm-started CONVEX-GBP (see the module docstring).
 
-    ``region_graph`` is "saturated" (default), "factor" or a prebuilt :class:`RegionGraph`
-    that supports every measured clique.  ``tol`` stops early once the relative loss
+    ``region_graph`` is "saturated" (default), "capped" (needs ``region_capacity``
+    cells), "factor" or a prebuilt :class:`RegionGraph` that supports every measured
+    clique.  ``tol`` stops early once the relative loss
     decrease over 10 iterations stays below it.  Returns a :class:`RelaxedFit`.
     """
     measurements = list(measurements)
@@ -211,13 +235,13 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
             if not graph.supports(c):
                 raise ValueError(f"estimate_relaxed: the region graph does not support {c}")
     else:
-        graph = RegionGraph.build(region_graph, domain.attributes, sizes, cliques)
+        graph = RegionGraph.build(region_graph, domain.attributes, sizes, cliques, region_capacity)
     total = _resolve_total(measurements, total, warm_start)
-    curv = region_curvatures(graph, measurements, norm)
+    curv = region_curvatures(graph, measurements, total, norm)
     if isinstance(kappa, str):
         if kappa != "auto":
             raise ValueError(f"estimate_relaxed: kappa must be 'auto' or positive numbers, got {kappa!r}")
-        kappa = auto_kappa(graph, measurements, curv, total)
+        kappa = auto_kappa(graph, curv)
     kappa = np.broadcast_to(np.asarray(kappa, dtype=float), (len(graph.regions),)).copy()
     oracle = ConvexGBP(graph, kappa, damping)
     loss = MarginalLoss(graph, measurements, norm)

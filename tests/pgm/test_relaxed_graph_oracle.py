@@ -135,3 +135,26 @@ def test_oracle_rejects_bad_parameters():
         ConvexGBP(g, damping=1.0)
     with pytest.raises(ValueError):
         ConvexGBP(g).run([np.zeros((2, 2))] * 5)
+
+
+def test_capped_graph_spans_saturated_to_junction_tree():
+    from dpsql.pgm.junction_tree import JunctionTree
+
+    attrs = _attrs(6)
+    sizes = dict(zip(attrs, [2, 3, 2, 3, 2, 4]))
+    cliques = [("A", "B", "C"), ("B", "C", "D"), ("A", "D"), ("D", "E"), ("E", "F"), ("A", "F")]
+    tree = JunctionTree(attrs, sizes, cliques)
+    sat = RegionGraph.saturated(attrs, sizes, cliques)
+    none = RegionGraph.capped(attrs, sizes, cliques, 0)
+    assert set(none.regions) == set(sat.regions) and set(none.edges) == set(sat.edges)
+    full = RegionGraph.capped(attrs, sizes, cliques, tree.size)
+    assert sorted(full.maximal()) == sorted(tree.cliques)
+    # Separators become the regions below the tree's cliques: the local polytope of a
+    # junction tree (Definition 3 with those edges) is its marginal polytope.
+    assert {r for r in full.regions if r not in tree.cliques} <= \
+        {s for s in tree.separators.values() if s} | {
+            tuple(a for a in attrs if a in set(x) & set(y))
+            for x, y in itertools.combinations(tree.cliques, 2) if set(x) & set(y)}
+    middle = RegionGraph.capped(attrs, sizes, cliques, tree.size - 1)
+    assert all(middle.supports(c) for c in cliques) and middle.kind == "capped"
+    assert middle.size <= tree.size + sat.size
