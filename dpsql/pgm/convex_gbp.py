@@ -152,6 +152,29 @@ class ConvexGBP:
                 break
         return GBPResult(self.beliefs(psi, total), lam, done, change)
 
+    # --- a persistent state for Prox-PGM (§6 warm starts) ------------------------------
+    def start(self, theta: Sequence[np.ndarray], messages: Sequence[np.ndarray] | None = None
+              ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(ψ, λ) for ``theta`` and warm-start ``messages``; owned by the caller, which then
+        alternates :meth:`shift` (a change of θ_r is the same change of ψ_r) and
+        :meth:`advance`, so no exponent table is rebuilt between outer iterations."""
+        lam = self.initial_messages() if messages is None else [np.array(m, dtype=float) for m in messages]
+        return self._exponents(theta, lam), lam
+
+    @staticmethod
+    def shift(psi: list[np.ndarray], region: int, delta: np.ndarray) -> None:
+        psi[region] += delta
+
+    def advance(self, psi: list[np.ndarray], lam: list[np.ndarray], sweeps: int, tol: float = 0.0
+                ) -> tuple[int, float]:
+        """Run up to ``sweeps`` sweeps in place; returns (sweeps run, last change)."""
+        change, done = np.inf, 0
+        for done in range(1, sweeps + 1):
+            change = self._sweep(psi, lam)
+            if change <= tol:
+                break
+        return done, change
+
     def marginals(self, theta: Sequence[np.ndarray], total: float = 1.0, **kw) -> list[np.ndarray]:
         """MARGINAL-ORACLE(θ) run to convergence (same signature as the exact oracle)."""
         return self.run(theta, total, **kw).marginals

@@ -248,8 +248,9 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
     theta, messages = _initial(graph, oracle, warm_start)
     if polish is None:
         polish = min(iters // 10, 50)
-    state = oracle.run(theta, total, messages, sweeps=max(inner, 1), tol=0.0)
-    tau, messages = state.marginals, state.messages
+    psi, lam = oracle.start(theta, messages)
+    oracle.advance(psi, lam, max(inner, 1))
+    tau = oracle.beliefs(psi, total)
     value, grad = loss(tau)
     hosts = [h for h, g in enumerate(grad) if g is not None]
     adaptive = stepsize is None
@@ -262,12 +263,14 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
         if adaptive:
             eta = _relative_step(curv, tau, kappa) * scale
         for h in hosts:
-            theta[h] = theta[h] - eta * grad[h]
+            step = eta * grad[h]
+            theta[h] -= step
+            oracle.shift(psi, h, -step)
         if it > iters - polish:
-            state = oracle.run(theta, total, messages, sweeps=_POLISH_SWEEPS, tol=_POLISH_TOL)
+            oracle.advance(psi, lam, _POLISH_SWEEPS, _POLISH_TOL)
         else:
-            state = oracle.run(theta, total, messages, sweeps=inner, tol=0.0)
-        tau, messages = state.marginals, state.messages
+            oracle.advance(psi, lam, inner)
+        tau = oracle.beliefs(psi, total)
         value, grad = loss(tau)
         history.append(value)
         if not patience or value <= best * (1.0 + _RISE):
@@ -284,6 +287,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
             old = history[-11]
             if old - value <= tol * max(abs(value), 1e-300) * 10:
                 break
+    messages = lam
     final = oracle.run(theta, total, messages, sweeps=final_sweeps, tol=gbp_tol)
     probs = [t / total for t in final.marginals]
     history.append(loss.value(final.marginals))
