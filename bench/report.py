@@ -78,6 +78,11 @@ def plot_table(results: dict, table: str, path: Path, title: str) -> bool:
             color, marker, ls = STYLE[system]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker, linestyle=ls,
                     linewidth=2 if system == "dpsql" else 1.5, markersize=5, label=LABELS[system])
+        failed = sorted((float(e) for e, m in entry["systems"].get("dpsql", {}).items() if not ok(m)))
+        if failed:
+            ax.text(0.02, 0.02, "dpsql: engine error at ε = " + ", ".join(f"{e:g}" for e in failed)
+                    + "\n(no answers; see bench/RESULTS.md)", transform=ax.transAxes, fontsize=8,
+                    color="#b00020", va="bottom")
         name = key.split("/", 1)[1]
         ax.set_title(f"{table}: {WORKLOAD_TITLES.get(name, name)} ({entry['queries']} queries)", fontsize=10)
         ax.set_xscale("log")
@@ -129,16 +134,17 @@ def full_table(entry: dict) -> list[str]:
     lines = ["| system | ε | RMSE | mean rel. err. (truth ≥ 100) | refused | negative | inconsistent "
              "| per query ms | measure + fit s | total s | peak MB | trials |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for system in ORDER:
+    extras = sorted(s for s in entry["systems"] if s not in ORDER)  # diagnostic runs, e.g. dpsql_it5000
+    for system in list(ORDER) + extras:
         for eps, m in sorted(entry["systems"].get(system, {}).items(), key=lambda kv: float(kv[0])):
             if not ok(m):
                 err = (m or {}).get("error", "no result")
-                lines.append(f"| {SHORT[system]} | {eps} | error: `{err.strip().splitlines()[-1][:120]}` |"
+                lines.append(f"| {SHORT.get(system, system)} | {eps} | error: `{err.strip().splitlines()[-1][:120]}` |"
                              + " |" * 9)
                 continue
             setup = (m["measure_s"] + m["fit_s"]) if "measure_s" in m else None
             extra = f" ({m['mechanism']})" if "mechanism" in m else ""
-            lines.append(f"| {SHORT[system]}{extra} | {eps} | {fmt(m['rmse'])} | {fmt(m['mre100'], 'pct')} "
+            lines.append(f"| {SHORT.get(system, system)}{extra} | {eps} | {fmt(m['rmse'])} | {fmt(m['mre100'], 'pct')} "
                          f"| {fmt(m['refused'], 'pct')} | {fmt(m['negative'], 'pct')} | {fmt(m['inconsistent'], 'pct')} "
                          f"| {fmt(1000 * m['query_s'], 's') if 'query_s' in m else '–'} | {fmt(setup, 's')} "
                          f"| {fmt(m.get('total_s'), 's')} | {fmt(m.get('peak_mb'), 's')} | {m['trials']} |")
@@ -182,7 +188,7 @@ def generated_block(summary: dict, images: list[str]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in env["packages"].items())
     if sn:
         versions += ", " + ", ".join(f"{k} {v}" for k, v in sn["versions"].items()) + " (own venv)"
-    dates = sorted({e.get("date", env["date"]) for e in results.values()})
+    dates = sorted({d for e in results.values() for d in e.get("dates", [e.get("date", env["date"])])})
     lines = [BEGIN, "",
              f"Run {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
              + f"; dpsql commit `{env['commit']}`{' (dpsql/ had uncommitted changes)' if env.get('dirty') else ''}; "
@@ -200,7 +206,7 @@ def generated_block(summary: dict, images: list[str]) -> str:
     lines += ["### Every workload and ε", ""]
     for key, entry in results.items():
         lines += [f"**{key}** — {entry['queries']} queries, {entry['cells']:,} answer cells, "
-                  f"{entry['relations']:,} checkable relations (run {entry.get('date', '?')})", ""]
+                  f"{entry['relations']:,} checkable relations (runs {', '.join(entry.get('dates', [entry.get('date', '?')]))})", ""]
         lines += full_table(entry) + [""]
     lines.append(END)
     return "\n".join(lines)

@@ -70,6 +70,7 @@ TABLES = {
 RENAMES = {"titanic": str.lower,
            "nltcs": lambda c: re.sub(r"[^a-z0-9]+", "_", c.lower()).strip("_")}
 SYSTEMS = ("dpsql", "dpsql_ls", "baseline", "smartnoise")
+SUFFIX = lambda fit_iters: f"_it{fit_iters}" if fit_iters else ""  # noqa: E731  (diagnostic runs)
 
 
 # -- workloads and truth ---------------------------------------------------------------------
@@ -294,7 +295,8 @@ def dpsql_job(spec: dict) -> dict:
             try:
                 con = dpsql.connect(spec["config"], ledger=str(tmp / "eval.ledger"),
                                     budget={"epsilon": eps, "delta": spec["delta"]},
-                                    workload=spec["queries"], cache_dir=spec["cache_dir"], policy="infer")
+                                    workload=spec["queries"], cache_dir=spec["cache_dir"], policy="infer",
+                                    fit_iters=spec.get("fit_iters"))
                 s = con.session
                 t0 = time.perf_counter()
                 report = s.measure(spec["table"])
@@ -327,12 +329,14 @@ def dpsql_job(spec: dict) -> dict:
     return out
 
 
-def run_dpsql(table: str, name: str, queries: list[str], eps, trials: int, timeout: float) -> dict:
+def run_dpsql(table: str, name: str, queries: list[str], eps, trials: int, timeout: float,
+              fit_iters: int | None = None) -> dict:
     spec = {"config": str(TABLES[table]["config"]), "table": table, "queries": queries, "eps": list(eps),
-            "trials": trials, "delta": DELTA, "cache_dir": str(OUT / "cache")}
-    job = OUT / "raw" / f"dpsql-{table}-{name}.job.json"
+            "trials": trials, "delta": DELTA, "cache_dir": str(OUT / "cache"), "fit_iters": fit_iters}
+    stem = f"dpsql{SUFFIX(fit_iters)}-{table}-{name}"
+    job = OUT / "raw" / f"{stem}.job.json"
     job.write_text(json.dumps(spec))
-    res = OUT / "raw" / f"dpsql-{table}-{name}.json"
+    res = OUT / "raw" / f"{stem}.json"
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--job", str(job), "--job-out", str(res)],
@@ -429,6 +433,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per system run")
     ap.add_argument("--from-raw", action="store_true",
                     help="recompute the summary from the raw answers in bench/out/eval/raw (no runs)")
+    ap.add_argument("--fit-iters", type=int,
+                    help="diagnostic: override dpsql's fit_iters; results are stored as dpsql_it<N>")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     ap.add_argument("--job-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -462,7 +468,7 @@ def main(argv=None) -> int:
         system, (table, name, queries) = item
         t0 = time.perf_counter()
         if system == "dpsql":
-            res = run_dpsql(table, name, queries, eps, trials, args.timeout)
+            res = run_dpsql(table, name, queries, eps, trials, args.timeout, args.fit_iters)
         else:
             res = run_smartnoise(table, name, queries, eps, sn_trials, args.timeout)
         print(f"{system:10s} {table}/{name}: {'ERROR ' + res['error'][-300:] if 'error' in res else 'ok'}"
@@ -474,7 +480,7 @@ def main(argv=None) -> int:
     if args.from_raw:
         raw = {}
         for system, (table, name, _) in tasks:
-            path = OUT / "raw" / f"{system}-{table}-{name}.json"
+            path = OUT / "raw" / f"{system}{SUFFIX(args.fit_iters) if system == 'dpsql' else ''}-{table}-{name}.json"
             if path.exists():
                 raw[(system, table, name)] = json.loads(path.read_text())
         if not args.eps:  # every ε found in the raw answers
@@ -494,6 +500,8 @@ def main(argv=None) -> int:
         entry = summary["results"].setdefault(key, {"queries": len(queries), "cells": sum(len(q["truth"]) for q in truth),
                                                     "relations": len(rels), "systems": {}})
         entry.update({"queries": len(queries), "relations": len(rels), "date": env["date"]})
+        if not args.from_raw:
+            entry["dates"] = sorted(set(entry.get("dates", [])) | {env["date"]})
         for e in eps:
             ekey = f"{e:g}"
             if "baseline" in systems:
@@ -505,6 +513,7 @@ def main(argv=None) -> int:
                 for system, est in (("dpsql", "pgm"), ("dpsql_ls", "least_squares")):
                     if system not in systems:
                         continue
+                    system += SUFFIX(args.fit_iters)
                     if run is None or any("error" in t for t in run["trials"]):
                         err = res.get("error") or next(t["error"] for t in run["trials"] if "error" in t)
                         entry["systems"].setdefault(system, {})[ekey] = {"error": err[-1500:]}
