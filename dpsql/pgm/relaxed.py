@@ -15,8 +15,8 @@ Practical choices (§6):
   Near the optimum ∇L(τ) has a component normal to L(G) that keeps moving θ without
   changing CONVEX-GBP(θ); one (damped) sweep per step lets the messages trail that
   drift by a constant lag, which biases the iterate by O(η).  The last ``polish``
-  iterations (default min(iters/10, 50)) therefore run Convex-GBP to a 1e-6 change (at
-  most 20 sweeps), i.e. exact prox steps, which remove the lag.  Finally θ̂ is run to
+  iterations (default min(iters/10, 30)) therefore run Convex-GBP to a 1e-6 change (at
+  most 10 sweeps), i.e. exact prox steps, which remove the lag.  Finally θ̂ is run to
   convergence so that the returned τ̂ = CONVEX-GBP(θ̂) lies in L(G) to ``gbp_tol``.
 * **Step size without a line search.**  One warm-started sweep is not a descent
   direction, so no line search is possible; the step is set from the geometry
@@ -67,7 +67,7 @@ __all__ = ["RelaxedFit", "auto_kappa", "estimate_relaxed", "region_curvatures"]
 _RISE = 1e-3
 # Polishing iterations run Convex-GBP to this change (log units), at most this many sweeps.
 _POLISH_TOL = 1e-6
-_POLISH_SWEEPS = 20
+_POLISH_SWEEPS = 10
 
 
 class RelaxedFit:
@@ -247,7 +247,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
     loss = MarginalLoss(graph, measurements, norm)
     theta, messages = _initial(graph, oracle, warm_start)
     if polish is None:
-        polish = min(iters // 10, 50)
+        polish = min(iters // 10, 30)
     psi, lam = oracle.start(theta, messages)
     oracle.advance(psi, lam, max(inner, 1))
     tau = oracle.beliefs(psi, total)
