@@ -41,7 +41,7 @@ def consistency_targets(graph: RegionGraph, probs: Sequence[np.ndarray], clique:
     with that intersection, laid out to broadcast against τ_r.
     """
     want = set(clique)
-    touched = sorted({i for a in clique for i in graph._by_attr.get(a, ())})
+    touched = graph.touching(clique)
     groups: dict[tuple[str, ...], list] = {}
     for i in touched:
         region = graph.regions[i]

@@ -245,6 +245,10 @@ class RegionGraph:
             raise KeyError(f"no region contains {tuple(clique)}")
         return best
 
+    def touching(self, attrs: Iterable[str]) -> list[int]:
+        """Indices of the regions sharing at least one attribute with ``attrs``."""
+        return sorted({i for a in attrs for i in self._by_attr.get(a, ())})
+
     def supports(self, attrs: Iterable[str]) -> bool:
         """Definition 2: some region contains ``attrs``."""
         try:
