@@ -17,7 +17,10 @@ respect to the entropy, which holds for α ≤ 1/(2Σ n_s) since KL ≥ ‖·‖
 doubled before every iteration.  When a consistent τ_r exists the minimum is zero and the answer
 is Theorem 3's: the maximum-entropy τ_r consistent with τ̂.
 
-Terms with the same intersection s are merged, Σ_u ‖Pτ − b_u‖² = n_s‖Pτ − b̄_s‖² +
+Which regions u take part follows App. B.2 ("the same structure as the original
+region graph"): every region for a saturated (or capped) graph, the singletons only
+for a factor graph, where the answer is then the product of one-way marginals
+(Remark 2).  Terms with the same intersection s are merged, Σ_u ‖Pτ − b_u‖² = n_s‖Pτ − b̄_s‖² +
 const, so the work per iteration is one pass over τ_r per distinct intersection.
 """
 
@@ -37,11 +40,18 @@ def consistency_targets(graph: RegionGraph, probs: Sequence[np.ndarray], clique:
                         ) -> list[tuple[tuple[int, ...], tuple[int, ...], float, np.ndarray]]:
     """For each distinct s = u ∩ r: (axes of r summed out, shape of s in r, n_s, b̄_s).
 
+    u ranges over the regions r would be joined to (see the module docstring).
+
     ``clique`` is canonical; b̄_s is the mean of P_{u→s} τ̂_u over the n_s regions u
     with that intersection, laid out to broadcast against τ_r.
     """
     want = set(clique)
     touched = graph.touching(clique)
+    if graph.kind == "factor":
+        # App. B.2: r joins the graph with the structure the graph already has; in a
+        # factor graph that is edges to the singletons only (Remark 2), so only
+        # one-way marginals constrain τ_r.
+        touched = [i for i in touched if len(graph.regions[i]) == 1]
     groups: dict[tuple[str, ...], list] = {}
     for i in touched:
         region = graph.regions[i]

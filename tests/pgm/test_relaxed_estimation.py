@@ -122,15 +122,16 @@ def test_out_of_model_marginals_follow_theorem_3():
 
 
 def test_problem_4_minimises_the_violation_when_no_consistent_marginal_exists():
-    # A factor-graph fit of a frustrated triangle: pairwise tables that agree on one-way
-    # marginals but admit no joint (A = B, B = C, A ≠ C on binary attributes).
+    # A frustrated triangle: pairwise tables that agree on one-way marginals (so they lie
+    # in the saturated local polytope and are fitted exactly) but admit no joint
+    # (A = B, B = C, A ≠ C on binary attributes).
     dom = Domain(["A", "B", "C"], [2, 2, 2])
     eq = np.array([[0.5, 0.0], [0.0, 0.5]]) * 1000
     ne = np.array([[0.0, 0.5], [0.5, 0.0]]) * 1000
     ms = [Measurement(("A", "B"), Identity(4), eq.ravel(), 1.0),
           Measurement(("B", "C"), Identity(4), eq.ravel(), 1.0),
           Measurement(("A", "C"), Identity(4), ne.ravel(), 1.0)]
-    res = estimate_relaxed(dom, ms, region_graph="factor", iters=3000)
+    res = estimate_relaxed(dom, ms, iters=3000)
     clique = ("A", "B", "C")
     tau = max_entropy_marginal(res.graph, res.probs, clique, tol=1e-12, iters=20000)
     targets = consistency_targets(res.graph, res.probs, clique)
@@ -146,6 +147,19 @@ def test_problem_4_minimises_the_violation_when_no_consistent_marginal_exists():
     assert f(ref.x) > 0.05  # genuinely inconsistent
     assert f(tau.ravel()) <= f(ref.x) + 1e-6
     assert abs(tau.sum() - 1.0) < 1e-12 and tau.min() >= 0
+
+
+def test_factor_graph_out_of_model_is_the_product_of_one_way_marginals():
+    # App. B.2 / Remark 2: a new clique joins a factor graph through the singletons only.
+    dom = Domain(list("ABCD"), [2, 3, 2, 3])
+    p = _data(9, dom.shape, 3_000.0, 2.0)
+    ms = _measure(dom, p, [("A", "B", "C"), ("B", "C", "D")], 0.0, 0)
+    res = estimate_relaxed(dom, ms, region_graph="factor", iters=500)
+    model = RelaxedModel(dom, res)
+    got = model.marginal(("A", "D")).values / model.total
+    a = model.marginal(("A",)).values / model.total
+    d = model.marginal(("D",)).values / model.total
+    assert np.abs(got - np.multiply.outer(a, d)).max() < 1e-6
 
 
 def test_answer_kron_union_weighted_and_sum():
