@@ -239,14 +239,19 @@ def write_readme(summary: dict) -> None:
         inc = " / ".join(fmt(m.get("inconsistent"), "pct") if ok(m) else "–" for m in inc)
         rows.append(f"| {key} ({entry['queries']} queries) | {fmt(r['dpsql'])} | {fmt(r['dpsql_ls'])} "
                     f"| {fmt(r['baseline'])} | {fmt(r['smartnoise'])} | {inc} |")
-    dates = sorted({e.get("date", "?") for k, e in results.items() if k.startswith("adult/")})
+    dates = sorted({d for k, e in results.items() if k.startswith("adult/")
+                    for d in e.get("dates", [e.get("date", "?")])})
     block = "\n".join([
         R_BEGIN, "",
         "![RMSE vs ε on adult](docs/img/eval_headline.png)", "",
         f"RMSE per answer cell (counts; lower is better) at the same total budget, measured by `make bench-report` "
-        f"on {dates[-1] if dates else '?'} (`bench/suite.py`; trials, versions, load and every other workload, ε "
+        f"in runs from {dates[0] if dates else '?'} to {dates[-1] if dates else '?'} (`bench/suite.py`; trials, versions, load and every other workload, ε "
         "and metric in [bench/RESULTS.md](bench/RESULTS.md)).", "",
-        *rows, "", R_END])
+        *rows, "",
+        "Inconsistent: share of violated sum/containment relations between the workload's answers; "
+        "–: no answer (dpsql's measurement failed with an engine error at this budget, see "
+        "bench/RESULTS.md). SmartNoise's RMSE covers only the queries it answered (it refuses some).",
+        "", R_END])
     text = README.read_text()
     new = replace_block(text, R_BEGIN, R_END, block)
     if new is None:
