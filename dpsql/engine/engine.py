@@ -187,8 +187,8 @@ class Engine:
     def _release_plan(self, table: str, strategy: Strategy, rho: float, purpose: str):
         """Lattice blocks, calibrated noise and the release key (all public)."""
         source = self.config.sources[table]
-        blocks = [rel.to_lattice(b.clique, b.query, b.weight) for b in strategy.blocks]
-        plan = rel.calibrate(blocks, rho, family=self.config.noise, unit_rows=source.max_rows_per_id)
+        blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho,
+                                          family=self.config.noise, unit_rows=source.max_rows_per_id)
         key = table + ":" + _sha(str(source.path), self.config.noise, purpose, float(plan.rho),
                                  *[(b.clique, b.scale, b.weight) for b in blocks],
                                  *[f for b in blocks for f in b.factors])

@@ -7,9 +7,12 @@ noise (``dpsql.privacy.noise``).  Integer matrices keep the measured values on t
 
 * integer-valued factors (Identity, Total, Prefix, ranges, marginals) are used as they are;
 * real-valued factors (OPT_0 / OPT_⊗ strategies) are put on a declared grid: each factor F
-  becomes M = round(F · GRID / max|F|), i.e. the strategy actually measured is the rounded
-  one, with scale s = ∏ max|F|/GRID.  Sensitivity and accounting use M itself, so the
+  becomes M = round(F / (r·max|F|)), i.e. the strategy actually measured is the rounded
+  one, with scale s = ∏ r·max|F|.  Sensitivity and accounting use M itself, so the
   rounding costs accuracy, never privacy (``docs/privacy.md``, "Real-valued strategies").
+  The relative resolution r is 1/4096 unless that would make the product lattice so fine
+  that the lattice noise σ/s exceeds 2²² (a Kron of d real factors has spacing ∝ r^d);
+  then r is coarsened just enough (:func:`lattice_blocks`).
 
 Noise calibration (Gaussian).  The planner's strategy is the stack of rows w_b·Q_b with one
 common σ.  Measuring M_b x + Z_b with Z_b ~ N_ℤ(0, σ_b²), σ_b = σ/(w_b s_b), is that same
@@ -34,7 +37,9 @@ import numpy as np
 from dpsql.linalg import Identity, Kron, QueryMatrix
 from dpsql.privacy import noise as _noise
 
-GRID = 1 << 12  # resolution of real-valued factors: relative rounding error ≤ 2^-13
+GRID = 1 << 12  # finest resolution of real-valued factors: relative rounding error ≤ 2^-13
+MAX_LATTICE_SIGMA = float(1 << 22)  # noise std on the lattice; the sampler is exact to 2^25
+_INT64_SAFE = 1 << 22  # |M x| ≤ (max row sum of |M|)·N stays in int64 for N < 2^40 rows
 
 
 @dataclass(frozen=True)
@@ -68,13 +73,19 @@ class LatticeBlock:
         return int(np.prod([f.shape[0] for f in self.factors]))
 
     def apply(self, counts: np.ndarray) -> np.ndarray:
-        """M x in exact int64 arithmetic (one factor per axis, thesis Algorithm 1)."""
-        x = np.asarray(counts, dtype=np.int64)
-        if self.joint or len(self.factors) == 0:
+        """M x exactly (one factor per axis, thesis Algorithm 1): in int64 when the factors'
+        row sums bound every value safely, otherwise in Python integers."""
+        bound = 1
+        for f in self.factors:
+            bound *= int(np.abs(f.astype(object)).sum(axis=1).max(initial=0))
+        dtype = np.int64 if bound <= _INT64_SAFE else object
+        x = np.asarray(counts, dtype=np.int64).astype(dtype)
+        factors = [f.astype(dtype) for f in self.factors]
+        if self.joint or len(factors) == 0:
             flat = x.reshape(-1)
-            return (self.factors[0] @ flat) if self.factors else flat.copy()
-        x = x.reshape(tuple(f.shape[1] for f in self.factors))
-        for axis, f in enumerate(self.factors):
+            return (factors[0] @ flat) if factors else flat.copy()
+        x = x.reshape(tuple(f.shape[1] for f in factors))
+        for axis, f in enumerate(factors):
             x = np.moveaxis(np.tensordot(f, x, axes=([1], [axis])), 0, axis)
         return x.reshape(-1)
 
@@ -92,26 +103,80 @@ def _as_matrix(f: np.ndarray) -> QueryMatrix:
     return Explicit(f.astype(np.float64))
 
 
-def to_lattice(clique: Sequence[str], query: QueryMatrix, weight: float) -> LatticeBlock:
-    """Integer version of a planner block (see the module docstring for the grid rule)."""
+def _dense_factors(clique: Sequence[str], query: QueryMatrix) -> list[np.ndarray]:
     if isinstance(query, Kron) and len(query.factors) == len(clique):
-        dense = [f.dense() for f in query.factors]
-    else:
-        dense = [query.dense()]
+        return [np.asarray(f.dense(), dtype=np.float64) for f in query.factors]
+    return [np.asarray(query.dense(), dtype=np.float64)]
+
+
+def _is_integer(d: np.ndarray) -> bool:
+    return bool(np.all(d == np.round(d)) and np.abs(d).max(initial=0) < 2**31)
+
+
+def to_lattice(clique: Sequence[str], query: QueryMatrix, weight: float,
+               resolution: float = 1.0 / GRID) -> LatticeBlock:
+    """Integer version of a planner block; real factors rounded at relative ``resolution``."""
     factors, scale = [], 1.0
-    for d in dense:
-        d = np.asarray(d, dtype=np.float64)
-        if np.all(d == np.round(d)) and np.abs(d).max(initial=0) < 2**31:
+    for d in _dense_factors(clique, query):
+        if _is_integer(d):
             factors.append(d.astype(np.int64))
             continue
         top = float(np.abs(d).max())
         if top == 0:
             factors.append(np.zeros(d.shape, dtype=np.int64))
             continue
-        grid = top / GRID
+        grid = top * resolution
         factors.append(_noise.round_to_grid(d, grid).astype(np.int64))
         scale *= grid
     return LatticeBlock(tuple(clique), tuple(factors), float(scale), float(weight))
+
+
+def _real_sensitivity(clique, query, p: int) -> float:
+    out = 1.0
+    for d in _dense_factors(clique, query):
+        out *= float((np.abs(d) ** p).sum(axis=0).max(initial=0)) ** (1.0 / p)
+    return out
+
+
+def lattice_blocks(blocks, rho: float, *, family: str = "gaussian",
+                   unit_rows: int = 1) -> tuple[list[LatticeBlock], "NoisePlan"]:
+    """Lattice versions of planner blocks ``(clique, query, weight)`` and their noise plan.
+
+    The noise each block will get (in query units) is estimated from the real strategy;
+    each block with k real factors is rounded at relative resolution
+    r = max(1/4096, (σ_q / (2²² ∏ max|F|))^(1/k)), the finest for which the lattice noise
+    σ_q/s stays below 2²² (s = ∏ r·max|F| is the lattice spacing).  After exact
+    calibration a block still above the bound is coarsened (r doubled) and all are
+    recalibrated; the bound only keeps the sampler's tables small, it is no privacy limit.
+    """
+    blocks = list(blocks)
+    p = 2 if family == "gaussian" else 1
+    sens = [_real_sensitivity(c, q, p) for c, q, _ in blocks]
+    if family == "gaussian":
+        sigma = math.sqrt(sum((unit_rows * s * w) ** 2 for s, (_, _, w) in zip(sens, blocks)) / (2 * rho))
+    else:
+        sigma = sum(unit_rows * s * w for s, (_, _, w) in zip(sens, blocks)) / math.sqrt(2 * rho) * math.sqrt(2)
+    res = []
+    for (clique, query, w) in blocks:
+        real = [d for d in _dense_factors(clique, query) if not _is_integer(d)]
+        r = 1.0 / GRID
+        if real and w > 0:
+            top = math.prod(float(np.abs(d).max()) for d in real if np.abs(d).max() > 0)
+            need = (sigma / w) / (MAX_LATTICE_SIGMA * top)
+            if need > 0:
+                r = max(r, need ** (1.0 / len(real)))
+        res.append(min(r, 1.0))
+    for _ in range(64):
+        lattice = [to_lattice(c, q, w, r) for (c, q, w), r in zip(blocks, res)]
+        plan = calibrate(lattice, rho, family=family, unit_rows=unit_rows)
+        limit = MAX_LATTICE_SIGMA ** 2 if family == "gaussian" else MAX_LATTICE_SIGMA
+        over = [i for i, prm in enumerate(plan.params)
+                if float(prm) > limit and any(not _is_integer(d) for d in _dense_factors(*blocks[i][:2]))]
+        if not over:
+            return lattice, plan
+        for i in over:
+            res[i] = min(1.0, res[i] * 2)
+    return lattice, plan
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,25 @@ def test_pack_unpack_roundtrip():
     assert b.clique == ("a", "b") and b.weight == 1.5 and sd == 2.5
     assert all(np.array_equal(f, g) for f, g in zip(b.factors, blocks[0].factors))
     assert np.array_equal(y, released[0][1])
+
+
+@pytest.mark.parametrize("d,rho", [(16, 0.0024), (2, 0.0024), (2, 10.0), (5, 0.02)])
+def test_high_dimensional_real_strategies_stay_on_a_usable_lattice(d, rho):
+    """A Kron of d real factors rounded at 1/4096 each would have spacing 4096^-d and a
+    lattice noise far beyond any sampler (σ² ~ 1e117 for d = 16); the resolution adapts."""
+    rng = np.random.default_rng(d)
+    factor = Explicit(rng.random((3, 2)) + 0.1)
+    blocks = [(tuple(f"a{i}" for i in range(d)), Kron([factor] * d), 1.0),
+              (("a0",), Identity(2), 0.5)]
+    lattice, plan = rel.lattice_blocks(blocks, rho)
+    assert plan.rho <= Fraction(rho)
+    for p in plan.params:
+        assert float(p) <= rel.MAX_LATTICE_SIGMA ** 2
+    x = rng.integers(0, 1000, size=(2,) * d)
+    exact = lattice[0].apply(x)
+    implicit = Kron([Explicit(f.astype(float)) for f in lattice[0].factors]).matvec(x.reshape(-1).astype(float))
+    assert np.allclose(np.array(exact, dtype=float), implicit, rtol=1e-9)
+    assert all(isinstance(v, int) or np.issubdtype(type(v), np.integer) for v in exact[:10])
+    # the noisy release works end to end on this lattice
+    y = rel.noisy_values(lattice[0], exact, plan.params[0], plan.family)
+    assert np.all(np.isfinite(y))
