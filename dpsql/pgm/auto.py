@@ -102,12 +102,13 @@ def _cliques(measurements: Iterable[Measurement]) -> list[tuple[str, ...]]:
 
 def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = DEFAULT_CAPACITY,
         iters: int = 1000, warm_start=None, callback: Callable[[Progress], bool | None] | None = None,
-        method: str = "auto", region_graph: str = "saturated", total: float | None = None,
-        norm: str = "l2", **options) -> ExactModel | RelaxedModel:
+        method: str = "auto", exact_method: str = "md", region_graph: str = "saturated",
+        total: float | None = None, norm: str = "l2", **options) -> ExactModel | RelaxedModel:
     """Fit a model to ``measurements``: exact if JT-SIZE ≤ ``capacity`` cells, else relaxed.
 
     ``method`` is "auto" (default), "exact" (raises ModelTooLargeError beyond
-    ``capacity``) or "relaxed".  ``warm_start`` is a previous model: an ExactModel /
+    ``capacity``) or "relaxed"; ``exact_method`` is the exact estimator's ``method``
+    ("md", "accelerated" or "adaptive").  ``warm_start`` is a previous model: an ExactModel /
     GraphicalModel for the exact path; a RelaxedModel (θ̂ and messages reused) or any
     model (its marginals as a start) for the relaxed path.  Remaining ``options`` go
     to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).
@@ -142,8 +143,8 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
         ws = warm_start.model if isinstance(warm_start, ExactModel) else warm_start
         if not isinstance(ws, GraphicalModel):
             ws = None
-        model = estimate(domain, measurements, iters=iters, warm_start=ws, callback=callback,
-                         capacity=capacity, total=total, norm=norm, **options)
+        model = estimate(domain, measurements, iters=iters, method=exact_method, warm_start=ws,
+                         callback=callback, capacity=capacity, total=total, norm=norm, **options)
         return ExactModel(model, reason, time.perf_counter() - start)
     ws = warm_start.fit if isinstance(warm_start, RelaxedModel) else warm_start
     if isinstance(ws, ExactModel):
