@@ -11,6 +11,9 @@ from dpsql.pgm.factor import Factor
 from dpsql.pgm.junction_tree import JunctionTree, model_size
 from dpsql.pgm.measurement import Measurement
 from dpsql.pgm.model import GraphicalModel
+from dpsql.pgm.appgm import (ConvexGBP, ExactModel, RegionGraph, RelaxedModel, estimate_relaxed, fit,
+                             max_entropy_marginal)
 
-__all__ = ["CliqueVector", "DEFAULT_CAPACITY", "Factor", "GraphicalModel", "JunctionTree",
-           "Measurement", "Progress", "estimate", "model_size"]
+__all__ = ["CliqueVector", "ConvexGBP", "DEFAULT_CAPACITY", "ExactModel", "Factor", "GraphicalModel",
+           "JunctionTree", "Measurement", "Progress", "RegionGraph", "RelaxedModel", "estimate",
+           "estimate_relaxed", "fit", "max_entropy_marginal", "model_size"]
