@@ -35,7 +35,7 @@ from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, ProgrammingError
 from dpsql.measure.backend import Backend, DuckDBBackend
 from dpsql.measure import release as rel
-from dpsql.pgm import GraphicalModel, Measurement, estimate, model_size
+from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.auto import fit
 from dpsql.plan import Caps, Strategy, StrategyCache, Workload, expected_error, optimize
 from dpsql.privacy.ledger import Ledger
@@ -265,18 +265,13 @@ class Engine:
 
     def _fit(self, domain, measurements, previous):
         """Exact junction-tree model when it fits the capacity, else the relaxed
-        region-graph model (NeurIPS 2021).  The exact fit uses the accelerated method with
-        adaptive curvature ("adaptive"): on the adult dashboard its largest error on the
-        measured marginals after 1,000 iterations is ~1 count where plain mirror descent
-        (Alg. 2) is still ~50 counts off, which would rival the noise at ε = 1."""
-        cliques = list(dict.fromkeys(tuple(m.clique) for m in measurements))
-        capacity = self.config.planner.max_model_cells
-        if model_size(domain, cliques) <= capacity:
-            warm = previous if isinstance(previous, GraphicalModel) else None
-            return estimate(domain, measurements, iters=self.config.fit_iters, method="adaptive",
-                            warm_start=warm, capacity=capacity)
-        return fit(domain, measurements, iters=self.config.fit_iters, method="relaxed",
-                   warm_start=previous, capacity=capacity)
+        region-graph model (NeurIPS 2021); the model's summary says which and why.  The
+        exact fit uses the accelerated method with adaptive curvature: on the adult
+        dashboard its largest error on the measured marginals after 1,000 iterations is ~1
+        count where plain mirror descent (Alg. 2) is still ~50 off, which would rival the
+        noise at ε = 1."""
+        return fit(domain, measurements, iters=self.config.fit_iters, warm_start=previous,
+                   capacity=self.config.planner.max_model_cells, exact_method="adaptive")
 
     def _state(self, table: str) -> TableState:
         try:
