@@ -78,11 +78,16 @@ def plot_table(results: dict, table: str, path: Path, title: str) -> bool:
             color, marker, ls = STYLE[system]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker, linestyle=ls,
                     linewidth=2 if system == "dpsql" else 1.5, markersize=5, label=LABELS[system])
-        failed = sorted((float(e) for e, m in entry["systems"].get("dpsql", {}).items() if not ok(m)))
+        dp = entry["systems"].get("dpsql", {})
+        failed = sorted(float(e) for e, m in dp.items() if not ok(m))
+        timeouts = [e for e in failed if "timeout" in str(dp[f"{e:g}"].get("error", ""))]
         if failed:
-            ax.text(0.02, 0.02, "dpsql: engine error at ε = " + ", ".join(f"{e:g}" for e in failed)
+            what = "timed out" if len(timeouts) == len(failed) else "engine error"
+            ax.text(0.02, 0.02, f"dpsql: {what} at ε = " + ", ".join(f"{e:g}" for e in failed)
                     + "\n(no answers; see bench/RESULTS.md)", transform=ax.transAxes, fontsize=8,
                     color="#b00020", va="bottom")
+        elif not dp:
+            ax.text(0.02, 0.02, "dpsql: not run", transform=ax.transAxes, fontsize=8, color="#b00020")
         name = key.split("/", 1)[1]
         ax.set_title(f"{table}: {WORKLOAD_TITLES.get(name, name)} ({entry['queries']} queries)", fontsize=10)
         ax.set_xscale("log")
