@@ -81,6 +81,7 @@ class Shell:
         self.workload_source = ""
         self.csv_path: str | None = None
         self.model_version: int | None = None
+        self.model_kind = ""
         self.model_note = ""
         self._budget: tuple[float, float, float] | None = None
         self.commands = MetaCommands(self)
@@ -156,6 +157,8 @@ class Shell:
             parts += [("class:bottom-toolbar.key", "  left "),
                       (style, f"ε={eps:.4g} (δ={delta:g}) ρ={rho:.4g}")]
         model = f"v{self.model_version}" if self.model_version else "none yet"
+        if self.model_kind:
+            model += f" {self.model_kind}"
         if self.model_note:
             model += f" ({self.model_note})"
         parts += [("class:bottom-toolbar.key", "  model "), ("", model),
@@ -236,6 +239,7 @@ class Shell:
             if version != self.model_version:
                 self.model_note = ""
             self.model_version = version
+            self.model_kind = getattr(result, "model", "") or self.model_kind
         if self.csv_path and result.columns:
             with open(self.csv_path, "a", encoding="utf-8", newline="") as fh:
                 if fh.tell() > 0:

@@ -48,9 +48,18 @@ class Result:
     message: str | None = None   # e.g. "SET" for session commands, EXPLAIN text
     seconds: float = 0.0
     model_version: int = 0
+    model: str = ""      # which model answered: "exact junction tree" or "relaxed region graph"
 
 
 Z95 = 1.959963984540054
+
+
+def _model_kind(model) -> str:
+    """Short public description of the fitted model (its structure, never its values)."""
+    if model is None:
+        return ""
+    from dpsql.pgm import RelaxedModel
+    return "relaxed region graph" if isinstance(model, RelaxedModel) else "exact junction tree"
 
 
 def _type_name(pg_type: str) -> str:
@@ -136,7 +145,8 @@ class Session:
             inferred.append(flag)
         stderr_rows = cleaned
         result = Result(columns, list(rows), stderr_rows, inferred,
-                        cost=cost, seconds=time.perf_counter() - t0, model_version=version)
+                        cost=cost, seconds=time.perf_counter() - t0, model_version=version,
+                        model=_model_kind(model))
         self._cache[key] = result
         return self._with_error_columns(result)
 
@@ -270,5 +280,4 @@ class Session:
                 else:
                     extra.append(float(se) * (Z95 if mode == "ci95" else 1.0))
             rows.append(tuple(row) + tuple(extra))
-        return Result(cols, rows, result.stderr, result.inferred, result.cost, result.message,
-                      result.seconds, result.model_version)
+        return replace(result, columns=cols, rows=rows)

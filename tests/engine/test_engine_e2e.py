@@ -70,6 +70,7 @@ def test_stderr_aligned_with_rows_and_small_at_huge_budget(measured):
         assert sex_err is None
         assert 0 <= count_err < 1e-2
     assert cur.inferred == [False, False]
+    assert cur.result.model == "exact junction tree"
 
 
 def test_repeated_query_returns_identical_rows(measured):
