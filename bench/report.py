@@ -249,9 +249,10 @@ def write_readme(summary: dict) -> None:
     block = "\n".join([
         R_BEGIN, "",
         "![RMSE vs ε on adult](docs/img/eval_headline.png)", "",
-        f"RMSE per answer cell (counts; lower is better) at the same total budget, measured by `make bench-report` "
-        f"in runs from {dates[0] if dates else '?'} to {dates[-1] if dates else '?'} (`bench/suite.py`; trials, versions, load and every other workload, ε "
-        "and metric in [bench/RESULTS.md](bench/RESULTS.md)).", "",
+        f"RMSE per answer cell (counts; lower is better) at the same total budget, measured by the evaluation "
+        f"suite (`bench/suite.py`; `make bench-report` reruns it) in runs from {dates[0] if dates else '?'} to "
+        f"{dates[-1] if dates else '?'}; trials, versions, load and every other workload, ε and metric are in "
+        "[bench/RESULTS.md](bench/RESULTS.md).", "",
         *rows, "",
         "Inconsistent: share of violated sum/containment relations between the workload's answers; "
         "–: no answer (dpsql's measurement failed with an engine error at this budget, see "
