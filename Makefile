@@ -29,7 +29,8 @@ bench: $(STAMP)
 
 # Evaluation suite against SmartNoise SQL (bench/suite.py; creates bench/peers/.venv-smartnoise),
 # then tables in bench/RESULTS.md, plots in docs/img/ and the README's results section.
-# SUITE_ARGS=--full runs the whole grid (slow); the default grid takes ~15 min on 2 idle cores.
+# SUITE_ARGS=--full runs the whole grid (slow); the default grid (ε 0.1, 1, 10) takes 15-25 min on a
+# quiet 2-core VM with a cold plan cache (bench/out/eval/cache), less once strategies are cached.
 bench-report: $(PY)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) bench/suite.py $(SUITE_ARGS)

@@ -1,6 +1,6 @@
 """Evaluation suite: dpsql against SmartNoise SQL and the per-query Gaussian baseline.
 
-    python bench/suite.py                 # default grid (~15 min on 2 idle cores)
+    python bench/suite.py                 # default grid (15-25 min on a quiet 2-core VM, cold plan cache)
     python bench/suite.py --full          # eps 0.1,0.3,1,3,10; 5 trials (SmartNoise 3)
     python bench/suite.py --tables adult --workloads dashboard,marginals --eps 1 --trials 3
 
@@ -430,7 +430,8 @@ def main(argv=None) -> int:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--data-dir", default=os.environ.get("DPSQL_DATA", "/work/shared/data"))
     ap.add_argument("--jobs", type=int, default=2, help="parallel system runs")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per system run")
+    ap.add_argument("--timeout", type=float, default=900,
+                    help="seconds per system run (default 900; nltcs ranges needs more to plan)")
     ap.add_argument("--from-raw", action="store_true",
                     help="recompute the summary from the raw answers in bench/out/eval/raw (no runs)")
     ap.add_argument("--fit-iters", type=int,
