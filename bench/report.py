@@ -70,9 +70,14 @@ def plot_table(results: dict, table: str, path: Path, title: str) -> bool:
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.9 * rows), squeeze=False)
     for ax, key in zip(axes.flat, keys):
         entry = results[key]
+        notes = []
         for system in ORDER:
             by_eps = entry["systems"].get(system, {})
-            pts = sorted((float(e), m["rmse"]) for e, m in by_eps.items() if ok(m))
+            # a point where most queries were refused would be an RMSE over a few cells: not drawn
+            pts = sorted((float(e), m["rmse"]) for e, m in by_eps.items() if ok(m) and m["refused"] < 0.5)
+            hidden = sorted(float(e) for e, m in by_eps.items() if ok(m) and m["refused"] >= 0.5)
+            if hidden:
+                notes.append(f"{SHORT[system]}: most queries refused at ε = " + ", ".join(f"{e:g}" for e in hidden))
             if not pts:
                 continue
             color, marker, ls = STYLE[system]
@@ -88,6 +93,9 @@ def plot_table(results: dict, table: str, path: Path, title: str) -> bool:
                     color="#b00020", va="bottom")
         elif not dp:
             ax.text(0.02, 0.02, "dpsql: not run", transform=ax.transAxes, fontsize=8, color="#b00020")
+        if notes:
+            ax.text(0.98, 0.02, "\n".join(notes) + "\n(not drawn; see bench/RESULTS.md)", transform=ax.transAxes,
+                    fontsize=8, color="#b00020", va="bottom", ha="right")
         name = key.split("/", 1)[1]
         ax.set_title(f"{table}: {WORKLOAD_TITLES.get(name, name)} ({entry['queries']} queries)", fontsize=10)
         ax.set_xscale("log")
