@@ -154,12 +154,12 @@ class Engine:
              rho: float | None = None) -> PlanReport:
         t0 = time.perf_counter()
         workload, names, blocks = self.workload_for(table, queries)
-        strategy = self.optimize(workload)
+        rho = rho if rho is not None else self.workload_rho()
+        strategy = self.optimize(workload, rho, self.config.sources[table].max_rows_per_id)
         with self._lock:
             state = self._state(table)
             state.strategy = strategy
             state.strategy_workload = tuple(names)
-        rho = rho if rho is not None else self.workload_rho()
         m = workload.matrix.shape[0]
         tse_unit = strategy.expected_error
         rmse = math.sqrt(tse_unit * gaussian_sigma2_unit(rho) / m)
@@ -169,16 +169,26 @@ class Engine:
         baseline = math.sqrt(base_tse / m)
         return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0)
 
-    def optimize(self, workload: Workload) -> Strategy:
-        """HDMM with the configured options and caps; strategies cached on disk."""
+    def optimize(self, workload: Workload, rho: float, unit_rows: int = 1) -> Strategy:
+        """HDMM with the configured options and caps; strategies cached on disk.
+
+        A strategy whose real-valued factors cannot be put on the measurement lattice at
+        this budget without losing rank (``release.lattice_keeps_rank``) is replaced by the
+        best strategy of the operators with integer blocks (OPT_+ and OPT_M)."""
         opts = self.config.planner
         if self._strategy_cache is None:
             self._strategy_cache = StrategyCache(self.config.cache_dir)
-        return optimize(workload, noise=self.config.noise, restarts=opts.restarts, seed=opts.seed,
-                        caps=Caps(marginal_cells=opts.max_clique_cells, model_size=opts.max_model_cells),
-                        cache=self._strategy_cache,
-                        progress=(lambda *a, **kw: self.progress("plan", {"args": a, **kw}))
-                        if self.progress else None)
+        kwargs = dict(noise=self.config.noise, restarts=opts.restarts, seed=opts.seed,
+                      caps=Caps(marginal_cells=opts.max_clique_cells, model_size=opts.max_model_cells),
+                      cache=self._strategy_cache,
+                      progress=(lambda *a, **kw: self.progress("plan", {"args": a, **kw}))
+                      if self.progress else None)
+        strategy = optimize(workload, **kwargs)
+        blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
+        if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
+                blocks, rho, family=self.config.noise, unit_rows=unit_rows):
+            strategy = optimize(workload, operators=("OPT_+", "OPT_M"), **kwargs)
+        return strategy
 
     def workload_rho(self) -> float:
         return (self.config.workload_budget or self.config.budget).rho

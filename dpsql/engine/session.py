@@ -231,8 +231,8 @@ class Session:
         table = compiled.table
         state = self.engine._state(table)
         workload = Workload(state.schema.domain, linalg.Union([lq.matrix for lq in unsupported]))
-        strategy = self.engine.optimize(workload)
         rho = self.engine.config.query_budget.rho
+        strategy = self.engine.optimize(workload, rho, self.engine.config.sources[table].max_rows_per_id)
         return self.engine.measure_strategy(table, strategy, rho, self.user,
                                             "query:" + ";".join(lq.name for lq in unsupported))
 

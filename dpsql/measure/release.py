@@ -238,6 +238,22 @@ def stddev(block: LatticeBlock, param: Fraction, family: str) -> float:
     return math.sqrt(2 * q) / (1 - q) * block.scale
 
 
+def lattice_keeps_rank(blocks, rho: float, *, family: str = "gaussian", unit_rows: int = 1) -> bool:
+    """Whether every real factor keeps its rank once put on the lattice at this budget.
+
+    A Kron of many real factors may need a resolution so coarse that a factor collapses
+    (e.g. 16 binary attributes: 2×2 factors rounded to rank 1), and the measured block then
+    supports none of the queries it was planned for; the engine re-plans such workloads
+    with operators whose blocks are integer (``Engine.optimize``)."""
+    blocks = list(blocks)
+    lattice, _ = lattice_blocks(blocks, rho, family=family, unit_rows=unit_rows)
+    for (clique, query, _), lb in zip(blocks, lattice):
+        for d, m in zip(_dense_factors(clique, query), lb.factors):
+            if not _is_integer(d) and np.linalg.matrix_rank(m.astype(np.float64)) < np.linalg.matrix_rank(d):
+                return False
+    return True
+
+
 # -- persistence of released measurements (ledger payloads) -----------------------------
 
 def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
