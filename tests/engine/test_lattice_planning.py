@@ -30,7 +30,9 @@ def binary_config(tmp_path):
     cols = "\n".join(f"[tables.t.columns.{a}]\ntype = \"integer\"\nlo = 0\nhi = 1\n" for a in ATTRS)
     (tmp_path / "t.toml").write_text(f"[tables.t]\nsource = {{ csv = \"t.csv\" }}\n\n{cols}")
     queries = [f"SELECT {a}, {b}, COUNT(*) FROM t GROUP BY {a}, {b}" for a, b in itertools.combinations(ATTRS, 2)]
-    return {"dpsql": {"ledger": str(tmp_path / "t.ledger"), "cache_dir": str(tmp_path / "cache")},
+    # the check is about support, not accuracy: a short fit of the 2^16-cell model is enough
+    return {"dpsql": {"ledger": str(tmp_path / "t.ledger"), "cache_dir": str(tmp_path / "cache"),
+                      "fit_iters": 20},
             "tables": {"t": {"domain": str(tmp_path / "t.toml")}},
             "workload": queries}
 
