@@ -94,7 +94,7 @@ def run_demo(args) -> int:
     _rule("summary")
     print(f"{len(queries)} queries, {n_cells} answers: observed RMSE {rmse:,.1f} "
           f"(expected {report.rmse:,.1f}; per-query baseline {report.baseline_rmse:,.1f})")
-    print(f"every answer came from one model: groups add up to totals and nothing is negative.")
+    print("every answer came from one model: groups add up to totals and nothing is negative.")
     print(f"intervals are ±{Z95:.2f} standard errors (95%).")
     b = session.budget()
     print(f"budget left: rho = {b['total_remaining_rho']:.5g} of {session.engine.config.budget.rho:.5g}")

@@ -18,7 +18,6 @@ Order of operations for a measurement (``docs/privacy.md``, "Measurement"):
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import threading
 import time
@@ -37,7 +36,7 @@ from dpsql.measure.backend import Backend, DuckDBBackend
 from dpsql.measure import release as rel
 from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.auto import fit
-from dpsql.plan import Caps, Strategy, StrategyCache, Workload, expected_error, optimize
+from dpsql.plan import Caps, Strategy, StrategyCache, Workload, optimize
 from dpsql.privacy.ledger import Ledger
 
 Released = tuple[rel.LatticeBlock, np.ndarray, float]
@@ -54,7 +53,6 @@ class TableState:
     model_version: int = 0
     variance: VarianceModel | None = None
     strategy: Strategy | None = None
-    strategy_workload: tuple[str, ...] = ()
     model_last: object = None  # the previous fit, for warm starts
 
 
@@ -159,7 +157,6 @@ class Engine:
         with self._lock:
             state = self._state(table)
             state.strategy = strategy
-            state.strategy_workload = tuple(names)
         m = workload.matrix.shape[0]
         tse_unit = strategy.expected_error
         rmse = math.sqrt(tse_unit * gaussian_sigma2_unit(rho) / m)
@@ -301,4 +298,4 @@ def _round_up(x: Fraction) -> float:
     return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
-__all__ = ["Engine", "PlanReport", "MeasureReport", "expected_error"]
+__all__ = ["Engine", "PlanReport", "MeasureReport"]

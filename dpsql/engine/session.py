@@ -14,7 +14,6 @@ Queries the released measurements do not support follow the configured policy
 from __future__ import annotations
 
 import math
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
@@ -79,7 +78,6 @@ class Session:
         self.settings: dict[str, str] = {"dpsql.error_columns": engine.config.error_columns,
                                          "dpsql.estimator": "pgm"}
         self._cache: dict[tuple, Result] = {}
-        self._lock = threading.Lock()
 
     # -- public ------------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Result:
