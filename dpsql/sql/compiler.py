@@ -6,7 +6,8 @@ aggregate values (``postprocess.py``), and each distinct aggregate into one or t
 queries (``aggregates.py``, ``predicates.py``, ``lower.py``).
 
 Privacy: every decision here (accept, refuse, which groups exist) reads only the SQL and
-the declared schema.  In particular a bare private column in the output is refused with
+the declared schema: groups are the buckets of the declared domain, less those that no
+cell can put under the WHERE clause (``Grouping.restrict``).  In particular a bare private column in the output is refused with
 42501 because it would print individual rows; the one exception is a schema probe
 (``LIMIT 0`` or a constant-false WHERE), which returns no rows at all.
 """
@@ -335,6 +336,8 @@ class _Lowering:
         limit = self.int_clause("limit")
         offset = self.int_clause("offset")
         distinct = self.tree.args.get("distinct") is not None
+        if self.where is not None:
+            grouping.restrict(self.terms(self.where))
         lqs = [build_linear_query(s, self.schema, grouping) for s in self.specs.values()]
         program = Program(outputs=outputs, having=having_ir, order=order, limit=limit, offset=offset,
                           distinct=distinct, aggs=self.aggs, keys=self.keys, grouping=grouping,

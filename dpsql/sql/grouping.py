@@ -7,6 +7,12 @@ belongs to the group of its tuple of key values.  Groups are enumerated from the
 so empty groups are returned (with zero counts) and nothing about the rows decides which
 groups exist.
 
+The WHERE clause is the one exception that removes groups, and it too reads only the
+domain: a group is listed when at least one cell of it can make the WHERE TRUE (in
+three-valued logic, so ``WHERE x IS NOT NULL`` drops the NULL group), and left out when no
+cell can, as SQL would never produce a row for it.  A listed group whose count is zero
+stays listed: whether it is empty is private.
+
 Group order: groups are the C-order product over the grouped attributes in *domain* order
 (that is the row order of the Kron product); within one attribute, buckets appear in the
 order of the first cell that falls in them, so a bare column keeps its declared order
@@ -113,6 +119,8 @@ class Grouping:
                 f"GROUP BY would produce {self.size:,} groups ({sizes}); the limit is {MAX_GROUPS:,}",
                 position=pos(keys[0].node) if pos is not None and keys else None,
                 hint="group by fewer or coarser columns, e.g. age / 10 instead of age")
+        # Indices (in group order) of the groups that are output; see restrict().
+        self.listed = np.arange(self.size)
 
     @property
     def size(self) -> int:
@@ -121,10 +129,41 @@ class Grouping:
             n *= g.buckets
         return n
 
+    def restrict(self, terms: list[dict]) -> None:
+        """List only the groups holding a cell of some WHERE term (see the module docstring).
+
+        ``terms`` are the disjoint boxes of the WHERE's TRUE set (``predicates.py``): attribute
+        → cell mask, an absent attribute unrestricted, ``[]`` for a WHERE never TRUE.  A box
+        meets a group when, on every grouped attribute, one of its cells lies in the group's
+        bucket.  Without GROUP BY the one group stays: SQL returns its row even then.
+        """
+        if not self.attrs:
+            return
+        ok = np.zeros(self.size, dtype=bool)
+        seen: set[bytes] = set()
+        for term in terms:
+            per_attr = []
+            for g in self.attrs:
+                mask = term.get(g.attr.name)
+                hit = np.zeros(g.buckets, dtype=bool)
+                hit[g.mapping if mask is None else g.mapping[mask]] = True
+                per_attr.append(hit)
+            # Boxes that differ only off the grouped attributes meet the same groups.
+            sig = b"|".join(h.tobytes() for h in per_attr)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            box = per_attr[0]
+            for h in per_attr[1:]:
+                box = np.logical_and.outer(box, h)
+            ok |= box.ravel()  # C order: the order of group_tuples
+        self.listed = np.flatnonzero(ok)
+
     def group_tuples(self) -> list[tuple]:
-        """Label tuples (in GROUP BY key order) for every group, in group order."""
+        """Label tuples (in GROUP BY key order) for the listed groups, in group order."""
         out = []
-        for combo in product(*[range(g.buckets) for g in self.attrs]):
+        combos = list(product(*[range(g.buckets) for g in self.attrs]))
+        for combo in (combos[i] for i in self.listed):
             row = [None] * len(self.keys)
             for g, b in zip(self.attrs, combo):
                 for j, k in enumerate(g.keys):

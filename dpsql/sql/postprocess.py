@@ -516,9 +516,10 @@ def _py(x):
 def run_program(cq, answers, stderrs, present=None):
     """Rows and standard-error rows of a compiled query; see the module docstring.
 
-    ``present`` (a boolean mask over groups) drops groups before HAVING.  Only the semantic
-    tests pass it, to mimic SQL's omission of empty groups from exact counts; the engine
-    never does, because which groups are empty is private.
+    Rows are produced for the listed groups (``cq.groups``: those the WHERE allows).
+    ``present`` (a boolean mask over ``cq.groups``) drops groups before HAVING.  Only the
+    semantic tests pass it, to mimic SQL's omission of empty groups from exact counts; the
+    engine never does, because which groups are empty is private.
     """
     if cq.is_explain:
         lines = cq.explain().split("\n")
@@ -529,13 +530,15 @@ def run_program(cq, answers, stderrs, present=None):
     groups = program.grouping.size
     vals, vars_ = _aggregate_values(program, answers, stderrs, groups)
     tuples = cq.groups
-    idx = np.arange(groups)
+    idx = np.asarray(program.grouping.listed)
+    pos = np.arange(len(idx))
     if present is not None:
-        idx = idx[np.asarray(present, dtype=bool)]
+        keep_present = np.asarray(present, dtype=bool)
+        idx, pos = idx[keep_present], pos[keep_present]
     vals = [v[idx] for v in vals]
     vars_ = [v[idx] for v in vars_]
     n = len(idx)
-    key_cols = [np.array([tuples[i][j] for i in idx], dtype=object) for j in range(len(program.keys))]
+    key_cols = [np.array([tuples[i][j] for i in pos], dtype=object) for j in range(len(program.keys))]
     ev = _Eval(vals, key_cols, n)
     keep = np.ones(n, dtype=bool)
     if program.having is not None:

@@ -1,8 +1,9 @@
 """The compiled form of one SQL statement: output columns, groups and linear queries.
 
 A :class:`CompiledQuery` is what the rest of dpsql sees of a SQL statement.  It names the
-private table, the output columns, the output groups (always every cell or bucket of the
-public domain, never only the non-empty ones, since emptiness is private), and the linear
+private table, the output columns, the output groups (every cell or bucket of the public
+domain that the WHERE clause allows, never only the non-empty ones, since emptiness is
+private), and the linear
 queries whose answers determine the rows.  Each :class:`LinearQuery` is a factored query
 matrix over the table's full domain (ICML 2019 appendix B.1, Table 2; thesis §3.4): a
 ``Union`` of ``Weighted(Kron)`` blocks whose factors align with the schema's attributes.
