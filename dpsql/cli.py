@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 from dpsql import errors
+from dpsql.engine.variance import Z95
 
 DEFAULT_CONFIG = "dpsql.toml"
-Z95 = 1.959963984540054
 
 
 def _config_path(args) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport
+from dpsql.engine.variance import Z95
 from dpsql.errors import InterfaceError, OperationalError, ProgrammingError, UnsupportedQueryError
 from dpsql.plan import Workload
 
@@ -48,9 +49,6 @@ class Result:
     seconds: float = 0.0
     model_version: int = 0
     model: str = ""      # which model answered: "exact junction tree" or "relaxed region graph"
-
-
-Z95 = 1.959963984540054
 
 
 def _model_kind(model) -> str:

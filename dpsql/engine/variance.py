@@ -29,6 +29,10 @@ import numpy as np
 
 from dpsql.linalg import Kron, QueryMatrix, Sum, Union, Weighted
 
+# The two-sided 95% normal quantile: a standard error times Z95 is the half-width of the
+# 95% interval that every front end shows (``ci95`` error mode).
+Z95 = 1.959963984540054
+
 # per-attribute factor of a query term: dense (rows × n) or None for "summed out" (Total)
 Term = tuple[float, dict[str, np.ndarray]]
 
