@@ -63,12 +63,42 @@ def _rcumsum(X: np.ndarray) -> np.ndarray:
     return out
 
 
-class Prefix(QueryMatrix):
-    """P (n×n): row b sums cells 0..b ("transform into CDF", ICML Table 2)."""
+class _RunningSum(QueryMatrix):
+    """What Prefix and Suffix share: n×n triangles of ones, one on each side of the diagonal.
+
+    Row b of either covers cell b, so the diagonal and trace are ones and n; the n(n+1)/2
+    ones sum the same; column a holds ``_rows_per_cell()[a]`` ones, which gives the column
+    norms and the Gram's semiseparable vector.  The subclasses say which way the sums run.
+    """
 
     def __init__(self, n: int) -> None:
         self.n = _check_size(n)
         self._shape = (self.n, self.n)
+
+    def _rows_per_cell(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _column_norms(self, p):
+        return self._rows_per_cell() ** (1.0 / p)
+
+    def _trace(self):
+        return float(self.n)
+
+    def _diag(self):
+        return np.ones(self.n)
+
+    def _sum(self):
+        return self.n * (self.n + 1) / 2.0
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.n})"
+
+
+class Prefix(_RunningSum):
+    """P (n×n): row b sums cells 0..b ("transform into CDF", ICML Table 2)."""
+
+    def _rows_per_cell(self):
+        return self.n - np.arange(self.n, dtype=np.float64)
 
     def _matmat(self, X):
         return _cumsum_rows(X)
@@ -81,36 +111,20 @@ class Prefix(QueryMatrix):
 
     def gram(self):
         # Cells i and j are both in row b iff b >= max(i, j): n - max(i, j) rows.
-        return Semiseparable(np.ones(self.n), self.n - np.arange(self.n, dtype=np.float64))
+        return Semiseparable(np.ones(self.n), self._rows_per_cell())
 
     def pinv(self):
         return Difference(self.n)
 
-    def _column_norms(self, p):
-        return (self.n - np.arange(self.n, dtype=np.float64)) ** (1.0 / p)
-
-    def _trace(self):
-        return float(self.n)
-
-    def _diag(self):
-        return np.ones(self.n)
-
-    def _sum(self):
-        return self.n * (self.n + 1) / 2.0
-
     def _dense(self):
         return np.tril(np.ones((self.n, self.n)))
 
-    def __repr__(self):
-        return f"Prefix({self.n})"
 
-
-class Suffix(QueryMatrix):
+class Suffix(_RunningSum):
     """Pᵀ (n×n): row b sums cells b..n-1 (the complementary CDF)."""
 
-    def __init__(self, n: int) -> None:
-        self.n = _check_size(n)
-        self._shape = (self.n, self.n)
+    def _rows_per_cell(self):
+        return np.arange(1, self.n + 1, dtype=np.float64)
 
     def _matmat(self, X):
         return _rcumsum(X)
@@ -123,28 +137,13 @@ class Suffix(QueryMatrix):
 
     def gram(self):
         # Cells i and j are both in row b iff b <= min(i, j): min(i, j) + 1 rows.
-        return Semiseparable(np.arange(1, self.n + 1, dtype=np.float64), np.ones(self.n))
+        return Semiseparable(self._rows_per_cell(), np.ones(self.n))
 
     def pinv(self):
         return Difference(self.n).T
 
-    def _column_norms(self, p):
-        return np.arange(1, self.n + 1, dtype=np.float64) ** (1.0 / p)
-
-    def _trace(self):
-        return float(self.n)
-
-    def _diag(self):
-        return np.ones(self.n)
-
-    def _sum(self):
-        return self.n * (self.n + 1) / 2.0
-
     def _dense(self):
         return np.triu(np.ones((self.n, self.n)))
-
-    def __repr__(self):
-        return f"Suffix({self.n})"
 
 
 class Difference(QueryMatrix):
