@@ -83,6 +83,26 @@ def _format(formats, i: int) -> int:
     return formats[0] if len(formats) == 1 else formats[i]
 
 
+def _row_description(columns, formats) -> bytes:
+    """RowDescription for ``(name, oid)`` pairs, each in its requested result format."""
+    fields = [codec.Field(name, oid, pgtypes.type_size(oid), -1, _format(formats, i))
+              for i, (name, oid) in enumerate(columns)]
+    return codec.encode_row_description(fields)
+
+
+def _data_rows(rows, oids, formats) -> list[bytes]:
+    """DataRow messages: value j of each row encoded as ``oids[j]`` in its result format."""
+    return [codec.encode_data_row([pgtypes.encode_value(v, oids[i], _format(formats, i))
+                                   for i, v in enumerate(row)]) for row in rows]
+
+
+def _shadow_outcome(res) -> Outcome:
+    """A catalog (shadow PostgreSQL) reply, passed through as it came."""
+    if res.empty:
+        return Outcome(empty=True)
+    return Outcome(description=res.description, rows=res.rows, tag=res.tag)
+
+
 def from_engine_error(exc: errors.Error, *, keep_position: bool = True) -> QueryError:
     return QueryError(exc.sqlstate, exc.message, hint=exc.hint, detail=exc.detail,
                       position=exc.position if keep_position else None)
@@ -241,11 +261,9 @@ class Dispatcher:
         route = portal.statement.route
         if route.kind == "catalog":
             oids = portal.statement.param_oids
-            res = await self._shadow_call("execute", portal.statement.sql, oids, portal.param_formats,
-                                          portal.params, portal.result_formats)
-            if res.empty:
-                return Outcome(empty=True)
-            return Outcome(description=res.description, rows=res.rows, tag=res.tag)
+            return _shadow_outcome(await self._shadow_call("execute", portal.statement.sql, oids,
+                                                           portal.param_formats, portal.params,
+                                                           portal.result_formats))
         if route.kind == "engine":
             return await self._run_engine(route, portal.statement.sql, self._decode_params(portal),
                                           portal.result_formats, getattr(portal, "row_types", None))
@@ -262,21 +280,13 @@ class Dispatcher:
             # the client decodes with the types it was given at Describe; keep to them
             columns = [(name, t) for (name, _), t in zip(columns, described)]
         oids = [pgtypes.oid_for(t) for _, t in columns]
-        rows = []
-        for row in result.rows:
-            rows.append(codec.encode_data_row([pgtypes.encode_value(v, oids[i], _format(formats, i))
-                                               for i, v in enumerate(row)]))
         tag = "SELECT" if route.tag == "SELECT" else route.tag
-        return Outcome(description=self._engine_description(columns, formats), rows=rows, tag=tag)
+        return Outcome(description=self._engine_description(columns, formats),
+                       rows=_data_rows(result.rows, oids, formats), tag=tag)
 
     @staticmethod
     def _engine_description(columns, formats) -> bytes:
-        fields = []
-        for i, col in enumerate(columns):
-            name, type_name = _column(col)
-            oid = pgtypes.oid_for(type_name)
-            fields.append(codec.Field(name, oid, pgtypes.type_size(oid), -1, _format(formats, i)))
-        return codec.encode_row_description(fields)
+        return _row_description([(name, pgtypes.oid_for(t)) for name, t in map(_column, columns)], formats)
 
     def _local(self, route):
         return local_values(route.items, pid=self.pid, user=self.settings.user, database=self.database,
@@ -284,9 +294,7 @@ class Dispatcher:
                             dpsql_version=self.dpsql_version, signal=self.signal)
 
     def _local_description(self, route, formats) -> bytes:
-        fields = [codec.Field(name, oid, pgtypes.type_size(oid), -1, _format(formats, i))
-                  for i, (name, oid, _) in enumerate(self._local(route))]
-        return codec.encode_row_description(fields)
+        return _row_description([(name, oid) for name, oid, _ in self._local(route)], formats)
 
     async def run_simple(self, sql: str, route, formats=()) -> Outcome:
         if route.kind == "empty":
@@ -296,15 +304,11 @@ class Dispatcher:
         if route.kind == "engine":
             return await self._run_engine(route, sql, (), formats)
         if route.kind == "catalog":
-            res = await self._shadow_call("execute", sql, (), (), (), tuple(formats))
-            if res.empty:
-                return Outcome(empty=True)
-            return Outcome(description=res.description, rows=res.rows, tag=res.tag)
+            return _shadow_outcome(await self._shadow_call("execute", sql, (), (), (), tuple(formats)))
         if route.kind == "local":
             values = self._local(route)
-            row = codec.encode_data_row([pgtypes.encode_value(v, oid, _format(formats, i))
-                                         for i, (_, oid, v) in enumerate(values)])
-            return Outcome(description=self._local_description(route, formats), rows=[row], tag="SELECT")
+            rows = _data_rows([[v for _, _, v in values]], [oid for _, oid, _ in values], formats)
+            return Outcome(description=self._local_description(route, formats), rows=rows, tag="SELECT")
         cmd = parse_command(route)
         if cmd.name.startswith("dpsql."):
             self._keep_position = True
@@ -312,7 +316,6 @@ class Dispatcher:
             columns = [_column(c) for c in result.columns]
             if not columns:
                 return Outcome(tag=result.message or cmd.kind.upper())
-            rows = [codec.encode_data_row([pgtypes.encode_value(v, pgtypes.TEXT, _format(formats, i))
-                                           for i, v in enumerate(r)]) for r in result.rows]
+            rows = _data_rows(result.rows, [pgtypes.TEXT] * len(columns), formats)
             return Outcome(description=text_description([n for n, _ in columns], formats), rows=rows, tag="SHOW")
         return self.settings.apply(cmd, self.tx_status)
