@@ -81,8 +81,13 @@ class KronTerm:
         for g, b, mu in zip(self.grams, self.beta, self.mean):
             n = g.shape[0]
             c = (mu - b) / n if n > 1 else 0.0
-            out.append(bool(np.allclose(g, b * np.eye(n) + c, rtol=1e-9,
-                                        atol=1e-12 * max(abs(mu), 1.0))))
+            tol = dict(rtol=1e-9, atol=1e-12 * max(abs(mu), 1.0))
+            # The first row decides most non-marginal grams (ranges, prefixes) without
+            # building and comparing an n×n matrix.
+            first = np.full(n, c)
+            first[0] += b
+            out.append(bool(np.allclose(g[0], first, **tol)
+                            and np.allclose(g, b * np.eye(n) + c, **tol)))
         return tuple(out)
 
     @property

@@ -102,3 +102,37 @@ def test_semiseparable_product_matches_dense():
         fast = pidentity_loss(x, G.dense(), 3, semiseparable_right(G.a, G.b))
         assert fast[0] == pytest.approx(dense[0], rel=1e-12)
         np.testing.assert_allclose(fast[1], dense[1], rtol=1e-9, atol=1e-12)
+
+
+def test_projected_lbfgs_solves_a_nonnegative_least_squares_problem():
+    """NNLS min ½‖Mx − b‖² over x ≥ 0 against scipy's active-set NNLS (exact optimum)."""
+    from scipy.optimize import nnls
+
+    from dpsql.plan.opt0 import projected_lbfgs
+
+    rng = np.random.default_rng(3)
+    M = rng.standard_normal((60, 25))
+    b = rng.standard_normal(60)
+    ref, _ = nnls(M, b)
+    assert 0 < np.count_nonzero(ref) < 25          # some bounds active, some not
+
+    def fun(x):
+        r = M @ x - b
+        return 0.5 * float(r @ r), M.T @ r
+
+    x, f, it = projected_lbfgs(fun, np.ones(25), ftol=1e-14, maxiter=5000)
+    assert x.min() >= 0.0
+    assert f == pytest.approx(fun(ref)[0], rel=1e-9)
+    np.testing.assert_allclose(x, ref, atol=1e-5)
+
+
+def test_projected_lbfgs_reports_progress_monotonically():
+    from dpsql.plan.opt0 import projected_lbfgs
+
+    V = _gram(Prefix(48))
+    seen = []
+    x, f, it = projected_lbfgs(lambda t: pidentity_loss(t, V, 3),
+                               np.random.default_rng(1).random(3 * 48),
+                               callback=lambda i, loss: seen.append(loss))
+    assert len(seen) == it and seen[-1] == f
+    assert all(b <= a for a, b in zip(seen, seen[1:]))   # Armijo: never an increase
