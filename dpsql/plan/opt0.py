@@ -244,53 +244,56 @@ def projected_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: n
     f, g = fun(x)
     S: list[np.ndarray] = []
     Y: list[np.ndarray] = []
-    rho: list[float] = []
     it = 0
     for it in range(1, maxiter + 1):
-        # Variables held at the bound whose gradient pushes outward stay fixed this step.
-        free = (x > 0.0) | (g < 0.0)
-        q = np.where(free, g, 0.0)
-        # The pairs are restricted to the free variables, so the two-loop recursion
+        # Variables held at the bound whose gradient pushes outward stay fixed this step;
+        # all vector work below runs on the free ones only (most of Θ ends at zero).
+        idx = np.flatnonzero((x > 0.0) | (g < 0.0))
+        if idx.size == 0:
+            break
+        gF = g[idx]
+        q = gF.copy()
+        # Pairs restricted to the free variables: the two-loop recursion then
         # approximates the inverse of the reduced Hessian B_FF (as L-BFGS-B's subspace
         # step does), not the free block of the full inverse.
         pairs = []
         for s, y in zip(S, Y):
-            yf = np.where(free, y, 0.0)
-            sy = float(s @ yf)
-            if sy > 1e-10 * float(yf @ yf):
-                pairs.append((s, yf, 1.0 / sy))
+            sF, yF = s[idx], y[idx]
+            sy = float(sF @ yF)
+            if sy > 1e-10 * float(yF @ yF):
+                pairs.append((sF, yF, 1.0 / sy))
         alpha = []
-        for s, y, r in reversed(pairs):
-            a = r * float(s @ q)
+        for sF, yF, r in reversed(pairs):
+            a = r * float(sF @ q)
             alpha.append(a)
-            q -= a * y
+            q -= a * yF
         if pairs:
-            s, y, r = pairs[-1]
-            q *= 1.0 / (r * float(y @ y))
+            sF, yF, r = pairs[-1]
+            q *= 1.0 / (r * float(yF @ yF))
         else:
             q /= max(float(np.linalg.norm(q)), 1e-300)   # first step: unit length
-        for (s, y, r), a in zip(pairs, reversed(alpha)):
-            q += (a - r * float(y @ q)) * s
-        d = np.where(free, -q, 0.0)
-        if float(g @ d) >= 0.0:      # the metric lost positivity on the free set: restart
-            S.clear(); Y.clear(); rho.clear()
-            d = np.where(free, -g, 0.0)
-            d /= max(float(np.linalg.norm(d)), 1e-300)
+        for (sF, yF, r), a in zip(pairs, reversed(alpha)):
+            q += (a - r * float(yF @ q)) * sF
+        dF = -q
+        if float(gF @ dF) >= 0.0:    # the metric lost positivity on the free set: restart
+            S.clear(); Y.clear()
+            dF = -gF / max(float(np.linalg.norm(gF)), 1e-300)
+        xF = x[idx]
         t = 1.0
         for _ in range(40):
-            xn = np.maximum(x + t * d, 0.0)
+            stepF = np.maximum(xF + t * dF, 0.0) - xF
+            xn = x.copy()
+            xn[idx] += stepF
             fn, gn = fun(xn)
-            if fn <= f + 1e-4 * float(g @ (xn - x)):
+            if fn <= f + 1e-4 * float(gF @ stepF):
                 break
             t *= 0.5
         else:
             break
         s, y = xn - x, gn - g
-        sy = float(s @ y)
-        if sy > 1e-10 * float(y @ y):
-            S.append(s); Y.append(y); rho.append(1.0 / sy)
-            if len(S) > memory:
-                S.pop(0); Y.pop(0); rho.pop(0)
+        S.append(s); Y.append(y)
+        if len(S) > memory:
+            S.pop(0); Y.pop(0)
         done = (f - fn) <= ftol * max(abs(f), abs(fn), 1.0)
         x, f, g = xn, fn, gn
         if callback is not None:
