@@ -203,6 +203,56 @@ def opt_marginals_theta(space: MarginalSpace, kappa_w: np.ndarray, noise: str, *
             best, best_theta = f, theta
         if progress is not None:
             progress("opt_marginals", step[0], best)
+    best_theta, best = _prune(best_theta, best, kappa_w, Y, mult, noise)
     # Normalise to unit sensitivity so weights read as budget shares.
     norm = math.sqrt(_norm2(best_theta, noise)[0])
     return best_theta / norm, best
+
+
+#: Weights below this fraction of the largest are candidates for removal (see ``_prune``).
+PRUNE_RELATIVE = 1e-3
+
+
+def _prune(theta: np.ndarray, loss: float, kappa_w: np.ndarray, Y: np.ndarray,
+           mult: np.ndarray, noise: str) -> tuple[np.ndarray, float]:
+    """Zero the negligible weights when that does not raise the Theorem 9 loss.
+
+    The loss depends on θ through θ² (Y θ²) and ‖θ‖², so its partial derivative in θ_b is
+    proportional to θ_b: a weight the optimum wants at zero decays only geometrically and
+    L-BFGS-B stops with it small but positive (nltcs ranges: 293 of 432 weights below 1e-4
+    of the largest).  Such blocks buy no accuracy, yet each is a marginal the measure step
+    counts and samples noise for (with its own discrete Gaussian table, at a huge σ) and
+    one more clique in the model's loss: measuring that nltcs strategy at ε = 0.1 took
+    96 CPU-s, 1.9 CPU-s without them.  Removing them is kept only if the loss of the
+    pruned weights is finite (the rest still supports W) and no larger.
+    """
+    if theta.size == 0 or theta.max() <= 0:
+        return theta, loss
+    small = theta < PRUNE_RELATIVE * theta.max()
+    if not small.any():
+        return theta, loss
+    pruned = np.where(small, 0.0, theta)
+    f = marginal_loss_grad(pruned, kappa_w, Y, mult, noise)[0]
+    if not math.isfinite(f):
+        return theta, loss
+    if f > loss:
+        # Dropping them moved the optimum slightly: re-fit the kept weights (same
+        # preconditioning as above, z = θ/θ_pruned on the kept support).
+        keep = ~small
+        scale = pruned[keep]
+
+        def fun(z):
+            full = np.zeros_like(theta)
+            full[keep] = z * scale
+            g_f, g = marginal_loss_grad(full, kappa_w, Y, mult, noise)
+            return g_f, g[keep] * scale
+
+        res = so.minimize(fun, np.ones(scale.size), jac=True, method="L-BFGS-B",
+                          bounds=so.Bounds(np.zeros(scale.size), np.full(scale.size, np.inf)),
+                          options=dict(maxiter=500, ftol=1e-12))
+        pruned = np.zeros_like(theta)
+        pruned[keep] = res.x * scale
+        f = marginal_loss_grad(pruned, kappa_w, Y, mult, noise)[0]
+    if math.isfinite(f) and f <= loss:
+        return pruned, f
+    return theta, loss

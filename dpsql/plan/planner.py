@@ -38,6 +38,10 @@ __all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "optimize"
 #: Grid that real-valued strategy factors are rounded to (entries scaled to max 1 first).
 DEFAULT_GRID = 2.0 ** -10
 
+#: Part of the strategy-cache key: bump it when the same options yield a different strategy
+#: (2: OPT_M drops negligible weights), so that stale cached strategies are not reused.
+PLANNER_VERSION = 2
+
 
 @dataclass(frozen=True)
 class Caps:
@@ -180,7 +184,7 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
     caps = Caps() if caps is None else caps
     terms = workload_terms(W)
     options = dict(restarts=restarts, seed=seed, caps=caps.__dict__, grid=grid,
-                   operators=operators)
+                   operators=operators, planner=PLANNER_VERSION)
     if cache is not None:
         hit = cache.get(terms, noise, options)
         if hit is not None:
