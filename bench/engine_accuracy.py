@@ -44,7 +44,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="dpsql-acc-"))
     rho = float(epsilon_delta_to_rho(EPS, DELTA))
     sq = {"dpsql": [], "least squares": [], "per-query baseline": []}
-    neg = inconsistent = 0
+    neg = 0
     expected = None
     t_answer = []
     for trial in range(TRIALS):
@@ -52,7 +52,8 @@ def main() -> None:
                             cache_dir=str(work / "cache"), budget={"epsilon": EPS, "delta": DELTA})
         if expected is None:
             report = con.session.plan()
-            expected = (report.rmse, report.baseline_rmse, report.strategy.operator)
+            expected = (report.rmse, report.baseline_rmse, report.strategy.operator,
+                        report.bound_rmse, report.bound_exact)
         con.session.measure()
         cur = con.cursor()
         for estimator in ("dpsql", "least squares"):
@@ -71,7 +72,6 @@ def main() -> None:
         # the per-query baseline: fresh independent noise per query, budget split evenly
         sigma2 = len(queries) / (2.0 * rho)
         for sql in queries:
-            exact_rows = oracle.query(sql)
             groups = len(cur.execute(sql).fetchall())  # all declared groups, like dpsql
             noise = discrete_gaussian(sigma2, groups)
             sq["per-query baseline"].extend((noise.astype(float) ** 2).tolist())
@@ -86,6 +86,10 @@ def main() -> None:
     for k, v in rmse.items():
         print(f"{k:<22} {v:8.2f} {v / base:12.2f}x")
     print(f"planner's expected RMSE (least squares): {expected[0]:.2f}; baseline expected {expected[1]:.2f}")
+    if expected[3] is not None:
+        print(f"SVD lower bound{'' if expected[4] else ' (marginal queries only)'}: {expected[3]:.2f} = "
+              f"{expected[3] / expected[1]:.3f} x the baseline's expected RMSE: no strategy answered "
+              f"by unbiased least squares can go below it")
     print(f"targets: dpsql <= 0.5 x baseline ({'met' if rmse['dpsql'] <= 0.5 * base else 'MISSED'}), "
           f"dpsql < least squares ({'met' if rmse['dpsql'] < rmse['least squares'] else 'MISSED'})")
     print(f"negative dpsql answers: {neg}; answer latency median {1000 * np.median(t_answer):.1f} ms "

@@ -234,7 +234,10 @@ class MetaCommands:
             ("budget", f"ρ = {report.rho:.6g}"),
             ("expected RMSE", f"{report.rmse:,.2f} per query row"),
             ("baseline RMSE", f"{report.baseline_rmse:,.2f} (each query on its own, budget split evenly)"),
-        ])
+        ] + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
+                + ("" if report.bound_exact else " of the marginal queries alone")
+                + "; no strategy does better with unbiased answers)")]
+             if getattr(report, "bound_rmse", None) is not None else []))
         self.shell.emit(lines)
         return True
 

@@ -57,6 +57,9 @@ def run_demo(args) -> int:
     print(f"expected RMSE per answer: {report.rmse:,.1f}   "
           f"(per-query Gaussian mechanism with the budget split {report.queries} ways: "
           f"{report.baseline_rmse:,.1f}, {report.baseline_rmse / report.rmse:.1f}x worse)")
+    if report.bound_rmse is not None:
+        print(f"floor for any strategy with unbiased answers (SVD bound"
+              f"{'' if report.bound_exact else ', marginal queries only'}): {report.bound_rmse:,.1f}")
 
     _rule("2. measure (spends the budget; written to the ledger before release)")
     t0 = time.perf_counter()

@@ -36,7 +36,7 @@ from dpsql.measure.backend import Backend, DuckDBBackend
 from dpsql.measure import release as rel
 from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.auto import fit
-from dpsql.plan import Caps, Strategy, StrategyCache, Workload, optimize
+from dpsql.plan import Caps, Strategy, StrategyCache, Workload, optimize, svd_lower_bound
 from dpsql.privacy.ledger import Ledger
 
 Released = tuple[rel.LatticeBlock, np.ndarray, float]
@@ -66,6 +66,11 @@ class PlanReport:
     rmse: float              # expected RMSE per workload row at rho
     baseline_rmse: float     # per-query Gaussian mechanism, budget split evenly
     seconds: float
+    # No strategy can beat this RMSE with unbiased (least-squares) answers: the SVD bound
+    # (thesis Def. 12 / Prop. 10), of the whole workload when ``bound_exact``, else of its
+    # marginal queries only (still a valid floor).  None when not computable.
+    bound_rmse: float | None = None
+    bound_exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,10 @@ class Engine:
         k = len(blocks)
         base_tse = sum(b.shape[0] * b.sensitivity(2) ** 2 * gaussian_sigma2_unit(rho / k) for b in blocks)
         baseline = math.sqrt(base_tse / m)
-        return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0)
+        bound = svd_lower_bound(workload) if self.config.noise == "gaussian" else None
+        return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0,
+                          None if bound is None else math.sqrt(bound[0] * gaussian_sigma2_unit(rho) / m),
+                          bool(bound and bound[1]))
 
     def optimize(self, workload: Workload, rho: float, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.

@@ -11,12 +11,12 @@ from dpsql.plan.error import expected_error, per_query_variance, rmse
 from dpsql.plan.planner import Caps, opt_0, opt_kron, opt_marginals, opt_union, optimize
 from dpsql.plan.reconstruct import LeastSquaresEstimate, least_squares
 from dpsql.plan.strategy import MeasurementBlock, Strategy
-from dpsql.plan.svd_bound import svd_bound
+from dpsql.plan.svd_bound import svd_bound, svd_lower_bound
 from dpsql.plan.workload import Workload
 
 __all__ = [
     "Workload", "Strategy", "MeasurementBlock", "Caps",
-    "expected_error", "rmse", "per_query_variance", "svd_bound",
+    "expected_error", "rmse", "per_query_variance", "svd_bound", "svd_lower_bound",
     "opt_0", "opt_kron", "opt_union", "opt_marginals", "optimize",
     "least_squares", "LeastSquaresEstimate", "StrategyCache",
     "analytic_gaussian_sigma", "gaussian_sigma", "zcdp_sigma",

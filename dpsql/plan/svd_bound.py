@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from dpsql.plan.marginals import MarginalSpace, marginal_svd_bound, workload_kappa
-from dpsql.plan.workload import workload_terms
+from dpsql.plan.workload import WorkloadTerms, workload_terms
 
-__all__ = ["svd_bound", "gram_svd_bound"]
+__all__ = ["svd_bound", "svd_lower_bound", "gram_svd_bound"]
 
 _DENSE_LIMIT = 4096
 
@@ -47,3 +47,25 @@ def svd_bound(W: Any) -> float | None:
     if terms.size <= _DENSE_LIMIT:
         return gram_svd_bound(terms.dense_gram())
     return None
+
+
+def svd_lower_bound(W: Any) -> tuple[float, bool] | None:
+    """A lower bound on every supporting strategy's unit-noise Gaussian TSE, and whether
+    it is the full SVD bound.
+
+    When the workload's own SVDB is not computable, the bound of its marginal-like terms
+    is returned instead: for any A supporting W, TSE_W(A) = Σ_t TSE_{W_t}(A) ≥
+    TSE_{marginal terms}(A) ≥ SVDB(marginal terms) (Prop. 10 applied to the sub-workload,
+    which A also supports), so the partial bound is still a valid floor, only looser.
+    ``None`` when not even that is computable (no marginal-like term).
+    """
+    full = svd_bound(W)
+    if full is not None:
+        return full, True
+    terms = workload_terms(W)
+    marg = tuple(t for t in terms.terms if all(t.marginal_like))
+    if not marg:
+        return None
+    space = MarginalSpace.of(terms.shape, [t.support for t in marg])
+    sub = WorkloadTerms(terms.attributes, terms.shape, marg)
+    return float(marginal_svd_bound(space, workload_kappa(space, sub))), False

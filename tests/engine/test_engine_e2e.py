@@ -242,3 +242,12 @@ def test_policy_measure_charges_the_user_once_and_answers_supported(tmp_path):
     again = con.cursor().execute(RACE_SEX)  # the repeat is answered from the release
     assert again.cost == 0 and con.session.budget()["spent_rho"] == after
     assert again.fetchall() == cur.fetchall()
+
+
+def test_plan_reports_a_lower_bound_below_its_own_error(tmp_path):
+    """The dashboard mixes filtered counts with marginals, so the floor is the SVD bound of
+    its marginal queries: below the planned strategy's error, which is below the baseline."""
+    con = connect(tmp_path, budget={"epsilon": 1.0, "delta": 1e-6})
+    report = con.session.plan()
+    assert report.bound_rmse is not None and not report.bound_exact
+    assert 0 < report.bound_rmse <= report.rmse < report.baseline_rmse
