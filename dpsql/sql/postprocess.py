@@ -21,7 +21,8 @@ block variances; AVG, (1/c)²·var(s) + (s/c²)²·var(c).  An output expression
 aggregates a_i gets var ≈ Σ (∂f/∂a_i)² var(a_i), with the partials propagated forward
 through the arithmetic.  The approximation treats the aggregates as independent and f as
 linear near the estimate; it is poor when a denominator's standard error is comparable to
-the denominator itself.  Quantiles and group keys carry no standard error (None).
+the denominator itself.  Quantiles: the delta method through the CDF
+(:func:`quantile_variance`).  Group keys carry no standard error (None).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from dpsql.errors import DataError, InterfaceError, PrivacyViolationError, Unsup
 from dpsql.sql.aggregates import is_aggregate
 from dpsql.sql.cells import columns_in, literal_value
 
-__all__ = ["AggPlan", "Program", "to_ir", "int_ir", "run_program", "quantile_from_histogram"]
+__all__ = ["AggPlan", "Program", "to_ir", "int_ir", "run_program", "quantile_from_histogram",
+           "quantile_variance"]
 
 
 @dataclass
@@ -389,6 +391,41 @@ def quantile_from_histogram(hist: np.ndarray, values: np.ndarray, q: float, meth
     return a if frac == 0 else a + frac * (at(lo + 1) - a)
 
 
+def quantile_variance(hist: np.ndarray, var: np.ndarray, values: np.ndarray, q: float,
+                      x: float) -> float:
+    """Variance of a quantile x read off a noisy histogram (an approximation, documented
+    in docs/engine.md), from the distribution of the cell where the CDF crosses q.
+
+    The estimate is the value of the first cell j whose cumulative count C_j reaches q·N,
+    so it is discrete: a plain delta method through a density would miss the jumps between
+    cells.  With the cells' errors independent with variances ``var``, the crossing
+    statistic D_j = C_j − q·N has variance (1 − q)²·Var(C_j) + q²·Var(N − C_j); with D_j
+    normal around its estimate, P(crossing at or before j) = Φ(D_j / sd_j) (made monotone),
+    its increments give P(estimate = v_j), and the variance is Σ_j P_j (v_j − x)².
+    Infinite when a cell is unsupported (infinite variance), NaN when a variance is unknown.
+    """
+    keep = ~np.isnan(values)
+    h = np.clip(np.asarray(hist, dtype=float)[keep], 0.0, None)
+    w = np.asarray(var, dtype=float)[keep]
+    v = values[keep]
+    order = np.argsort(v, kind="stable")
+    h, w, v = h[order], w[order], v[order]
+    if np.any(np.isinf(w)):
+        return math.inf          # an unsupported cell: the engine marks the value inferred
+    if len(v) == 0 or np.any(np.isnan(w)) or not math.isfinite(x):
+        return math.nan
+    cum, vcum = np.cumsum(h), np.cumsum(w)
+    total, vtotal = float(cum[-1]), float(vcum[-1])
+    d = cum - q * total
+    sd = np.sqrt((1 - q) ** 2 * vcum + q ** 2 * np.maximum(vtotal - vcum, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd > 0, d / sd, np.where(d >= 0, np.inf, -np.inf))
+    le = np.maximum.accumulate([0.5 * math.erfc(-float(t) / math.sqrt(2.0)) for t in z])
+    le[-1] = 1.0                 # the last cell always reaches q·N
+    p = np.diff(np.concatenate([[0.0], le]))
+    return float(np.sum(p * (v - x) ** 2))
+
+
 def _answers(lq, answers, stderrs):
     if lq.always_zero:
         zero = np.zeros((lq.blocks, lq.layout.rows))
@@ -457,12 +494,17 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
             vars_.append(var)
         else:
             lq = program.lq_by_name[plan.queries[0]]
-            hist = _histograms(lq, got[0][0], groups)
+            a, var = got[0]
+            hist = _histograms(lq, a, groups)
             out = np.array([np.nan if (r := quantile_from_histogram(hist[g], plan.cell_values, plan.q,
                                                                      plan.method)) is None else r
                             for g in range(groups)])
+            # The masks are 0/1, so the same masked sum adds the cells' variances.
+            vh = _histograms(lq, var, groups) if var is not None else None
             vals.append(out)
-            vars_.append(np.full(groups, np.nan))
+            vars_.append(np.array([np.nan if vh is None or np.isnan(out[g]) else
+                                   quantile_variance(hist[g], vh[g], plan.cell_values, plan.q, out[g])
+                                   for g in range(groups)]))
     return vals, vars_
 
 

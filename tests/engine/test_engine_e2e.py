@@ -251,3 +251,22 @@ def test_plan_reports_a_lower_bound_below_its_own_error(tmp_path):
     report = con.session.plan()
     assert report.bound_rmse is not None and not report.bound_exact
     assert 0 < report.bound_rmse <= report.rmse < report.baseline_rmse
+
+
+def test_quantiles_carry_a_standard_error(tmp_path):
+    """A median by group gets a finite standard error, not flagged inferred; at ε = 1 the
+    median age stays within a few of its standard errors of the exact binned median."""
+    sql = "SELECT sex, percentile_disc(0.5) WITHIN GROUP (ORDER BY age) FROM adult GROUP BY sex"
+    con = connect(tmp_path, budget={"epsilon": 1.0, "delta": 1e-6},
+                  workload=["SELECT sex, age, COUNT(*) FROM adult GROUP BY sex, age"])
+    con.session.measure()
+    cur = con.cursor().execute(sql)
+    rows, errs = cur.fetchall(), cur.stderr
+    cfg = load_config(CONFIG)
+    oracle = ExactOracle(cfg.tables, cfg.sources)
+    exact = {r[0]: r[1] for r in oracle.query(sql)}
+    oracle.close()
+    assert len(rows) == 2 and not any(cur.inferred)
+    for (sex, med), (_, se) in zip(rows, errs):
+        assert se is not None and 0 <= se < 5
+        assert abs(med - exact[sex]) <= 4 * se + 1
