@@ -15,7 +15,8 @@ import math
 import numbers
 from typing import IO, Sequence
 
-Z95 = 1.959963984540054
+from dpsql.engine.variance import Z95
+
 NULL_TEXT = "(null)"
 INFERRED_MARK = "*"
 INFERRED_NOTE = "* inferred by the model without a supporting measurement (no error bound)"
