@@ -29,19 +29,15 @@ def _canonical(order: dict[str, int], clique: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(clique), key=order.__getitem__))
 
 
-def elimination_order(sizes: dict[str, int], cliques: Iterable[Sequence[str]],
-                      ) -> tuple[list[str], list[tuple[str, ...]]]:
-    """Greedy min-weight elimination order over the attributes in ``sizes``.
+# The weighted min-fill order is tried only when min-weight gives more cells than
+# this (smaller trees are cheap either way and keep the structure they always had)
+# and the graph has at most _FILL_ATTRIBUTES connected attributes (it rescores
+# two-step neighbourhoods: ~0.1 s at 64 dense attributes, ~1 s at 100).
+_FILL_THRESHOLD = 1_000_000
+_FILL_ATTRIBUTES = 64
 
-    At each step the attribute whose elimination creates the smallest new clique (in
-    cells) goes next; ties are broken by degree, then by attribute position, so the
-    order is deterministic.  Returns the order and the elimination clique
-    ``{v} ∪ N(v)`` of every step (canonical order).  A score depends only on the
-    attribute's own neighbourhood, so after each step only the eliminated
-    attribute's neighbours are rescored (lazy heap): a chain of a thousand
-    attributes, or a dense graph of hundreds, triangulates in well under a second.
-    """
-    position = {a: i for i, a in enumerate(sizes)}
+
+def _graph(sizes: dict[str, int], cliques: Iterable[Sequence[str]]) -> dict[str, set[str]]:
     nbrs: dict[str, set[str]] = {a: set() for a in sizes}
     for clique in cliques:
         clique = list(clique)
@@ -50,6 +46,46 @@ def elimination_order(sizes: dict[str, int], cliques: Iterable[Sequence[str]],
                 if u != v:
                     nbrs[u].add(v)
                     nbrs[v].add(u)
+    return nbrs
+
+
+def _cells(sizes: dict[str, int], order: list[str], elim: list[tuple[str, ...]]) -> int:
+    return sum(prod(sizes[a] for a in c) for c in _maximal(order, elim))
+
+
+def elimination_order(sizes: dict[str, int], cliques: Iterable[Sequence[str]],
+                      ) -> tuple[list[str], list[tuple[str, ...]]]:
+    """A greedy elimination order over the attributes in ``sizes``.
+
+    Min-weight first: at each step the attribute whose elimination creates the
+    smallest new clique (in cells) goes next; ties are broken by degree, then by
+    attribute position, so the order is deterministic.  When that tree exceeds
+    10⁶ cells and at most 64 attributes are connected, weighted min-fill (the
+    attribute whose elimination adds the fewest fill-in cells, Σ n_a·n_b over the
+    new edges a–b) is tried too and the smaller tree is kept: min-weight is myopic
+    and can be badly wrong (adult with 15 random triples: 56 million cells against
+    5.3 million).  Returns the order and the elimination clique ``{v} ∪ N(v)`` of
+    every step (canonical order).
+    """
+    cliques = [list(c) for c in cliques]
+    graph = _graph(sizes, cliques)
+    connected = sum(1 for ns in graph.values() if ns)
+    order, elim = _min_weight(sizes, graph)
+    best = _cells(sizes, order, elim)
+    if best > _FILL_THRESHOLD and connected <= _FILL_ATTRIBUTES:
+        alt_order, alt_elim = _min_fill(sizes, _graph(sizes, cliques))
+        if _cells(sizes, alt_order, alt_elim) < best:
+            return alt_order, alt_elim
+    return order, elim
+
+
+def _min_weight(sizes: dict[str, int], nbrs: dict[str, set[str]]
+                ) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Greedy min-weight elimination.  A score depends only on the attribute's own
+    neighbourhood, so after each step only the eliminated attribute's neighbours are
+    rescored (lazy heap): a chain of a thousand attributes, or a dense graph of
+    hundreds, triangulates in well under a second."""
+    position = {a: i for i, a in enumerate(sizes)}
 
     def score(v: str) -> tuple[int, int, int]:
         ns = nbrs[v]
@@ -74,6 +110,69 @@ def elimination_order(sizes: dict[str, int], cliques: Iterable[Sequence[str]],
             nbrs[u].discard(v)
             nbrs[u].update(w for w in nl if w != u)
         for u in nl:
+            version[u] += 1
+            heapq.heappush(heap, (score(u), version[u], u))
+    return order, elim_cliques
+
+
+def _min_fill(sizes: dict[str, int], nbrs: dict[str, set[str]]
+              ) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Greedy weighted min-fill elimination (ties: clique cells, then position).
+
+    The fill of v depends on the edges among its neighbours, so eliminating v
+    rescores its neighbours and their neighbours (lazy heap).  Each score is one
+    small matrix product over the neighbourhood's adjacency.
+    """
+    import numpy as np
+
+    names = list(sizes)
+    position = {a: i for i, a in enumerate(names)}
+    n = len(names)
+    adj = np.zeros((n, n), dtype=bool)
+    for a, ns in nbrs.items():
+        for b in ns:
+            adj[position[a], position[b]] = True
+    w = np.array([float(sizes[a]) for a in names])
+
+    def score(v: str) -> tuple[float, int, int]:
+        idx = [position[u] for u in nbrs[v]]
+        if len(idx) < 2:
+            fill = 0.0
+        else:
+            ws = w[idx]
+            missing = ~adj[np.ix_(idx, idx)]
+            np.fill_diagonal(missing, False)
+            fill = float(ws @ missing @ ws) / 2.0
+        return (fill, sizes[v] * prod(sizes[u] for u in nbrs[v]), position[v])
+
+    version = {a: 0 for a in names}
+    heap = [(score(a), 0, a) for a in names]
+    heapq.heapify(heap)
+    order: list[str] = []
+    elim_cliques: list[tuple[str, ...]] = []
+    done: set[str] = set()
+    while heap:
+        _, ver, v = heapq.heappop(heap)
+        if v in done or ver != version[v]:
+            continue
+        ns = nbrs.pop(v)
+        done.add(v)
+        order.append(v)
+        elim_cliques.append(_canonical(position, ns | {v}))
+        nl = list(ns)
+        pv = position[v]
+        adj[pv, :] = False
+        adj[:, pv] = False
+        for u in nl:
+            nbrs[u].discard(v)
+            nbrs[u].update(x for x in nl if x != u)
+        ix = [position[u] for u in nl]
+        adj[np.ix_(ix, ix)] = True
+        adj[ix, ix] = False
+        touched = set(nl)
+        for u in nl:
+            touched.update(nbrs[u])
+        for u in touched:
             version[u] += 1
             heapq.heappush(heap, (score(u), version[u], u))
     return order, elim_cliques

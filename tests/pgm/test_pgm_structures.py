@@ -94,6 +94,80 @@ def test_junction_tree_covers_cliques_and_has_running_intersection(seed):
     assert model_size(dom, cliques) == tree.size == sum(dom.size(c) for c in tree.cliques)
 
 
+# adult's attribute sizes and the 15 random triples of numpy default_rng(0) (the
+# mbi comparison of bench/relaxed_vs_mbi.py): greedy min-weight triangulates this
+# into a 53.55-million-cell clique, weighted min-fill into at most 2.55 million.
+ADULT = {"age": 85, "workclass": 9, "fnlwgt": 100, "education-num": 16, "marital-status": 7,
+         "occupation": 15, "relationship": 6, "race": 5, "sex": 2, "capital-gain": 100,
+         "capital-loss": 100, "hours-per-week": 99, "native-country": 42, "income>50K": 2}
+ADULT_TRIPLES = [
+    ("workclass", "education-num", "capital-loss"), ("education-num", "race", "sex"),
+    ("race", "sex", "capital-gain"), ("education-num", "relationship", "hours-per-week"),
+    ("workclass", "occupation", "relationship"), ("occupation", "race", "native-country"),
+    ("occupation", "sex", "income>50K"), ("age", "fnlwgt", "occupation"),
+    ("fnlwgt", "race", "native-country"), ("fnlwgt", "race", "capital-gain"),
+    ("sex", "native-country", "income>50K"), ("age", "education-num", "race"),
+    ("age", "workclass", "race"), ("age", "race", "income>50K"),
+    ("education-num", "sex", "income>50K")]
+
+
+def _min_weight_size(sizes, cliques):
+    from dpsql.pgm.junction_tree import _cells, _graph, _min_weight
+    order, elim = _min_weight(sizes, _graph(sizes, [list(c) for c in cliques]))
+    return _cells(sizes, order, elim)
+
+
+def _optimal_size(sizes, cliques):
+    """Brute force: the smallest total of maximal elimination cliques over all orders."""
+    from dpsql.pgm.junction_tree import _cells
+    names = list(sizes)
+    best = None
+    for perm in itertools.permutations(names):
+        nbrs = {a: set() for a in names}
+        for c in cliques:
+            for u in c:
+                nbrs[u].update(v for v in c if v != u)
+        elim = []
+        for v in perm:
+            ns = nbrs.pop(v)
+            elim.append(tuple(a for a in names if a in ns or a == v))
+            for u in ns:
+                nbrs[u].discard(v)
+                nbrs[u].update(w for w in ns if w != u)
+        size = _cells(sizes, list(perm), elim)
+        best = size if best is None else min(best, size)
+    return best
+
+
+def test_min_fill_rescues_a_myopic_min_weight_triangulation():
+    tree = JunctionTree(list(ADULT), ADULT, ADULT_TRIPLES)
+    assert _min_weight_size(ADULT, ADULT_TRIPLES) == 56_083_871
+    assert tree.size == 5_272_871
+    assert max(tree.clique_size(c) for c in tree.cliques) == 2_550_000
+    assert _is_junction_tree(tree)
+    for c in ADULT_TRIPLES:
+        assert any(set(c) <= set(m) for m in tree.cliques)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_triangulation_is_never_worse_than_min_weight_and_valid(seed):
+    # Mixed small and large attributes so that most trees pass the 10⁶-cell threshold
+    # where min-fill is tried (seed 7: min-weight 2,210,005 cells, min-fill the
+    # optimum 710,005); 7 attributes keep the brute force over 5040 orders cheap.
+    rng = np.random.default_rng(200 + seed)
+    dom = Domain([f"a{i}" for i in range(7)], [int(x) for x in rng.choice([2, 5, 10, 40, 100], 7)])
+    sizes = dict(zip(dom.attributes, dom.shape))
+    cliques = [tuple(str(a) for a in rng.choice(dom.attributes, 3, replace=False)) for _ in range(6)]
+    tree = JunctionTree(dom.attributes, sizes, cliques)
+    assert _is_junction_tree(tree)
+    for c in cliques:
+        assert any(set(c) <= set(m) for m in tree.cliques)
+    optimum = _optimal_size(sizes, cliques)
+    assert optimum <= tree.size <= _min_weight_size(sizes, cliques)
+    if seed == 7:
+        assert tree.size == optimum == 710_005 < _min_weight_size(sizes, cliques)
+
+
 def test_model_size_of_a_cycle_triangulates():
     dom = Domain.from_sizes({"a": 10, "b": 10, "c": 10, "d": 10})
     # A 4-cycle needs one chord: two triangles of 1000 cells each.
