@@ -13,12 +13,24 @@ Both results answer the same calls; :class:`ExactModel` adds ``summary()`` to a
 :class:`~dpsql.pgm.model.GraphicalModel` (every other attribute is the wrapped
 model's), and :class:`~dpsql.pgm.relaxed_model.RelaxedModel` has its own.  The
 summary states which estimator ran and why.
+
+``stop="discrepancy"`` ends the exact estimator at the first iteration whose loss is
+at most the number of noisy values m = Σ_i rows(Q_i), the expected loss of the true
+data (Morozov's discrepancy principle; the measurements' ``stddev`` must be the
+noise's standard deviation).  When the tables have many more cells than the noise can
+resolve, the minimiser of the loss fits the noise, and the exact iterates — maximum-
+entropy joint distributions — pass through a better estimate on the way.  The relaxed
+estimator's iterates do not (at loss m they are worse than its optimum on adult), so
+there the stop is not applied and the summary says so (docs/relaxed.md,
+"Regularisation by early stopping").
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
 
 from dpsql.domain import Domain
 from dpsql.pgm.estimation import DEFAULT_CAPACITY, Progress, estimate
@@ -28,16 +40,18 @@ from dpsql.pgm.model import GraphicalModel
 from dpsql.pgm.relaxed import estimate_relaxed
 from dpsql.pgm.relaxed_model import RelaxedModel
 
-__all__ = ["ExactModel", "fit"]
+__all__ = ["ExactModel", "discrepancy_level", "fit"]
 
 
 class ExactModel:
     """A fitted :class:`GraphicalModel` plus the reason it was chosen (``summary()``)."""
 
-    def __init__(self, model: GraphicalModel, reason: str, seconds: float | None = None) -> None:
+    def __init__(self, model: GraphicalModel, reason: str, seconds: float | None = None,
+                 stopped: str | None = None) -> None:
         self.model = model
         self.reason = reason
         self.seconds = seconds
+        self.stopped = stopped
 
     # The GraphicalModel interface, stated explicitly so that it is documented here.
     @property
@@ -88,6 +102,8 @@ class ExactModel:
         ]
         if m.loss:
             lines.append(f"loss: {m.loss[0]:.6g} → {m.loss[-1]:.6g} over {len(m.loss) - 1} iterations")
+        if self.stopped:
+            lines.append(f"stopped: {self.stopped}")
         if self.seconds is not None:
             lines.append(f"fitted in {self.seconds:.2f} s")
         return "\n".join(lines)
@@ -100,21 +116,57 @@ def _cliques(measurements: Iterable[Measurement]) -> list[tuple[str, ...]]:
     return [tuple(m.clique) for m in measurements]
 
 
+def discrepancy_level(measurements: Iterable[Measurement]) -> int:
+    """m = Σ_i rows(Q_i): E‖Q_i μ* − y_i‖²/σ_i² summed, the L2 loss the true data has."""
+    return int(sum(np.asarray(m.values).size for m in measurements))
+
+
+class _Stopper:
+    """Wraps the caller's callback; ends the fit once the loss reaches ``level``."""
+
+    def __init__(self, level: float | None, callback) -> None:
+        self.level, self.callback, self.iteration, self.loss = level, callback, None, None
+
+    def __call__(self, progress: Progress) -> bool:
+        stop = bool(self.callback(progress)) if self.callback is not None else False
+        if self.level is not None and progress.loss <= self.level:
+            self.iteration, self.loss = progress.iteration, progress.loss
+            return True
+        return stop
+
+    def note(self) -> str | None:
+        if self.level is None:
+            return None
+        if self.iteration is None:
+            return (f"the loss stayed above the discrepancy level m = {self.level:,.0f} "
+                    f"for every iteration (stop='discrepancy' did not trigger)")
+        return (f"discrepancy principle: iteration {self.iteration}, loss {self.loss:,.6g} ≤ "
+                f"m = {self.level:,.0f} noisy values")
+
+
 def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = DEFAULT_CAPACITY,
         iters: int = 1000, warm_start=None, callback: Callable[[Progress], bool | None] | None = None,
         method: str = "auto", exact_method: str = "md", region_graph: str = "saturated",
-        total: float | None = None, norm: str = "l2", **options) -> ExactModel | RelaxedModel:
+        total: float | None = None, norm: str = "l2", stop: str | None = None,
+        **options) -> ExactModel | RelaxedModel:
     """Fit a model to ``measurements``: exact if JT-SIZE ≤ ``capacity`` cells, else relaxed.
 
     ``method`` is "auto" (default), "exact" (raises ModelTooLargeError beyond
     ``capacity``) or "relaxed"; ``exact_method`` is the exact estimator's ``method``
     ("md", "accelerated" or "adaptive").  ``warm_start`` is a previous model: an ExactModel /
     GraphicalModel for the exact path; a RelaxedModel (θ̂ and messages reused) or any
-    model (its marginals as a start) for the relaxed path.  Remaining ``options`` go
-    to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).
+    model (its marginals as a start) for the relaxed path.  ``stop`` is None (run
+    ``iters`` iterations) or "discrepancy" (exact estimator only: stop once the loss is
+    at most the number of noisy values, see the module docstring; L2 loss only).
+    Remaining ``options``
+    go to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).
     """
     if method not in ("auto", "exact", "relaxed"):
         raise ValueError(f"fit: method must be 'auto', 'exact' or 'relaxed', got {method!r}")
+    if stop not in (None, "discrepancy"):
+        raise ValueError(f"fit: stop must be None or 'discrepancy', got {stop!r}")
+    if stop is not None and norm != "l2":
+        raise ValueError("fit: stop='discrepancy' needs the L2 loss (Gaussian noise)")
     measurements = list(measurements)
     if not measurements:
         raise ValueError("fit: at least one measurement is needed")
@@ -140,16 +192,21 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                       f"relaxes global to local consistency")
     start = time.perf_counter()
     if use_exact:
+        stopper = _Stopper(discrepancy_level(measurements) if stop else None, callback)
+        callback = stopper if stop else callback
         ws = warm_start.model if isinstance(warm_start, ExactModel) else warm_start
         if not isinstance(ws, GraphicalModel):
             ws = None
         model = estimate(domain, measurements, iters=iters, method=exact_method, warm_start=ws,
                          callback=callback, capacity=capacity, total=total, norm=norm, **options)
-        return ExactModel(model, reason, time.perf_counter() - start)
+        return ExactModel(model, reason, time.perf_counter() - start, stopper.note())
     ws = warm_start.fit if isinstance(warm_start, RelaxedModel) else warm_start
     if isinstance(ws, ExactModel):
         ws = ws.model
     result = estimate_relaxed(domain, measurements, region_graph=region_graph, iters=iters,
                               warm_start=ws, callback=callback, total=total, norm=norm, **options)
+    note = None if stop is None else (
+        "stop='discrepancy' was not applied: the relaxed estimator's iterates regularise "
+        "poorly, so all iterations ran (docs/relaxed.md)")
     return RelaxedModel(domain, result, measured=cliques, reason=reason,
-                        seconds=time.perf_counter() - start)
+                        seconds=time.perf_counter() - start, stopped=note)

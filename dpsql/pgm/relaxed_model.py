@@ -49,7 +49,8 @@ class RelaxedModel:
     """
 
     def __init__(self, domain: Domain, fit: RelaxedFit, *, measured: Iterable[Sequence[str]] = (),
-                 reason: str = "requested", seconds: float | None = None) -> None:
+                 reason: str = "requested", seconds: float | None = None,
+                 stopped: str | None = None) -> None:
         self.domain = domain
         self.fit = fit
         self.graph = fit.graph
@@ -57,6 +58,7 @@ class RelaxedModel:
         self.measured = [tuple(c) for c in measured]
         self.reason = reason
         self.seconds = seconds
+        self.stopped = stopped
         self._position = {a: i for i, a in enumerate(domain.attributes)}
         self._cache: dict[tuple[str, ...], np.ndarray] = {}
 
@@ -196,6 +198,8 @@ class RelaxedModel:
             "out-of-model marginals: maximum entropy subject to minimum L2 violation "
             "(Problem 4)",
         ]
+        if self.stopped:
+            lines.append(f"stopped: {self.stopped}")
         if self.seconds is not None:
             lines.append(f"fitted in {self.seconds:.2f} s")
         return "\n".join(lines)

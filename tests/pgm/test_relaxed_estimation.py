@@ -199,3 +199,56 @@ def test_fit_chooses_by_capacity_and_explains_itself():
     assert again.loss[0] <= big.loss[-1] * (1 + 1e-6) + 1e-9
     with pytest.raises(ValueError):
         fit(dom, ms, method="bogus")
+
+
+def _l2_loss(model, ms):
+    return sum(float(((model.marginal(m.clique).values.ravel() - m.values) ** 2).sum()) / m.stddev ** 2
+               for m in ms)
+
+
+def test_discrepancy_stop_ends_at_the_first_iteration_within_the_noise():
+    # A sparse table (many empty cells), σ = 4: the loss minimum fits the noise (its loss,
+    # ~17, is far below m = 116, the number of noisy values, which is what the true data
+    # scores), so the stop must trigger; it must do so at the first iteration at or below m.
+    dom = Domain(list("ABCDE"), [4, 3, 4, 3, 2])
+    p = _data(11, dom.shape, 3_000.0, 0.3)
+    cliques = [("A", "B", "C"), ("B", "C", "D"), ("A", "D", "E"), ("C", "E")]
+    ms = _measure(dom, p, cliques, 4.0, 2)
+    level = sum(m.values.size for m in ms)
+    from dpsql.pgm.auto import discrepancy_level
+    assert discrepancy_level(ms) == level == 48 + 36 + 24 + 8
+    seen = []
+    model = fit(dom, ms, iters=2000, exact_method="adaptive", stop="discrepancy",
+                callback=lambda pr: seen.append(pr.loss))
+    assert isinstance(model, ExactModel) and "discrepancy principle" in model.summary()
+    it = int(model.stopped.split("iteration ")[1].split(",")[0])
+    assert len(seen) == it < 2000
+    assert seen[-1] <= level < min(seen[:-1])
+    # The model's own loss, recomputed from its full joint table (brute force).
+    from pgm_brute import joint_from_model, marginal
+    joint = joint_from_model(model.model)
+    brute = sum(float(((marginal(dom, joint, m.clique).ravel() - m.values) ** 2).sum()) / m.stddev ** 2
+                for m in ms)
+    assert brute == pytest.approx(seen[-1], rel=1e-9)
+    assert brute == pytest.approx(_l2_loss(model, ms), rel=1e-9)
+    # Without the stop, the same iterations give the same model; more fit the noise further.
+    same = fit(dom, ms, iters=it, exact_method="adaptive")
+    assert np.allclose(same.marginal(("A", "B", "C")).values, model.marginal(("A", "B", "C")).values)
+    full = fit(dom, ms, iters=2000, exact_method="adaptive")
+    assert _l2_loss(full, ms) < _l2_loss(model, ms)
+    # The relaxed estimator does not apply the stop, and says so.
+    relaxed = fit(dom, ms, iters=40, method="relaxed", stop="discrepancy")
+    assert relaxed.fit.iterations == 40 and "not applied" in relaxed.summary()
+
+
+def test_discrepancy_stop_that_never_triggers_says_so_and_bad_options_raise():
+    dom = Domain(list("ABC"), [2, 3, 2])
+    p = _data(3, dom.shape, 5_000.0, 5.0)
+    ms = _measure(dom, p, [("A", "B"), ("B", "C")], 1.0, 4)
+    model = fit(dom, ms, iters=1, stop="discrepancy")  # one step from uniform: far above m
+    assert "did not trigger" in model.summary()
+    assert len(model.loss) == 2
+    with pytest.raises(ValueError):
+        fit(dom, ms, stop="bogus")
+    with pytest.raises(ValueError):
+        fit(dom, ms, stop="discrepancy", norm="l1")
