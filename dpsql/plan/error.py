@@ -9,7 +9,9 @@ least squares from the strategy A:  2·‖A‖₁²·tr(WᵀW(AᵀA)⁺) for Lap
 * any other union on a small domain: dense n×n grams;
 * any other union on a large domain: *local* least squares (§3.9) -- each workload term is
   answered from the single block that supports it best.  This is the error the OPT_+
-  reconstruction achieves and an upper bound on the global least-squares error.
+  reconstruction achieves and an upper bound on the global least-squares error; for
+  OPT_M+ (assignment −1) the marginal terms are answered jointly by the marginal blocks
+  (Theorem 9 on those blocks) and the others locally.
 
 ``rmse`` converts to RMSE = sqrt(TSE/m) for a concrete budget (thesis §3.10 convention),
 and ``per_query_variance`` gives the variance of each workload answer (for standard errors).
@@ -25,7 +27,7 @@ import numpy as np
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.calibration import gaussian_sigma, laplace_scale
 from dpsql.plan.marginals import MarginalSpace, marginal_loss, strategy_kappa, workload_kappa
-from dpsql.plan.opt0 import _pinv_psd
+from dpsql.plan.opt0 import _gram_pinv, _pinv_psd
 from dpsql.plan.strategy import KronBlock, Strategy, factor_kind, union_sensitivity
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
@@ -66,7 +68,7 @@ def _factor_traces(block: KronBlock, terms: WorkloadTerms) -> np.ndarray:
     k, d = len(terms.terms), len(terms.shape)
     out = np.empty((k, d))
     for i, F in enumerate(block.factors):
-        Xp, proj = _pinv_psd(F.T @ F)
+        Xp, proj = _gram_pinv(F)
         cache: dict[int, float] = {}
         for j, t in enumerate(terms.terms):
             V = t.grams[i]
@@ -128,6 +130,25 @@ def _dense_trace(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> float:
     return float(np.sum(Xp * V))
 
 
+def _mixed_trace(terms: WorkloadTerms, blocks: Sequence[KronBlock],
+                 assignment: Sequence[int]) -> float:
+    """OPT_M+ (planner.opt_marginals_plus): terms assigned −1 are answered jointly by the
+    marginal-form blocks no other term is assigned to; the rest by their own block."""
+    own = {a for a in assignment if a >= 0}
+    marg = [b for i, b in enumerate(blocks) if i not in own]
+    form = _marginal_form(marg)
+    if form is None:
+        return math.inf
+    joint = WorkloadTerms(terms.attributes, terms.shape,
+                          tuple(t for t, a in zip(terms.terms, assignment) if a < 0))
+    trace = _marginal_trace(joint, *form)
+    for j, a in enumerate(assignment):
+        if a >= 0:
+            one = WorkloadTerms(terms.attributes, terms.shape, (terms.terms[j],))
+            trace += float(_kron_loss(blocks[a], one)[0])
+    return trace
+
+
 def strategy_tse(terms: WorkloadTerms, blocks: Sequence[KronBlock], noise: str,
                  assignment: Sequence[int] | None = None,
                  shape: Sequence[int] | None = None) -> float:
@@ -145,6 +166,8 @@ def strategy_tse(terms: WorkloadTerms, blocks: Sequence[KronBlock], noise: str,
             trace = _marginal_trace(terms, *form)
         elif terms.size <= DENSE_LIMIT:
             trace = _dense_trace(terms, blocks)
+        elif assignment is not None and any(a < 0 for a in assignment):
+            trace = _mixed_trace(terms, blocks, assignment)
         else:
             per = np.array([_kron_loss(b, terms) for b in blocks])       # blocks × terms
             if assignment is not None:
@@ -204,7 +227,7 @@ def per_query_variance(W: Any, A: Any, noise: str = "gaussian", epsilon: float =
     out = []
     if len(blocks) == 1:
         b = blocks[0]
-        pinvs = [_pinv_psd(F.T @ F)[0] / (b.weight ** 2 if i == 0 else 1.0)
+        pinvs = [_gram_pinv(F)[0] / (b.weight ** 2 if i == 0 else 1.0)
                  for i, F in enumerate(b.factors)]
         for w, factors in flat:
             d = np.ones(1)

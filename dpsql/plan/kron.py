@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from dpsql.plan.opt0 import (
-    FactorResult, Progress, _pinv_psd, opt0, semiseparable_right, sensitivity,
+    FactorResult, Progress, _gram_pinv, opt0, semiseparable_right, sensitivity,
 )
 from dpsql.plan.strategy import KronBlock
 from dpsql.plan.workload import WorkloadTerms
@@ -30,7 +30,7 @@ def factor_errors(A: np.ndarray, terms: WorkloadTerms, i: int, p: int) -> np.nda
     """e_ji = ‖A‖_p² tr(V_ji (AᵀA)⁺) for every term j (inf if A does not support V_ji)."""
     if A.shape[0] == A.shape[1] and np.array_equal(A, np.eye(A.shape[0])):
         return np.array([float(np.trace(t.grams[i])) for t in terms.terms])
-    Xp, proj = _pinv_psd(A.T @ A)
+    Xp, proj = _gram_pinv(A)
     s2 = sensitivity(A, p) ** 2
     cache: dict[int, float] = {}
     out = np.empty(len(terms.terms))
