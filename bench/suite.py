@@ -431,7 +431,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("DPSQL_DATA", "/work/shared/data"))
     ap.add_argument("--jobs", type=int, default=2, help="parallel system runs")
     ap.add_argument("--timeout", type=float, default=900,
-                    help="seconds per system run (default 900; nltcs ranges needs more to plan)")
+                    help="seconds per system run (default 900; nltcs marginals and ranges need more: their model fits take up to 5 min per trial and ε)")
     ap.add_argument("--from-raw", action="store_true",
                     help="recompute the summary from the raw answers in bench/out/eval/raw (no runs)")
     ap.add_argument("--fit-iters", type=int,
