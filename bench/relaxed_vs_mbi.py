@@ -8,8 +8,20 @@ sensitivity 1 per marginal) with the conversion the reference used,
 accountant converts more tightly, which would give less noise and an unfair
 comparison), noise drawn by
 dpsql.privacy.noise (discrete Gaussian) from a seeded bit source.  dpsql runs
-``dpsql.pgm.appgm.fit`` with the default capacity (10⁷ cells): the junction tree is
-too large, so the relaxed saturated-region-graph estimator is chosen automatically.
+``dpsql.pgm.appgm.fit`` with the default capacity (10⁷ cells) and the engine's exact
+method ("adaptive"); each run is one *variant*:
+
+* "auto-discrepancy" (default): the automatic exact/relaxed choice with
+  ``stop="discrepancy"`` (the exact fit ends at the first iteration whose loss is at
+  most m, the number of noisy values).  On the "mbi" set the junction tree has
+  5.27 M cells (weighted min-fill triangulation; min-weight, like mbi's, gives
+  56.1 M), so the exact model is chosen; on the "issue" set (25.3 M) the relaxed one;
+* "auto": the same without the stop (``--iters`` iterations);
+* "relaxed": the saturated region graph, forced; "relaxed-discrepancy": the same
+  stopped at loss ≤ m by a callback here (``fit`` applies the stop to the exact
+  estimator only, because this variant shows that it hurts the relaxed one);
+* "exact-md": the exact model with plain mirror descent (thesis Alg. 2, Armijo),
+  the algorithm mbi runs: on the same noise draw, the like-for-like reference.
 
 Two clique sets are run:
 * "issue": ``random.Random(0).sample(list(combinations(attributes, 3)), 15)``, as the
@@ -25,8 +37,8 @@ cliques 0.206, raw noisy 5.39, two-way marginals 0.311 mean over the 83 of 91 it
 answer (8 need 8–21 GB in variable elimination).
 
     .venv/bin/python bench/relaxed_vs_mbi.py [--iters 1000] [--sets issue mbi]
-        [--append bench/RESULTS.md]
-Each set runs in a fresh process so that peak RSS is per fit.
+        [--variants auto-discrepancy relaxed] [--append bench/RESULTS.md]
+Each (set, variant) runs in a fresh process so that peak RSS is per fit.
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ from dpsql.domain import Domain
 from dpsql.linalg import Identity
 from dpsql.pgm import Measurement, model_size
 from dpsql.pgm.appgm import fit
+from dpsql.pgm.auto import discrepancy_level
 from dpsql.privacy import noise
 
 DATA = Path("/work/shared/data/adult")
@@ -86,7 +99,16 @@ def cliques_for(dom: Domain, which: str) -> list[tuple[str, ...]]:
     return [combos[i] for i in np.random.default_rng(0).choice(len(combos), 15, replace=False)]
 
 
-def run(which: str, iters: int) -> dict:
+VARIANTS = {
+    "auto-discrepancy": {"exact_method": "adaptive", "stop": "discrepancy"},
+    "auto": {"exact_method": "adaptive"},
+    "relaxed": {"method": "relaxed"},
+    "relaxed-discrepancy": {"method": "relaxed"},  # + the callback in run()
+    "exact-md": {"method": "exact", "exact_method": "md"},
+}
+
+
+def run(which: str, iters: int, variant: str = "auto-discrepancy") -> dict:
     t_start = time.perf_counter()
     dom, data = load()
     n = data.shape[0]
@@ -104,8 +126,13 @@ def run(which: str, iters: int) -> dict:
         ms.append(Measurement(c, Identity(t.size), y.astype(float), sigma))
     jt = model_size(dom, cliques)
     t0, c0 = time.perf_counter(), time.process_time()
-    model = fit(dom, ms, iters=iters)
+    options = dict(VARIANTS[variant])
+    if variant == "relaxed-discrepancy":
+        level = discrepancy_level(ms)
+        options["callback"] = lambda progress: progress.loss <= level
+    model = fit(dom, ms, iters=iters, **options)
     t_fit, c_fit = time.perf_counter() - t0, time.process_time() - c0
+    rss_fit = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
     measured = [np.abs(model.marginal(c).values - truth[c]).sum() / n for c in cliques]
     t0, c0 = time.perf_counter(), time.process_time()
     pairs = list(itertools.combinations(dom.attributes, 2))
@@ -113,8 +140,14 @@ def run(which: str, iters: int) -> dict:
     t_two, c_two = time.perf_counter() - t0, time.process_time() - c0
     one = [np.abs(model.marginal((a,)).values - counts(dom, data, (a,))).sum() / n
            for a in dom.attributes]
+    true_loss = sum(float(((truth[m.clique].ravel() - m.values) ** 2).sum()) / m.stddev ** 2
+                    for m in ms)
     return {
-        "set": which, "sigma": sigma, "jt_cells": jt, "model": type(model).__name__,
+        "set": which, "variant": variant, "sigma": sigma, "jt_cells": jt,
+        "model": type(model).__name__,
+        "iterations": model.fit.iterations if hasattr(model, "fit") else len(model.loss) - 1,
+        "loss": float(model.loss[-1]), "true_loss": true_loss, "level": discrepancy_level(ms),
+        "rss_fit_gb": rss_fit,
         "summary": model.summary(), "fit_s": t_fit, "two_way_s": t_two,
         "fit_cpu_s": c_fit, "two_way_cpu_s": c_two, "cpu_s": time.process_time(),
         "load": os.getloadavg()[0],
@@ -131,33 +164,40 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=1000)
     ap.add_argument("--sets", nargs="+", default=["issue", "mbi"])
+    ap.add_argument("--variants", nargs="+", default=["auto-discrepancy"], choices=list(VARIANTS))
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--variant", default="auto-discrepancy", help=argparse.SUPPRESS)
     ap.add_argument("--append", default=None)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(run(args.child, args.iters)))
+        print(json.dumps(run(args.child, args.iters, args.variant)))
         return
     results = []
     for which in args.sets:
-        out = subprocess.run([sys.executable, __file__, "--child", which, "--iters", str(args.iters)],
-                             check=True, capture_output=True, text=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        results.append(r)
-        print(r["summary"], "\n", flush=True)
-    lines = ["| clique set | JT cells | estimator | fit s wall (CPU) | 91 two-way s wall (CPU) "
-             "| total s wall (CPU) | load | peak RSS GB "
-             "| measured err mean / max | raw noisy | two-way mean / max (answered) | one-way mean |",
-             "|" + "---|" * 12]
+        for variant in args.variants:
+            out = subprocess.run([sys.executable, __file__, "--child", which, "--iters", str(args.iters),
+                                  "--variant", variant], check=True, capture_output=True, text=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            results.append(r)
+            print(r["summary"], "\n", flush=True)
+    lines = ["| clique set | JT cells | variant: estimator (iterations run) | loss (true data; m) "
+             "| fit s wall (CPU) | 91 two-way s wall (CPU) | total s wall (CPU) | load "
+             "| peak RSS GB (after fit) | measured err mean / max | raw noisy "
+             "| two-way mean / max (answered) | one-way mean |",
+             "|" + "---|" * 13]
     for r in results:
         lines.append(
-            f"| {r['set']} | {r['jt_cells']:,} | {r['model']} ({r['iters']} it) | "
+            f"| {r['set']} | {r['jt_cells']:,} | {r['variant']}: {r['model']} ({r['iterations']} it) | "
+            f"{r['loss']:,.0f} ({r['true_loss']:,.0f}; {r['level']:,}) | "
             f"{r['fit_s']:.1f} ({r['fit_cpu_s']:.1f}) | {r['two_way_s']:.1f} ({r['two_way_cpu_s']:.1f}) | "
-            f"{r['total_s']:.1f} ({r['cpu_s']:.1f}) | {r['load']:.1f} | {r['rss_gb']:.2f} | "
+            f"{r['total_s']:.1f} ({r['cpu_s']:.1f}) | {r['load']:.1f} | "
+            f"{r['rss_gb']:.2f} ({r['rss_fit_gb']:.2f}) | "
             f"{r['measured_mean']:.3f} / {r['measured_max']:.3f} | {r['noisy_mean']:.2f} | "
             f"{r['two_way_mean']:.3f} / {r['two_way_max']:.3f} ({r['two_way_answered']}/91) | "
             f"{r['one_way_mean']:.3f} |")
-    lines.append(f"| mbi reference (mbi set) | 56,083,871 | exact (1000 it) | ≈ {REF['seconds']:.0f} | "
-                 f"– | – | 2–4 | {REF['rss_gb']} | {REF['measured']} / 0.924 | {REF['noisy']} | "
+    lines.append(f"| mbi reference (mbi set) | 53.55 M clique | mbi exact MD (1000 it) | – | "
+                 f"≈ {REF['seconds']:.0f} | – | – | 2–4 | {REF['rss_gb']} | "
+                 f"{REF['measured']} / 0.924 | {REF['noisy']} | "
                  f"{REF['two_way']} / 1.425 ({REF['two_way_answered']}/91) | 0.142 |")
     text = "\n".join(lines)
     print(text)
