@@ -270,3 +270,17 @@ def test_quantiles_carry_a_standard_error(tmp_path):
     for (sex, med), (_, se) in zip(rows, errs):
         assert se is not None and 0 <= se < 5
         assert abs(med - exact[sex]) <= 4 * se + 1
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_large_exact_models_stop_at_the_discrepancy_principle(tmp_path, monkeypatch, large):
+    import dpsql.engine.engine as engine_module
+
+    if large:
+        monkeypatch.setattr(engine_module, "LARGE_EXACT_MODEL", 0)
+    con = connect(tmp_path, budget={"epsilon": 1.0, "delta": 1e-6},
+                  workload=["SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income"])
+    con.session.measure()
+    model, _, _ = con.session.engine.model("adult")
+    assert (model.stopped is not None) == large
+    assert len(model.model.loss) - 1 < 1000 if large else len(model.model.loss) - 1 == 1000
