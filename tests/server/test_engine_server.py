@@ -184,8 +184,10 @@ def test_text_parameters_and_error_columns(engine_server):
         bounded(lambda: conn.execute("SET dpsql.error_columns = 'ci95'"))
         for binary in (False, True):
             cur = conn.cursor(binary=binary)
-            rows = bounded(lambda: cur.execute("SELECT sex, COUNT(*) FROM adult WHERE age > %s GROUP BY sex",
-                                               (25,)).fetchall())
+            # a dashboard query (supported by a measured block, so its interval is finite)
+            rows = bounded(lambda: cur.execute(
+                "SELECT sex, COUNT(*) FROM adult WHERE age BETWEEN %s AND %s GROUP BY sex",
+                (30, 40)).fetchall())
             assert [d.name for d in cur.description] == ["sex", "count", "count_ci95"]
             assert all(isinstance(r[2], float) and r[2] > 0 for r in rows)
         shown = bounded(lambda: conn.execute("SHOW dpsql.error_columns").fetchone())
