@@ -10,6 +10,15 @@ Every measured clique r lies in some maximal clique h of the junction tree; μ_r
 sum over h's other axes and ∇_r L broadcasts back onto h, so the gradient is returned
 directly on the tree's cliques, ready for θ_h ← θ_h − η ∇_h L (thesis Algorithm 2).
 The clique→measurement map, axis permutations and operators are compiled once.
+
+Many measured cliques often share one large host (all 1- and 2-way marginals of 16
+binary attributes live in a single 65,536-cell clique).  Summing the host once per
+group costs a full pass each; instead the groups of a host are projected through a
+sum tree (:class:`_HostPlan`): axes no remaining group needs are summed out once for
+all of them, and the groups are split on one axis at a time, so most of the work is
+done on tables already halved or quartered.  The gradient runs the same tree
+backwards: each group's gradient stays in its reduced shape and is broadcast only
+where branches merge, instead of once onto the whole host per group.
 """
 
 from __future__ import annotations
@@ -51,6 +60,83 @@ class _Group:
         self.terms: list[_Term] = []
 
 
+class _HostPlan:
+    """A sum tree computing every group marginal of one host clique.
+
+    The forward program is a list of steps over numbered tables (0 is the host):
+    ``(src, axes, dst, None)`` sums ``src`` over ``axes`` into table ``dst`` and
+    ``(src, axes, None, k)`` sums it into the marginal of the host's k-th group.  All
+    tables keep the host's dimensions (size 1 where summed), so a gradient broadcasts
+    back against any ancestor without reshaping.  Splitting on the axis the fewest
+    groups need sends most groups down the cheap, summed branch.
+    """
+
+    __slots__ = ("host", "groups", "steps", "release", "tables")
+
+    def __init__(self, host: int, shape: tuple[int, ...], groups: list[_Group]) -> None:
+        self.host = host
+        self.groups = groups
+        self.steps: list[tuple[int, tuple[int, ...], int | None, int | None]] = []
+        self.tables = 1
+        kept = [frozenset(i for i in range(len(shape)) if i not in g.sum_axes) for g in groups]
+        self._build(0, frozenset(range(len(shape))), list(range(len(groups))), kept, shape)
+        # Intermediate tables are dropped after their last read: only those on the
+        # current path stay alive, each at most half its parent, so at most ~2× the host.
+        last: dict[int, int] = {}
+        for i, (src, _, _, _) in enumerate(self.steps):
+            last[src] = i
+        self.release = [tuple(s for s, j in last.items() if j == i) for i in range(len(self.steps))]
+
+    def _build(self, slot: int, remaining: frozenset, members: list[int], kept, shape) -> None:
+        if len(members) == 1:
+            k = members[0]
+            self.steps.append((slot, tuple(sorted(remaining - kept[k])), None, k))
+            return
+        free = remaining - frozenset().union(*(kept[k] for k in members))
+        if free:
+            new = self._table()
+            self.steps.append((slot, tuple(sorted(free)), new, None))
+            slot, remaining = new, remaining - free
+        need = {a: sum(a in kept[k] for k in members) for a in remaining}
+        a = min(remaining, key=lambda x: (need[x], -shape[x], x))
+        keep = [k for k in members if a in kept[k]]
+        drop = [k for k in members if a not in kept[k]]
+        if drop:
+            new = self._table()
+            self.steps.append((slot, (a,), new, None))
+            self._build(new, remaining - {a}, drop, kept, shape)
+        self._build(slot, remaining - {a}, keep, kept, shape)
+
+    def _table(self) -> int:
+        self.tables += 1
+        return self.tables - 1
+
+    def marginals(self, table: np.ndarray) -> list[np.ndarray]:
+        tables: list[np.ndarray | None] = [None] * self.tables
+        tables[0] = table
+        out: list[np.ndarray | None] = [None] * len(self.groups)
+        for (src, axes, dst, k), free in zip(self.steps, self.release):
+            t = tables[src]
+            r = _sum(t, axis=axes, keepdims=True) if axes else t
+            if dst is None:
+                out[k] = r.reshape(self.groups[k].canon_shape)
+            else:
+                tables[dst] = r
+            for s in free:
+                tables[s] = None
+        return out
+
+    def gradient(self, accs: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+        """Σ_k broadcast(accs[k]) onto the host; accs[k] has group k's kd_shape."""
+        grads: list[np.ndarray | None] = [None] * self.tables
+        for src, _, dst, k in reversed(self.steps):
+            g = accs[k] if dst is None else grads[dst]
+            if g is None:
+                continue
+            grads[src] = g if grads[src] is None else grads[src] + g
+        return np.broadcast_to(grads[0], shape).copy()
+
+
 class MarginalLoss:
     """L(μ) and ∇L(μ) for ``measurements`` on the cliques of ``tree``."""
 
@@ -75,49 +161,65 @@ class MarginalLoss:
             group.terms.append(_Term(meas, canon, tree.sizes, norm))
         self.groups = list(groups.values())
         self.hosts = sorted({g.host for g in self.groups})
+        on_host: dict[int, list[_Group]] = {}
+        for g in self.groups:
+            on_host.setdefault(g.host, []).append(g)
+        # A lone group is projected directly: the plan's bookkeeping would only slow
+        # down trees with one measured clique per host (long chains).
+        self.alone = [gs[0] for gs in on_host.values() if len(gs) == 1]
+        self.shared = [_HostPlan(h, self.shapes[h], gs) for h, gs in on_host.items() if len(gs) > 1]
 
-    @staticmethod
-    def _marginal(group: _Group, mu: Sequence[np.ndarray]) -> np.ndarray:
-        m = mu[group.host]
-        marg = _sum(m, axis=group.sum_axes) if group.sum_axes else m
-        return marg.reshape(group.canon_shape)
+    def _residuals(self, group: _Group, marg: np.ndarray, grad: bool) -> tuple[float, np.ndarray | None]:
+        """Σ_t w_t‖Q_t μ_r − y_t‖ over the group's terms, and its gradient in μ_r (kd_shape)."""
+        total = 0.0
+        l2 = self.norm == "l2"
+        acc = None
+        for t in group.terms:
+            x = marg if t.to_given is None else marg.transpose(t.to_given)
+            r = t.op.matvec(x.ravel()) - t.y
+            if l2:
+                total += t.weight * float(r @ r)
+                if not grad:
+                    continue
+                r *= 2.0 * t.weight
+            else:
+                total += t.weight * float(np.abs(r).sum())
+                if not grad:
+                    continue
+                r = t.weight * np.sign(r)
+            gr = t.op.rmatvec(r).reshape(t.given_shape)
+            if t.to_canon is not None:
+                gr = gr.transpose(t.to_canon)
+            acc = gr if acc is None else acc + gr
+        return total, None if acc is None else acc.reshape(group.kd_shape)
 
     def value(self, mu: Sequence[np.ndarray]) -> float:
         total = 0.0
-        l2 = self.norm == "l2"
-        for g in self.groups:
-            marg = self._marginal(g, mu)
-            for t in g.terms:
-                x = marg if t.to_given is None else marg.transpose(t.to_given)
-                r = t.op.matvec(x.ravel()) - t.y
-                total += t.weight * (float(r @ r) if l2 else float(np.abs(r).sum()))
+        for g in self.alone:
+            m = mu[g.host]
+            total += self._residuals(g, (_sum(m, axis=g.sum_axes) if g.sum_axes else m)
+                                     .reshape(g.canon_shape), False)[0]
+        for plan in self.shared:
+            for g, marg in zip(plan.groups, plan.marginals(mu[plan.host])):
+                total += self._residuals(g, marg, False)[0]
         return total
 
     def __call__(self, mu: Sequence[np.ndarray]) -> tuple[float, list[np.ndarray | None]]:
         """(L(μ), ∇L(μ)) with the gradient on the tree's cliques (None where L is flat)."""
         total = 0.0
-        l2 = self.norm == "l2"
         grads: list[np.ndarray | None] = [None] * len(mu)
-        for g in self.groups:
-            marg = self._marginal(g, mu)
-            acc = None
-            for t in g.terms:
-                x = marg if t.to_given is None else marg.transpose(t.to_given)
-                r = t.op.matvec(x.ravel()) - t.y
-                if l2:
-                    total += t.weight * float(r @ r)
-                    r *= 2.0 * t.weight
-                else:
-                    total += t.weight * float(np.abs(r).sum())
-                    r = t.weight * np.sign(r)
-                gr = t.op.rmatvec(r).reshape(t.given_shape)
-                if t.to_canon is not None:
-                    gr = gr.transpose(t.to_canon)
-                acc = gr if acc is None else acc + gr
-            acc = acc.reshape(g.kd_shape)
+        for g in self.alone:
             h = g.host
-            if grads[h] is None:
-                grads[h] = np.broadcast_to(acc, self.shapes[h]).copy() if g.sum_axes else np.array(acc)
-            else:
-                grads[h] += acc
+            m = mu[h]
+            v, acc = self._residuals(g, (_sum(m, axis=g.sum_axes) if g.sum_axes else m)
+                                     .reshape(g.canon_shape), True)
+            total += v
+            grads[h] = np.broadcast_to(acc, self.shapes[h]).copy() if g.sum_axes else np.array(acc)
+        for plan in self.shared:
+            accs = []
+            for g, marg in zip(plan.groups, plan.marginals(mu[plan.host])):
+                v, acc = self._residuals(g, marg, True)
+                total += v
+                accs.append(acc)
+            grads[plan.host] = plan.gradient(accs, self.shapes[plan.host])
         return total, grads
