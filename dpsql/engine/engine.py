@@ -36,16 +36,15 @@ from dpsql.measure.backend import Backend, DuckDBBackend
 from dpsql.measure import release as rel
 from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.auto import fit
-from dpsql.pgm.junction_tree import model_size
 from dpsql.plan import Caps, Strategy, StrategyCache, Workload, optimize, svd_lower_bound
 from dpsql.privacy.ledger import Ledger
 
 Released = tuple[rel.LatticeBlock, np.ndarray, float]
 
 
-
 #: Exact models above this many cells stop at the discrepancy principle (see Engine._fit).
 LARGE_EXACT_MODEL = 1_000_000
+
 
 @dataclass
 class TableState:
@@ -297,11 +296,9 @@ class Engine:
         the measured marginals, where 1,000 iterations took ~11 min of CPU for 0.268 (the
         full fit follows the noise; bench/RESULTS.md, relaxed vs mbi).  Small models keep
         every iteration: there the stop left the unmeasured one- and two-way answers worse."""
-        cliques = [tuple(m.clique) for m in measurements]
-        large = model_size(domain, cliques) > LARGE_EXACT_MODEL
         return fit(domain, measurements, iters=self.config.fit_iters, warm_start=previous,
                    capacity=self.config.planner.max_model_cells, exact_method="adaptive",
-                   stop="discrepancy" if large else None)
+                   stop="discrepancy", stop_above=LARGE_EXACT_MODEL)
 
     def _state(self, table: str) -> TableState:
         try:

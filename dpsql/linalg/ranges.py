@@ -75,9 +75,6 @@ class _RunningSum(QueryMatrix):
         self.n = _check_size(n)
         self._shape = (self.n, self.n)
 
-    def _rows_per_cell(self) -> np.ndarray:
-        raise NotImplementedError
-
     def _column_norms(self, p):
         return self._rows_per_cell() ** (1.0 / p)
 

@@ -148,7 +148,7 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
         iters: int = 1000, warm_start=None, callback: Callable[[Progress], bool | None] | None = None,
         method: str = "auto", exact_method: str = "md", region_graph: str = "saturated",
         total: float | None = None, norm: str = "l2", stop: str | None = None,
-        **options) -> ExactModel | RelaxedModel:
+        stop_above: int = 0, **options) -> ExactModel | RelaxedModel:
     """Fit a model to ``measurements``: exact if JT-SIZE ≤ ``capacity`` cells, else relaxed.
 
     ``method`` is "auto" (default), "exact" (raises ModelTooLargeError beyond
@@ -157,7 +157,9 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
     GraphicalModel for the exact path; a RelaxedModel (θ̂ and messages reused) or any
     model (its marginals as a start) for the relaxed path.  ``stop`` is None (run
     ``iters`` iterations) or "discrepancy" (exact estimator only: stop once the loss is
-    at most the number of noisy values, see the module docstring; L2 loss only).
+    at most the number of noisy values, see the module docstring; L2 loss only), applied
+    only to models of more than ``stop_above`` cells (the size is known here, after
+    triangulation, so callers need not triangulate twice).
     Remaining ``options``
     go to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).
     """
@@ -192,6 +194,8 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                       f"relaxes global to local consistency")
     start = time.perf_counter()
     if use_exact:
+        if size <= stop_above:
+            stop = None
         stopper = _Stopper(discrepancy_level(measurements) if stop else None, callback)
         callback = stopper if stop else callback
         ws = warm_start.model if isinstance(warm_start, ExactModel) else warm_start

@@ -79,18 +79,12 @@ def elimination_order(sizes: dict[str, int], cliques: Iterable[Sequence[str]],
     return order, elim
 
 
-def _min_weight(sizes: dict[str, int], nbrs: dict[str, set[str]]
-                ) -> tuple[list[str], list[tuple[str, ...]]]:
-    """Greedy min-weight elimination.  A score depends only on the attribute's own
-    neighbourhood, so after each step only the eliminated attribute's neighbours are
-    rescored (lazy heap): a chain of a thousand attributes, or a dense graph of
-    hundreds, triangulates in well under a second."""
+def _greedy(sizes: dict[str, int], nbrs: dict[str, set[str]], score, rescore
+            ) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Greedy elimination with a lazy heap, shared by min-weight and min-fill: take the
+    best-scored attribute, connect its neighbours, and rescore only the attributes
+    ``rescore(v, neighbours)`` names (stale heap entries are skipped by version)."""
     position = {a: i for i, a in enumerate(sizes)}
-
-    def score(v: str) -> tuple[int, int, int]:
-        ns = nbrs[v]
-        return (sizes[v] * prod(sizes[u] for u in ns), len(ns), position[v])
-
     version = {a: 0 for a in sizes}
     heap = [(score(a), 0, a) for a in sizes]
     heapq.heapify(heap)
@@ -109,10 +103,25 @@ def _min_weight(sizes: dict[str, int], nbrs: dict[str, set[str]]
         for u in nl:
             nbrs[u].discard(v)
             nbrs[u].update(w for w in nl if w != u)
-        for u in nl:
+        for u in rescore(v, nl):
             version[u] += 1
             heapq.heappush(heap, (score(u), version[u], u))
     return order, elim_cliques
+
+
+def _min_weight(sizes: dict[str, int], nbrs: dict[str, set[str]]
+                ) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Greedy min-weight elimination.  A score depends only on the attribute's own
+    neighbourhood, so after each step only the eliminated attribute's neighbours are
+    rescored: a chain of a thousand attributes, or a dense graph of hundreds,
+    triangulates in well under a second."""
+    position = {a: i for i, a in enumerate(sizes)}
+
+    def score(v: str) -> tuple[int, int, int]:
+        ns = nbrs[v]
+        return (sizes[v] * prod(sizes[u] for u in ns), len(ns), position[v])
+
+    return _greedy(sizes, nbrs, score, lambda v, nl: nl)
 
 
 def _min_fill(sizes: dict[str, int], nbrs: dict[str, set[str]]
@@ -120,8 +129,8 @@ def _min_fill(sizes: dict[str, int], nbrs: dict[str, set[str]]
     """Greedy weighted min-fill elimination (ties: clique cells, then position).
 
     The fill of v depends on the edges among its neighbours, so eliminating v
-    rescores its neighbours and their neighbours (lazy heap).  Each score is one
-    small matrix product over the neighbourhood's adjacency.
+    rescores its neighbours and their neighbours.  Each score is one small matrix
+    product over the neighbourhood's adjacency.
     """
     import numpy as np
 
@@ -145,37 +154,20 @@ def _min_fill(sizes: dict[str, int], nbrs: dict[str, set[str]]
             fill = float(ws @ missing @ ws) / 2.0
         return (fill, sizes[v] * prod(sizes[u] for u in nbrs[v]), position[v])
 
-    version = {a: 0 for a in names}
-    heap = [(score(a), 0, a) for a in names]
-    heapq.heapify(heap)
-    order: list[str] = []
-    elim_cliques: list[tuple[str, ...]] = []
-    done: set[str] = set()
-    while heap:
-        _, ver, v = heapq.heappop(heap)
-        if v in done or ver != version[v]:
-            continue
-        ns = nbrs.pop(v)
-        done.add(v)
-        order.append(v)
-        elim_cliques.append(_canonical(position, ns | {v}))
-        nl = list(ns)
+    def rescore(v: str, nl: list[str]) -> set[str]:
+        # keep the adjacency matrix in step with the neighbour sets _greedy just updated
         pv = position[v]
         adj[pv, :] = False
         adj[:, pv] = False
-        for u in nl:
-            nbrs[u].discard(v)
-            nbrs[u].update(x for x in nl if x != u)
         ix = [position[u] for u in nl]
         adj[np.ix_(ix, ix)] = True
         adj[ix, ix] = False
         touched = set(nl)
         for u in nl:
             touched.update(nbrs[u])
-        for u in touched:
-            version[u] += 1
-            heapq.heappush(heap, (score(u), version[u], u))
-    return order, elim_cliques
+        return touched
+
+    return _greedy(sizes, nbrs, score, rescore)
 
 
 def _maximal(order: list[str], elim_cliques: list[tuple[str, ...]]) -> list[tuple[str, ...]]:

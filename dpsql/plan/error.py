@@ -139,13 +139,10 @@ def _mixed_trace(terms: WorkloadTerms, blocks: Sequence[KronBlock],
     form = _marginal_form(marg)
     if form is None:
         return math.inf
-    joint = WorkloadTerms(terms.attributes, terms.shape,
-                          tuple(t for t, a in zip(terms.terms, assignment) if a < 0))
-    trace = _marginal_trace(joint, *form)
+    trace = _marginal_trace(terms.select([j for j, a in enumerate(assignment) if a < 0]), *form)
     for j, a in enumerate(assignment):
         if a >= 0:
-            one = WorkloadTerms(terms.attributes, terms.shape, (terms.terms[j],))
-            trace += float(_kron_loss(blocks[a], one)[0])
+            trace += float(_kron_loss(blocks[a], terms.select([j]))[0])
     return trace
 
 

@@ -29,7 +29,7 @@ from dpsql.plan.kron import kron_strategy
 from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, workload_kappa
 from dpsql.plan.opt0 import Progress
 from dpsql.plan.strategy import KronBlock, Strategy, union_sensitivity
-from dpsql.plan.union import group_by_support, union_strategy
+from dpsql.plan.union import group_by_support, union_strategy, union_weights
 from dpsql.plan.workload import WorkloadTerms, workload_terms
 
 __all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "optimize",
@@ -156,12 +156,6 @@ def opt_marginals(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
     return _make(terms, blocks, noise, "OPT_M")
 
 
-def split_marginal_terms(terms: WorkloadTerms) -> tuple[list[int], list[int]]:
-    """Indices of the marginal-like terms (every factor gram in span{I, 1}) and the rest."""
-    marg = [j for j, t in enumerate(terms.terms) if all(t.marginal_like)]
-    return marg, [j for j in range(len(terms.terms)) if j not in set(marg)]
-
-
 def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
                        progress: Progress | None = None) -> Strategy:
     """OPT_M for the marginal terms ∪ one OPT_⊗ block per support group of the others.
@@ -172,30 +166,27 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
     group of the other terms (same support, as OPT_+ groups) its own OPT_⊗ block.  With
     per-part losses L_k at unit sensitivity, the weights c_k ∝ L_k^{1/4} with ‖c‖₂ = 1
     (Gaussian; ∝ L_k^{1/3}, ‖c‖₁ = 1 for Laplace) minimise Σ_k L_k / c_k² (the argument of
-    Definition 21); the expected error is then evaluated on the weighted union with its
+    Definition 21, :func:`union.union_weights`); the expected error is then evaluated on the weighted union with its
     exact sensitivity: joint least squares over the OPT_M blocks for the marginal terms,
     local least squares (§3.9) for the others (assignment −1 = "the marginal blocks").
     """
     p = noise_norm(noise)
     terms = workload_terms(W)
-    marg, other = split_marginal_terms(terms)
+    marg, other = terms.split_marginal()
     if not marg or not other:
         raise UnsupportedQueryError("OPT_M+ needs both marginal and non-marginal terms",
                                     hint="use OPT_M or OPT_+")
     rng = _rng(seed)
-    sub = WorkloadTerms(terms.attributes, terms.shape, tuple(terms.terms[j] for j in marg))
-    m = opt_marginals(sub, noise, restarts=restarts, seed=rng, progress=progress)
+    m = opt_marginals(terms.select(marg), noise, restarts=restarts, seed=rng, progress=progress)
     sens_m = union_sensitivity(m.kron_blocks, terms.shape, p)
     parts = [(m.expected_error / _unit_variance(noise),
               [KronBlock(b.weight / sens_m, b.factors) for b in m.kron_blocks])]
-    rest = WorkloadTerms(terms.attributes, terms.shape, tuple(terms.terms[j] for j in other))
+    rest = terms.select(other)
     groups = group_by_support(rest)
     for members in groups:
-        g = WorkloadTerms(terms.attributes, terms.shape, tuple(rest.terms[j] for j in members))
-        block, loss = kron_strategy(g, noise, restarts=restarts, rng=rng, progress=progress)
+        block, loss = kron_strategy(rest.select(members), noise, restarts=restarts, rng=rng, progress=progress)
         parts.append((loss, [block]))
-    L = np.maximum(np.array([loss for loss, _ in parts]), 1e-300)
-    c = np.cbrt(L) / np.cbrt(L).sum() if p == 1 else np.sqrt(np.sqrt(L)) / math.sqrt(float(np.sqrt(L).sum()))
+    c = union_weights([loss for loss, _ in parts], noise)
     blocks = [KronBlock(b.weight * float(ck), b.factors) for ck, (_, bs) in zip(c, parts) for b in bs]
     assignment = [-1] * len(terms.terms)
     first = len(parts[0][1])
@@ -251,7 +242,7 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
                                         hint="use OPT_0, OPT_kron, OPT_+, OPT_M or OPT_M+")
         if op == "OPT_+" and len(group_by_support(terms)) < 2:
             continue
-        if op == "OPT_M+" and not all(split_marginal_terms(terms)):
+        if op == "OPT_M+" and not all(terms.split_marginal()):
             continue
         cliques = _planned_cliques(terms, op)
         biggest = max(_prod(terms.shape[terms.attributes.index(a)] for a in c)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.plan.marginals import MarginalSpace, marginal_svd_bound, workload_kappa
-from dpsql.plan.workload import WorkloadTerms, workload_terms
+from dpsql.plan.workload import workload_terms
 
 __all__ = ["svd_bound", "svd_lower_bound", "gram_svd_bound"]
 
@@ -63,9 +63,6 @@ def svd_lower_bound(W: Any) -> tuple[float, bool] | None:
     if full is not None:
         return full, True
     terms = workload_terms(W)
-    marg = tuple(t for t in terms.terms if all(t.marginal_like))
-    if not marg:
-        return None
-    space = MarginalSpace.of(terms.shape, [t.support for t in marg])
-    sub = WorkloadTerms(terms.attributes, terms.shape, marg)
-    return float(marginal_svd_bound(space, workload_kappa(space, sub))), False
+    marg, _ = terms.split_marginal()
+    part = svd_bound(terms.select(marg)) if marg else None
+    return None if part is None else (part, False)

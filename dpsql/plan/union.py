@@ -22,7 +22,7 @@ from dpsql.plan.opt0 import Progress
 from dpsql.plan.strategy import KronBlock
 from dpsql.plan.workload import WorkloadTerms
 
-__all__ = ["union_strategy", "group_by_support"]
+__all__ = ["union_strategy", "group_by_support", "union_weights"]
 
 
 def group_by_support(terms: WorkloadTerms) -> list[list[int]]:
@@ -30,6 +30,18 @@ def group_by_support(terms: WorkloadTerms) -> list[list[int]]:
     for j, t in enumerate(terms.terms):
         groups.setdefault(t.support, []).append(j)
     return list(groups.values())
+
+
+def union_weights(losses, noise: str) -> np.ndarray:
+    """Block weights c minimising Σ_g E_g / c_g² (Definition 21): c ∝ E^{1/3} with
+    ‖c‖₁ = 1 (Laplace) or c ∝ E^{1/4} with ‖c‖₂ = 1 (Gaussian).  A part with zero error
+    still gets a positive share, so that it is measured at all."""
+    E = np.maximum(np.asarray(losses, dtype=float), 1e-300)
+    if noise == "laplace":
+        c = np.cbrt(E)
+        return c / c.sum()
+    c = np.sqrt(np.sqrt(E))
+    return c / math.sqrt(float(np.sum(c * c)))
 
 
 def union_strategy(terms: WorkloadTerms, noise: str, *, groups: list[list[int]] | None = None,
@@ -42,20 +54,13 @@ def union_strategy(terms: WorkloadTerms, noise: str, *, groups: list[list[int]] 
     blocks, losses = [], []
     assignment = [0] * len(terms.terms)
     for g, members in enumerate(groups):
-        sub = WorkloadTerms(terms.attributes, terms.shape,
-                            tuple(terms.terms[j] for j in members))
+        sub = terms.select(members)
         block, loss = kron_strategy(sub, noise, restarts=restarts, rng=rng, progress=progress)
         blocks.append(block)
         losses.append(loss)
         for j in members:
             assignment[j] = g
-    # A group with zero error still needs a positive share to be measured at all.
+    c = union_weights(losses, noise)
     E = np.maximum(np.asarray(losses), 1e-300)
-    if noise == "laplace":
-        c = np.cbrt(E)
-        c = c / c.sum()
-    else:
-        c = np.sqrt(np.sqrt(E))
-        c = c / math.sqrt(float(np.sum(c * c)))
     weighted = tuple(KronBlock(b.weight * float(cg), b.factors) for b, cg in zip(blocks, c))
     return weighted, tuple(assignment), float(np.sum(E / (c * c)))

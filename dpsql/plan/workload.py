@@ -107,6 +107,15 @@ class WorkloadTerms:
     def num_queries(self) -> int:
         return int(sum(t.num_queries for t in self.terms))
 
+    def select(self, indices: Sequence[int]) -> "WorkloadTerms":
+        """The sub-workload of the terms at ``indices`` (same attributes and shape)."""
+        return WorkloadTerms(self.attributes, self.shape, tuple(self.terms[j] for j in indices))
+
+    def split_marginal(self) -> tuple[list[int], list[int]]:
+        """Indices of the marginal-like terms (every factor gram in span{I, 1}) and of the rest."""
+        flags = [all(t.marginal_like) for t in self.terms]
+        return ([j for j, f in enumerate(flags) if f], [j for j, f in enumerate(flags) if not f])
+
     @property
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=object))
