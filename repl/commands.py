@@ -253,9 +253,9 @@ class MetaCommands:
         budget = session.budget()
         delta = float(budget["delta"])
         eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
-        remaining = float(budget["remaining_rho"])
-        cost = (f"Measuring spends ρ = {rho:.6g} (ε = {eps:.4g} at δ = {delta:g}) "
-                f"of your remaining ρ = {remaining:.6g}.")
+        remaining = float(budget["total_remaining_rho"])
+        cost = (f"Measuring the workload spends ρ = {rho:.6g} (ε = {eps:.4g} at δ = {delta:g}) "
+                f"of the ρ = {remaining:.6g} left in total (the workload budget, not your own cap).")
         if not yes:
             if not self.shell.interactive:
                 raise errors.ProgrammingError(

@@ -21,7 +21,7 @@ from dpsql.errors import ConfigError
 from dpsql.measure.backend import Source
 from dpsql.privacy.accountant import epsilon_delta_to_rho
 
-POLICIES = ("infer", "measure", "refuse")
+POLICIES = ("informed", "infer", "measure", "refuse")
 ERROR_COLUMNS = ("off", "stderr", "ci95")
 
 
@@ -75,12 +75,13 @@ class Config:
     ledger_path: Path
     cache_dir: Path
     noise: str = "gaussian"
-    policy: str = "infer"
+    policy: str = "informed"
     workload: tuple[str, ...] = ()
     planner: PlannerOptions = field(default_factory=PlannerOptions)
     fit_iters: int = 1000
     default_user: str = "analyst"
     error_columns: str = "off"
+    allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
 
     def user_budget(self, user: str) -> BudgetSpec | None:
         return self.user_budgets.get(user, self.default_user_budget)
@@ -197,10 +198,14 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     workload_budget = None
     if isinstance(wl, Mapping) and ("epsilon" in wl or "rho" in wl):
         workload_budget = BudgetSpec.parse(wl, f"{where}: [workload]", default_delta)
-    policy_spec = raw.get("policy", section.get("policy", "infer"))
+    policy_spec = raw.get("policy", section.get("policy", "informed"))
     query_budget = None
+    allow_spend = False
     if isinstance(policy_spec, Mapping):
-        policy = policy_spec.get("unsupported", "infer")
+        policy = policy_spec.get("unsupported", "informed")
+        allow_spend = policy_spec.get("allow_spend", False)
+        if not isinstance(allow_spend, bool):
+            raise ConfigError(f"{where}: [policy] allow_spend must be true or false")
         if "epsilon" in policy_spec or "rho" in policy_spec:
             query_budget = BudgetSpec.parse(policy_spec, f"{where}: [policy]", default_delta)
     else:
@@ -237,6 +242,6 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                   noise=noise, policy=policy, workload=tuple(workload), planner=planner,
                   fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 1000))),
                   default_user=str(section.get("default_user", "analyst")),
-                  error_columns=error_columns)
+                  error_columns=error_columns, allow_spend=allow_spend)
 
 

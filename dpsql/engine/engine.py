@@ -29,6 +29,7 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.domain import TableSchema
+from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, ProgrammingError
@@ -58,6 +59,7 @@ class TableState:
     variance: VarianceModel | None = None
     strategy: Strategy | None = None
     model_last: object = None  # the previous fit, for warm starts
+    bounds: BoundsModel | None = None  # ranges of unsupported values, per model version
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,15 @@ class PlanReport:
     # marginal queries only (still a valid floor).  None when not computable.
     bound_rmse: float | None = None
     bound_exact: bool = False
+
+
+@dataclass(frozen=True)
+class SpendPreview:
+    """What measuring a strategy would charge now (0 when already released), and what the
+    principal has left."""
+
+    rho: float
+    remaining: float
 
 
 @dataclass(frozen=True)
@@ -107,6 +118,10 @@ def gaussian_sigma2_unit(rho: float) -> float:
 class Engine:
     """Shared state for one configuration; thread-safe."""
 
+    #: The ledger principal of the operator's workload measurements: bounded by the total
+    #: (and the configured workload budget), never by a user's cap (docs/config.md).
+    WORKLOAD_PRINCIPAL = "@workload"
+
     def __init__(self, config: Config, backend: Backend | None = None,
                  progress: Callable[[str, dict], None] | None = None) -> None:
         self.config = config
@@ -122,20 +137,32 @@ class Engine:
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
-        self._load_releases()
+        self._ledger_head = -1
+        self.refresh()
 
     # -- persisted releases ------------------------------------------------------------------
-    def _load_releases(self) -> None:
-        """Re-use every measurement already paid for (restart safety, issue 7)."""
-        for entry in self.ledger.entries():
-            if entry.kind != "release" or entry.key is None:
-                continue
-            table = entry.key.split(":", 1)[0]
-            state = self.tables.get(table)
-            if state is None or entry.key in state.release_keys:
-                continue
-            state.released.extend(rel.unpack(self.ledger.release(entry.key)))
-            state.release_keys.add(entry.key)
+    def refresh(self) -> bool:
+        """Load releases other processes recorded since the last look (cheap when none):
+        every measurement already paid for is re-used, and a long-lived session sees what a
+        fresh process would.  Returns True when something new arrived."""
+        head = self.ledger.head()
+        if head == self._ledger_head:
+            return False
+        with self._lock:
+            changed = False
+            for entry in self.ledger.entries():
+                if entry.kind != "release" or entry.key is None:
+                    continue
+                table = entry.key.split(":", 1)[0]
+                state = self.tables.get(table)
+                if state is None or entry.key in state.release_keys:
+                    continue
+                state.released.extend(rel.unpack(self.ledger.release(entry.key)))
+                state.release_keys.add(entry.key)
+                state.model = None  # refit (or load the saved fit) lazily
+                changed = True
+            self._ledger_head = head
+        return changed
 
     # -- planning ----------------------------------------------------------------------------
     def workload_for(self, table: str, queries: Sequence[str] | None = None):
@@ -222,8 +249,16 @@ class Engine:
                                           rho if rho is not None else self.workload_rho(), "workload")
         return 0.0 if key in state.release_keys else _round_up(plan.rho)
 
+    def spend_preview(self, table: str, strategy: Strategy, rho: float, principal: str,
+                      purpose: str) -> SpendPreview:
+        """What ``measure_strategy`` with the same arguments would charge now (public)."""
+        state = self._state(table)
+        _, plan, key = self._release_plan(table, strategy, rho, purpose)
+        cost = 0.0 if key in state.release_keys else _round_up(plan.rho)
+        return SpendPreview(cost, float(self.ledger.remaining(principal)))
+
     def measure_strategy(self, table: str, strategy: Strategy, rho: float, principal: str,
-                         purpose: str) -> MeasureReport:
+                         purpose: str, requested_by: str | None = None) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
         t0 = time.perf_counter()
         state = self._state(table)
@@ -246,6 +281,7 @@ class Engine:
             exact = [b.apply(counts[b.clique]) for b in blocks]
             charge = self.ledger.charge(principal, cost, key, {
                 "purpose": purpose, "table": table, "family": plan.family,
+                **({"requested_by": requested_by} if requested_by else {}),
                 "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p)}
                            for b, p in zip(blocks, plan.params)]})
             released = [(b, rel.noisy_values(b, x, p, plan.family), rel.stddev(b, p, plan.family))
@@ -255,14 +291,44 @@ class Engine:
             state.released.extend(released)
             state.release_keys.add(key)
             state.model = None  # refit lazily with a warm start
+            self._ledger_head = self.ledger.head()
         return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0)
 
-    def measure(self, table: str, principal: str, rho: float | None = None) -> MeasureReport:
+    def measure(self, table: str, rho: float | None = None, *,
+                requested_by: str | None = None) -> MeasureReport:
+        """The workload measurement, charged to the workload principal."""
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
         return self.measure_strategy(table, state.strategy, rho if rho is not None else self.workload_rho(),
-                                     principal, "workload")
+                                     self.WORKLOAD_PRINCIPAL, "workload", requested_by)
+
+    def unsupported_workload(self, table: str, queries: Sequence[str] | None = None) -> list:
+        """The workload's linear-query blocks the released measurements do not support."""
+        _, _, blocks = self.workload_for(table, queries)
+        _, variance, _ = self.model(table)
+        if variance is None:
+            return list(blocks)
+        return [b for b in blocks if not variance.analyse(b)[1].all()]
+
+    def increment_strategy(self, table: str, rho: float, queries: Sequence[str] | None = None):
+        """A strategy for only the workload queries no release supports yet (an increment
+        that re-uses every earlier measurement), or None when everything is supported."""
+        missing = self.unsupported_workload(table, queries)
+        if not missing:
+            return None
+        workload = Workload(self._state(table).schema.domain, linalg.Union(missing))
+        return self.optimize(workload, rho, self.config.sources[table].max_rows_per_id)
+
+    def measure_increment(self, table: str, rho: float, queries: Sequence[str] | None = None, *,
+                          requested_by: str | None = None) -> MeasureReport | None:
+        """Measure the workload queries the releases do not support yet, at cost ≤ ``rho``,
+        charged to the workload principal (docs/engine.md, "Extending a workload")."""
+        strategy = self.increment_strategy(table, rho, queries)
+        if strategy is None:
+            return None
+        return self.measure_strategy(table, strategy, rho, self.WORKLOAD_PRINCIPAL,
+                                     "workload-increment", requested_by)
 
     # -- model -------------------------------------------------------------------------------
     def model(self, table: str) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
@@ -279,8 +345,22 @@ class Engine:
                 state.variance = VarianceModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
                                                [SupportBlock(b.clique, b.factors, sd, b.scale, values)
                                                 for b, values, sd in state.released])
+                state.bounds = None
                 state.model_version += 1
             return state.model, state.variance, state.model_version
+
+    def bounds(self, table: str) -> BoundsModel | None:
+        """Ranges implied by the released measurements (None before any release)."""
+        _, variance, version = self.model(table)
+        if variance is None:
+            return None
+        with self._lock:
+            state = self._state(table)
+            if state.bounds is None:
+                dom = state.schema.domain
+                state.bounds = BoundsModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
+                                           variance, [b.clique for b, _, _ in state.released])
+            return state.bounds
 
     def _fit(self, domain, measurements, previous):
         """Exact junction-tree model when it fits the capacity, else the relaxed

@@ -391,7 +391,9 @@ class Ledger:
 
     def _user_limit(self, principal: str) -> Fraction | None:
         spec = self._user_spec
-        if spec["kind"] == "none":
+        if spec["kind"] == "none" or principal.startswith("@"):
+            # "@…" principals are the engine's own (the operator's workload measurement):
+            # bounded by the total, never by a user's cap (users may not take such names)
             return None
         if spec["kind"] == "uniform":
             return _parse_rho(spec["limit"])
@@ -515,6 +517,11 @@ class Ledger:
             return self._run(lambda conn: max(self.total_rho - self._spent_total, Fraction(0)),
                              write=False)
         return self.preview(principal, 0).remaining
+
+    def head(self) -> int:
+        """The number of verified entries (one read transaction): a cheap way to notice
+        that another process appended something."""
+        return self._run(lambda conn: self._verified_seq, write=False)
 
     def entries(self) -> list[LedgerEntry]:
         """Every entry, verified, oldest first."""

@@ -199,15 +199,32 @@ def test_noise_at_moderate_budget_matches_reported_stderr(tmp_path):
     assert hits / total >= 0.8, (hits, total)
 
 
-def test_unsupported_values_are_flagged_inferred(measured):
+def test_prior_answers_are_refused_by_default(measured):
+    """The dashboard never asks race and sex together: the model could only assume them
+    independent, so the default policy refuses and says what to measure."""
     _, con, _ = measured
-    # the dashboard never asks race and sex together, so no block measures that pair
-    cur = con.cursor().execute("SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex")
-    assert len(cur.fetchall()) == 10
+    with pytest.raises(dpsql.UnsupportedQueryError) as info:
+        con.cursor().execute("SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex")
+    assert "race and sex were never measured together" in info.value.message
+    assert "GROUP BY race, sex" in info.value.hint and "dpsql.policy" in info.value.hint
+
+
+def test_unsupported_values_are_flagged_inferred_with_ranges(measured):
+    _, con, oracle = measured
+    cur = con.cursor()
+    cur.execute("SET dpsql.policy = 'infer'")
+    sql = "SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex"
+    cur.execute(sql)
+    rows = cur.fetchall()
+    assert len(rows) == 10
     assert all(cur.inferred)
     assert all(math.isnan(err[-1]) for err in cur.stderr)
+    truth = {tuple(r[:-1]): r[-1] for r in oracle.query(sql)}
+    for row, bound in zip(rows, cur.bounds):
+        lo, hi = bound[-1]
+        assert lo <= row[-1] <= hi and lo <= truth.get(tuple(row[:-1]), 0) <= hi
     supported = con.cursor().execute("SELECT race, COUNT(*) FROM adult GROUP BY race")
-    assert not any(supported.inferred)
+    assert not any(supported.inferred) and all(b[-1] is None for b in supported.bounds)
 
 
 def test_measure_cost_is_zero_once_released(measured):
@@ -235,6 +252,11 @@ def test_policy_measure_charges_the_user_once_and_answers_supported(tmp_path):
                   policy={"unsupported": "measure", "rho": 1e5})
     con.session.measure()
     before = con.session.budget()["spent_rho"]
+    with pytest.raises(dpsql.PrivacyViolationError) as info:   # spending needs an opt-in
+        con.cursor().execute(RACE_SEX)
+    assert "nothing was spent" in info.value.message and "allow_spend" in info.value.hint
+    assert con.session.budget()["spent_rho"] == before
+    con.cursor().execute("SET dpsql.allow_spend = 'on'")
     cur = con.cursor().execute(RACE_SEX)
     assert cur.cost > 0 and not any(cur.inferred)
     after = con.session.budget()["spent_rho"]
