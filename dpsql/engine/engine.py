@@ -133,12 +133,30 @@ class Engine:
             default = config.default_user_budget or config.budget
             per_user = {"*": default.rho, **{u: b.rho for u, b in config.user_budgets.items()}}
         self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho, per_user_rho=per_user)
-        self.progress = progress
+        self._listeners: list[Callable[[str, dict], None]] = [progress] if progress else []
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
         self._ledger_head = -1
         self.refresh()
+
+    # -- progress ----------------------------------------------------------------------------
+    def add_listener(self, listener: Callable[[str, dict], None]) -> Callable[[], None]:
+        """Call ``listener(stage, info)`` on progress ("plan", "measure", "fit"); returns
+        a function that removes it.  Listeners must be quick and must not raise."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+        return remove
+
+    def progress(self, stage: str, info: dict) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(stage, info)
+            except Exception:  # noqa: BLE001 - a display problem must never break a query
+                pass
 
     # -- persisted releases ------------------------------------------------------------------
     def refresh(self) -> bool:
@@ -218,7 +236,7 @@ class Engine:
                       caps=Caps(marginal_cells=opts.max_clique_cells, model_size=opts.max_model_cells),
                       cache=self._strategy_cache,
                       progress=(lambda *a, **kw: self.progress("plan", {"args": a, **kw}))
-                      if self.progress else None)
+                      if self._listeners else None)
         strategy = optimize(workload, **kwargs)
         blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
         if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
@@ -277,6 +295,7 @@ class Engine:
                        and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
                     requested_rho=cost, remaining_rho=remaining)
+            self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells})
             counts = self.backend.count_marginals(state.schema, [b.clique for b in blocks])
             exact = [b.apply(counts[b.clique]) for b in blocks]
             charge = self.ledger.charge(principal, cost, key, {
@@ -292,6 +311,7 @@ class Engine:
             state.release_keys.add(key)
             state.model = None  # refit lazily with a warm start
             self._ledger_head = self.ledger.head()
+        self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells, "done": True})
         return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0)
 
     def measure(self, table: str, rho: float | None = None, *,
@@ -376,9 +396,18 @@ class Engine:
         the measured marginals, where 1,000 iterations took ~11 min of CPU for 0.268 (the
         full fit follows the noise; bench/RESULTS.md, relaxed vs mbi).  Small models keep
         every iteration: there the stop left the unmeasured one- and two-way answers worse."""
-        return fit(domain, measurements, iters=self.config.fit_iters, warm_start=previous,
-                   capacity=self.config.planner.max_model_cells, exact_method="adaptive",
-                   stop="discrepancy", stop_above=LARGE_EXACT_MODEL)
+        t0 = time.perf_counter()
+        iters = self.config.fit_iters
+
+        def callback(p) -> None:
+            self.progress("fit", {"iteration": p.iteration, "iterations": iters, "loss": p.loss})
+
+        model = fit(domain, measurements, iters=iters, warm_start=previous,
+                    capacity=self.config.planner.max_model_cells, exact_method="adaptive",
+                    stop="discrepancy", stop_above=LARGE_EXACT_MODEL,
+                    callback=callback if self._listeners else None)
+        self.progress("fit", {"done": True, "seconds": time.perf_counter() - t0})
+        return model
 
     def _state(self, table: str) -> TableState:
         try:

@@ -31,8 +31,8 @@ import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
 from dpsql.engine.variance import Z95
-from dpsql.errors import (InterfaceError, OperationalError, PrivacyViolationError,
-                          ProgrammingError, UnsupportedQueryError)
+from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
+                          PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
 from dpsql.plan import Workload
 
 POLICIES = ("informed", "infer", "measure", "refuse")
@@ -358,6 +358,12 @@ class Session:
         strategy = self.engine.optimize(workload, rho, self.engine.config.sources[table].max_rows_per_id)
         purpose = "query:" + ";".join(lq.name for lq in unsupported)
         preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
+        if preview.rho > preview.remaining:
+            raise BudgetExhaustedError(
+                f"answering needs a new measurement of rho = {preview.rho:.6g} but only rho = "
+                f"{preview.remaining:.6g} remains for {self.user!r}; nothing was spent",
+                hint="answer from existing measurements (SET dpsql.policy = 'informed'), or ask the "
+                     "operator for more budget", requested_rho=preview.rho, remaining_rho=preview.remaining)
         if preview.rho > 0:
             self._confirm_spend(preview, table, ", ".join(lq.description for lq in unsupported))
         return self.engine.measure_strategy(table, strategy, rho, self.user, purpose)

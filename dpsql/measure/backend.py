@@ -154,12 +154,15 @@ class DuckDBBackend:
             return self._con.execute(sql, list(params))
         except duckdb.Error as exc:
             # DuckDB messages can echo cell values ("Could not convert string 'X'…"); the
-            # analyst only learns the class of failure (docs/privacy.md, "Errors").
-            raise OperationalError(
+            # analyst only learns the class of failure (docs/privacy.md, "Errors").  The
+            # operator's own front end (the command line) shows ``operator_detail``.
+            err = OperationalError(
                 "the measurement query failed inside DuckDB; its message is withheld because "
                 "it may contain private values",
                 hint="the operator can check the table source and declared column names "
-                     f"(error class: {type(exc).__name__})") from None
+                     f"(error class: {type(exc).__name__})")
+            err.operator_detail = str(exc)
+            raise err from None
 
     # -- counting --------------------------------------------------------------------------
     def count_marginals(self, schema: TableSchema,

@@ -228,3 +228,23 @@ def test_screen_in_tmux(tmp_path):
         _type(socket, "\\q")
     finally:
         _tmux(socket, "kill-server", check=False)
+
+
+def test_the_shell_asks_before_a_query_spends(tmp_path):
+    """Issue 17 item 4: under policy "measure" the shell states the cost in ε and ρ and asks;
+    "no" spends nothing, "yes" measures once."""
+    import dpsql
+    con = dpsql.connect(str(ADULT_CONFIG), ledger=str(tmp_path / "l.ledger"), budget=HUGE,
+                        workload=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                        policy={"unsupported": "measure", "epsilon": 0.5})
+    session = con.session
+    session.measure()
+    before = float(session.budget()["total_spent_rho"])
+    sql = "SELECT race, COUNT(*) FROM adult GROUP BY race;"
+    out = run_keys(con, sql + ENTER + "no" + ENTER, limit=SLOW)
+    assert "Answering needs a new measurement" in out and "ρ = " in out and "ε = " in out, out
+    assert "Nothing measured; nothing spent." in out
+    assert float(session.budget()["total_spent_rho"]) == before
+    out = run_keys(con, sql + ENTER + "yes" + ENTER, limit=SLOW)
+    assert "White" in out and "spent ρ" in out, out
+    assert float(session.budget()["total_spent_rho"]) > before
