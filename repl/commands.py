@@ -238,6 +238,7 @@ class MetaCommands:
                 + ("" if report.bound_exact else " of the marginal queries alone")
                 + "; no strategy does better with unbiased answers)")]
              if getattr(report, "bound_rmse", None) is not None else []))
+        lines += report.per_query_lines()
         self.shell.emit(lines)
         return True
 
