@@ -355,7 +355,10 @@ class Session:
             raise OperationalError("policy 'measure' needs a per-query budget in the configuration",
                                    hint='[policy] unsupported = "measure", epsilon = 0.05')
         rho = query_budget.rho
-        strategy = self.engine.optimize(workload, rho, self.engine.config.sources[table].max_rows_per_id)
+        # optimize_counted adds the total count when nothing released determines it: the
+        # first on-demand measurement was charged and then failed to fit (issue 21).
+        strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].max_rows_per_id,
+                                                self.engine.released_measurements(table))
         purpose = "query:" + ";".join(lq.name for lq in unsupported)
         preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
         if preview.rho > preview.remaining:
