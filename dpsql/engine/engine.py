@@ -426,7 +426,7 @@ class Engine:
 
     def unsupported_workload(self, table: str, queries: Sequence[str] | None = None) -> list:
         """The workload's linear-query blocks the released measurements do not support."""
-        _, _, blocks = self.workload_for(table, queries)
+        blocks = self.workload_for(table, queries)[2]
         _, variance, _ = self.model(table)
         if variance is None:
             return list(blocks)
