@@ -22,10 +22,10 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import AggCall, check_argument, is_aggregate, parse_aggregate
 from dpsql.sql.bind import Catalog, Scope, bind_table
-from dpsql.sql.cells import CellEvaluator, columns_in, literal_value
+from dpsql.sql.cells import CellEvaluator, columns_in, literal_value, snippet
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
-from dpsql.sql.parse import parse_statement
+from dpsql.sql.parse import call_position, parse_statement, written
 from dpsql.sql.postprocess import AggPlan, Program, int_ir, to_ir
 from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
@@ -71,18 +71,26 @@ class _Lowering:
     def pos(self, node, name=None):
         return self.stmt.pos(node, name)
 
+    def written(self, node) -> str:
+        return written(self.stmt, node)
+
+    def call_pos(self, node) -> int | None:
+        return call_position(self.stmt, node)
+
     def resolve(self, col: exp.Column):
         return self.scope.attribute(col)
 
     def evaluator(self, attr) -> CellEvaluator:
         ev = self._evaluators.get(attr.name)
         if ev is None:
-            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos)
+            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos, self.written)
         return ev
 
     def canon(self, node):
         if isinstance(node, exp.Paren):
             return self.canon(node.this)
+        if isinstance(node, exp.Literal):
+            return ("Literal", node.this, node.is_string)
         if isinstance(node, exp.Column):
             body = self.output_alias(node)
             if body is not None:
@@ -169,10 +177,8 @@ class _Lowering:
             node = node.this
         if isinstance(node, exp.Count):
             return "count"
-        if isinstance(node, exp.Anonymous):
-            return str(node.this).lower()
         if isinstance(node, exp.Func):
-            return node.sql_name().lower()
+            return self.written(node).lower()
         return "?column?"
 
     def group_keys(self, projections) -> None:
@@ -204,7 +210,7 @@ class _Lowering:
             if not attrs:
                 continue  # a constant key does not split the groups
             if len(attrs) > 1:
-                raise UnsupportedQueryError(f"GROUP BY {node.sql()} uses several columns",
+                raise UnsupportedQueryError(f"GROUP BY {snippet(node)} uses several columns",
                                             position=self.pos(item),
                                             hint="group by each column separately")
             c = self.canon(node)
@@ -215,7 +221,7 @@ class _Lowering:
 
     # --- aggregates ----------------------------------------------------------------------
     def register(self, node) -> int:
-        call = parse_aggregate(node, self.pos)
+        call = parse_aggregate(node, self.pos, self.written, self.call_pos)
         check_argument(call, self.pos)
         key = (call.func, self.canon(call.arg) if call.arg is not None else None,
                self.canon(call.filter) if call.filter is not None else None, call.q, call.method)
@@ -226,29 +232,29 @@ class _Lowering:
             raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
                                         hint="filter on columns")
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
-        label = node.sql(dialect="postgres")
+        label = snippet(node, 200)
         if call.func == "count":
             shown = pred
             if call.arg is not None:
                 pred = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-            plan = AggPlan("count", label, [self.spec("linear", pred, f"COUNT({call.arg.sql() if call.arg else '*'})",
+            plan = AggPlan("count", label, [self.spec("linear", pred, f"COUNT({snippet(call.arg) if call.arg else '*'})",
                                                       shown=shown)])
         elif call.func in ("variance", "stddev"):
             weights = self.weights(call, attr)
             notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-            arg = call.arg.sql()
+            arg = snippet(call.arg)
             s2 = self.spec("linear", pred, f"SUM(({arg})^2)", attr, weights ** 2)
             s1 = self.spec("linear", pred, f"SUM({arg})", attr, weights)
             c = self.spec("linear", notnull, f"COUNT({arg})", shown=pred)
             plan = AggPlan(call.func, label, [s2, s1, c], method=call.method)
         elif call.func in ("sum", "avg"):
             weights = self.weights(call, attr)
-            s = self.spec("linear", pred, f"SUM({call.arg.sql()})", attr, weights)
+            s = self.spec("linear", pred, f"SUM({snippet(call.arg)})", attr, weights)
             if call.func == "sum":
                 plan = AggPlan("sum", label, [s])
             else:
                 notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-                c = self.spec("linear", notnull, f"COUNT({call.arg.sql()})", shown=pred)
+                c = self.spec("linear", notnull, f"COUNT({snippet(call.arg)})", shown=pred)
                 plan = AggPlan("avg", label, [s, c])
         else:
             values = self.quantile_values(call, attr)
@@ -265,7 +271,7 @@ class _Lowering:
         else:
             vals, null = ev.constant_values(call.arg)
             if any(isinstance(v, str) or v is None and not null[i] for i, v in enumerate(vals)):
-                raise UnsupportedQueryError(f"{call.node.sql()} sums text values", position=self.pos(call.node),
+                raise UnsupportedQueryError(f"{snippet(call.node)} sums text values", position=self.pos(call.node),
                                             hint="sum numbers, e.g. SUM(CASE WHEN col = 'x' THEN 1 ELSE 0 END)")
             w = np.array([np.nan if null[i] else float(v) for i, v in enumerate(vals)])
         return np.where(np.isnan(w), 0.0, w)
@@ -278,7 +284,7 @@ class _Lowering:
             return np.asarray(attr.cell_values(), dtype=float)
         vals, null = self.evaluator(attr).constant_values(call.arg)
         if any(isinstance(v, str) for v in vals):
-            raise UnsupportedQueryError(f"{call.node.sql()} is a quantile of text values",
+            raise UnsupportedQueryError(f"{snippet(call.node)} is a quantile of text values",
                                         position=self.pos(call.node), hint="use a numeric expression")
         return np.array([np.nan if null[i] or v is None else float(v) for i, v in enumerate(vals)])
 
@@ -302,7 +308,7 @@ class _Lowering:
             return found.name
         name = f"q{len(self.specs)}"
         shown = pred if shown == "same" else shown
-        where = f" WHERE {shown.sql(dialect='postgres')}" if shown is not None else ""
+        where = f" WHERE {snippet(shown, 300)}" if shown is not None else ""
         self.specs[key] = QuerySpec(name=name, kind=kind, terms=terms,
                                     weight_attr=weight_attr.name if weight_attr is not None else None,
                                     weights=weights,

@@ -36,7 +36,7 @@ from sqlglot import exp
 
 from dpsql.errors import DataError, InterfaceError, PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import columns_in, literal_value
+from dpsql.sql.cells import columns_in, literal_value, snippet
 
 __all__ = ["AggPlan", "Program", "to_ir", "int_ir", "run_program", "quantile_from_histogram",
            "quantile_variance"]
@@ -113,14 +113,22 @@ def to_ir(node, low):
         test = ("op", "isnull", [to_ir(node.this, low)])
         return ("op", "not", [test]) if node.args.get("negate") else test
     if isinstance(node, exp.Between):
-        x = node.this
-        return ("op", "and", [("op", ">=", [to_ir(x, low), to_ir(node.args["low"], low)]),
-                              ("op", "<=", [to_ir(x, low), to_ir(node.args["high"], low)])])
+        x, lo, hi = to_ir(node.this, low), to_ir(node.args["low"], low), to_ir(node.args["high"], low)
+        inside = ("op", "and", [("op", ">=", [x, lo]), ("op", "<=", [x, hi])])
+        if node.args.get("symmetric"):
+            return ("op", "or", [inside, ("op", "and", [("op", ">=", [x, hi]), ("op", "<=", [x, lo])])])
+        return inside
     if isinstance(node, (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Nullif,
                          exp.Greatest, exp.Least, exp.Sqrt, exp.Ln, exp.Cast)):
         args = [node.this] + [a for k in ("decimals", "expression") if (a := node.args.get(k)) is not None] \
             + list(node.expressions)
         name = "cast" if isinstance(node, exp.Cast) else type(node).__name__.lower()
+        if isinstance(node, exp.Round) and node.args.get("decimals") is not None:
+            ok, d = literal_value(node.args["decimals"])
+            if ok and d is not None and (not isinstance(d, int) or isinstance(d, bool) or abs(d) > 2 ** 31 - 1):
+                raise DataError(f"round: {str(d)[:20]} is not a valid number of decimal places",
+                                position=low.pos(node.args["decimals"]),
+                                hint="use an integer between -2147483647 and 2147483647")
         return ("fn", name, [to_ir(a, low) for a in args])
     if isinstance(node, exp.Case):
         if node.this is not None:
@@ -131,9 +139,9 @@ def to_ir(node, low):
             branches = [(to_ir(b.this, low), to_ir(b.args["true"], low)) for b in node.args.get("ifs") or []]
         default = node.args.get("default")
         return ("case", branches, to_ir(default, low) if default is not None else None)
-    label = node.sql_name() if isinstance(node, exp.Func) else node.sql()
+    label = f"function {low.written(node)}" if isinstance(node, exp.Func) else f"'{snippet(node, 60)}'"
     raise UnsupportedQueryError(f"{label} is not supported in the select list, HAVING or ORDER BY",
-                                position=low.pos(node),
+                                position=low.call_pos(node) if isinstance(node, exp.Func) else low.pos(node),
                                 hint="use arithmetic, comparisons, CASE, ROUND, ABS, COALESCE on aggregates")
 
 
@@ -273,10 +281,23 @@ def _fn(name: str, args: list[V], n: int) -> V:
         return args[0]
     x = _as_num(args[0])
     if name == "round":
-        d = int(_as_num(args[1]).val[0]) if len(args) > 1 else 0
-        scale = 10.0 ** d
+        d = _as_num(args[1]).val[0] if len(args) > 1 else 0.0
+        if math.isnan(d):
+            return V(np.full(n, np.nan), {})          # round(x, NULL) is NULL
+        if d != int(d) or abs(d) > 2 ** 31 - 1:
+            raise DataError(f"round: {d:g} is not a valid number of decimal places",
+                            hint="use an integer between -2147483647 and 2147483647")
+        d = int(d)
         # Rounding does not make an estimate more certain: its error passes through unchanged.
-        return V(np.sign(x.val) * np.floor(np.abs(x.val) * scale + 0.5) / scale, dict(x.grad))
+        if d > 308:
+            return V(x.val.copy(), dict(x.grad))
+        if d < -308:
+            return V(np.where(np.isnan(x.val), np.nan, 0.0), dict(x.grad))
+        scale = 10.0 ** d
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = np.abs(x.val) * scale
+            r = np.sign(x.val) * np.floor(scaled + 0.5) / scale
+        return V(np.where(np.isfinite(scaled), r, x.val), dict(x.grad))
     if name == "abs":
         return V(np.abs(x.val), {k: d * np.sign(x.val) for k, d in x.grad.items()})
     if name in ("floor", "ceil"):
