@@ -18,7 +18,7 @@ from dpsql.errors import PrivacyViolationError, UnknownColumnError, UnknownTable
 from dpsql.sql.cells import snippet
 from dpsql.sql.parse import Statement, call_position, written
 
-__all__ = ["Catalog", "Scope", "bind_table", "suggest"]
+__all__ = ["Catalog", "Scope", "bind_table", "suggest", "table_schema"]
 
 Catalog = Mapping[str, Any]
 
@@ -88,6 +88,19 @@ def _column_maps(schema) -> tuple[dict, dict]:
     return hit[1], hit[2]
 
 
+def table_schema(catalog: Catalog, table: exp.Table):
+    """The declared schema a FROM table names (None when it names none)."""
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) \
+            or table.args.get("catalog") is not None:
+        return None
+    schema = _lookup_table(catalog, table.this)
+    db = table.args.get("db")
+    if db is not None and schema is not None:
+        if (db.name if db.args.get("quoted") else db.name.lower()) not in _SCHEMAS:
+            return None
+    return schema
+
+
 def _lookup_table(catalog: Catalog, ident: exp.Identifier):
     """PostgreSQL's name resolution: a quoted name matches exactly; an unquoted one is folded
     to lower case (and, for declared names with capitals, matched case-insensitively when
@@ -107,9 +120,11 @@ def _lookup_table(catalog: Catalog, ident: exp.Identifier):
 _SCHEMAS = ("public", "main")
 
 
-def bind_table(stmt: Statement, catalog: Catalog) -> Scope:
-    """Resolve the FROM clause to one private table (joins and subqueries were handled)."""
-    from_ = stmt.tree.args.get("from_") or stmt.tree.args.get("from")
+def bind_table(stmt: Statement, catalog: Catalog, tree: exp.Select | None = None) -> Scope:
+    """Resolve the FROM clause of ``tree`` (default: the statement's) to one private table
+    (subqueries and joins were handled before)."""
+    tree = stmt.tree if tree is None else tree
+    from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None:
         raise UnsupportedQueryError("a query must read a private table (FROM is missing)",
                                     position=stmt.offset + 1,
