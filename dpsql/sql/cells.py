@@ -41,6 +41,7 @@ class _Other:
 
 
 OTHER = _Other()
+_EMPTY = object()     # the empty string compared with a closed categorical that has no '' label
 
 INT4_MAX = 2 ** 31 - 1
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
@@ -573,6 +574,13 @@ class CellEvaluator:
                     v = str(v) if want_str else int(v)
                 except ValueError:
                     pass
+            if v == "" and not attr.contains_value(v):
+                if attr.other_index is not None:
+                    self._fail(DomainViolationError, node,
+                               f"'' is not a declared value of column '{attr.name}', and the column is not "
+                               "closed: empty strings would share the cell of undeclared values",
+                               f"compare with declared labels, or declare '{attr.name}' closed")
+                return _EMPTY
             if not attr.contains_value(v):
                 shown = ", ".join(repr(x) for x in labels[:50])
                 self._fail(DomainViolationError, node,
@@ -592,6 +600,11 @@ class CellEvaluator:
 
     def _compare_column(self, node, op: str, v) -> tuple[np.ndarray, np.ndarray]:
         v = self._coerce(node, v)
+        if v is _EMPTY and op in ("=", "!="):
+            # '' on a closed categorical: no declared label is empty, so = is FALSE on every
+            # non-NULL cell (Metabase's "is empty" filter is col IS NULL OR col = '').
+            t, f = np.zeros(self.n, bool), ~self.null
+            return (t, f) if op == "=" else (f.copy(), t)
         # Long IN lists and OR chains repeat values: each (op, value) is evaluated once.
         memo_key = (op, type(v).__name__, v)
         hit = self._memo.get(memo_key)

@@ -223,6 +223,8 @@ class _Lowering:
     # --- aggregates ----------------------------------------------------------------------
     def register(self, node) -> int:
         call = parse_aggregate(node, self.pos, self.written, self.call_pos)
+        if call.arg is not None and call.func in ("count", "sum", "avg") and not columns_in(call.arg):
+            return self.register_constant(call, node)
         check_argument(call, self.pos)
         key = (call.func, self.canon(call.arg) if call.arg is not None else None,
                self.canon(call.filter) if call.filter is not None else None, call.q, call.method)
@@ -261,6 +263,36 @@ class _Lowering:
             values = self.quantile_values(call, attr)
             q = self.spec("quantile", pred, label, quantile_attr=attr)
             plan = AggPlan("quantile", label, [q], q=call.q, method=call.method, cell_values=values)
+        self.agg_index[key] = len(self.aggs)
+        self.aggs.append(plan)
+        return self.agg_index[key]
+
+    def register_constant(self, call: AggCall, node) -> int:
+        """COUNT/SUM/AVG of a constant (Tableau's SUM(1), COUNT(1+0), SUM(CAST(1 AS BIGINT))):
+        COUNT(c) counts rows unless c is NULL, SUM(c) is c·COUNT(*), AVG(c) is c."""
+        key = ("const", call.func, self.canon(call.arg),
+               self.canon(call.filter) if call.filter is not None else None)
+        if key in self.agg_index:
+            return self.agg_index[key]
+        ok, v = self.evaluator(self.schema.attributes[0])._constant(call.arg)
+        if call.filter is not None and any(is_aggregate(n) for n in call.filter.walk()):
+            raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
+                                        hint="filter on columns")
+        pred = _and(self.where, call.filter)
+        label = snippet(node, 200)
+        if call.func != "count" and v is not None and (isinstance(v, (bool, str)) or not isinstance(v, (int, float))):
+            raise UnsupportedQueryError(f"{snippet(call.node)} sums text values", position=self.pos(call.node),
+                                        hint="sum numbers, e.g. SUM(1)")
+        if v is None:
+            plan = AggPlan("null", label, []) if call.func != "count" else \
+                AggPlan("count", label, [self.spec("linear", pred, "COUNT(*)")], scale=0.0)
+        else:
+            count = self.spec("linear", pred, "COUNT(*)")
+            if call.func == "avg":
+                plan = AggPlan("avg_const", label, [count], scale=float(v))
+            else:
+                plan = AggPlan("count" if call.func == "count" else "sum", label, [count],
+                               scale=1.0 if call.func == "count" else float(v))
         self.agg_index[key] = len(self.aggs)
         self.aggs.append(plan)
         return self.agg_index[key]

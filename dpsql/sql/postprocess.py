@@ -53,6 +53,7 @@ class AggPlan:
     q: float | None = None
     method: str | None = None
     cell_values: np.ndarray | None = None
+    scale: float = 1.0              # SUM(c) of a constant c is c·COUNT(*)
 
 
 @dataclass
@@ -277,8 +278,16 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
             got.append(cache[name])
         if plan.kind in ("count", "sum"):
             a, var = got[0]
-            vals.append(a.sum(axis=0))
-            vars_.append(var.sum(axis=0) if var is not None else np.full(groups, np.nan))
+            vals.append(plan.scale * a.sum(axis=0))
+            vars_.append(plan.scale ** 2 * var.sum(axis=0) if var is not None else np.full(groups, np.nan))
+        elif plan.kind == "null":
+            vals.append(np.full(groups, np.nan))
+            vars_.append(np.full(groups, np.nan))
+        elif plan.kind == "avg_const":
+            # AVG(c) = c wherever the (noisy) count is positive; exact, so no error.
+            c = got[0][0].sum(axis=0)
+            vals.append(np.where(c > 0, plan.scale, np.nan))
+            vars_.append(np.where(c > 0, 0.0, np.nan))
         elif plan.kind == "avg":
             (s, vs), (c, vc) = got
             s, c = s.sum(axis=0), c.sum(axis=0)

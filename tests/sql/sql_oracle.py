@@ -177,6 +177,8 @@ class Oracle:
         if isinstance(node, exp.Paren):
             return self._int_valued(node.this)
         if isinstance(node, exp.Column):
+            if node.name not in self.schema.column_names:
+                return False            # a subquery's output column
             a = self.schema.attribute(node.name)
             return a.kind == "integer" and all(b is None or b[0] == b[1] for b in a.bin_bounds())
         if isinstance(node, exp.Literal):
