@@ -14,6 +14,7 @@ raises NotSupportedError because a released answer cannot be taken back.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import threading
 import weakref
@@ -74,6 +75,10 @@ def Binary(value):  # noqa: N802
 
 _engines: "weakref.WeakValueDictionary[str, Engine]" = weakref.WeakValueDictionary()
 _engines_lock = threading.Lock()
+# The engines used last stay alive between connections (a server's clients come and go):
+# their fitted models are reused instead of being loaded again for each new connection.
+_recent: "collections.OrderedDict[str, Engine]" = collections.OrderedDict()
+_RECENT = 4
 
 
 def _engine_for(config, overrides) -> Engine:
@@ -85,6 +90,10 @@ def _engine_for(config, overrides) -> Engine:
         if engine is None or engine.config != cfg:
             engine = Engine(cfg)
             _engines[key] = engine
+        _recent[key] = engine
+        _recent.move_to_end(key)
+        while len(_recent) > _RECENT:
+            _recent.popitem(last=False)
         return engine
 
 

@@ -21,8 +21,10 @@ import hashlib
 import math
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -38,6 +40,7 @@ from dpsql.measure import release as rel
 from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.measurement import estimate_total
 from dpsql.pgm.auto import fit
+from dpsql.pgm.store import load_model, save_model
 from dpsql.plan import (
     Caps, QuerySpec, Strategy, StrategyCache, Workload, optimize, query_errors, svd_lower_bound,
 )
@@ -45,6 +48,12 @@ from dpsql.privacy.ledger import Ledger
 
 Released = tuple[rel.LatticeBlock, np.ndarray, float]
 
+
+#: Bumped whenever a saved model of the same releases would differ (Engine.model_path).
+MODEL_FORMAT = "1"
+#: The estimator's identity: part of every saved model's key, so a fit by an older
+#: estimator is never loaded after the estimator changed.
+ESTIMATOR_VERSION = "pgm-2026-11"
 
 #: Exact models above this many cells stop at the discrepancy principle (see Engine._fit).
 LARGE_EXACT_MODEL = 1_000_000
@@ -63,6 +72,8 @@ class TableState:
     strategy: Strategy | None = None
     model_last: object = None  # the previous fit, for warm starts
     bounds: BoundsModel | None = None  # ranges of unsupported values, per model version
+    fit_lock: threading.Lock = field(default_factory=threading.Lock)  # one fit at a time
+    pending: Future | None = None      # a background fit started by Engine.prepare
 
 
 @dataclass(frozen=True)
@@ -193,6 +204,8 @@ class Engine:
             per_user = {"*": default.rho, **{u: b.rho for u, b in config.user_budgets.items()}}
         self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho, per_user_rho=per_user)
         self._listeners: list[Callable[[str, dict], None]] = [progress] if progress else []
+        # True (servers): fit in a background thread as soon as a release arrives
+        self.fit_in_background = False
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
@@ -238,6 +251,8 @@ class Engine:
                 state.release_keys.add(entry.key)
                 state.model = None  # refit (or load the saved fit) lazily
                 changed = True
+                if self.fit_in_background:
+                    self.prepare(table)
             self._ledger_head = head
         return changed
 
@@ -413,6 +428,8 @@ class Engine:
             state.model = None  # refit lazily with a warm start
             self._ledger_head = self.ledger.head()
         self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells, "done": True})
+        if self.fit_in_background:
+            self.prepare(table)
         return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0)
 
     def measure(self, table: str, rho: float | None = None, *,
@@ -454,28 +471,101 @@ class Engine:
 
     # -- model -------------------------------------------------------------------------------
     def model(self, table: str) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
+        """The model of the table's current releases: loaded from its saved file when a
+        process fitted it before (``model_path``), else fitted (warm-started from the
+        previous model) and saved.  One fit per table at a time: concurrent callers (server
+        connections) wait for it instead of fitting again."""
+        state = self._state(table)
+        while True:
+            with self._lock:
+                if not state.released:
+                    return None, None, state.model_version
+                if state.model is not None:
+                    return state.model, state.variance, state.model_version
+            with state.fit_lock:
+                with self._lock:
+                    if state.model is not None:
+                        continue      # another thread installed it while we waited
+                    keys = frozenset(state.release_keys)
+                    released = list(state.released)
+                    previous = state.model_last
+                model = self._load_or_fit(table, state, released, keys, previous)
+                with self._lock:
+                    state.model_last = model
+                    if frozenset(state.release_keys) != keys:
+                        continue      # a release arrived during the fit: refit, warm-started
+                    dom = state.schema.domain
+                    state.model = model
+                    state.variance = VarianceModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
+                                                   [SupportBlock(b.clique, b.factors, sd, b.scale, values)
+                                                    for b, values, sd in released])
+                    state.bounds = None
+                    state.model_version += 1
+                    return state.model, state.variance, state.model_version
+
+    def model_path(self, table: str, release_keys=None) -> Path:
+        """Where the model of a set of releases is saved: next to the ledger, keyed by the
+        releases' identity and by what would change the fit (estimator and its options).
+        The one place that defines a saved model's key."""
+        keys = sorted(self._state(table).release_keys if release_keys is None else release_keys)
+        ident = _sha(MODEL_FORMAT, ESTIMATOR_VERSION, table, self.config.fit_iters,
+                     self.config.planner.max_model_cells, *keys)
+        return Path(str(self.config.ledger_path) + ".models") / f"{table}-{ident[:40]}.npz"
+
+    def _load_or_fit(self, table: str, state: "TableState", released, keys, previous):
+        path = self.model_path(table, keys)
+        dom = state.schema.domain
+        if path.exists():
+            model = load_model(path, dom)
+            if model is not None:
+                self.progress("fit", {"table": table, "loaded": True, "done": True, "seconds": 0.0})
+                return model
+        measurements = [Measurement(b.clique, b.query(), values, sd) for b, values, sd in released]
+        if estimate_total(measurements) is None and previous is None:
+            # Releases from before optimize_counted existed may not determine it.
+            raise OperationalError(
+                f"the measurements released on table {table!r} do not determine its number of "
+                "records, so no model can be fitted",
+                hint=f"measure the total: add SELECT COUNT(*) FROM {table} to the workload and run "
+                     "`dpsql measure`")
+        model = self._fit(dom, measurements, previous, table)
+        try:
+            save_model(model, path)
+        except OSError:
+            pass  # a read-only directory only costs later processes a refit
+        return model
+
+    def prepare(self, table: str) -> Future:
+        """Make the model of the current releases ready in a background thread (load or
+        fit; progress goes to the listeners).  Returns a Future of the model version;
+        a second call while one is running returns the same Future.  Servers call it
+        when a release arrives, so that queries find the model fitted once, for all
+        connections."""
+        state = self._state(table)
         with self._lock:
-            state = self._state(table)
-            if not state.released:
-                return None, None, state.model_version
-            if state.model is None:
-                measurements = self.released_measurements(table)
-                if estimate_total(measurements) is None and state.model_last is None:
-                    # Releases from before optimize_counted existed may not determine it.
-                    raise OperationalError(
-                        f"the measurements released on table {table!r} do not determine its number of "
-                        "records, so no model can be fitted",
-                        hint=f"measure the total: add SELECT COUNT(*) FROM {table} to the workload and run "
-                             "`dpsql measure`")
-                state.model = self._fit(state.schema.domain, measurements, state.model_last)
-                state.model_last = state.model
-                dom = state.schema.domain
-                state.variance = VarianceModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
-                                               [SupportBlock(b.clique, b.factors, sd, b.scale, values)
-                                                for b, values, sd in state.released])
-                state.bounds = None
-                state.model_version += 1
-            return state.model, state.variance, state.model_version
+            if state.pending is not None and not state.pending.done():
+                return state.pending
+            fut: Future = Future()
+            state.pending = fut
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(self.model(table)[2])
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+                fut.set_exception(exc)
+
+        threading.Thread(target=run, name=f"dpsql-fit-{table}", daemon=True).start()
+        return fut
+
+    def model_status(self, table: str) -> dict:
+        """Public state of the table's model: version, whether it is ready for the current
+        releases, whether a fit is running, and the number of releases."""
+        state = self._state(table)
+        with self._lock:
+            return {"version": state.model_version, "ready": state.model is not None,
+                    "fitting": state.fit_lock.locked(), "releases": len(state.release_keys)}
 
     def bounds(self, table: str) -> BoundsModel | None:
         """Ranges implied by the released measurements (None before any release)."""
@@ -490,7 +580,7 @@ class Engine:
                                            variance, [b.clique for b, _, _ in state.released])
             return state.bounds
 
-    def _fit(self, domain, measurements, previous):
+    def _fit(self, domain, measurements, previous, table: str = ""):
         """Exact junction-tree model when it fits the capacity, else the relaxed
         region-graph model (NeurIPS 2021); the model's summary says which and why.  The
         exact fit uses the accelerated method with adaptive curvature: on the adult
@@ -508,13 +598,14 @@ class Engine:
         iters = self.config.fit_iters
 
         def callback(p) -> None:
-            self.progress("fit", {"iteration": p.iteration, "iterations": iters, "loss": p.loss})
+            self.progress("fit", {"table": table, "iteration": p.iteration, "iterations": iters,
+                                  "loss": p.loss})
 
         model = fit(domain, measurements, iters=iters, warm_start=previous,
                     capacity=self.config.planner.max_model_cells, exact_method="adaptive",
                     stop="discrepancy", stop_above=LARGE_EXACT_MODEL,
                     callback=callback if self._listeners else None)
-        self.progress("fit", {"done": True, "seconds": time.perf_counter() - t0})
+        self.progress("fit", {"table": table, "done": True, "seconds": time.perf_counter() - t0})
         return model
 
     def _state(self, table: str) -> TableState:
