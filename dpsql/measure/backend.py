@@ -169,7 +169,9 @@ class DuckDBBackend:
             ok = exp.column("__ok")
             conv = {a.name: reader.convert_text(a, exp.column(a.name, quoted=True), ok, d, str(i))
                     for i, a in enumerate(schema.attributes)}
-            raws = {a.name: exp.column(a.name, quoted=True) for a in schema.attributes}
+            # a malformed record is shown whole (its fields are not defined)
+            raws = {a.name: exp.Case().when(ok.copy(), exp.column(a.name, quoted=True)).else_(exp.column("line"))
+                    for a in schema.attributes}
             content = exp.column("line")
             if source.id_column:
                 raw_id = exp.column(source.id_column, quoted=True)
@@ -185,9 +187,9 @@ class DuckDBBackend:
             conv = {a.name: reader.typed_column(a, exp.column(a.name, quoted=True), columns[a.name], str(i))
                     for i, a in enumerate(schema.attributes)}
             raws = {a.name: exp.cast(exp.column(a.name, quoted=True), "VARCHAR") for a in schema.attributes}
-            content = exp.func("concat_ws", exp.Literal.string("|"),
+            content = exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string("|"),
                                *[exp.Coalesce(this=exp.cast(exp.column(n, quoted=True), "VARCHAR"),
-                                              expressions=[exp.Literal.string("\u2400")]) for n in names])
+                                              expressions=[exp.Literal.string("\u2400")]) for n in names]])
             if source.id_column:
                 has_id = exp.Not(this=exp.Is(this=exp.column(source.id_column, quoted=True), expression=exp.Null()))
                 rel = exp.select(exp.Star(), exp.alias_(has_id, "__has_id")).from_(exp.alias_(exp.Subquery(this=rel), "__r"))

@@ -55,7 +55,10 @@ def contribution_bounded(source: exp.Expression, id_column: str, max_rows: int,
     the choice unpredictable.  Dropping rows without an id is a row-wise filter (stable with
     factor 1): a row that names no person cannot be bounded, so it is not counted.
     """
-    order_key = exp.MD5(this=exp.func("concat_ws", exp.Literal.string("|"), key_parameter, content))
+    # Anonymous: sqlglot's DuckDB output of CONCAT_WS repeats its arguments (and the
+    # placeholder with them)
+    order_key = exp.MD5(this=exp.Anonymous(this="concat_ws", expressions=[
+        exp.Literal.string("|"), key_parameter, content]))
     window = exp.Window(this=exp.RowNumber(),
                         partition_by=[exp.column(id_column, quoted=True)],
                         order=exp.Order(expressions=[exp.Ordered(this=order_key)]))
