@@ -140,11 +140,12 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _check_tables(engine, table: str | None, out=sys.stdout) -> bool:
+def _check_tables(engine, table: str | None, out=None) -> bool:
     """Run the operator data check (``DuckDBBackend.data_check``) and print it; True when
     every value of every checked table is a value of its declared domain."""
     from dpsql.measure.backend import DuckDBBackend
     from dpsql.measure.reader import PROBLEMS
+    out = out or sys.stdout
     backend = engine.backend
     if not isinstance(backend, DuckDBBackend):
         raise errors.NotSupportedError("dpsql check needs the DuckDB backend")
