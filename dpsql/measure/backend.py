@@ -374,6 +374,9 @@ def read_header(source: Source) -> tuple[str, ...]:
     limit = d.max_record_bytes
     with open(source.path, "rb") as fh:
         head = fh.read(limit + 2)
+    if not head:
+        raise ConfigError(f"{source.path}: the file is empty but the source declares a header",
+                          hint="write the header line, or set header = false with columns = [...]")
     cut = len(head)
     for sep in (b"\n", b"\r"):
         i = head.find(sep)
