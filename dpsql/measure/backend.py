@@ -204,8 +204,10 @@ class DuckDBBackend:
     def _layered(rel: exp.Expression, conv: dict, extra=()) -> exp.Expression:
         """FROM expression with every conversion's ``pre`` columns computed once."""
         pre = [exp.alias_(e, n) for c in conv.values() for n, e in c.pre]
-        return exp.alias_(exp.Subquery(this=exp.select(exp.Star(), *pre, *extra).from_(
-            exp.alias_(exp.Subquery(this=rel), "__rel"))), "__pre")
+        first = exp.select(exp.Star(), *pre, *extra).from_(exp.alias_(exp.Subquery(this=rel), "__rel"))
+        pre2 = [exp.alias_(e, n) for c in conv.values() for n, e in (c.pre2 or [])]
+        second = exp.select(exp.Star(), *pre2).from_(exp.alias_(exp.Subquery(this=first), "__pre1"))
+        return exp.alias_(exp.Subquery(this=second), "__pre")
 
     def _encode(self, schema: TableSchema, expect: dict | None = None) -> str:
         """Create (once per source content) the temp table of cell indices for ``schema``."""

@@ -53,11 +53,13 @@ def test_framing_is_the_same_at_every_chunk_boundary(tmp_path, monkeypatch, chun
     assert int(got[()].sum()) == 14   # 12 rows + one empty record (\r\r\n) + the Zürich row
 
 
-def test_overlong_records_are_malformed_across_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(reader, "CHUNK", 1000)
+@pytest.mark.parametrize("chunk, newline", [(1000, b"\n"), (999, b"\r\n"), (1001, b"\r\n"), (5017, b"\r"),
+                                           (5018, b"\r\n"), (4096, b"\r\n")])
+def test_overlong_records_are_malformed_across_chunks(tmp_path, monkeypatch, chunk, newline):
+    monkeypatch.setattr(reader, "CHUNK", chunk)
     rows = hostile.clean_rows(5, seed=6)
     long = b"40,F,White,1,0.1," + b"x" * 5000
-    data = hostile.csv_bytes(rows[:2] + [long] + rows[2:] + [long], final=False)
+    data = hostile.csv_bytes(rows[:2] + [long] + rows[2:] + [long], newline, final=False)
     got = _agree(tmp_path, data, CsvDialect(max_record_bytes=2048))
     assert int(got[()].sum()) == 7
     assert got[("sex",)][SCHEMA.attribute("sex").invalid_index] >= 2
