@@ -302,7 +302,10 @@ class Engine:
         return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total])), rho, unit_rows)
 
     def released_measurements(self, table: str) -> list[Measurement]:
-        return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in self._state(table).released]
+        """The releases in use (current identity; ``_sync``) as PGM measurements."""
+        with self._lock:
+            state = self._sync(table)
+            return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in state.released]
 
     def workload_rho(self) -> float:
         return (self.config.workload_budget or self.config.budget).rho

@@ -28,7 +28,8 @@ HOSTILE = [
     b"40,F,White", b"", b",,,,,", b'"40,F,White,1,0.1,', b'40,"F,White,1,0.1,', b'40,F"x,White,1,0.1,',
     b'"4""0",F,White,1,0.1,', b'40,"F"x,White,1,0.1,', b"\x00\x00\x00", b"40\x00,F,White,1,0.1,",
     b"\xef\xbf\xbf", b"40,F,White,1,0.1,\xef\xbb\xbf", b"40;F;White;1;0.1;", b"#40,F,White,1,0.1,",
-    b"40,F,White,1," + b"7" * (1 << 20), b"x" * ((4 << 20) + 10), b"40,M,Black,99999999999999999999999,0.5,",
+    b"40,F,White,1," + b"7" * (1 << 20), b"x" * ((4 << 20) + 10), b'40,F,"' + b"a,\"\"" * (1 << 18) + b'",1,0.1,',
+    b'40,F,"' + b"a" * (1 << 20), b"40,M,Black,99999999999999999999999,0.5,",
     b"40.5,F,White,1.0,0.5,", b"-40,F,White,-1,-0.5,", b"1_000,F,White,0x1,1e5,", b"  40  ,F,White, 2 ,.5,",
     b"\t40,F,White,1,0.1,", b'"",F,"","","",""', b"NULL,F,White,NULL,NULL,NULL", "40,f,white,1,0.1,zürich".encode(),
 ]
