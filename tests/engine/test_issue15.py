@@ -288,3 +288,24 @@ def test_check_reports_broken_closed_promises_and_measure_refuses(tmp_path, caps
     assert cli.main(["measure", "-C", str(path), "--yes", "--force"]) == 0
     assert con.session.engine.ledger.spent(None) > 0
     assert cli.main(["check", "-C", str(make(tmp_path / "clean"))]) == 0
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda d, c: (d.replace("bin_width = 10", "bin_width = 5"), c), "the declared domain changed"),
+    (lambda d, c: (d, c.replace('cache_dir = "cache"', 'cache_dir = "cache"\nnoise = "laplace"')),
+     "the noise family changed"),
+    (lambda d, c: (d.replace('source = { csv = "t.csv" }', 'source = { csv = "t.csv", null = ["", "NA"] }'), c),
+     "the source data or how it is read changed"),
+])
+def test_any_identity_change_makes_releases_stale(tmp_path, change, reason):
+    path = make(tmp_path)
+    con = dpsql.connect(path)
+    con.session.measure()
+    con.close()
+    domain, config = change(DOMAIN, CONFIG)
+    path = make(tmp_path, domain=domain, config=config)
+    con = dpsql.connect(path)
+    assert con.session.engine.model("t")[0] is None
+    [old] = con.session.engine.releases()
+    assert old.reasons == (reason,)
+    assert con.session.measure_cost() > 0
