@@ -140,19 +140,21 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _check_tables(engine, table: str | None, out=None) -> bool:
+def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
     """Run the operator data check (``DuckDBBackend.data_check``) and print it; True when
     every value of every checked table is a value of its declared domain."""
     from dpsql.measure.backend import DuckDBBackend
     from dpsql.measure.reader import PROBLEMS
     out = out or sys.stdout
-    backend = engine.backend
     if not isinstance(backend, DuckDBBackend):
         raise errors.NotSupportedError("dpsql check needs the DuckDB backend")
-    names = [table] if table else sorted(engine.tables)
+    if table is not None and table not in tables:
+        raise errors.UnknownTableError(f"no table {table!r} in the configuration",
+                                       hint=f"tables: {', '.join(sorted(tables))}")
+    names = [table] if table else sorted(tables)
     ok = True
     for name in names:
-        schema = engine._state(name).schema
+        schema = tables[name]
         report = backend.data_check(schema)
         ok &= report.ok
         print(f"table {name}: {report.records:,} records"
@@ -189,8 +191,14 @@ def _show(value) -> str:
 def cmd_check(args) -> int:
     """Operator data check: reads the raw rows locally and prints per column where values
     landed; never reachable by analysts (no wire command, no policy runs it)."""
-    con = _connect(args)
-    ok = _check_tables(con.session.engine, args.table)
+    from dpsql.engine.config import load_config
+    from dpsql.measure.backend import DuckDBBackend
+    cfg = load_config(_config_path(args))   # no engine: checking creates no ledger
+    backend = DuckDBBackend(cfg.sources)
+    try:
+        ok = _check_tables(cfg.tables, backend, args.table)
+    finally:
+        backend.close()
     print("every value is in the declared domain" if ok else
           "some values are not in the declared domain (see ! lines); fix the data or the declarations")
     return 0 if ok else 1
@@ -199,7 +207,7 @@ def cmd_check(args) -> int:
 def cmd_measure(args) -> int:
     con = _connect(args)
     session = con.session
-    if not _check_tables(session.engine, args.table):
+    if not _check_tables(session.engine.catalog, session.engine.backend, args.table):
         if not args.force:
             print("nothing measured, nothing spent: the data check found values outside the declared "
                   "domain (above). Fix them, or measure anyway with --force.", file=sys.stderr)
