@@ -339,7 +339,9 @@ class Engine:
         """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
         t0 = time.perf_counter()
         state = self._state(table)
-        with self._lock, self.ledger.measurement_lock():
+        # the ledger's lock first: waiting for another process must not block this
+        # engine's queries (they take only self._lock)
+        with self.ledger.measurement_lock(), self._lock:
             self._sync(table)  # re-read the ledger under the lock: another process may have measured
             blocks, plan, key = self._release_plan(table, strategy, rho, purpose)
             cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
