@@ -152,9 +152,10 @@ class DuckDBBackend:
                     hint="declare the column with a matching kind, or convert it in the source")
         return columns
 
-    def _relation(self, schema: TableSchema):
+    def _relation(self, schema: TableSchema, bounded: bool = True):
         """(FROM expression, {attribute: Converted}, raw value expressions, parameters,
-        fingerprint of the content read or None)."""
+        fingerprint of the content read or None); ``bounded=False`` skips contribution
+        bounding (the data check looks at every record)."""
         source = self._source(schema.name)
         columns = self.check_schema(schema)
         names = [a.name for a in schema.attributes]
@@ -194,7 +195,7 @@ class DuckDBBackend:
                 has_id = exp.Not(this=exp.Is(this=exp.column(source.id_column, quoted=True), expression=exp.Null()))
                 rel = exp.select(exp.Star(), exp.alias_(has_id, "__has_id")).from_(exp.alias_(exp.Subquery(this=rel), "__r"))
         params: list = []
-        if source.id_column:
+        if source.id_column and bounded:
             rel = sqlgen.contribution_bounded(rel, source.id_column, source.max_rows_per_id,
                                               exp.Placeholder(), content)
             params = [source.hash_key or ""]
@@ -286,7 +287,7 @@ class DuckDBBackend:
         """Per column, how many values landed where (``reader.STATUSES``), with a few example
         values of each problem.  Reads raw rows: an operator tool (``dpsql check``)."""
         with self._lock:
-            rel, conv, raws, params, _ = self._relation(schema)
+            rel, conv, raws, params, _ = self._relation(schema, bounded=False)
             try:
                 base = "__check_" + hashlib.sha256(schema.name.encode()).hexdigest()[:12]
                 cols = [exp.alias_(conv[a.name].status, f"s{i}") for i, a in enumerate(schema.attributes)]
@@ -316,28 +317,17 @@ class DuckDBBackend:
         return DataCheck(schema.name, total, out, dropped)
 
     def _unattributed(self, schema: TableSchema) -> int:
-        """Records without a readable privacy-unit id (they are not counted)."""
-        source = self._source(schema.name)
-        bounded = self._sources[schema.name]
-        unbounded = Source(bounded.kind, bounded.path, bounded.table, dialect=bounded.dialect,
-                           data_version=bounded.data_version)
-        self._sources[schema.name] = unbounded
-        try:
-            rel, _, _, params, _ = self._relation(schema)
+        """Records not counted under the privacy unit (no readable id, or over max_rows)."""
+        counts = []
+        for bounded in (False, True):
+            rel, _, _, params, _ = self._relation(schema, bounded=bounded)
             try:
-                n_all = int(self._run(exp.select(exp.Count(this=exp.Star())).from_(
-                    exp.alias_(exp.Subquery(this=rel), "__a")).sql(self.dialect), params).fetchone()[0])
+                query = exp.select(exp.Count(this=exp.Star())).from_(exp.alias_(exp.Subquery(this=rel), "__a"))
+                counts.append(int(self._run(query.sql(self.dialect), params if bounded else [],
+                                            what="checking the rows").fetchone()[0]))
             finally:
                 self._drop_framed()
-        finally:
-            self._sources[schema.name] = source
-        rel, _, _, params, _ = self._relation(schema)
-        try:
-            inner = exp.select(exp.Count(this=exp.Star())).from_(exp.alias_(exp.Subquery(this=rel), "__b"))
-            n_kept = int(self._run(inner.sql(self.dialect), params).fetchone()[0])
-        finally:
-            self._drop_framed()
-        return n_all - n_kept
+        return counts[0] - counts[1]
 
     def close(self) -> None:
         self._con.close()

@@ -186,3 +186,16 @@ def test_data_version_replaces_the_content_hash(tmp_path):
     assert set(a) == {"size", "sha256"} and b == {"data_version": "2026-11"}
     path.write_bytes(hostile.csv_bytes(hostile.clean_rows(4)))
     assert Source.from_config({"csv": "t.csv"}, tmp_path).fingerprint() != a
+
+
+def test_data_check_with_a_privacy_unit_sees_every_record(tmp_path):
+    path = tmp_path / "p.csv"
+    rows = [b"p1," + r for r in hostile.clean_rows(4, seed=8)] + [b",40,F,White,1,0.1,", b'p2,"40,F']
+    path.write_bytes(b"pid," + hostile.HEADER + b"\n" + b"\n".join(rows) + b"\n")
+    backend = DuckDBBackend({"t": Source("csv", path, id_column="pid", max_rows_per_id=2)})
+    report = backend.data_check(SCHEMA)
+    counts = backend.count_marginals(SCHEMA, [()])
+    backend.close()
+    assert report.records == 6 and report.dropped == 4      # 2 of p1's 4 rows, no id, malformed
+    assert int(counts[()]) == 2
+    assert {c.name: c.problems.get("malformed") for c in report.columns}["age"] == 1
