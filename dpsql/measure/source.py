@@ -195,7 +195,8 @@ def _stat_key(path: Path) -> tuple:
     except FileNotFoundError:
         raise ConfigError(f"source file not found: {path}",
                           hint="fix the path in the configuration (relative paths are relative "
-                               "to the file that declares them)") from None
+                               "to the file that declares them); to answer from releases after "
+                               "removing the data, declare source.data_version") from None
     except OSError as exc:
         raise ConfigError(f"cannot read source file {path}: {exc.strerror}") from None
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
