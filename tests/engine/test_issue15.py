@@ -309,3 +309,15 @@ def test_any_identity_change_makes_releases_stale(tmp_path, change, reason):
     [old] = con.session.engine.releases()
     assert old.reasons == (reason,)
     assert con.session.measure_cost() > 0
+
+
+def test_data_version_serves_releases_after_the_data_is_removed(tmp_path):
+    domain = DOMAIN.replace('source = { csv = "t.csv" }', 'source = { csv = "t.csv", data_version = "2026-11" }')
+    path = make(tmp_path, domain=domain)
+    con = dpsql.connect(path)
+    con.session.measure()
+    (tmp_path / "t.csv").unlink()
+    con.close()
+    con = dpsql.connect(path)
+    assert round(total(con)) == 60
+    assert all(r.current for r in con.session.engine.releases())
