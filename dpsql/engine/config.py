@@ -123,7 +123,7 @@ class Config:
     workload: tuple[str, ...] = ()
     workload_weights: tuple[float, ...] = ()   # per workload statement (default 1)
     planner: PlannerOptions = field(default_factory=PlannerOptions)
-    fit_iters: int = 1000
+    fit_iters: int = 20000      # a limit: fits end at convergence (engine.FIT_GAP)
     default_user: str = "analyst"
     error_columns: str = "off"
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
@@ -351,7 +351,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                   query_budget=query_budget, ledger_path=ledger_path, cache_dir=cache_dir,
                   noise=noise, policy=policy, workload=tuple(q for q, _ in workload),
                   workload_weights=tuple(w for _, w in workload), planner=planner,
-                  fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 1000))),
+                  fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 20000))),
                   default_user=str(section.get("default_user", "analyst")),
                   error_columns=error_columns, allow_spend=allow_spend)
 

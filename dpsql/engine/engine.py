@@ -58,6 +58,12 @@ MODEL_FORMAT = "1"
 #: estimator is never loaded after the estimator changed.
 ESTIMATOR_VERSION = "pgm-2026-11"
 
+#: Fits end when the estimated optimality gap is at most atol + rtol·loss (loss in units of
+#: each measurement's σ, so the test is the same at every noise scale; ``fit_iters`` is a
+#: limit).  0.5 bounds every fitted value's distance from the optimum by 0.7 σ in the worst
+#: case and by √(0.5/m) σ ≈ 0.02 σ on average over m ≈ 1,000 noisy values.
+FIT_GAP = (0.5, 1e-6)
+
 #: Exact models above this many cells stop at the discrepancy principle (see Engine._fit).
 LARGE_EXACT_MODEL = 1_000_000
 
@@ -710,7 +716,7 @@ class Engine:
 
         model = fit(domain, measurements, iters=iters, warm_start=previous,
                     capacity=self.config.planner.max_model_cells, exact_method="adaptive",
-                    stop="discrepancy", stop_above=LARGE_EXACT_MODEL,
+                    stop="discrepancy", stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP,
                     callback=callback if self._listeners else None)
         self.progress("fit", {"table": table, "done": True, "seconds": time.perf_counter() - t0})
         return model
