@@ -188,8 +188,9 @@ def test_text_parameters_and_error_columns(engine_server):
             rows = bounded(lambda: cur.execute(
                 "SELECT sex, COUNT(*) FROM adult WHERE age BETWEEN %s AND %s GROUP BY sex",
                 (30, 40)).fetchall())
-            assert [d.name for d in cur.description] == ["sex", "count", "count_ci95"]
-            assert all(isinstance(r[2], float) and r[2] > 0 for r in rows)
+            assert [d.name for d in cur.description] == ["sex", "count", "count_ci95", "inferred"]
+            assert [d.type_code for d in cur.description][-1] == 16   # bool
+            assert all(isinstance(r[2], float) and r[2] > 0 and r[3] is False for r in rows)
         shown = bounded(lambda: conn.execute("SHOW dpsql.error_columns").fetchone())
         assert shown == ("ci95",)
     finally:
