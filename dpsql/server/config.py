@@ -2,7 +2,7 @@
 
     [server]
     max_statement_bytes = 262144     # larger frontend messages are answered 54000 and discarded
-    max_user_statements = 4          # statements one user may run at once (more wait their turn)
+    max_user_statements = 2          # statements one user may run at once (more wait their turn)
     max_connections = 100            # authenticated connections (53300 beyond)
     max_unauthenticated = 32         # connections still authenticating; the idlest is dropped beyond
     auth_timeout = 5.0               # seconds to finish authenticating
@@ -35,7 +35,7 @@ _NUMBERS = {"max_statement_bytes": int, "max_user_statements": int, "max_connect
 @dataclass
 class ServerConfig:
     max_statement_bytes: int = DEFAULT_MAX_STATEMENT
-    max_user_statements: int = 4
+    max_user_statements: int = 2
     max_connections: int = 100
     max_unauthenticated: int = 32
     auth_timeout: float = 5.0

@@ -85,11 +85,11 @@ class ServerOptions:
     startup_timeout: float = 30.0            # authenticated → ReadyForQuery (opens the engine session)
     max_message: int = codec.DEFAULT_MAX_MESSAGE
     max_statement: int = DEFAULT_MAX_STATEMENT
-    max_user_statements: int = 4
+    max_user_statements: int = 2             # below ``workers``: one analyst cannot take every engine thread
     auth_failure_delay: float = 0.2          # doubled per recent failure from the same address, up to 5 s
     auth_method: str = "scram-sha-256"      # or "password" (cleartext; TLS only)
-    workers: int | None = None               # engine threads (default: CPU count)
-    parse_workers: int | None = None         # parsing threads (default: CPU count)
+    workers: int | None = None               # engine threads (default: 2 x CPU count, at least 4)
+    parse_workers: int | None = None         # parsing threads (default: CPU count, at least 2)
     ssl_context: ssl.SSLContext | None = None
     insecure: bool = False                   # allow a non-loopback address without TLS
     shadow: bool = True                      # start the schema-only catalog PostgreSQL
@@ -138,9 +138,9 @@ class Server:
         self.link_factory = link_factory or (lambda user: DpsqlLink(self.config, user, self.overrides))
         self._catalog = catalog
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=opts.workers or os.cpu_count() or 2, thread_name_prefix="dpsql-query")
+            max_workers=opts.workers or max(4, 2 * (os.cpu_count() or 1)), thread_name_prefix="dpsql-query")
         self.parse_executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=opts.parse_workers or os.cpu_count() or 2, thread_name_prefix="dpsql-parse")
+            max_workers=opts.parse_workers or max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-parse")
         self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
         self._shared_cluster = shadow_cluster
         self._starting: asyncio.Future | None = None

@@ -209,7 +209,7 @@ class ShadowPool:
     A connection only ever serves the analyst whose role it is, and every statement is
     preceded by ``DISCARD ALL``.  At most ``size`` connections are open (idle ones of other
     analysts are closed to make room) and at most ``per_role`` run at once for one analyst,
-    which PostgreSQL enforces too (the role's CONNECTION LIMIT).  Roles are created on first
+    which PostgreSQL backs up (the role's CONNECTION LIMIT).  Roles are created on first
     use through the superuser connection, which never runs client SQL."""
 
     def __init__(self, socket_path: str, database: str, size: int = 8, *, key: bytes | None = None,
@@ -246,7 +246,8 @@ class ShadowPool:
         async with self._admin_lock:
             if user not in self._roles:
                 assert self._admin is not None
-                for stmt in role_sql(role, self.statement_timeout_ms, self.per_role + 1):
+                # a backstop above the pool's own bound (closing backends take a moment to go)
+                for stmt in role_sql(role, self.statement_timeout_ms, 2 * self.per_role + 2):
                     await self._admin.simple(stmt)
                 self._roles[user] = role
         return role

@@ -15,31 +15,13 @@ import subprocess
 import pytest
 
 from dpsql.server import codec
-from dpsql.server.server import Server, ServerOptions, ServerThread, serve
+from dpsql.server.server import serve
 
 from server_fakes import PASSWORD
 from server_fakes import ADULT_CONFIG
 from server_pgclient import RawClient, error_fields
 from test_clients import bounded
 from test_load import load_bench
-
-BIG = {"epsilon": 1e6, "delta": 1e-6}
-
-
-@pytest.fixture(scope="module")
-def engine_server(users_file, tmp_path_factory, shadow_cluster):
-    import dpsql
-    ledger = tmp_path_factory.mktemp("ledger") / "wire.ledger"
-    overrides = {"ledger": str(ledger), "budget": BIG}
-    admin = dpsql.connect(ADULT_CONFIG, user="alice", **overrides)
-    admin.session.measure()
-    server = Server(ADULT_CONFIG, users_file=users_file, overrides=overrides, options=ServerOptions(port=0),
-                    shadow_cluster=shadow_cluster)
-    thread = ServerThread(server).start()
-    yield thread, admin
-    thread.stop()
-    admin.close()
-
 
 @pytest.fixture(scope="module")
 def measure_server(users_file, tmp_path_factory):
