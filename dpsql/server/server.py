@@ -144,6 +144,7 @@ class Server:
         self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
         self._shared_cluster = shadow_cluster
         self._starting: asyncio.Future | None = None
+        self._keepalive = None
         self.shadow: ShadowPool | None = None
         self.query_log = QueryLog(opts.query_log) if opts.query_log is not None else None
         self._server: asyncio.base_events.Server | None = None
@@ -175,12 +176,11 @@ class Server:
         # bound first: a port in use fails before initdb, and no client is accepted before ready
         self._server = await asyncio.start_server(self._client, opts.host, opts.port, limit=2 ** 16,
                                                   start_serving=False, backlog=256)
+        # held until close(): engines are shared per ledger only while a connection to them is open,
+        # so without it every client connection would rebuild the engine and refit its models
+        self._keepalive = await loop.run_in_executor(self.executor, self.link_factory, None)
         if self._catalog is None:
-            probe = await loop.run_in_executor(self.executor, self.link_factory, None)
-            try:
-                self._catalog = dict(probe.catalog)
-            finally:
-                probe.close()
+            self._catalog = dict(self._keepalive.catalog)
         cluster = self._shared_cluster
         if cluster is None and opts.shadow:
             cluster = ShadowCluster(self._catalog, opts.database, statement_timeout=opts.catalog_timeout)
@@ -220,6 +220,9 @@ class Server:
             self.shadow_cluster = None
         if self.query_log is not None:
             self.query_log.close()
+        if self._keepalive is not None:
+            self._keepalive.close()
+            self._keepalive = None
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.parse_executor.shutdown(wait=False, cancel_futures=True)
 
