@@ -238,6 +238,8 @@ class MetaCommands:
                 + ("" if report.bound_exact else " of the marginal queries alone")
                 + "; no strategy does better with unbiased answers)")]
              if getattr(report, "bound_rmse", None) is not None else []))
+        per_query = getattr(report, "per_query_lines", None)
+        lines += per_query() if per_query else []
         self.shell.emit(lines)
         return True
 
