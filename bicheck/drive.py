@@ -185,6 +185,67 @@ def chart_specs(dataset_id: int) -> list[dict]:
     return out
 
 
+def _q(columns, metrics, **extra) -> dict:
+    return {"columns": columns, "metrics": metrics, "orderby": [[metrics[0], False]] if metrics else [],
+            "row_limit": 1000, "filters": [], "extras": {"having": "", "where": ""}, **extra}
+
+
+AVG_AGE = {"expressionType": "SIMPLE", "column": {"column_name": "age"}, "aggregate": "AVG", "label": "AVG(age)"}
+SUM_HOURS = {"expressionType": "SIMPLE", "column": {"column_name": "hours_per_week"}, "aggregate": "SUM",
+             "label": "SUM(hours_per_week)"}
+DISTINCT = {"expressionType": "SIMPLE", "column": {"column_name": "race"}, "aggregate": "COUNT_DISTINCT",
+            "label": "COUNT_DISTINCT(race)"}
+# More of what Superset generates from its chart controls, each sent through /api/v1/chart/data;
+# (name, query, result_type, whether dpsql is expected to answer it).
+PROBES = [
+    ("big number: COUNT(*) without GROUP BY", _q([], ["count"], orderby=[]), "full", True),
+    ("filter: income = '>50K'", _q(["sex"], ["count"], filters=[{"col": "income", "op": "==", "val": ">50K"}]),
+     "full", True),
+    ("filter: age >= 30 (numeric)", _q(["income"], ["count"], filters=[{"col": "age", "op": ">=", "val": 30}]),
+     "full", True),
+    ("filter: race IN (…)", _q(["sex"], ["count"], filters=[{"col": "race", "op": "IN",
+                                                           "val": ["White", "Black"]}]), "full", True),
+    ("metric: AVG(age)", _q(["income"], [AVG_AGE]), "full", True),
+    ("metric: SUM(hours_per_week)", _q(["sex"], [SUM_HOURS]), "full", True),
+    ("two metrics", _q(["income"], ["count", AVG_AGE]), "full", True),
+    ("series limit (top 3 races by count, bar per sex)",
+     _q(["sex", "race"], ["count"], series_columns=["race"], series_limit=3, series_limit_metric="count",
+        order_desc=True), "full", False),
+    ("metric: COUNT(DISTINCT race)", _q(["sex"], [DISTINCT]), "full", False),
+    ("samples pane (row-level SELECT … LIMIT)", _q([], [], orderby=[]), "samples", False),
+]
+
+
+def run_probes(superset: "Superset", dataset_id: int, log_path: Path) -> list[dict]:
+    out = []
+    for name, query, result_type, expected in PROBES:
+        ctx = {"datasource": {"id": dataset_id, "type": "table"}, "force": True, "queries": [query],
+               "result_format": "json", "result_type": result_type}
+        entry = {"name": name, "expected_answer": expected}
+        try:
+            sql = superset.api("POST", "/api/v1/chart/data", dict(ctx, result_type="query"))
+            entry["generated_sql"] = [q.get("query") for q in sql.get("result", [])]
+        except ApiError as exc:
+            entry["generated_sql"] = [f"(not shown: {exc.status})"]
+        before = len(read_log(log_path))
+        try:
+            data = superset.api("POST", "/api/v1/chart/data", ctx)
+            result = data["result"][0]
+            entry["rows"] = len(result.get("data") or [])
+            if result.get("error"):
+                entry["error"] = result["error"]
+        except ApiError as exc:
+            entry["error"] = "; ".join(e.get("message", "") for e in exc.payload.get("errors", [])) \
+                or json.dumps(exc.payload)[:500]
+        statements = [e for e in read_log(log_path, before) if e["route"] in ("engine", "error")]
+        entry["dpsql"] = [{k: e[k] for k in ("statement", "outcome", "sqlstate", "message") if k in e}
+                          for e in statements]
+        entry["answered"] = "error" not in entry and entry.get("rows", 0) > 0
+        log(f"probe {name}: {'answered, ' + str(entry['rows']) + ' rows' if entry['answered'] else 'refused: ' + entry.get('error', '')[:200]}")
+        out.append(entry)
+    return out
+
+
 def read_log(path: Path, since: int = 0) -> list[dict]:
     if not path.exists():
         return []
@@ -243,6 +304,11 @@ def main(argv=None) -> int:
             entry["dpsql_statements"] = [{k: e[k] for k in ("route", "statement", "outcome", "sqlstate", "message")
                                           if k in e} for e in read_log(out / "queries.jsonl", before)]
             results["charts"].append(entry)
+        results["probes"] = run_probes(superset, ds["id"], out / "queries.jsonl")
+        unexpected = [p["name"] for p in results["probes"] if p["answered"] != p["expected_answer"]]
+        if unexpected:
+            log(f"probes with an unexpected outcome: {unexpected}")
+            all_ok = False
         log("screenshots in headless Chromium")
         shots = Path(args.screenshots)
         shots.mkdir(parents=True, exist_ok=True)

@@ -9,10 +9,12 @@ Limits (``ServerOptions``):
 
 * connections that have not authenticated have their own small budget
   (``max_unauthenticated``) and a short deadline (``auth_timeout``), and never count against
-  ``max_connections`` (53300).  When the budget is full, a newcomer drops the connection
-  idle the longest if that one sent nothing for ``unauthenticated_idle`` seconds, and
-  otherwise waits for a place; so sockets held open without progress cannot keep anyone from
-  logging in, while a burst of real logins only queues;
+  ``max_connections`` (53300).  When the budget is full, a newcomer drops one that sent
+  nothing for ``unauthenticated_idle`` seconds — the least advanced in the handshake, then
+  the idlest — and otherwise waits for a place; so sockets held open without progress cannot
+  keep anyone from logging in, while a burst of real logins only queues (for at most
+  ``admission_timeout``; the deadline to authenticate starts once admitted; at most
+  4 x ``max_unauthenticated`` may wait, further ones are closed at once);
 * frontend messages longer than ``max_statement`` are answered 54000 and discarded as they
   arrive, never buffered or parsed; beyond ``max_message`` the connection is broken (08P01);
 * each user runs at most ``max_user_statements`` statements at once; more wait their turn;
@@ -80,8 +82,9 @@ class ServerOptions:
     database: str = "dpsql"
     max_connections: int = 100               # authenticated connections
     max_unauthenticated: int = 32            # connections still authenticating (see the module doc)
-    unauthenticated_idle: float = 0.5        # idle this long, an unauthenticated connection may be dropped
-    auth_timeout: float = 5.0                # accept → authenticated
+    unauthenticated_idle: float = 1.0        # idle this long, an unauthenticated connection may be dropped
+    auth_timeout: float = 5.0                # admitted → authenticated
+    admission_timeout: float = 30.0          # accept → admitted among the unauthenticated
     startup_timeout: float = 30.0            # authenticated → ReadyForQuery (opens the engine session)
     max_message: int = codec.DEFAULT_MAX_MESSAGE
     max_statement: int = DEFAULT_MAX_STATEMENT
@@ -111,11 +114,13 @@ class _Conn:
 
 
 class _Unauthenticated:
-    """A connection still authenticating: when it last made progress, and how to drop it."""
+    """A connection still authenticating: how far it got, when it last sent something, and how
+    to drop it."""
 
     def __init__(self, writer, now: float) -> None:
         self.writer = writer
         self.last = now
+        self.messages = 0
 
 
 class Server:
@@ -152,6 +157,7 @@ class Server:
         self._active = 0
         self._unauth: dict[asyncio.Task, _Unauthenticated] = {}
         self._unauth_left: asyncio.Condition | None = None
+        self._waiting = 0
         self._limiters: dict[str, asyncio.Semaphore] = {}
         self._failures: dict[str, list[float]] = {}   # peer address -> recent failure times
         self._tasks: set[asyncio.Task] = set()
@@ -237,8 +243,16 @@ class Server:
         loop = asyncio.get_running_loop()
         try:
             try:
+                if len(self._unauth) >= self.options.max_unauthenticated \
+                        and self._waiting >= 4 * self.options.max_unauthenticated:
+                    return     # a flood of connections: close at once
+                self._waiting += 1
+                try:
+                    async with asyncio.timeout(self.options.admission_timeout):
+                        await self._admit(task, writer)
+                finally:
+                    self._waiting -= 1
                 async with asyncio.timeout(self.options.auth_timeout):
-                    await self._admit(task, writer)
                     result = await self._startup(reader, writer, frames, self._unauth[task])
             except TimeoutError:
                 await self._send_fatal(writer, Fatal("08P01", "authentication timed out"))
@@ -315,13 +329,15 @@ class Server:
         grace = self.options.unauthenticated_idle
         async with self._unauth_left:
             while len(self._unauth) >= self.options.max_unauthenticated:
-                victim = min(self._unauth, key=lambda t: self._unauth[t].last)
-                idle = loop.time() - self._unauth[victim].last
-                if idle >= grace:
+                now = loop.time()
+                idle = [t for t, u in self._unauth.items() if now - u.last >= grace]
+                if idle:
+                    victim = min(idle, key=lambda t: (self._unauth[t].messages, self._unauth[t].last))
                     self._unauth.pop(victim).writer.transport.abort()
                     break
+                wait = grace - (now - min(u.last for u in self._unauth.values()))
                 try:
-                    async with asyncio.timeout(grace - idle):
+                    async with asyncio.timeout(max(wait, 0.01)):
                         await self._unauth_left.wait()
                 except TimeoutError:
                     pass
@@ -353,6 +369,8 @@ class Server:
         while True:
             msg = frames.next_message() if typed else frames.next_startup()
             if msg is not None:
+                if progress is not None:
+                    progress.messages += 1
                 return msg
             data = await reader.read(65536)
             if not data:

@@ -5,7 +5,8 @@
 2. Each analyst's catalog statements run as their own role: no one sees another's statement
    text in pg_stat_activity or can signal their backends.
 3. Parsing runs off the event loop: a large statement does not hold up other analysts, and
-   one over the limit is answered 54000 without being parsed (the connection stays usable).
+   one over the limit is answered 54000 without being parsed (the connection stays usable);
+   one analyst runs at most ``max_user_statements`` statements at once.
 4. Sockets that never authenticate cannot keep a real analyst from logging in.
 5. Unknown users' SCRAM salts are the same across restarts (a secret beside the users file).
 """
@@ -197,6 +198,44 @@ def test_statement_over_the_limit_is_54000_and_the_connection_goes_on(users_file
         c.close()
     finally:
         server.stop()
+
+
+def test_per_user_statement_limit(users_file):
+    """alice may run two statements at once; her third waits while bob's starts at once."""
+    server = start(users_file, workers=6, max_user_statements=2)
+    FakeLink.log.clear()
+    FakeLink.gate = threading.Event()
+    conns = [connect(server.port, "alice") for _ in range(3)] + [connect(server.port, "bob")]
+    results = []
+
+    def run(conn, n):
+        results.append(conn.execute(f"SELECT sex, COUNT(*) FROM adult WHERE age > {n} GROUP BY sex").fetchall())
+    threads = [threading.Thread(target=run, args=(c, n), daemon=True) for n, c in enumerate(conns[:3])]
+    try:
+        for t in threads:
+            t.start()
+
+        def started(user):
+            return [e for e in FakeLink.log if e[0] == "execute" and e[1] == user]
+        deadline = time.monotonic() + 30
+        while len(started("alice")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        bob = threading.Thread(target=run, args=(conns[3], 99), daemon=True)
+        threads.append(bob)
+        bob.start()
+        while not started("bob") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(started("bob")) == 1, "bob's statement waited behind alice's"
+        assert len(started("alice")) == 2, "alice ran more statements at once than her limit"
+    finally:
+        FakeLink.gate.set()
+        for t in threads:
+            t.join(30)
+        FakeLink.gate = None
+        for c in conns:
+            c.close()
+        server.stop()
+    assert len(results) == 4 and len(started("alice")) == 3
 
 
 # -- 4. unauthenticated sockets ------------------------------------------------------------------
