@@ -210,7 +210,7 @@ PROBES = [
     ("two metrics", _q(["income"], ["count", AVG_AGE]), "full", True),
     ("series limit (top 3 races by count, bar per sex)",
      _q(["sex", "race"], ["count"], series_columns=["race"], series_limit=3, series_limit_metric="count",
-        order_desc=True), "full", False),
+        order_desc=True), "full", True),
     ("metric: COUNT(DISTINCT race)", _q(["sex"], [DISTINCT]), "full", False),
     ("samples pane (row-level SELECT … LIMIT)", _q([], [], orderby=[]), "samples", False),
 ]

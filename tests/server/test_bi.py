@@ -160,3 +160,33 @@ def test_query_log_records_statements_without_values(users_file, shadow_cluster,
     # never values: no noisy number returned to the client appears in the log
     text = log.read_text()
     assert not any(isinstance(v, (int, float)) and str(v) in text and v > 1000 for row in answers for v in row)
+
+
+SERIES_LIMIT = """SELECT sex AS sex, race AS race, COUNT(*) AS count
+FROM public.adult JOIN (SELECT race AS race__, COUNT(*) AS mme_inner__
+FROM public.adult GROUP BY race ORDER BY COUNT(*) DESC
+ LIMIT 3) AS series_limit ON race = race__ GROUP BY sex, race ORDER BY count DESC
+ LIMIT 1000"""
+
+
+def test_superset_series_limit_is_answered_in_two_steps(engine_server):
+    """Superset's series limit (a join with a derived top-n table) is the inner DP answer's top
+    groups, then the outer DP query restricted to them (the exact SQL Superset 6.1 sends)."""
+    thread, _ = engine_server
+    conn = connect(thread.port)
+    try:
+        top = bounded(lambda: conn.execute("SELECT race AS race__, COUNT(*) AS mme_inner__ FROM public.adult "
+                                           "GROUP BY race ORDER BY COUNT(*) DESC LIMIT 3").fetchall(), timeout=120)
+        cur = conn.cursor()
+        rows = bounded(lambda: cur.execute(SERIES_LIMIT).fetchall(), timeout=120)
+        assert names(cur) == ["sex", "race", "count"]
+        assert {r[1] for r in rows} == {r[0] for r in top} and len(rows) == 6
+        assert [r[2] for r in rows] == sorted((r[2] for r in rows), reverse=True)
+        # the outer answer is the plain DP answer for those groups (cached: same session, same query)
+        races = ", ".join("'" + r[0] + "'" for r in top)
+        plain = bounded(lambda: conn.execute(f"SELECT sex AS sex, race AS race, COUNT(*) AS count FROM public.adult "
+                                             f"WHERE race IN ({races}) GROUP BY sex, race "
+                                             "ORDER BY count DESC LIMIT 1000").fetchall(), timeout=120)
+        assert sorted(plain) == sorted(rows)
+    finally:
+        conn.close()
