@@ -60,6 +60,7 @@ class _Lowering:
         self.schema = scope.schema
         self.tree = stmt.tree if tree is None else tree
         self.prefix = prefix
+        self.column_set = {c.lower() for c in self.schema.column_names}
         self.pending = list(pending)     # [(compiled ranking query, derived.Pending)]
         self._evaluators: dict[str, CellEvaluator] = {}
         self.keys: list[GroupKey] = []
@@ -118,7 +119,7 @@ class _Lowering:
         if col.table or not self.aliases:
             return None
         name = col.name.lower()
-        if name in {c.lower() for c in self.schema.column_names}:
+        if name in self.column_set:
             return None
         return self.aliases.get(name)
 
