@@ -284,3 +284,19 @@ def test_set_role_is_refused_cleanly(tmp_path):
         with pytest.raises(errors.ProgrammingError):
             cur.execute(statement)
     con.close()
+
+
+def test_work_on_large_domains_is_bounded():
+    """Per-cell evaluation and joint predicates are metered: a statement that would spend
+    seconds of Python on a large declared domain is refused with 54001 instead."""
+    from dpsql.domain import IntegerRange, TableSchema
+    wide = {"t": TableSchema("t", (IntegerRange("x", 0, 99_999), IntegerRange("y", 0, 1_999),
+                                   IntegerRange("z", 0, 1_999)))}
+    compile_sql("SELECT COUNT(*) FROM t WHERE x > 5", wide)
+    case = "CASE " + " ".join(f"WHEN x < {i * 1000} THEN {i}" for i in range(1, 70)) + " ELSE 0 END"
+    with pytest.raises(errors.StatementTooComplexError) as info:
+        compile_sql(f"SELECT {case} AS b, COUNT(*) FROM t GROUP BY 1", wide)
+    assert info.value.position is not None
+    terms = " OR ".join(f"(y = {i} AND z = {i})" for i in range(60))
+    with pytest.raises(errors.StatementTooComplexError):
+        compile_sql(f"SELECT COUNT(*) FROM t WHERE {terms}", wide)
