@@ -278,16 +278,10 @@ class Dispatcher:
 
     # -- statements ---------------------------------------------------------------------------
     def _engine_sql(self, route, sql: str, params: tuple) -> tuple[str, list | None]:
-        """SQL and qmark parameters for the compiler (``$n`` rewritten to ``?`` in the AST)."""
-        if route.tree is None:
-            return sql, list(params) if params else None
-        rewritten = router.qmark_parameters(route.tree)
-        if rewritten is None:
-            return sql, list(params) if params else None
-        text, order = rewritten
-        if any(i < 0 or i >= len(params) for i in order):
-            raise QueryError("08P01", "statement refers to a parameter that was not supplied")
-        return text, [params[i] for i in order]
+        """SQL and parameters for the compiler, unchanged: it binds ``$n`` by number (issue 21:
+        rewriting to ``?`` relied on the AST walk order, and the compiler now binds ``?`` in
+        text order; keeping the client's text also keeps error positions)."""
+        return sql, list(params) if params else None
 
     @staticmethod
     def _param_count(route) -> int:
