@@ -54,12 +54,17 @@ class BudgetSpec:
         return BudgetSpec(rho, delta)
 
 
+PLANNER_MODES = ("hdmm", "aim")
+
+
 @dataclass(frozen=True)
 class PlannerOptions:
     restarts: int = 3
     seed: int = 0
     max_clique_cells: int = 2_000_000
     max_model_cells: int = 20_000_000
+    mode: str = "hdmm"                       # "aim": adaptive measurement (thesis ch. 5)
+    aim_max_model_cells: int = 80 * 2**20 // 8  # AIM's JT-SIZE cap (thesis: 80 MB of float64)
 
 
 @dataclass(frozen=True)
@@ -225,12 +230,17 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     ledger_path = Path(ledger) if Path(ledger).is_absolute() else base / ledger
     cache = section.get("cache_dir", ".dpsql-cache")
     cache_dir = Path(cache) if Path(cache).is_absolute() else base / cache
-    planner_spec = raw.get("planner", {})
+    planner_spec = dict(raw.get("planner", {}))
+    mode = planner_spec.pop("mode", "hdmm")
+    if mode not in PLANNER_MODES:
+        raise ConfigError(f"{where}: [planner] mode must be \"hdmm\" or \"aim\", got {mode!r}",
+                          hint='mode = "aim" selects marginals adaptively (docs/engine.md, "AIM")')
     try:
-        planner = PlannerOptions(**{k: int(v) for k, v in planner_spec.items()})
+        planner = PlannerOptions(mode=mode, **{k: int(v) for k, v in planner_spec.items()})
     except TypeError as exc:
         raise ConfigError(f"{where}: [planner]: {exc}",
-                          hint="options: restarts, seed, max_clique_cells, max_model_cells") from None
+                          hint="options: restarts, seed, max_clique_cells, max_model_cells, mode, "
+                               "aim_max_model_cells") from None
     return Config(path=path, tables=tables, sources=sources, budget=budget, user_budgets=users,
                   default_user_budget=default_user_budget, workload_budget=workload_budget,
                   query_budget=query_budget, ledger_path=ledger_path, cache_dir=cache_dir,
