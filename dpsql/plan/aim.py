@@ -44,7 +44,7 @@ import numpy as np
 
 __all__ = ["AIMOptions", "Round", "RoundResult", "AIMResult", "DEFAULT_MODEL_CELLS",
            "workload_marginals", "downward_closure", "candidate_weights", "scaled_l1",
-           "exact_scores", "epsilon_for", "run_aim", "plan_summary"]
+           "exact_scores", "epsilon_for", "jt_size", "run_aim", "plan_summary"]
 
 #: Thesis default model capacity: 80 MB of float64 (§5.6.5), in cells.
 DEFAULT_MODEL_CELLS = 80 * 2**20 // 8
@@ -260,6 +260,21 @@ def _cells(sizes: Mapping[str, int], clique: Clique) -> int:
     return math.prod(sizes[a] for a in clique)
 
 
+def jt_size(sizes: Mapping[str, int], cliques: Sequence[Clique]) -> int:
+    """JT-SIZE (thesis Remark 1) of the junction tree Private-PGM would build for
+    ``cliques``: the same greedy elimination order, summed over its maximal cliques,
+    without building the tree itself (half the cost; the filter calls this for every
+    candidate of every round)."""
+    from dpsql.pgm.junction_tree import elimination_order
+    _, elim = elimination_order(dict(sizes), cliques)
+    sets = sorted({frozenset(c) for c in elim}, key=len, reverse=True)
+    maximal: list[frozenset] = []
+    for c in sets:
+        if not any(c <= m for m in maximal):
+            maximal.append(c)
+    return sum(_cells(sizes, tuple(c)) for c in maximal)
+
+
 def run_aim(domain, workload: Any, rho, *,
             step: Callable[[Round, Any], RoundResult],
             fit: Callable[[list[tuple[Clique, np.ndarray, Fraction]], Any], Any],
@@ -289,10 +304,9 @@ def run_aim(domain, workload: Any, rho, *,
     closure = downward_closure(weights_w, attributes)
     weights = candidate_weights(closure, weights_w)
     if model_size is None:
-        from dpsql.pgm.junction_tree import model_size as _jt_size
-
         def model_size(cliques):
-            return _jt_size(domain, cliques)
+            return jt_size(sizes, cliques)
+    size_cache: dict[tuple, int] = {}
 
     alpha = Fraction(options.alpha)
     T = options.rounds or 16 * len(attributes)
@@ -347,9 +361,16 @@ def run_aim(domain, workload: Any, rho, *,
         used_after = result.rho_used + cost
         limit = used_after / rho * options.max_model_cells
         candidates = []
+        base = frozenset(measured_sets)
         for r in closure:
             rs = frozenset(r)
-            if any(rs <= m for m in measured_sets) or model_size(selected + [r]) <= limit:
+            if any(rs <= m for m in measured_sets):
+                candidates.append(r)
+                continue
+            key = (base, r)  # sizes depend on the measured set only, not on the round
+            if key not in size_cache:
+                size_cache[key] = model_size(selected + [r])
+            if size_cache[key] <= limit:
                 candidates.append(r)
         sigma = math.sqrt(float(sigma2))
         cand_w = tuple(weights[r] for r in candidates)

@@ -17,10 +17,10 @@ import pytest
 from dpsql.domain import Domain
 from dpsql.linalg import Identity, Marginals, Prefix, Kron, Total, Union, Weighted
 from dpsql.pgm import Measurement, estimate
-from dpsql.pgm.junction_tree import model_size as jt_size
+from dpsql.pgm.junction_tree import model_size as jt_size_reference
 from dpsql.plan import Workload
 from dpsql.plan.aim import (AIMOptions, RoundResult, candidate_weights, downward_closure,
-                            epsilon_for, exact_scores, plan_summary, run_aim, scaled_l1,
+                            epsilon_for, exact_scores, jt_size, plan_summary, run_aim, scaled_l1,
                             workload_marginals)
 from dpsql.privacy.noise import SeededBitSource, discrete_gaussian, exponential_mechanism
 
@@ -117,6 +117,17 @@ def test_scaled_l1_is_exact_and_has_sensitivity_one_per_row():
             assert abs(scaled_l1(y, m) - scaled_l1(x, m)) <= 2**20
 
 
+def test_jt_size_equals_the_junction_tree_the_estimator_builds():
+    rng = np.random.default_rng(4)
+    attrs = [f"x{i}" for i in range(9)]
+    sizes = dict(zip(attrs, rng.integers(2, 30, 9).tolist()))
+    dom = Domain(attrs, [sizes[a] for a in attrs])
+    for _ in range(40):
+        k = int(rng.integers(1, 9))
+        cliques = [tuple(rng.choice(attrs, int(rng.integers(1, 4)), replace=False)) for _ in range(k)]
+        assert jt_size(sizes, cliques) == jt_size_reference(dom, cliques)
+
+
 def test_epsilon_is_the_largest_grid_value_within_the_selection_share():
     for rho in (Fraction(1, 3), Fraction(7, 10**6), Fraction(2)):
         eps = epsilon_for(rho)
@@ -203,13 +214,13 @@ def test_candidates_respect_the_model_size_limit():
         limit = used / res.rho * cap
         closure = downward_closure(dict(WORKLOAD), DOM.attributes)
         brute = [r for r in closure
-                 if any(set(r) <= set(m) for m in chosen) or jt_size(DOM, chosen + [r]) <= limit]
+                 if any(set(r) <= set(m) for m in chosen) or jt_size_reference(DOM, chosen + [r]) <= limit]
         assert list(rnd.cliques) == brute
         if rr.selected not in chosen:
             chosen.append(rr.selected)
     assert any(len(r.cliques) < len(downward_closure(dict(WORKLOAD), DOM.attributes))
                for r in oracle.rounds[1:])
-    assert jt_size(DOM, chosen) <= cap
+    assert jt_size_reference(DOM, chosen) <= cap
 
 
 def test_lost_budget_and_replayed_rounds():
