@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dpsql.domain import Domain  # noqa: E402
 from dpsql.linalg import AllRange, Identity, Kron, Marginals, Prefix, Total, Union  # noqa: E402
 from dpsql.plan import (  # noqa: E402
-    Workload, opt_0, opt_kron, opt_marginals, optimize, rmse, svd_bound,
+    Workload, opt_0, opt_kron, opt_marginals, optimize, rmse, round_strategy, svd_bound,
 )
 from dpsql.plan.calibration import analytic_gaussian_sigma  # noqa: E402
 from dpsql.plan.planner import DEFAULT_GRID  # noqa: E402
@@ -89,8 +89,8 @@ def one_dimensional() -> list[str]:
             g, gw, gc = timed(lambda: opt_0(W, "gaussian"))
             gau = gaussian_rmse(W, g)
             bound = math.sqrt(svd_bound(W) * SIGMA ** 2 / W.shape[0])
-            lap_r = rmse(W, best.rounded(DEFAULT_GRID), "laplace", EPS)
-            gau_r = gaussian_rmse(W, g.rounded(DEFAULT_GRID))
+            lap_r = rmse(W, round_strategy(best, DEFAULT_GRID), "laplace", EPS)
+            gau_r = gaussian_rmse(W, round_strategy(g, DEFAULT_GRID))
             rows.append(
                 f"| {name} | {n} | {lap:.3f} ({th_l}) {lap / th_l:.3f}x | {k} "
                 f"| {lap_w:.2f} ({lap_c:.2f}) [{ref_l}] | {gau:.3f} ({th_g}) {gau / th_g:.3f}x "
@@ -115,7 +115,7 @@ def cps() -> list[str]:
         marg = conv(opt_marginals(W, noise, restarts=5, seed=0))
         best, w, c = timed(lambda: optimize(W, noise, restarts=5, seed=0, grid=None))
         hd = conv(best)
-        rounded = conv(best.rounded(DEFAULT_GRID))
+        rounded = conv(round_strategy(best, DEFAULT_GRID))
         scale = math.sqrt((2.0 if noise == "laplace" else SIGMA ** 2) / W.terms.num_queries)
         bound = math.sqrt(svd_bound(W)) * (math.sqrt(SIGMA ** 2 / W.terms.num_queries)
                                            if noise == "gaussian" else scale)

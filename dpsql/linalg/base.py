@@ -11,8 +11,10 @@ only ever applied to vectors.  This module defines
   fallback that builds the answer column by column, so a new leaf only has to
   supply ``_matmat``/``_rmatmat`` to be correct and can add closed forms later;
 * :class:`Transpose`, :class:`Weighted` and :class:`Product`, which ``.T``, ``c * A``
-  and ``A @ B`` return.  They live here (not in ``composite.py``) because the base
-  class's operators construct them.
+  and ``A @ B`` return, and :class:`Explicit` (an array), which the dense fallbacks
+  return.  They live here (not in ``composite.py`` / ``leaves.py``) because the base
+  class's methods construct them, so every other module imports this one and this
+  one imports none of them.
 
 Conventions: float64 results throughout; a matrix's ``shape`` holds Python ints
 (Kronecker shapes can exceed int64 as long as nothing is materialised); vectors
@@ -30,7 +32,7 @@ import numpy as np
 from dpsql.errors import NotSupportedError, ProgrammingError
 
 __all__ = [
-    "QueryMatrix", "Transpose", "Weighted", "Product",
+    "QueryMatrix", "Transpose", "Weighted", "Product", "Explicit",
     "DENSE_LIMIT", "WORK_LIMIT",
 ]
 
@@ -168,11 +170,11 @@ class QueryMatrix(abc.ABC):
         """
         m, n = self._shape
         if m * n <= DENSE_LIMIT:
-            return _explicit(np.linalg.pinv(self.dense()))
+            return Explicit(np.linalg.pinv(self.dense()))
         if n * n <= DENSE_LIMIT:
-            return Product(_explicit(_pinv_psd(self.gram().dense())), self.T)
+            return Product(Explicit(_pinv_psd(self.gram().dense())), self.T)
         if m * m <= DENSE_LIMIT:
-            return Product(self.T, _explicit(_pinv_psd(Product(self, self.T).dense())))
+            return Product(self.T, Explicit(_pinv_psd(Product(self, self.T).dense())))
         raise NotSupportedError(
             f"no structured pseudo-inverse for {self!r} of shape {m}x{n}",
             hint="express the matrix as a Kron (whose pseudo-inverse is the Kron of the "
@@ -328,11 +330,6 @@ def _pinv_psd(G: np.ndarray) -> np.ndarray:
     return np.linalg.pinv(G, rcond=1e-10, hermitian=True)
 
 
-def _explicit(array: np.ndarray) -> QueryMatrix:
-    from dpsql.linalg.leaves import Explicit  # leaves import this module
-    return Explicit(array)
-
-
 def _scale(c: float, A: QueryMatrix) -> QueryMatrix:
     if isinstance(A, Weighted):
         return Weighted(c * A.weight, A.base)
@@ -478,3 +475,71 @@ class Product(QueryMatrix):
 
     def __repr__(self):
         return f"Product({self.left!r}, {self.right!r})"
+
+
+class Explicit(QueryMatrix):
+    """A small matrix given as an array (OPT_0 strategies, arbitrary factors).
+
+    Integer arrays are kept as given (measured query entries must stay on a
+    lattice); products are float64.
+    """
+
+    # 64 KiB blocks: on the 40^5 benchmark 2^13-entry GEMMs used 1.6 CPU-s single-
+    # threaded against 2.7 for 2^21, and stay under OpenBLAS's threading threshold,
+    # which spared 2-4x CPU lost to spinning threads on a loaded 2-core machine.
+    _slab_hint = 1 << 13
+
+    def __init__(self, array) -> None:
+        a = np.asarray(array)
+        if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
+            raise ProgrammingError(f"Explicit needs a non-empty 2-D array, got shape {a.shape}",
+                                   hint="reshape vectors to (1, n) for a single query")
+        if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
+                or a.dtype == bool):
+            raise ProgrammingError(f"Explicit needs a numeric array, got dtype {a.dtype}",
+                                   hint="query entries are real numbers")
+        if a.dtype == bool:
+            a = a.astype(np.int64)
+        if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
+            raise ProgrammingError("Explicit matrix has non-finite entries",
+                                   hint="query entries must be finite")
+        self.array = a
+        self._shape = (int(a.shape[0]), int(a.shape[1]))
+        self._f64 = a if a.dtype == np.float64 else a.astype(np.float64)
+
+    def _matmat(self, X):
+        return self._f64 @ X
+
+    def _rmatmat(self, Y):
+        return self._f64.T @ Y
+
+    def _matmat_rows(self, Z):
+        return Z @ self._f64.T
+
+    def _transpose(self):
+        return Explicit(self.array.T)
+
+    def gram(self):
+        return Explicit(self._f64.T @ self._f64)
+
+    def pinv(self):
+        return Explicit(np.linalg.pinv(self._f64))
+
+    def _column_norms(self, p):
+        return _pnorm(self._f64, p, axis=0)
+
+    def _trace(self):
+        return float(np.trace(self._f64))
+
+    def _diag(self):
+        return np.diag(self._f64).copy()
+
+    def _sum(self):
+        return float(self._f64.sum())
+
+    def _dense(self):
+        return self._f64.copy()
+
+    def __repr__(self):
+        m, n = self._shape
+        return f"Explicit({m}x{n})"

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpsql.errors import ProgrammingError
-from dpsql.linalg.base import Product, QueryMatrix, Weighted, _pnorm
+from dpsql.linalg.base import Explicit, Product, QueryMatrix, Weighted, _pnorm
 
 __all__ = ["Identity", "Ones", "Total", "Values", "Indicator", "Bucket", "Diagonal",
            "Explicit"]
@@ -317,71 +317,3 @@ class Diagonal(QueryMatrix):
 
     def __repr__(self):
         return f"Diagonal({self.values.size})"
-
-
-class Explicit(QueryMatrix):
-    """A small matrix given as an array (OPT_0 strategies, arbitrary factors).
-
-    Integer arrays are kept as given (measured query entries must stay on a
-    lattice); products are float64.
-    """
-
-    # 64 KiB blocks: on the 40^5 benchmark 2^13-entry GEMMs used 1.6 CPU-s single-
-    # threaded against 2.7 for 2^21, and stay under OpenBLAS's threading threshold,
-    # which spared 2-4x CPU lost to spinning threads on a loaded 2-core machine.
-    _slab_hint = 1 << 13
-
-    def __init__(self, array) -> None:
-        a = np.asarray(array)
-        if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
-            raise ProgrammingError(f"Explicit needs a non-empty 2-D array, got shape {a.shape}",
-                                   hint="reshape vectors to (1, n) for a single query")
-        if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
-                or a.dtype == bool):
-            raise ProgrammingError(f"Explicit needs a numeric array, got dtype {a.dtype}",
-                                   hint="query entries are real numbers")
-        if a.dtype == bool:
-            a = a.astype(np.int64)
-        if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
-            raise ProgrammingError("Explicit matrix has non-finite entries",
-                                   hint="query entries must be finite")
-        self.array = a
-        self._shape = (int(a.shape[0]), int(a.shape[1]))
-        self._f64 = a if a.dtype == np.float64 else a.astype(np.float64)
-
-    def _matmat(self, X):
-        return self._f64 @ X
-
-    def _rmatmat(self, Y):
-        return self._f64.T @ Y
-
-    def _matmat_rows(self, Z):
-        return Z @ self._f64.T
-
-    def _transpose(self):
-        return Explicit(self.array.T)
-
-    def gram(self):
-        return Explicit(self._f64.T @ self._f64)
-
-    def pinv(self):
-        return Explicit(np.linalg.pinv(self._f64))
-
-    def _column_norms(self, p):
-        return _pnorm(self._f64, p, axis=0)
-
-    def _trace(self):
-        return float(np.trace(self._f64))
-
-    def _diag(self):
-        return np.diag(self._f64).copy()
-
-    def _sum(self):
-        return float(self._f64.sum())
-
-    def _dense(self):
-        return self._f64.copy()
-
-    def __repr__(self):
-        m, n = self._shape
-        return f"Explicit({m}x{n})"

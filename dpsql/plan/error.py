@@ -27,7 +27,7 @@ import numpy as np
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.calibration import gaussian_sigma, laplace_scale
 from dpsql.plan.marginals import MarginalSpace, marginal_loss, strategy_kappa, workload_kappa
-from dpsql.plan.opt0 import _gram_pinv, _pinv_psd
+from dpsql.plan.gram import FactorPinv, pinv_psd
 from dpsql.plan.strategy import KronBlock, Strategy, factor_kind, union_sensitivity
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
@@ -68,17 +68,13 @@ def _factor_traces(block: KronBlock, terms: WorkloadTerms) -> np.ndarray:
     k, d = len(terms.terms), len(terms.shape)
     out = np.empty((k, d))
     for i, F in enumerate(block.factors):
-        Xp, proj = _gram_pinv(F)
+        pinv = FactorPinv.of(F)
         cache: dict[int, float] = {}
         for j, t in enumerate(terms.terms):
             V = t.grams[i]
             val = cache.get(id(V))
             if val is None:
-                resid = V - V @ proj
-                if np.abs(resid).max() > 1e-7 * max(np.abs(V).max(), 1e-300):
-                    val = math.inf
-                else:
-                    val = float(np.sum(Xp * V))
+                val = pinv.trace(V)
                 cache[id(V)] = val
             out[j, i] = val
     return out
@@ -124,7 +120,7 @@ def _dense_trace(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> float:
             G = np.kron(G, F.T @ F)
         X += b.weight ** 2 * G
     V = terms.dense_gram()
-    Xp, proj = _pinv_psd(X)
+    Xp, proj = pinv_psd(X)
     if np.abs(V - V @ proj).max() > 1e-7 * max(np.abs(V).max(), 1e-300):
         return math.inf
     return float(np.sum(Xp * V))
@@ -224,13 +220,12 @@ def per_query_variance(W: Any, A: Any, noise: str = "gaussian", epsilon: float =
     out = []
     if len(blocks) == 1:
         b = blocks[0]
-        pinvs = [_gram_pinv(F)[0] / (b.weight ** 2 if i == 0 else 1.0)
-                 for i, F in enumerate(b.factors)]
+        pinvs = [FactorPinv.of(F) for F in b.factors]
         for w, factors in flat:
-            d = np.ones(1)
-            for f, Xp in zip(factors, pinvs):
-                Fw = factor_dense(f)
-                d = np.kron(d, np.einsum("ij,jk,ik->i", Fw, Xp, Fw))
+            d = np.full(1, 1.0 / b.weight ** 2)
+            for f, pinv in zip(factors, pinvs):
+                q = pinv.diag_quadratic(factor_dense(f))
+                d = np.kron(d, np.full(factor_dense(f).shape[0], np.inf) if q is None else q)
             out.append(w * w * d)
     else:
         if terms.size > DENSE_LIMIT:
@@ -243,7 +238,7 @@ def per_query_variance(W: Any, A: Any, noise: str = "gaussian", epsilon: float =
             for F in b.factors:
                 G = np.kron(G, F.T @ F)
             X += b.weight ** 2 * G
-        Xp = _pinv_psd(X)[0]
+        Xp = pinv_psd(X)[0]
         for w, factors in flat:
             Wd = np.ones((1, 1))
             for f in factors:

@@ -17,9 +17,8 @@ import math
 
 import numpy as np
 
-from dpsql.plan.opt0 import (
-    FactorResult, Progress, _gram_pinv, opt0, semiseparable_right, sensitivity,
-)
+from dpsql.plan.gram import FactorPinv
+from dpsql.plan.opt0 import FactorResult, Progress, opt0, semiseparable_right, sensitivity
 from dpsql.plan.strategy import KronBlock
 from dpsql.plan.workload import WorkloadTerms
 
@@ -30,7 +29,7 @@ def factor_errors(A: np.ndarray, terms: WorkloadTerms, i: int, p: int) -> np.nda
     """e_ji = ‖A‖_p² tr(V_ji (AᵀA)⁺) for every term j (inf if A does not support V_ji)."""
     if A.shape[0] == A.shape[1] and np.array_equal(A, np.eye(A.shape[0])):
         return np.array([float(np.trace(t.grams[i])) for t in terms.terms])
-    Xp, proj = _gram_pinv(A)
+    pinv = FactorPinv.of(A)
     s2 = sensitivity(A, p) ** 2
     cache: dict[int, float] = {}
     out = np.empty(len(terms.terms))
@@ -38,10 +37,7 @@ def factor_errors(A: np.ndarray, terms: WorkloadTerms, i: int, p: int) -> np.nda
         V = t.grams[i]
         val = cache.get(id(V))
         if val is None:
-            if np.abs(V - V @ proj).max() > 1e-7 * max(np.abs(V).max(), 1e-300):
-                val = math.inf
-            else:
-                val = s2 * float(np.sum(Xp * V))
+            val = s2 * pinv.trace(V)
             cache[id(V)] = val
         out[j] = val
     return out

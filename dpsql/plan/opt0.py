@@ -31,6 +31,8 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.optimize as so
 
+from dpsql.plan.gram import FactorPinv, column_classes, pinv_psd
+
 __all__ = ["FactorResult", "factor_loss", "sensitivity", "gaussian_dual", "gaussian_primal_loss",
            "pidentity_loss", "pidentity", "projected_lbfgs", "opt0", "semiseparable_right", "Progress"]
 
@@ -56,35 +58,10 @@ def sensitivity(A: np.ndarray, p: int) -> float:
     return float(np.sqrt((A * A).sum(axis=0).max()))
 
 
-def _pinv_psd(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pseudo-inverse of a PSD matrix and the projector onto its range."""
-    w, P = np.linalg.eigh(X)
-    keep = w > max(w.max(), 0.0) * 1e-10 * X.shape[0]
-    Pk = P[:, keep]
-    return (Pk / w[keep]) @ Pk.T, Pk @ Pk.T
-
-
-def _gram_pinv(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(FᵀF)⁺ and the projector onto F's row space, from the SVD of F itself.
-
-    An eigendecomposition of FᵀF squares F's condition number, and its cutoff then drops
-    real directions: p-Identity factors whose cells lie outside every query (zero rows
-    of the gram) can have column scales 1e-4 of the others, which made supported terms
-    look unsupported (infinite error).  The SVD keeps F's numerical rank (numpy's
-    matrix_rank tolerance)."""
-    _, sv, vt = np.linalg.svd(F, full_matrices=False)
-    keep = sv > (sv.max(initial=0.0) * max(F.shape) * np.finfo(float).eps)
-    vk = vt[keep].T
-    return (vk / sv[keep] ** 2) @ vk.T, vk @ vk.T
-
-
 def factor_loss(V: np.ndarray, A: np.ndarray, p: int) -> float:
     """‖A‖_p² · tr(V (AᵀA)⁺), or inf when A does not support the workload (V(I−A⁺A) ≠ 0)."""
-    Xp, proj = _gram_pinv(A)
-    resid = V - V @ proj
-    if np.abs(resid).max() > 1e-7 * max(np.abs(V).max(), 1e-300):
-        return math.inf
-    return sensitivity(A, p) ** 2 * float(np.sum(Xp * V))
+    tr = FactorPinv.of(A).trace(V)
+    return math.inf if not math.isfinite(tr) else sensitivity(A, p) ** 2 * tr
 
 
 # --- Gaussian: dual of the convex reformulation --------------------------------------------
@@ -97,9 +74,29 @@ def _dual_eval(V: np.ndarray, lam: np.ndarray):
     return x, float(root.sum()), root, P
 
 
+#: Share of the sensitivity given to the null space of a rank-deficient gram (see below).
+NULL_SHARE = 1e-3
+
+
 def _dual_strategy(lam: np.ndarray, root: np.ndarray, P: np.ndarray) -> np.ndarray:
-    keep = root > root.max() * 1e-9
+    """A = Σ^¼ Pᵀ Λ^-½ on the range of V, completed to full rank on its null space.
+
+    The optimal X(λ) has range(V) (thesis §3.3.1 allows X ≻ 0 only; for singular V the
+    optimum lies on the boundary).  Such a strategy supports W exactly, but once rounded to
+    the measurement grid its rows leave range(V) and it supports nothing (the infinite
+    OPT_0 errors of issue 16).  Adding rows √η·Nᵀ for an orthonormal basis N of null(V)
+    makes it full rank, so the rounded matrix still supports every query, at a cost of
+    at most a factor 1 + η in the loss: X + ηNNᵀ has the same tr(V X⁺) (V N = 0 and N is
+    orthogonal to range(X)) and max diag at most (1 + η)·max diag X.
+    """
+    keep = root > root.max() * 1e-5
     A = (np.sqrt(root[keep])[:, None] * P[:, keep].T) / np.sqrt(lam)[None, :]
+    if not keep.all():
+        # null(V) = Λ^½ null(Λ^½VΛ^½): orthonormalise those directions.
+        Z = np.sqrt(lam)[:, None] * P[:, ~keep]
+        N = np.linalg.qr(Z)[0]
+        x = (A * A).sum(axis=0)
+        A = np.vstack([A, math.sqrt(NULL_SHARE * float(x.max())) * N.T])
     # Rows of the eigenbasis are signed arbitrarily by LAPACK; fix the sign so the same
     # workload always yields the same matrix (stable cache fingerprints and rounding).
     signs = np.sign(A[np.arange(A.shape[0]), np.abs(A).argmax(axis=1)])
@@ -168,7 +165,10 @@ def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 
     Aa = _dual_strategy(best["lam"], best["root"], best["P"])
     A = np.zeros((Aa.shape[0], n))
     A[:, active] = Aa
-    return FactorResult(A, best["loss"], "gaussian-dual", best["dual"])
+    # The completion rows may raise the largest column norm (by at most 1 + η); the
+    # trace part is unchanged (see _dual_strategy).
+    loss = float((Aa * Aa).sum(axis=0).max()) * float(best["root"].sum())
+    return FactorResult(A, max(loss, best["loss"]), "gaussian-dual", best["dual"])
 
 
 def gaussian_primal_loss(v: np.ndarray, V: np.ndarray) -> tuple[float, np.ndarray]:
@@ -384,9 +384,28 @@ def opt0(V: np.ndarray, noise: str, *, p: int | None = None, restarts: int = 1,
          right: Callable[[np.ndarray], np.ndarray] | None = None) -> FactorResult:
     """OPT_0 (thesis §3.3): best of Identity, Total (when applicable) and the optimiser.
 
-    ``right`` optionally computes T ↦ T·V faster than the dense product (structured grams).
+    The problem is first reduced to the classes of cells the workload cannot tell apart
+    (equal columns of W, i.e. equal rows of V; cells outside every query dropped), which
+    leaves its optimum unchanged (:mod:`dpsql.plan.gram`); the strategy found on the
+    classes is mapped back by repeating its columns.  ``right`` optionally computes
+    T ↦ T·V faster than the dense product (structured grams, unreduced only).
     """
     rng = np.random.default_rng(0) if rng is None else rng
+    n = V.shape[0]
+    labels, reps = column_classes(V)
+    r = reps.size
+    if r == 0:
+        return FactorResult(np.zeros((1, n)), 0.0, "empty")
+    if r == n and np.array_equal(labels, np.arange(n)):
+        return _opt0_classes(V, noise, p, restarts, rng, progress, right)
+    pp = None if p is None else (1 if p == 1 else max(1, r // 16))
+    res = _opt0_classes(V[np.ix_(reps, reps)], noise, pp, restarts, rng, progress, None)
+    A = np.where(labels[None, :] >= 0, res.matrix[:, np.maximum(labels, 0)], 0.0)
+    method = "total" if r == 1 and np.all(labels == 0) else f"{res.method} on {r} cell classes"
+    return FactorResult(A, res.loss, method, res.lower_bound)
+
+
+def _opt0_classes(V, noise, p, restarts, rng, progress, right) -> FactorResult:
     cands = _baselines(V)
     n = V.shape[0]
     if n > 1 and not any(c.method == "total" for c in cands):

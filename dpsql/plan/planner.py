@@ -18,7 +18,7 @@ within it (if none fits, the best is kept and flagged for approximate inference)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -28,11 +28,11 @@ from dpsql.plan.error import _unit_variance, noise_norm, strategy_tse
 from dpsql.plan.kron import kron_strategy
 from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, workload_kappa
 from dpsql.plan.opt0 import Progress
-from dpsql.plan.strategy import KronBlock, Strategy, union_sensitivity
+from dpsql.plan.strategy import KronBlock, Strategy, round_blocks, union_sensitivity
 from dpsql.plan.union import group_by_support, union_strategy, union_weights
 from dpsql.plan.workload import WorkloadTerms, workload_terms
 
-__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "optimize",
+__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "optimize", "round_strategy",
            "junction_tree_size", "DEFAULT_GRID"]
 
 #: Grid that real-valued strategy factors are rounded to (entries scaled to max 1 first).
@@ -95,6 +95,17 @@ def _make(terms: WorkloadTerms, blocks, noise: str, operator: str, *, assignment
         tse = strategy_tse(terms, blocks, noise, assignment)
     return Strategy(terms.attributes, terms.shape, tuple(blocks), operator, noise, tse,
                     explanation, None if assignment is None else tuple(assignment), terms)
+
+
+def round_strategy(s: Strategy, grid: float) -> Strategy:
+    """``s`` with real factors on the measurement grid (:func:`strategy.round_blocks`) and
+    its expected error recomputed on the rounded matrix, the one actually measured."""
+    blocks = round_blocks(s.kron_blocks, grid)
+    err = s.expected_error
+    if s.workload is not None:
+        err = strategy_tse(s.workload, blocks, s.noise, s.assignment, s.shape)
+    note = f" Factors rounded to a grid of {grid:g}."
+    return replace(s, kron_blocks=blocks, expected_error=err, explanation=s.explanation + note)
 
 
 def _rng(seed) -> np.random.Generator:
@@ -264,7 +275,7 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
                 continue
         strat = run[op](terms, noise, restarts=restarts, seed=rng, progress=progress)
         if grid is not None:
-            strat = strat.rounded(grid)
+            strat = round_strategy(strat, grid)
         cands.append((strat, size))
         notes.append(f"{op}: expected error {strat.expected_error:.6g}, "
                      f"{len(strat.kron_blocks)} block(s), junction tree {size:,} cells")

@@ -11,8 +11,8 @@ data vector; on a marginal it is the same product with the summed-out axes gone)
 
 Privacy: measured values must lie on a lattice before noise is added (exact discrete
 samplers).  Identity, Total and marginal factors are integer already; real-valued factors are
-rounded to multiples of a grid ``g`` by :meth:`Strategy.rounded`, which recomputes the
-sensitivity and the expected error on the rounded matrix, so the numbers the planner reports
+rounded to multiples of a grid ``g`` by :func:`round_blocks` (``planner.round_strategy``
+recomputes the sensitivity and the expected error on the rounded matrix), so the numbers the planner reports
 are those of the matrix actually measured.  A block's values then lie on the lattice
 (Π of its factors' grids)·ℤ, recorded in :attr:`MeasurementBlock.grid`.
 """
@@ -20,13 +20,13 @@ are those of the matrix actually measured.  A block's values then lie on the lat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
 __all__ = ["KronBlock", "MeasurementBlock", "Strategy", "factor_kind", "block_sensitivity",
-           "union_sensitivity"]
+           "union_sensitivity", "round_blocks"]
 
 
 def factor_kind(F: np.ndarray) -> tuple[str, float]:
@@ -195,36 +195,61 @@ class Strategy:
             rows.append(b.weight * M)
         return np.vstack(rows)
 
-    # --- rounding --------------------------------------------------------------------
-    def rounded(self, grid: float) -> "Strategy":
-        """Round every non-integer factor to multiples of ``grid`` and re-evaluate.
 
-        Factors are first scaled so their largest entry is 1 (the scale moves into the
-        block weight, which does not affect the lattice), so one grid fits all factors.
-        """
-        if not grid > 0:
-            raise ValueError("grid must be positive")
-        from dpsql.plan.error import strategy_tse
+# --- rounding --------------------------------------------------------------------------
 
-        blocks = []
-        for b in self.kron_blocks:
-            weight, factors, grids = b.weight, [], []
-            for F in b.factors:
-                if _is_integer(F):
-                    factors.append(F)
-                    grids.append(1.0)
-                    continue
-                top = float(np.abs(F).max())
-                R = grid * np.round(F / (top * grid))
-                R = R[np.any(R != 0, axis=1)]
-                factors.append(R if R.size else np.zeros((1, F.shape[1])))
-                grids.append(float(grid))
-                weight *= top
-            blocks.append(KronBlock(weight, tuple(factors), tuple(grids)))
-        err = self.expected_error
-        if self.workload is not None:
-            err = strategy_tse(self.workload, blocks, self.noise, self.assignment,
-                                self.shape)
-        note = f" Factors rounded to a grid of {grid:g}."
-        return replace(self, kron_blocks=tuple(blocks), expected_error=err,
-                       explanation=self.explanation + note)
+def _integer_multiple(F: np.ndarray, max_entry: int = 1 << 16) -> tuple[np.ndarray, float] | None:
+    """(K, g) with F = g·K and K a small integer matrix, when F is one (up to 1e-9).
+
+    OPT_0 on a rank-one gram vvᵀ (a SUM's value row) returns a multiple of v; rounding
+    it to a grid would tilt it out of span{v} and lose support of the SUM, whereas
+    the integer K measures exactly the planned row space.
+    """
+    nz = np.abs(F[F != 0])
+    if nz.size == 0:
+        return None
+    g0 = float(nz.min())
+    if float(nz.max()) / g0 > max_entry:
+        return None
+    sample = nz[:256] / g0      # screen multipliers on a few entries, verify on all
+    for m in range(1, 65):
+        if float(nz.max()) / g0 * m > max_entry:
+            return None
+        if not np.allclose(sample * m, np.round(sample * m), rtol=0.0, atol=1e-9 * max_entry):
+            continue
+        K = F * (m / g0)
+        R = np.round(K)
+        if np.allclose(K, R, rtol=0.0, atol=1e-9 * max(float(np.abs(K).max()), 1.0)):
+            return R, g0 / m
+    return None
+
+
+def round_blocks(blocks: Sequence[KronBlock], grid: float) -> tuple[KronBlock, ...]:
+    """Every non-integer factor on multiples of ``grid`` (after scaling its largest entry
+    to 1; the scale moves into the block weight, which does not affect the lattice), or
+    exactly as a multiple of a small integer matrix when it is one.  All-zero rows that
+    rounding leaves behind are dropped."""
+    if not grid > 0:
+        raise ValueError("grid must be positive")
+    out = []
+    for b in blocks:
+        weight, factors, grids = b.weight, [], []
+        for F in b.factors:
+            if _is_integer(F):
+                factors.append(F)
+                grids.append(1.0)
+                continue
+            snapped = _integer_multiple(F)
+            if snapped is not None:
+                factors.append(snapped[0])
+                grids.append(1.0)
+                weight *= snapped[1]
+                continue
+            top = float(np.abs(F).max())
+            R = grid * np.round(F / (top * grid))
+            R = R[np.any(R != 0, axis=1)]
+            factors.append(R if R.size else np.zeros((1, F.shape[1])))
+            grids.append(float(grid))
+            weight *= top
+        out.append(KronBlock(weight, tuple(factors), tuple(grids)))
+    return tuple(out)

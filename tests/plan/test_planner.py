@@ -8,7 +8,7 @@ from dpsql.errors import ModelTooLargeError
 from dpsql.linalg import Identity, Kron, Marginals, Prefix, Total, Union, Weighted
 from dpsql.plan import (
     Caps, StrategyCache, Workload, expected_error, opt_0, opt_kron, opt_marginals, opt_union,
-    optimize,
+    optimize, round_strategy,
 )
 
 from plan_oracles import dense_tse, supports
@@ -62,7 +62,7 @@ def test_blocks_reproduce_the_strategy_on_marginals(workloads, noise):
 def test_rounding_recomputes_the_error(workloads):
     W = workloads["prefix-kron"]
     exact = opt_kron(W, "gaussian")
-    coarse = exact.rounded(2.0 ** -3)
+    coarse = round_strategy(exact, 2.0 ** -3)
     assert coarse.expected_error == pytest.approx(
         dense_tse(W.matrix.dense(), coarse.dense(), "gaussian"), rel=1e-7)
     assert coarse.expected_error != exact.expected_error

@@ -1,0 +1,199 @@
+"""Pseudo-inverses of per-attribute strategy grams, and the cells a workload cannot tell apart.
+
+Every error formula of the planner needs, per attribute, tr(V (FᵀF)⁺) for a workload gram V
+and a strategy factor F, and whether F supports V (V(I − F⁺F) = 0; thesis Prop. 9).  Two
+facts make this cheaper and more robust than an SVD of F:
+
+* **Column classes.**  Cells whose columns of F are equal (and cells whose column is zero)
+  can be merged: with F = A·B, B the 0/1 cell→class matrix (orthogonal rows, BBᵀ = D),
+  (FᵀF)⁺ = Uᵀ (D^½AᵀAD^½)⁺ U with U = D^-½B (orthonormal rows), so only the r×r gram of
+  the distinct columns is inverted.  The same classes on a workload gram V (cells with equal
+  workload columns, i ~ j iff V[i] = V[j]) reduce OPT_0 to the cells the workload can tell
+  apart without changing its optimum: every column of A·B is a column of A, so sensitivity
+  (L1 or L2) is unchanged, and tr(V(BᵀA ᵀAB)⁺) = tr(V′(AᵀA)⁺) with V′ the gram on class
+  representatives.  One BETWEEN over 100,000 cells is a 1-cell problem.
+* **Cholesky first.**  A full-rank class gram is inverted by Cholesky (a few percent of an
+  SVD's cost at n = 1024); only a rank-deficient one falls back to the SVD of the distinct
+  columns, whose cutoff keeps F's numerical rank without squaring its condition number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+__all__ = ["column_classes", "FactorPinv", "pinv_psd", "class_matrix", "class_sum"]
+
+#: Relative tolerance for two workload columns to count as equal.
+CLASS_RTOL = 1e-10
+
+
+def column_classes(R: np.ndarray, rtol: float = CLASS_RTOL) -> tuple[np.ndarray, np.ndarray]:
+    """Classes of equal rows of R (rows = cells): labels (−1 for zero rows) and one
+    representative row index per class, in order of first appearance.
+
+    Rows are hashed by two fixed random projections, then every candidate is compared with
+    its class representative, so a hash collision can only split a class, never merge two.
+    """
+    R = np.atleast_2d(np.asarray(R, dtype=float))
+    n = R.shape[0]
+    scale = float(np.abs(R).max(initial=0.0))
+    labels = np.full(n, -1, dtype=np.int64)
+    if scale == 0.0:
+        return labels, np.zeros(0, dtype=np.int64)
+    tol = rtol * scale
+    nonzero = np.abs(R).max(axis=1) > tol
+    proj = R @ np.random.default_rng(12345).standard_normal((R.shape[1], 2))
+    keys = np.round(proj / (tol * 64.0 * math.sqrt(R.shape[1]))).astype(np.int64)
+    groups: dict[tuple[int, int], list[int]] = {}
+    reps: list[int] = []
+    for i in np.flatnonzero(nonzero):
+        cands = groups.setdefault((int(keys[i, 0]), int(keys[i, 1])), [])
+        for lab in cands:
+            if np.allclose(R[i], R[reps[lab]], rtol=0.0, atol=tol):
+                labels[i] = lab
+                break
+        else:
+            labels[i] = len(reps)
+            cands.append(len(reps))
+            reps.append(int(i))
+    return labels, np.asarray(reps, dtype=np.int64)
+
+
+def class_matrix(labels: np.ndarray, r: int) -> np.ndarray:
+    """The 0/1 matrix B (r × n) with B[labels[i], i] = 1 (zero columns for label −1)."""
+    B = np.zeros((r, labels.size))
+    cells = np.flatnonzero(labels >= 0)
+    B[labels[cells], cells] = 1.0
+    return B
+
+
+def class_sum(M: np.ndarray, labels: np.ndarray, r: int) -> np.ndarray:
+    """B·M: the rows of M summed per class (rows of label −1 dropped), in O(size of M)."""
+    cells = np.flatnonzero(labels >= 0)
+    order = cells[np.argsort(labels[cells], kind="stable")]
+    if order.size == 0:
+        return np.zeros((r,) + M.shape[1:])
+    starts = np.flatnonzero(np.r_[True, np.diff(labels[order]) != 0])
+    return np.add.reduceat(M[order], starts, axis=0)
+
+
+def pinv_psd(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pseudo-inverse of a PSD matrix and the projector onto its range (eigh, relative cut)."""
+    w, P = np.linalg.eigh(X)
+    keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-10 * X.shape[0]
+    Pk = P[:, keep]
+    return (Pk / w[keep]) @ Pk.T, Pk @ Pk.T
+
+
+@dataclass(frozen=True, eq=False)
+class FactorPinv:
+    """(FᵀF)⁺ of one dense factor F, kept on the classes of its distinct non-zero columns.
+
+    ``inv`` is K⁺ for K = D^½AᵀAD^½ (A = the distinct columns, D = class sizes) and
+    ``basis`` an orthonormal basis of range(K) when K is singular (None: full rank).
+    """
+
+    labels: np.ndarray
+    sizes: np.ndarray
+    inv: np.ndarray
+    basis: np.ndarray | None
+    trivial: bool          # every cell its own class: U = I
+
+    @classmethod
+    def of(cls, F: np.ndarray) -> "FactorPinv":
+        F = np.atleast_2d(np.asarray(F, dtype=float))
+        n = F.shape[1]
+        labels, reps = column_classes(F.T)
+        r = reps.size
+        trivial = r == n and bool(np.all(labels == np.arange(n)))
+        sizes = np.bincount(labels[labels >= 0], minlength=r).astype(float)
+        A = F[:, reps] * np.sqrt(sizes)[None, :]
+        if r == 0:
+            return cls(labels, sizes, np.zeros((0, 0)), None, trivial)
+        K = A.T @ A
+        inv = _cholesky_inverse(K) if A.shape[0] >= r else None
+        if inv is not None:
+            return cls(labels, sizes, inv, None, trivial)
+        # Rank-deficient: the SVD of the (weighted) distinct columns, with numpy's
+        # matrix_rank cutoff, keeps F's numerical rank (an eigh of K would square its
+        # condition number and drop real directions of small columns).
+        _, sv, vt = np.linalg.svd(A, full_matrices=False)
+        keep = sv > sv.max(initial=0.0) * max(A.shape) * np.finfo(float).eps
+        vk = vt[keep].T
+        return cls(labels, sizes, (vk / sv[keep] ** 2) @ vk.T, vk, trivial)
+
+    @property
+    def rank(self) -> int:
+        return self.inv.shape[0] if self.basis is None else self.basis.shape[1]
+
+    def reduce(self, V: np.ndarray) -> np.ndarray | None:
+        """Ṽ = U V Uᵀ, or None when V is not constant on the classes (F cannot support it)."""
+        if self.trivial:
+            return V
+        r = self.sizes.size
+        BV = class_sum(V, self.labels, r)
+        VB = class_sum(BV.T, self.labels, r).T
+        scale = max(float(np.abs(V).max(initial=0.0)), 1e-300)
+        # V must equal its projection onto class-constant vectors: V = Vᵀ-side B⁺B.
+        back = (BV / self.sizes[:, None])[np.maximum(self.labels, 0)]
+        back[self.labels < 0] = 0.0
+        if np.abs(V - back).max(initial=0.0) > 1e-7 * scale:
+            return None
+        root = np.sqrt(self.sizes)
+        return VB / root[:, None] / root[None, :]
+
+    def trace(self, V: np.ndarray) -> float:
+        """tr(V (FᵀF)⁺), inf when F does not support V."""
+        Vt = self.reduce(V)
+        if Vt is None:
+            return math.inf
+        if self.basis is not None:
+            resid = Vt - (Vt @ self.basis) @ self.basis.T
+            if np.abs(resid).max(initial=0.0) > 1e-7 * max(float(np.abs(Vt).max(initial=0.0)), 1e-300):
+                return math.inf
+        return float(np.sum(self.inv * Vt))
+
+    def diag_quadratic(self, Q: np.ndarray) -> np.ndarray | None:
+        """diag(Q (FᵀF)⁺ Qᵀ) for query rows Q (k × n); None when F does not support Q."""
+        Q = np.atleast_2d(np.asarray(Q, dtype=float))
+        if self.trivial:
+            Qt = Q
+        else:
+            QB = class_sum(Q.T, self.labels, self.sizes.size).T
+            back = (QB / self.sizes[None, :])[:, np.maximum(self.labels, 0)]
+            back[:, self.labels < 0] = 0.0
+            if np.abs(Q - back).max(initial=0.0) > 1e-7 * max(float(np.abs(Q).max(initial=0.0)), 1e-300):
+                return None
+            Qt = QB / np.sqrt(self.sizes)[None, :]
+        if self.basis is not None:
+            resid = Qt - (Qt @ self.basis) @ self.basis.T
+            if np.abs(resid).max(initial=0.0) > 1e-7 * max(float(np.abs(Qt).max(initial=0.0)), 1e-300):
+                return None
+        return np.einsum("ij,jk,ik->i", Qt, self.inv, Qt)
+
+    def dense(self) -> np.ndarray:
+        """(FᵀF)⁺ as an n×n matrix (tests)."""
+        if self.trivial:
+            return self.inv
+        B = class_matrix(self.labels, self.sizes.size) / np.sqrt(self.sizes)[:, None]
+        return B.T @ self.inv @ B
+
+
+def _cholesky_inverse(K: np.ndarray) -> np.ndarray | None:
+    """K⁻¹ by Cholesky when K is numerically positive definite, else None.
+
+    The test is on the Cholesky factor's diagonal: a pivot below 1e-6 of the largest (a
+    condition number of K above 1e12) is treated as singular and left to the SVD path.
+    """
+    try:
+        c, low = sla.cho_factor(K, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return None
+    d = np.abs(np.diag(c))
+    if not d.size or d.min() <= 1e-6 * d.max():
+        return None
+    return sla.cho_solve((c, low), np.eye(K.shape[0]), check_finite=False)
