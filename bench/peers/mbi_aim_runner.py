@@ -26,10 +26,25 @@ def main() -> None:
     import jax
     jax.config.update("jax_enable_x64", True)
     import numpy as np
-    from mbi import Dataset
+    from mbi import Dataset, Domain, estimation
     from aim import AIM
 
-    data = Dataset.load(job["csv"], job["domain_json"])
+    # API shim, not an algorithm change: the script (mbi repository, a92f266) passes the
+    # warm-start potentials as ``potentials=``; mbi 2.0.0 on PyPI names that argument
+    # ``warm_start=`` and has no Dataset.load.
+    _estimate = estimation.MirrorDescent.estimate
+
+    def estimate(self, domain, loss_fn, *args, potentials=None, **kwargs):
+        if potentials is not None:
+            kwargs["warm_start"] = potentials
+        return _estimate(self, domain, loss_fn, *args, **kwargs)
+
+    estimation.MirrorDescent.estimate = estimate
+    sizes = json.loads(open(job["domain_json"]).read())
+    raw = np.loadtxt(job["csv"], delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+    header = open(job["csv"]).readline().strip().split(",")
+    domain = Domain(tuple(header), tuple(int(sizes[c]) for c in header))
+    data = Dataset({c: raw[:, i] for i, c in enumerate(header)}, domain)
     workload = [(tuple(c), 1.0) for c in job["workload"]]
     np.random.seed(job["seed"])
     mech = AIM(job["epsilon"], job["delta"], prng=np.random.RandomState(job["seed"]),
