@@ -31,10 +31,11 @@ from dpsql import linalg
 from dpsql.domain import TableSchema
 from dpsql.engine.config import Config
 from dpsql.engine.variance import SupportBlock, VarianceModel
-from dpsql.errors import BudgetExhaustedError, ProgrammingError
+from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
 from dpsql.measure.backend import Backend, DuckDBBackend
 from dpsql.measure import release as rel
 from dpsql.pgm import GraphicalModel, Measurement
+from dpsql.pgm.measurement import estimate_total
 from dpsql.pgm.auto import fit
 from dpsql.plan import Caps, Strategy, StrategyCache, Workload, optimize, svd_lower_bound
 from dpsql.privacy.ledger import Ledger
@@ -162,7 +163,7 @@ class Engine:
         t0 = time.perf_counter()
         workload, names, blocks = self.workload_for(table, queries)
         rho = rho if rho is not None else self.workload_rho()
-        strategy = self.optimize(workload, rho, self.config.sources[table].max_rows_per_id)
+        strategy = self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id)
         with self._lock:
             state = self._state(table)
             state.strategy = strategy
@@ -198,6 +199,27 @@ class Engine:
                 blocks, rho, family=self.config.noise, unit_rows=unit_rows):
             strategy = optimize(workload, operators=("OPT_+", "OPT_M"), **kwargs)
         return strategy
+
+    def optimize_counted(self, workload: Workload, rho: float, unit_rows: int = 1,
+                         released: Sequence[Measurement] = ()) -> Strategy:
+        """``optimize``, then make sure the number of records is determined.
+
+        The model is fitted to a known total (pgm.estimate: 1ᵀ must lie in some
+        measurement's row space).  A workload of filtered counts alone (``WHERE age >= 18``)
+        does not determine it, so its release was charged and then every fit failed
+        (issue 21).  When neither the strategy nor an earlier release determines the
+        total, the total count joins the workload and HDMM plans again: one more row,
+        paid from the same budget."""
+        strategy = self.optimize(workload, rho, unit_rows)
+        probe = [Measurement(b.clique, b.query, np.zeros(b.query.shape[0]), 1.0) for b in strategy.blocks]
+        if estimate_total(list(released) + probe) is not None:
+            return strategy
+        total = linalg.Weighted(1.0, linalg.Kron([linalg.Total(n) for n in workload.domain.shape]))
+        blocks = list(workload.matrix.blocks) if isinstance(workload.matrix, linalg.Union) else [workload.matrix]
+        return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total])), rho, unit_rows)
+
+    def released_measurements(self, table: str) -> list[Measurement]:
+        return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in self._state(table).released]
 
     def workload_rho(self) -> float:
         return (self.config.workload_budget or self.config.budget).rho
@@ -271,8 +293,14 @@ class Engine:
             if not state.released:
                 return None, None, state.model_version
             if state.model is None:
-                measurements = [Measurement(b.clique, b.query(), values, sd)
-                                for b, values, sd in state.released]
+                measurements = self.released_measurements(table)
+                if estimate_total(measurements) is None and state.model_last is None:
+                    # Releases from before optimize_counted existed may not determine it.
+                    raise OperationalError(
+                        f"the measurements released on table {table!r} do not determine its number of "
+                        "records, so no model can be fitted",
+                        hint=f"measure the total: add SELECT COUNT(*) FROM {table} to the workload and run "
+                             "`dpsql measure`")
                 state.model = self._fit(state.schema.domain, measurements, state.model_last)
                 state.model_last = state.model
                 dom = state.schema.domain

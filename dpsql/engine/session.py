@@ -252,7 +252,10 @@ class Session:
         state = self.engine._state(table)
         workload = Workload(state.schema.domain, linalg.Union([lq.matrix for lq in unsupported]))
         rho = self.engine.config.query_budget.rho
-        strategy = self.engine.optimize(workload, rho, self.engine.config.sources[table].max_rows_per_id)
+        # optimize_counted adds the total count when nothing released determines it: the
+        # first on-demand measurement was charged and then failed to fit (issue 21).
+        strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].max_rows_per_id,
+                                                self.engine.released_measurements(table))
         return self.engine.measure_strategy(table, strategy, rho, self.user,
                                             "query:" + ";".join(lq.name for lq in unsupported))
 

@@ -98,11 +98,29 @@ class _Prepared:
         self.mats, self.ginv, self.proj = [], [], []
         for f in block.factors:
             m = f.astype(np.float64) * (block.scale if not self.ginv else 1.0)
-            g = m.T @ m
-            gi = np.linalg.pinv(g, hermitian=True)
+            # G⁺ = M⁺ M⁺ᵀ from the SVD of M: pinv(MᵀM) squares M's condition number and
+            # truncated the small lattice rows' eigenvalues (their variance came out tiny).
+            mp = np.linalg.pinv(m)
+            gi = mp @ mp.T
             self.mats.append(m)
             self.ginv.append(gi)
-            self.proj.append(gi @ g)
+            self.proj.append(_row_space_projector(m))
+
+
+def _row_space_projector(m: np.ndarray) -> np.ndarray:
+    """Orthogonal projector onto the row space of ``m``, from its rows scaled to unit norm.
+
+    Scaling rows does not change the row space, but it does change the conditioning: a
+    lattice block mixes rows of weight 4096 with rows of weight 4 (2⁻¹⁰ after rounding), and
+    pinv(MᵀM)·MᵀM then misses the small rows by more than the support check's tolerance, so a
+    measured query was reported unsupported (issue 21)."""
+    norms = np.linalg.norm(m, axis=1)
+    keep = norms > 0
+    if not keep.any():
+        return np.zeros((m.shape[1], m.shape[1]))
+    u = m[keep] / norms[keep, None]
+    g = u.T @ u
+    return np.linalg.pinv(g, hermitian=True) @ g
 
 
 def _lift(term_factors: dict[str, np.ndarray], clique: Sequence[str], sizes: dict[str, int]):

@@ -127,3 +127,24 @@ def test_total_block_over_the_empty_clique_supports_the_total():
     err, sup = VarianceModel(ATTRS, SIZES, blocks).analyse(Kron([Total(3), Total(4), Total(2)]))
     assert sup.all()
     assert np.allclose(err, dense_var(Kron([Total(3), Total(4), Total(2)]).dense(), blocks))
+
+
+@pytest.mark.parametrize("small,big", [(4, 4096), (4, 2 ** 20), (1, 65536), (0.25, 2 ** 20)])
+def test_lattice_blocks_with_tiny_rows_support_their_query(small, big):
+    """Issue 21: a measured block of lattice rows (the query row at weight ``big`` plus edge
+    cells at weight ``small``, 2⁻¹⁰ after scaling) supports the query it was measured for,
+    and each row's variance is σ²/(scale·weight)², not truncated by an ill-conditioned pinv
+    (pinv(MᵀM) reported 0.004 for the second query's 23,170 at weights 0.25 and 2²⁰; the
+    SVD of M with singular values 2²² apart still leaves ~0.3% on the first)."""
+    n, scale = 74, 2.0 ** -12
+    f = np.zeros((3, n))
+    f[0, 0] = f[1, n - 1] = small
+    f[2, 1:] = big
+    vm = VarianceModel(("age",), {"age": n}, [SupportBlock(("age",), (f,), 1.0, scale)])
+    at_least_18 = Union([Weighted(1.0, Kron([Indicator(n, np.arange(n) >= 1)]))])
+    at_most_89 = Union([Weighted(1.0, Kron([Indicator(n, np.arange(n) <= n - 2)]))])
+    err, sup = vm.analyse(at_least_18)
+    assert sup.all() and err[0] == pytest.approx(1.0 / (scale * big), rel=1e-2)
+    err, sup = vm.analyse(at_most_89)    # = cell 0 + (cells 1..73) − cell 73
+    expected = np.sqrt(2.0 / (scale * small) ** 2 + 1.0 / (scale * big) ** 2)
+    assert sup.all() and err[0] == pytest.approx(expected, rel=1e-2)
