@@ -1,7 +1,8 @@
 """AIM benchmark (thesis §5.6): workload error, time and memory of dpsql's AIM, dpsql's
 HDMM plan on the same workload, and the authors' reference AIM, side by side.
 
-    python bench/aim.py                              # default grid (see --help)
+    python bench/aim.py                              # quick grid: titanic, nltcs at ε 0.1, 1, 10
+    python bench/aim.py --full                       # adult, salary too, ε 0.1, 0.3, 1, 3, 10
     python bench/aim.py --datasets titanic --eps 1 --systems dpsql,hdmm
     python bench/aim.py --reference-src DIR          # also the reference AIM (own venv)
 
@@ -141,6 +142,7 @@ def dpsql_job(job: dict) -> dict:
     t0 = time.perf_counter()
     con = dpsql.connect(cfg, user="bench", workload=[_sql(job["name"], c) for c in cliques])
     s = con.session
+    plan = s.plan() if job["mode"] == "hdmm" else None
     report = s.measure()
     t1 = time.perf_counter()
     model, _, _ = s.engine.model(job["name"])
@@ -176,7 +178,8 @@ def dpsql_job(job: dict) -> dict:
     if job["mode"] == "aim":
         out.update(rounds=report.rounds, rho_select=report.rho_select, selected=len(report.selected))
     else:
-        out.update(blocks=report.blocks, strategy=getattr(s.engine._state(job["name"]).strategy, "operator", ""))
+        out.update(blocks=report.blocks, strategy=plan.strategy.operator, plan_rmse=plan.rmse,
+                   plan_s=plan.seconds)
     con.close()
     return out
 
@@ -219,22 +222,27 @@ def environment() -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--datasets", default="titanic,nltcs,adult,salary")
+    ap.add_argument("--full", action="store_true", help="all datasets at all five ε")
+    ap.add_argument("--datasets", default="titanic,nltcs")
     ap.add_argument("--workloads", default="all3way")
-    ap.add_argument("--eps", default=",".join(str(e) for e in DEFAULT_EPS))
+    ap.add_argument("--eps", default="0.1,1,10")
     ap.add_argument("--systems", default="dpsql,hdmm,reference")
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--max-model-mb", type=float, default=80.0, help="MAX-SIZE for both AIMs (thesis: 80)")
     ap.add_argument("--fit-iters", type=int, default=1000, help="dpsql's final fit (rounds use 200)")
     ap.add_argument("--ref-iters", type=int, default=1000, help="reference: mirror descent iterations per round")
     ap.add_argument("--timeout", type=float, default=3600.0)
-    ap.add_argument("--reference-src", help="checkout of ryan112358/mbi's mechanisms/ folder")
+    ap.add_argument("--reference-src", default=os.environ.get("DPSQL_AIM_REFERENCE"),
+                    help="checkout of ryan112358/mbi's mechanisms/ folder (or $DPSQL_AIM_REFERENCE)")
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default=str(OUT / "results.json"))
     args = ap.parse_args(argv)
     if args.job:
         print(json.dumps(dpsql_job(json.loads(sys.stdin.read()))))
         return 0
+    if args.full:
+        args.datasets = ",".join(DATASETS)
+        args.eps = ",".join(str(e) for e in DEFAULT_EPS)
     data_dir = _data_dir(args.data_dir)
     systems = args.systems.split(",")
     if "reference" in systems and not args.reference_src:

@@ -139,6 +139,8 @@ def cmd_plan(args) -> int:
     if report.bound_rmse is not None:
         print(f"no strategy can do better than {report.bound_rmse:,.2f} with unbiased answers "
               f"(SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
+    if getattr(report, "advice", None):
+        print(f"AIM or HDMM: {report.advice}")
     if con.session.engine.config.planner.mode == "aim":
         _print_aim_plan(con.session, report.table)
     return 0

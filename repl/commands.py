@@ -239,7 +239,8 @@ class MetaCommands:
         ] + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
                 + ("" if report.bound_exact else " of the marginal queries alone")
                 + "; no strategy does better with unbiased answers)")]
-             if getattr(report, "bound_rmse", None) is not None else []))
+             if getattr(report, "bound_rmse", None) is not None else [])
+            + ([("AIM or HDMM", report.advice)] if getattr(report, "advice", None) else []))
         self.shell.emit(lines)
         return True
 

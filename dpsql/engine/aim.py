@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
@@ -188,8 +189,16 @@ def _block(domain, clique) -> rel.LatticeBlock:
     return rel.LatticeBlock(tuple(clique), factors, 1.0, 1.0)
 
 
+_WORKLOADS: "weakref.WeakKeyDictionary[Engine, dict]" = weakref.WeakKeyDictionary()
+
+
 def _setup(engine: Engine, table: str, rho=None):
-    workload, _, _ = engine.workload_for(table)
+    # Compiling hundreds of workload statements takes seconds; cost, plan and run share it.
+    cache = _WORKLOADS.setdefault(engine, {})
+    key = (table, tuple(engine.config.workload))
+    if key not in cache:
+        cache[key] = engine.workload_for(table)[0]
+    workload = cache[key]
     weights = workload_marginals(workload)
     options = aim_options(engine, table)
     rho = Fraction(rho if rho is not None else engine.workload_rho())

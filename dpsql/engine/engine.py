@@ -76,6 +76,8 @@ class PlanReport:
     # marginal queries only (still a valid floor).  None when not computable.
     bound_rmse: float | None = None
     bound_exact: bool = False
+    # AIM or HDMM for this workload and budget (dpsql.plan.aim.advise; public information)
+    advice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,9 +177,16 @@ class Engine:
         base_tse = sum(b.shape[0] * b.sensitivity(2) ** 2 * gaussian_sigma2_unit(rho / k) for b in blocks)
         baseline = math.sqrt(base_tse / m)
         bound = svd_lower_bound(workload) if self.config.noise == "gaussian" else None
+        advice = None
+        if self.config.noise == "gaussian":
+            from dpsql.plan.aim import advise
+            with self._lock:
+                fitted = self._state(table).model
+            advice = advise(workload, workload.domain, rmse,
+                            total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * gaussian_sigma2_unit(rho) / m),
-                          bool(bound and bound[1]))
+                          bool(bound and bound[1]), advice)
 
     def optimize(self, workload: Workload, rho: float, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.

@@ -44,7 +44,7 @@ import numpy as np
 
 __all__ = ["AIMOptions", "Round", "RoundResult", "AIMResult", "DEFAULT_MODEL_CELLS",
            "workload_marginals", "downward_closure", "candidate_weights", "scaled_l1",
-           "exact_scores", "epsilon_for", "jt_size", "run_aim", "plan_summary"]
+           "exact_scores", "epsilon_for", "jt_size", "run_aim", "plan_summary", "advise", "Advice"]
 
 #: Thesis default model capacity: 80 MB of float64 (§5.6.5), in cells.
 DEFAULT_MODEL_CELLS = 80 * 2**20 // 8
@@ -432,3 +432,51 @@ def plan_summary(domain, workload: Any, rho, options: AIMOptions | None = None) 
             "sigma0": math.sqrt(float(options.unit_rows ** 2 * T / (2 * alpha * rho))),
             "epsilon0": float(epsilon_for((1 - alpha) * rho / T)),
             "max_model_cells": options.max_model_cells}
+
+
+# --- AIM or HDMM? -------------------------------------------------------------------------------
+
+#: HDMM's expected L1 noise per workload marginal, as a share of the table's rows, above
+#: which AIM is expected to give the lower workload error (evidence: docs/engine.md,
+#: "AIM or HDMM?", from bench/aim.py).
+AIM_NOISE_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Advice:
+    choice: str | None            # "aim" | "hdmm" | None (depends on the table's size)
+    noise_per_marginal: float     # HDMM's expected L1 error per workload marginal, in rows
+    rows_threshold: float         # N*: HDMM is expected to do better above this many rows
+    total: float | None           # the number of rows used (a noisy estimate), if known
+    text: str
+
+
+def advise(workload: Any, domain, hdmm_rmse: float, total: float | None = None,
+           share: float = AIM_NOISE_SHARE) -> Advice:
+    """Which mode is expected to answer ``workload`` better, from public information.
+
+    HDMM's answers are unbiased with a known per-cell RMSE, so its expected L1 error on a
+    workload marginal r is √(2/π)·RMSE·n_r.  When that is a large share of the table it is
+    noise-dominated, and AIM — which spends the budget only on marginals it can measure
+    well and infers the rest — does better; when it is small, measuring the whole workload
+    is better (thesis §5.6: AIM's advantage is largest at small ε and large workloads).
+    The table's size is private, so the rule is stated as a threshold N* on it; ``total``
+    (a noisy estimate from earlier releases, which is post-processing) decides it."""
+    weights = workload_marginals(workload)
+    sizes = dict(zip(domain.attributes, (int(s) for s in domain.shape)))
+    if not weights:
+        return Advice("hdmm", 0.0, 0.0, total, "the workload has no marginal structure: HDMM")
+    cells = sum(float(w) * _cells(sizes, c) for c, w in weights.items()) / float(sum(weights.values()))
+    noise = _SQRT_2_OVER_PI * float(hdmm_rmse) * cells
+    threshold = noise / share
+    if total is not None and total > 0:
+        choice = "aim" if total < threshold else "hdmm"
+        text = (f"{'AIM' if choice == 'aim' else 'HDMM'} is expected to do better: HDMM's expected error "
+                f"per workload marginal is {noise:,.0f} rows, {noise / total:.0%} of the table's about "
+                f"{total:,.0f} rows (AIM wins above {share:.0%})")
+    else:
+        choice = None
+        text = (f"AIM is expected to do better unless the table has more than about {threshold:,.0f} "
+                f"rows: HDMM's expected error per workload marginal is {noise:,.0f} rows, and AIM wins "
+                f"once that exceeds {share:.0%} of the table")
+    return Advice(choice, noise, threshold, total, text)

@@ -190,3 +190,4 @@ def test_planner_mode_is_validated(tmp_path):
     assert engine_aim.aim_options(con.session.engine, "adult").max_model_cells == 5000
     summary = engine_aim.aim_summary(con.session.engine, "adult")
     assert summary["oneway"] == 5 and summary["rho_select"] > 0
+    assert "rows" in con.session.plan().advice

@@ -262,3 +262,17 @@ def test_plan_summary_is_public_and_consistent():
     assert s["rounds_bound"] == 80 and s["oneway"] == 5
     assert math.isclose(s["rho_select"] + s["rho_measure"], 0.1)
     assert math.isclose(s["sigma0"], math.sqrt(80 / (2 * 0.9 * 0.1)))
+
+
+def test_advice_follows_hdmm_noise_relative_to_the_table():
+    from dpsql.plan.aim import AIM_NOISE_SHARE, advise
+    wl = [(("a", "b"), 1), (("c", "d", "e"), 1)]  # 12 and 30 cells
+    rmse = 10.0
+    noise = math.sqrt(2 / math.pi) * rmse * 21
+    a = advise(wl, DOM, rmse)
+    assert a.choice is None and math.isclose(a.noise_per_marginal, noise)
+    assert math.isclose(a.rows_threshold, noise / AIM_NOISE_SHARE) and "unless the table has more" in a.text
+    assert advise(wl, DOM, rmse, total=a.rows_threshold * 0.5).choice == "aim"
+    assert advise(wl, DOM, rmse, total=a.rows_threshold * 2).choice == "hdmm"
+    # more budget (smaller RMSE) lowers the threshold: HDMM for smaller tables
+    assert advise(wl, DOM, rmse / 10).rows_threshold < a.rows_threshold
