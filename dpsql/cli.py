@@ -135,10 +135,12 @@ def cmd_plan(args) -> int:
     if getattr(s, "explanation", None):
         print(s.explanation)
     print(f"expected RMSE per query row at rho = {report.rho:.4g}: {report.rmse:,.2f} "
-          f"(per-query Gaussian baseline: {report.baseline_rmse:,.2f})")
+          f"(per-query baseline: {report.baseline_rmse:,.2f})")
     if report.bound_rmse is not None:
         print(f"no strategy can do better than {report.bound_rmse:,.2f} with unbiased answers "
               f"(SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
+    for line in report.per_query_lines():
+        print(line)
     if getattr(report, "advice", None):
         print(f"AIM or HDMM: {report.advice}")
     if con.session.engine.config.planner.mode == "aim":

@@ -241,6 +241,8 @@ class MetaCommands:
                 + "; no strategy does better with unbiased answers)")]
              if getattr(report, "bound_rmse", None) is not None else [])
             + ([("AIM or HDMM", report.advice)] if getattr(report, "advice", None) else []))
+        per_query = getattr(report, "per_query_lines", None)
+        lines += per_query() if per_query else []
         self.shell.emit(lines)
         return True
 

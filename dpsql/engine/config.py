@@ -10,7 +10,9 @@ tests) and keyword overrides that replace top-level entries of the same name, e.
 from __future__ import annotations
 
 import copy
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +65,7 @@ class PlannerOptions:
     seed: int = 0
     max_clique_cells: int = 2_000_000
     max_model_cells: int = 20_000_000
+    objective: str = "relative"      # or "absolute" (dpsql.plan.objective)
     mode: str = "hdmm"                       # "aim": adaptive measurement (thesis ch. 5)
     aim_max_model_cells: int = 80 * 2**20 // 8  # AIM's JT-SIZE cap (thesis: 80 MB of float64)
 
@@ -82,6 +85,7 @@ class Config:
     noise: str = "gaussian"
     policy: str = "infer"
     workload: tuple[str, ...] = ()
+    workload_weights: tuple[float, ...] = ()   # per workload statement (default 1)
     planner: PlannerOptions = field(default_factory=PlannerOptions)
     fit_iters: int = 1000
     default_user: str = "analyst"
@@ -105,8 +109,36 @@ def _read(config: str | os.PathLike | Mapping) -> tuple[dict, Path | None]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
 
 
-def _workload_sql(spec: Any, base: Path, where: str) -> list[str]:
-    """Workload statements from inline SQL strings and/or files (one query per statement)."""
+_WEIGHT_COMMENT = re.compile(r"^\s*--\s*weight\s*:\s*(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def _leading_weight(sql: str, where: str) -> float:
+    """The planner weight of a workload statement: a ``-- weight: 3`` line among the
+    comments before its first token (1 when absent)."""
+    head = []
+    for line in sql.splitlines():
+        if line.strip() and not line.strip().startswith("--"):
+            break
+        head.append(line)
+    found = _WEIGHT_COMMENT.findall("\n".join(head))
+    return _weight(found[-1], where) if found else 1.0
+
+
+def _weight(value: Any, where: str) -> float:
+    try:
+        w = float(value)
+    except (TypeError, ValueError):
+        w = math.nan
+    if not (math.isfinite(w) and w > 0):
+        raise ConfigError(f"{where}: query weight must be a positive number, got {value!r}",
+                          hint="e.g. -- weight: 3 on the line above the query")
+    return w
+
+
+def _workload_sql(spec: Any, base: Path, where: str) -> list[tuple[str, float]]:
+    """Workload statements from inline SQL strings and/or files (one query per statement),
+    each with its planner weight (``{ sql = ..., weight = 3 }`` or a ``-- weight: 3``
+    comment line before the statement; default 1)."""
     from dpsql.sql.split import split_statements
 
     if spec is None:
@@ -117,15 +149,22 @@ def _workload_sql(spec: Any, base: Path, where: str) -> list[str]:
         items = [("file", f) for f in spec.get("files", [])] + [("sql", q) for q in spec.get("queries", [])]
     else:
         items = [("sql", q) for q in spec]
-    out: list[str] = []
+    out: list[tuple[str, float]] = []
     for kind, item in items:
         if kind == "file":
             p = Path(item) if Path(item).is_absolute() else base / item
             if not p.exists():
                 raise ConfigError(f"{where}: workload file not found: {p}")
-            out.extend(split_statements(p.read_text()))
+            out.extend((q, _leading_weight(q, f"{where}: {p.name}"))
+                       for q in split_statements(p.read_text()))
+        elif isinstance(item, Mapping):
+            if "sql" not in item:
+                raise ConfigError(f"{where}: a query entry needs sql",
+                                  hint='queries = [{ sql = "SELECT ...", weight = 3 }]')
+            w = _weight(item.get("weight", 1.0), where)
+            out.extend((q, w) for q in split_statements(str(item["sql"])))
         else:
-            out.extend(split_statements(item))
+            out.extend((q, _leading_weight(q, where)) for q in split_statements(item))
     return out
 
 
@@ -235,16 +274,23 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     if mode not in PLANNER_MODES:
         raise ConfigError(f"{where}: [planner] mode must be \"hdmm\" or \"aim\", got {mode!r}",
                           hint='mode = "aim" selects marginals adaptively (docs/engine.md, "AIM")')
+    objective = planner_spec.pop("objective", "relative")
+    if objective not in ("relative", "absolute"):
+        raise ConfigError(f"{where}: [planner] objective must be \"relative\" or \"absolute\", "
+                          f"got {objective!r}",
+                          hint="relative: each query counts against its own per-query baseline")
     try:
-        planner = PlannerOptions(mode=mode, **{k: int(v) for k, v in planner_spec.items()})
+        planner = PlannerOptions(**{k: int(v) for k, v in planner_spec.items()},
+                                 objective=objective, mode=mode)
     except TypeError as exc:
         raise ConfigError(f"{where}: [planner]: {exc}",
-                          hint="options: restarts, seed, max_clique_cells, max_model_cells, mode, "
-                               "aim_max_model_cells") from None
+                          hint="options: restarts, seed, max_clique_cells, max_model_cells, "
+                               "objective, mode, aim_max_model_cells") from None
     return Config(path=path, tables=tables, sources=sources, budget=budget, user_budgets=users,
                   default_user_budget=default_user_budget, workload_budget=workload_budget,
                   query_budget=query_budget, ledger_path=ledger_path, cache_dir=cache_dir,
-                  noise=noise, policy=policy, workload=tuple(workload), planner=planner,
+                  noise=noise, policy=policy, workload=tuple(q for q, _ in workload),
+                  workload_weights=tuple(w for _, w in workload), planner=planner,
                   fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 1000))),
                   default_user=str(section.get("default_user", "analyst")),
                   error_columns=error_columns)

@@ -37,7 +37,9 @@ from dpsql.measure import release as rel
 from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.measurement import estimate_total
 from dpsql.pgm.auto import fit
-from dpsql.plan import Caps, Strategy, StrategyCache, Workload, optimize, svd_lower_bound
+from dpsql.plan import (
+    Caps, QuerySpec, Strategy, StrategyCache, Workload, optimize, query_errors, svd_lower_bound,
+)
 from dpsql.privacy.ledger import Ledger
 
 Released = tuple[rel.LatticeBlock, np.ndarray, float]
@@ -62,6 +64,33 @@ class TableState:
 
 
 @dataclass(frozen=True)
+class QueryReport:
+    """What one workload query gets from the plan, at the plan's budget.
+
+    ``stderr`` is the root-mean-square expected standard error over the query's rows,
+    ``baseline`` that of the per-query mechanism (each query measured on its own, the
+    budget split evenly), ``floor`` the SVD bound of the query alone (no unbiased answer
+    does better even with the whole budget; None when not computable)."""
+
+    sql: str
+    aggregate: str
+    rows: int
+    weight: float
+    stderr: float
+    baseline: float
+    floor: float | None
+
+    @property
+    def ratio(self) -> float:
+        return self.stderr / self.baseline if self.baseline > 0 else math.inf
+
+    @property
+    def flagged(self) -> bool:
+        """Expected error above the query's own per-query baseline."""
+        return self.ratio > 1.0 + 1e-9
+
+
+@dataclass(frozen=True)
 class PlanReport:
     table: str
     strategy: Strategy
@@ -69,15 +98,44 @@ class PlanReport:
     rows: int
     rho: float
     rmse: float              # expected RMSE per workload row at rho
-    baseline_rmse: float     # per-query Gaussian mechanism, budget split evenly
+    baseline_rmse: float     # per-query mechanism, budget split evenly
     seconds: float
     # No strategy can beat this RMSE with unbiased (least-squares) answers: the SVD bound
     # (thesis Def. 12 / Prop. 10), of the whole workload when ``bound_exact``, else of its
     # marginal queries only (still a valid floor).  None when not computable.
     bound_rmse: float | None = None
     bound_exact: bool = False
+    objective: str = "relative"
+    per_query: tuple[QueryReport, ...] = ()
     # AIM or HDMM for this workload and budget (dpsql.plan.aim.advise; public information)
     advice: str | None = None
+
+    @property
+    def flagged(self) -> tuple[QueryReport, ...]:
+        return tuple(q for q in self.per_query if q.flagged)
+
+    def per_query_lines(self, width: int = 60) -> list[str]:
+        """The per-query table the CLI and the shell print: expected standard error, the
+        per-query baseline, their ratio, the SVD floor of the query alone, the weight."""
+        if not self.per_query:
+            return []
+        out = [f"objective: {self.objective} (each query against its per-query baseline)"
+               if self.objective == "relative" else "objective: absolute (total squared error)",
+               f"{'std err':>10} {'baseline':>10} {'ratio':>6} {'floor':>9} {'weight':>6}  query"]
+        for q in self.per_query:
+            text = " ".join(w for line in q.sql.splitlines()
+                            if not line.strip().startswith("--") for w in line.split())
+            label = f"{text} [{q.aggregate}]" if q.aggregate and q.aggregate not in text else text
+            if len(label) > width:
+                label = label[:width - 1] + "…"
+            floor = "-" if q.floor is None else f"{q.floor:,.2f}"
+            flag = "  ABOVE BASELINE" if q.flagged else ""
+            out.append(f"{q.stderr:>10,.2f} {q.baseline:>10,.2f} {q.ratio:>6.2f} {floor:>9} "
+                       f"{q.weight:>6g}  {label}{flag}")
+        if self.flagged:
+            out.append(f"{len(self.flagged)} quer{'y is' if len(self.flagged) == 1 else 'ies are'} "
+                       "expected to be less accurate than measured on its own")
+        return out
 
 
 @dataclass(frozen=True)
@@ -142,51 +200,71 @@ class Engine:
 
     # -- planning ----------------------------------------------------------------------------
     def workload_for(self, table: str, queries: Sequence[str] | None = None):
-        """Compile workload SQL (public) into an HDMM workload over the table's domain."""
+        """Compile workload SQL (public) into an HDMM workload over the table's domain,
+        one query part per linear query, scaled for the configured objective
+        (``dpsql.plan.objective``; weights from ``-- weight:`` comments or the config)."""
         from dpsql.sql import compile as compile_sql
 
-        queries = list(self.config.workload if queries is None else queries)
+        if queries is None:
+            queries, weights = list(self.config.workload), list(self.config.workload_weights)
+        else:
+            queries, weights = list(queries), []
+        weights = weights + [1.0] * (len(queries) - len(weights))
         state = self._state(table)
-        blocks, names = [], []
-        for sql in queries:
+        specs, names, blocks, labels = [], [], [], []
+        for sql, weight in zip(queries, weights):
             cq = compile_sql(sql, self.catalog)
             if cq.table != table:
                 continue
             for lq in cq.linear_queries:
                 blocks.append(lq.matrix)
+                specs.append(QuerySpec(f"{sql} [{lq.description}]", lq.matrix, weight))
+                labels.append((sql, lq.description))
             names.append(sql)
         if not blocks:
             raise ProgrammingError(f"the workload has no queries on table {table!r}",
                                    hint="add SQL statements over this table to [workload]")
-        return Workload(state.schema.domain, linalg.Union(blocks)), names, blocks
+        workload = Workload.of_queries(state.schema.domain, specs, noise=self.config.noise,
+                                       objective=self.config.planner.objective)
+        return workload, names, blocks, labels
 
     def plan(self, table: str, queries: Sequence[str] | None = None,
              rho: float | None = None) -> PlanReport:
         t0 = time.perf_counter()
-        workload, names, blocks = self.workload_for(table, queries)
+        workload, names, blocks, labels = self.workload_for(table, queries)
         rho = rho if rho is not None else self.workload_rho()
         strategy = self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id)
         with self._lock:
             state = self._state(table)
             state.strategy = strategy
-        m = workload.matrix.shape[0]
-        tse_unit = strategy.expected_error
-        rmse = math.sqrt(tse_unit * gaussian_sigma2_unit(rho) / m)
-        # per-query baseline: each query alone with the Gaussian mechanism at ρ/k
-        k = len(blocks)
-        base_tse = sum(b.shape[0] * b.sensitivity(2) ** 2 * gaussian_sigma2_unit(rho / k) for b in blocks)
-        baseline = math.sqrt(base_tse / m)
-        bound = svd_lower_bound(workload) if self.config.noise == "gaussian" else None
+        m = sum(b.shape[0] for b in blocks)
+        s2 = gaussian_sigma2_unit(rho)    # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
+        per_query = []
+        for part, (sql, aggregate), (tse, base_tse, floor) in zip(
+                workload.parts, labels, query_errors(strategy)):
+            per_query.append(QueryReport(
+                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows),
+                math.sqrt(base_tse * s2 / part.rows),
+                None if floor is None else math.sqrt(floor * s2 / part.rows)))
+        if per_query:
+            rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in per_query) / m)
+            baseline = math.sqrt(sum(q.baseline ** 2 * q.rows for q in per_query) / m)
+        else:
+            rmse = math.sqrt(strategy.expected_error * s2 / m)
+            baseline = math.nan
+        raw = Workload(workload.domain, linalg.Union(blocks))
+        bound = svd_lower_bound(raw) if self.config.noise == "gaussian" else None
         advice = None
         if self.config.noise == "gaussian":
             from dpsql.plan.aim import advise
             with self._lock:
                 fitted = self._state(table).model
-            advice = advise(workload, workload.domain, rmse,
+            advice = advise(raw, raw.domain, rmse,
                             total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0,
-                          None if bound is None else math.sqrt(bound[0] * gaussian_sigma2_unit(rho) / m),
-                          bool(bound and bound[1]), advice)
+                          None if bound is None else math.sqrt(bound[0] * s2 / m),
+                          bool(bound and bound[1]), self.config.planner.objective,
+                          tuple(per_query), advice)
 
     def optimize(self, workload: Workload, rho: float, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
@@ -206,7 +284,8 @@ class Engine:
         blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
         if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
                 blocks, rho, family=self.config.noise, unit_rows=unit_rows):
-            strategy = optimize(workload, operators=("OPT_+", "OPT_M"), **kwargs)
+            strategy = optimize(workload, operators=("OPT_+", "OPT_M", "per-query")
+                                if workload.parts else ("OPT_+", "OPT_M"), **kwargs)
         return strategy
 
     def optimize_counted(self, workload: Workload, rho: float, unit_rows: int = 1,
@@ -355,4 +434,4 @@ def _round_up(x: Fraction) -> float:
     return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
-__all__ = ["Engine", "PlanReport", "MeasureReport"]
+__all__ = ["Engine", "PlanReport", "QueryReport", "MeasureReport"]

@@ -7,7 +7,7 @@ building blocks are those of ICML 2019 appendix B.1, Table 2.  See
 """
 
 from dpsql.linalg.base import DENSE_LIMIT, WORK_LIMIT, Product, QueryMatrix, Transpose, Weighted
-from dpsql.linalg.composite import EXACT_SENSITIVITY_LIMIT, Kron, Sum, Union, kron_matmat
+from dpsql.linalg.composite import EXACT_SENSITIVITY_LIMIT, Kron, Sum, Union, kron_matmat, max_column_sum
 from dpsql.linalg.leaves import (
     Bucket, Diagonal, Explicit, Identity, Indicator, Ones, Total, Values,
 )
@@ -24,7 +24,7 @@ __all__ = [
     "Identity", "Ones", "Total", "Values", "Indicator", "Bucket", "Diagonal", "Explicit",
     "Prefix", "Suffix", "Difference", "AllRange", "WidthRange", "Semiseparable",
     "Tridiagonal", "WidthRangeGram",
-    "Kron", "Union", "Sum", "kron_matmat",
+    "Kron", "Union", "Sum", "kron_matmat", "max_column_sum",
     "Marginals", "kron_terms", "is_kron_union", "dense_factors", "to_dense_factors",
     "DENSE_LIMIT", "WORK_LIMIT", "EXACT_SENSITIVITY_LIMIT",
 ]

@@ -19,10 +19,10 @@ from itertools import accumulate
 import numpy as np
 
 from dpsql.errors import NotSupportedError, ProgrammingError
-from dpsql.linalg.base import DENSE_LIMIT, Product, QueryMatrix
+from dpsql.linalg.base import DENSE_LIMIT, Product, QueryMatrix, Weighted
 from dpsql.linalg.leaves import Identity
 
-__all__ = ["Kron", "Union", "Sum", "EXACT_SENSITIVITY_LIMIT"]
+__all__ = ["Kron", "Union", "Sum", "EXACT_SENSITIVITY_LIMIT", "max_column_sum"]
 
 #: Unions over at most this many cells get their sensitivity from per-cell column
 #: norms (exact); larger ones use the bound (Σ_b s_b^p)^(1/p).  2^22 float64 is 32 MiB
@@ -35,6 +35,30 @@ EXACT_SENSITIVITY_LIMIT = 1 << 22
 # at least _MIN_SLAB_COLS columns so a wide factor's own entries are reused.
 _SLAB_ENTRIES = 1 << 18
 _MIN_SLAB_COLS = 128
+
+def max_column_sum(scales, vectors, limit: int) -> float | None:
+    """max over cells x of Σ_b scales[b]·Π_i vectors[b][i][x_i], or None when the
+    attributes whose vectors vary across cells span more than ``limit`` cells.
+
+    The column p-norms^p of a union of Kron products (blocks b, attributes i) have this
+    form; attributes where every block's vector is constant factor out."""
+    d = len(vectors[0])
+    def varies(x) -> bool:
+        hi, lo = float(np.max(x)), float(np.min(x))
+        return hi - lo > 1e-12 * max(abs(hi), abs(lo))
+
+    vary = [i for i in range(d) if any(varies(v[i]) for v in vectors)]
+    cells = math.prod(len(vectors[0][i]) for i in vary)
+    if cells > limit:
+        return None
+    acc = np.zeros(tuple(len(vectors[0][i]) for i in vary))
+    for s, v in zip(scales, vectors):
+        term = np.asarray(s * math.prod(float(v[i][0]) for i in range(d) if i not in vary))
+        for i in vary:
+            term = np.multiply.outer(term, v[i])
+        acc = acc + term
+    return float(acc.max())
+
 
 def _check_blocks(items, what: str) -> list[QueryMatrix]:
     items = list(items)
@@ -233,7 +257,31 @@ class Union(QueryMatrix):
                 return float(self._column_norms(p).max())
             except NotSupportedError:
                 pass
+        exact = self._kron_sensitivity(p)
+        if exact is not None:
+            return exact
         return float(sum(b._sensitivity(p) ** p for b in self.blocks) ** (1.0 / p))
+
+    def _kron_sensitivity(self, p):
+        """Exact for a union of (weighted) Krons over a large domain: only attributes on
+        which some block's column norms vary need enumerating (an OR split into
+        disjoint blocks touches two or three), the rest contribute constants."""
+        scales, vectors = [], []
+        for b in self.blocks:
+            w = 1.0
+            while isinstance(b, Weighted):
+                w, b = w * b.weight, b.base
+            if not isinstance(b, Kron):
+                return None
+            try:
+                vectors.append([f._column_norms(p) ** p for f in b.factors])
+            except NotSupportedError:
+                return None
+            scales.append(abs(w) ** p)
+        if len({len(v) for v in vectors}) != 1:
+            return None
+        total = max_column_sum(scales, vectors, EXACT_SENSITIVITY_LIMIT)
+        return None if total is None else float(total ** (1.0 / p))
 
     def _column_norms(self, p):
         # A column's p-th power norm is the sum over blocks of its blocks' p-th powers.

@@ -88,8 +88,15 @@ def workload_marginals(workload: Any) -> dict[Clique, Fraction]:
     if hasattr(workload, "terms"):
         attrs = workload.terms.attributes
         order = {a: i for i, a in enumerate(attrs)}
-        items = [(tuple(attrs[i] for i in sorted(t.support)), abs(t.weight))
-                 for t in workload.terms.terms]
+        terms = workload.terms.terms
+        # A workload of queries scales its terms for the planner's objective; AIM's c_s
+        # is the user's weight of the query the term belongs to.
+        parts = getattr(workload, "parts", None) or ()
+        weight = [abs(t.weight) for t in terms]
+        for part in parts:
+            for j in part.terms:
+                weight[j] = abs(part.weight)
+        items = [(tuple(attrs[i] for i in sorted(t.support)), w) for t, w in zip(terms, weight)]
     else:
         items = list(workload.items()) if isinstance(workload, Mapping) else list(workload)
         order = None

@@ -31,7 +31,9 @@ from dpsql.plan.gram import FactorPinv, pinv_psd
 from dpsql.plan.strategy import KronBlock, Strategy, factor_kind, union_sensitivity
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
-__all__ = ["expected_error", "rmse", "per_query_variance", "strategy_tse", "noise_norm",
+__all__ = ["expected_error", "rmse", "per_query_variance", "strategy_tse", "term_errors",
+           "query_errors",
+           "noise_norm",
            "strategy_blocks", "DENSE_LIMIT"]
 
 #: Largest full domain on which a general union strategy is evaluated densely.
@@ -80,7 +82,7 @@ def _factor_traces(block: KronBlock, terms: WorkloadTerms) -> np.ndarray:
     return out
 
 
-def _kron_loss(block: KronBlock, terms: WorkloadTerms) -> np.ndarray:
+def kron_loss(block: KronBlock, terms: WorkloadTerms) -> np.ndarray:
     """Per-term Σ-free loss w_j² Π_i tr(V_ji X_i⁺) / weight² (Theorem 4 summands)."""
     tr = _factor_traces(block, terms)
     w2 = np.array([t.weight ** 2 for t in terms.terms])
@@ -104,14 +106,16 @@ def _marginal_form(blocks: Sequence[KronBlock]):
     return cliques, np.asarray(theta)
 
 
-def _marginal_trace(terms: WorkloadTerms, cliques, theta) -> float:
+def _marginal_traces(terms: WorkloadTerms, cliques, theta) -> np.ndarray:
+    """Per-term Theorem 9 traces Σ_a mult(a) κ_wj(a)/κ_u(a) of a marginal strategy."""
     space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
-    kw = workload_kappa(space, terms)
     ku = strategy_kappa(space, theta ** 2, cliques)
-    return marginal_loss(kw, ku, space.mult())
+    mult = space.mult()
+    return np.array([marginal_loss(workload_kappa(space, terms.select([j])), ku, mult)
+                     for j in range(len(terms.terms))])
 
 
-def _dense_trace(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> float:
+def _dense_traces(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> np.ndarray:
     n = terms.size
     X = np.zeros((n, n))
     for b in blocks:
@@ -119,55 +123,105 @@ def _dense_trace(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> float:
         for F in b.factors:
             G = np.kron(G, F.T @ F)
         X += b.weight ** 2 * G
-    V = terms.dense_gram()
-    Xp, proj = pinv_psd(X)
-    if np.abs(V - V @ proj).max() > 1e-7 * max(np.abs(V).max(), 1e-300):
-        return math.inf
-    return float(np.sum(Xp * V))
+    w, P = np.linalg.eigh(X)
+    keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-10 * n
+    Pk = P[:, keep]
+    Xp = (Pk / w[keep]) @ Pk.T
+    # V (PSD) is supported iff it vanishes on null(X), iff tr(V·(I − Π)) = 0 for the
+    # range projector Π: one O(n²) inner product per term instead of V·Π.
+    off = np.eye(n) - Pk @ Pk.T if not keep.all() else None
+    out = np.empty(len(terms.terms))
+    for j in range(len(terms.terms)):
+        V = terms.select([j]).dense_gram()
+        if off is not None and float(np.sum(V * off)) > 1e-9 * max(float(np.trace(V)), 1e-300):
+            out[j] = math.inf
+        else:
+            out[j] = float(np.sum(Xp * V))
+    return out
 
 
-def _mixed_trace(terms: WorkloadTerms, blocks: Sequence[KronBlock],
-                 assignment: Sequence[int]) -> float:
+def _mixed_traces(terms: WorkloadTerms, blocks: Sequence[KronBlock],
+                  assignment: Sequence[int]) -> np.ndarray:
     """OPT_M+ (planner.opt_marginals_plus): terms assigned −1 are answered jointly by the
     marginal-form blocks no other term is assigned to; the rest by their own block."""
     own = {a for a in assignment if a >= 0}
     marg = [b for i, b in enumerate(blocks) if i not in own]
     form = _marginal_form(marg)
-    if form is None:
-        return math.inf
-    trace = _marginal_trace(terms.select([j for j, a in enumerate(assignment) if a < 0]), *form)
+    out = np.full(len(terms.terms), math.inf)
+    joint = [j for j, a in enumerate(assignment) if a < 0]
+    if form is not None and joint:
+        out[joint] = _marginal_traces(terms.select(joint), *form)
     for j, a in enumerate(assignment):
         if a >= 0:
-            trace += float(_kron_loss(blocks[a], terms.select([j]))[0])
-    return trace
+            out[j] = float(kron_loss(blocks[a], terms.select([j]))[0])
+    return out
 
 
-def strategy_tse(terms: WorkloadTerms, blocks: Sequence[KronBlock], noise: str,
-                 assignment: Sequence[int] | None = None,
-                 shape: Sequence[int] | None = None) -> float:
-    """Unit-noise TSE of the blocks on the flattened workload (see module docstring)."""
+def term_errors(terms: WorkloadTerms, blocks: Sequence[KronBlock], noise: str,
+                assignment: Sequence[int] | None = None,
+                shape: Sequence[int] | None = None) -> np.ndarray:
+    """Unit-noise TSE of each workload term under the blocks (see module docstring)."""
     p = noise_norm(noise)
     shape = terms.shape if shape is None else tuple(shape)
     if tuple(shape) != tuple(terms.shape):
         raise UnsupportedQueryError("strategy and workload are over different domains")
     sens = union_sensitivity(blocks, shape, p)
     if len(blocks) == 1:
-        trace = float(np.sum(_kron_loss(blocks[0], terms)))
+        trace = kron_loss(blocks[0], terms)
     else:
         form = _marginal_form(blocks)
         if form is not None:
-            trace = _marginal_trace(terms, *form)
+            trace = _marginal_traces(terms, *form)
         elif terms.size <= DENSE_LIMIT:
-            trace = _dense_trace(terms, blocks)
+            trace = _dense_traces(terms, blocks)
         elif assignment is not None and any(a < 0 for a in assignment):
-            trace = _mixed_trace(terms, blocks, assignment)
+            trace = _mixed_traces(terms, blocks, assignment)
+        elif assignment is not None:
+            trace = np.empty(len(terms.terms))
+            for a in set(assignment):
+                mine = [j for j, aa in enumerate(assignment) if aa == a]
+                trace[mine] = kron_loss(blocks[a], terms.select(mine))
         else:
-            per = np.array([_kron_loss(b, terms) for b in blocks])       # blocks × terms
-            if assignment is not None:
-                trace = float(sum(per[a, j] for j, a in enumerate(assignment)))
-            else:
-                trace = float(per.min(axis=0).sum())
-    return _unit_variance(noise) * sens * sens * trace
+            trace = np.array([kron_loss(b, terms) for b in blocks]).min(axis=0)  # blocks × terms
+    with np.errstate(invalid="ignore"):
+        out = _unit_variance(noise) * sens * sens * np.asarray(trace, dtype=float)
+    return np.where(np.isnan(out), math.inf, out)
+
+
+def strategy_tse(terms: WorkloadTerms, blocks: Sequence[KronBlock], noise: str,
+                 assignment: Sequence[int] | None = None,
+                 shape: Sequence[int] | None = None) -> float:
+    """Unit-noise TSE of the blocks on the flattened workload: Σ of :func:`term_errors`."""
+    return float(np.sum(term_errors(terms, blocks, noise, assignment, shape)))
+
+
+#: Largest attribute whose per-query SVD floor is computed (one eigvalsh per factor).
+FLOOR_CELLS = 2048
+
+
+def query_errors(strategy: Strategy) -> list[tuple[float, float, float | None]]:
+    """Per query of a workload built by ``Workload.of_queries``: its unit-noise total
+    squared error under the strategy, the per-query mechanism's (rows·b_q), and the SVD
+    bound of the query alone (a floor no strategy beats with unbiased answers; None when
+    not computable).  All unweighted: the objective's scales are divided out."""
+    from dpsql.plan.objective import part_values
+    from dpsql.plan.svd_bound import svd_bound
+
+    terms = strategy.workload
+    if terms is None or not terms.parts:
+        return []
+    errs = (np.asarray(strategy.term_tse) if strategy.term_tse is not None else
+            term_errors(terms, strategy.kron_blocks, strategy.noise, strategy.assignment))
+    tse = part_values(terms.parts, errs)
+    out = []
+    for part, value in zip(terms.parts, tse):
+        sub = terms.select(list(part.terms))
+        floor = None
+        if max(terms.shape) <= FLOOR_CELLS:
+            b = svd_bound(sub)
+            floor = None if b is None else b / part.scale
+        out.append((float(value), part.rows * part.baseline, floor))
+    return out
 
 
 def expected_error(W: Any, A: Any, noise: str = "gaussian") -> float:

@@ -45,22 +45,26 @@ def column_classes(R: np.ndarray, rtol: float = CLASS_RTOL) -> tuple[np.ndarray,
     if scale == 0.0:
         return labels, np.zeros(0, dtype=np.int64)
     tol = rtol * scale
-    nonzero = np.abs(R).max(axis=1) > tol
-    proj = R @ np.random.default_rng(12345).standard_normal((R.shape[1], 2))
+    nonzero = np.flatnonzero(np.abs(R).max(axis=1) > tol)
+    if nonzero.size == 0:
+        return labels, np.zeros(0, dtype=np.int64)
+    proj = R[nonzero] @ np.random.default_rng(12345).standard_normal((R.shape[1], 2))
     keys = np.round(proj / (tol * 64.0 * math.sqrt(R.shape[1]))).astype(np.int64)
-    groups: dict[tuple[int, int], list[int]] = {}
-    reps: list[int] = []
-    for i in np.flatnonzero(nonzero):
-        cands = groups.setdefault((int(keys[i, 0]), int(keys[i, 1])), [])
-        for lab in cands:
-            if np.allclose(R[i], R[reps[lab]], rtol=0.0, atol=tol):
-                labels[i] = lab
-                break
-        else:
-            labels[i] = len(reps)
-            cands.append(len(reps))
-            reps.append(int(i))
-    return labels, np.asarray(reps, dtype=np.int64)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    # Verify every member against its representative; a mismatch (hash collision) becomes
+    # a class of its own.
+    rep_rows = nonzero[first[inverse]]
+    bad = np.abs(R[nonzero] - R[rep_rows]).max(axis=1) > tol
+    provisional = np.where(bad, first.size + np.arange(nonzero.size), inverse)
+    # Number classes in order of first appearance.
+    _, firsts, lab = np.unique(provisional, return_index=True, return_inverse=True)
+    order = np.argsort(firsts, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    labels[nonzero] = rank[lab.reshape(-1)]
+    reps = nonzero[np.sort(firsts)]
+    return labels, reps.astype(np.int64)
 
 
 def class_matrix(labels: np.ndarray, r: int) -> np.ndarray:
@@ -106,7 +110,13 @@ class FactorPinv:
     @classmethod
     def of(cls, F: np.ndarray) -> "FactorPinv":
         F = np.atleast_2d(np.asarray(F, dtype=float))
-        n = F.shape[1]
+        m, n = F.shape
+        c = float(F.flat[0])
+        if c != 0.0 and m == n and np.array_equal(F, c * np.eye(n)):       # c·I
+            return cls(np.arange(n), np.ones(n), np.eye(n) / (c * c), None, True)
+        if c != 0.0 and m == 1 and np.all(F == c):                         # c·1ᵀ
+            return cls(np.zeros(n, dtype=np.int64), np.array([float(n)]),
+                       np.array([[1.0 / (c * c * n)]]), None, n == 1)
         labels, reps = column_classes(F.T)
         r = reps.size
         trivial = r == n and bool(np.all(labels == np.arange(n)))

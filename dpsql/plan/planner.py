@@ -17,6 +17,7 @@ within it (if none fits, the best is kept and flagged for approximate inference)
 
 from __future__ import annotations
 
+import contextvars
 import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -24,15 +25,17 @@ from typing import Any, Callable
 import numpy as np
 
 from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
-from dpsql.plan.error import _unit_variance, noise_norm, strategy_tse
+from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, strategy_tse, term_errors
 from dpsql.plan.kron import kron_strategy
 from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, workload_kappa
 from dpsql.plan.opt0 import Progress
 from dpsql.plan.strategy import KronBlock, Strategy, round_blocks, union_sensitivity
+from dpsql.plan.balance import balanced_theta, baseline_shares, query_caps
 from dpsql.plan.union import group_by_support, union_strategy, union_weights
-from dpsql.plan.workload import WorkloadTerms, workload_terms
+from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
-__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "optimize", "round_strategy",
+__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query", "optimize",
+           "round_strategy",
            "junction_tree_size", "DEFAULT_GRID"]
 
 #: Grid that real-valued strategy factors are rounded to (entries scaled to max 1 first).
@@ -89,23 +92,35 @@ def junction_tree_size(attributes, shape, cliques) -> int:
     return _local_model_size(shape, [tuple(idx[a] for a in c) for c in cliques])
 
 
+#: Set by ``optimize`` while it runs operators whose output it rounds (and re-evaluates)
+#: anyway: the operators then skip evaluating the unrounded strategy.
+_DEFER = contextvars.ContextVar("dpsql_plan_defer_evaluation", default=False)
+
+
 def _make(terms: WorkloadTerms, blocks, noise: str, operator: str, *, assignment=None,
           explanation: str = "", tse: float | None = None) -> Strategy:
-    if tse is None:
-        tse = strategy_tse(terms, blocks, noise, assignment)
+    errs = None
+    if tse is None and _DEFER.get():
+        tse = math.nan
+    elif tse is None:
+        errs = tuple(float(e) for e in term_errors(terms, blocks, noise, assignment))
+        tse = float(sum(errs))
     return Strategy(terms.attributes, terms.shape, tuple(blocks), operator, noise, tse,
-                    explanation, None if assignment is None else tuple(assignment), terms)
+                    explanation, None if assignment is None else tuple(assignment), terms, errs)
 
 
 def round_strategy(s: Strategy, grid: float) -> Strategy:
     """``s`` with real factors on the measurement grid (:func:`strategy.round_blocks`) and
     its expected error recomputed on the rounded matrix, the one actually measured."""
     blocks = round_blocks(s.kron_blocks, grid)
-    err = s.expected_error
+    err, errs = s.expected_error, None
     if s.workload is not None:
-        err = strategy_tse(s.workload, blocks, s.noise, s.assignment, s.shape)
+        errs = tuple(float(e) for e in term_errors(s.workload, blocks, s.noise, s.assignment,
+                                                   s.shape))
+        err = float(sum(errs))
     note = f" Factors rounded to a grid of {grid:g}."
-    return replace(s, kron_blocks=blocks, expected_error=err, explanation=s.explanation + note)
+    return replace(s, kron_blocks=blocks, expected_error=err, explanation=s.explanation + note,
+                   term_tse=errs)
 
 
 def _rng(seed) -> np.random.Generator:
@@ -154,9 +169,30 @@ def opt_marginals(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
     noise_norm(noise)
     terms = workload_terms(W)
     space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
-    kw = workload_kappa(space, terms)
-    theta, _ = opt_marginals_theta(space, kw, noise, restarts=restarts, rng=_rng(seed),
-                                   progress=progress)
+    caps = query_caps(terms, noise)
+    if caps is None:
+        kw = workload_kappa(space, terms)
+        theta, _ = opt_marginals_theta(space, kw, noise, restarts=restarts, rng=_rng(seed),
+                                       progress=progress)
+    else:
+        owner, cap = caps
+
+        def score(losses):
+            lq = np.zeros(cap.size)
+            np.add.at(lq, owner, losses)
+            return float(losses.sum()), bool(np.all(lq <= cap))
+
+        theta = balanced_theta(space, _term_kappas(space, terms), owner, cap, noise, score,
+                               restarts=restarts, rng=_rng(seed), progress=progress)
+    return _marginal_strategy(terms, space, theta, noise)
+
+
+def _term_kappas(space: MarginalSpace, terms: WorkloadTerms) -> np.ndarray:
+    return np.array([workload_kappa(space, terms.select([j])) for j in range(len(terms.terms))])
+
+
+def _marginal_strategy(terms: WorkloadTerms, space: MarginalSpace, theta: np.ndarray,
+                       noise: str) -> Strategy:
     blocks = []
     for s, th in zip(space.subsets, theta):
         if th <= 1e-9 * theta.max():
@@ -188,16 +224,46 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
         raise UnsupportedQueryError("OPT_M+ needs both marginal and non-marginal terms",
                                     hint="use OPT_M or OPT_+")
     rng = _rng(seed)
-    m = opt_marginals(terms.select(marg), noise, restarts=restarts, seed=rng, progress=progress)
-    sens_m = union_sensitivity(m.kron_blocks, terms.shape, p)
-    parts = [(m.expected_error / _unit_variance(noise),
-              [KronBlock(b.weight / sens_m, b.factors) for b in m.kron_blocks])]
+    # The other terms first: one OPT_⊗ block per support group, each at unit sensitivity.
     rest = terms.select(other)
     groups = group_by_support(rest)
+    other_parts, term_loss = [], np.zeros(len(terms.terms))
     for members in groups:
-        block, loss = kron_strategy(rest.select(members), noise, restarts=restarts, rng=rng, progress=progress)
-        parts.append((loss, [block]))
-    c = union_weights([loss for loss, _ in parts], noise)
+        sub = rest.select(members)
+        block, loss = kron_strategy(sub, noise, restarts=restarts, rng=rng, progress=progress)
+        other_parts.append((loss, [block]))
+        term_loss[[other[j] for j in members]] = kron_loss(block, sub)
+    part_terms = [marg] + [[other[j] for j in g] for g in groups]
+    msub = terms.select(marg)
+    space = MarginalSpace.of(terms.shape, [t.support for t in msub.terms])
+    caps = query_caps(terms, noise)
+    if caps is None:
+        theta, _ = opt_marginals_theta(space, workload_kappa(space, msub), noise,
+                                       restarts=restarts, rng=rng, progress=progress)
+    else:
+        owner, cap = caps
+
+        def union_value(marg_losses):
+            full = term_loss.copy()
+            full[marg] = marg_losses
+            losses = [float(marg_losses.sum())] + [loss for loss, _ in other_parts]
+            lower = baseline_shares(terms, noise, part_terms, full)
+            c = union_weights(losses, noise, lower)
+            # A part at weight c answers its terms with error loss/c² (either noise).
+            return float(np.dot(losses, 1.0 / c ** 2)), bool(lower is None or lower.sum() < 1.0)
+
+        free = union_weights([1.0] + [loss for loss, _ in other_parts], noise)
+        theta = balanced_theta(space, _term_kappas(space, msub), owner[marg], cap, noise,
+                               union_value, target=float(free[0] ** 2),
+                               restarts=restarts, rng=rng, progress=progress)
+    m = _marginal_strategy(msub, space, theta, noise)
+    sens_m = union_sensitivity(m.kron_blocks, terms.shape, p)
+    unit_m = [KronBlock(b.weight / sens_m, b.factors) for b in m.kron_blocks]
+    marg_loss = term_errors(msub, unit_m, noise) / _unit_variance(noise)
+    term_loss[marg] = marg_loss
+    parts = [(float(marg_loss.sum()), unit_m)] + other_parts
+    lower = baseline_shares(terms, noise, part_terms, term_loss)
+    c = union_weights([loss for loss, _ in parts], noise, lower)
     blocks = [KronBlock(b.weight * float(ck), b.factors) for ck, (_, bs) in zip(c, parts) for b in bs]
     assignment = [-1] * len(terms.terms)
     first = len(parts[0][1])
@@ -205,6 +271,73 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
         for j in members:
             assignment[other[j]] = first + k
     return _make(terms, blocks, noise, "OPT_M+", assignment=assignment)
+
+
+#: Largest dense factor (entries) the per-query candidate materialises.
+PER_QUERY_FACTOR_LIMIT = 1 << 24
+
+
+def opt_per_query(W: Any, noise: str = "gaussian", **_ignored) -> Strategy:
+    """The per-query mechanism as a strategy: every query measured on its own.
+
+    Query q's rows (its own Kron terms) form blocks with weight c_q = 1/(√k·Δ₂(q))
+    (Gaussian, ρ/k each) or 1/(k·Δ₁(q)) (Laplace, ε/k each), so the union costs at most
+    the budget (its exact sensitivity is ≤ 1 and used as is).  Each term is answered
+    from its own block, so every query gets at most its per-query baseline variance:
+    as a candidate it makes ``optimize`` never worse than noise per query (issue 16).
+    Needs a workload built by ``Workload.of_queries`` (which records the queries).
+    """
+    p = noise_norm(noise)
+    terms = workload_terms(W)
+    if not terms.parts:
+        raise UnsupportedQueryError("the per-query candidate needs a workload of queries",
+                                    hint="build it with Workload.of_queries")
+    k = len(terms.parts)
+    blocks = []
+    for part in terms.parts:
+        if part.sensitivity <= 0:
+            raise UnsupportedQueryError(f"query {part.name!r} has no rows to measure")
+        c = 1.0 / (math.sqrt(k) * part.sensitivity) if p == 2 else 1.0 / (k * part.sensitivity)
+        for j in part.terms:
+            t = terms.terms[j]
+            if not t.factors:
+                raise UnsupportedQueryError("the workload's own factors are not known")
+            size = max(int(r) * int(n) for r, n in zip(t.rows, terms.shape))
+            if size > PER_QUERY_FACTOR_LIMIT:
+                raise UnsupportedQueryError(
+                    f"query {part.name!r} has a {size:,}-entry factor, too large to measure "
+                    "densely on its own")
+            factors = tuple(factor_dense(f) for f in t.factors)
+            blocks.append(KronBlock(c * t.weight / math.sqrt(part.scale), factors))
+    return _make(terms, blocks, noise, "per-query", assignment=list(range(len(blocks))))
+
+
+def _above_baseline(terms: WorkloadTerms, strat: Strategy) -> list[int]:
+    """Queries (of a workload of queries) whose expected error exceeds their baseline."""
+    if not terms.parts:
+        return []
+    errs = _term_tse(terms, strat)
+    return [q for q, p in enumerate(terms.parts)
+            if float(np.sum(errs[list(p.terms)])) > p.scale * p.rows * p.baseline * (1 + 1e-9)]
+
+
+def _term_tse(terms: WorkloadTerms, strat: Strategy) -> np.ndarray:
+    if strat.term_tse is not None and strat.workload is terms:
+        return np.asarray(strat.term_tse)
+    return term_errors(terms, strat.kron_blocks, strat.noise, strat.assignment)
+
+
+def _unsupported(terms: WorkloadTerms, strat: Strategy) -> str:
+    """Why a candidate has no finite error: the queries (or terms) it does not support."""
+    errs = _term_tse(terms, strat)
+    bad = [j for j, e in enumerate(errs) if not math.isfinite(e)]
+    if not bad:
+        return "its error could not be evaluated"
+    if terms.parts:
+        names = [p.name for p in terms.parts if any(j in bad for j in p.terms)]
+        shown = "; ".join(repr(n) for n in names[:3]) + (" …" if len(names) > 3 else "")
+        return f"does not support {len(names)} quer{'y' if len(names) == 1 else 'ies'} ({shown})"
+    return f"does not support {len(bad)} workload term(s)"
 
 
 # --- OPT_HDMM -----------------------------------------------------------------------------
@@ -243,17 +376,23 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
     d = len(terms.shape)
     default_ops = ("OPT_0",) if d == 1 else ("OPT_kron", "OPT_+", "OPT_M", "OPT_M+")
     ops = default_ops if operators is None else tuple(operators)
+    if operators is None and terms.parts and len(terms.parts) > 1:
+        ops = ops + ("per-query",)
     run: dict[str, Callable] = {"OPT_0": opt_0, "OPT_kron": opt_kron, "OPT_+": opt_union,
-                                "OPT_M": opt_marginals, "OPT_M+": opt_marginals_plus}
+                                "OPT_M": opt_marginals, "OPT_M+": opt_marginals_plus,
+                                "per-query": opt_per_query}
     rng = np.random.default_rng(seed)
     notes, cands = [], []
     for op in ops:
         if op not in run:
             raise UnsupportedQueryError(f"unknown operator {op!r}",
-                                        hint="use OPT_0, OPT_kron, OPT_+, OPT_M or OPT_M+")
+                                        hint="use OPT_0, OPT_kron, OPT_+, OPT_M, OPT_M+ "
+                                             "or per-query")
         if op == "OPT_+" and len(group_by_support(terms)) < 2:
             continue
         if op == "OPT_M+" and not all(terms.split_marginal()):
+            continue
+        if op == "per-query" and not terms.parts:
             continue
         cliques = _planned_cliques(terms, op)
         biggest = max(_prod(terms.shape[terms.attributes.index(a)] for a in c)
@@ -273,16 +412,26 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
                 notes.append(f"OPT_M skipped: {nparams:,} marginal weights "
                              f"(cap {caps.marginal_parameters:,})")
                 continue
-        strat = run[op](terms, noise, restarts=restarts, seed=rng, progress=progress)
+        token = _DEFER.set(grid is not None)
+        try:
+            strat = run[op](terms, noise, restarts=restarts, seed=rng, progress=progress)
+        except UnsupportedQueryError as exc:
+            notes.append(f"{op} not applicable: {exc.message}")
+            continue
+        finally:
+            _DEFER.reset(token)
         if grid is not None:
             strat = round_strategy(strat, grid)
+        if not math.isfinite(strat.expected_error):
+            notes.append(f"{op} rejected: {_unsupported(terms, strat)}")
+            continue
         cands.append((strat, size))
         notes.append(f"{op}: expected error {strat.expected_error:.6g}, "
                      f"{len(strat.kron_blocks)} block(s), junction tree {size:,} cells")
-    finite = [(s, size) for s, size in cands if math.isfinite(s.expected_error)]
+    finite = cands
     if not finite:
         raise ModelTooLargeError(
-            "no HDMM strategy fits the configured caps: " + "; ".join(notes),
+            "no candidate strategy is usable (caps or support): " + "; ".join(notes),
             cliques=_planned_cliques(terms, "OPT_M"),
             hint="split the workload, coarsen attributes, or raise the caps")
     # Exact inference needs the junction tree; a larger one is still measurable and can be
@@ -294,12 +443,22 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         notes.append(f"every candidate's junction tree exceeds {caps.model_size:,} cells: "
                      "the estimate will need approximate (region-graph) inference")
         finite = [s for s, _ in finite]
-    best = min(finite, key=lambda s: s.expected_error)
-    why = (f"{best.operator} chosen (lowest expected unit-noise squared error among "
-           f"feasible candidates). " + "; ".join(notes) + ".")
+    # Never worse than noise per query (issue 16): among candidates, those leaving no query
+    # above its own per-query baseline win; the per-query mechanism itself is one of them.
+    above = {id(s): _above_baseline(terms, s) for s in finite}
+    within = [s for s in finite if not above[id(s)]]
+    for s in finite:
+        if above[id(s)]:
+            notes.append(f"{s.operator} would leave {len(above[id(s)])} quer"
+                         f"{'y' if len(above[id(s)]) == 1 else 'ies'} above the per-query baseline")
+    best = min(within or finite, key=lambda s: s.expected_error)
+    why = (f"{best.operator} chosen (lowest expected {'weighted ' if terms.parts else ''}"
+           f"unit-noise squared error among feasible candidates"
+           f"{' that keep every query within its per-query baseline' if within and terms.parts else ''}). "
+           + "; ".join(notes) + ".")
     best = Strategy(best.attributes, best.shape, best.kron_blocks, best.operator, noise,
                     best.expected_error, why + best.explanation.replace(why, ""),
-                    best.assignment, terms)
+                    best.assignment, terms, best.term_tse if best.workload is terms else None)
     if cache is not None:
         cache.put(terms, noise, options, best)
     return best

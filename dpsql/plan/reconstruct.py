@@ -70,13 +70,13 @@ class LeastSquaresEstimate:
 
     def _local(self, matrix: Any) -> np.ndarray:
         from dpsql.linalg import kron_terms
-        from dpsql.plan.error import _kron_loss
+        from dpsql.plan.error import kron_loss
         from dpsql.plan.workload import workload_terms
 
         s = self.strategy
         # Each term from the block that answers it with the least variance (for the OPT_+
         # workload this is at least as good as the block optimised for it).
-        per = np.array([_kron_loss(b, workload_terms(matrix)) for b in s.kron_blocks])
+        per = np.array([kron_loss(b, workload_terms(matrix)) for b in s.kron_blocks])
         if not np.all(np.isfinite(per.min(axis=0))):
             raise UnsupportedQueryError("a workload term is not supported by any single block",
                                         hint="local least squares needs a supporting block")

@@ -85,35 +85,20 @@ def block_sensitivity(block: KronBlock, p: int) -> float:
 
 def union_sensitivity(blocks: Sequence[KronBlock], shape: Sequence[int], p: int,
                       exact_limit: int = 1 << 22) -> float:
-    """Max over cells of the union's column p-norm.
+    """Max over cells of the union's column p-norm: exact when the attributes on which
+    some block's column norms vary span at most ``exact_limit`` cells
+    (:func:`dpsql.linalg.max_column_sum`), otherwise the sum of per-block maxima, a
+    valid upper bound."""
+    from dpsql.linalg import max_column_sum
 
-    Exact (sum over blocks of products of per-attribute column norms, maximised over the
-    domain) when the domain has at most ``exact_limit`` cells or every factor has uniform
-    column norms; otherwise the sum of per-block maxima, a valid upper bound.
-    """
     if len(blocks) == 1:
         return block_sensitivity(blocks[0], p)
-    cols = []
-    uniform = True
-    for b in blocks:
-        per = []
-        for F in b.factors:
-            c = np.abs(F).sum(axis=0) if p == 1 else (F * F).sum(axis=0)
-            uniform &= bool(np.allclose(c, c[0], rtol=1e-12, atol=0.0))
-            per.append(c)
-        cols.append(per)
+    vectors = [[np.abs(F).sum(axis=0) if p == 1 else (F * F).sum(axis=0) for F in b.factors]
+               for b in blocks]
     scale = [abs(b.weight) if p == 1 else b.weight ** 2 for b in blocks]
-    size = int(np.prod(shape, dtype=object))
-    if uniform or size > exact_limit:
-        total = sum(s * math.prod(float(c.max()) for c in per) for s, per in zip(scale, cols))
-    else:
-        acc = np.zeros(tuple(shape))
-        for s, per in zip(scale, cols):
-            term = np.asarray(s)
-            for c in per:
-                term = np.multiply.outer(term, c)
-            acc += term
-        total = float(acc.max())
+    total = max_column_sum(scale, vectors, exact_limit)
+    if total is None:
+        total = sum(s * math.prod(float(c.max()) for c in per) for s, per in zip(scale, vectors))
     return total if p == 1 else math.sqrt(total)
 
 
@@ -134,6 +119,8 @@ class Strategy:
     explanation: str = ""
     assignment: tuple[int, ...] | None = None
     workload: Any = field(default=None, repr=False)
+    # Unit-noise TSE of each workload term (their sum is expected_error), when known.
+    term_tse: tuple[float, ...] | None = field(default=None, repr=False)
 
     # --- views -----------------------------------------------------------------------
     def sensitivity(self, p: int | None = None) -> float:

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dpsql.errors import UnsupportedQueryError
-from dpsql.linalg import QueryMatrix, kron_terms
+from dpsql.linalg import QueryMatrix, Union, kron_terms
+from dpsql.plan.objective import query_parts
 
 __all__ = ["Workload", "KronTerm", "WorkloadTerms", "workload_terms", "factor_dense",
            "factor_gram"]
@@ -35,10 +36,24 @@ class Workload:
 
     domain: Any
     matrix: Any
+    parts: tuple = ()          # objective.QueryPart per query, when built by of_queries
+
+    @classmethod
+    def of_queries(cls, domain: Any, queries, noise: str = "gaussian",
+                   objective: str = "relative") -> "Workload":
+        """A workload of queries (``objective.QuerySpec``) scaled for the planner's
+        objective (:mod:`dpsql.plan.objective`); ``parts`` locate each query's terms."""
+        mats, parts = query_parts(list(queries), noise, objective)
+        return cls(domain, Union(mats), tuple(parts))
 
     @cached_property
     def terms(self) -> "WorkloadTerms":
-        return _extract(self.matrix, tuple(self.domain.attributes), tuple(self.domain.shape))
+        t = _extract(self.matrix, tuple(self.domain.attributes), tuple(self.domain.shape))
+        if self.parts:
+            if sum(p.num_terms for p in self.parts) != len(t.terms):
+                raise UnsupportedQueryError("workload parts do not cover its terms")
+            t = WorkloadTerms(t.attributes, t.shape, t.terms, tuple(self.parts))
+        return t
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +64,7 @@ class KronTerm:
     grams: tuple[np.ndarray, ...]
     rows: tuple[int, ...]
     structured: tuple[Any, ...] = ()   # linalg gram objects (fast products), when known
+    factors: tuple[Any, ...] = ()      # the workload's own factors (rows), when known
 
     @cached_property
     def beta(self) -> np.ndarray:
@@ -102,6 +118,7 @@ class WorkloadTerms:
     attributes: tuple[str, ...]
     shape: tuple[int, ...]
     terms: tuple[KronTerm, ...]
+    parts: tuple = ()          # objective.QueryPart per query (see Workload.of_queries)
 
     @property
     def num_queries(self) -> int:
@@ -145,6 +162,8 @@ class WorkloadTerms:
         """Content hash of the grams, weights, rows and domain (strategy cache key)."""
         h = hashlib.sha256()
         h.update(repr((self.attributes, self.shape)).encode())
+        h.update(repr([(p.first_term, p.num_terms, p.scale, p.sensitivity)
+                       for p in self.parts]).encode())
         seen: dict[int, str] = {}
         for t in self.terms:
             h.update(np.float64(t.weight).tobytes())
@@ -216,7 +235,7 @@ def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...]) -
                     f"workload factor has {g.shape[0]} columns, attribute has {n} cells")
             grams.append(g)
         terms.append(KronTerm(float(weight), tuple(grams), tuple(_rows(f) for f in factors),
-                              tuple(structured)))
+                              tuple(structured), tuple(factors)))
     if not terms:
         raise UnsupportedQueryError("empty workload")
     return WorkloadTerms(attributes, shape, tuple(terms))

@@ -51,6 +51,9 @@ def test_plan_measure_query_budget(config):
     r = run("plan", "--config", str(config))
     assert r.returncode == 0, r.stderr
     assert "expected RMSE" in r.stdout and "baseline" in r.stdout
+    # the per-query table (issue 16): std err, baseline, ratio, floor, weight per query
+    assert "std err" in r.stdout and "ratio" in r.stdout and "floor" in r.stdout
+    assert "SELECT race, COUNT(*) FROM adult GROUP BY race" in r.stdout
     r = run("measure", "--config", str(config), input="no\n")
     assert r.returncode == 1 and "nothing spent" in r.stdout
     r = run("budget", "--config", str(config))

@@ -196,7 +196,7 @@ def test_laplace_kron_strategy_for_disjoint_range_filters_is_finite():
     scales; the support check must use the factor's own SVD (its gram squares the
     condition number, which made this supported group look unsupported: error inf)."""
     from dpsql.linalg import Explicit
-    from dpsql.plan.error import _kron_loss
+    from dpsql.plan.error import kron_loss
     from dpsql.plan.kron import kron_strategy
     from dpsql.plan.workload import workload_terms
 
@@ -210,6 +210,6 @@ def test_laplace_kron_strategy_for_disjoint_range_filters_is_finite():
     for noise in ("laplace", "gaussian"):
         block, loss = kron_strategy(terms, noise, restarts=1, rng=np.random.default_rng(0))
         assert np.isfinite(loss)
-        assert float(np.sum(_kron_loss(block, terms))) == pytest.approx(loss, rel=1e-6)
+        assert float(np.sum(kron_loss(block, terms))) == pytest.approx(loss, rel=1e-6)
         s = optimize(W, noise, restarts=1, seed=0, grid=None)
         assert supports(W.matrix.dense(), s.dense())
