@@ -219,6 +219,66 @@ def environment() -> dict:
             "load": os.getloadavg()[0]}
 
 
+def _mean_cells(table: dict, cliques) -> float:
+    sizes = dict(zip(table["attributes"], table["sizes"]))
+    return sum(math.prod(sizes[a] for a in c) for c in cliques) / len(cliques)
+
+
+def report(paths: list[str], data_dir: Path) -> str:
+    """Markdown table of one or more results files (mean over trials)."""
+    from dpsql.plan.aim import AIM_NOISE_SHARE
+    runs = [r for p in paths for r in json.loads(Path(p).read_text())["runs"]]
+    keys = sorted({(r["dataset"], r["workload"], r["epsilon"]) for r in runs},
+                  key=lambda k: (list(DATASETS).index(k[0]), k[1], k[2]))
+    lines = ["| dataset | workload | ε | AIM (dpsql): model / synth error | time | peak RSS | rounds "
+             "| HDMM (dpsql): model error | time | reference AIM: model / synth error | time | peak RSS "
+             "| time ratio | HDMM noise / N | advice | lower error |",
+             "|" + "---|" * 16]
+
+    def pick(k, system):
+        got = [r for r in runs if (r["dataset"], r["workload"], r["epsilon"]) == k and r["system"] == system
+               and "error" not in r]
+        if not got:
+            bad = [r for r in runs if (r["dataset"], r["workload"], r["epsilon"]) == k and r["system"] == system]
+            return None, (bad[0]["error"].splitlines()[-1][:40] if bad else None)
+        avg = {f: sum(r[f] for r in got) / len(got) for f in ("model_error", "seconds", "peak_rss_mb")}
+        synth = [r["synth_error"] for r in got if r.get("synth_error") is not None]
+        avg["synth_error"] = sum(synth) / len(synth) if synth else None
+        avg["rounds"] = got[0].get("rounds")
+        avg["plan_rmse"] = got[0].get("plan_rmse")
+        avg["n"] = len(got)
+        return avg, None
+
+    fmt = lambda v, f: "–" if v is None else format(v, f)  # noqa: E731
+    tables = {}
+    for k in keys:
+        name, wl, eps = k
+        if name not in tables:
+            tables[name] = prepare(name, data_dir)
+        a, a_err = pick(k, "dpsql")
+        h, h_err = pick(k, "hdmm")
+        r, r_err = pick(k, "reference")
+        share = advice = "–"
+        if h and h.get("plan_rmse"):
+            t = tables[name]
+            n = sum(1 for _ in open(t["csv"])) - 1
+            e = math.sqrt(2 / math.pi) * h["plan_rmse"] * _mean_cells(t, workload(t, wl)) / n
+            share, advice = f"{e:.3g}", ("AIM" if e > AIM_NOISE_SHARE else "HDMM")
+        best = min(((v["model_error"], s) for v, s in ((a, "AIM"), (h, "HDMM"), (r, "reference")) if v),
+                   default=(None, "–"))[1]
+        ratio = f"{r['seconds'] / a['seconds']:.0f}×" if a and r else "–"
+        lines.append(" | ".join([
+            f"| {name}", wl, f"{eps:g}",
+            f"{fmt(a and a['model_error'], '.4f')} / {fmt(a and a['synth_error'], '.4f')}" if a else (a_err or "–"),
+            f"{a['seconds']:.1f} s" if a else "–", f"{a['peak_rss_mb']:.0f} MB" if a else "–",
+            str(a["rounds"]) if a else "–",
+            fmt(h and h["model_error"], ".4f") if h else (h_err or "–"), f"{h['seconds']:.0f} s" if h else "–",
+            f"{fmt(r['model_error'], '.4f')} / {fmt(r['synth_error'], '.4f')}" if r else (r_err or "–"),
+            f"{r['seconds']:.0f} s" if r else "–", f"{r['peak_rss_mb']:.0f} MB" if r else "–",
+            ratio, share, advice, best]) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
@@ -236,7 +296,11 @@ def main(argv=None) -> int:
                     help="checkout of ryan112358/mbi's mechanisms/ folder (or $DPSQL_AIM_REFERENCE)")
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default=str(OUT / "results.json"))
+    ap.add_argument("--report", nargs="+", metavar="JSON", help="print the markdown table of results files")
     args = ap.parse_args(argv)
+    if args.report:
+        print(report(args.report, _data_dir(args.data_dir)))
+        return 0
     if args.job:
         print(json.dumps(dpsql_job(json.loads(sys.stdin.read()))))
         return 0
