@@ -7,7 +7,7 @@ the exception hierarchy.  Everything else is internal and documented in ``docs/`
 from dpsql.errors import (  # noqa: F401  (re-exported, PEP 249)
     BudgetExhaustedError, DataError, DatabaseError, DomainViolationError, Error, IntegrityError,
     InterfaceError, InternalError, ModelTooLargeError, NotSupportedError, OperationalError,
-    PrivacyViolationError, ProgrammingError, UnsupportedQueryError, Warning,
+    PrivacyViolationError, ProgrammingError, StatementTooComplexError, UnsupportedQueryError, Warning,
 )
 
 __version__ = "0.1.0"
@@ -29,4 +29,5 @@ def __getattr__(name):
 __all__ = sorted(_DBAPI) + ["Error", "Warning", "InterfaceError", "DatabaseError", "DataError",
                             "OperationalError", "IntegrityError", "InternalError", "ProgrammingError",
                             "NotSupportedError", "BudgetExhaustedError", "DomainViolationError",
-                            "ModelTooLargeError", "PrivacyViolationError", "UnsupportedQueryError"]
+                            "ModelTooLargeError", "PrivacyViolationError", "StatementTooComplexError",
+                            "UnsupportedQueryError"]

@@ -35,6 +35,7 @@ __all__ = [
     "ModelTooLargeError",
     "LedgerCorruptError",
     "QueryCanceledError",
+    "StatementTooComplexError",
     "error_for_sqlstate",
 ]
 
@@ -167,6 +168,13 @@ class ModelTooLargeError(OperationalError):
         super().__init__(message, **kw)
         self.cliques = cliques
         self.size = size
+
+
+class StatementTooComplexError(OperationalError):
+    """A statement nested too deeply, too long or too much work to compile (PostgreSQL's
+    statement_too_complex); refused before it can exhaust the stack or the CPU."""
+
+    sqlstate = "54001"
 
 
 class LedgerCorruptError(IntegrityError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.errors import DomainViolationError, UnsupportedQueryError
-from dpsql.sql.cells import columns_in, literal_value
+from dpsql.sql.cells import columns_in, literal_value, snippet
 
 __all__ = ["AggCall", "is_aggregate", "parse_aggregate", "QUANTILE_NAMES"]
 
@@ -75,8 +75,9 @@ def _quantile_level(node, value_node, pos) -> float:
     return float(q)
 
 
-def parse_aggregate(node: exp.Expression, pos) -> AggCall:
-    """Recognise a supported aggregate or raise UnsupportedQueryError naming it."""
+def parse_aggregate(node: exp.Expression, pos, words=None, call_pos=None) -> AggCall:
+    """Recognise a supported aggregate or raise UnsupportedQueryError naming it (as the user
+    wrote it: ``words(node)`` reads the function's name back from the SQL text)."""
     filt = None
     outer = node
     if isinstance(node, exp.Filter):
@@ -97,7 +98,7 @@ def parse_aggregate(node: exp.Expression, pos) -> AggCall:
             q = _quantile_level(fn, fn.this, pos)
             method = "cont" if isinstance(fn, exp.PercentileCont) else "disc"
             return AggCall("quantile", arg, filt, q, method, outer)
-        raise UnsupportedQueryError(f"{fn.sql()} WITHIN GROUP is not supported", position=pos(node),
+        raise UnsupportedQueryError(f"{snippet(fn)} WITHIN GROUP is not supported", position=pos(node),
                                     hint="use percentile_cont or percentile_disc")
     if isinstance(node, exp.Count):
         arg = node.this
@@ -148,8 +149,10 @@ def parse_aggregate(node: exp.Expression, pos) -> AggCall:
             f"{word} is not supported: the extreme value of a noisy histogram is decided by noise",
             position=pos(node),
             hint="use a quantile instead, e.g. percentile_disc(0.99) WITHIN GROUP (ORDER BY col)")
-    label = node.sql_name() if isinstance(node, exp.Func) else node.sql()
-    raise UnsupportedQueryError(f"aggregate {label} is not supported", position=pos(node),
+    label = words(node) if words is not None and isinstance(node, exp.Func) else \
+        node.sql_name().lower() if isinstance(node, exp.Func) else snippet(node)
+    raise UnsupportedQueryError(f"aggregate {label} is not supported",
+                                position=(call_pos or pos)(node),
                                 hint="supported: COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, "
                                      "percentile_cont/disc, quantile_cont/disc")
 
@@ -161,10 +164,10 @@ def check_argument(call: AggCall, pos) -> None:
     cols = columns_in(call.arg)
     names = {c.name.lower() for c in cols}
     if not cols:
-        raise UnsupportedQueryError(f"{call.node.sql()} aggregates a constant", position=pos(call.node),
+        raise UnsupportedQueryError(f"{snippet(call.node)} aggregates a constant", position=pos(call.node),
                                     hint="aggregate a column, or use COUNT(*)")
     if len(names) > 1:
-        raise UnsupportedQueryError(f"{call.node.sql()} combines several columns inside an aggregate",
+        raise UnsupportedQueryError(f"{snippet(call.node)} combines several columns inside an aggregate",
                                     position=pos(call.node),
                                     hint="aggregate one column at a time; move conditions to FILTER/WHERE")
     for sub in call.arg.walk():

@@ -25,9 +25,9 @@ from typing import Any, Callable
 import numpy as np
 from sqlglot import exp
 
-from dpsql.errors import DomainViolationError, Error, UnsupportedQueryError
+from dpsql.errors import DataError, DomainViolationError, Error, UnsupportedQueryError
 
-__all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE"]
+__all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "snippet"]
 
 
 class _Other:
@@ -41,7 +41,9 @@ class _Other:
 
 
 OTHER = _Other()
+_EMPTY = object()     # the empty string compared with a closed categorical that has no '' label
 
+INT4_MAX = 2 ** 31 - 1
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _OPS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -51,6 +53,27 @@ _PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
 
 _PREDICATES = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.And, exp.Or, exp.Not, exp.Is,
                exp.In, exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike)
+
+
+def snippet(node: exp.Expression | None, limit: int = 120) -> str:
+    """A node's SQL for messages, bounded: generating SQL copies the whole subtree, so a
+    100,000-item IN list is summarised instead of printed."""
+    if node is None:
+        return ""
+    count = 0
+    for _ in node.walk():
+        count += 1
+        if count > 200:
+            break
+    if count > 200:
+        if isinstance(node, exp.In):
+            items = ", ".join(snippet(e, 20) for e in node.expressions[:3])
+            text = f"{snippet(node.this, 40)} IN ({items}, … {len(node.expressions):,} items)"
+        else:
+            text = f"{type(node).__name__.upper()} expression of {count}+ terms"
+    else:
+        text = node.sql(dialect="postgres")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def columns_in(node: exp.Expression) -> list[exp.Column]:
@@ -95,8 +118,8 @@ def _cast(v, dtype):
             return float(v)
         if dtype in (T.VARCHAR, T.TEXT, T.CHAR):
             return str(v)
-    except (TypeError, ValueError):
-        raise DomainViolationError(f"cannot cast {v!r} to {dtype.value.lower()}",
+    except (TypeError, ValueError, OverflowError):
+        raise DomainViolationError(f"cannot cast {str(v)[:40]!r} to {dtype.value.lower()}",
                                    hint="cast a value that has the target type's form") from None
     raise UnsupportedQueryError(f"cast to {dtype.value.lower()} is not supported",
                                 hint="cast to integer, double or text")
@@ -119,15 +142,17 @@ def _int_div(a, b):
 class CellEvaluator:
     """Evaluates expressions of a single attribute; ``pos`` maps nodes to SQL positions."""
 
-    def __init__(self, attr, pos: Callable[[exp.Expression], int | None]) -> None:
+    def __init__(self, attr, pos: Callable[[exp.Expression], int | None], words=None) -> None:
         self.attr = attr
         self.pos = pos
+        self.words = words   # node → the function name as the user wrote it
         n = attr.size
         self.n = n
         null = np.zeros(n, dtype=bool)
         if attr.null_index is not None:
             null[attr.null_index] = True
         self.null = null
+        self._memo: dict = {}
         self.wide = False
         if attr.kind == "categorical":
             labels = attr.labels()
@@ -164,7 +189,7 @@ class CellEvaluator:
             text = ", ".join(f"[{a}, {b})" for a, b in shown)
             edges = sorted({a for a, _ in shown} | {b for _, b in shown})
         self._fail(UnsupportedQueryError, node,
-                   f"'{node.sql()}' splits bin(s) {text} of column '{self.attr.name}': the declared "
+                   f"'{snippet(node)}' splits bin(s) {text} of column '{self.attr.name}': the declared "
                    "domain cannot tell the values inside a bin apart, so the answer would be wrong",
                    f"use a bin edge instead, e.g. one of {', '.join(str(e) for e in edges[:6])}")
 
@@ -190,7 +215,13 @@ class CellEvaluator:
             return self._map(node, [self.value(node.this)], abs, monotone=False)
         if isinstance(node, exp.Round):
             digits = node.args.get("decimals")
-            d = literal_value(digits)[1] if digits is not None else 0
+            ok, d = literal_value(digits) if digits is not None else (True, 0)
+            if not ok or not isinstance(d, int) or isinstance(d, bool):
+                self._fail(UnsupportedQueryError, node, f"{snippet(node)} needs a constant integer number "
+                           "of decimal places", "e.g. round(age / 3.0, 1)")
+            if abs(d) > INT4_MAX:
+                self._fail(DataError, node, f"integer out of range: {d} decimal places in {snippet(node)}",
+                           f"use a number of decimal places between -{INT4_MAX} and {INT4_MAX}")
             return self._map(node, [self.value(node.this)], lambda a: _round_half_away(a, d))
         if isinstance(node, exp.Cast):
             return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this), text_ok=True)
@@ -215,14 +246,17 @@ class CellEvaluator:
         if isinstance(node, exp.If):
             return self._case(exp.Case(ifs=[exp.If(this=node.this, true=node.args.get("true"))],
                                        default=node.args.get("false")))
-        name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
+        if isinstance(node, exp.Func):
+            name = f"function {self.words(node) if self.words else node.sql_name().lower()}"
+        else:
+            name = f"'{snippet(node, 60)}'"
         self._fail(UnsupportedQueryError, node, f"{name} is not supported in dpsql expressions",
                    "use arithmetic, floor/ceil/round, width_bucket, COALESCE or CASE WHEN")
 
     def _map(self, node, args: list[Evaluated], fn, monotone: bool = True, text_ok: bool = False) -> Evaluated:
         if not monotone and self.wide and self.attr.kind != "categorical":
             self._fail(UnsupportedQueryError, node,
-                       f"{node.sql()} is not monotone, so it cannot be evaluated on the wide bins "
+                       f"{snippet(node)} is not monotone, so it cannot be evaluated on the wide bins "
                        f"of column '{self.attr.name}'", "group or filter on the column's bins directly")
         null = np.zeros(self.n, dtype=bool)
         for a in args:
@@ -237,11 +271,11 @@ class CellEvaluator:
                     continue
                 if any(v is OTHER for v in vs):
                     self._fail(UnsupportedQueryError, node,
-                               f"{node.sql()} needs the value of undeclared labels of '{self.attr.name}'",
+                               f"{snippet(node)} needs the value of undeclared labels of '{self.attr.name}'",
                                "compare the column with its declared labels instead")
                 if any(isinstance(v, str) for v in vs) and not text_ok:
                     self._fail(UnsupportedQueryError, node,
-                               f"{node.sql()} applies arithmetic to text column '{self.attr.name}'",
+                               f"{snippet(node)} applies arithmetic to text column '{self.attr.name}'",
                                "use CASE WHEN to map labels to numbers")
                 col.append(fn(*vs))
             out.append(col)
@@ -278,7 +312,7 @@ class CellEvaluator:
                 return default
             ok, v = literal_value(arg)
             if not ok or not isinstance(v, int) or isinstance(v, bool):
-                self._fail(UnsupportedQueryError, node, f"{node.sql()} needs constant integer arguments",
+                self._fail(UnsupportedQueryError, node, f"{snippet(node)} needs constant integer arguments",
                            "e.g. substring(col, 1, 3)")
             return v
 
@@ -308,7 +342,7 @@ class CellEvaluator:
         arg = self.value(node.this)
         for v in arg.lo:
             if v is not None and v is not OTHER and not isinstance(v, str):
-                self._fail(UnsupportedQueryError, node, f"{node.sql()} needs text; '{self.attr.name}' is numeric",
+                self._fail(UnsupportedQueryError, node, f"{snippet(node)} needs text; '{self.attr.name}' is numeric",
                            "cast it first: CAST(col AS TEXT)")
         return self._map(node, [arg], fn, text_ok=True)
 
@@ -412,7 +446,7 @@ class CellEvaluator:
             # IS [NOT] DISTINCT FROM never yields UNKNOWN: NULL is a comparable value here.
             ok, v = literal_value(node.expression)
             if not ok:
-                self._fail(UnsupportedQueryError, node, f"'{node.sql()}' compares two expressions of columns",
+                self._fail(UnsupportedQueryError, node, f"'{snippet(node)}' compares two expressions of columns",
                            "compare with a constant")
             if v is None:
                 t, f = self.null.copy(), ~self.null
@@ -423,11 +457,16 @@ class CellEvaluator:
         if type(node) in _OPS:
             return self._compare(node, _OPS[type(node)], node.this, node.expression)
         if isinstance(node, exp.Between):
-            ge = exp.GTE(this=node.this, expression=node.args["low"])
-            le = exp.LTE(this=node.this, expression=node.args["high"])
-            t1, f1 = self._compare(ge, ">=", node.this, node.args["low"])
-            t2, f2 = self._compare(le, "<=", node.this, node.args["high"])
-            return t1 & t2, f1 | f2
+            low, high = node.args["low"], node.args["high"]
+            t1, f1 = self._compare(node, ">=", node.this, low)
+            t2, f2 = self._compare(node, "<=", node.this, high)
+            t, f = t1 & t2, f1 | f2
+            if node.args.get("symmetric"):
+                # BETWEEN SYMMETRIC a AND b: either order of the bounds (PostgreSQL).
+                t3, f3 = self._compare(node, ">=", node.this, high)
+                t4, f4 = self._compare(node, "<=", node.this, low)
+                t, f = t | (t3 & t4), f & (f3 | f4)
+            return t, f
         if isinstance(node, exp.In):
             if node.args.get("query") is not None:
                 self._fail(UnsupportedQueryError, node, "IN (SELECT ...) is not supported", "list the values")
@@ -446,7 +485,7 @@ class CellEvaluator:
         if isinstance(node, exp.Column):
             self._fail(UnsupportedQueryError, node, f"column '{self.attr.name}' is not a boolean",
                        "compare it with a value")
-        self._fail(UnsupportedQueryError, node, f"{node.sql()} is not a supported predicate",
+        self._fail(UnsupportedQueryError, node, f"{snippet(node)} is not a supported predicate",
                    "use comparisons, BETWEEN, IN, IS NULL, AND, OR and NOT")
 
     def _like(self, node, escape, where) -> tuple[np.ndarray, np.ndarray]:
@@ -454,7 +493,7 @@ class CellEvaluator:
         ok, pattern = literal_value(node.expression)
         if not ok or not isinstance(pattern, str) or not isinstance(escape, (str, type(None))) \
                 or (escape is not None and len(escape) > 1):
-            self._fail(UnsupportedQueryError, where, f"'{where.sql()}' needs a constant text pattern",
+            self._fail(UnsupportedQueryError, where, f"'{snippet(where)}' needs a constant text pattern",
                        "e.g. education LIKE '%th'")
         regex = re.compile(_like_regex(pattern, escape or None),
                            re.DOTALL | (re.IGNORECASE if isinstance(node, exp.ILike) else 0))
@@ -466,7 +505,7 @@ class CellEvaluator:
                 continue
             if v is OTHER:
                 # An undeclared label might or might not match: the answer would be a guess.
-                self._fail(UnsupportedQueryError, where, f"'{where.sql()}' depends on undeclared labels of "
+                self._fail(UnsupportedQueryError, where, f"'{snippet(where)}' depends on undeclared labels of "
                            f"'{self.attr.name}'", "compare with declared labels, or declare the column closed")
             if not isinstance(v, str):
                 self._fail(UnsupportedQueryError, where, f"LIKE needs text; '{self.attr.name}' is numeric",
@@ -478,14 +517,14 @@ class CellEvaluator:
     def _compare(self, node, op: str, left, right) -> tuple[np.ndarray, np.ndarray]:
         if self.attr.kind == "categorical" and op not in ("=", "!=") and columns_in(left) + columns_in(right):
             self._fail(UnsupportedQueryError, node,
-                       f"ordering comparison '{node.sql()}' on categorical column '{self.attr.name}'",
+                       f"ordering comparison '{snippet(node)}' on categorical column '{self.attr.name}'",
                        "compare categorical columns with =, <>, IN or CASE WHEN")
-        lok, lv = literal_value(left)
-        if lok:  # literal on the left: mirror so the column is always on the left
+        if not columns_in(left) and columns_in(right):
+            # constant on the left: mirror so the column is always on the left
             left, right, op = right, left, _MIRROR[op]
-        ok, v = literal_value(right)
+        ok, v = self._constant(right)
         if not ok:
-            self._fail(UnsupportedQueryError, node, f"'{node.sql()}' compares two expressions of columns",
+            self._fail(UnsupportedQueryError, node, f"'{snippet(node)}' compares two expressions of columns",
                        "compare a column (or an expression of one column) with a constant")
         if v is None:  # comparison with NULL is never true, never false
             return np.zeros(self.n, bool), np.zeros(self.n, bool)
@@ -504,15 +543,26 @@ class CellEvaluator:
                 if op in ("=", "!=") and isinstance(v, str):
                     t[i], f[i] = op == "!=", op == "="
                     continue
-                self._fail(UnsupportedQueryError, node, f"'{node.sql()}' depends on undeclared labels",
+                self._fail(UnsupportedQueryError, node, f"'{snippet(node)}' depends on undeclared labels",
                            "compare with declared labels only")
             try:
                 r = _PY[op](x, v)
             except TypeError:
-                self._fail(DomainViolationError, node, f"cannot compare {x!r} with {v!r} in '{node.sql()}'",
+                self._fail(DomainViolationError, node, f"cannot compare {x!r} with {v!r} in '{snippet(node)}'",
                            "compare with a value of the expression's type")
             t[i], f[i] = r, not r
         return t, f
+
+    def _constant(self, node) -> tuple[bool, Any]:
+        """(True, value) for a literal or any expression without columns (``1 + 1``,
+        ``CAST('30' AS int)``), evaluated once; (False, None) if it reads a column."""
+        ok, v = literal_value(node)
+        if ok:
+            return True, v
+        if columns_in(node):
+            return False, None
+        ev = self.value(node)
+        return True, None if ev.null[0] else ev.lo[0]
 
     def _coerce(self, node, v):
         attr = self.attr
@@ -524,6 +574,13 @@ class CellEvaluator:
                     v = str(v) if want_str else int(v)
                 except ValueError:
                     pass
+            if v == "" and not attr.contains_value(v):
+                if attr.other_index is not None:
+                    self._fail(DomainViolationError, node,
+                               f"'' is not a declared value of column '{attr.name}', and the column is not "
+                               "closed: empty strings would share the cell of undeclared values",
+                               f"compare with declared labels, or declare '{attr.name}' closed")
+                return _EMPTY
             if not attr.contains_value(v):
                 shown = ", ".join(repr(x) for x in labels[:50])
                 self._fail(DomainViolationError, node,
@@ -543,6 +600,16 @@ class CellEvaluator:
 
     def _compare_column(self, node, op: str, v) -> tuple[np.ndarray, np.ndarray]:
         v = self._coerce(node, v)
+        if v is _EMPTY and op in ("=", "!="):
+            # '' on a closed categorical: no declared label is empty, so = is FALSE on every
+            # non-NULL cell (Metabase's "is empty" filter is col IS NULL OR col = '').
+            t, f = np.zeros(self.n, bool), ~self.null
+            return (t, f) if op == "=" else (f.copy(), t)
+        # Long IN lists and OR chains repeat values: each (op, value) is evaluated once.
+        memo_key = (op, type(v).__name__, v)
+        hit = self._memo.get(memo_key)
+        if hit is not None:
+            return hit[0].copy(), hit[1].copy()
         try:
             yes = self.attr.cells_for_predicate(op, v)[0]
             no = self.attr.cells_for_predicate(NEGATE[op], v)[0]
@@ -557,6 +624,7 @@ class CellEvaluator:
         split = np.flatnonzero(~(t | f | self.null))
         if split.size:
             self._split_error(node, split)
+        self._memo[memo_key] = (t.copy(), f.copy())
         return t, f
 
 
@@ -575,6 +643,13 @@ def _like_regex(pattern: str, escape: str | None) -> str:
 
 
 def _round_half_away(a, d):
+    """round(a, d) half away from zero; ``d`` may be huge (no 10**d is ever built)."""
+    if isinstance(a, int) and d >= 0:
+        return a
+    if d > 308:
+        return a                      # no double has digits that far right
+    if d < -308:
+        return 0 if isinstance(a, int) else 0.0
     scale = 10 ** d
     r = math.floor(abs(a) * scale + 0.5) / scale
     r = r if a >= 0 else -r

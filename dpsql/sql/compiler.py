@@ -19,16 +19,18 @@ from typing import Any, Sequence
 import numpy as np
 from sqlglot import exp
 
-from dpsql.errors import PrivacyViolationError, UnsupportedQueryError
+from dpsql.errors import PrivacyViolationError, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import AggCall, check_argument, is_aggregate, parse_aggregate
-from dpsql.sql.bind import Catalog, Scope, bind_table
-from dpsql.sql.cells import CellEvaluator, columns_in, literal_value
+from dpsql.sql.bind import Catalog, Scope, bind_table, table_schema
+from dpsql.sql.cells import CellEvaluator, columns_in, literal_value, snippet
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
-from dpsql.sql.parse import parse_statement
-from dpsql.sql.postprocess import AggPlan, Program, int_ir, to_ir
+from dpsql.sql.parse import call_position, parse_statement, written
+from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
+from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, to_ir
 from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
+from dpsql.sql.stage import compile_stage
 from dpsql.sql.validate import check_structure
 
 __all__ = ["compile"]
@@ -52,11 +54,13 @@ def _and(a, b):
 
 
 class _Lowering:
-    def __init__(self, stmt, scope: Scope) -> None:
+    def __init__(self, stmt, scope: Scope, tree=None, prefix: str = "", pending=()) -> None:
         self.stmt = stmt
         self.scope = scope
         self.schema = scope.schema
-        self.tree = stmt.tree
+        self.tree = stmt.tree if tree is None else tree
+        self.prefix = prefix
+        self.pending = list(pending)     # [(compiled ranking query, derived.Pending)]
         self._evaluators: dict[str, CellEvaluator] = {}
         self.keys: list[GroupKey] = []
         self.key_index: dict[Any, int] = {}
@@ -71,18 +75,26 @@ class _Lowering:
     def pos(self, node, name=None):
         return self.stmt.pos(node, name)
 
+    def written(self, node) -> str:
+        return written(self.stmt, node)
+
+    def call_pos(self, node) -> int | None:
+        return call_position(self.stmt, node)
+
     def resolve(self, col: exp.Column):
         return self.scope.attribute(col)
 
     def evaluator(self, attr) -> CellEvaluator:
         ev = self._evaluators.get(attr.name)
         if ev is None:
-            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos)
+            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos, self.written)
         return ev
 
     def canon(self, node):
         if isinstance(node, exp.Paren):
             return self.canon(node.this)
+        if isinstance(node, exp.Literal):
+            return ("Literal", node.this, node.is_string)
         if isinstance(node, exp.Column):
             body = self.output_alias(node)
             if body is not None:
@@ -128,11 +140,8 @@ class _Lowering:
         return out
 
     def is_probe(self) -> bool:
-        limit = self.tree.args.get("limit")
-        if limit is not None:
-            ok, v = literal_value(limit.expression)
-            if ok and v == 0:
-                return True
+        if self.tree.args.get("limit") is not None and not self.pending and limit_clause(self.tree, self.pos)[0] == 0:
+            return True
         if self.where is not None and not columns_in(self.where):
             ok, v = literal_value(self.where)
             if ok and (v is None or v is False):
@@ -169,10 +178,8 @@ class _Lowering:
             node = node.this
         if isinstance(node, exp.Count):
             return "count"
-        if isinstance(node, exp.Anonymous):
-            return str(node.this).lower()
         if isinstance(node, exp.Func):
-            return node.sql_name().lower()
+            return self.written(node).lower()
         return "?column?"
 
     def group_keys(self, projections) -> None:
@@ -204,7 +211,7 @@ class _Lowering:
             if not attrs:
                 continue  # a constant key does not split the groups
             if len(attrs) > 1:
-                raise UnsupportedQueryError(f"GROUP BY {node.sql()} uses several columns",
+                raise UnsupportedQueryError(f"GROUP BY {snippet(node)} uses several columns",
                                             position=self.pos(item),
                                             hint="group by each column separately")
             c = self.canon(node)
@@ -215,7 +222,9 @@ class _Lowering:
 
     # --- aggregates ----------------------------------------------------------------------
     def register(self, node) -> int:
-        call = parse_aggregate(node, self.pos)
+        call = parse_aggregate(node, self.pos, self.written, self.call_pos)
+        if call.arg is not None and call.func in ("count", "sum", "avg") and not columns_in(call.arg):
+            return self.register_constant(call, node)
         check_argument(call, self.pos)
         key = (call.func, self.canon(call.arg) if call.arg is not None else None,
                self.canon(call.filter) if call.filter is not None else None, call.q, call.method)
@@ -226,34 +235,64 @@ class _Lowering:
             raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
                                         hint="filter on columns")
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
-        label = node.sql(dialect="postgres")
+        label = snippet(node, 200)
         if call.func == "count":
             shown = pred
             if call.arg is not None:
                 pred = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-            plan = AggPlan("count", label, [self.spec("linear", pred, f"COUNT({call.arg.sql() if call.arg else '*'})",
+            plan = AggPlan("count", label, [self.spec("linear", pred, f"COUNT({snippet(call.arg) if call.arg else '*'})",
                                                       shown=shown)])
         elif call.func in ("variance", "stddev"):
             weights = self.weights(call, attr)
             notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-            arg = call.arg.sql()
+            arg = snippet(call.arg)
             s2 = self.spec("linear", pred, f"SUM(({arg})^2)", attr, weights ** 2)
             s1 = self.spec("linear", pred, f"SUM({arg})", attr, weights)
             c = self.spec("linear", notnull, f"COUNT({arg})", shown=pred)
             plan = AggPlan(call.func, label, [s2, s1, c], method=call.method)
         elif call.func in ("sum", "avg"):
             weights = self.weights(call, attr)
-            s = self.spec("linear", pred, f"SUM({call.arg.sql()})", attr, weights)
+            s = self.spec("linear", pred, f"SUM({snippet(call.arg)})", attr, weights)
             if call.func == "sum":
                 plan = AggPlan("sum", label, [s])
             else:
                 notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-                c = self.spec("linear", notnull, f"COUNT({call.arg.sql()})", shown=pred)
+                c = self.spec("linear", notnull, f"COUNT({snippet(call.arg)})", shown=pred)
                 plan = AggPlan("avg", label, [s, c])
         else:
             values = self.quantile_values(call, attr)
             q = self.spec("quantile", pred, label, quantile_attr=attr)
             plan = AggPlan("quantile", label, [q], q=call.q, method=call.method, cell_values=values)
+        self.agg_index[key] = len(self.aggs)
+        self.aggs.append(plan)
+        return self.agg_index[key]
+
+    def register_constant(self, call: AggCall, node) -> int:
+        """COUNT/SUM/AVG of a constant (Tableau's SUM(1), COUNT(1+0), SUM(CAST(1 AS BIGINT))):
+        COUNT(c) counts rows unless c is NULL, SUM(c) is c·COUNT(*), AVG(c) is c."""
+        key = ("const", call.func, self.canon(call.arg),
+               self.canon(call.filter) if call.filter is not None else None)
+        if key in self.agg_index:
+            return self.agg_index[key]
+        ok, v = self.evaluator(self.schema.attributes[0])._constant(call.arg)
+        if call.filter is not None and any(is_aggregate(n) for n in call.filter.walk()):
+            raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
+                                        hint="filter on columns")
+        pred = _and(self.where, call.filter)
+        label = snippet(node, 200)
+        if call.func != "count" and v is not None and (isinstance(v, (bool, str)) or not isinstance(v, (int, float))):
+            raise UnsupportedQueryError(f"{snippet(call.node)} sums text values", position=self.pos(call.node),
+                                        hint="sum numbers, e.g. SUM(1)")
+        if v is None:
+            plan = AggPlan("null", label, []) if call.func != "count" else \
+                AggPlan("count", label, [self.spec("linear", pred, "COUNT(*)")], scale=0.0)
+        else:
+            count = self.spec("linear", pred, "COUNT(*)")
+            if call.func == "avg":
+                plan = AggPlan("avg_const", label, [count], scale=float(v))
+            else:
+                plan = AggPlan("count" if call.func == "count" else "sum", label, [count],
+                               scale=1.0 if call.func == "count" else float(v))
         self.agg_index[key] = len(self.aggs)
         self.aggs.append(plan)
         return self.agg_index[key]
@@ -265,7 +304,7 @@ class _Lowering:
         else:
             vals, null = ev.constant_values(call.arg)
             if any(isinstance(v, str) or v is None and not null[i] for i, v in enumerate(vals)):
-                raise UnsupportedQueryError(f"{call.node.sql()} sums text values", position=self.pos(call.node),
+                raise UnsupportedQueryError(f"{snippet(call.node)} sums text values", position=self.pos(call.node),
                                             hint="sum numbers, e.g. SUM(CASE WHEN col = 'x' THEN 1 ELSE 0 END)")
             w = np.array([np.nan if null[i] else float(v) for i, v in enumerate(vals)])
         return np.where(np.isnan(w), 0.0, w)
@@ -278,7 +317,7 @@ class _Lowering:
             return np.asarray(attr.cell_values(), dtype=float)
         vals, null = self.evaluator(attr).constant_values(call.arg)
         if any(isinstance(v, str) for v in vals):
-            raise UnsupportedQueryError(f"{call.node.sql()} is a quantile of text values",
+            raise UnsupportedQueryError(f"{snippet(call.node)} is a quantile of text values",
                                         position=self.pos(call.node), hint="use a numeric expression")
         return np.array([np.nan if null[i] or v is None else float(v) for i, v in enumerate(vals)])
 
@@ -300,9 +339,9 @@ class _Lowering:
         found = self.specs.get(key)
         if found is not None:
             return found.name
-        name = f"q{len(self.specs)}"
+        name = f"{self.prefix}q{len(self.specs)}"
         shown = pred if shown == "same" else shown
-        where = f" WHERE {shown.sql(dialect='postgres')}" if shown is not None else ""
+        where = f" WHERE {snippet(shown, 300)}" if shown is not None else ""
         self.specs[key] = QuerySpec(name=name, kind=kind, terms=terms,
                                     weight_attr=weight_attr.name if weight_attr is not None else None,
                                     weights=weights,
@@ -333,19 +372,45 @@ class _Lowering:
         having = self.tree.args.get("having")
         having_ir = ir(having.this) if having is not None else None
         order = self.order_by(projections, columns, ir)
-        limit = self.int_clause("limit")
-        offset = self.int_clause("offset")
+        limit, offset = limit_clause(self.tree, self.pos)
         distinct = self.tree.args.get("distinct") is not None
         if self.where is not None:
             grouping.restrict(self.terms(self.where))
         lqs = [build_linear_query(s, self.schema, grouping) for s in self.specs.values()]
+        restrictions, extra = self.restrictions()
         program = Program(outputs=outputs, having=having_ir, order=order, limit=limit, offset=offset,
                           distinct=distinct, aggs=self.aggs, keys=self.keys, grouping=grouping,
-                          lq_by_name={lq.name: lq for lq in lqs})
+                          lq_by_name={lq.name: lq for lq in lqs}, restrictions=restrictions,
+                          where_terms=self.terms(self.where) if self.where is not None else [{}])
         return CompiledQuery(sql=self.stmt.sql, table=self.schema.name, columns=columns,
                              groups=grouping.group_tuples(),
-                             linear_queries=[lq for lq in lqs if not lq.always_zero], program=program,
+                             linear_queries=[lq for lq in lqs if not lq.always_zero] + extra, program=program,
                              schema=self.schema)
+
+    def restrictions(self):
+        """Top-N restrictions: each outer expression must be a GROUP BY key (the rows kept
+        are groups), and the ranking query must read the same table."""
+        out, extra = [], []
+        for inner, pending in self.pending:
+            if inner.table != self.schema.name:
+                raise UnsupportedQueryError("a top-N subquery must read the same table as the query around it",
+                                            position=self.pos(pending.node), hint=_TOPN_HINT)
+            keys = []
+            for node in pending.outer:
+                k = self.key_index.get(self.canon(node))
+                if k is None:
+                    raise UnsupportedQueryError(
+                        f"the top-N filter on '{snippet(node, 60)}' needs it in the GROUP BY: dpsql keeps or drops "
+                        "whole groups by the released ranking", position=self.pos(node), hint=_TOPN_HINT)
+                keys.append(k)
+            for j in pending.inner_cols:
+                col = inner.columns[j]
+                if col.is_aggregate:
+                    raise UnsupportedQueryError(f"the top-N subquery's column {col.name!r} is an aggregate; join on "
+                                                "its group keys", position=self.pos(pending.node), hint=_TOPN_HINT)
+            out.append(Restriction(inner, keys, list(pending.inner_cols), list(pending.null_safe)))
+            extra.extend(inner.linear_queries)
+        return out, extra
 
     def ir_has_agg(self, node_ir) -> bool:
         if node_ir[0] == "agg":
@@ -391,18 +456,6 @@ class _Lowering:
             out.append((ir(node), desc, bool(nulls_first)))
         return out
 
-    def int_clause(self, name) -> int | None:
-        clause = self.tree.args.get(name)
-        if clause is None:
-            return None
-        node = clause.expression if isinstance(clause, (exp.Limit, exp.Offset)) else clause
-        ok, v = literal_value(node)
-        if not ok or not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise UnsupportedQueryError(f"{name.upper()} must be a non-negative integer constant",
-                                        position=self.pos(clause), hint=f"e.g. {name.upper()} 10")
-        return v
-
-
 def _case_children(node_ir):
     _, branches, default = node_ir[0], node_ir[1], node_ir[2]
     out = []
@@ -413,13 +466,59 @@ def _case_children(node_ir):
     return out
 
 
+class _Compiler:
+    """Compiles one statement's SELECTs: the outer one, derived tables and top-N subqueries."""
+
+    def __init__(self, stmt, catalog: Catalog) -> None:
+        self.stmt = stmt
+        self.catalog = catalog
+        self.levels = 0
+
+    def star_columns(self, select: exp.Select) -> list[exp.Column]:
+        """The columns ``*`` stands for in ``select`` (declared names, quoted)."""
+        from_ = select.args.get("from_") or select.args.get("from")
+        src = from_.this if from_ is not None else None
+        alias = src.args.get("alias") if src is not None else None
+        qual = alias.this if isinstance(alias, exp.TableAlias) and alias.this is not None else \
+            (src.this if isinstance(src, exp.Table) else None)
+        if isinstance(src, exp.Subquery) and isinstance(src.this, exp.Select):
+            names = [n for n, _ in output_names(src.this, self.star_columns) if n]
+        else:
+            schema = table_schema(self.catalog, src) if isinstance(src, exp.Table) else None
+            if schema is None:
+                bind_table(self.stmt, self.catalog, select)     # raises the right error
+                return []
+            names = list(schema.column_names)
+        return [exp.Column(this=exp.to_identifier(n, quoted=True),
+                           table=qual.copy() if isinstance(qual, exp.Identifier) else None) for n in names]
+
+    def select(self, tree: exp.Select) -> CompiledQuery:
+        check_structure(self.stmt, tree)
+        tree = flatten(tree, self.star_columns, self.stmt)
+        from_ = tree.args.get("from_") or tree.args.get("from")
+        src = from_.this if from_ is not None else None
+        if isinstance(src, exp.Subquery):
+            # an aggregate subquery (row-level ones were merged): an outer stage over its rows
+            check_structure(self.stmt, src.this)
+            return compile_stage(self.stmt, tree, src, self.select(src.this))
+        tree, pending = restrictions(tree, self.stmt, self.star_columns)
+        ranked = [(self.select(p.select), p) for p in pending]
+        scope = bind_table(self.stmt, self.catalog, tree)
+        prefix = "" if self.levels == 0 and not ranked else f"s{self.levels}_"
+        self.levels += 1
+        return _Lowering(self.stmt, scope, tree, prefix, ranked).run()
+
+
 def compile(sql: str, catalog: Catalog, params: Sequence[Any] | None = None,
             dialect: str = "postgres") -> CompiledQuery:
     """Compile one aggregate query (or ``EXPLAIN`` of one) against the catalog's schemas."""
     stmt = parse_statement(sql, params, dialect)
-    check_structure(stmt)
-    scope = bind_table(stmt, catalog)
-    inner = _Lowering(stmt, scope).run()
+    try:
+        inner = _Compiler(stmt, catalog).select(stmt.tree)
+    except RecursionError:
+        # The lexer and parser bound nesting; this is the last line of defence.
+        raise StatementTooComplexError("statement too complex to compile", position=stmt.offset + 1,
+                                       hint="simplify the statement") from None
     if not stmt.explain:
         return inner
     return CompiledQuery(sql=sql, table=inner.table, columns=[OutputColumn("QUERY PLAN", "text")],

@@ -28,7 +28,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
-from dpsql.sql.cells import OTHER, CellEvaluator
+from dpsql.sql.cells import OTHER, CellEvaluator, snippet
 
 __all__ = ["GroupKey", "GroupAttr", "Grouping", "key_value_type", "MAX_GROUPS"]
 
@@ -191,7 +191,7 @@ def build_key(canonical: str, node: exp.Expression, attr, evaluator: CellEvaluat
     values, null = evaluator.constant_values(node)
     values = [None if null[i] else values[i] for i in range(len(values))]
     if any(v is OTHER for v in values):
-        raise UnsupportedQueryError(f"GROUP BY {node.sql()} would need undeclared labels of '{attr.name}'",
+        raise UnsupportedQueryError(f"GROUP BY {snippet(node)} would need undeclared labels of '{attr.name}'",
                                     position=evaluator.pos(node), hint="map every label with CASE WHEN … ELSE")
     values = [int(v) if isinstance(v, float) and v.is_integer() and _integral(node) else v for v in values]
     return GroupKey(canonical, node, attr, values, key_value_type(attr, values))

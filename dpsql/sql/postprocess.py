@@ -36,10 +36,11 @@ from sqlglot import exp
 
 from dpsql.errors import DataError, InterfaceError, PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import columns_in, literal_value
+from dpsql.sql.cells import columns_in, literal_value, snippet
+from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
 
-__all__ = ["AggPlan", "Program", "to_ir", "int_ir", "run_program", "quantile_from_histogram",
-           "quantile_variance"]
+__all__ = ["AggPlan", "Program", "Restriction", "to_ir", "int_ir", "run_program", "evaluate_program",
+           "quantile_from_histogram", "quantile_variance"]
 
 
 @dataclass
@@ -52,6 +53,7 @@ class AggPlan:
     q: float | None = None
     method: str | None = None
     cell_values: np.ndarray | None = None
+    scale: float = 1.0              # SUM(c) of a constant c is c·COUNT(*)
 
 
 @dataclass
@@ -66,6 +68,13 @@ class Program:
     keys: list
     grouping: Any
     lq_by_name: dict = field(default_factory=dict)
+    restrictions: list = field(default_factory=list)
+    # The WHERE clause's disjoint boxes (attribute → cell mask): public, kept for tests that
+    # mimic SQL's omission of empty groups.
+    where_terms: list = field(default_factory=lambda: [{}])
+
+    def evaluate(self, cq, answers, stderrs, present=None) -> "Relation":
+        return evaluate_program(self, cq, answers, stderrs, present)
 
 
 # --- SQL → IR --------------------------------------------------------------------------
@@ -113,14 +122,22 @@ def to_ir(node, low):
         test = ("op", "isnull", [to_ir(node.this, low)])
         return ("op", "not", [test]) if node.args.get("negate") else test
     if isinstance(node, exp.Between):
-        x = node.this
-        return ("op", "and", [("op", ">=", [to_ir(x, low), to_ir(node.args["low"], low)]),
-                              ("op", "<=", [to_ir(x, low), to_ir(node.args["high"], low)])])
+        x, lo, hi = to_ir(node.this, low), to_ir(node.args["low"], low), to_ir(node.args["high"], low)
+        inside = ("op", "and", [("op", ">=", [x, lo]), ("op", "<=", [x, hi])])
+        if node.args.get("symmetric"):
+            return ("op", "or", [inside, ("op", "and", [("op", ">=", [x, hi]), ("op", "<=", [x, lo])])])
+        return inside
     if isinstance(node, (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Nullif,
                          exp.Greatest, exp.Least, exp.Sqrt, exp.Ln, exp.Cast)):
         args = [node.this] + [a for k in ("decimals", "expression") if (a := node.args.get(k)) is not None] \
             + list(node.expressions)
         name = "cast" if isinstance(node, exp.Cast) else type(node).__name__.lower()
+        if isinstance(node, exp.Round) and node.args.get("decimals") is not None:
+            ok, d = literal_value(node.args["decimals"])
+            if ok and d is not None and (not isinstance(d, int) or isinstance(d, bool) or abs(d) > 2 ** 31 - 1):
+                raise DataError(f"round: {str(d)[:20]} is not a valid number of decimal places",
+                                position=low.pos(node.args["decimals"]),
+                                hint="use an integer between -2147483647 and 2147483647")
         return ("fn", name, [to_ir(a, low) for a in args])
     if isinstance(node, exp.Case):
         if node.this is not None:
@@ -131,9 +148,9 @@ def to_ir(node, low):
             branches = [(to_ir(b.this, low), to_ir(b.args["true"], low)) for b in node.args.get("ifs") or []]
         default = node.args.get("default")
         return ("case", branches, to_ir(default, low) if default is not None else None)
-    label = node.sql_name() if isinstance(node, exp.Func) else node.sql()
+    label = f"function {low.written(node)}" if isinstance(node, exp.Func) else f"'{snippet(node, 60)}'"
     raise UnsupportedQueryError(f"{label} is not supported in the select list, HAVING or ORDER BY",
-                                position=low.pos(node),
+                                position=low.call_pos(node) if isinstance(node, exp.Func) else low.pos(node),
                                 hint="use arithmetic, comparisons, CASE, ROUND, ABS, COALESCE on aggregates")
 
 
@@ -149,218 +166,6 @@ def int_ir(ir, low) -> bool:
 
 
 # --- evaluation ------------------------------------------------------------------------
-
-class V:
-    """A column of per-group values with partial derivatives w.r.t. aggregates."""
-
-    __slots__ = ("val", "grad", "num")
-
-    def __init__(self, val, grad=None, num=True):
-        self.val = val
-        self.grad = grad or {}
-        self.num = num
-
-
-def _as_num(v: V) -> V:
-    if v.num:
-        return v
-    out = np.empty(len(v.val))
-    for i, x in enumerate(v.val):
-        if x is None:
-            out[i] = np.nan
-        elif isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
-            raise DataError(f"cannot use {x!r} as a number", hint="cast text to a number first")
-        else:
-            out[i] = float(x)
-    return V(out, {}, True)
-
-
-def _as_obj(v: V) -> np.ndarray:
-    if not v.num:
-        return v.val
-    return np.array([None if math.isnan(x) else x for x in v.val], dtype=object)
-
-
-def _combine(a: V, b: V, da, db) -> dict:
-    g = {}
-    for k, d in a.grad.items():
-        g[k] = d * da
-    for k, d in b.grad.items():
-        g[k] = g.get(k, 0) + d * db
-    return g
-
-
-def _arith(op: str, a: V, b: V) -> V:
-    a, b = _as_num(a), _as_num(b)
-    x, y = a.val, b.val
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if op == "+":
-            return V(x + y, _combine(a, b, 1.0, 1.0))
-        if op == "-":
-            return V(x - y, _combine(a, b, 1.0, -1.0))
-        if op == "*":
-            return V(x * y, _combine(a, b, y, x))
-        if op == "/":
-            safe = np.where(y == 0, np.nan, y)
-            return V(x / safe, _combine(a, b, 1.0 / safe, -x / safe ** 2))
-        if op == "int/":
-            safe = np.where(y == 0, np.nan, y)
-            return V(np.trunc(x / safe), {})
-        if op == "%":
-            safe = np.where(y == 0, np.nan, y)
-            return V(np.fmod(x, safe), {k: d for k, d in a.grad.items()})
-    raise AssertionError(op)
-
-
-def _compare(op: str, a: V, b: V) -> V:
-    xa, xb = _as_obj(a), _as_obj(b)
-    out = np.empty(len(xa), dtype=object)
-    fn = {"=": lambda p, q: p == q, "!=": lambda p, q: p != q, "<": lambda p, q: p < q,
-          "<=": lambda p, q: p <= q, ">": lambda p, q: p > q, ">=": lambda p, q: p >= q}[op]
-    for i, (p, q) in enumerate(zip(xa, xb)):
-        if p is None or q is None:
-            out[i] = None
-        else:
-            try:
-                out[i] = bool(fn(p, q))
-            except TypeError:
-                raise DataError(f"cannot compare {p!r} with {q!r}", hint="compare values of one type") from None
-    return V(out, None, False)
-
-
-def _kleene(op: str, a: V, b: V | None = None) -> V:
-    xa = _as_obj(a)
-    xb = _as_obj(b) if b is not None else None
-    out = np.empty(len(xa), dtype=object)
-    for i in range(len(xa)):
-        p = xa[i]
-        if op == "not":
-            out[i] = None if p is None else not p
-            continue
-        q = xb[i]
-        if op == "and":
-            out[i] = False if (p is False or q is False) else None if (p is None or q is None) else True
-        else:
-            out[i] = True if (p is True or q is True) else None if (p is None or q is None) else False
-    return V(out, None, False)
-
-
-def _fn(name: str, args: list[V], n: int) -> V:
-    if name == "coalesce":
-        vals = [_as_obj(a) for a in args]
-        out = np.array([next((v[i] for v in vals if v[i] is not None), None) for i in range(n)], dtype=object)
-        if all(a.num for a in args):
-            res = _as_num(V(out, None, False))
-            res.grad = {}
-            for k in set().union(*[a.grad for a in args]):
-                res.grad[k] = np.zeros(n)
-            for i in range(n):
-                for a in args:
-                    if not math.isnan(a.val[i]):
-                        for k, d in a.grad.items():
-                            res.grad[k][i] = d[i] if np.ndim(d) else d
-                        break
-            return res
-        return V(out, None, False)
-    if name == "nullif":
-        a, b = args
-        eq = _compare("=", a, b).val
-        if a.num:
-            val = np.where([e is True for e in eq], np.nan, a.val)
-            return V(val, dict(a.grad))
-        return V(np.array([None if e is True else x for x, e in zip(a.val, eq)], dtype=object), None, False)
-    if name == "cast":
-        return args[0]
-    x = _as_num(args[0])
-    if name == "round":
-        d = int(_as_num(args[1]).val[0]) if len(args) > 1 else 0
-        scale = 10.0 ** d
-        # Rounding does not make an estimate more certain: its error passes through unchanged.
-        return V(np.sign(x.val) * np.floor(np.abs(x.val) * scale + 0.5) / scale, dict(x.grad))
-    if name == "abs":
-        return V(np.abs(x.val), {k: d * np.sign(x.val) for k, d in x.grad.items()})
-    if name in ("floor", "ceil"):
-        f = np.floor if name == "floor" else np.ceil
-        return V(f(x.val), dict(x.grad))
-    if name == "sqrt":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = np.sqrt(np.where(x.val < 0, np.nan, x.val))
-            return V(r, {k: d / (2 * r) for k, d in x.grad.items()})
-    if name == "ln":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return V(np.log(np.where(x.val <= 0, np.nan, x.val)), {k: d / x.val for k, d in x.grad.items()})
-    if name in ("greatest", "least"):
-        nums = [_as_num(a) for a in args]
-        stack = np.vstack([a.val for a in nums])
-        with np.errstate(invalid="ignore"):
-            pick = np.nanargmax(np.where(np.isnan(stack), -np.inf, stack), axis=0) if name == "greatest" \
-                else np.nanargmin(np.where(np.isnan(stack), np.inf, stack), axis=0)
-        val = stack[pick, np.arange(n)]
-        grad = {}
-        for j, a in enumerate(nums):
-            for k, d in a.grad.items():
-                grad[k] = grad.get(k, 0) + np.where(pick == j, d, 0.0)
-        return V(val, grad)
-    raise UnsupportedQueryError(f"function {name} is not supported in output expressions")
-
-
-class _Eval:
-    """Evaluates IR over all groups at once; numeric values carry their partial derivatives."""
-
-    def __init__(self, agg_vals, key_cols, n):
-        self.agg_vals = agg_vals
-        self.key_cols = key_cols
-        self.n = n
-
-    def __call__(self, ir) -> V:
-        tag = ir[0]
-        n = self.n
-        if tag == "agg":
-            return V(self.agg_vals[ir[1]].copy(), {ir[1]: np.ones(n)})
-        if tag == "key":
-            return V(self.key_cols[ir[1]], None, False)
-        if tag == "lit":
-            v = ir[1]
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                return V(np.full(n, float(v)), {})
-            return V(np.array([v] * n, dtype=object), None, False)
-        if tag == "op":
-            op, args = ir[1], [self(a) for a in ir[2]]
-            if op in ("+", "-", "*", "/", "%", "int/"):
-                return _arith(op, *args)
-            if op == "neg":
-                a = _as_num(args[0])
-                return V(-a.val, {k: -d for k, d in a.grad.items()})
-            if op in ("=", "!=", "<", "<=", ">", ">="):
-                return _compare(op, *args)
-            if op in ("and", "or", "not"):
-                return _kleene(op, *args)
-            if op == "isnull":
-                return V(np.array([x is None for x in _as_obj(args[0])], dtype=object), None, False)
-        if tag == "fn":
-            return _fn(ir[1], [self(a) for a in ir[2]], n)
-        if tag == "case":
-            branches, default = ir[1], ir[2]
-            conds = [_as_obj(self(c)) for c, _ in branches]
-            vals = [self(v) for _, v in branches] + ([self(default)] if default is not None else [])
-            numeric = all(v.num for v in vals)
-            pick = np.full(n, len(branches))
-            for j in range(len(branches) - 1, -1, -1):
-                pick = np.where([c is True for c in conds[j]], j, pick)
-            if numeric:
-                val = np.full(n, np.nan)
-                grad = {}
-                for j, v in enumerate(vals):
-                    sel = pick == j
-                    val = np.where(sel, v.val, val)
-                    for k, d in v.grad.items():
-                        grad[k] = grad.get(k, 0) + np.where(sel, d, 0.0)
-                return V(val, grad)
-            objs = [_as_obj(v) for v in vals]
-            return V(np.array([objs[p][i] if p < len(objs) else None for i, p in enumerate(pick)],
-                              dtype=object), None, False)
-        raise AssertionError(tag)
-
 
 # --- aggregates from answers ----------------------------------------------------------
 
@@ -473,8 +278,16 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
             got.append(cache[name])
         if plan.kind in ("count", "sum"):
             a, var = got[0]
-            vals.append(a.sum(axis=0))
-            vars_.append(var.sum(axis=0) if var is not None else np.full(groups, np.nan))
+            vals.append(plan.scale * a.sum(axis=0))
+            vars_.append(plan.scale ** 2 * var.sum(axis=0) if var is not None else np.full(groups, np.nan))
+        elif plan.kind == "null":
+            vals.append(np.full(groups, np.nan))
+            vars_.append(np.full(groups, np.nan))
+        elif plan.kind == "avg_const":
+            # AVG(c) = c wherever the (noisy) count is positive; exact, so no error.
+            c = got[0][0].sum(axis=0)
+            vals.append(np.where(c > 0, plan.scale, np.nan))
+            vars_.append(np.where(c > 0, 0.0, np.nan))
         elif plan.kind == "avg":
             (s, vs), (c, vc) = got
             s, c = s.sum(axis=0), c.sum(axis=0)
@@ -541,88 +354,88 @@ def _moments(plan: AggPlan, got, groups: int):
     return np.where(ok, f, np.nan), np.where(ok, var, np.nan)
 
 
-def _as_int(x):
-    return int(x) if isinstance(x, float) and x.is_integer() else x
-
-
-def _py(x):
-    if isinstance(x, (np.floating, float)):
-        return None if math.isnan(x) else float(x)
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
-
-
 def run_program(cq, answers, stderrs, present=None):
     """Rows and standard-error rows of a compiled query; see the module docstring.
 
     Rows are produced for the listed groups (``cq.groups``: those the WHERE allows).
-    ``present`` (a boolean mask over ``cq.groups``) drops groups before HAVING.  Only the
-    semantic tests pass it, to mimic SQL's omission of empty groups from exact counts; the
-    engine never does, because which groups are empty is private.
+    ``present`` (a boolean mask over ``cq.groups``, or a dict from ``id(program)`` to such a
+    mask for queries with subqueries) drops groups before HAVING.  Only the semantic tests
+    pass it, to mimic SQL's omission of empty groups from exact counts; the engine never
+    does, because which groups are empty is private.
     """
     if cq.is_explain:
         lines = cq.explain().split("\n")
         return [(line,) for line in lines], ([(None,) for _ in lines] if stderrs is not None else None)
     if cq.is_schema_probe:
         return [], ([] if stderrs is not None else None)
-    program: Program = cq.program
+    rel = cq.program.evaluate(cq, answers, stderrs, present)
+    return rel.rows(stderrs is not None)
+
+
+def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Relation:
+    """The Relation of one aggregate SELECT: aggregates per listed group, restrictions (top-N
+    semi-joins), HAVING, the select list, DISTINCT, ORDER BY and OFFSET/LIMIT."""
     groups = program.grouping.size
     vals, vars_ = _aggregate_values(program, answers, stderrs, groups)
     tuples = cq.groups
     idx = np.asarray(program.grouping.listed)
     pos = np.arange(len(idx))
-    if present is not None:
-        keep_present = np.asarray(present, dtype=bool)
-        idx, pos = idx[keep_present], pos[keep_present]
+    keep_groups = np.ones(len(idx), dtype=bool)
+    mine = present.get(id(program)) if isinstance(present, dict) else present
+    if mine is not None:
+        keep_groups &= np.asarray(mine, dtype=bool)
+    for r in program.restrictions:
+        keep_groups &= r.mask(tuples, answers, stderrs, present if isinstance(present, dict) else None)
+    idx, pos = idx[keep_groups], pos[keep_groups]
     vals = [v[idx] for v in vals]
     vars_ = [v[idx] for v in vars_]
     n = len(idx)
-    key_cols = [np.array([tuples[i][j] for i in pos], dtype=object) for j in range(len(program.keys))]
-    ev = _Eval(vals, key_cols, n)
+    key_cols = [V(np.array([tuples[i][j] for i in pos], dtype=object), None, False)
+                for j in range(len(program.keys))]
+    ev = Evaluator(n, [V(v, {i: np.ones(n)}) for i, v in enumerate(vals)], key_cols)
     keep = np.ones(n, dtype=bool)
     if program.having is not None:
-        h = _as_obj(ev(program.having))
+        h = as_obj(ev(program.having))
         keep = np.array([x is True for x in h], dtype=bool)
     outs = [ev(o) for o in program.outputs]
+    types = [c.type for c in cq.columns]
+    ranks = [program.keys[o[1]].sort_rank if o[0] == "key" else None for o in program.outputs]
+    full = Relation(outs, vars_, types, [c.name for c in cq.columns], ranks)
+    rows, _ = full.rows(False)
+    order = []
+    for spec, desc, nulls_first in program.order:
+        col = [r[spec[1]] for r in rows] if spec[0] == "out" else [py_value(x) for x in as_obj(ev(spec))]
+        key_ir = program.outputs[spec[1]] if spec[0] == "out" else spec
+        rank = program.keys[key_ir[1]].sort_rank if key_ir[0] == "key" else None
+        if rank is not None:
+            col = [None if v is None else rank[v] for v in col]
+        order.append((col, desc, nulls_first))
+    chosen = np.asarray(select_rows(rows, keep, order, program.distinct, program.offset, program.limit),
+                        dtype=np.int64)
+    return Relation([take(o, chosen) for o in outs], [v[chosen] for v in vars_], types, full.names, ranks)
 
-    def stderr_of(v: V):
-        if not v.num:
-            return np.full(n, None, dtype=object)
-        total = np.zeros(n)
-        for k, d in v.grad.items():
-            total = total + (d * np.ones(n)) ** 2 * vars_[k]
-        return np.array([None if math.isnan(x) else math.sqrt(x) for x in total], dtype=object)
 
-    integer = [c.type == "integer" for c in cq.columns]
-    rows = [tuple(_as_int(_py(o.val[i])) if integer[j] else _py(o.val[i]) for j, o in enumerate(outs))
-            for i in range(n)]
-    errs = None
-    if stderrs is not None:
-        cols = [stderr_of(o) for o in outs]
-        errs = [tuple(c[i] for c in cols) for i in range(n)]
-    order_idx = [i for i in range(n) if keep[i]]
-    if program.order:
-        for spec, desc, nulls_first in reversed(program.order):
-            col = [rows[i][spec[1]] for i in range(n)] if spec[0] == "out" else \
-                [_py(x) for x in _as_obj(ev(spec))]
-            key_ir = program.outputs[spec[1]] if spec[0] == "out" else spec
-            rank = program.keys[key_ir[1]].sort_rank if key_ir[0] == "key" else None
-            if rank is not None:
-                col = [None if v is None else rank[v] for v in col]
-            flag_null = int(nulls_first == desc)
-            order_idx.sort(key=lambda i: (flag_null, 0) if col[i] is None else (1 - flag_null, col[i]),
-                           reverse=desc)
-    if program.distinct:
-        seen, uniq = set(), []
-        for i in order_idx:
-            if rows[i] not in seen:
-                seen.add(rows[i])
-                uniq.append(i)
-        order_idx = uniq
-    start = program.offset or 0
-    end = None if program.limit is None else start + program.limit
-    order_idx = order_idx[start:end]
-    return [rows[i] for i in order_idx], ([errs[i] for i in order_idx] if errs is not None else None)
+@dataclass
+class Restriction:
+    """A top-N semi-join: keep the outer groups whose key values appear among the rows of
+    ``inner`` (a released, post-processed answer).  ``outer_keys`` index the outer GROUP BY
+    keys, ``inner_cols`` the inner query's output columns; ``null_safe`` per pair says
+    whether NULL matches NULL (``IS NOT DISTINCT FROM``) or nothing (``=``)."""
+
+    inner: Any
+    outer_keys: list[int]
+    inner_cols: list[int]
+    null_safe: list[bool]
+
+    def mask(self, tuples: list[tuple], answers, stderrs, present=None) -> np.ndarray:
+        rows = []
+        if not self.inner.is_schema_probe:        # a ranking with LIMIT 0 chooses nothing
+            rows, _ = self.inner.program.evaluate(self.inner, answers, stderrs, present).rows(False)
+        chosen = {tuple(r[j] for j in self.inner_cols) for r in rows}
+        out = np.zeros(len(tuples), dtype=bool)
+        for i, t in enumerate(tuples):
+            key = tuple(t[k] for k in self.outer_keys)
+            if any(v is None and not ns for v, ns in zip(key, self.null_safe)):
+                continue       # NULL = anything is never true
+            out[i] = key in chosen
+        return out

@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import CellEvaluator, columns_in
+from dpsql.sql.cells import CellEvaluator, columns_in, snippet
 
 __all__ = ["Term", "compile_predicate", "MAX_JOINT_CELLS"]
 
@@ -37,12 +37,30 @@ MAX_JOINT_CELLS = 4_000_000
 _PERMUTE_CELLS = 100_000
 
 
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
+def _all_of(parts: list[exp.Expression]) -> exp.Expression:
+    """AND of ``parts`` as a balanced tree (a left-deep chain of thousands of conjuncts would
+    recurse once per conjunct when evaluated)."""
+    level = list(parts)
+    while len(level) > 1:
+        nxt = [exp.And(this=level[i], expression=level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def _conjuncts_iter(node: exp.Expression) -> list[exp.Expression]:
+    out, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, exp.Paren):
+            todo.append(n.this)
+        elif isinstance(n, exp.And):
+            todo.append(n.expression)
+            todo.append(n.this)
+        else:
+            out.append(n)
+    return out
 
 
 class _Compiler:
@@ -75,7 +93,7 @@ class _Compiler:
             return t1 | t2, f1 & f2
         attrs = self.attrs(node)
         if len(attrs) > 1:
-            raise UnsupportedQueryError(f"'{node.sql()}' compares columns with each other",
+            raise UnsupportedQueryError(f"'{snippet(node)}' compares columns with each other",
                                         position=self.pos(node),
                                         hint="compare each column with constants; combine with AND/OR")
         shape = [1] * len(order)
@@ -145,7 +163,7 @@ def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos, any_
     if node is None:
         return [{}]
     comp = _Compiler(resolve, evaluator, pos, any_attr)
-    conj = _conjuncts(node)
+    conj = _conjuncts_iter(node)
     # Union-find on attributes: conjuncts sharing a column belong to one component.
     parent: dict[str, str] = {}
 
@@ -183,9 +201,7 @@ def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos, any_
     terms: list[Term] = [{}]
     for root, parts in components.items():
         attrs = list(comp_attrs[root].values())
-        expr = parts[0]
-        for p in parts[1:]:
-            expr = exp.And(this=expr, expression=p)
+        expr = _all_of(parts)
         if len(attrs) == 1:
             t, _ = evaluator(attrs[0]).truth(expr)
             pieces = [{attrs[0].name: t}] if t.any() else []

@@ -14,7 +14,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.errors import SyntaxError as SQLSyntaxError
+from dpsql.sql.lexer import prepare
 
 SessionCommand = tuple[str, str, str]  # (kind, setting name, value)
 
@@ -35,9 +37,13 @@ def _value(node: exp.Expression) -> str:
 
 def parse_session_command(sql: str) -> SessionCommand | None:
     """The session command in ``sql``, or None when it is not one."""
+    if not isinstance(sql, str):
+        raise ProgrammingError(f"the statement must be a str, not {type(sql).__name__}",
+                               hint="pass the SQL text (decode bytes first: sql.decode('utf-8'))")
     head = sql.lstrip().split(None, 1)[0].upper().rstrip(";") if sql.strip() else ""
     if head not in ("SET", "SHOW", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"):
         return None
+    prepare(sql)  # the lexer's checks: bounded nesting and size, closed quotes
     logger = logging.getLogger("sqlglot")
     level = logger.level
     logger.setLevel(logging.ERROR)  # SHOW falls back to Command with a warning
@@ -63,8 +69,18 @@ def parse_session_command(sql: str) -> SessionCommand | None:
         return ("rollback", "", "")
     if isinstance(node, exp.Command):
         verb = str(node.this).upper()
-        arg = node.expression.name if node.expression is not None else ""
+        rest = node.expression
+        arg = "" if rest is None else rest if isinstance(rest, str) else rest.name
         name = arg.strip().strip(";").strip().lower()
+        if verb == "SET":
+            words = name.split()
+            if words[:2] == ["time", "zone"] and len(words) == 3:
+                return ("set", "timezone", arg.strip().strip(";").split()[-1].strip("'"))
+            what = words[0].upper() if words else ""
+            start = len(sql) - len(sql.lstrip()) + 1
+            raise UnsupportedQueryError(f"SET {what} is not supported".replace("  ", " "), position=start,
+                                        hint="dpsql settings are set with SET dpsql.<name> = <value>; the "
+                                             "user is fixed when the connection opens")
         if verb == "SHOW":
             return ("show", name or "all", "")
         if verb == "RESET":

@@ -23,6 +23,7 @@ from sqlglot import exp
 from dpsql.domain import load_domain
 from dpsql.linalg import Kron, Weighted
 from dpsql.sql import compile as compile_sql
+from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.postprocess import run_program
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,22 +138,34 @@ class Oracle:
     def ours(self, sql: str, dialect: str = "postgres", params=None):
         cq = compile_sql(sql, self.catalog, params=params, dialect=dialect)
         answers = {lq.name: self.answer(lq) for lq in cq.linear_queries}
-        present = self._present(cq, sql, dialect, params)
-        rows, _ = run_program(cq, answers, None, present=present)
+        rows, _ = run_program(cq, answers, None, present=self.present(cq))
         return cq, rows
 
-    def _present(self, cq, sql, dialect, params):
-        """Which groups have rows under WHERE (DuckDB omits empty groups; we never do)."""
-        if cq.is_schema_probe or not cq.program.keys:
-            return None
-        tree = sqlglot.parse_one(sql, read=dialect)
-        tree.set("expressions", tree.expressions + [exp.alias_(exp.Count(this=exp.Star()), "__n")])
-        for k in ("having", "order", "limit", "offset", "distinct"):
-            tree.set(k, None)
-        helper = compile_sql(tree.sql(dialect=dialect), self.catalog, params=params, dialect=dialect)
-        answers = {lq.name: self.answer(lq) for lq in helper.linear_queries}
-        rows, _ = run_program(helper, answers, None)
-        return np.array([r[-1] > 0 for r in rows])
+    @staticmethod
+    def programs(cq):
+        """Every aggregate SELECT level of a compiled query (stages' inner queries, rankings)."""
+        if cq.is_schema_probe or cq.is_explain:
+            return []
+        prog = cq.program
+        if hasattr(prog, "inner"):              # an outer stage
+            return Oracle.programs(prog.inner)
+        out = [prog]
+        for r in prog.restrictions:
+            out += Oracle.programs(r.inner)
+        return out
+
+    def present(self, cq):
+        """Per aggregate level, which listed groups have rows under its WHERE (DuckDB omits
+        empty groups; dpsql never does): exact COUNT(*) per group, via the same grouping."""
+        out = {}
+        for prog in self.programs(cq):
+            if not prog.keys:
+                continue
+            lq = build_linear_query(QuerySpec(name="present", kind="linear", terms=prog.where_terms),
+                                    cq.schema, prog.grouping)
+            counts = self.answer(lq).reshape(lq.blocks, -1).sum(axis=0)
+            out[id(prog)] = counts[np.asarray(prog.grouping.listed)] > 0
+        return out or None
 
     def duck(self, sql: str, dialect: str = "postgres", params=None):
         tree = sqlglot.parse_one(sql, read=dialect)
@@ -164,6 +177,8 @@ class Oracle:
         if isinstance(node, exp.Paren):
             return self._int_valued(node.this)
         if isinstance(node, exp.Column):
+            if node.name not in self.schema.column_names:
+                return False            # a subquery's output column
             a = self.schema.attribute(node.name)
             return a.kind == "integer" and all(b is None or b[0] == b[1] for b in a.bin_bounds())
         if isinstance(node, exp.Literal):
@@ -178,7 +193,7 @@ class Oracle:
         return False
 
     def _duck_rewrite(self, node):
-        if isinstance(node, exp.Table) and node.args.get("db") is not None:
+        if isinstance(node, (exp.Table, exp.Column)) and node.args.get("db") is not None:
             node = node.copy()
             node.set("db", None)
             return node
@@ -199,17 +214,16 @@ class Oracle:
     # --- comparison --------------------------------------------------------------------
     def normalise(self, cq, rows):
         """Our labels of wide bins → their midpoints, the value DuckDB sees."""
+        attrs = {k.attr.name for prog in self.programs(cq) for k in prog.keys if k.attr.kind != "categorical"}
+        text = [j for j, c in enumerate(cq.columns) if c.type == "text"]
         out = []
-        key_attrs = {}
-        for j, c in enumerate(cq.columns):
-            for k in (cq.program.keys if cq.program else []):
-                if c.type == "text" and k.attr.kind != "categorical":
-                    key_attrs[j] = k.attr.name
         for r in rows:
             r = list(r)
-            for j, a in key_attrs.items():
-                if isinstance(r[j], str) and (a, r[j]) in self.midpoints:
-                    r[j] = self.midpoints[(a, r[j])]
+            for j in text:
+                for a in attrs:
+                    if isinstance(r[j], str) and (a, r[j]) in self.midpoints:
+                        r[j] = self.midpoints[(a, r[j])]
+                        break
             out.append(tuple(r))
         return out
 

@@ -137,9 +137,10 @@ def test_dollar_parameters_and_count_mismatch(oracle, catalog):
                      params=[30, 40, "Male"])
     rows, _ = cq.postprocess(exact(oracle, cq))
     assert rows == oracle.duck("SELECT COUNT(*) FROM adult WHERE age BETWEEN 30 AND 40 AND sex = 'Male'")
-    with pytest.raises(errors.InterfaceError):
+    with pytest.raises(errors.ProgrammingError) as info:
         compile_sql("SELECT COUNT(*) FROM adult WHERE age > ?", catalog, params=())
-    with pytest.raises(errors.InterfaceError):
+    assert info.value.position == 40      # the marker that has no value
+    with pytest.raises(errors.ProgrammingError):
         compile_sql("SELECT COUNT(*) FROM adult", catalog, params=(1,))
 
 

@@ -1,0 +1,356 @@
+"""Relations of post-processed values: columns with partial derivatives, and the SQL steps
+that act on whole rows (HAVING, ORDER BY, DISTINCT, OFFSET/LIMIT).
+
+A :class:`V` is one column of per-row values; numeric columns carry their partial
+derivatives with respect to the independent noisy quantities (the aggregates of the
+query, or sums formed by an outer stage), so standard errors follow by the delta method
+(``postprocess.py``).  A :class:`Relation` is the result of one SELECT level: its output
+columns in final row order and the variances of the quantities their derivatives refer
+to.  An outer stage (``stage.py``) reads a Relation as its input.  Everything here is
+post-processing of released answers and public metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpsql.errors import DataError, UnsupportedQueryError
+
+__all__ = ["V", "Evaluator", "Relation", "as_num", "as_obj", "py_value", "select_rows", "stderr_of",
+           "take"]
+
+
+class V:
+    """A column of per-group values with partial derivatives w.r.t. aggregates."""
+
+    __slots__ = ("val", "grad", "num")
+
+    def __init__(self, val, grad=None, num=True):
+        self.val = val
+        self.grad = grad or {}
+        self.num = num
+
+
+def _as_num(v: V) -> V:
+    if v.num:
+        return v
+    out = np.empty(len(v.val))
+    for i, x in enumerate(v.val):
+        if x is None:
+            out[i] = np.nan
+        elif isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+            raise DataError(f"cannot use {x!r} as a number", hint="cast text to a number first")
+        else:
+            out[i] = float(x)
+    return V(out, {}, True)
+
+
+def _as_obj(v: V) -> np.ndarray:
+    if not v.num:
+        return v.val
+    return np.array([None if math.isnan(x) else x for x in v.val], dtype=object)
+
+
+def _combine(a: V, b: V, da, db) -> dict:
+    g = {}
+    for k, d in a.grad.items():
+        g[k] = d * da
+    for k, d in b.grad.items():
+        g[k] = g.get(k, 0) + d * db
+    return g
+
+
+def _arith(op: str, a: V, b: V) -> V:
+    a, b = _as_num(a), _as_num(b)
+    x, y = a.val, b.val
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if op == "+":
+            return V(x + y, _combine(a, b, 1.0, 1.0))
+        if op == "-":
+            return V(x - y, _combine(a, b, 1.0, -1.0))
+        if op == "*":
+            return V(x * y, _combine(a, b, y, x))
+        if op == "/":
+            safe = np.where(y == 0, np.nan, y)
+            return V(x / safe, _combine(a, b, 1.0 / safe, -x / safe ** 2))
+        if op == "int/":
+            safe = np.where(y == 0, np.nan, y)
+            return V(np.trunc(x / safe), {})
+        if op == "%":
+            safe = np.where(y == 0, np.nan, y)
+            return V(np.fmod(x, safe), {k: d for k, d in a.grad.items()})
+    raise AssertionError(op)
+
+
+def _compare(op: str, a: V, b: V) -> V:
+    xa, xb = _as_obj(a), _as_obj(b)
+    out = np.empty(len(xa), dtype=object)
+    fn = {"=": lambda p, q: p == q, "!=": lambda p, q: p != q, "<": lambda p, q: p < q,
+          "<=": lambda p, q: p <= q, ">": lambda p, q: p > q, ">=": lambda p, q: p >= q}[op]
+    for i, (p, q) in enumerate(zip(xa, xb)):
+        if p is None or q is None:
+            out[i] = None
+        else:
+            try:
+                out[i] = bool(fn(p, q))
+            except TypeError:
+                raise DataError(f"cannot compare {p!r} with {q!r}", hint="compare values of one type") from None
+    return V(out, None, False)
+
+
+def _kleene(op: str, a: V, b: V | None = None) -> V:
+    xa = _as_obj(a)
+    xb = _as_obj(b) if b is not None else None
+    out = np.empty(len(xa), dtype=object)
+    for i in range(len(xa)):
+        p = xa[i]
+        if op == "not":
+            out[i] = None if p is None else not p
+            continue
+        q = xb[i]
+        if op == "and":
+            out[i] = False if (p is False or q is False) else None if (p is None or q is None) else True
+        else:
+            out[i] = True if (p is True or q is True) else None if (p is None or q is None) else False
+    return V(out, None, False)
+
+
+def _fn(name: str, args: list[V], n: int) -> V:
+    if name == "coalesce":
+        vals = [_as_obj(a) for a in args]
+        out = np.array([next((v[i] for v in vals if v[i] is not None), None) for i in range(n)], dtype=object)
+        if all(a.num for a in args):
+            res = _as_num(V(out, None, False))
+            res.grad = {}
+            for k in set().union(*[a.grad for a in args]):
+                res.grad[k] = np.zeros(n)
+            for i in range(n):
+                for a in args:
+                    if not math.isnan(a.val[i]):
+                        for k, d in a.grad.items():
+                            res.grad[k][i] = d[i] if np.ndim(d) else d
+                        break
+            return res
+        return V(out, None, False)
+    if name == "nullif":
+        a, b = args
+        eq = _compare("=", a, b).val
+        if a.num:
+            val = np.where([e is True for e in eq], np.nan, a.val)
+            return V(val, dict(a.grad))
+        return V(np.array([None if e is True else x for x, e in zip(a.val, eq)], dtype=object), None, False)
+    if name == "cast":
+        return args[0]
+    x = _as_num(args[0])
+    if name == "round":
+        d = _as_num(args[1]).val[0] if len(args) > 1 else 0.0
+        if math.isnan(d):
+            return V(np.full(n, np.nan), {})          # round(x, NULL) is NULL
+        if d != int(d) or abs(d) > 2 ** 31 - 1:
+            raise DataError(f"round: {d:g} is not a valid number of decimal places",
+                            hint="use an integer between -2147483647 and 2147483647")
+        d = int(d)
+        # Rounding does not make an estimate more certain: its error passes through unchanged.
+        if d > 308:
+            return V(x.val.copy(), dict(x.grad))
+        if d < -308:
+            return V(np.where(np.isnan(x.val), np.nan, 0.0), dict(x.grad))
+        scale = 10.0 ** d
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = np.abs(x.val) * scale
+            r = np.sign(x.val) * np.floor(scaled + 0.5) / scale
+        return V(np.where(np.isfinite(scaled), r, x.val), dict(x.grad))
+    if name == "abs":
+        return V(np.abs(x.val), {k: d * np.sign(x.val) for k, d in x.grad.items()})
+    if name in ("floor", "ceil"):
+        f = np.floor if name == "floor" else np.ceil
+        return V(f(x.val), dict(x.grad))
+    if name == "sqrt":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.sqrt(np.where(x.val < 0, np.nan, x.val))
+            return V(r, {k: d / (2 * r) for k, d in x.grad.items()})
+    if name == "ln":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return V(np.log(np.where(x.val <= 0, np.nan, x.val)), {k: d / x.val for k, d in x.grad.items()})
+    if name in ("greatest", "least"):
+        nums = [_as_num(a) for a in args]
+        stack = np.vstack([a.val for a in nums])
+        with np.errstate(invalid="ignore"):
+            pick = np.nanargmax(np.where(np.isnan(stack), -np.inf, stack), axis=0) if name == "greatest" \
+                else np.nanargmin(np.where(np.isnan(stack), np.inf, stack), axis=0)
+        val = stack[pick, np.arange(n)]
+        grad = {}
+        for j, a in enumerate(nums):
+            for k, d in a.grad.items():
+                grad[k] = grad.get(k, 0) + np.where(pick == j, d, 0.0)
+        return V(val, grad)
+    raise UnsupportedQueryError(f"function {name} is not supported in output expressions")
+
+
+class Evaluator:
+    """Evaluates IR over all rows at once; numeric values carry their partial derivatives.
+
+    Leaves: ``("agg", i)`` the i-th aggregate (a :class:`V`), ``("key", i)`` the i-th group
+    key (a :class:`V`), ``("in", j)`` the j-th column of an input relation (outer stages)."""
+
+    def __init__(self, n: int, aggs: list, keys: list, inputs: list | None = None) -> None:
+        self.aggs = aggs
+        self.keys = keys
+        self.inputs = inputs or []
+        self.n = n
+
+    def __call__(self, ir) -> V:
+        tag = ir[0]
+        n = self.n
+        if tag == "agg":
+            a = self.aggs[ir[1]]
+            return V(a.val.copy(), dict(a.grad), a.num)
+        if tag == "key":
+            return self.keys[ir[1]]
+        if tag == "in":
+            return self.inputs[ir[1]]
+        if tag == "lit":
+            v = ir[1]
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return V(np.full(n, float(v)), {})
+            return V(np.array([v] * n, dtype=object), None, False)
+        if tag == "op":
+            op, args = ir[1], [self(a) for a in ir[2]]
+            if op in ("+", "-", "*", "/", "%", "int/"):
+                return _arith(op, *args)
+            if op == "neg":
+                a = _as_num(args[0])
+                return V(-a.val, {k: -d for k, d in a.grad.items()})
+            if op in ("=", "!=", "<", "<=", ">", ">="):
+                return _compare(op, *args)
+            if op in ("and", "or", "not"):
+                return _kleene(op, *args)
+            if op == "isnull":
+                return V(np.array([x is None for x in _as_obj(args[0])], dtype=object), None, False)
+        if tag == "fn":
+            return _fn(ir[1], [self(a) for a in ir[2]], n)
+        if tag == "case":
+            branches, default = ir[1], ir[2]
+            conds = [_as_obj(self(c)) for c, _ in branches]
+            vals = [self(v) for _, v in branches] + ([self(default)] if default is not None else [])
+            numeric = all(v.num for v in vals)
+            pick = np.full(n, len(branches))
+            for j in range(len(branches) - 1, -1, -1):
+                pick = np.where([c is True for c in conds[j]], j, pick)
+            if numeric:
+                val = np.full(n, np.nan)
+                grad = {}
+                for j, v in enumerate(vals):
+                    sel = pick == j
+                    val = np.where(sel, v.val, val)
+                    for k, d in v.grad.items():
+                        grad[k] = grad.get(k, 0) + np.where(sel, d, 0.0)
+                return V(val, grad)
+            objs = [_as_obj(v) for v in vals]
+            return V(np.array([objs[p][i] if p < len(objs) else None for i, p in enumerate(pick)],
+                              dtype=object), None, False)
+        raise AssertionError(tag)
+
+
+
+
+def _as_int(x):
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+def _py(x):
+    if isinstance(x, (np.floating, float)):
+        return None if math.isnan(x) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+
+
+def py_value(x):
+    return _py(x)
+
+
+def as_num(v: V) -> V:
+    return _as_num(v)
+
+
+def as_obj(v: V) -> np.ndarray:
+    return _as_obj(v)
+
+
+def full_grad(v: V, n: int) -> dict:
+    """The derivatives of ``v`` as per-row arrays (scalars broadcast)."""
+    return {k: np.broadcast_to(np.asarray(d, dtype=float), (n,)).copy() for k, d in v.grad.items()}
+
+
+def take(v: V, idx: np.ndarray) -> V:
+    """Rows ``idx`` of column ``v`` (in that order)."""
+    n = len(v.val)
+    if not v.num:
+        return V(np.asarray(v.val, dtype=object)[idx], None, False)
+    return V(np.asarray(v.val, dtype=float)[idx], {k: d[idx] for k, d in full_grad(v, n).items()})
+
+
+def stderr_of(v: V, variances: list, n: int) -> np.ndarray:
+    """Delta-method standard error of each row of ``v`` (None where unknown or not numeric)."""
+    if not v.num:
+        return np.full(n, None, dtype=object)
+    total = np.zeros(n)
+    for k, d in v.grad.items():
+        total = total + (d * np.ones(n)) ** 2 * variances[k]
+    return np.array([None if math.isnan(x) else math.sqrt(x) for x in total], dtype=object)
+
+
+def select_rows(rows: list[tuple], keep: np.ndarray, order: list, distinct: bool,
+                offset: int | None, limit: int | None) -> list[int]:
+    """Row indices after HAVING (``keep``), ORDER BY, DISTINCT and OFFSET/LIMIT.
+
+    ``order`` lists (values, descending, nulls_first) per sort key, most significant first;
+    values are already mapped to their sort rank where labels do not sort as text."""
+    idx = [i for i in range(len(rows)) if keep[i]]
+    for col, desc, nulls_first in reversed(order):
+        flag_null = int(nulls_first == desc)
+        idx.sort(key=lambda i: (flag_null, 0) if col[i] is None else (1 - flag_null, col[i]), reverse=desc)
+    if distinct:
+        seen, uniq = set(), []
+        for i in idx:
+            if rows[i] not in seen:
+                seen.add(rows[i])
+                uniq.append(i)
+        idx = uniq
+    start = offset or 0
+    end = None if limit is None else start + limit
+    return idx[start:end]
+
+
+@dataclass
+class Relation:
+    """One SELECT level's result: output columns (rows in final order) and the variances of
+    the independent quantities their derivatives refer to (per row)."""
+
+    cols: list[V]
+    variances: list[np.ndarray]
+    types: list[str]
+    names: list[str]
+    ranks: list = field(default_factory=list)   # per column: label → sort rank, or None
+
+    @property
+    def n(self) -> int:
+        return len(self.cols[0].val) if self.cols else 0
+
+    def rows(self, with_errors: bool) -> tuple[list[tuple], list[tuple] | None]:
+        n = self.n
+        integer = [t == "integer" for t in self.types]
+        rows = [tuple(_as_int(_py(c.val[i])) if integer[j] else _py(c.val[i]) for j, c in enumerate(self.cols))
+                for i in range(n)]
+        if not with_errors:
+            return rows, None
+        errs = [stderr_of(c, self.variances, n) for c in self.cols]
+        return rows, [tuple(e[i] for e in errs) for i in range(n)]
