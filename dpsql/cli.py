@@ -2,8 +2,9 @@
 
     dpsql init data.csv                 draft a config from the file's *schema* only
     dpsql plan    [--config C]          plan the workload's measurement strategy (no budget)
+    dpsql check   [--config C]          operator data check of the sources (local only)
     dpsql measure [--config C] [--yes] [--mode hdmm|aim]
-                                        measure it (spends budget; asks first)
+                                        check, then measure (spends budget; asks first)
     dpsql synth   [--config C] --rows N --out FILE
                                         synthetic rows from the model (spends nothing)
     dpsql query   [--config C] "SQL"    answer a query from the model
@@ -161,10 +162,80 @@ def _print_aim_plan(session, table) -> None:
           f"on measurement (about; rounds anneal as they learn)")
 
 
+def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
+    """Run the operator data check (``DuckDBBackend.data_check``) and print it; True when
+    every value of every checked table is a value of its declared domain."""
+    from dpsql.measure.backend import DuckDBBackend
+    from dpsql.measure.reader import PROBLEMS
+    out = out or sys.stdout
+    if not isinstance(backend, DuckDBBackend):
+        raise errors.NotSupportedError("dpsql check needs the DuckDB backend")
+    if table is not None and table not in tables:
+        raise errors.UnknownTableError(f"no table {table!r} in the configuration",
+                                       hint=f"tables: {', '.join(sorted(tables))}")
+    names = [table] if table else sorted(tables)
+    ok = True
+    for name in names:
+        schema = tables[name]
+        report = backend.data_check(schema)
+        ok &= report.ok
+        print(f"table {name}: {report.records:,} records"
+              + (f"; {report.dropped:,} not counted (no readable id, or over max_rows per id)"
+                 if report.dropped else ""), file=out)
+        for col in report.columns:
+            att = schema.attribute(col.name)
+            problems = col.problems
+            parts = [f"{col.counts.get(k, 0):,} {k}" for k in ("value", "other", "null") if col.counts.get(k)]
+            print(f"  {col.name}: " + ", ".join(parts) + ("" if problems else "  ok"), file=out)
+            inv = att.invalid_index
+            label = att.labels()[inv]
+            place = ("the NULL cell" if inv == att.null_index else "the (other) cell" if inv == att.other_index
+                     else f"cell {inv} ({label!r}); declare nullable = true to keep them apart")
+            for status in PROBLEMS:
+                n = problems.get(status)
+                if not n:
+                    continue
+                lands = {"below_range": "the first bin (clamped)", "above_range": "the last bin (clamped)",
+                         "not_integer": "the bin containing the value"}.get(status, place)
+                if status == "null_not_nullable":
+                    lands = place
+                examples = ", ".join(f"{_show(v)} ×{c:,}" for v, c in col.examples.get(status, []))
+                print(f"    ! {n:,} {status.replace('_', ' ')} → {lands}" + (f"  e.g. {examples}" if examples else ""),
+                      file=out)
+    return ok
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def cmd_check(args) -> int:
+    """Operator data check: reads the raw rows locally and prints per column where values
+    landed; never reachable by analysts (no wire command, no policy runs it)."""
+    from dpsql.engine.config import load_config
+    from dpsql.measure.backend import DuckDBBackend
+    cfg = load_config(_config_path(args))   # no engine: checking creates no ledger
+    backend = DuckDBBackend(cfg.sources)
+    try:
+        ok = _check_tables(cfg.tables, backend, args.table)
+    finally:
+        backend.close()
+    print("every value is in the declared domain" if ok else
+          "some values are not in the declared domain (see ! lines); fix the data or the declarations")
+    return 0 if ok else 1
+
+
 def cmd_measure(args) -> int:
     con = _connect(args)
     session = con.session
     mode = args.mode or session.engine.config.planner.mode
+    if not _check_tables(session.engine.catalog, session.engine.backend, args.table):
+        if not args.force:
+            print("nothing measured, nothing spent: the data check found values outside the declared "
+                  "domain (above). Fix them, or measure anyway with --force.", file=sys.stderr)
+            return 1
+        print("--force: measuring despite the data check", file=sys.stderr)
     rho = session.measure_cost(args.table, mode=mode)
     if not args.yes:
         answer = input(f"Measuring spends rho = {rho:.6g} of the budget. Continue? [y/N] ")
@@ -228,6 +299,12 @@ def cmd_budget(args) -> int:
         eps = rho_to_epsilon(remaining, delta) if remaining > 0 else 0.0
         print(f"{label}: spent rho = {spent:.6g}, remaining rho = {remaining:.6g} "
               f"(epsilon = {eps:.4g} at delta = {delta:g})")
+    releases = con.session.engine.releases()
+    if releases:
+        print(f"releases: {sum(r.current for r in releases)} in use, {sum(not r.current for r in releases)} stale")
+        for r in releases:
+            state = "in use" if r.current else "STALE (" + "; ".join(r.reasons) + ")"
+            print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {r.rho:.6g}, {state}")
     return 0
 
 
@@ -257,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.add_argument("--mode", choices=["hdmm", "aim"],
                    help="hdmm: one planned strategy; aim: adaptive rounds (default: [planner] mode)")
+    p.add_argument("--force", action="store_true", help="measure even if the data check finds problems")
     p.set_defaults(func=cmd_measure)
     p = common(sub.add_parser("synth", help="write synthetic rows from the model (spends nothing)"))
     p.add_argument("--rows", "-n", type=int, help="number of rows (default: the model's estimated total)")
@@ -268,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rounding: marginals follow the model closely (thesis 4.4.3); sample: i.i.d. rows")
     p.add_argument("--seed", type=int, help="seed for reproducible files (the rows are post-processing)")
     p.set_defaults(func=cmd_synth)
+    common(sub.add_parser("check", help="operator data check of the sources (reads raw rows locally)")
+           ).set_defaults(func=cmd_check)
     p = common(sub.add_parser("query", help="answer one SQL query"))
     p.add_argument("sql")
     p.add_argument("--errors", choices=["ci95", "stderr", "off"], default="ci95")

@@ -19,6 +19,7 @@ rows would itself reveal something about them.  The rules are in ``docs/domains.
 from __future__ import annotations
 
 import bisect
+import difflib
 import math
 import numbers
 import tomllib
@@ -33,7 +34,8 @@ import numpy as np
 from dpsql.errors import ConfigError, DomainViolationError, UnknownColumnError, UnsupportedQueryError
 
 __all__ = ["Domain", "Attribute", "Categorical", "IntegerRange", "Numeric", "TableSchema",
-           "load_domain", "load_table_schemas", "OTHER_LABEL", "PREDICATE_OPS", "MAX_CELLS"]
+           "load_domain", "load_table_schemas", "OTHER_LABEL", "PREDICATE_OPS", "MAX_CELLS",
+           "check_keys", "domain_fingerprint"]
 
 OTHER_LABEL = "(other)"
 PREDICATE_OPS = ("=", "!=", "<>", "<", "<=", ">", ">=")
@@ -44,6 +46,18 @@ _FLAT_CASE_LIMIT = 16
 # An attribute with more cells than this cannot be measured usefully (the noise drowns every
 # cell) and would make the planner's matrices huge; wider bins are the remedy.
 MAX_CELLS = 100_000
+
+
+def check_keys(spec: Mapping, allowed: Iterable[str], where: str) -> None:
+    """Strict configuration: an unknown key is a ConfigError naming it and the closest valid
+    key (a typo such as ``nulable`` or ``privacy_unt`` must never be silently ignored)."""
+    allowed = list(allowed)
+    for key in spec:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.5)
+            raise ConfigError(f"{where}: unknown key {key!r}"
+                              + (f" (did you mean {close[0]!r}?)" if close else ""),
+                              hint="valid keys here: " + ", ".join(sorted(allowed)))
 
 
 # --- Domain ----------------------------------------------------------------------------
@@ -183,6 +197,8 @@ def _threshold_case(x, thresholds: Sequence, literal, first: int, null_cell: int
     explicit NULL branch (only at the top: NULL must not reach the ``<`` tests).
     """
     from sqlglot import exp
+    if not thresholds and null_cell is None:
+        return exp.Literal.number(first)
     case = exp.Case()
     if null_cell is not None:
         case = _when(case, exp.Is(this=x.copy(), expression=exp.Null()), null_cell)
@@ -233,6 +249,23 @@ class Attribute(ABC):
     @property
     def other_index(self) -> int | None:
         return None
+
+    @property
+    def invalid_index(self) -> int:
+        """Cell of a value the column cannot hold: unreadable text, NaN, a value of the
+        wrong type, a label a closed categorical does not list, NULL in a non-nullable
+        column, or a record the reader could not split (docs/domains.md, "Where every
+        record lands").  The other cell of an open categorical, else the NULL cell, else
+        cell 0 (the first label or bin: declare ``nullable = true`` to keep such values
+        apart; ``dpsql check`` reports every one)."""
+        if self.other_index is not None:
+            return self.other_index
+        return self.null_index if self.null_index is not None else 0
+
+    @property
+    def null_place(self) -> int:
+        """Cell of SQL NULL: the NULL cell when nullable, else :attr:`invalid_index`."""
+        return self.null_index if self.null_index is not None else self.invalid_index
 
     @abstractmethod
     def labels(self) -> list:
@@ -285,7 +318,8 @@ class Categorical(Attribute):
 
     Unless ``closed``, one extra "other" cell catches every non-NULL value that is not a
     label.  A closed categorical promises the labels are complete; a value that breaks the
-    promise still may not raise, so it goes to cell 0 (documented in ``docs/domains.md``).
+    promise still may not raise, so it goes to :attr:`invalid_index` (the NULL cell when
+    nullable, else cell 0; ``dpsql check`` reports it, ``docs/domains.md``).
     """
 
     labels_: tuple = ()
@@ -337,8 +371,8 @@ class Categorical(Attribute):
 
     @property
     def _fallback(self) -> int:
-        """Cell for values that match no label: the other cell, or cell 0 when closed."""
-        return 0 if self.closed else len(self.labels_)
+        """Cell for values that match no label: the other cell, else the invalid place."""
+        return self.invalid_index
 
     def labels(self) -> list:
         out = list(self.labels_)
@@ -353,8 +387,8 @@ class Categorical(Attribute):
 
     def index_of(self, value: Any) -> int:
         if value is None:
-            return self.null_index if self.nullable_ else self._fallback
-        if not self._matches_type(value):
+            return self.null_place
+        if not self._matches_type(value) or (self.python_type is int and _is_nan(value)):
             return self._fallback
         try:
             return self._lookup.get(value, self._fallback)
@@ -370,8 +404,7 @@ class Categorical(Attribute):
         from sqlglot import exp
         x = _column_expr(column)
         literal = exp.Literal.string if self.python_type is str else exp.Literal.number
-        case = _when(exp.Case(), exp.Is(this=x.copy(), expression=exp.Null()),
-                     self.null_index if self.nullable_ else self._fallback)
+        case = _when(exp.Case(), exp.Is(this=x.copy(), expression=exp.Null()), self.null_place)
         for i, label in enumerate(self.labels_):
             case = _when(case, exp.EQ(this=x.copy(), expression=literal(label)), i)
         return case.else_(exp.Literal.number(self._fallback))
@@ -473,11 +506,9 @@ class _Binned(Attribute):
 
     def index_of(self, value: Any) -> int:
         if value is None:
-            return self.null_index if self.nullable else 0
-        if not _is_real(value):
-            return 0
-        if _is_nan(value):
-            return self._nbins() - 1
+            return self.null_place
+        if not _is_real(value) or _is_nan(value):
+            return self.invalid_index
         return bisect.bisect_right(self._thresholds(), self._py_value(value))
 
     def _py_value(self, value):
@@ -492,9 +523,15 @@ class _Binned(Attribute):
         return exp.Literal.number(t)
 
     def index_sql(self, column):
+        """NULL → :attr:`null_place`, NaN → :attr:`invalid_index` (``isnan`` after a cast to
+        DOUBLE: NaN compares equal to itself in some engines), else the bin."""
+        from sqlglot import exp
         x = self._sql_value(_column_expr(column))
-        return _threshold_case(x, self._thresholds(), self._sql_literal, 0,
-                               null_cell=self.null_index if self.nullable else 0)
+        bins = _threshold_case(x, self._thresholds(), self._sql_literal, 0)
+        return (exp.Case()
+                .when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Literal.number(self.null_place))
+                .when(exp.func("isnan", exp.cast(x.copy(), "DOUBLE")), exp.Literal.number(self.invalid_index))
+                .else_(bins))
 
     def _check_predicate_value(self, value: Any) -> None:
         if not _is_real(value) or _is_nan(value):
@@ -710,10 +747,7 @@ def _build_attribute(name: str, spec: Mapping[str, Any]) -> Attribute:
     if kind not in _COLUMN_KEYS:
         raise ConfigError(f"unknown or missing type {kind!r}",
                           hint='type must be "categorical", "integer" or "numeric"')
-    unknown = sorted(set(spec) - _COLUMN_KEYS[kind])
-    if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} for a {kind} column",
-                          hint=f"allowed keys: {', '.join(sorted(_COLUMN_KEYS[kind]))}")
+    check_keys(spec, _COLUMN_KEYS[kind], f"a {kind} column")
     missing = [k for k in _REQUIRED_KEYS[kind] if k not in spec]
     if missing:
         raise ConfigError(f"missing key(s) {missing} for a {kind} column",
@@ -770,10 +804,7 @@ def load_domain(path: str | Path) -> dict[str, TableSchema]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read domain file: {exc.strerror}", hint="check permissions") from None
 
-    extra = sorted(set(document) - {"tables"})
-    if extra:
-        raise ConfigError(f"{path}: unknown top-level key(s) {extra}",
-                          hint="declare tables as [tables.<name>] sections")
+    check_keys(document, ("tables",), f"{path}")
     tables = document.get("tables")
     if not isinstance(tables, dict) or not tables:
         raise ConfigError(f"{path}: no tables declared", hint="add a [tables.<name>] section")
@@ -783,9 +814,7 @@ def load_domain(path: str | Path) -> dict[str, TableSchema]:
         where = f"{path}: table '{table_name}'"
         if not isinstance(table_spec, dict):
             raise ConfigError(f"{where}: must be a table", hint=f"write [tables.{table_name}]")
-        extra = sorted(set(table_spec) - {"source", "columns"})
-        if extra:
-            raise ConfigError(f"{where}: unknown key(s) {extra}", hint="a table has only source and columns")
+        check_keys(table_spec, ("source", "columns"), where)
         columns = table_spec.get("columns")
         if not isinstance(columns, dict) or not columns:
             raise ConfigError(f"{where}: no columns declared",
@@ -811,6 +840,15 @@ def load_domain(path: str | Path) -> dict[str, TableSchema]:
                 raise _located(exc, where) from None
         schemas[table_name] = TableSchema(table_name, tuple(attributes), source)
     return schemas
+
+
+def domain_fingerprint(schema: TableSchema) -> str:
+    """SHA-256 of everything that decides which cell a value lands in (names, kinds, labels,
+    bins, nullable, closed, in order): part of a release's identity."""
+    import hashlib
+    parts = [(a.kind, a.name, a.size, a.nullable, a.invalid_index, tuple(a.labels()),
+              repr(a.bin_bounds())) for a in schema.attributes]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 # The engine loads schemas under this name; one loader, two spellings.

@@ -165,7 +165,8 @@ def test_integer_unit_bins():
     assert a.index_of(-3) == 0 and a.index_of(1000) == 73  # clamped
     assert a.index_of(None) == 0  # not nullable: first bin
     assert a.index_of(29.5) == a.index_of(29)
-    assert a.index_of(float("nan")) == 73 and a.index_of("17") == 0
+    # NaN and wrong types go to the invalid place: cell 0 when not nullable
+    assert a.index_of(float("nan")) == 0 and a.index_of("17") == 0 and a.invalid_index == 0
     assert a.cell_values()[:3].tolist() == [17.0, 18.0, 19.0]
     assert a.sql_type == "INTEGER" and a.python_type is int
 
@@ -245,7 +246,7 @@ def test_numeric_bins():
     assert x.bin_bounds() == [(-1.5, 0.0), (0.0, 0.1), (0.1, 2.0), None]
     assert x.index_of(0) == 1 and x.index_of(0.1) == 2 and x.index_of(0.09999) == 1
     assert x.index_of(-100) == 0 and x.index_of(2.0) == 2 and x.index_of(1e300) == 2
-    assert x.index_of(float("nan")) == 2 and x.index_of(-math.inf) == 0 and x.index_of(None) == 3
+    assert x.index_of(float("nan")) == 3 and x.index_of(-math.inf) == 0 and x.index_of(None) == 3
     assert Numeric("y", [0, 1]).index_of(None) == 0
     assert x.contains_value(2.0) and x.contains_value(-1.5) and not x.contains_value(2.0001)
     assert not x.contains_value(math.nan) and x.contains_value(None)
@@ -338,7 +339,7 @@ def test_loader_errors_name_file_table_column(tmp_path, body, fragment):
 
 @pytest.mark.parametrize("body, fragment", [
     ("tables = 3\n", "no tables"),
-    ("[other]\nx = 1\n", "unknown top-level"),
+    ("[other]\nx = 1\n", "unknown key 'other'"),
     ("[tables.t]\n", "no columns"),
     ('[tables.t]\nsource = "a.csv"\n[tables.t.columns.a]\ntype = "integer"\nlo = 0\nhi = 1\n',
      "source must be a table"),

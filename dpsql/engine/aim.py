@@ -74,8 +74,9 @@ def aim_options(engine: Engine, table: str) -> AIMOptions:
 
 
 def _run_key(engine: Engine, table: str, weights: dict, rho: Fraction, options: AIMOptions) -> str:
-    source = engine.config.sources[table]
-    return _sha("aim-v1", table, str(source.path), sorted((c, str(w)) for c, w in weights.items()),
+    # The release identity (table, domain, source content, privacy unit, noise) is part of
+    # every release key; the run key adds what makes one AIM run.
+    return _sha("aim-v1", engine.identity(table).key(), sorted((c, str(w)) for c, w in weights.items()),
                 str(rho), str(options.alpha), options.rounds, options.max_model_cells,
                 options.unit_rows)[:24]
 
@@ -86,10 +87,11 @@ class _Driver:
     def __init__(self, engine: Engine, table: str, principal: str, rho: Fraction,
                  options: AIMOptions, key: str) -> None:
         self.engine, self.table, self.principal = engine, table, principal
-        self.state = engine._state(table)
+        with engine._lock:
+            self.state = engine._sync(table)  # current release identity; loads new releases
         self.schema = self.state.schema
         self.rho, self.options, self.key = rho, options, key
-        self.prefix = f"{table}:aim:{key}:"
+        self.prefix = f"{self.state.identity.key()}:aim:{key}:"
         self.counts: dict[tuple[str, ...], np.ndarray] = {}
         self.spent = Fraction(0)
         self.stored: dict[int, tuple] = {}
@@ -108,6 +110,12 @@ class _Driver:
     def step(self, rnd: Round, model) -> RoundResult:
         if rnd.index in self.stored:
             return self._replay(rnd)
+        # one round at a time across processes: count, charge and release under the
+        # ledger's measurement lock (as Engine.measure_strategy does)
+        with self.engine.ledger.measurement_lock():
+            return self._fresh(rnd, model)
+
+    def _fresh(self, rnd: Round, model) -> RoundResult:
         ledger = self.engine.ledger
         view = ledger.preview(self.principal, rnd.rho)
         if not view.fits:
@@ -118,7 +126,9 @@ class _Driver:
                      "and re-used when the run continues",
                 requested_rho=float(rnd.rho), remaining_rho=float(view.remaining))
         self._count(rnd.cliques)
+        identity = self.state.identity
         mechanism = {"purpose": "aim", "aim_run": self.key, "table": self.table,
+                     "identity": identity.as_dict(), "identity_key": identity.key(),
                      "round": rnd.index, "kind": rnd.kind, "sigma2": str(rnd.sigma2),
                      "epsilon": None if rnd.epsilon is None else str(rnd.epsilon),
                      "sensitivity": None if rnd.sensitivity is None else str(rnd.sensitivity),
@@ -170,7 +180,10 @@ class _Driver:
     def _count(self, cliques) -> None:
         missing = [c for c in cliques if c not in self.counts]
         if missing:
-            got = self.engine.backend.count_marginals(self.schema, missing)
+            try:  # counted only from the content the release identity names
+                got = self.engine.backend.count_marginals(self.schema, missing, expect=self.state.content)
+            except TypeError:  # a backend without content fingerprints
+                got = self.engine.backend.count_marginals(self.schema, missing)
             for c in missing:
                 self.counts[c] = np.asarray(got[c], dtype=np.int64).reshape(-1)
 

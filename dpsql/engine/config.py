@@ -14,17 +14,58 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from dpsql.domain import TableSchema, load_domain
+from dpsql.domain import TableSchema, check_keys, load_domain
 from dpsql.errors import ConfigError
-from dpsql.measure.backend import Source
+from dpsql.measure.source import Source
 from dpsql.privacy.accountant import epsilon_delta_to_rho
 
 POLICIES = ("infer", "measure", "refuse")
 ERROR_COLUMNS = ("off", "stderr", "ci95")
+
+# The configuration schema: every key dpsql.toml may hold, per section (docs/config.md).
+# Anything else is a ConfigError naming the key and the closest valid one, so a typo such as
+# ``privacy_unt`` can never silently weaken the privacy of a table.  A nested entry names
+# the schema of its value; "*" stands for any name (tables, users).  To add an option, add
+# its key here and read it in ``load_config``.
+_DPSQL_KEYS = ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_user", "error_columns")
+_BUDGET = ("epsilon", "delta", "rho")
+SCHEMA: dict[str, Any] = {
+    "": {"dpsql": "dpsql", "budget": "budget", "tables": "tables", "workload": "workload",
+         "policy": "policy", "planner": "planner", "model": "model",
+         **{k: None for k in _DPSQL_KEYS}},
+    "dpsql": {k: None for k in _DPSQL_KEYS},
+    "budget": {**{k: None for k in _BUDGET}, "per_user": "user_budget", "users": "users"},
+    "user_budget": {k: None for k in _BUDGET},
+    "users": {"*": "user_budget"},
+    "tables": {"*": "table"},
+    "table": {"domain": None, "domain_table": None, "source": None, "privacy_unit": "privacy_unit"},
+    "privacy_unit": {"id": None, "max_rows": None, "hash_key_file": None},
+    "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
+    "policy": {"unsupported": None, **{k: None for k in _BUDGET}},
+    "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None, "mode": None, "aim_max_model_cells": None,
+                "objective": None},
+    "query": {"sql": None, "weight": None},   # an inline [workload] queries entry
+    "model": {"iters": None},
+}
+
+
+def validate_keys(raw: Mapping, where: str, section: str = "", path: str = "") -> None:
+    """Check every key of ``raw`` against :data:`SCHEMA` (recursively)."""
+    spec = SCHEMA[section]
+    if "*" in spec:
+        for name, value in raw.items():
+            if isinstance(value, Mapping) and spec["*"]:
+                validate_keys(value, where, spec["*"], f"{path}.{name}" if path else str(name))
+        return
+    check_keys(raw, spec, f"{where}: [{path}]" if path else where)
+    for key, value in raw.items():
+        sub = spec[key]
+        if sub is not None and isinstance(value, Mapping):
+            validate_keys(value, where, sub, f"{path}.{key}" if path else key)
 
 
 @dataclass(frozen=True)
@@ -158,6 +199,7 @@ def _workload_sql(spec: Any, base: Path, where: str) -> list[tuple[str, float]]:
             out.extend((q, _leading_weight(q, f"{where}: {p.name}"))
                        for q in split_statements(p.read_text()))
         elif isinstance(item, Mapping):
+            validate_keys(item, where, "query", "workload.queries[]")
             if "sql" not in item:
                 raise ConfigError(f"{where}: a query entry needs sql",
                                   hint='queries = [{ sql = "SELECT ...", weight = 3 }]')
@@ -168,12 +210,45 @@ def _workload_sql(spec: Any, base: Path, where: str) -> list[tuple[str, float]]:
     return out
 
 
+def _privacy_unit(source: Source, unit: Any, base: Path, where: str) -> Source:
+    """The privacy unit, from ``privacy_unit`` in dpsql.toml or ``id_column`` (and
+    ``max_rows``) in the source; both may be given only if they agree."""
+    if unit is None:
+        return source  # source.id_column (if any) stands; hash key optional (docs/privacy.md §2)
+    if unit == "row":
+        if source.id_column is not None:
+            raise ConfigError(f"{where}: privacy_unit is \"row\" but the source declares "
+                              f"id_column = {source.id_column!r}",
+                              hint="remove one of them: they disagree about who is protected")
+        return source
+    if not isinstance(unit, Mapping) or "id" not in unit or "max_rows" not in unit:
+        raise ConfigError(f"{where}: privacy_unit is \"row\" or {{ id = COLUMN, max_rows = K, hash_key_file = PATH }}")
+    ident, max_rows = unit["id"], unit["max_rows"]
+    if not isinstance(ident, str) or not ident:
+        raise ConfigError(f"{where}: privacy_unit.id must be a column name")
+    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
+        raise ConfigError(f"{where}: privacy_unit.max_rows must be an integer ≥ 1")
+    if source.id_column is not None and (source.id_column, source.max_rows_per_id) != (ident, max_rows):
+        raise ConfigError(f"{where}: privacy_unit {{ id = {ident!r}, max_rows = {max_rows} }} disagrees with "
+                          f"the source's id_column = {source.id_column!r}, max_rows = {source.max_rows_per_id}",
+                          hint="declare the privacy unit in one place")
+    key = None
+    key_file = unit.get("hash_key_file")
+    if key_file:
+        kp = Path(key_file) if Path(key_file).is_absolute() else base / key_file
+        if not kp.exists():
+            raise ConfigError(f"{where}: hash key file not found: {kp}")
+        key = kp.read_text().strip()
+    return replace(source, id_column=ident, max_rows_per_id=max_rows, hash_key=key)
+
+
 def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config:
     raw, path = _read(config)
     for key, value in overrides.items():
         if value is not None:
             raw[key] = value
     where = str(path) if path else "<config dict>"
+    validate_keys(raw, where)
     base = path.parent if path else Path.cwd()
     section = raw.get("dpsql", {})
     for key in ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_user", "error_columns"):
@@ -185,8 +260,12 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         raise ConfigError(f"{where}: no [tables] declared", hint="declare [tables.NAME] with domain and source")
     tables: dict[str, TableSchema] = {}
     sources: dict[str, Source] = {}
+    if not isinstance(tables_spec, Mapping):
+        raise ConfigError(f"{where}: tables must be [tables.NAME] sections")
     for name, spec in tables_spec.items():
         twhere = f"{where}: table {name!r}"
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{twhere}: must be a table", hint=f"write [tables.{name}]")
         if "domain" not in spec:
             raise ConfigError(f"{twhere}: missing domain file", hint='domain = "adult.toml"')
         dpath = Path(spec["domain"])
@@ -205,23 +284,8 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         if not src_spec:
             raise ConfigError(f"{twhere}: missing source", hint='source = { csv = "adult.csv" }')
         src_base = base if spec.get("source") else dpath.parent
-        source = Source.from_config(src_spec, src_base)
-        unit = spec.get("privacy_unit", "row")
-        if unit != "row":
-            if not isinstance(unit, Mapping) or "id" not in unit or "max_rows" not in unit:
-                raise ConfigError(f"{twhere}: privacy_unit is \"row\" or {{ id = COLUMN, max_rows = K, hash_key_file = PATH }}")
-            key_file = unit.get("hash_key_file")
-            key = None
-            if key_file:
-                kp = Path(key_file) if Path(key_file).is_absolute() else base / key_file
-                if not kp.exists():
-                    raise ConfigError(f"{twhere}: hash key file not found: {kp}")
-                key = kp.read_text().strip()
-            max_rows = int(unit["max_rows"])
-            if max_rows < 1:
-                raise ConfigError(f"{twhere}: max_rows must be ≥ 1")
-            source = Source(source.kind, source.path, source.table, id_column=str(unit["id"]),
-                            max_rows_per_id=max_rows, hash_key=key)
+        source = Source.from_config(src_spec, src_base, twhere)
+        source = _privacy_unit(source, spec.get("privacy_unit"), base, twhere)
         sources[name] = source
 
     budget_spec = raw.get("budget")
@@ -282,7 +346,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     try:
         planner = PlannerOptions(**{k: int(v) for k, v in planner_spec.items()},
                                  objective=objective, mode=mode)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: [planner]: {exc}",
                           hint="options: restarts, seed, max_clique_cells, max_model_cells, "
                                "objective, mode, aim_max_model_cells") from None

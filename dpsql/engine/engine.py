@@ -7,8 +7,10 @@ models.  ``Session`` (``dpsql.engine.session``) is one user's view on it.
 Order of operations for a measurement (``docs/privacy.md``, "Measurement"):
 
 1. compile + plan from SQL and public metadata only (errors here spend nothing);
-2. look for an identical earlier release in the ledger (same strategy, same budget): if
-   found, re-use it — never pay twice, never release fresh noise for a repeat;
+2. under the ledger's measurement lock, re-read the ledger and the source's fingerprint
+   (``_sync``) and look for an identical earlier release under the current release identity
+   (``dpsql.measure.identity``; same strategy, same budget): if found, re-use it — never
+   pay twice, never release fresh noise for a repeat, also across processes;
 3. ``Ledger.preview``: a request the budget cannot cover is refused before data is read;
 4. count the exact marginals (one scan);
 5. ``Ledger.charge``: the spend is made durable (fsync) *before* noise is drawn;
@@ -34,6 +36,7 @@ from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
 from dpsql.measure.backend import Backend, DuckDBBackend
 from dpsql.measure import release as rel
+from dpsql.measure.identity import TableIdentity
 from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.measurement import estimate_total
 from dpsql.pgm.auto import fit
@@ -61,6 +64,21 @@ class TableState:
     variance: VarianceModel | None = None
     strategy: Strategy | None = None
     model_last: object = None  # the previous fit, for warm starts
+    identity: TableIdentity | None = None   # of the releases in ``released``
+    content: dict | None = None             # source fingerprint the identity was built from
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """One release in the ledger, and whether the engine uses it (public)."""
+
+    key: str
+    table: str
+    seq: int
+    rho: float
+    purpose: str
+    current: bool
+    reasons: tuple[str, ...]   # why it is stale (empty when current)
 
 
 @dataclass(frozen=True)
@@ -183,20 +201,85 @@ class Engine:
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
-        self._load_releases()
+        self._seen_seq = 0
+        self._charges: dict[int, object] = {}
+        self._releases: list = []   # release entries of the ledger, oldest first
 
-    # -- persisted releases ------------------------------------------------------------------
-    def _load_releases(self) -> None:
-        """Re-use every measurement already paid for (restart safety, issue 7)."""
-        for entry in self.ledger.entries():
-            if entry.kind != "release" or entry.key is None:
-                continue
-            table = entry.key.split(":", 1)[0]
-            state = self.tables.get(table)
-            if state is None or entry.key in state.release_keys:
-                continue
-            state.released.extend(rel.unpack(self.ledger.release(entry.key)))
-            state.release_keys.add(entry.key)
+    # -- release identity and persisted releases ---------------------------------------------
+    def _content(self, table: str) -> dict:
+        fp = getattr(self.backend, "fingerprint", None)
+        return fp(table) if fp is not None else self.config.sources[table].fingerprint()
+
+    def identity(self, table: str) -> TableIdentity:
+        """The release identity of ``table`` now (hashes the source only when its size,
+        mtime, inode or ctime changed).  Releases are used only under this identity."""
+        state = self._state(table)
+        return TableIdentity.of(state.schema, self.config.sources[table], self._content(table),
+                                self.config.noise)
+
+    def model_key(self, table: str) -> str:
+        """Key of the model fitted from the current releases: a saved model is valid only
+        for the same identity and the same set of releases."""
+        with self._lock:
+            self._sync(table)
+            state = self._state(table)
+            return _sha(state.identity.key(), *sorted(state.release_keys))
+
+    def _read_ledger(self) -> None:
+        for entry in self.ledger.entries(since=self._seen_seq):
+            if entry.kind == "charge":
+                self._charges[entry.seq] = entry
+            elif entry.key is not None:
+                self._releases.append(entry)
+            self._seen_seq = entry.seq
+
+    def _sync(self, table: str) -> TableState:
+        """Bring ``table``'s state up to date with the source and the ledger: a changed
+        source (or identity) drops the releases and model of the old one; releases made
+        since the last look (by any process) under the current identity are loaded."""
+        state = self._state(table)
+        self._read_ledger()
+        content = self._content(table)
+        if state.identity is None or content != state.content:
+            identity = TableIdentity.of(state.schema, self.config.sources[table], content, self.config.noise)
+            if identity != state.identity:
+                state.released, state.release_keys = [], set()
+                state.model = state.variance = state.model_last = None
+                state.identity = identity
+            state.content = content
+        prefix = state.identity.key() + ":"
+        for entry in self._releases:
+            if entry.key.startswith(prefix) and entry.key not in state.release_keys:
+                state.released.extend(rel.unpack(self.ledger.release(entry.key)))
+                state.release_keys.add(entry.key)
+                state.model = None  # refit lazily with a warm start
+        return state
+
+    def releases(self) -> list[ReleaseInfo]:
+        """Every release in the ledger, current or stale (``dpsql budget``)."""
+        with self._lock:
+            self._read_ledger()
+            current = {}
+            out = []
+            for entry in self._releases:
+                charge = self._charges.get(entry.charge_id)
+                mech = charge.mechanism if charge is not None and charge.mechanism else {}
+                table = mech.get("table") or entry.key.split(":", 1)[0]
+                reasons: tuple[str, ...]
+                if table not in self.tables:
+                    reasons = ("the table is no longer configured",)
+                else:
+                    if table not in current:
+                        current[table] = self.identity(table)
+                    ident = current[table]
+                    ok = entry.key.startswith(ident.key() + ":")
+                    reasons = () if ok else tuple(ident.differences(mech.get("identity")))
+                    if not ok and not reasons:
+                        reasons = ("measured under another identity",)
+                out.append(ReleaseInfo(entry.key, table, entry.seq,
+                                       float(charge.rho) if charge is not None and charge.rho else 0.0,
+                                       str(mech.get("purpose", "")), not reasons, reasons))
+            return out
 
     # -- planning ----------------------------------------------------------------------------
     def workload_for(self, table: str, queries: Sequence[str] | None = None):
@@ -307,20 +390,25 @@ class Engine:
         return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total])), rho, unit_rows)
 
     def released_measurements(self, table: str) -> list[Measurement]:
-        return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in self._state(table).released]
+        """The releases in use (current identity; ``_sync``) as PGM measurements."""
+        with self._lock:
+            state = self._sync(table)
+            return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in state.released]
 
     def workload_rho(self) -> float:
         return (self.config.workload_budget or self.config.budget).rho
 
     # -- measurement -------------------------------------------------------------------------
     def _release_plan(self, table: str, strategy: Strategy, rho: float, purpose: str):
-        """Lattice blocks, calibrated noise and the release key (all public)."""
+        """Lattice blocks, calibrated noise and the release key (all public): the table's
+        release identity, then what this release measures and how (blocks, lattice, σ)."""
+        state = self._state(table)
         source = self.config.sources[table]
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho,
                                           family=self.config.noise, unit_rows=source.max_rows_per_id)
-        key = table + ":" + _sha(str(source.path), self.config.noise, purpose, float(plan.rho),
-                                 *[(b.clique, b.scale, b.weight) for b in blocks],
-                                 *[f for b in blocks for f in b.factors])
+        key = state.identity.key() + ":" + _sha(
+            purpose, float(plan.rho), [str(p) for p in plan.params],
+            *[(b.clique, b.scale, b.weight) for b in blocks], *[f for b in blocks for f in b.factors])
         return blocks, plan, key
 
     def measure_cost(self, table: str, rho: float | None = None) -> float:
@@ -328,18 +416,23 @@ class Engine:
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
-        _, plan, key = self._release_plan(table, state.strategy,
-                                          rho if rho is not None else self.workload_rho(), "workload")
-        return 0.0 if key in state.release_keys else _round_up(plan.rho)
+        with self._lock:
+            self._sync(table)
+            _, plan, key = self._release_plan(table, state.strategy,
+                                              rho if rho is not None else self.workload_rho(), "workload")
+            return 0.0 if key in state.release_keys else _round_up(plan.rho)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: float, principal: str,
                          purpose: str) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
         t0 = time.perf_counter()
         state = self._state(table)
-        blocks, plan, key = self._release_plan(table, strategy, rho, purpose)
-        cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
-        with self._lock:
+        # the ledger's lock first: waiting for another process must not block this
+        # engine's queries (they take only self._lock)
+        with self.ledger.measurement_lock(), self._lock:
+            self._sync(table)  # re-read the ledger under the lock: another process may have measured
+            blocks, plan, key = self._release_plan(table, strategy, rho, purpose)
+            cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
             if key in state.release_keys:
                 return MeasureReport(table, 0.0, True, len(blocks), cells, time.perf_counter() - t0)
             cost = _round_up(plan.rho)
@@ -352,10 +445,16 @@ class Engine:
                        and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
                     requested_rho=cost, remaining_rho=remaining)
-            counts = self.backend.count_marginals(state.schema, [b.clique for b in blocks])
+            cliques = [b.clique for b in blocks]
+            if isinstance(self.backend, DuckDBBackend):
+                # counted only from the content the identity names (else nothing is charged)
+                counts = self.backend.count_marginals(state.schema, cliques, expect=state.content)
+            else:
+                counts = self.backend.count_marginals(state.schema, cliques)
             exact = [b.apply(counts[b.clique]) for b in blocks]
             charge = self.ledger.charge(principal, cost, key, {
                 "purpose": purpose, "table": table, "family": plan.family,
+                "identity": state.identity.as_dict(), "identity_key": state.identity.key(),
                 "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p)}
                            for b, p in zip(blocks, plan.params)]})
             released = [(b, rel.noisy_values(b, x, p, plan.family), rel.stddev(b, p, plan.family))
@@ -377,7 +476,7 @@ class Engine:
     # -- model -------------------------------------------------------------------------------
     def model(self, table: str) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
         with self._lock:
-            state = self._state(table)
+            state = self._sync(table)
             if not state.released:
                 return None, None, state.model_version
             if state.model is None:
@@ -434,4 +533,4 @@ def _round_up(x: Fraction) -> float:
     return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
-__all__ = ["Engine", "PlanReport", "QueryReport", "MeasureReport"]
+__all__ = ["Engine", "PlanReport", "QueryReport", "MeasureReport", "ReleaseInfo"]

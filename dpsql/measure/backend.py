@@ -12,8 +12,13 @@ never leave the process un-noised.
 
 from __future__ import annotations
 
+import difflib
+import hashlib
+import os
+import shutil
+import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
@@ -23,7 +28,8 @@ from sqlglot import exp
 
 from dpsql.domain import TableSchema
 from dpsql.errors import ConfigError, OperationalError
-from dpsql.measure import sqlgen
+from dpsql.measure import reader, sqlgen
+from dpsql.measure.source import CsvDialect, Source, remember_fingerprint
 
 Clique = tuple[str, ...]
 
@@ -37,30 +43,6 @@ class Backend(Protocol):
                         cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]: ...
 
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a private table's rows live (public configuration, never data)."""
-
-    kind: str  # "csv" | "parquet" | "duckdb"
-    path: Path
-    table: str | None = None  # for kind == "duckdb"
-    id_column: str | None = None  # privacy unit; None = one row
-    max_rows_per_id: int = 1
-    hash_key: str | None = field(default=None, repr=False)  # secret; never logged
-
-    @staticmethod
-    def from_config(spec: Mapping, base: Path) -> "Source":
-        kinds = [k for k in ("csv", "parquet", "duckdb") if k in spec]
-        if len(kinds) != 1:
-            raise ConfigError(f"table source must name exactly one of csv, parquet, duckdb; got {sorted(spec)}",
-                              hint='e.g. source = { csv = "adult.csv" }')
-        kind = kinds[0]
-        path = Path(spec[kind])
-        if not path.is_absolute():
-            path = (base / path).resolve()
-        return Source(kind=kind, path=path, table=spec.get("table"))
 
 
 def reduce_cliques(cliques: Sequence[Clique]) -> list[Clique]:
@@ -87,7 +69,11 @@ def project_counts(counts: np.ndarray, source: Clique, target: Clique) -> np.nda
 class DuckDBBackend:
     """Counts marginals in DuckDB: encode every row to cell indices once, then one
     GROUPING SETS scan per measurement round (1–3 s per round at 10M rows instead of 6–8 s
-    when binning is repeated; ``scale_out.md`` §1)."""
+    when binning is repeated; ``scale_out.md`` §1).
+
+    Rows are read by the total reader (``dpsql.measure.reader``); the encoded table is kept
+    per table together with the fingerprint of the content it was read from, and rebuilt
+    when the source changes (``fingerprint``)."""
 
     dialect = "duckdb"
 
@@ -99,78 +85,193 @@ class DuckDBBackend:
             self._con.execute(f"SET threads = {int(threads)}")
         if memory_limit:
             self._con.execute("SET memory_limit = ?", [memory_limit])
-        self._encoded: dict[str, str] = {}
+        self._encoded: dict[str, tuple[str, dict]] = {}
         self._lock = threading.Lock()
+        self._workdir: str | None = None
 
     # -- sources ---------------------------------------------------------------------------
-    def _scan(self, source: Source) -> exp.Expression:
-        path = exp.Literal.string(str(source.path))
-        if source.kind == "csv":
-            # every column as text: type sniffing would make loading depend on the values
-            return exp.func("read_csv", path, exp.EQ(this=exp.column("header"), expression=exp.true()),
-                            exp.EQ(this=exp.column("all_varchar"), expression=exp.true()))
-        if source.kind == "parquet":
-            return exp.func("read_parquet", path)
-        if source.kind == "duckdb":
-            alias = "src_" + str(abs(hash(source.path)) % 10**8)
-            self._con.execute(f"ATTACH IF NOT EXISTS '{source.path}' AS {alias} (READ_ONLY)")
-            return exp.table_(source.table, db=alias)
-        raise ConfigError(f"unknown source kind {source.kind!r}")
-
-    def _encode(self, schema: TableSchema) -> str:
-        """Create (once) the temp table of cell indices for ``schema``."""
-        name = self._encoded.get(schema.name)
-        if name is not None:
-            return name
-        source = self._sources.get(schema.name)
+    def _source(self, table: str) -> Source:
+        source = self._sources.get(table)
         if source is None:
-            raise ConfigError(f"no source configured for table {schema.name!r}")
+            raise ConfigError(f"no source configured for table {table!r}")
+        return source
+
+    def fingerprint(self, table: str) -> dict:
+        """Which content of ``table``'s source would be read now (``Source.fingerprint``)."""
+        return self._source(table).fingerprint()
+
+    def _tmp(self) -> Path:
+        if self._workdir is None or not os.path.isdir(self._workdir):
+            self._workdir = tempfile.mkdtemp(prefix="dpsql-reader-")  # mode 0700
+        return Path(self._workdir)
+
+    def _typed_scan(self, source: Source) -> exp.Expression:
+        if source.kind == "parquet":
+            return exp.func("read_parquet", exp.Literal.string(str(source.path)))
+        alias = "src_" + hashlib.sha256(str(source.path).encode()).hexdigest()[:12]
+        self._run(f"ATTACH IF NOT EXISTS '{_sql_text(str(source.path))}' AS {alias} (READ_ONLY)", (),
+                  what="attaching the DuckDB database")
+        return exp.table_(exp.to_identifier(source.table, quoted=True), db=alias)
+
+    def source_columns(self, table: str) -> dict[str, str]:
+        """Column names and SQL types of a source, from metadata only (the CSV header, the
+        Parquet footer, the DuckDB catalog); CSV fields are all VARCHAR."""
+        source = self._source(table)
         if not source.path.exists():
-            raise ConfigError(f"source file for table {schema.name!r} not found: {source.path}",
+            raise ConfigError(f"source file for table {table!r} not found: {source.path}",
                               hint="fix the path in the configuration (relative paths are relative to the config file)")
-        scan: exp.Expression = self._scan(source)
-        if source.id_column is not None:
-            if not source.hash_key:
-                raise ConfigError(f"table {schema.name!r} bounds contributions per {source.id_column!r} "
-                                  "but no hash key is configured",
-                                  hint="set privacy_unit.hash_key_file to a file holding a secret key")
-            scan = exp.Subquery(this=sqlgen.contribution_bounded(
-                exp.select(exp.Star()).from_(scan) if not isinstance(scan, exp.Table) else scan,
-                source.id_column, source.max_rows_per_id, exp.Placeholder(),
-                [a.name for a in schema.attributes]))
-            params = [source.hash_key]
+        if source.kind == "csv":
+            return {name: "VARCHAR" for name in read_header(source)}
+        scan = self._typed_scan(source)
+        rows = self._run("DESCRIBE " + exp.select(exp.Star()).from_(scan).sql(self.dialect), (),
+                         what="reading the source schema").fetchall()
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def check_schema(self, schema: TableSchema) -> dict[str, str]:
+        """Refuse, before anything is counted, a source whose metadata does not fit the
+        declared domain: a missing column or a type no total conversion exists for.  The
+        message names declared columns and metadata only (never a value)."""
+        source = self._source(schema.name)
+        columns = self.source_columns(schema.name)
+        needed = [a.name for a in schema.attributes] + ([source.id_column] if source.id_column else [])
+        for name in needed:
+            if name not in columns:
+                close = difflib.get_close_matches(name, list(columns), n=1, cutoff=0.6)
+                raise ConfigError(
+                    f"table {schema.name!r}: the source has no column {name!r}"
+                    + (" (declared as the privacy unit id)" if name == source.id_column else
+                       " (declared in the domain)"),
+                    hint=(f"the source has {close[0]!r}; rename the declaration or the column"
+                          if close else "the operator can list the source columns with `dpsql check`"))
+        for att in schema.attributes:
+            if not reader.accepts(att, columns[att.name]):
+                raise ConfigError(
+                    f"table {schema.name!r}: column {att.name!r} has type {columns[att.name]} in the "
+                    f"source, which a {att.kind} column with "
+                    f"{'text' if att.python_type is str else 'numeric'} values cannot read",
+                    hint="declare the column with a matching kind, or convert it in the source")
+        return columns
+
+    def _relation(self, schema: TableSchema, bounded: bool = True):
+        """(FROM expression, {attribute: Converted}, raw value expressions, parameters,
+        fingerprint of the content read or None); ``bounded=False`` skips contribution
+        bounding (the data check looks at every record)."""
+        source = self._source(schema.name)
+        columns = self.check_schema(schema)
+        names = [a.name for a in schema.attributes]
+        fp = None
+        if source.kind == "csv":
+            framed = reader.normalise_csv(source, self._tmp())
+            remember_fingerprint(source.path, framed.stat_key, framed.fingerprint)
+            fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
+            d = source.dialect
+            wanted = names + ([source.id_column] if source.id_column and source.id_column not in names else [])
+            rel = reader.csv_fields(reader.line_scan(framed.path, d), d, framed.header, wanted)
+            ok = exp.column("__ok")
+            conv = {a.name: reader.convert_text(a, exp.column(a.name, quoted=True), ok, d, str(i))
+                    for i, a in enumerate(schema.attributes)}
+            # a malformed record is shown whole (its fields are not defined)
+            raws = {a.name: exp.Case().when(ok.copy(), exp.column(a.name, quoted=True)).else_(exp.column("line"))
+                    for a in schema.attributes}
+            content = exp.column("line")
+            if source.id_column:
+                raw_id = exp.column(source.id_column, quoted=True)
+                has_id = exp.and_(ok.copy(), exp.Not(this=exp.In(this=raw_id.copy(),
+                                                                   expressions=[exp.Literal.string(v) for v in d.null]))
+                                  if d.null else exp.true())
+                rel = exp.select(exp.Star(), exp.alias_(has_id, "__has_id")).from_(exp.alias_(exp.Subquery(this=rel), "__r"))
+            self._framed = framed
         else:
-            params = []
-        select = sqlgen.encode_select(schema, scan)
-        name = f"cells_{schema.name}"
-        create = exp.Create(this=exp.to_table(name), kind="TABLE", expression=select,
+            scan = self._typed_scan(source)
+            rel = exp.select(*[exp.column(n, quoted=True) for n in dict.fromkeys(
+                names + ([source.id_column] if source.id_column else []))]).from_(scan)
+            conv = {a.name: reader.typed_column(a, exp.column(a.name, quoted=True), columns[a.name], str(i))
+                    for i, a in enumerate(schema.attributes)}
+            raws = {a.name: exp.cast(exp.column(a.name, quoted=True), "VARCHAR") for a in schema.attributes}
+            content = exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string("|"),
+                               *[exp.Coalesce(this=exp.cast(exp.column(n, quoted=True), "VARCHAR"),
+                                              expressions=[exp.Literal.string("\u2400")]) for n in names]])
+            if source.id_column:
+                has_id = exp.Not(this=exp.Is(this=exp.column(source.id_column, quoted=True), expression=exp.Null()))
+                rel = exp.select(exp.Star(), exp.alias_(has_id, "__has_id")).from_(exp.alias_(exp.Subquery(this=rel), "__r"))
+        params: list = []
+        if source.id_column and bounded:
+            rel = sqlgen.contribution_bounded(rel, source.id_column, source.max_rows_per_id,
+                                              exp.Placeholder(), content)
+            params = [source.hash_key or ""]
+        return rel, conv, raws, params, fp
+
+    @staticmethod
+    def _layered(rel: exp.Expression, conv: dict, extra=()) -> exp.Expression:
+        """FROM expression with every conversion's ``pre`` columns computed once."""
+        pre = [exp.alias_(e, n) for c in conv.values() for n, e in c.pre]
+        first = exp.select(exp.Star(), *pre, *extra).from_(exp.alias_(exp.Subquery(this=rel), "__rel"))
+        pre2 = [exp.alias_(e, n) for c in conv.values() for n, e in (c.pre2 or [])]
+        second = exp.select(exp.Star(), *pre2).from_(exp.alias_(exp.Subquery(this=first), "__pre1"))
+        return exp.alias_(exp.Subquery(this=second), "__pre")
+
+    def _encode(self, schema: TableSchema, expect: dict | None = None) -> str:
+        """Create (once per source content) the temp table of cell indices for ``schema``."""
+        current = expect if expect is not None else self.fingerprint(schema.name)
+        cached = self._encoded.get(schema.name)
+        if cached is not None and cached[1] == current:
+            return cached[0]
+        source = self._source(schema.name)
+        rel, conv, _, params, fp = self._relation(schema)
+        select = exp.select(*[
+            exp.alias_(exp.cast(conv[a.name].cell, exp.DataType.build(sqlgen.cell_type(a.size), dialect="duckdb")),
+                       sqlgen.cell_column(i)) for i, a in enumerate(schema.attributes)]).from_(
+            self._layered(rel, conv))
+        name = "cells_" + hashlib.sha256(schema.name.encode()).hexdigest()[:16]
+        create = exp.Create(this=exp.to_table(name), kind="TABLE", expression=select, replace=True,
                             properties=exp.Properties(expressions=[exp.TemporaryProperty()]))
-        self._run(create.sql(self.dialect), params)
-        self._encoded[schema.name] = name
+        try:
+            self._run(create.sql(self.dialect), params, what="encoding the rows")
+        finally:
+            self._drop_framed()
+        if fp is None:  # typed sources: the content must not have changed while it was read
+            fp = source.fingerprint()
+        if fp != current:
+            self._encoded.pop(schema.name, None)
+            raise OperationalError(
+                f"the source of table {schema.name!r} changed while it was being read",
+                hint="nothing was charged; retry once the source file is complete")
+        self._encoded[schema.name] = (name, fp)
         return name
 
-    def _run(self, sql: str, params=()):
+    def _drop_framed(self) -> None:
+        framed = getattr(self, "_framed", None)
+        if framed is not None:
+            try:
+                os.unlink(framed.path)
+            except OSError:
+                pass
+            self._framed = None
+
+    def _run(self, sql: str, params=(), what: str = "the measurement query"):
         try:
             return self._con.execute(sql, list(params))
         except duckdb.Error as exc:
             # DuckDB messages can echo cell values ("Could not convert string 'X'…"); the
-            # analyst only learns the class of failure (docs/privacy.md, "Errors").
+            # analyst only learns the class of failure (docs/privacy.md, "Errors").  With the
+            # total reader this is an engine fault, never a property of one row.
             raise OperationalError(
-                "the measurement query failed inside DuckDB; its message is withheld because "
-                "it may contain private values",
-                hint="the operator can check the table source and declared column names "
+                f"{what} failed inside DuckDB; its message is withheld because it may "
+                "contain private values",
+                hint="the operator can run `dpsql check` to inspect the source "
                      f"(error class: {type(exc).__name__})") from None
 
     # -- counting --------------------------------------------------------------------------
-    def count_marginals(self, schema: TableSchema,
-                        cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]:
+    def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
+                        expect: dict | None = None) -> dict[Clique, np.ndarray]:
+        """Exact counts; with ``expect`` (a :meth:`fingerprint`), only from that content."""
         domain = schema.domain
         for clique in cliques:
             for a in clique:
                 if a not in domain:
                     raise ConfigError(f"clique {clique} names {a!r}, not a column of {schema.name!r}")
         with self._lock:
-            table = self._encode(schema)
+            table = self._encode(schema, expect)
             maximal = reduce_cliques(cliques)
             col_of = {a: sqlgen.cell_column(i) for i, a in enumerate(domain.attributes)}
             used = sorted({a for c in maximal for a in c}, key=domain.attributes.index)
@@ -181,8 +282,107 @@ class DuckDBBackend:
         return {tuple(c): project_counts(counts[_owner(c, maximal)], _owner(c, maximal), tuple(c))
                 for c in cliques}
 
+    # -- operator data check (local only: never reachable by analysts) ----------------------
+    def data_check(self, schema: TableSchema, examples: int = 5) -> "DataCheck":
+        """Per column, how many values landed where (``reader.STATUSES``), with a few example
+        values of each problem.  Reads raw rows: an operator tool (``dpsql check``)."""
+        with self._lock:
+            rel, conv, raws, params, _ = self._relation(schema, bounded=False)
+            try:
+                base = "__check_" + hashlib.sha256(schema.name.encode()).hexdigest()[:12]
+                cols = [exp.alias_(conv[a.name].status, f"s{i}") for i, a in enumerate(schema.attributes)]
+                cols += [exp.alias_(raws[a.name], f"v{i}") for i, a in enumerate(schema.attributes)]
+                select = exp.select(*cols).from_(self._layered(rel, conv))
+                create = exp.Create(this=exp.to_table(base), kind="TABLE", expression=select, replace=True,
+                                    properties=exp.Properties(expressions=[exp.TemporaryProperty()]))
+                self._run(create.sql(self.dialect), params, what="checking the rows")
+            finally:
+                self._drop_framed()
+            total = int(self._run(f"SELECT count(*) FROM {base}").fetchone()[0])
+            out = []
+            for i, a in enumerate(schema.attributes):
+                counts = dict(self._run(f"SELECT s{i}, count(*) FROM {base} GROUP BY 1").fetchall())
+                problems = [s for s in reader.PROBLEMS if counts.get(s)]
+                ex = {}
+                for st in problems:
+                    rows = self._run(f"SELECT v{i}, count(*) AS n FROM {base} WHERE s{i} = ? "
+                                     f"GROUP BY 1 ORDER BY n DESC, 1 LIMIT {int(examples)}", [st]).fetchall()
+                    ex[st] = [(v, int(n)) for v, n in rows]
+                out.append(ColumnCheck(a.name, {k: int(v) for k, v in counts.items()}, ex))
+            self._run(f"DROP TABLE {base}")
+        dropped = None
+        source = self._source(schema.name)
+        if source.id_column:
+            dropped = self._unattributed(schema)
+        return DataCheck(schema.name, total, out, dropped)
+
+    def _unattributed(self, schema: TableSchema) -> int:
+        """Records not counted under the privacy unit (no readable id, or over max_rows)."""
+        counts = []
+        for bounded in (False, True):
+            rel, _, _, params, _ = self._relation(schema, bounded=bounded)
+            try:
+                query = exp.select(exp.Count(this=exp.Star())).from_(exp.alias_(exp.Subquery(this=rel), "__a"))
+                counts.append(int(self._run(query.sql(self.dialect), params if bounded else [],
+                                            what="checking the rows").fetchone()[0]))
+            finally:
+                self._drop_framed()
+        return counts[0] - counts[1]
+
     def close(self) -> None:
         self._con.close()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class ColumnCheck:
+    name: str
+    counts: dict          # status -> number of records
+    examples: dict        # problem status -> [(raw value, count), ...]
+
+    @property
+    def problems(self) -> dict:
+        return {s: self.counts[s] for s in reader.PROBLEMS if self.counts.get(s)}
+
+
+@dataclass(frozen=True)
+class DataCheck:
+    table: str
+    records: int
+    columns: list
+    dropped: int | None = None   # records over max_rows per id or without an id
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.problems for c in self.columns)
+
+
+def read_header(source: Source) -> tuple[str, ...]:
+    """The field names of a CSV source from its first record only (metadata)."""
+    d = source.dialect
+    if not d.header:
+        return tuple(d.columns)
+    limit = d.max_record_bytes
+    with open(source.path, "rb") as fh:
+        head = fh.read(limit + 2)
+    if not head:
+        raise ConfigError(f"{source.path}: the file is empty but the source declares a header",
+                          hint="write the header line, or set header = false with columns = [...]")
+    cut = len(head)
+    for sep in (b"\n", b"\r"):
+        i = head.find(sep)
+        if 0 <= i < cut:
+            cut = i
+    line = head[:cut]
+    if len(line) > limit:
+        raise ConfigError(f"{source.path}: the header line is longer than max_record_bytes")
+    text = line.decode(d.encoding, errors="replace").replace("\x00", "\ufffd")
+    return reader.parse_header(text, d, source)
+
+
+def _sql_text(s: str) -> str:
+    return s.replace("'", "''")
 
 
 def _owner(clique: Clique, maximal: Sequence[Clique]) -> Clique:
@@ -255,5 +455,5 @@ def brute_force_counts(rows: Sequence[Mapping], schema: TableSchema,
     return arr
 
 
-__all__ = ["Backend", "Source", "DuckDBBackend", "reduce_cliques", "project_counts",
+__all__ = ["Backend", "Source", "CsvDialect", "DuckDBBackend", "DataCheck", "ColumnCheck", "read_header", "reduce_cliques", "project_counts",
            "brute_force_counts", "describe_source"]

@@ -2,41 +2,34 @@
 
 The engine never calls this.  It runs the analyst's SQL directly in DuckDB on the table
 with every column replaced by the value its declared cell stands for ("the binned data"),
-so that dpsql's answers at a near-infinite budget must equal these exactly.
+so that dpsql's answers at a near-infinite budget must equal these exactly.  Rows are read
+by the same total reader as the measurement (``DuckDBBackend``).
 """
 
 from __future__ import annotations
 
-import duckdb
-from sqlglot import exp
-
 from dpsql.domain import TableSchema
 from dpsql.measure import sqlgen
-from dpsql.measure.backend import Source
+from dpsql.measure.backend import DuckDBBackend
+from dpsql.measure.source import Source
 
 
 class ExactOracle:
     """Answers SQL exactly on the binned copy of a (public) table."""
 
     def __init__(self, schemas: dict[str, TableSchema], sources: dict[str, Source]) -> None:
-        self.con = duckdb.connect(":memory:")
+        self._backend = DuckDBBackend({n: sources[n] for n in schemas})
+        self.con = self._backend._con
         for name, schema in schemas.items():
-            source = sources[name]
-            scan = exp.func("read_csv", exp.Literal.string(str(source.path)),
-                            exp.EQ(this=exp.column("header"), expression=exp.true()),
-                            exp.EQ(this=exp.column("all_varchar"), expression=exp.true()))
-            cells = sqlgen.encode_select(schema, scan)
-            self.con.execute(f"CREATE TABLE __cells_{name} AS {cells.sql('duckdb')}")
-            cols = []
-            for i, att in enumerate(schema.attributes):
-                cols.append(_decode_expr(att, sqlgen.cell_column(i)))
-            self.con.execute(f'CREATE TABLE "{name}" AS SELECT {", ".join(cols)} FROM __cells_{name}')
+            cells = self._backend._encode(schema)
+            cols = [_decode_expr(att, sqlgen.cell_column(i)) for i, att in enumerate(schema.attributes)]
+            self.con.execute(f'CREATE TABLE "{name}" AS SELECT {", ".join(cols)} FROM {cells}')
 
     def query(self, sql: str, params=None) -> list[tuple]:
         return self.con.execute(sql, list(params or [])).fetchall()
 
     def close(self) -> None:
-        self.con.close()
+        self._backend.close()
 
 
 def _sql_literal(v) -> str:

@@ -14,6 +14,9 @@ Invariants (argued in ``docs/privacy.md``, "Ledger"):
    spent, nothing released): the safe direction.
 3. *Pay once.*  Released measurements are stored under a key; :meth:`Ledger.release`
    returns them so that a restart reuses what was paid for instead of paying again.
+   :meth:`Ledger.measurement_lock` (an OS file lock beside the ledger) serialises whole
+   measurements across processes: the engine re-reads the ledger under it, so no process
+   counts and pays for a key another process has already released.
 4. *Tamper-evident, never reset.*  Each entry stores SHA-256(previous hash, entry); the
    chain starts from a hash of the ledger's configuration and its head is kept in the
    metadata.  An empty, truncated or malformed file, a failed ``PRAGMA
@@ -25,12 +28,15 @@ Invariants (argued in ``docs/privacy.md``, "Ledger"):
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import sqlite3
 import tempfile
 import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from fractions import Fraction
@@ -167,6 +173,7 @@ class Ledger:
         self._user_spec = _user_spec(per_user_rho)
         self._timeout = timeout
         self._lock = threading.RLock()
+        self._measure_lock = threading.RLock()
         self._corrupt: str | None = None
         self._verified_seq = 0
         self._verified_hash = ""
@@ -516,12 +523,38 @@ class Ledger:
                              write=False)
         return self.preview(principal, 0).remaining
 
-    def entries(self) -> list[LedgerEntry]:
-        """Every entry, verified, oldest first."""
+    @contextmanager
+    def measurement_lock(self, timeout: float | None = None):
+        """Hold the ledger's measurement lock (threads of this process and, through
+        ``flock`` on ``<ledger>.lock``, every other process).  A measurement holds it from
+        re-reading the ledger to recording its release, so two processes never count and
+        charge the same key; the OS drops it if the process dies."""
+        wait = max(self._timeout, 600.0) if timeout is None else timeout
+        with self._measure_lock:
+            lock_path = str(self.path) + ".lock"
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                deadline = time.monotonic() + wait
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise OperationalError(
+                                f"another process has been measuring with ledger {self.path} "
+                                f"for over {wait:.0f} s", hint="retry when it has finished") from None
+                        time.sleep(0.05)
+                yield
+            finally:
+                os.close(fd)  # releases the flock
+
+    def entries(self, since: int = 0) -> list[LedgerEntry]:
+        """Every entry after ``since`` (a seq), verified, oldest first."""
         def body(conn):
             out = []
-            for row in conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE seq <= ? "
-                                    "ORDER BY seq", (self._verified_seq,)):
+            for row in conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE seq > ? AND seq <= ? "
+                                    "ORDER BY seq", (int(since), self._verified_seq)):
                 (seq, kind, created, principal, fingerprint, rho, mechanism, charge_seq,
                  key, payload_sha, _prev, digest) = row
                 out.append(LedgerEntry(seq, kind, created, principal, fingerprint,

@@ -1,0 +1,460 @@
+"""The total reader: every physical record of a source lands in exactly one cell of every
+attribute, whatever bytes it holds (``docs/privacy.md`` §8.1, ``docs/domains.md``).
+
+CSV (declared dialect, never sniffed) in two stages:
+
+1. *Framing* (:func:`normalise_csv`, Python, C-speed ``bytes``/``str`` operations on
+   chunks).  Records end at ``\\n``, ``\\r\\n`` or a lone ``\\r``; bytes are decoded with
+   the declared encoding, undecodable bytes become U+FFFD; NUL and U+FFFF become U+FFFD; a
+   record longer than ``max_record_bytes`` becomes the one-character marker U+FFFF.  The
+   header record is split off and parsed here.  The output is a UTF-8 file of LF-terminated
+   lines containing no ``\\r``: DuckDB's CSV reader, run with every option explicit
+   (:func:`line_scan`), can only return it one line per row.  DuckDB's own framing is not
+   used because it is not local (a lone ``\\r`` starts records, an unclosed quote swallows
+   the rest of the file, some bytes fail the latin-1 decoder; checked on 1.4 and 2.0).
+2. *Fields* (SQL, :func:`csv_fields`).  A line is well formed iff it matches the dialect's
+   field grammar with exactly the header's number of fields: a quoted field is
+   ``q([^q]|qq)*q`` (or ``q([^qe]|e.)*q`` with another escape), an unquoted field is empty
+   or starts with a non-quote and holds no delimiter.  Fields are cut by one RE2 match;
+   a line that is not well formed is *malformed* and every attribute takes its invalid
+   place.  Numbers are parsed by a fixed grammar (no sniffed types, no locale) and a
+   TRY_CAST that can only see text the grammar accepted.
+
+Parquet and DuckDB tables are typed: the column types are read from metadata (never from
+rows) and each declared attribute is converted by a total expression for its type, or the
+source is refused before anything is counted (:func:`typed_column`).
+
+The cell expressions come from ``Attribute.index_sql`` after this conversion, with the
+unreadable cases sent to ``Attribute.invalid_index`` (``dpsql.domain``).  Each expression
+also has a *status* twin for ``dpsql check`` (:data:`STATUSES`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.domain import Attribute, TableSchema
+from dpsql.errors import ConfigError
+from dpsql.measure.source import CsvDialect, Source
+
+CHUNK = 8 << 20
+OVERLONG = "\uffff"
+OVERLONG_BYTES = OVERLONG.encode("utf-8")
+_NUMBER = r"[ \t]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?[ \t]*"
+MAX_NUMBER_CHARS = 100
+
+#: Per-value outcomes reported by ``dpsql check``; the first three are expected, the rest
+#: are values the declared domain does not hold (where each lands: docs/domains.md).
+STATUSES = ("value", "other", "null", "null_not_nullable", "unreadable", "not_a_label",
+            "below_range", "above_range", "not_integer", "malformed", "no_id")
+PROBLEMS = STATUSES[3:]
+
+
+# --- stage 1: framing ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Framed:
+    path: Path            # normalised copy (UTF-8, LF lines, no header)
+    header: tuple[str, ...]
+    fingerprint: dict     # {"size", "sha256"} of the bytes read
+    stat_key: tuple
+
+
+def split_fields(line: str, dialect: CsvDialect) -> list[str] | None:
+    """Python twin of the SQL field grammar: the raw fields, or None when malformed."""
+    pattern = _field_regex(dialect, python=True)
+    out, pos, n = [], 0, len(line)
+    rx = re.compile(pattern, re.S)
+    while True:
+        m = rx.match(line, pos)
+        if m is None:
+            return None
+        out.append(m.group(0))
+        pos = m.end()
+        if pos == n:
+            return out
+        if line[pos] != dialect.delimiter:
+            return None
+        pos += 1
+        if pos == n:
+            out.append("")
+            return out
+
+
+def unquote(field: str, dialect: CsvDialect) -> str:
+    q, e = dialect.quote, dialect.escape
+    if not q or not field.startswith(q):
+        return field
+    inner = field[1:-1]
+    if e == q:
+        return inner.replace(q + q, q)
+    return re.sub(re.escape(e) + "(.)", r"\1", inner, flags=re.S)
+
+
+def _field_regex(d: CsvDialect, python: bool = False) -> str:
+    """One field (no groups): quoted, or unquoted (empty or not starting with the quote)."""
+    esc = re.escape
+    delim = esc(d.delimiter)
+    if not d.quote:
+        return f"[^{delim}]*"
+    q, e = esc(d.quote), esc(d.escape or d.quote)
+    if d.escape in ("", d.quote):
+        quoted = f"{q}(?:[^{q}]|{q}{q})*{q}"
+    else:
+        quoted = f"{q}(?:[^{q}{e}]|{e}.)*{q}"
+    return f"(?:{quoted}|(?:[^{delim}{q}][^{delim}]*)?)"
+
+
+_FFFD = "\ufffd".encode("utf-8")
+
+
+def _normalise(data: bytes, encoding: str) -> bytes:
+    """Whole records (each ending in \n or \r) → UTF-8 with \n ends, NUL and U+FFFF as
+    U+FFFD.  \r is never part of a multi-byte sequence in the supported encodings, so
+    unifying record ends first and decoding per block equals decoding the whole file."""
+    if b"\r" in data:  # the guards scan at memchr speed; most files need no rewrite
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    try:
+        if encoding != "utf-8":
+            raise UnicodeDecodeError(encoding, b"", 0, 1, "not utf-8")
+        data.decode("utf-8")          # valid UTF-8 (the common case): keep the bytes
+    except UnicodeDecodeError:
+        data = data.decode(encoding, errors="replace").encode("utf-8")
+    if b"\x00" in data:
+        data = data.replace(b"\x00", _FFFD)
+    if OVERLONG_BYTES in data:
+        data = data.replace(OVERLONG_BYTES, _FFFD)
+    return data
+
+
+def normalise_csv(source: Source, workdir: Path) -> Framed:
+    """Stage 1 (module doc): frame, decode and hash the file; write the normalised copy."""
+    d = source.dialect
+    path = source.path
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"source file not found: {path}",
+                          hint="fix the path in the configuration") from None
+    stat_key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+    out_path = Path(workdir) / f"records-{os.getpid()}-{id(source)}.txt"
+    digest = hashlib.sha256()
+    limit = d.max_record_bytes
+    header: list = [None if d.header else tuple(d.columns)]
+    pending, overlong = b"", False
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(path, "rb") as fh, os.fdopen(fd, "wb") as out:
+        def emit(records: bytes) -> None:
+            data = _normalise(records, d.encoding)
+            if header[0] is None and data:
+                nl = data.index(b"\n")
+                header[0] = parse_header(data[:nl].decode("utf-8"), d, source)
+                data = data[nl + 1:]
+            if data:
+                out.write(_limit_lines(data, limit))
+
+        while True:
+            raw = fh.read(CHUNK)
+            digest.update(raw)
+            last = not raw
+            buf = pending + raw
+            if overlong:  # skip to the end of the overlong record
+                nl, cr = buf.find(b"\n"), buf.find(b"\r")
+                if cr == len(buf) - 1 and not last:
+                    cr = -1   # a final \r may be half of \r\n: decide with the next chunk
+                ends = [i for i in (nl, cr) if i >= 0]
+                if not ends:
+                    pending = b"\r" if buf.endswith(b"\r") else b""
+                    if last:
+                        emit(OVERLONG_BYTES + b"\n")
+                        break
+                    continue
+                end = min(ends)
+                if buf[end:end + 2] == b"\r\n":
+                    end += 1
+                emit(OVERLONG_BYTES + b"\n")
+                buf, overlong = buf[end + 1:], False
+            if last:
+                if buf:
+                    emit(buf if buf.endswith((b"\n", b"\r")) else buf + b"\n")
+                break
+            # complete records end at the last \n or \r, but a final \r may be half of \r\n
+            cut = max(buf.rfind(b"\n"), buf.rfind(b"\r", 0, len(buf) - 1))
+            complete, pending = buf[:cut + 1], buf[cut + 1:]
+            if len(pending) > limit + 1:   # bytes of one unfinished record: surely overlong
+                overlong, pending = True, b""
+            if complete:
+                emit(complete)
+    if header[0] is None:
+        raise ConfigError(f"{path}: the file is empty but the source declares a header",
+                          hint="write the header line, or set header = false with columns = [...]")
+    return Framed(out_path, header[0], {"size": stat_key[0], "sha256": digest.hexdigest()}, stat_key)
+
+
+def _limit_lines(data: bytes, limit: int) -> bytes:
+    """Replace every line longer than ``limit`` bytes by the overlong marker."""
+    if len(data) <= limit:
+        return data
+    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.concatenate(([0], nl[:-1] + 1))
+    long = np.flatnonzero(nl - starts > limit)
+    if long.size == 0:
+        return data
+    parts, prev = [], 0
+    for i in long.tolist():
+        parts.append(data[prev:int(starts[i])])
+        parts.append(OVERLONG_BYTES)
+        prev = int(nl[i])
+    parts.append(data[prev:])
+    return b"".join(parts)
+
+
+def parse_header(line: str, d: CsvDialect, source: Source) -> tuple[str, ...]:
+    if line == OVERLONG or "\ufffd" in line:
+        raise ConfigError(f"{source.path}: the header line is too long or not valid {d.encoding}",
+                          hint="check source.encoding and that the first line is the header")
+    fields = split_fields(line, d)
+    if fields is None:
+        raise ConfigError(f"{source.path}: the header line does not parse with the declared "
+                          f"dialect (delimiter {d.delimiter!r}, quote {d.quote!r})",
+                          hint="declare source.delimiter / quote / escape to match the file")
+    names = tuple(unquote(f, d) for f in fields)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{source.path}: the header names a field twice",
+                          hint="rename the duplicate header fields")
+    return names
+
+
+def line_scan(path: Path, dialect: CsvDialect) -> exp.Expression:
+    """DuckDB ``read_csv`` of a normalised file, one VARCHAR per line, every option given."""
+    def opt(name, value):
+        return exp.EQ(this=exp.column(name), expression=value)
+
+    s = exp.Literal.string
+    columns = exp.Struct(expressions=[exp.PropertyEQ(this=exp.Literal.string("line"),
+                                                     expression=s("VARCHAR"))])
+    return exp.func("read_csv", s(str(path)),
+                    opt("columns", columns),
+                    opt("delim", exp.func("chr", exp.Literal.number(13))),  # never present
+                    opt("quote", s("")), opt("escape", s("")), opt("comment", s("")),
+                    opt("header", exp.false()), opt("auto_detect", exp.false()),
+                    opt("skip", exp.Literal.number(0)), opt("new_line", s("\\n")),
+                    opt("strict_mode", exp.false()), opt("encoding", s("utf-8")),
+                    opt("max_line_size", exp.Literal.number(dialect.max_record_bytes + 64)),
+                    opt("parallel", exp.true()))
+
+
+# --- stage 2: fields and cells (SQL) --------------------------------------------------------
+
+def _s(text: str) -> exp.Literal:
+    return exp.Literal.string(text)
+
+
+def record_grammar(dialect: CsvDialect, nfields: int, wanted) -> tuple[str, str]:
+    """(validity pattern, extraction pattern with a named group per wanted field)."""
+    f = _field_regex(dialect)
+    delim = re.escape(dialect.delimiter)
+    valid = "^" + delim.join([f] * nfields) + "$"
+    wanted = set(wanted)
+    parts = [f"(?P<f{i}>{f})" if i in wanted else f for i in range(nfields)]
+    return valid, "^" + delim.join(parts) + "$"
+
+
+def csv_fields(scan: exp.Expression, dialect: CsvDialect, header: Sequence[str],
+               names: Sequence[str]) -> exp.Select:
+    """SELECT line, ``__ok`` (well formed), and one raw text column per wanted field name.
+
+    A line without the quote character has only unquoted fields, so the grammar reduces to
+    "exactly n−1 delimiters" and ``string_split`` cuts it (the fast path, ~40x cheaper than
+    the RE2 extraction); only lines holding a quote take the full grammar."""
+    n = len(header)
+    idx = [header.index(x) for x in names]
+    valid, extract = record_grammar(dialect, n, range(n))
+    line = exp.column("line")
+    split = exp.func("string_split", line.copy(), _s(dialect.delimiter))
+    split_ok = exp.EQ(this=exp.func("len", split.copy()), expression=exp.Literal.number(n))
+    if dialect.quote:
+        quoted = exp.func("contains", line.copy(), _s(dialect.quote))
+        # Anonymous: sqlglot would read a third argument as a position
+        struct = exp.Anonymous(this="regexp_extract", expressions=[
+            line.copy(), _s(extract), exp.Array(expressions=[_s(f"f{i}") for i in range(n)])])
+        as_list = exp.Array(expressions=[exp.Dot(this=struct.copy(), expression=exp.to_identifier(f"f{i}"))
+                                         for i in range(n)]) if n > 1 else None
+        if as_list is None:
+            as_list = exp.Array(expressions=[exp.Dot(this=struct, expression=exp.to_identifier("f0"))])
+        ok = exp.Case().when(quoted.copy(), exp.func("regexp_full_match", line.copy(), _s(valid))).else_(split_ok)
+        parts = exp.Case().when(quoted, as_list).else_(split)
+    else:
+        ok, parts = split_ok, split
+    well = exp.and_(exp.NEQ(this=line.copy(), expression=_s(OVERLONG)), ok)
+    inner = exp.select(exp.alias_(exp.func("coalesce", exp.column("line"), _s("")), "line")).from_(scan)
+    mid = exp.select(exp.column("line"), exp.alias_(well, "__ok"), exp.alias_(parts, "__f")) \
+        .from_(exp.alias_(exp.Subquery(this=inner), "__lines"))
+    cols = [exp.column("line"), exp.column("__ok")]
+    for name, i in zip(names, idx):
+        item = exp.Anonymous(this="list_extract", expressions=[exp.column("__f"), exp.Literal.number(i + 1)])
+        cols.append(exp.alias_(exp.Case().when(exp.column("__ok"), item).else_(_s("")), name, quoted=True))
+    return exp.select(*cols).from_(exp.alias_(exp.Subquery(this=mid), "__fields"))
+
+
+def _unquote_sql(x: exp.Expression, d: CsvDialect) -> exp.Expression:
+    if not d.quote:
+        return x
+    inner = exp.Substring(this=x.copy(), start=exp.Literal.number(2),
+                          length=exp.Sub(this=exp.Length(this=x.copy()), expression=exp.Literal.number(2)))
+    if d.escape in ("", d.quote):
+        body = exp.func("replace", inner, _s(d.quote * 2), _s(d.quote))
+    else:
+        body = exp.func("regexp_replace", inner, _s(re.escape(d.escape) + "(.)"), _s("\\1"), _s("gs"))
+    return exp.Case().when(exp.func("starts_with", x.copy(), _s(d.quote)), body).else_(x.copy())
+
+
+def number_sql(text: exp.Expression) -> exp.Expression:
+    """DOUBLE from text accepted by the number grammar, else NULL; never raises."""
+    ok = exp.and_(exp.LTE(this=exp.Length(this=text.copy()), expression=exp.Literal.number(MAX_NUMBER_CHARS)),
+                  exp.func("regexp_full_match", text.copy(), _s(_NUMBER)))
+    # the cast skips the blanks the grammar allows (DuckDB 1.4 and 2.0; the property test
+    # compares with Python's float on such values)
+    value = exp.TryCast(this=text.copy(), to=exp.DataType.build("DOUBLE"))
+    return exp.Case().when(ok, value)
+
+
+def parse_number(text: str) -> float | None:
+    """Python twin of :func:`number_sql`."""
+    if len(text) > MAX_NUMBER_CHARS or not re.fullmatch(_NUMBER, text):
+        return None
+    return float(text.strip(" \t"))
+
+
+def _lit(n: int) -> exp.Literal:
+    return exp.Literal.number(n)
+
+
+def _bin_status(att: Attribute, x: exp.Expression) -> exp.Expression:
+    """Status of a non-NULL, non-NaN number: below/above range, not an integer, or value."""
+    bounds = att.bin_bounds()
+    lo = bounds[0][0]
+    hi = bounds[att._nbins() - 1][1]  # noqa: SLF001 - same package family
+    xd = exp.cast(x.copy(), "DOUBLE")
+    case = exp.Case().when(exp.LT(this=xd.copy(), expression=exp.cast(exp.Literal.number(repr(float(lo))), "DOUBLE")),
+                           _s("below_range"))
+    case = case.when(exp.GT(this=xd.copy(), expression=exp.cast(exp.Literal.number(repr(float(hi))), "DOUBLE")),
+                     _s("above_range"))
+    if att.kind == "integer":
+        case = case.when(exp.NEQ(this=xd.copy(), expression=exp.func("floor", xd.copy())), _s("not_integer"))
+    return case.else_(_s("value"))
+
+
+@dataclass
+class Converted:
+    """A column's conversion in two SELECT layers: ``pre`` (alias, expression over the raw
+    columns) are computed first, so that ``cell`` and ``status`` (over those aliases and
+    the record's ``__ok``) never repeat the parsing inside every CASE branch."""
+
+    pre: list
+    cell: exp.Expression     # cell index, never NULL
+    status: exp.Expression   # one of STATUSES
+    pre2: list = None        # a second layer (over ``pre``'s aliases)
+
+
+def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
+                 d: CsvDialect | None, tag: str) -> Converted:
+    """Cell and status of a text value; ``raw`` is the field as read (NULL = SQL NULL),
+    ``ok`` is False for a malformed record; ``d`` the CSV dialect (None: typed VARCHAR)."""
+    inv = _lit(att.invalid_index)
+    if d is not None:
+        is_null = exp.In(this=raw.copy(), expressions=[_s(v) for v in d.null]) if d.null else exp.false()
+        text = _unquote_sql(raw, d)
+    else:
+        is_null = exp.Is(this=raw.copy(), expression=exp.Null())
+        text = raw.copy()
+    z, t, x = (exp.column(f"__{c}{tag}") for c in "ztx")
+    pre = [(z.name, exp.func("coalesce", is_null, exp.true())), (t.name, text)]
+    null_status = _s("null" if att.nullable else "null_not_nullable")
+    cell = exp.Case().when(exp.Not(this=ok.copy()), inv).when(z.copy(), _lit(att.null_place))
+    status = exp.Case().when(exp.Not(this=ok.copy()), _s("malformed")).when(z.copy(), null_status)
+    if att.kind == "categorical" and att.python_type is str:
+        cell = cell.else_(att.index_sql(t.copy()))
+        lab = exp.In(this=t.copy(), expressions=[_s(v) for v in att.labels_])
+        unreadable = exp.func("contains", t.copy(), _s("\ufffd"))
+        status = (status.when(lab, _s("value")).when(unreadable, _s("unreadable"))
+                  .else_(_s("other" if att.other_index is not None else "not_a_label")))
+        return Converted(pre, cell, status)
+    pre2 = [(x.name, number_sql(t.copy()))]
+    missing = exp.Is(this=x.copy(), expression=exp.Null())
+    cell = cell.when(missing.copy(), inv).else_(att.index_sql(x.copy()))
+    status = status.when(missing, _s("unreadable")).else_(_number_status(att, x))
+    return Converted(pre, cell, status, pre2)
+
+
+def _number_status(att: Attribute, x: exp.Expression) -> exp.Expression:
+    if att.kind == "categorical":  # integer labels
+        lab = exp.In(this=exp.cast(x.copy(), "DOUBLE"),
+                     expressions=[exp.cast(exp.Literal.number(v), "DOUBLE") for v in att.labels_])
+        return exp.Case().when(lab, _s("value")).else_(
+            _s("other" if att.other_index is not None else "not_a_label"))
+    return _bin_status(att, x)
+
+
+_INT_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+              "UINTEGER", "UBIGINT", "UHUGEINT")
+_FLOAT_TYPES = ("FLOAT", "DOUBLE")
+
+
+def type_family(sql_type: str) -> str:
+    t = sql_type.upper()
+    if t in _INT_TYPES:
+        return "integer"
+    if t in _FLOAT_TYPES:
+        return "float"
+    if t.startswith("DECIMAL"):
+        return "decimal"
+    if t == "VARCHAR":
+        return "text"
+    if t == "BOOLEAN":
+        return "boolean"
+    return "other"
+
+
+def accepts(att: Attribute, sql_type: str) -> bool:
+    """Whether a typed source column can be converted totally for this attribute."""
+    fam = type_family(sql_type)
+    if fam == "text":
+        return True
+    if att.kind == "categorical" and att.python_type is str:
+        return fam in ("integer", "boolean")
+    return fam in ("integer", "float", "decimal")
+
+
+def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str) -> Converted:
+    """Cell and status of a typed (Parquet / DuckDB) column; call only if :func:`accepts`."""
+    fam = type_family(sql_type)
+    if fam == "text":
+        return convert_text(att, col, exp.true(), None, tag)
+    if fam in ("integer", "boolean") and att.kind == "categorical" and att.python_type is str:
+        return convert_text(att, exp.cast(col.copy(), "VARCHAR"), exp.true(), None, tag)
+    x = exp.column(f"__x{tag}")
+    pre = [(x.name, col.copy())]
+    inv = _lit(att.invalid_index)
+    is_null = exp.Is(this=x.copy(), expression=exp.Null())
+    cell = exp.Case().when(is_null.copy(), _lit(att.null_place))
+    status = exp.Case().when(is_null, _s("null" if att.nullable else "null_not_nullable"))
+    if fam == "float":
+        nan = exp.func("isnan", x.copy())
+        cell = cell.when(nan.copy(), inv)
+        status = status.when(nan, _s("unreadable"))
+    return Converted(pre, cell.else_(att.index_sql(x.copy())), status.else_(_number_status(att, x)))
+
+
+__all__ = ["normalise_csv", "split_fields", "unquote", "line_scan", "csv_fields", "convert_text",
+           "typed_column", "accepts", "type_family", "number_sql", "parse_number", "STATUSES",
+           "PROBLEMS", "Framed", "record_grammar"]
