@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-report clean
+.PHONY: demo test bench bench-report bi-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ bench-report: $(PY)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) bench/suite.py $(SUITE_ARGS)
 	$(PY) bench/report.py
+
+# Apache Superset against `dpsql serve` through its REST API, screenshots in headless Chromium
+# (bicheck/run.sh; creates bicheck/.venv-superset on first use). Not part of `make test`.
+bi-check: $(STAMP)
+	bash bicheck/run.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

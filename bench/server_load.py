@@ -1,6 +1,6 @@
 """Load on the PostgreSQL wire server: N concurrent psycopg connections × M mixed queries.
 
-    python bench/server_load.py [--connections 50] [--queries 20] [--link engine|fake]
+    python bench/server_load.py [--connections 50] [--queries 20] [--link engine|fake] [--hostile]
 
 Each client authenticates with SCRAM, then runs a fixed mix in round robin: private
 aggregates (simple and extended protocol, some parameterised, many repeated), catalog
@@ -10,12 +10,21 @@ query, throughput and errors.  With ``--link engine`` (the default) it serves th
 example with a temp ledger and a large budget, measures once, and checks afterwards that
 the ledger grew by exactly the sum of the distinct queries' charges (repeats cost nothing).
 ``--link fake`` serves the deterministic test double from tests/server (protocol cost only).
+
+``--hostile`` runs the load twice per round, side by side on the same server: clean, and
+with two hostile clients running the whole time — one authenticated analyst ("mallory")
+sending 1 MB statements back to back, and one holding ``--held`` sockets that never
+authenticate (each sends a startup packet and stalls; reopened as soon as the server drops
+it).  It reports p95 with and without them (pooled over ``--rounds`` rounds, alternating) and
+passes when the other clients see 0 failures and the hostile p95 is within 2x of the clean
+one.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -48,6 +57,7 @@ def start(link: str, workdir: Path):
     config = ROOT / "examples" / "adult" / "dpsql.toml"
     users = workdir / "users.json"
     scram.add_user(users, "load", PASSWORD)
+    scram.add_user(users, "mallory", PASSWORD)
     overrides = {"ledger": str(workdir / "load.ledger"), "budget": {"epsilon": 1e6, "delta": 1e-6}}
     if link == "fake":
         sys.path.insert(0, str(ROOT / "tests" / "server"))
@@ -90,6 +100,83 @@ def client(port: int, queries: int, offset: int, latencies: list, failures: list
             latencies.append(time.perf_counter() - t0)
 
 
+class Hostile:
+    """Two hostile clients in threads until ``stop()``: 1 MB statements, and held sockets."""
+
+    def __init__(self, port: int, statement_bytes: int = 1_000_000, held: int = 64) -> None:
+        self.port = port
+        self.statement = "SELECT 1 -- " + "x" * (statement_bytes - 12)
+        self.held = held
+        self.sent = self.answers = self.opened = self.dropped = 0
+        self.codes: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._big, daemon=True),
+                         threading.Thread(target=self._hold, daemon=True)]
+
+    def __enter__(self):
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+
+    def _big(self) -> None:
+        sys.path.insert(0, str(ROOT / "tests" / "server"))
+        from server_pgclient import RawClient, error_fields
+        from dpsql.server import codec
+        while not self._stop.is_set():
+            try:
+                c = RawClient(self.port, timeout=60)
+                if c.startup("mallory", PASSWORD)[-1][0] != b"Z":
+                    c.close()
+                    continue
+                while not self._stop.is_set():
+                    c.send(codec.encode_query(self.statement))
+                    self.sent += 1
+                    msgs = c.until(b"Z")
+                    if not msgs:
+                        break
+                    code = error_fields(msgs).get("C", "ok")
+                    self.codes[code] = self.codes.get(code, 0) + 1
+                    self.answers += 1
+                c.close()
+            except OSError:
+                time.sleep(0.05)
+
+    def _hold(self) -> None:
+        from dpsql.server import codec
+        socks: list[socket.socket] = []
+        packet = codec.encode_startup({"user": "load", "database": "dpsql"})
+        while not self._stop.is_set():
+            while len(socks) < self.held and not self._stop.is_set():
+                try:
+                    s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+                    s.sendall(packet)            # then never answer the SASL request
+                    s.setblocking(False)
+                    socks.append(s)
+                    self.opened += 1
+                except OSError:
+                    time.sleep(0.05)
+            time.sleep(0.05)
+            for s in list(socks):                # reopen whatever the server dropped
+                try:
+                    while True:
+                        data = s.recv(65536)
+                        if not data:
+                            raise ConnectionResetError
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    socks.remove(s)
+                    s.close()
+                    self.dropped += 1
+        for s in socks:
+            s.close()
+
+
 def run_load(port: int, connections: int, queries: int, user: str = "load", password: str = PASSWORD) -> dict:
     latencies: list[float] = []
     failures: list = []
@@ -107,7 +194,27 @@ def run_load(port: int, connections: int, queries: int, user: str = "load", pass
     return {"connections": connections, "queries": queries, "completed": len(lat), "failures": failures,
             "wall": wall, "p50": statistics.median(lat) if lat else float("nan"),
             "p95": lat[int(0.95 * (len(lat) - 1))] if lat else float("nan"),
-            "qps": len(lat) / wall if wall else 0.0, "alive": sum(t.is_alive() for t in threads)}
+            "qps": len(lat) / wall if wall else 0.0, "alive": sum(t.is_alive() for t in threads),
+            "latencies": lat}
+
+
+def pooled(results: list[dict]) -> dict:
+    lat = sorted(x for r in results for x in r["latencies"])
+    wall = sum(r["wall"] for r in results)
+    return {"completed": len(lat), "failures": [f for r in results for f in r["failures"]], "wall": wall,
+            "qps": len(lat) / wall if wall else 0.0, "p50": statistics.median(lat) if lat else float("nan"),
+            "p95": lat[int(0.95 * (len(lat) - 1))] if lat else float("nan")}
+
+
+def run_hostile(port: int, connections: int, queries: int, rounds: int, held: int) -> dict:
+    clean, hostile, probes = [], [], []
+    for _ in range(rounds):
+        clean.append(run_load(port, connections, queries))
+        with Hostile(port, held=held) as h:
+            time.sleep(1.0)              # let both hostile clients get going first
+            hostile.append(run_load(port, connections, queries))
+        probes.append(h)
+    return {"clean": pooled(clean), "hostile": pooled(hostile), "probes": probes, "rounds": rounds, "held": held}
 
 
 def main(argv=None) -> int:
@@ -115,11 +222,17 @@ def main(argv=None) -> int:
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--link", choices=["engine", "fake"], default="engine")
+    ap.add_argument("--hostile", action="store_true",
+                    help="compare against the same load with a 1 MB-statement client and held unauthenticated sockets")
+    ap.add_argument("--rounds", type=int, default=2, help="clean/hostile rounds with --hostile (alternating)")
+    ap.add_argument("--held", type=int, default=64, help="unauthenticated sockets the second hostile client holds")
     ap.add_argument("--record", action="store_true", help="append a section to bench/RESULTS.md")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="dpsql-load-") as tmp:
         thread, admin = start(args.link, Path(tmp))
         try:
+            if args.hostile:
+                return hostile_main(args, thread)
             spent_before = admin.session.budget()["total_spent_rho"] if admin else None
             result = run_load(thread.port, args.connections, args.queries)
             spent_after = admin.session.budget()["total_spent_rho"] if admin else None
@@ -137,6 +250,58 @@ def main(argv=None) -> int:
     if args.record:
         record(args, result, spent_before, spent_after)
     return 0 if not result["failures"] and result["completed"] == args.connections * args.queries else 1
+
+
+def hostile_main(args, thread) -> int:
+    out = run_hostile(thread.port, args.connections, args.queries, args.rounds, args.held)
+    clean, hostile = out["clean"], out["hostile"]
+    ratio = hostile["p95"] / clean["p95"]
+    ok = not clean["failures"] and not hostile["failures"] and ratio <= 2.0 \
+        and hostile["completed"] == clean["completed"] == args.rounds * args.connections * args.queries
+    for name, r in (("clean", clean), ("hostile", hostile)):
+        print(f"{name:8s}: {r['completed']} queries, {len(r['failures'])} failures, {r['qps']:.0f} q/s, "
+              f"p50 {r['p50'] * 1000:.1f} ms, p95 {r['p95'] * 1000:.1f} ms")
+    sent = sum(h.sent for h in out["probes"])
+    codes: dict[str, int] = {}
+    for h in out["probes"]:
+        for k, v in h.codes.items():
+            codes[k] = codes.get(k, 0) + v
+    opened = sum(h.opened for h in out["probes"])
+    dropped = sum(h.dropped for h in out["probes"])
+    print(f"hostile: {sent} statements of 1 MB sent, answers by SQLSTATE {codes}; {opened} unauthenticated sockets "
+          f"opened (holding {args.held}), {dropped} dropped by the server")
+    print(f"p95 with hostile clients / without: {ratio:.2f} (target <= 2.0): {'PASS' if ok else 'FAIL'}")
+    for f in (clean["failures"] + hostile["failures"])[:10]:
+        print("  failure:", f)
+    if args.record:
+        record_hostile(args, out, ratio, ok, sent, codes, opened, dropped)
+    return 0 if ok else 1
+
+
+def record_hostile(args, out, ratio, ok, sent, codes, opened, dropped) -> None:
+    import subprocess
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    path = ROOT / "bench" / "RESULTS.md"
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    rows = "".join(f"| {name} | {r['completed']} | {len(r['failures'])} | {r['qps']:.0f} | {r['p50'] * 1000:.1f} | "
+                   f"{r['p95'] * 1000:.1f} |\n" for name, r in (("clean", out["clean"]), ("hostile", out["hostile"])))
+    text += (f"\n## Wire server under hostile clients (`bench/server_load.py --link {args.link} --hostile`)\n\n"
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {commit}; machine: 2-core AMD EPYC VM, "
+             f"24 GB; Python {sys.version.split()[0]}; `uptime`: {uptime}\n\n"
+             f"{args.connections} psycopg connections x {args.queries} mixed queries (as above), {out['rounds']} "
+             "rounds alternating clean and hostile on the same server, latencies pooled per condition. Hostile: "
+             "an authenticated analyst sending 1 MB statements back to back (over the 256 KiB default "
+             f"`max_statement_bytes`), and a client holding {out['held']} sockets that send a startup packet and "
+             "never answer SASL (reopened when dropped); server defaults (`max_unauthenticated` 32, "
+             "`auth_timeout` 5 s, `max_user_statements` 2).\n\n"
+             "| run | queries | failures | queries/s | p50 ms | p95 ms |\n|---|---:|---:|---:|---:|---:|\n" + rows +
+             f"\np95 hostile / clean = **{ratio:.2f}** (target <= 2): {'PASS' if ok else 'FAIL'}. The hostile "
+             f"analyst sent {sent} statements of 1 MB, answered by SQLSTATE {codes}; the holder opened {opened} "
+             f"unauthenticated sockets, {dropped} of which the server dropped. Link: "
+             f"{'the DP engine' if args.link == 'engine' else 'the deterministic test double'}.\n")
+    path.write_text(text)
 
 
 def record(args, result, before, after) -> None:

@@ -35,7 +35,7 @@ _DPSQL_KEYS = ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_u
 _BUDGET = ("epsilon", "delta", "rho")
 SCHEMA: dict[str, Any] = {
     "": {"dpsql": "dpsql", "budget": "budget", "tables": "tables", "workload": "workload",
-         "policy": "policy", "planner": "planner", "model": "model",
+         "policy": "policy", "planner": "planner", "model": "model", "server": "server",
          **{k: None for k in _DPSQL_KEYS}},
     "dpsql": {k: None for k in _DPSQL_KEYS},
     "budget": {**{k: None for k in _BUDGET}, "per_user": "user_budget", "users": "users"},
@@ -50,6 +50,12 @@ SCHEMA: dict[str, Any] = {
                 "objective": None},
     "query": {"sql": None, "weight": None},   # an inline [workload] queries entry
     "model": {"iters": None},
+    # read by the wire server (dpsql/server/config.py, which also checks the values)
+    "server": {"max_statement_bytes": None, "max_user_statements": None, "max_connections": None,
+               "max_unauthenticated": None, "auth_timeout": None, "catalog_timeout": None, "query_log": None,
+               "users": "server_users"},
+    "server_users": {"*": "server_user"},
+    "server_user": {"error_columns": None, "estimator": None},
 }
 
 

@@ -12,23 +12,37 @@ privacy rules of the wire protocol:
 * Engine errors are already scrubbed; their SQLSTATE, message, hint and position pass
   through unchanged.  Anything unexpected becomes XX000 naming only the exception type.
 
-Engine calls run on the server's bounded thread pool, one at a time per connection (a
-cancelled call is awaited before the next one starts, because a session is not shared
-between threads).  A cancel answers 57014 at once; the engine call finishes in the
-background, and any release it made is cached, so repeating the query costs nothing.
+Fairness: nothing CPU-bound runs on the event loop.  Splitting and routing (sqlglot) run on
+the server's parse pool, compiling and answering on its engine pool, one at a time per
+connection (a cancelled call is awaited before the next one starts, because a session is
+not shared between threads).  Each statement holds one of its user's statement slots
+(``limiter``: ``max_user_statements``) while it works, so one analyst cannot take every
+thread.  A cancel answers 57014 at once, also while waiting for a slot; an engine call
+finishes in the background, and any release it made is cached, so repeating the query costs
+nothing.
+
+With error columns on (``dpsql.error_columns``), engine answers also carry a boolean
+``inferred`` column: true where a value came from the model without a supporting
+measurement (its error column is then NULL).  Every answered or refused statement goes to
+the query log when one is configured (``querylog.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import Any
 
 from dpsql import errors
-from dpsql.server import codec, pgtypes, router
+from dpsql.server import bishapes, codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
 from dpsql.server.results import Outcome, Portal, Prepared, QueryError
 from dpsql.server.shadow import ShadowError, ShadowUnavailable
+from dpsql.sql.split import split_statements
+
+INFERRED = "inferred"
 
 log = logging.getLogger("dpsql.server")
 
@@ -56,10 +70,14 @@ class DpsqlLink:
             return compiled
         # the session appends one error column per noisy value column (Session._with_error_columns)
         extra = [(f"{c.name}_{mode}", "double") for c in compiled.columns if getattr(c, "is_aggregate", False)]
+        extra.append((INFERRED, "boolean"))
         return _Described([(c.name, c.type) for c in compiled.columns] + extra, compiled.is_schema_probe)
 
     def execute(self, sql: str, params):
         return self.connection.session.execute(sql, params)
+
+    def error_mode(self) -> str:
+        return self.connection.session.settings.get("dpsql.error_columns", "off")
 
     def close(self) -> None:
         self.connection.close()
@@ -110,32 +128,90 @@ def from_engine_error(exc: errors.Error, *, keep_position: bool = True) -> Query
 
 class Dispatcher:
     def __init__(self, link, shadow, settings: Settings, *, pid: int, database: str, executor,
-                 dpsql_version: str = "", signal=None) -> None:
+                 dpsql_version: str = "", signal=None, parse_executor=None, limiter=None,
+                 query_log=None) -> None:
         self.link = link
         self.shadow = shadow
         self.settings = settings
         self.pid = pid
         self.database = database
         self.executor = executor
+        self.parse_executor = parse_executor or executor
+        self.limiter = limiter          # the user's statement slots (asyncio.Semaphore) or None
+        self.query_log = query_log
         self.dpsql_version = dpsql_version
         self.signal = signal            # cancels another session of the same user by pid
         self._tables = tuple(link.catalog)
         self._pending: asyncio.Future | None = None
         self._cancel = asyncio.Event()
         self._running: Any = None
+        self._held = 0
+        self._cost = 0.0
         self.tx_status = "I"   # kept current by the protocol; BEGIN/COMMIT depend on it
         self._keep_position = True
 
-    # -- routing ------------------------------------------------------------------------------
-    def route(self, sql: str):
-        return router.route(sql, self._tables)
+    # -- statement slots ----------------------------------------------------------------------
+    async def _until_cancelled(self, awaitable):
+        """Await ``awaitable`` unless this connection's statement is cancelled first (57014)."""
+        fut = asyncio.ensure_future(awaitable)
+        waiter = asyncio.ensure_future(self._cancel.wait())
+        try:
+            await asyncio.wait([fut, waiter], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if fut.done():
+            return fut.result()
+        return fut
+
+    @contextlib.asynccontextmanager
+    async def _slot(self):
+        """One of the user's statement slots for the duration of a statement (re-entrant)."""
+        if self._held == 0:
+            self._cancel.clear()
+        if self.limiter is None or self._held:
+            self._held += 1
+            try:
+                yield
+            finally:
+                self._held -= 1
+            return
+        self._running = "queued"
+        try:
+            pending = await self._until_cancelled(self.limiter.acquire())
+        finally:
+            self._running = None
+        if isinstance(pending, asyncio.Future):   # cancelled while waiting
+            pending.cancel()
+            pending.add_done_callback(lambda f: None if f.cancelled() else self.limiter.release())
+            raise QueryError("57014", "canceling statement due to user request")
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            self.limiter.release()
+
+    # -- routing (off the event loop: sqlglot costs ~40 µs per byte) ---------------------------
+    async def _parse_call(self, fn, *args):
+        async with self._slot():
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.parse_executor, fn, *args)
+
+    async def split(self, sql: str) -> list[str]:
+        return await self._parse_call(split_statements, sql)
+
+    async def route(self, sql: str):
+        return await self._parse_call(router.route, sql, self._tables)
 
     # -- engine calls -------------------------------------------------------------------------
     async def _engine(self, fn, *args):
+        async with self._slot():
+            return await self._engine_call(fn, *args)
+
+    async def _engine_call(self, fn, *args):
         if self._pending is not None and not self._pending.done():
             await asyncio.wait([self._pending])
         loop = asyncio.get_running_loop()
-        self._cancel.clear()
         fut = loop.run_in_executor(self.executor, fn, *args)
         self._pending = fut
         self._running = "engine"
@@ -161,7 +237,7 @@ class Dispatcher:
     async def cancel(self) -> None:
         """Cancel what this connection is running now (called from the cancel connection)."""
         running = self._running
-        if running == "engine":
+        if running in ("engine", "queued"):
             self._cancel.set()
         elif running is not None and self.shadow is not None:
             await self.shadow.cancel(running)
@@ -174,18 +250,31 @@ class Dispatcher:
 
     async def _shadow_call(self, method: str, *args):
         self._need_shadow()
-        client = await self.shadow.acquire()
-        self._running = client
-        try:
-            return await getattr(client, method)(*args)
-        except ShadowError as exc:
-            raise QueryError.relayed(exc.fields) from None
-        except (ShadowUnavailable, OSError) as exc:
-            client.broken = True
-            raise QueryError("58000", f"catalog backend unavailable: {exc}") from None
-        finally:
-            self._running = None
-            self.shadow.release(client)
+        async with self._slot():
+            self._running = "queued"
+            try:
+                client = await self._until_cancelled(self.shadow.acquire(self.settings.user))
+            except ShadowError as exc:
+                raise QueryError.relayed(exc.fields) from None
+            except (ShadowUnavailable, OSError) as exc:
+                raise QueryError("58000", f"catalog backend unavailable: {exc}") from None
+            finally:
+                self._running = None
+            if isinstance(client, asyncio.Future):   # cancelled while waiting for a connection
+                client.add_done_callback(lambda f: f.cancelled() or f.exception() or self.shadow.release(f.result()))
+                client.cancel()
+                raise QueryError("57014", "canceling statement due to user request")
+            self._running = client
+            try:
+                return await getattr(client, method)(*args)
+            except ShadowError as exc:
+                raise QueryError.relayed(exc.fields) from None
+            except (ShadowUnavailable, OSError) as exc:
+                client.broken = True
+                raise QueryError("58000", f"catalog backend unavailable: {exc}") from None
+            finally:
+                self._running = None
+                self.shadow.release(client)
 
     # -- statements ---------------------------------------------------------------------------
     def _engine_sql(self, route, sql: str, params: tuple) -> tuple[str, list | None]:
@@ -215,7 +304,7 @@ class Dispatcher:
         if route.kind == "catalog":
             oids, description = await self._shadow_call("describe", sql, tuple(param_oids))
             return Prepared(sql, route, oids, description, described=True)
-        count = max(len(param_oids), self._param_count(route))
+        count = max(len(param_oids), await self._parse_call(self._param_count, route) if route.tree is not None else 0)
         oids = tuple(param_oids) + (0,) * (count - len(param_oids))
         if route.kind == "engine":
             oids = tuple(o if o else pgtypes.TEXT for o in oids)
@@ -224,10 +313,8 @@ class Dispatcher:
     async def describe_statement(self, stmt: Prepared) -> None:
         route = stmt.route
         if route.kind == "engine":
-            nulls = [None] * len(stmt.param_oids)
-            sql, params = self._engine_sql(route, stmt.sql, tuple(nulls))
-            self._keep_position = params is None or sql == stmt.sql
-            compiled = await self._engine(self.link.compile, sql, params)
+            nulls = (None,) * len(stmt.param_oids)
+            compiled = await self._engine(self._compile, route, stmt.sql, nulls)
             stmt.description = self._engine_description(compiled.columns, ())
         elif route.kind == "session":
             cmd = parse_command(route)
@@ -241,9 +328,7 @@ class Dispatcher:
             return portal.outcome.description
         route = portal.statement.route
         if route.kind == "engine":
-            sql, params = self._engine_sql(route, portal.statement.sql, self._decode_params(portal))
-            self._keep_position = sql == portal.statement.sql
-            compiled = await self._engine(self.link.compile, sql, params)
+            compiled = await self._engine(self._compile, route, portal.statement.sql, self._decode_params(portal))
             portal.row_types = [_column(c)[1] for c in compiled.columns]
             return self._engine_description(compiled.columns, portal.result_formats)
         portal.outcome = await self.execute(portal)
@@ -257,7 +342,63 @@ class Dispatcher:
         except pgtypes.ParameterError as exc:
             raise QueryError("22P02", str(exc)) from None
 
+    def _two_step(self, route, qparams):
+        """Superset's series limit (``bishapes``), answered as two engine queries."""
+        if qparams or route.tree is None:
+            return None
+        return bishapes.split_series_limit(route.tree, {t.lower() for t in self._tables})
+
+    def _compile(self, route, sql: str, params: tuple):
+        """On an engine thread: ``$n`` → ``?`` (AST) and compile for Describe."""
+        text, qparams = self._engine_sql(route, sql, params)
+        self._keep_position = text == sql
+        shape = self._two_step(route, qparams)
+        if shape is not None:
+            self._keep_position = False
+            return self.link.compile(shape.outer([], []), None)   # the same columns, nothing run
+        return self.link.compile(text, qparams)
+
+    def _answer(self, route, sql: str, params: tuple):
+        """On an engine thread: ``$n`` → ``?`` (AST) and run the query; returns the result, the
+        error-column mode and the ρ it spent."""
+        text, qparams = self._engine_sql(route, sql, params)
+        self._keep_position = text == sql
+        shape = self._two_step(route, qparams)
+        cost = 0.0
+        if shape is not None:
+            self._keep_position = False
+            inner = self.link.execute(shape.inner_sql, None)
+            cost += float(getattr(inner, "cost", 0.0) or 0.0)
+            text = shape.outer([_column(c)[0] for c in inner.columns], inner.rows)
+        result = self.link.execute(text, qparams)
+        cost += float(getattr(result, "cost", 0.0) or 0.0)
+        mode = self.link.error_mode() if hasattr(self.link, "error_mode") else "off"
+        return result, mode, cost
+
+    # -- statements, logged --------------------------------------------------------------------
     async def execute(self, portal: Portal) -> Outcome:
+        return await self._logged(portal.statement.sql, portal.statement.route, self._execute(portal))
+
+    async def run_simple(self, sql: str, route, formats=()) -> Outcome:
+        return await self._logged(sql, route, self._run_simple(sql, route, formats))
+
+    async def _logged(self, sql: str, route, work) -> Outcome:
+        if self.query_log is None or route.kind == "empty":
+            return await work
+        self._cost = 0.0
+        t0 = time.perf_counter()
+        error = None
+        try:
+            return await work
+        except QueryError as exc:
+            error = exc
+            raise
+        finally:
+            self.query_log.write(user=self.settings.user, pid=self.pid, route=route.kind,
+                                 fingerprint=getattr(route, "fingerprint", ""), statement=sql, cost=self._cost,
+                                 seconds=time.perf_counter() - t0, error=error)
+
+    async def _execute(self, portal: Portal) -> Outcome:
         route = portal.statement.route
         if route.kind == "catalog":
             oids = portal.statement.param_oids
@@ -267,22 +408,26 @@ class Dispatcher:
         if route.kind == "engine":
             return await self._run_engine(route, portal.statement.sql, self._decode_params(portal),
                                           portal.result_formats, getattr(portal, "row_types", None))
-        return await self.run_simple(portal.statement.sql, route, portal.result_formats)
+        return await self._run_simple(portal.statement.sql, route, portal.result_formats)
 
     async def _run_engine(self, route, sql: str, params: tuple, formats, described=None) -> Outcome:
-        text, qparams = self._engine_sql(route, sql, params)
-        self._keep_position = text == sql
-        result = await self._engine(self.link.execute, text, qparams)
+        result, mode, self._cost = await self._engine(self._answer, route, sql, params)
         columns = [_column(c) for c in result.columns]
         if not columns:
             return Outcome(tag=result.message or "SELECT")
+        rows = result.rows
+        if mode != "off" and route.tag == "SELECT" and not getattr(result, "message", None) \
+                and INFERRED not in (name for name, _ in columns):
+            flags = list(getattr(result, "inferred", []) or [])
+            columns = columns + [(INFERRED, "boolean")]
+            rows = [tuple(row) + (bool(flags[i]) if i < len(flags) else False,) for i, row in enumerate(rows)]
         if described is not None and len(described) == len(columns):
             # the client decodes with the types it was given at Describe; keep to them
             columns = [(name, t) for (name, _), t in zip(columns, described)]
         oids = [pgtypes.oid_for(t) for _, t in columns]
         tag = "SELECT" if route.tag == "SELECT" else route.tag
         return Outcome(description=self._engine_description(columns, formats),
-                       rows=_data_rows(result.rows, oids, formats), tag=tag)
+                       rows=_data_rows(rows, oids, formats), tag=tag)
 
     @staticmethod
     def _engine_description(columns, formats) -> bytes:
@@ -296,7 +441,7 @@ class Dispatcher:
     def _local_description(self, route, formats) -> bytes:
         return _row_description([(name, oid) for name, oid, _ in self._local(route)], formats)
 
-    async def run_simple(self, sql: str, route, formats=()) -> Outcome:
+    async def _run_simple(self, sql: str, route, formats=()) -> Outcome:
         if route.kind == "empty":
             return Outcome(empty=True)
         if route.kind == "error":

@@ -1,6 +1,7 @@
 """``dpsql serve`` and ``dpsql user``: the wire server's command-line entry points.
 
     dpsql serve --config dpsql.toml --host 127.0.0.1 --port 5432 [--tls-cert C --tls-key K]
+                [--pidfile P] [--query-log PATH|-] [--max-statement-bytes N] [--insecure]
     dpsql user add NAME --password PW --config dpsql.toml     (or --password-stdin, or a prompt)
     dpsql user remove NAME --config dpsql.toml
     dpsql user list --config dpsql.toml
@@ -29,18 +30,40 @@ def _users_file(args):
 
 
 def cmd_serve(args) -> int:
-    from dpsql.server.server import run
+    from dpsql.server.config import load_server_config
+    from dpsql.server.server import is_loopback, run
+    config = _config(args)
+    server_cfg = load_server_config(config)
     context = None
     if args.tls_cert:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(args.tls_cert, args.tls_key)
-    elif args.host not in ("127.0.0.1", "::1", "localhost"):
-        print("warning: serving on a non-loopback address without TLS; passwords are still never sent "
-              "in clear (SCRAM), but query results are", file=sys.stderr)
-    run(_config(args), users_file=args.users, host=args.host, port=args.port, database=args.database,
-        max_connections=args.max_connections, workers=args.workers, ssl_context=context,
-        auth_method=args.auth, shadow=not args.no_catalog)
-    return 0
+    elif not is_loopback(args.host):
+        if not args.insecure:
+            raise errors.InterfaceError(
+                f"serving on {args.host} (not a loopback address) needs TLS",
+                hint="give --tls-cert and --tls-key, or --insecure to send query results unencrypted")
+        print(f"warning: serving on {args.host} without TLS (--insecure): passwords are never sent in clear "
+              "(SCRAM), but query results are", file=sys.stderr)
+    def pick(flag, value):
+        return value if flag is None else flag
+    try:
+        return _run(run, config, args, context, server_cfg, pick)
+    except OSError as exc:
+        raise errors.OperationalError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}",
+                                      hint="choose another --port, or stop what uses it") from None
+
+
+def _run(run, config, args, context, server_cfg, pick) -> int:
+    return run(config, users_file=args.users, pidfile=args.pidfile, host=args.host, port=args.port,
+               database=args.database, ssl_context=context, insecure=args.insecure, auth_method=args.auth,
+               shadow=not args.no_catalog, workers=args.workers,
+               max_connections=pick(args.max_connections, server_cfg.max_connections),
+               max_statement=pick(args.max_statement_bytes, server_cfg.max_statement_bytes),
+               query_log=pick(args.query_log, server_cfg.query_log),
+               max_user_statements=server_cfg.max_user_statements,
+               max_unauthenticated=server_cfg.max_unauthenticated, auth_timeout=server_cfg.auth_timeout,
+               catalog_timeout=server_cfg.catalog_timeout, user_settings=server_cfg.user_settings)
 
 
 def _read_password(args) -> str:
@@ -81,7 +104,13 @@ def register(subparsers, common) -> None:
     p.add_argument("--port", type=int, default=5432)
     p.add_argument("--database", default="dpsql", help="database name clients connect to")
     p.add_argument("--users", help="users file (default: <config stem>.users.json)")
-    p.add_argument("--max-connections", type=int, default=100)
+    p.add_argument("--max-connections", type=int, help="authenticated connections (default 100)")
+    p.add_argument("--max-statement-bytes", type=int,
+                   help="longer statements are answered 54000 (default 262144; [server] max_statement_bytes)")
+    p.add_argument("--query-log", help="JSON lines, one per statement: a path, or - for stderr")
+    p.add_argument("--pidfile", help="write the server's pid here while it runs")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a non-loopback --host without TLS (results then travel unencrypted)")
     p.add_argument("--workers", type=int, help="query threads (default: CPU count)")
     p.add_argument("--tls-cert", help="PEM certificate: enables TLS (SSLRequest)")
     p.add_argument("--tls-key", help="PEM private key for --tls-cert")

@@ -35,15 +35,42 @@ class ProtocolViolation(Exception):
 
 # -- framing -----------------------------------------------------------------------------------
 
-class FrameReader:
-    """Accumulates bytes and yields complete messages; never buffers past the size limit."""
+class Oversize:
+    """Stands for the body of a message longer than the statement limit: the body was
+    discarded as it arrived (never buffered) and the message is answered with 54000."""
 
-    def __init__(self, max_message: int = DEFAULT_MAX_MESSAGE) -> None:
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class FrameReader:
+    """Accumulates bytes and yields complete messages; never buffers past the size limits.
+
+    Messages longer than ``max_message`` break the connection (08P01).  Typed messages whose
+    body is longer than ``max_statement`` (when set) are yielded at once as ``(kind,
+    Oversize(n))`` and their remaining bytes are dropped as they arrive, so a client may send
+    a too-long statement, get 54000 and carry on, without the server holding or parsing it."""
+
+    def __init__(self, max_message: int = DEFAULT_MAX_MESSAGE, max_statement: int | None = None) -> None:
         self._buf = bytearray()
         self.max_message = max_message
+        self.max_statement = max_statement
+        self._skip = 0
 
     def feed(self, data: bytes) -> None:
+        if self._skip:
+            n = min(self._skip, len(data))
+            self._skip -= n
+            data = data[n:]
         self._buf += data
+
+    @property
+    def skipping(self) -> bool:
+        return self._skip > 0
 
     @property
     def buffered(self) -> int:
@@ -79,6 +106,12 @@ class FrameReader:
             raise ProtocolViolation(f"invalid message length {length}")
         if length > self.max_message:
             raise ProtocolViolation(f"message of {length} bytes exceeds the limit of {self.max_message}")
+        if self.max_statement is not None and length - 4 > self.max_statement:
+            kind = bytes(self._buf[0:1])
+            take = min(len(self._buf) - 5, length - 4)
+            del self._buf[:5 + take]
+            self._skip = length - 4 - take
+            return kind, Oversize(length - 4, self.max_statement)
         if len(self._buf) < 1 + length:
             return None
         kind = bytes(self._buf[0:1])

@@ -8,6 +8,11 @@ namespace belong to the engine session and are forwarded to it by the dispatcher
 
 Settings PostgreSQL marks GUC_REPORT are announced with ParameterStatus at startup and
 again whenever SET changes them, as a real server does.
+
+Startup parameters and the ``options`` startup parameter (``PGOPTIONS='-c name=value'``,
+parsed as PostgreSQL does: ``-c name=value``, ``-cname=value`` or ``--name=value``,
+whitespace-separated, backslash escapes) set a connection's initial values; ``dpsql.*``
+names among them are collected in ``engine_settings`` for the engine session.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from sqlglot.tokens import TokenType
 
 from dpsql.server import codec, pgtypes
 from dpsql.server.results import Outcome, QueryError
+from dpsql.server.startup import Fatal
 
 REPORTED = {"application_name": "application_name", "client_encoding": "client_encoding",
             "datestyle": "DateStyle", "timezone": "TimeZone", "integer_datetimes": "integer_datetimes",
@@ -124,6 +130,53 @@ def parse_command(route) -> Command:
     return Command("ack", tag=head)
 
 
+def _split_options(text: str) -> list[str]:
+    """Whitespace-separated words; a backslash makes the next character literal (libpq)."""
+    words, word, escaped, started = [], [], False, False
+    for ch in text:
+        if escaped:
+            word.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = started = True
+        elif ch.isspace():
+            if started:
+                words.append("".join(word))
+                word, started = [], False
+        else:
+            word.append(ch)
+            started = True
+    if escaped:
+        raise QueryError("22023", "invalid command-line argument: trailing backslash in options")
+    if started:
+        words.append("".join(word))
+    return words
+
+
+def parse_options(text: str) -> dict[str, str]:
+    """The settings in a startup ``options`` string (``-c a=b -c c=d`` or ``--a=b``)."""
+    out: dict[str, str] = {}
+    words = _split_options(text)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "-c" and i + 1 < len(words):
+            item, i = words[i + 1], i + 2
+        elif word.startswith("-c") and len(word) > 2:
+            item, i = word[2:], i + 1
+        elif word.startswith("--") and len(word) > 2:
+            item, i = word[2:].replace("-", "_"), i + 1
+        else:
+            raise QueryError("22023", f"invalid command-line argument for server process: {word}",
+                             hint="options accepts -c name=value")
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise QueryError("22023", f"invalid command-line argument for server process: {item}",
+                             hint="options accepts -c name=value")
+        out[name.strip().lower()] = value
+    return out
+
+
 class Settings:
     """One connection's settings."""
 
@@ -131,10 +184,23 @@ class Settings:
         self.user = user
         self._defaults = defaults(server_version, user)
         self.values = dict(self._defaults)
-        for key, value in (startup or {}).items():
-            low = key.lower()
-            if low in ("user", "database", "options", "replication") or low.startswith("_pq_."):
+        self.engine_settings: dict[str, str] = {}     # dpsql.* from the startup packet, for the engine
+        startup = dict(startup or {})
+        given = {k.lower(): v for k, v in startup.items() if k.lower() != "options"}
+        if startup.get("options"):
+            try:
+                given.update(parse_options(startup["options"]))
+            except QueryError as exc:
+                raise Fatal(exc.sqlstate, exc.fields["M"], hint=exc.fields.get("H")) from None
+        for low, value in given.items():
+            if low in ("user", "database", "replication") or low.startswith("_pq_."):
                 continue
+            if low.startswith("dpsql."):
+                self.engine_settings[low] = value
+                continue
+            if low in ("session_authorization", "role"):
+                raise Fatal("0A000", f"{low} cannot be set by dpsql clients",
+                            hint="connect as the user whose budget the queries should use")
             self.values[low] = value
 
     def initial_status(self) -> list[bytes]:

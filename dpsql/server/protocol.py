@@ -3,8 +3,10 @@
 Sans-IO: ``QueryProtocol.handle(kind, body)`` consumes one frontend message and appends
 backend messages to ``out``; the asyncio driver (``server.py``) owns the socket and decides
 when to flush.  Statement work is delegated to a dispatcher (``backend.Dispatcher`` or a
-test double) with four coroutines: ``prepare``, ``describe_statement``, ``describe_portal``
-and ``execute``, plus ``run_simple`` for the simple protocol.
+test double) with coroutines: ``split`` and ``route`` (parsing, which the dispatcher runs off
+the event loop), ``prepare``, ``describe_statement``, ``describe_portal`` and ``execute``,
+plus ``run_simple`` for the simple protocol.  A message longer than the statement limit
+arrives as ``codec.Oversize`` and is answered 54000 without being parsed.
 
 Protocol rules implemented here (PostgreSQL docs 55.2): after an error in the extended
 protocol every message up to Sync is discarded; Sync ends the implicit transaction and
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 from dpsql.server import codec
 from dpsql.server.results import Outcome, Portal, Prepared, QueryError
-from dpsql.sql.split import split_statements
 
 _TX_END = ("COMMIT", "END", "ROLLBACK", "ABORT")
 
@@ -71,6 +72,8 @@ class QueryProtocol:
         """Process one message; False when the client sent Terminate."""
         if kind == b"X":
             return False
+        if isinstance(body, codec.Oversize):
+            return self._oversize(kind, body)
         if kind == b"Q":
             await self._query(codec.decode_query(body))
             return True
@@ -95,18 +98,37 @@ class QueryProtocol:
             self._skipping = True
         return True
 
+    def _oversize(self, kind: bytes, body: codec.Oversize) -> bool:
+        if kind not in (b"Q", b"P", b"B", b"D", b"E", b"C"):
+            raise FatalError("08P01", f"invalid {kind!r} message of {body.size} bytes")
+        err = QueryError("54000", f"statement of {body.size} bytes exceeds the limit of {body.limit} bytes",
+                         hint="send a shorter statement; the operator sets the limit with [server] "
+                              "max_statement_bytes")
+        if kind == b"Q":
+            self._fail(err)
+            self.ready()
+        elif not self._skipping:
+            self._fail(err)
+            self._skipping = True
+        return True
+
     # -- simple query -------------------------------------------------------------------------
     async def _query(self, sql: str) -> None:
         self.statements.pop("", None)
         self.portals.pop("", None)
-        statements = split_statements(sql)
+        try:
+            statements = await self.dispatcher.split(sql)
+        except QueryError as err:
+            self._fail(err)
+            self.ready()
+            return
         if not statements:
             self.out.append(codec.EMPTY_QUERY)
             self.ready()
             return
         for text in statements:
             try:
-                route = self.dispatcher.route(text)
+                route = await self.dispatcher.route(text)
                 self._check_aborted(route)
                 self.dispatcher.tx_status = self.status
                 outcome = await self.dispatcher.run_simple(text, route)
@@ -134,9 +156,9 @@ class QueryProtocol:
         msg = codec.decode_parse(body)
         if msg.name and msg.name in self.statements:
             raise QueryError("42P05", f'prepared statement "{msg.name}" already exists')
-        if len(split_statements(msg.query)) > 1:
+        if len(await self.dispatcher.split(msg.query)) > 1:
             raise QueryError("42601", "cannot insert multiple commands into a prepared statement")
-        route = self.dispatcher.route(msg.query)
+        route = await self.dispatcher.route(msg.query)
         self._check_aborted(route)
         prepared = await self.dispatcher.prepare(msg.query, route, msg.param_oids)
         self.statements[msg.name] = prepared

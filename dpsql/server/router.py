@@ -8,7 +8,9 @@ Routes:
 * ``local`` — a FROM-less SELECT of session functions (``pg_backend_pid()``, ``version()``,
   ``current_user``, …) whose answer must describe *this* server and user;
 * ``catalog`` — relations only from ``pg_catalog``/``information_schema`` (or none at all):
-  sent to the schema-only shadow PostgreSQL, which holds no rows;
+  sent to the schema-only shadow PostgreSQL, which holds no rows.  Only statements that
+  begin with SELECT, WITH, VALUES, TABLE or ``(`` may go there (an allow-list: the shadow
+  also refuses writes, but SET, ALTER ROLE, DO … never reach it);
 * ``engine`` — reads a private table: compiled and answered by the DP engine;
 * ``error`` — refused with a SQLSTATE (writes 25006, COPY/cursors 0A000, mixing private and
   catalog relations 0A000, unknown relations 42P01).
@@ -24,7 +26,7 @@ because it holds no rows.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sqlglot
 from sqlglot import exp
@@ -43,6 +45,7 @@ _LOCAL_NODES = {exp.CurrentUser: "current_user", exp.SessionUser: "session_user"
 _WRITE_NODES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge,
                 exp.TruncateTable)
 _TOKENIZER = Postgres.Tokenizer()
+CATALOG_HEADS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "("})
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Route:
     hint: str | None = None
     tag: str = "SELECT"
     tree: object = field(default=None, compare=False)
+    fingerprint: str = field(default="", compare=False)   # for the query log (querylog.fingerprint)
 
 
 def _tokens(sql: str):
@@ -168,10 +172,20 @@ def _local_items(tree: exp.Select):
 
 
 def route(sql: str, private_tables) -> Route:
-    private = {t.lower() for t in private_tables}
+    from dpsql.server.querylog import fingerprint
     tokens = _tokens(sql)
     if tokens is not None:
         tokens = [t for t in tokens if t.token_type != TokenType.SEMICOLON]
+    return replace(_route(sql, private_tables, tokens), fingerprint=fingerprint(tokens, sql))
+
+
+def _not_catalog(head: str) -> Route:
+    return Route("error", sqlstate="0A000", message=f"{head or 'this'} statement is not supported by dpsql",
+                 hint="send SELECT statements")
+
+
+def _route(sql: str, private_tables, tokens) -> Route:
+    private = {t.lower() for t in private_tables}
     if tokens is not None and not tokens:
         return Route("empty")
     if tokens:
@@ -187,7 +201,8 @@ def route(sql: str, private_tables) -> Route:
         if head in ("VACUUM", "ANALYZE", "CHECKPOINT", "REINDEX", "CLUSTER", "GRANT", "REVOKE", "COMMENT",
                     "REFRESH", "SECURITY", "IMPORT", "TRUNCATE"):
             return Route("error", sqlstate="25006", message=f"cannot execute {head} in a read-only transaction")
-    if tokens and tokens[0].text.upper() == "EXPLAIN" and len(tokens) > 1:
+    head = tokens[0].text.upper() if tokens else ""
+    if tokens and head == "EXPLAIN" and len(tokens) > 1:
         inner = route(sql[tokens[0].end + 1:], private_tables)
         if inner.kind == "engine":
             return Route("engine", tag="EXPLAIN")
@@ -195,7 +210,12 @@ def route(sql: str, private_tables) -> Route:
     tree = _parse(sql)
     if tree is None:
         names = {t.text.lower() for t in tokens or () if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
-        return Route("engine") if names & private else Route("catalog")
+        if names & private:
+            return Route("engine")
+        if tokens is None:
+            return Route("error", sqlstate="42601", message="syntax error: the statement could not be tokenized",
+                         hint="check quotes and comments")
+        return Route("catalog") if head in CATALOG_HEADS else _not_catalog(head)
     if isinstance(tree, exp.Copy):
         return Route("error", sqlstate="0A000", message="COPY is not supported by dpsql",
                      hint="run the aggregate query directly")
@@ -206,6 +226,9 @@ def route(sql: str, private_tables) -> Route:
     if not isinstance(tree, (exp.Query, exp.Values)):
         return Route("error", sqlstate="0A000", message="statement not supported by dpsql",
                      hint="send SELECT statements")
+    if tree.find(exp.Into) is not None:
+        return Route("error", sqlstate="25006", message="cannot execute SELECT INTO in a read-only transaction",
+                     hint="dpsql answers queries only")
     found_private, found_catalog, unknown = _relations(tree, private)
     if found_private and (found_catalog or unknown):
         return Route("error", sqlstate="0A000",
@@ -225,6 +248,8 @@ def route(sql: str, private_tables) -> Route:
         items = _local_items(tree)
         if items is not None:
             return Route("local", items=items, tree=tree)
+    if head not in CATALOG_HEADS:
+        return _not_catalog(head)
     return Route("catalog", tree=tree)
 
 

@@ -4,12 +4,15 @@ Verifiers use PostgreSQL's ``pg_authid`` format
 ``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`` (base64 fields), so the
 password itself is never stored and a stolen users file cannot be replayed as a password.
 ``ScramExchange`` is the server side of one exchange as a sans-IO object.  For a user that
-does not exist it runs a *mock* exchange with a salt derived from a per-process secret, so
-the client sees the same message flow (and the same salt every time) for known and unknown
-names and cannot enumerate users; the exchange simply fails at the proof check.
+does not exist it runs a *mock* exchange with a salt derived from the server secret and the
+name, so the client sees the same message flow (and the same salt every time, across
+restarts too, as for a real user) for known and unknown names and cannot enumerate users;
+the exchange simply fails at the proof check.
 
 The users file sits next to the config (``<config stem>.users.json``), mode 0600, and is
-managed by ``dpsql user add/remove``.
+managed by ``dpsql user add/remove``.  The server secret (32 random bytes, created on first
+use, mode 0600) sits beside it (``<config stem>.users.secret``): it keys the mock salts and
+the names of the analysts' catalog roles.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 MECHANISM = "SCRAM-SHA-256"
 DEFAULT_ITERATIONS = 4096
-_MOCK_SECRET = secrets.token_bytes(32)
+SALT_BYTES = 16
 
 
 class AuthFailure(Exception):
@@ -55,8 +58,13 @@ def _salted_password(password: str, salt: bytes, iterations: int) -> bytes:
     return hashlib.pbkdf2_hmac("sha256", data, salt, iterations)
 
 
+def mock_salt(key: bytes, user: str) -> bytes:
+    """The salt shown for a user that does not exist: stable for a given server secret."""
+    return _hmac(key, b"scram-mock-salt\0" + user.encode("utf-8"))[:SALT_BYTES]
+
+
 def make_verifier(password: str, *, salt: bytes | None = None, iterations: int = DEFAULT_ITERATIONS) -> str:
-    salt = salt if salt is not None else secrets.token_bytes(16)
+    salt = salt if salt is not None else secrets.token_bytes(SALT_BYTES)
     salted = _salted_password(password, salt, iterations)
     stored_key = hashlib.sha256(_hmac(salted, b"Client Key")).digest()
     server_key = _hmac(salted, b"Server Key")
@@ -95,14 +103,15 @@ def _attributes(text: str) -> dict[str, str]:
 class ScramExchange:
     """Server side of one SCRAM-SHA-256 exchange (no channel binding)."""
 
-    def __init__(self, user: str, verifier: str | None, *, nonce: str | None = None) -> None:
+    def __init__(self, user: str, verifier: str | None, *, mock_key: bytes, nonce: str | None = None) -> None:
+        """``mock_key``: the server secret (``load_secret``) that keys unknown users' salts."""
         self.user = user
         if verifier is not None:
             self._iterations, self._salt, self._stored_key, self._server_key = parse_verifier(verifier)
             self._known = True
         else:
             self._iterations = DEFAULT_ITERATIONS
-            self._salt = _hmac(_MOCK_SECRET, user.encode("utf-8"))[:16]
+            self._salt = mock_salt(mock_key, user)
             self._stored_key = self._server_key = secrets.token_bytes(32)
             self._known = False
         self._server_nonce = nonce if nonce is not None else _b64(secrets.token_bytes(18))
@@ -162,6 +171,33 @@ class ScramExchange:
 def users_path(config_path: str | os.PathLike) -> Path:
     path = Path(config_path)
     return path.with_name(f"{path.stem}.users.json")
+
+
+def secret_path(users_file: str | os.PathLike) -> Path:
+    """``<stem>.users.json`` → ``<stem>.users.secret``."""
+    path = Path(users_file)
+    return path.with_name(f"{path.stem}.secret")
+
+
+def load_secret(users_file: str | os.PathLike) -> bytes:
+    """The server secret beside the users file, created (0600, exclusively) on first use."""
+    path = secret_path(users_file)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:   # another process created it first: use theirs
+            data = path.read_bytes()
+        else:
+            data = secrets.token_bytes(32)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+    if len(data) < 32:
+        raise ValueError(f"server secret {path} is shorter than 32 bytes; delete it to have a new one made")
+    return data
 
 
 def load_users(path: str | os.PathLike) -> dict[str, str]:

@@ -1,11 +1,30 @@
-"""The asyncio driver: sockets, TLS, startup and authentication, cancel, limits.
+"""The asyncio driver: sockets, TLS, startup and authentication, cancel, limits, lifecycle.
 
 One task per client connection; protocol logic lives in the sans-IO modules (``codec``,
-``startup``, ``protocol``) and statement work in ``backend.Dispatcher``.  Engine calls run
-on one bounded ``ThreadPoolExecutor`` shared by all connections, each connection with its
-own engine session (``backend.DpsqlLink``).  Limits: ``max_connections`` (53300), message
-size (08P01), a startup timeout covering everything up to ReadyForQuery, a delay before
-reporting a failed authentication, and backpressure through ``drain()``.
+``startup``, ``protocol``) and statement work in ``backend.Dispatcher``.  Nothing CPU-bound
+runs on the event loop: parsing goes to a parse pool, compiling and answering to an engine
+pool, both bounded, each connection with its own engine session (``backend.DpsqlLink``).
+
+Limits (``ServerOptions``):
+
+* connections that have not authenticated have their own small budget
+  (``max_unauthenticated``) and a short deadline (``auth_timeout``), and never count against
+  ``max_connections`` (53300).  When the budget is full, a newcomer drops one that sent
+  nothing for ``unauthenticated_idle`` seconds — the least advanced in the handshake, then
+  the idlest — and otherwise waits for a place; so sockets held open without progress cannot
+  keep anyone from logging in, while a burst of real logins only queues (for at most
+  ``admission_timeout``; the deadline to authenticate starts once admitted; at most
+  4 x ``max_unauthenticated`` may wait, further ones are closed at once);
+* frontend messages longer than ``max_statement`` are answered 54000 and discarded as they
+  arrive, never buffered or parsed; beyond ``max_message`` the connection is broken (08P01);
+* each user runs at most ``max_user_statements`` statements at once; more wait their turn;
+* a delay before reporting a failed authentication, doubling per recent failure from the
+  same address; backpressure through ``drain()``.
+
+Lifecycle: the listening socket is bound before anything else starts (a port in use fails
+at once), the catalog PostgreSQL is stopped and its directory removed on every way out
+(``catalogdb``), ``run`` handles SIGTERM, SIGINT and SIGHUP, writes ``--pidfile`` and prints
+one readiness line on stdout.  Non-loopback addresses need TLS unless ``insecure``.
 
 ``Server`` is the coroutine API; ``ServerThread`` runs one on its own event loop in a
 thread (tests, benchmarks); ``run`` blocks (``dpsql serve``).
@@ -16,28 +35,44 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hmac
+import ipaddress
 import logging
 import os
 import secrets
+import signal
 import ssl
+import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from dpsql import errors
 from dpsql.server import codec, scram
 from dpsql.server.backend import Dispatcher, DpsqlLink
-from dpsql.server.gucs import Settings
+from dpsql.server.config import DEFAULT_MAX_STATEMENT
+from dpsql.server.gucs import Settings, parse_options
 from dpsql.server.protocol import FatalError, QueryProtocol
+from dpsql.server.querylog import QueryLog
 from dpsql.server.results import QueryError
 from dpsql.server.shadow import ShadowCluster, ShadowPool, ShadowUnavailable
 from dpsql.server.startup import Authenticator, Fatal, check_startup
 
 log = logging.getLogger("dpsql.server")
 _FLUSH_AT = 64 * 1024
+_AUTH_MESSAGE_LIMIT = 64 * 1024     # SASL messages are a few hundred bytes
 
 
 class _Closed(Exception):
     """The peer went away."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -45,15 +80,26 @@ class ServerOptions:
     host: str = "127.0.0.1"
     port: int = 5432
     database: str = "dpsql"
-    max_connections: int = 100
+    max_connections: int = 100               # authenticated connections
+    max_unauthenticated: int = 32            # connections still authenticating (see the module doc)
+    unauthenticated_idle: float = 1.0        # idle this long, an unauthenticated connection may be dropped
+    auth_timeout: float = 5.0                # admitted → authenticated
+    admission_timeout: float = 30.0          # accept → admitted among the unauthenticated
+    startup_timeout: float = 30.0            # authenticated → ReadyForQuery (opens the engine session)
     max_message: int = codec.DEFAULT_MAX_MESSAGE
-    startup_timeout: float = 10.0
+    max_statement: int = DEFAULT_MAX_STATEMENT
+    max_user_statements: int = 2             # below ``workers``: one analyst cannot take every engine thread
     auth_failure_delay: float = 0.2          # doubled per recent failure from the same address, up to 5 s
     auth_method: str = "scram-sha-256"      # or "password" (cleartext; TLS only)
-    workers: int | None = None
+    workers: int | None = None               # engine threads (default: 2 x CPU count, at least 4)
+    parse_workers: int | None = None         # parsing threads (default: CPU count, at least 2)
     ssl_context: ssl.SSLContext | None = None
+    insecure: bool = False                   # allow a non-loopback address without TLS
     shadow: bool = True                      # start the schema-only catalog PostgreSQL
-    shadow_pool: int = 4
+    shadow_pool: int = 16                    # catalog connections in all
+    catalog_timeout: float = 10.0            # statement timeout of catalog queries (per role)
+    query_log: object = None                 # a path, "-" (stderr) or a text stream
+    user_settings: dict = field(default_factory=dict)   # user -> {"dpsql.error_columns": "ci95", …}
     server_version: str = ""                 # default: the shadow's version (psql picks \d SQL by it)
 
 
@@ -67,31 +113,55 @@ class _Conn:
         self.user = ""
 
 
+class _Unauthenticated:
+    """A connection still authenticating: how far it got, when it last sent something, and how
+    to drop it."""
+
+    def __init__(self, writer, now: float) -> None:
+        self.writer = writer
+        self.last = now
+        self.messages = 0
+
+
 class Server:
     def __init__(self, config, *, users_file=None, overrides: dict | None = None, link_factory=None,
                  catalog=None, options: ServerOptions | None = None, shadow_cluster: ShadowCluster | None = None) -> None:
         """``shadow_cluster``: an already started shadow to share (the caller stops it)."""
         self.config = config
         self.options = options or ServerOptions()
-        if self.options.auth_method not in ("scram-sha-256", "password"):
+        opts = self.options
+        if opts.auth_method not in ("scram-sha-256", "password"):
             raise ValueError("auth_method must be 'scram-sha-256' or 'password'")
-        if self.options.auth_method == "password" and self.options.ssl_context is None:
+        if opts.auth_method == "password" and opts.ssl_context is None:
             raise ValueError("cleartext password authentication needs TLS (ssl_context)")
+        if opts.ssl_context is None and not opts.insecure and not is_loopback(opts.host):
+            raise ValueError(f"serving on {opts.host!r}, a non-loopback address, needs TLS: give a certificate "
+                             "(--tls-cert/--tls-key), or --insecure to send results unencrypted")
         self.users_file = Path(users_file) if users_file else scram.users_path(config)
+        self.secret = scram.load_secret(self.users_file)
         self.overrides = dict(overrides or {})
         self.link_factory = link_factory or (lambda user: DpsqlLink(self.config, user, self.overrides))
         self._catalog = catalog
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.options.workers or os.cpu_count() or 2, thread_name_prefix="dpsql-query")
+            max_workers=opts.workers or max(4, 2 * (os.cpu_count() or 1)), thread_name_prefix="dpsql-query")
+        self.parse_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=opts.parse_workers or max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-parse")
         self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
         self._shared_cluster = shadow_cluster
+        self._starting: asyncio.Future | None = None
+        self._keepalive = None
         self.shadow: ShadowPool | None = None
+        self.query_log = QueryLog(opts.query_log) if opts.query_log is not None else None
         self._server: asyncio.base_events.Server | None = None
         self._conns: dict[int, _Conn] = {}
         self._active = 0
+        self._unauth: dict[asyncio.Task, _Unauthenticated] = {}
+        self._unauth_left: asyncio.Condition | None = None
+        self._waiting = 0
+        self._limiters: dict[str, asyncio.Semaphore] = {}
         self._failures: dict[str, list[float]] = {}   # peer address -> recent failure times
         self._tasks: set[asyncio.Task] = set()
-        self.server_version = self.options.server_version or "15.0"
+        self.server_version = opts.server_version or "15.0"
 
     @property
     def port(self) -> int:
@@ -99,33 +169,43 @@ class Server:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
+        """Bind, start the catalog, then accept; on any failure nothing is left running."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        opts = self.options
+        # bound first: a port in use fails before initdb, and no client is accepted before ready
+        self._server = await asyncio.start_server(self._client, opts.host, opts.port, limit=2 ** 16,
+                                                  start_serving=False, backlog=256)
+        # held until close(): engines are shared per ledger only while a connection to them is open,
+        # so without it every client connection would rebuild the engine and refit its models
+        self._keepalive = await loop.run_in_executor(self.executor, self.link_factory, None)
         if self._catalog is None:
-            probe = await loop.run_in_executor(self.executor, self.link_factory, None)
-            try:
-                self._catalog = dict(probe.catalog)
-            finally:
-                probe.close()
+            self._catalog = dict(self._keepalive.catalog)
         cluster = self._shared_cluster
-        if cluster is None and self.options.shadow:
-            cluster = ShadowCluster(self._catalog, self.options.database)
+        if cluster is None and opts.shadow:
+            cluster = ShadowCluster(self._catalog, opts.database, statement_timeout=opts.catalog_timeout)
+            self.shadow_cluster = cluster
+            self._starting = loop.run_in_executor(None, cluster.start)
             try:
-                await loop.run_in_executor(self.executor, cluster.start)
+                await self._starting
             except ShadowUnavailable as exc:
-                await loop.run_in_executor(self.executor, cluster.stop)
                 log.warning("catalog queries disabled: %s", exc)
-                cluster = None
-            else:
-                self.shadow_cluster = cluster
+                self.shadow_cluster = cluster = None
         if cluster is not None:
-            self.shadow = ShadowPool(cluster.socket_path, cluster.database, self.options.shadow_pool)
-            client = await self.shadow.acquire()
-            self.shadow.release(client)
-            if not self.options.server_version:
+            self.shadow = ShadowPool(cluster.socket_path, cluster.database, opts.shadow_pool, key=self.secret,
+                                     per_role=opts.max_user_statements,
+                                     statement_timeout_ms=int(opts.catalog_timeout * 1000))
+            await self.shadow.start()
+            if not opts.server_version:
                 self.server_version = self.shadow.server_version.split()[0]
-        self._server = await asyncio.start_server(self._client, self.options.host, self.options.port,
-                                                  limit=2 ** 16)
-        log.info("dpsql serving on %s:%s", self.options.host, self.port)
+        await self._server.start_serving()
+        log.info("dpsql serving on %s:%s", opts.host, self.port)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -137,31 +217,66 @@ class Server:
             await asyncio.wait(list(self._tasks), timeout=5)
         if self.shadow is not None:
             await self.shadow.close()
+            self.shadow = None
+        if self._starting is not None:
+            # a cancelled start: the thread still runs cluster.start; let it finish, then stop
+            await asyncio.wait([self._starting])
         if self.shadow_cluster is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.shadow_cluster.stop)
+            self.shadow_cluster = None
+        if self.query_log is not None:
+            self.query_log.close()
+        if self._keepalive is not None:
+            self._keepalive.close()
+            self._keepalive = None
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.parse_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- connection lifecycle ---------------------------------------------------------------
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
-        frames = codec.FrameReader(self.options.max_message)
+        frames = codec.FrameReader(_AUTH_MESSAGE_LIMIT)
         conn: _Conn | None = None
         link = None
         counted = False
+        loop = asyncio.get_running_loop()
         try:
             try:
+                if len(self._unauth) >= self.options.max_unauthenticated \
+                        and self._waiting >= 4 * self.options.max_unauthenticated:
+                    return     # a flood of connections: close at once
+                self._waiting += 1
+                try:
+                    async with asyncio.timeout(self.options.admission_timeout):
+                        await self._admit(task, writer)
+                finally:
+                    self._waiting -= 1
+                async with asyncio.timeout(self.options.auth_timeout):
+                    result = await self._startup(reader, writer, frames, self._unauth[task])
+            except TimeoutError:
+                await self._send_fatal(writer, Fatal("08P01", "authentication timed out"))
+                return
+            finally:
+                await self._leave(task)
+            if result is None:
+                return  # a cancel request: no reply, just close
+            user, params = result
+            if self._active >= self.options.max_connections:
+                raise Fatal("53300", "sorry, too many clients already")
+            self._active += 1
+            counted = True
+            conn = self._register()
+            conn.user = user
+            try:
                 async with asyncio.timeout(self.options.startup_timeout):
-                    result = await self._startup(reader, writer, frames)
-                    if result is None:
-                        return  # a cancel request: no reply, just close
-                    user, conn, params = result
-                    counted = True
-                    link = await asyncio.get_running_loop().run_in_executor(self.executor, self.link_factory, user)
                     settings = Settings(self.server_version, user, params)
-                    conn.user = user
+                    link = await loop.run_in_executor(self.executor, self.link_factory, user)
+                    await self._apply_settings(link, user, settings.engine_settings)
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
-                                            executor=self.executor, dpsql_version=_version(),
+                                            executor=self.executor, parse_executor=self.parse_executor,
+                                            limiter=self._limiter(user), query_log=self.query_log,
+                                            dpsql_version=_version(),
                                             signal=lambda pid, user=user: self._signal(pid, user))
                     conn.dispatcher = dispatcher
                     writer.write(b"".join(settings.initial_status())
@@ -170,6 +285,8 @@ class Server:
             except TimeoutError:
                 await self._send_fatal(writer, Fatal("08P01", "startup timed out"))
                 return
+            frames.max_message = self.options.max_message
+            frames.max_statement = min(self.options.max_statement, self.options.max_message)
             await self._serve(reader, writer, frames, QueryProtocol(dispatcher))
         except Fatal as exc:
             await self._send_fatal(writer, exc)
@@ -181,7 +298,8 @@ class Server:
             fields = dict(exc.fields, S="FATAL", V="FATAL")
             await self._send_raw(writer, codec.encode_notice_fields(b"E", fields))
         except asyncio.CancelledError:
-            pass  # server shutdown: end the connection quietly
+            # server shutdown
+            await self._send_fatal(writer, Fatal("57P01", "terminating connection due to administrator command"))
         except Exception as exc:  # noqa: BLE001 - a connection must never take the server down
             if hasattr(exc, "sqlstate") and hasattr(exc, "message"):
                 await self._send_fatal(writer, Fatal(exc.sqlstate, exc.message))
@@ -194,7 +312,7 @@ class Server:
                 self._active -= 1
             if link is not None:
                 try:
-                    await asyncio.get_running_loop().run_in_executor(self.executor, link.close)
+                    await loop.run_in_executor(self.executor, link.close)
                 except (asyncio.CancelledError, RuntimeError):
                     link.close()  # server shutting down: close inline rather than leak the session
             try:
@@ -203,30 +321,78 @@ class Server:
                 pass
             self._tasks.discard(task)
 
-    async def _read(self, reader, frames: codec.FrameReader, typed: bool):
+    async def _admit(self, task, writer) -> None:
+        """Count a new unauthenticated connection (see the module doc for the policy)."""
+        loop = asyncio.get_running_loop()
+        if self._unauth_left is None:
+            self._unauth_left = asyncio.Condition()
+        grace = self.options.unauthenticated_idle
+        async with self._unauth_left:
+            while len(self._unauth) >= self.options.max_unauthenticated:
+                now = loop.time()
+                idle = [t for t, u in self._unauth.items() if now - u.last >= grace]
+                if idle:
+                    victim = min(idle, key=lambda t: (self._unauth[t].messages, self._unauth[t].last))
+                    self._unauth.pop(victim).writer.transport.abort()
+                    break
+                wait = grace - (now - min(u.last for u in self._unauth.values()))
+                try:
+                    async with asyncio.timeout(max(wait, 0.01)):
+                        await self._unauth_left.wait()
+                except TimeoutError:
+                    pass
+            self._unauth[task] = _Unauthenticated(writer, loop.time())
+
+    async def _leave(self, task) -> None:
+        if self._unauth.pop(task, None) is not None and self._unauth_left is not None:
+            async with self._unauth_left:
+                self._unauth_left.notify()
+
+    def _limiter(self, user: str) -> asyncio.Semaphore:
+        limiter = self._limiters.get(user)
+        if limiter is None:
+            limiter = self._limiters[user] = asyncio.Semaphore(self.options.max_user_statements)
+        return limiter
+
+    async def _apply_settings(self, link, user: str, from_startup: dict[str, str]) -> None:
+        """The user's configured defaults, then the connection's startup options (``-c dpsql.x=y``)."""
+        wanted = {**self.options.user_settings.get(user, {}), **from_startup}
+        loop = asyncio.get_running_loop()
+        for name, value in wanted.items():
+            sql = f"SET {name} = '" + value.replace("'", "''") + "'"
+            try:
+                await loop.run_in_executor(self.executor, link.execute, sql, None)
+            except errors.Error as exc:
+                raise Fatal("22023", f'invalid value for parameter "{name}": "{value}"', hint=exc.hint) from None
+
+    async def _read(self, reader, frames: codec.FrameReader, typed: bool, progress: _Unauthenticated | None = None):
         while True:
             msg = frames.next_message() if typed else frames.next_startup()
             if msg is not None:
+                if progress is not None:
+                    progress.messages += 1
                 return msg
             data = await reader.read(65536)
             if not data:
                 raise _Closed()
+            if progress is not None:
+                progress.last = asyncio.get_running_loop().time()
             frames.feed(data)
 
     async def _send_raw(self, writer, data: bytes) -> None:
         try:
             writer.write(data)
             await asyncio.wait_for(writer.drain(), 2)
-        except Exception:  # noqa: BLE001 - the peer may be gone already
+        except BaseException:  # noqa: BLE001 - the peer may be gone already
             pass
 
     async def _send_fatal(self, writer, fatal: Fatal) -> None:
         await self._send_raw(writer, fatal.encode())
 
-    async def _startup(self, reader, writer, frames):
+    async def _startup(self, reader, writer, frames, progress):
         tls = False
         while True:
-            packet = codec.decode_startup(await self._read(reader, frames, typed=False))
+            packet = codec.decode_startup(await self._read(reader, frames, False, progress))
             if packet == "ssl":
                 if self.options.ssl_context is None or tls:
                     writer.write(b"N")
@@ -250,27 +416,18 @@ class Server:
         user, negotiate = check_startup(packet, database=self.options.database)
         if negotiate is not None:
             writer.write(negotiate)
-        if self._active >= self.options.max_connections:
-            raise Fatal("53300", "sorry, too many clients already")
-        self._active += 1
-        if self.options.ssl_context is not None and not tls and self.options.host not in ("127.0.0.1", "::1", "localhost"):
-            self._active -= 1
+        if self.options.ssl_context is not None and not tls and not is_loopback(self.options.host):
             raise Fatal("28000", "TLS is required on this server", hint="connect with sslmode=require")
-        try:
-            await self._authenticate(reader, writer, frames, user, tls)
-        except BaseException:
-            self._active -= 1
-            raise
-        conn = self._register()
-        return user, conn, packet.params
+        await self._authenticate(reader, writer, frames, user, tls, progress)
+        return user, packet.params
 
-    async def _authenticate(self, reader, writer, frames, user: str, tls: bool) -> None:
+    async def _authenticate(self, reader, writer, frames, user: str, tls: bool, progress) -> None:
         users = scram.load_users(self.users_file)
-        auth = Authenticator(user, users.get(user), method=self.options.auth_method, tls=tls)
+        auth = Authenticator(user, users.get(user), mock_key=self.secret, method=self.options.auth_method, tls=tls)
         writer.write(auth.begin())
         await writer.drain()
         while True:
-            kind, body = await self._read(reader, frames, typed=True)
+            kind, body = await self._read(reader, frames, True, progress)
             if kind != b"p":
                 raise Fatal("08P01", f"expected a password message, got {kind!r}")
             try:
@@ -363,7 +520,6 @@ class ServerThread:
             except BaseException as exc:
                 self._error = exc
                 self._ready.set()
-                await self.server.close()
                 return
             self._ready.set()
             await self._stop.wait()
@@ -395,19 +551,72 @@ def serve(config, *, overrides: dict | None = None, users_file=None, host: str =
     return ServerThread(Server(config, users_file=users_file, overrides=overrides, options=opts)).start()
 
 
-def run(config, *, overrides: dict | None = None, users_file=None, **options) -> None:
-    """Serve until interrupted (``dpsql serve``)."""
-    server = Server(config, users_file=users_file, overrides=overrides, options=ServerOptions(**options))
+# -- dpsql serve --------------------------------------------------------------------------------
 
-    async def main():
-        await server.start()
-        print(f"dpsql: serving {server.options.database!r} on {server.options.host}:{server.port} "
-              f"(catalog: {'schema-only PostgreSQL' if server.shadow else 'unavailable'})", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await server.close()
+def _claim_pidfile(path: Path) -> None:
+    """Write our pid atomically; refuse when the file names a live process."""
     try:
-        asyncio.run(main())
-    except KeyboardInterrupt:
+        other = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        other = None
+    if other is not None and other != os.getpid():
+        try:
+            os.kill(other, 0)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            raise errors.OperationalError(f"pid file {path} names a running process ({other})",
+                                          hint="stop that server, or choose another --pidfile") from None
+        else:
+            raise errors.OperationalError(f"pid file {path} names a running process ({other})",
+                                          hint="stop that server, or choose another --pidfile")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(f"{os.getpid()}\n")
+    os.replace(tmp, path)
+
+
+def _release_pidfile(path: Path) -> None:
+    try:
+        if int(path.read_text().split()[0]) == os.getpid():
+            path.unlink()
+    except (OSError, ValueError, IndexError):
         pass
+
+
+def run(config, *, overrides: dict | None = None, users_file=None, pidfile=None, out=None, **options) -> int:
+    """Serve until SIGTERM, SIGINT or SIGHUP (``dpsql serve``); returns the exit status.
+
+    Prints one line on ``out`` (stdout) once clients can connect:
+    ``dpsql: ready on HOST:PORT (database "dpsql", catalog: …, pid N)``."""
+    out = out or sys.stdout
+    server = Server(config, users_file=users_file, overrides=overrides, options=ServerOptions(**options))
+    pid_path = Path(pidfile) if pidfile else None
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, stop.set)
+        starting = asyncio.ensure_future(server.start())
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():       # a signal during startup: abandon it, clean up below
+                starting.cancel()
+                await asyncio.wait([starting])
+                return
+            starting.result()             # a failed start raises here (start() cleaned up)
+            if pid_path is not None:
+                _claim_pidfile(pid_path)
+            catalog = f"PostgreSQL {server.server_version}" if server.shadow else "unavailable"
+            print(f"dpsql: ready on {server.options.host}:{server.port} (database {server.options.database!r}, "
+                  f"catalog: {catalog}, pid {os.getpid()})", file=out, flush=True)
+            await stopping
+        finally:
+            stopping.cancel()
+            await server.close()
+            if pid_path is not None:
+                _release_pidfile(pid_path)
+
+    asyncio.run(main())
+    return 0

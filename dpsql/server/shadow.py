@@ -3,37 +3,30 @@
 psql's ``\\d``, SQLAlchemy's Inspector and pgjdbc's DatabaseMetaData send large catalog
 queries (``pg_class``, ``format_type``, ``regclass`` casts, ``_pg_expandarray`` …) that only
 a real PostgreSQL answers faithfully (research note ``bi_backend.md`` §2.5).  So
-``dpsql serve`` starts a private PostgreSQL (``initdb`` + ``pg_ctl`` from the system
-package) listening only on a Unix socket in a fresh 0700 temp directory, creates one
+``dpsql serve`` starts a private PostgreSQL (``catalogdb.CatalogCluster``: lifecycle,
+hardening) listening only on a Unix socket in a fresh 0700 temp directory, with one
 database named like the served one, and in it ``CREATE TABLE`` for each private table from
 its *public* domain declaration — with **zero rows**.  The shadow therefore cannot leak
-anything: the private data never enters it.  The database is made read-only afterwards.
+private data: it never enters it.
 
 ``ShadowClient`` is a small asyncio PostgreSQL client built on ``codec``; statements are
 forwarded with the client's own parameter bytes and result format codes, so the shadow does
 all type encoding, and its replies (RowDescription, DataRow, errors) are relayed unchanged.
+``ShadowPool`` keeps each analyst's statements on connections of their own role.
 """
 
 from __future__ import annotations
 
 import asyncio
-import glob
-import os
-import pwd
-import shutil
-import subprocess
-import tempfile
+import secrets
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from dpsql.server import codec
+from dpsql.server.catalogdb import (SHADOW_ROLE, CatalogCluster, ShadowUnavailable, find_bindir, ident,
+                                    role_name, role_sql)
 
-SHADOW_ROLE = "dpsql"            # owner and superuser: only used to build the schema
-READER_ROLE = "dpsql_reader"     # what client catalog queries run as: no superuser powers
-
-
-class ShadowUnavailable(RuntimeError):
-    """PostgreSQL binaries are missing or the shadow failed to start."""
+__all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "ShadowUnavailable", "find_bindir",
+           "schema_ddl", "catalog_type"]
 
 
 class ShadowError(Exception):
@@ -44,29 +37,18 @@ class ShadowError(Exception):
         self.fields = fields
 
 
-def find_bindir() -> Path | None:
-    """The newest PostgreSQL server bin directory (Debian layout first, then $PATH)."""
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0)
-    if candidates:
-        return Path(candidates[-1]).parent
-    found = shutil.which("initdb")
-    if found and shutil.which("pg_ctl"):
-        return Path(found).resolve().parent
-    return None
+def catalog_type(attribute) -> str:
+    """The PostgreSQL type of a column in the catalog: the type of the values the engine returns
+    for it, so typed clients decode what they were promised.
 
-
-def _pg_type(attribute) -> str:
-    kind = getattr(attribute, "kind", "categorical")
-    if kind == "integer":
-        return "bigint"
-    if kind == "numeric":
-        return "double precision"
-    return "text"
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    One rule: a column is what ``GROUP BY column`` returns (``dpsql.sql.grouping``).  Integer
+    domains in bins of one value and categorical columns whose labels are all integers are
+    ``bigint``; every other column is ``text`` holding its cell labels (``'[1, 49999]'`` for
+    a wide integer bin, ``'[0.0, 10.0)'`` for a real-valued range), because the value inside a
+    bin is not known."""
+    from dpsql.sql.grouping import column_key_values
+    _, kind = column_key_values(attribute)
+    return {"integer": "bigint", "double precision": "double precision", "boolean": "boolean"}.get(kind, "text")
 
 
 def schema_ddl(catalog) -> list[str]:
@@ -76,9 +58,9 @@ def schema_ddl(catalog) -> list[str]:
         cols = []
         for attr in schema.attributes:
             null = "" if getattr(attr, "nullable", False) else " NOT NULL"
-            cols.append(f"{_ident(attr.name)} {_pg_type(attr)}{null}")
-        out.append(f"CREATE TABLE public.{_ident(name)} ({', '.join(cols)})")
-        out.append(f"COMMENT ON TABLE public.{_ident(name)} IS "
+            cols.append(f"{ident(attr.name)} {catalog_type(attr)}{null}")
+        out.append(f"CREATE TABLE public.{ident(name)} ({', '.join(cols)})")
+        out.append(f"COMMENT ON TABLE public.{ident(name)} IS "
                    "'dpsql private table: aggregate queries only, answers are differentially private'")
     return out
 
@@ -91,6 +73,12 @@ class ShadowResult:
     empty: bool = False
 
 
+# Sent ahead of every client statement in the same write: whatever a previous statement on
+# this connection could have left (settings, prepared statements, cursors, locks, LISTEN)
+# is gone before the next one runs.
+_RESET = codec.encode_query("DISCARD ALL")
+
+
 class ShadowClient:
     """One connection to the shadow (Unix socket, trust auth inside a private directory)."""
 
@@ -101,10 +89,12 @@ class ShadowClient:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.broken = False
+        self.role = ""
 
     @classmethod
     async def connect(cls, socket_path: str, database: str, user: str = SHADOW_ROLE) -> "ShadowClient":
         self = cls()
+        self.role = user
         self._reader, self._writer = await asyncio.open_unix_connection(socket_path)
         self._writer.write(codec.encode_startup({"user": user, "database": database,
                                                  "application_name": "dpsql-shadow"}))
@@ -139,8 +129,9 @@ class ShadowClient:
             raise ShadowUnavailable("the shadow catalog connection closed") from None
         return head[0:1], body
 
-    async def _roundtrip(self, payload: bytes) -> list[tuple[bytes, bytes]]:
-        """Send messages ending in Sync; collect replies up to ReadyForQuery."""
+    async def _roundtrip(self, payload: bytes, syncs: int = 1) -> list[tuple[bytes, bytes]]:
+        """Send messages ending in ``syncs`` Sync/Query messages; collect replies up to the last
+        ReadyForQuery."""
         assert self._writer is not None
         self._writer.write(payload)
         await self._writer.drain()
@@ -148,7 +139,10 @@ class ShadowClient:
         while True:
             kind, body = await self._read()
             if kind == b"Z":
-                return replies
+                syncs -= 1
+                if syncs == 0:
+                    return replies
+                continue
             if kind in (b"N", b"S", b"A"):
                 continue  # notices and parameter changes of the shadow are not the client's
             replies.append((kind, body))
@@ -166,8 +160,8 @@ class ShadowClient:
 
     async def describe(self, sql: str, param_oids=()) -> tuple[tuple[int, ...], bytes | None]:
         """Parameter OIDs and raw RowDescription (None for NoData) of ``sql``, without running it."""
-        replies = await self._roundtrip(codec.encode_parse("", sql, param_oids) + codec.encode_describe("S", "")
-                                        + codec.SYNC)
+        replies = await self._roundtrip(_RESET + codec.encode_parse("", sql, param_oids)
+                                        + codec.encode_describe("S", "") + codec.SYNC, syncs=2)
         self._raise_error(replies)
         oids: tuple[int, ...] = ()
         description = None
@@ -179,10 +173,10 @@ class ShadowClient:
         return oids, description
 
     async def execute(self, sql: str, param_oids, param_formats, params, result_formats) -> ShadowResult:
-        payload = (codec.encode_parse("", sql, param_oids)
+        payload = (_RESET + codec.encode_parse("", sql, param_oids)
                    + codec.encode_bind("", "", param_formats, params, result_formats)
                    + codec.encode_describe("P", "") + codec.encode_execute("", 0) + codec.SYNC)
-        replies = await self._roundtrip(payload)
+        replies = await self._roundtrip(payload, syncs=2)
         self._raise_error(replies)
         result = ShadowResult(None)
         for kind, body in replies:
@@ -207,35 +201,101 @@ class ShadowClient:
             self._writer = None
 
 
-class ShadowPool:
-    """A bounded pool of shadow connections; statements are stateless, so any one will do."""
 
-    def __init__(self, socket_path: str, database: str, size: int = 4) -> None:
+
+class ShadowPool:
+    """Catalog connections, each logged in as one analyst's own role (``catalogdb.role_sql``).
+
+    A connection only ever serves the analyst whose role it is, and every statement is
+    preceded by ``DISCARD ALL``.  At most ``size`` connections are open (idle ones of other
+    analysts are closed to make room) and at most ``per_role`` run at once for one analyst,
+    which PostgreSQL backs up (the role's CONNECTION LIMIT).  Roles are created on first
+    use through the superuser connection, which never runs client SQL."""
+
+    def __init__(self, socket_path: str, database: str, size: int = 8, *, key: bytes | None = None,
+                 per_role: int = 4, statement_timeout_ms: int = 10_000) -> None:
         self.socket_path = socket_path
         self.database = database
         self.size = size
-        self._idle: list[ShadowClient] = []
+        self.per_role = max(1, min(per_role, size))
+        self.statement_timeout_ms = statement_timeout_ms
+        self._key = key or secrets.token_bytes(32)
+        self._idle: dict[str, list[ShadowClient]] = {}
+        self._open = 0
         self._slots = asyncio.Semaphore(size)
+        self._role_slots: dict[str, asyncio.Semaphore] = {}
+        self._roles: dict[str, str] = {}
+        self._admin: ShadowClient | None = None
+        self._admin_lock = asyncio.Lock()
         self.server_version = ""
 
-    async def acquire(self) -> ShadowClient:
-        await self._slots.acquire()
+    async def start(self) -> None:
+        """Connect the superuser connection (role management only) and learn the version."""
+        async with self._admin_lock:
+            if self._admin is None or self._admin.broken:
+                # roles are cluster-wide; the catalog database itself is read-only even for its owner
+                self._admin = await ShadowClient.connect(self.socket_path, "postgres", SHADOW_ROLE)
+                self.server_version = self._admin.parameters.get("server_version", "")
+
+    async def role(self, user: str) -> str:
+        role = self._roles.get(user)
+        if role is not None:
+            return role
+        role = role_name(user, self._key)
+        await self.start()
+        async with self._admin_lock:
+            if user not in self._roles:
+                assert self._admin is not None
+                # a backstop above the pool's own bound (closing backends take a moment to go)
+                for stmt in role_sql(role, self.statement_timeout_ms, 2 * self.per_role + 2):
+                    await self._admin.simple(stmt)
+                self._roles[user] = role
+        return role
+
+    async def acquire(self, user: str) -> ShadowClient:
+        role_slots = self._role_slots.setdefault(user, asyncio.Semaphore(self.per_role))
+        await role_slots.acquire()
         try:
-            if self._idle:
-                return self._idle.pop()
-            client = await ShadowClient.connect(self.socket_path, self.database, READER_ROLE)
-            self.server_version = client.parameters.get("server_version", self.server_version)
-            return client
+            await self._slots.acquire()
+            try:
+                role = await self.role(user)
+                idle = self._idle.get(role)
+                if idle:
+                    client = idle.pop()
+                else:
+                    if self._open >= self.size:
+                        await self._evict()
+                    self._open += 1
+                    try:
+                        client = await ShadowClient.connect(self.socket_path, self.database, role)
+                    except BaseException:
+                        self._open -= 1
+                        raise
+                client.user = user
+                return client
+            except BaseException:
+                self._slots.release()
+                raise
         except BaseException:
-            self._slots.release()
+            role_slots.release()
             raise
+
+    async def _evict(self) -> None:
+        """Close one idle connection (some analyst's) to stay within ``size``."""
+        for role, idle in self._idle.items():
+            if idle:
+                self._open -= 1
+                await idle.pop(0).close()
+                return
 
     def release(self, client: ShadowClient) -> None:
         if client.broken:
+            self._open -= 1
             asyncio.ensure_future(client.close())
         else:
-            self._idle.append(client)
+            self._idle.setdefault(client.role, []).append(client)
         self._slots.release()
+        self._role_slots[client.user].release()
 
     async def cancel(self, client: ShadowClient) -> None:
         """Forward a cancel to the shadow backend running ``client``'s statement."""
@@ -248,88 +308,18 @@ class ShadowPool:
             pass
 
     async def close(self) -> None:
-        while self._idle:
-            await self._idle.pop().close()
+        for idle in self._idle.values():
+            while idle:
+                self._open -= 1
+                await idle.pop().close()
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
 
 
-class ShadowCluster:
-    """Lifecycle of the shadow PostgreSQL: initdb, start, load the public DDL, stop."""
+class ShadowCluster(CatalogCluster):
+    """The catalog PostgreSQL for a dpsql catalog (``{table: TableSchema}``)."""
 
-    def __init__(self, catalog, database: str = "dpsql", *, bindir: Path | None = None) -> None:
+    def __init__(self, catalog, database: str = "dpsql", **options) -> None:
+        super().__init__(schema_ddl(catalog), database, **options)
         self.catalog = catalog
-        self.database = database
-        self.bindir = bindir or find_bindir()
-        self.dir: str | None = None
-        self.port = 5432
-        self._run_as: dict = {}
-
-    @property
-    def socket_path(self) -> str:
-        assert self.dir is not None
-        return os.path.join(self.dir, f".s.PGSQL.{self.port}")
-
-    def _run(self, args, timeout: float = 60) -> None:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **self._run_as)
-        if proc.returncode != 0:
-            raise ShadowUnavailable(f"{Path(args[0]).name} failed: {proc.stderr.strip()[-500:]}")
-
-    def start(self) -> None:
-        if self.bindir is None:
-            raise ShadowUnavailable("PostgreSQL server binaries (initdb, pg_ctl) not found; "
-                                    "install the `postgresql` package")
-        self.dir = tempfile.mkdtemp(prefix="dpsql-shadow-")
-        if os.geteuid() == 0:
-            # PostgreSQL refuses to run as root; run it as the packaged `postgres` account
-            try:
-                pw = pwd.getpwnam("postgres")
-            except KeyError:
-                raise ShadowUnavailable("running as root but no `postgres` user exists") from None
-            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
-            self._run_as = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-        os.chmod(self.dir, 0o700)
-        data = os.path.join(self.dir, "data")
-        self._run([str(self.bindir / "initdb"), "-D", data, "-U", SHADOW_ROLE, "--auth=trust",
-                   "--encoding=UTF8", "--locale=C", "--no-sync"], timeout=120)
-        opts = (f"-c listen_addresses='' -c unix_socket_directories='{self.dir}' -p {self.port} "
-                "-c max_connections=60 -c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                "-c shared_buffers=16MB -c statement_timeout=30s -c log_min_messages=fatal")
-        self._run([str(self.bindir / "pg_ctl"), "-D", data, "-o", opts, "-l",
-                   os.path.join(self.dir, "postgres.log"), "-w", "-t", "60", "start"], timeout=90)
-        asyncio.run(self._load())
-
-    async def _load(self) -> None:
-        admin = await ShadowClient.connect(self.socket_path, "postgres")
-        try:
-            await admin.simple(f"CREATE DATABASE {_ident(self.database)}")
-        finally:
-            await admin.close()
-        db = await ShadowClient.connect(self.socket_path, self.database)
-        try:
-            for stmt in schema_ddl(self.catalog):
-                await db.simple(stmt)
-            # Client SQL reaches the shadow, so it must not run as a superuser: that would expose
-            # pg_read_file, pg_ls_dir, lo_import … on the server host.  The reader may only read the
-            # catalog and the empty tables (SELECT makes them visible in information_schema).
-            reader = _ident(READER_ROLE)
-            await db.simple(f"CREATE ROLE {reader} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION")
-            await db.simple(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {reader}")
-            await db.simple(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-            await db.simple(f"REVOKE TEMPORARY ON DATABASE {_ident(self.database)} FROM PUBLIC")
-            await db.simple(f"ALTER ROLE {reader} SET default_transaction_read_only = on")
-            await db.simple(f"ALTER ROLE {reader} SET statement_timeout = '30s'")
-            # belt and braces: even a bug in routing cannot write into the shadow
-            await db.simple(f"ALTER DATABASE {_ident(self.database)} SET default_transaction_read_only = on")
-        finally:
-            await db.close()
-
-    def stop(self) -> None:
-        if self.dir is None:
-            return
-        data = os.path.join(self.dir, "data")
-        if self.bindir is not None and os.path.isdir(data):
-            try:
-                self._run([str(self.bindir / "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"], timeout=60)
-            except (ShadowUnavailable, subprocess.TimeoutExpired):
-                pass
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.dir = None

@@ -51,14 +51,15 @@ def check_startup(startup: codec.Startup, *, database: str) -> tuple[str, bytes 
 class Authenticator:
     """One authentication exchange; ``step`` consumes a PasswordMessage-family body."""
 
-    def __init__(self, user: str, verifier: str | None, *, method: str = "scram-sha-256", tls: bool = False) -> None:
+    def __init__(self, user: str, verifier: str | None, *, mock_key: bytes, method: str = "scram-sha-256",
+                 tls: bool = False) -> None:
         if method == "password" and not tls:
             raise Fatal("28000", "cleartext password authentication requires TLS",
                         hint="connect with sslmode=require")
         self.user = user
         self.verifier = verifier
         self.method = method
-        self._scram = scram.ScramExchange(user, verifier) if method == "scram-sha-256" else None
+        self._scram = scram.ScramExchange(user, verifier, mock_key=mock_key) if method == "scram-sha-256" else None
         self._stage = 0
 
     def begin(self) -> bytes:

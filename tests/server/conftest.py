@@ -3,7 +3,8 @@
 ``fake_server`` serves the deterministic FakeLink without the shadow catalog (fast protocol
 tests); ``shadow_server`` adds the schema-only PostgreSQL (skipped when its binaries are not
 installed); ``engine_server`` serves the real DP engine over the adult example with a temp
-ledger and a large budget, measured once."""
+ledger and a large budget, measured once (``engine_overrides`` lets a test start another
+server on that ledger)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def shadow_cluster():
 @pytest.fixture(scope="session")
 def fake_server(users_file):
     thread = _start(users_file, FakeLink, FakeLink.catalog, shadow=False, auth_failure_delay=0.05,
-                    startup_timeout=2.0, max_message=1 << 20, max_connections=20)
+                    auth_timeout=2.0, max_message=1 << 20, max_connections=20)
     yield thread
     thread.stop()
 
@@ -54,4 +55,26 @@ def fake_server(users_file):
 def shadow_server(users_file, shadow_cluster):
     thread = _start(users_file, FakeLink, FakeLink.catalog, shadow_cluster, auth_failure_delay=0.05)
     yield thread
+    thread.stop()
+
+
+@pytest.fixture(scope="session")
+def engine_overrides(tmp_path_factory):
+    """A temp ledger with a large budget on which the adult workload was measured once."""
+    import dpsql
+    ledger = tmp_path_factory.mktemp("ledger") / "wire.ledger"
+    overrides = {"ledger": str(ledger), "budget": {"epsilon": 1e6, "delta": 1e-6}}
+    admin = dpsql.connect(ADULT_CONFIG, user="alice", **overrides)
+    admin.session.measure()
+    yield overrides, admin
+    admin.close()
+
+
+@pytest.fixture(scope="session")
+def engine_server(users_file, engine_overrides, shadow_cluster):
+    overrides, admin = engine_overrides
+    server = Server(ADULT_CONFIG, users_file=users_file, overrides=overrides, options=ServerOptions(port=0),
+                    shadow_cluster=shadow_cluster)
+    thread = ServerThread(server).start()
+    yield thread, admin
     thread.stop()

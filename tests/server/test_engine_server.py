@@ -15,31 +15,13 @@ import subprocess
 import pytest
 
 from dpsql.server import codec
-from dpsql.server.server import Server, ServerOptions, ServerThread, serve
+from dpsql.server.server import serve
 
 from server_fakes import PASSWORD
 from server_fakes import ADULT_CONFIG
 from server_pgclient import RawClient, error_fields
 from test_clients import bounded
 from test_load import load_bench
-
-BIG = {"epsilon": 1e6, "delta": 1e-6}
-
-
-@pytest.fixture(scope="module")
-def engine_server(users_file, tmp_path_factory, shadow_cluster):
-    import dpsql
-    ledger = tmp_path_factory.mktemp("ledger") / "wire.ledger"
-    overrides = {"ledger": str(ledger), "budget": BIG}
-    admin = dpsql.connect(ADULT_CONFIG, user="alice", **overrides)
-    admin.session.measure()
-    server = Server(ADULT_CONFIG, users_file=users_file, overrides=overrides, options=ServerOptions(port=0),
-                    shadow_cluster=shadow_cluster)
-    thread = ServerThread(server).start()
-    yield thread, admin
-    thread.stop()
-    admin.close()
-
 
 @pytest.fixture(scope="module")
 def measure_server(users_file, tmp_path_factory):
@@ -188,8 +170,9 @@ def test_text_parameters_and_error_columns(engine_server):
             rows = bounded(lambda: cur.execute(
                 "SELECT sex, COUNT(*) FROM adult WHERE age BETWEEN %s AND %s GROUP BY sex",
                 (30, 40)).fetchall())
-            assert [d.name for d in cur.description] == ["sex", "count", "count_ci95"]
-            assert all(isinstance(r[2], float) and r[2] > 0 for r in rows)
+            assert [d.name for d in cur.description] == ["sex", "count", "count_ci95", "inferred"]
+            assert [d.type_code for d in cur.description][-1] == 16   # bool
+            assert all(isinstance(r[2], float) and r[2] > 0 and r[3] is False for r in rows)
         shown = bounded(lambda: conn.execute("SHOW dpsql.error_columns").fetchone())
         assert shown == ("ci95",)
     finally:

@@ -16,29 +16,30 @@ SERVER_FIRST = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0S
 CLIENT_FINAL = (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
                 b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
 SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+KEY = bytes(range(32))   # the server secret keying unknown users' mock salts
 
 
 def test_rfc7677_vector():
     verifier = scram.make_verifier("pencil", salt=SALT, iterations=4096)
-    exchange = scram.ScramExchange("user", verifier, nonce=SERVER_NONCE)
+    exchange = scram.ScramExchange("user", verifier, mock_key=KEY, nonce=SERVER_NONCE)
     assert exchange.first(CLIENT_FIRST) == SERVER_FIRST
     assert exchange.final(CLIENT_FINAL) == SERVER_FINAL
 
 
 def test_wrong_password_fails():
     verifier = scram.make_verifier("not-pencil", salt=SALT, iterations=4096)
-    exchange = scram.ScramExchange("user", verifier, nonce=SERVER_NONCE)
+    exchange = scram.ScramExchange("user", verifier, mock_key=KEY, nonce=SERVER_NONCE)
     exchange.first(CLIENT_FIRST)
     with pytest.raises(scram.AuthFailure):
         exchange.final(CLIENT_FINAL)
 
 
 def test_unknown_user_gets_stable_mock_salt_and_fails():
-    a = scram.ScramExchange("mallory", None, nonce=SERVER_NONCE).first(CLIENT_FIRST)
-    b = scram.ScramExchange("mallory", None, nonce=SERVER_NONCE).first(CLIENT_FIRST)
-    c = scram.ScramExchange("trudy", None, nonce=SERVER_NONCE).first(CLIENT_FIRST)
+    a = scram.ScramExchange("mallory", None, mock_key=KEY, nonce=SERVER_NONCE).first(CLIENT_FIRST)
+    b = scram.ScramExchange("mallory", None, mock_key=KEY, nonce=SERVER_NONCE).first(CLIENT_FIRST)
+    c = scram.ScramExchange("trudy", None, mock_key=KEY, nonce=SERVER_NONCE).first(CLIENT_FIRST)
     assert a == b and a != c and b",i=4096" in a
-    exchange = scram.ScramExchange("mallory", None, nonce=SERVER_NONCE)
+    exchange = scram.ScramExchange("mallory", None, mock_key=KEY, nonce=SERVER_NONCE)
     exchange.first(CLIENT_FIRST)
     with pytest.raises(scram.AuthFailure):
         exchange.final(CLIENT_FINAL.replace(b"W22", b"W22"))
@@ -46,12 +47,12 @@ def test_unknown_user_gets_stable_mock_salt_and_fails():
 
 def test_tampered_nonce_and_channel_binding_rejected():
     verifier = scram.make_verifier("pencil", salt=SALT, iterations=4096)
-    exchange = scram.ScramExchange("user", verifier, nonce=SERVER_NONCE)
+    exchange = scram.ScramExchange("user", verifier, mock_key=KEY, nonce=SERVER_NONCE)
     exchange.first(CLIENT_FIRST)
     with pytest.raises(scram.AuthFailure, match="nonce"):
         exchange.final(CLIENT_FINAL.replace(b"r=rOpr", b"r=XOpr"))
     with pytest.raises(scram.AuthFailure, match="channel binding"):
-        scram.ScramExchange("user", verifier).first(b"p=tls-server-end-point,,n=user,r=abc")
+        scram.ScramExchange("user", verifier, mock_key=KEY).first(b"p=tls-server-end-point,,n=user,r=abc")
 
 
 def test_verifier_format_and_cleartext_check():

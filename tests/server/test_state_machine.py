@@ -6,6 +6,7 @@ from dpsql.server import codec
 from dpsql.server.protocol import QueryProtocol
 from dpsql.server.results import Outcome, Prepared, QueryError
 from dpsql.server.router import Route
+from dpsql.sql.split import split_statements
 
 
 class ScriptedDispatcher:
@@ -16,7 +17,10 @@ class ScriptedDispatcher:
     def __init__(self):
         self.executed = []
 
-    def route(self, sql):
+    async def split(self, sql):
+        return split_statements(sql)
+
+    async def route(self, sql):
         return Route("engine")
 
     async def prepare(self, sql, route, oids):

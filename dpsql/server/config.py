@@ -1,0 +1,100 @@
+"""The ``[server]`` section of ``dpsql.toml``: wire-server limits, the query log, per-user defaults.
+
+    [server]
+    max_statement_bytes = 262144     # larger frontend messages are answered 54000 and discarded
+    max_user_statements = 2          # statements one user may run at once (more wait their turn)
+    max_connections = 100            # authenticated connections (53300 beyond)
+    max_unauthenticated = 32         # connections still authenticating; the idlest is dropped beyond
+    auth_timeout = 5.0               # seconds to finish authenticating
+    catalog_timeout = 10.0           # statement timeout of catalog queries, enforced per role
+    query_log = "queries.jsonl"      # JSON lines, one per statement; "-" for stderr
+    [server.users.alice]             # defaults of one user's sessions (startup options override)
+    error_columns = "ci95"           # dpsql.error_columns: off | stderr | ci95
+    estimator = "pgm"                # dpsql.estimator: pgm | least_squares
+
+Unknown keys and bad values are refused, naming the key.  Command-line options of
+``dpsql serve`` override the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dpsql.errors import ConfigError
+
+DEFAULT_MAX_STATEMENT = 256 * 1024
+USER_SETTINGS = {"error_columns": ("dpsql.error_columns", ("off", "stderr", "ci95")),
+                 "estimator": ("dpsql.estimator", ("pgm", "least_squares"))}
+_NUMBERS = {"max_statement_bytes": int, "max_user_statements": int, "max_connections": int,
+            "max_unauthenticated": int, "auth_timeout": float, "catalog_timeout": float}
+
+
+@dataclass
+class ServerConfig:
+    max_statement_bytes: int = DEFAULT_MAX_STATEMENT
+    max_user_statements: int = 2
+    max_connections: int = 100
+    max_unauthenticated: int = 32
+    auth_timeout: float = 5.0
+    catalog_timeout: float = 10.0
+    query_log: str | None = None          # a path, or "-" for stderr
+    user_settings: dict[str, dict[str, str]] = field(default_factory=dict)   # user -> {dpsql.x: value}
+
+
+def parse_server_section(section, where: str = "[server]", base: Path | None = None) -> ServerConfig:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where} must be a table")
+    cfg = ServerConfig()
+    allowed = set(_NUMBERS) | {"query_log", "users"}
+    unknown = sorted(set(section) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}", hint=f"allowed keys: {', '.join(sorted(allowed))}")
+    for key, kind in _NUMBERS.items():
+        if key in section:
+            value = section[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+                raise ConfigError(f"{where}: {key} must be a{'n integer' if kind is int else ' number'}")
+            if value <= 0:
+                raise ConfigError(f"{where}: {key} must be positive")
+            setattr(cfg, key, kind(value))
+    if "query_log" in section:
+        log = section["query_log"]
+        if not isinstance(log, str) or not log:
+            raise ConfigError(f"{where}: query_log must be a path or \"-\" (stderr)")
+        cfg.query_log = log if log == "-" or os.path.isabs(log) or base is None else str(base / log)
+    users = section.get("users", {})
+    if not isinstance(users, dict):
+        raise ConfigError(f"{where}.users must be a table of tables")
+    for user, settings in users.items():
+        here = f"{where}.users.{user}"
+        if not isinstance(settings, dict):
+            raise ConfigError(f"{here} must be a table")
+        bad = sorted(set(settings) - set(USER_SETTINGS))
+        if bad:
+            raise ConfigError(f"{here}: unknown key(s) {bad}", hint=f"allowed keys: {', '.join(USER_SETTINGS)}")
+        out = {}
+        for key, value in settings.items():
+            name, values = USER_SETTINGS[key]
+            if value not in values:
+                raise ConfigError(f"{here}: {key} must be one of {', '.join(values)}")
+            out[name] = value
+        cfg.user_settings[user] = out
+    return cfg
+
+
+def load_server_config(config) -> ServerConfig:
+    """The ``[server]`` section of a config file (a path) or dict; defaults when absent."""
+    if isinstance(config, dict):
+        return parse_server_section(config.get("server", {}))
+    path = Path(config)
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return parse_server_section(raw.get("server", {}), f"{path}: [server]", path.resolve().parent)
