@@ -28,14 +28,20 @@ from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
 from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, strategy_tse, term_errors
 from dpsql.plan.kron import kron_strategy
 from dpsql.plan.gram import LowRankGram
-from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, workload_kappa
+from dpsql.plan.marginals import (
+    MarginalSpace, marginal_svd_bound, opt_marginals_theta, workload_kappa,
+)
+from dpsql.plan.residual import (
+    balanced_mu, residual_blocks, residual_mu, split_marginal_residual,
+)
 from dpsql.plan.opt0 import Progress
-from dpsql.plan.strategy import KronBlock, Strategy, round_blocks, union_sensitivity
+from dpsql.plan.strategy import KronBlock, Strategy, factor_kind, round_blocks, union_sensitivity
 from dpsql.plan.balance import balanced_theta, baseline_shares, query_caps
 from dpsql.plan.union import group_by_support, union_strategy, union_weights
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
-__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query", "optimize",
+__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query",
+           "opt_residual", "opt_residual_plus", "optimize",
            "round_strategy",
            "junction_tree_size", "DEFAULT_GRID"]
 
@@ -204,8 +210,52 @@ def _marginal_strategy(terms: WorkloadTerms, space: MarginalSpace, theta: np.nda
     return _make(terms, blocks, noise, "OPT_M")
 
 
+def _residual_part(space: MarginalSpace, mu: np.ndarray, shape) -> list[KronBlock]:
+    t, rho = split_marginal_residual(space, mu)
+    return residual_blocks(space, t, rho)
+
+
+def opt_residual(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
+                 progress: Progress | None = None) -> Strategy:
+    """ResidualPlanner (plan/residual.py): the optimal Gaussian strategy for a marginal
+    workload, as OPT_M's integer marginals where they suffice and residual blocks for the
+    rest, with the certificate that its error meets the SVD bound (Theorem 10)."""
+    if noise_norm(noise) != 2:
+        raise UnsupportedQueryError("ResidualPlanner is the optimal Gaussian mechanism",
+                                    hint="Laplace noise uses OPT_M")
+    terms = workload_terms(W)
+    if not all(all(t.marginal_like) for t in terms.terms):
+        raise UnsupportedQueryError("ResidualPlanner plans marginal workloads only",
+                                    hint="RP+ plans the marginal part of a mixed workload")
+    space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
+    caps = query_caps(terms, noise)
+    if caps is None:
+        mu = residual_mu(space, workload_kappa(space, terms))
+    else:
+        owner, cap = caps
+
+        def score(losses):
+            lq = np.zeros(cap.size)
+            np.add.at(lq, owner, losses)
+            return float(losses.sum()), bool(np.all(lq <= cap))
+
+        mu = balanced_mu(space, _term_kappas(space, terms), owner, cap, score)
+    blocks = _residual_part(space, mu, terms.shape)
+    sens = union_sensitivity(blocks, terms.shape, 2)
+    blocks = [replace(b, weight=b.weight / sens) for b in blocks]
+    bound = marginal_svd_bound(space, workload_kappa(space, terms))
+    nres = sum(1 for b in blocks if any(factor_kind(F)[0] == "other" for F in b.factors))
+    s = _make(terms, blocks, noise, "ResidualPlanner")
+    tse = s.expected_error if math.isfinite(s.expected_error) else strategy_tse(terms, blocks, noise)
+    note = (f" ResidualPlanner: {len(blocks) - nres} marginal and {nres} residual block(s); "
+            f"certificate: its expected error is {tse / bound:.4f}x the SVD bound "
+            f"{bound:.6g}, which no strategy beats (thesis Prop. 10)."
+            if math.isfinite(tse) and bound > 0 else "")
+    return replace(s, explanation=note)
+
+
 def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
-                       progress: Progress | None = None) -> Strategy:
+                       progress: Progress | None = None, residual: bool = False) -> Strategy:
     """OPT_M for the marginal terms ∪ one OPT_⊗ block per support group of the others.
 
     Dashboards mix marginals (GROUP BY) with filtered counts (``WHERE age BETWEEN …``).
@@ -238,9 +288,14 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
     msub = terms.select(marg)
     space = MarginalSpace.of(terms.shape, [t.support for t in msub.terms])
     caps = query_caps(terms, noise)
+    if residual and noise_norm(noise) != 2:
+        raise UnsupportedQueryError("ResidualPlanner is the optimal Gaussian mechanism")
     if caps is None:
-        theta, _ = opt_marginals_theta(space, workload_kappa(space, msub), noise,
-                                       restarts=restarts, rng=rng, progress=progress)
+        if residual:
+            mu = residual_mu(space, workload_kappa(space, msub))
+        else:
+            theta, _ = opt_marginals_theta(space, workload_kappa(space, msub), noise,
+                                           restarts=restarts, rng=rng, progress=progress)
     else:
         owner, cap = caps
 
@@ -254,12 +309,17 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
             return float(np.dot(losses, 1.0 / c ** 2)), bool(lower is None or lower.sum() < 1.0)
 
         free = union_weights([1.0] + [loss for loss, _ in other_parts], noise)
-        theta = balanced_theta(space, _term_kappas(space, msub), owner[marg], cap, noise,
-                               union_value, target=float(free[0] ** 2),
-                               restarts=restarts, rng=rng, progress=progress)
-    m = _marginal_strategy(msub, space, theta, noise)
-    sens_m = union_sensitivity(m.kron_blocks, terms.shape, p)
-    unit_m = [replace(b, weight=b.weight / sens_m) for b in m.kron_blocks]
+        if residual:
+            mu = balanced_mu(space, _term_kappas(space, msub), owner[marg], cap, union_value,
+                             target=float(free[0] ** 2))
+        else:
+            theta = balanced_theta(space, _term_kappas(space, msub), owner[marg], cap, noise,
+                                   union_value, target=float(free[0] ** 2),
+                                   restarts=restarts, rng=rng, progress=progress)
+    mblocks = (_residual_part(space, mu, terms.shape) if residual
+               else _marginal_strategy(msub, space, theta, noise).kron_blocks)
+    sens_m = union_sensitivity(mblocks, terms.shape, p)
+    unit_m = [replace(b, weight=b.weight / sens_m) for b in mblocks]
     marg_loss = term_errors(msub, unit_m, noise) / _unit_variance(noise)
     term_loss[marg] = marg_loss
     parts = [(float(marg_loss.sum()), unit_m)] + other_parts
@@ -271,7 +331,12 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
     for k, members in enumerate(groups):
         for j in members:
             assignment[other[j]] = first + k
-    return _make(terms, blocks, noise, "OPT_M+", assignment=assignment)
+    return _make(terms, blocks, noise, "RP+" if residual else "OPT_M+", assignment=assignment)
+
+
+def opt_residual_plus(W: Any, noise: str = "gaussian", **kw) -> Strategy:
+    """OPT_M+ with ResidualPlanner's optimal strategy for the marginal part (Gaussian)."""
+    return opt_marginals_plus(W, noise, residual=True, **kw)
 
 
 #: Largest dense factor (entries) the per-query candidate materialises.
@@ -332,17 +397,17 @@ def _large_attribute_problem(terms: WorkloadTerms, op: str, caps: Caps) -> str |
         if op == "per-query":
             continue
         if not all(isinstance(g, LowRankGram) for g in grams):
-            if op == "OPT_M":
+            if op in ("OPT_M", "RP"):
                 continue
             return (f"column {terms.attributes[i]!r} has {n:,} cells "
                     f"(dense OPT_0 cap {caps.opt0_cells:,})")
-        if op in ("OPT_M", "OPT_M+"):
+        if op in ("OPT_M", "OPT_M+", "RP", "RP+"):
             support = [j for j, t in enumerate(terms.terms) if i in t.support
-                       and (op == "OPT_M" or all(t.marginal_like))]
+                       and (op in ("OPT_M", "RP") or all(t.marginal_like))]
             if support:
                 return (f"query {_query_name(terms, support[0])!r} would need every value of "
                         f"column {terms.attributes[i]!r} ({n:,} cells) counted as a marginal")
-            if op == "OPT_M":
+            if op in ("OPT_M", "RP"):
                 continue
         if op in ("OPT_0", "OPT_kron") and len({t.large_kinds[i] for t in terms.terms}) > 1:
             return (f"one product cannot mix counts and sums over column "
@@ -416,12 +481,14 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if hit is not None:
             return hit
     d = len(terms.shape)
-    default_ops = ("OPT_0",) if d == 1 else ("OPT_kron", "OPT_+", "OPT_M", "OPT_M+")
+    default_ops = ("OPT_0",) if d == 1 else ("OPT_kron", "OPT_+", "OPT_M", "OPT_M+") + (
+        ("RP", "RP+") if noise == "gaussian" else ())
     ops = default_ops if operators is None else tuple(operators)
     if operators is None and terms.parts and len(terms.parts) > 1:
         ops = ops + ("per-query",)
     run: dict[str, Callable] = {"OPT_0": opt_0, "OPT_kron": opt_kron, "OPT_+": opt_union,
                                 "OPT_M": opt_marginals, "OPT_M+": opt_marginals_plus,
+                                "RP": opt_residual, "RP+": opt_residual_plus,
                                 "per-query": opt_per_query}
     rng = np.random.default_rng(seed)
     notes, cands = [], []
@@ -432,7 +499,9 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
                                              "or per-query")
         if op == "OPT_+" and len(group_by_support(terms)) < 2:
             continue
-        if op == "OPT_M+" and not all(terms.split_marginal()):
+        if op in ("OPT_M+", "RP+") and not all(terms.split_marginal()):
+            continue
+        if op == "RP" and not all(all(t.marginal_like) for t in terms.terms):
             continue
         if op == "per-query" and not terms.parts:
             continue
@@ -448,7 +517,7 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if blocked:
             notes.append(f"{op} skipped: {blocked}")
             continue
-        if op in ("OPT_M", "OPT_M+"):
+        if op in ("OPT_M", "OPT_M+", "RP", "RP+"):
             nparams = len(MarginalSpace.of(terms.shape, [t.support for t in terms.terms]).subsets)
             if nparams > caps.marginal_parameters:
                 notes.append(f"OPT_M skipped: {nparams:,} marginal weights "
@@ -493,7 +562,12 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if above[id(s)]:
             notes.append(f"{s.operator} would leave {len(above[id(s)])} quer"
                          f"{'y' if len(above[id(s)]) == 1 else 'ies'} above the per-query baseline")
-    best = min(within or finite, key=lambda s: s.expected_error)
+    # Residual blocks (RP, RP+) only where they beat OPT_M's integer marginals: a tie goes to
+    # the candidate without them (each of its marginals answers its own queries).
+    best = min(within or finite, key=lambda s: s.expected_error * (
+        1.0 + 1e-6 * any(factor_kind(F)[0] == "other" and F.shape[0] == F.shape[1] - 1
+                         and np.all(F.sum(axis=1) == 0) for b in s.kron_blocks for F in b.factors)
+        if s.operator in ("ResidualPlanner", "RP+") else 1.0))
     why = (f"{best.operator} chosen (lowest expected {'weighted ' if terms.parts else ''}"
            f"unit-noise squared error among feasible candidates"
            f"{' that keep every query within its per-query baseline' if within and terms.parts else ''}). "
