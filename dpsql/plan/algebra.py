@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dpsql.plan.marginals import MarginalSpace, strategy_kappa, workload_kappa
+from dpsql.plan.marginals import MarginalSpace, strategy_kappa, term_kappas
 from dpsql.plan.strategy import KronBlock, factor_kind
 
 __all__ = ["residual_factor", "AlgebraForm", "algebra_form", "JointSupport", "RESIDUAL_SCALE"]
@@ -88,13 +88,11 @@ class AlgebraForm:
         inv = np.empty(space.size)         # Σ_k 1/κ(a, k)
         for s, a in enumerate(space.subsets):
             inv[s] = self._inverse_sum(a, float(km[s]), float(mult[s]))
-        out = np.empty(len(terms.terms))
-        for j in range(len(terms.terms)):
-            kw = workload_kappa(space, terms.select([j]))
-            need = kw > 0
-            with np.errstate(invalid="ignore"):
-                out[j] = math.inf if np.any(~np.isfinite(inv[need])) else float(np.sum(kw[need] * inv[need]))
-        return out
+        kt = term_kappas(space, terms)                 # sparse, positive entries only
+        finite = np.isfinite(inv)
+        out = kt @ np.where(finite, inv, 0.0)
+        bad = (kt > 0).astype(float) @ (~finite).astype(float) > 0
+        return np.where(bad, math.inf, out)
 
     def _inverse_sum(self, a: frozenset, km: float, mult: float) -> float:
         rho = self.residual.get(a, 0.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+from itertools import combinations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -29,13 +30,15 @@ from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, strategy_tse
 from dpsql.plan.kron import kron_strategy
 from dpsql.plan.gram import LowRankGram
 from dpsql.plan.marginals import (
-    MarginalSpace, marginal_svd_bound, opt_marginals_theta, workload_kappa,
+    MarginalSpace, marginal_svd_bound, opt_marginals_theta, term_kappas, workload_kappa,
 )
 from dpsql.plan.residual import (
     balanced_mu, residual_blocks, residual_mu, split_marginal_residual,
 )
 from dpsql.plan.opt0 import Progress
-from dpsql.plan.strategy import KronBlock, Strategy, factor_kind, round_blocks, union_sensitivity
+from dpsql.plan.strategy import (
+    KronBlock, Strategy, eye_factor, factor_kind, ones_factor, round_blocks, union_sensitivity,
+)
 from dpsql.plan.balance import balanced_theta, baseline_shares, query_caps
 from dpsql.plan.union import group_by_support, union_strategy, union_weights
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
@@ -195,7 +198,7 @@ def opt_marginals(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
 
 
 def _term_kappas(space: MarginalSpace, terms: WorkloadTerms) -> np.ndarray:
-    return np.array([workload_kappa(space, terms.select([j])) for j in range(len(terms.terms))])
+    return term_kappas(space, terms)
 
 
 def _marginal_strategy(terms: WorkloadTerms, space: MarginalSpace, theta: np.ndarray,
@@ -204,7 +207,7 @@ def _marginal_strategy(terms: WorkloadTerms, space: MarginalSpace, theta: np.nda
     for s, th in zip(space.subsets, theta):
         if th <= 1e-9 * theta.max():
             continue
-        factors = tuple(np.eye(n) if i in s else np.ones((1, n))
+        factors = tuple(eye_factor(n) if i in s else ones_factor(n)
                         for i, n in enumerate(terms.shape))
         blocks.append(KronBlock(float(th), factors))
     return _make(terms, blocks, noise, "OPT_M")
@@ -246,12 +249,15 @@ def opt_residual(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
     bound = marginal_svd_bound(space, workload_kappa(space, terms))
     nres = sum(1 for b in blocks if any(factor_kind(F)[0] == "other" for F in b.factors))
     s = _make(terms, blocks, noise, "ResidualPlanner")
-    tse = s.expected_error if math.isfinite(s.expected_error) else strategy_tse(terms, blocks, noise)
-    note = (f" ResidualPlanner: {len(blocks) - nres} marginal and {nres} residual block(s); "
-            f"certificate: its expected error is {tse / bound:.4f}x the SVD bound "
-            f"{bound:.6g}, which no strategy beats (thesis Prop. 10)."
-            if math.isfinite(tse) and bound > 0 else "")
-    return replace(s, explanation=note)
+    note = f" ResidualPlanner: {len(blocks) - nres} marginal and {nres} residual block(s)."
+    return replace(s, explanation=note + _certificate(s.expected_error, bound))
+
+
+def _certificate(tse: float, bound: float) -> str:
+    if not (math.isfinite(tse) and bound > 0):
+        return ""
+    return (f" Certificate: its expected error is {tse / bound:.4f}x the SVD bound "
+            f"{bound:.6g}, which no strategy beats (thesis Prop. 10).")
 
 
 def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
@@ -454,11 +460,20 @@ def _names(terms: WorkloadTerms, idx) -> tuple[str, ...]:
 
 
 def _planned_cliques(terms: WorkloadTerms, operator: str) -> list[tuple[str, ...]]:
-    supports = [t.support for t in terms.terms]
+    supports = set(t.support for t in terms.terms)
     if operator in ("OPT_0", "OPT_kron"):
         return [_names(terms, frozenset().union(*supports))]
-    maximal = [s for s in set(supports) if not any(s < o for o in supports)]
-    return [_names(terms, s) for s in maximal]
+    # Maximal supports: drop every proper subset of a support (enumerated: supports are
+    # small, the workload may have thousands of them).
+    dominated = set()
+    for o in supports:
+        members = sorted(o)
+        if len(members) > 16:
+            dominated.update(s for s in supports if s < o)
+            continue
+        for r in range(len(members)):
+            dominated.update(frozenset(c) for c in combinations(members, r))
+    return [_names(terms, s) for s in supports - dominated]
 
 
 def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
@@ -481,8 +496,16 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if hit is not None:
             return hit
     d = len(terms.shape)
-    default_ops = ("OPT_0",) if d == 1 else ("OPT_kron", "OPT_+", "OPT_M", "OPT_M+") + (
-        ("RP", "RP+") if noise == "gaussian" else ())
+    marginal = all(all(t.marginal_like) for t in terms.terms)
+    if d == 1:
+        default_ops = ("OPT_0",)
+    elif marginal and noise == "gaussian":
+        # ResidualPlanner first: once it is certified optimal, OPT_kron and OPT_+ cannot
+        # beat it and are not run (OPT_M still is: equal to it, it wins the tie).
+        default_ops = ("RP", "OPT_M", "OPT_kron", "OPT_+")
+    else:
+        default_ops = ("OPT_kron", "OPT_+", "OPT_M", "OPT_M+") + (
+            ("RP+",) if noise == "gaussian" else ())
     ops = default_ops if operators is None else tuple(operators)
     if operators is None and terms.parts and len(terms.parts) > 1:
         ops = ops + ("per-query",)
@@ -492,7 +515,12 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
                                 "per-query": opt_per_query}
     rng = np.random.default_rng(seed)
     notes, cands = [], []
+    certified = None
     for op in ops:
+        if certified is not None and op in ("OPT_kron", "OPT_+"):
+            notes.append(f"{op} not run: ResidualPlanner is certified within "
+                         f"{certified:.4f}x of the SVD bound, which no strategy beats")
+            continue
         if op not in run:
             raise UnsupportedQueryError(f"unknown operator {op!r}",
                                         hint="use OPT_0, OPT_kron, OPT_+, OPT_M, OPT_M+ "
@@ -519,7 +547,7 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
             continue
         if op in ("OPT_M", "OPT_M+", "RP", "RP+"):
             nparams = len(MarginalSpace.of(terms.shape, [t.support for t in terms.terms]).subsets)
-            if nparams > caps.marginal_parameters:
+            if nparams > caps.marginal_parameters and op in ("OPT_M", "OPT_M+"):
                 notes.append(f"OPT_M skipped: {nparams:,} marginal weights "
                              f"(cap {caps.marginal_parameters:,})")
                 continue
@@ -536,6 +564,14 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if not math.isfinite(strat.expected_error):
             notes.append(f"{op} rejected: {_unsupported(terms, strat)}")
             continue
+        if op == "RP":
+            space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
+            bound = marginal_svd_bound(space, workload_kappa(space, terms))
+            if bound > 0 and strat.expected_error <= 1.01 * bound:
+                certified = strat.expected_error / bound
+            if "Certificate" not in strat.explanation:
+                strat = replace(strat, explanation=strat.explanation
+                                + _certificate(strat.expected_error, bound))
         cands.append((strat, size))
         notes.append(f"{op}: expected error {strat.expected_error:.6g}, "
                      f"{len(strat.kron_blocks)} block(s), junction tree {size:,} cells")

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 
 from dpsql.plan.algebra import residual_factor
 from dpsql.plan.marginals import MarginalSpace, workload_kappa
-from dpsql.plan.strategy import KronBlock
+from dpsql.plan.strategy import KronBlock, eye_factor, ones_factor
 
 __all__ = ["residual_mu", "split_marginal_residual", "residual_blocks", "balanced_mu"]
 
@@ -59,9 +59,10 @@ def term_losses(space: MarginalSpace, kt: np.ndarray, mu: np.ndarray) -> np.ndar
     mult = space.mult()
     log_n = float(np.sum(np.log(np.asarray(space.shape, dtype=float))))
     sens2 = float(np.sum(mu * mult)) * math.exp(-log_n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per = np.where(kt > 0, mult[None, :] * kt / mu[None, :], 0.0)
-    return sens2 * per.sum(axis=1)
+    ok = mu > 0
+    out = kt @ np.where(ok, mult / np.where(ok, mu, 1.0), 0.0)
+    bad = (kt > 0).astype(float) @ (~ok).astype(float) > 0
+    return np.where(bad, math.inf, sens2 * out)
 
 
 def balanced_mu(space: MarginalSpace, kt: np.ndarray, owner: np.ndarray, cap: np.ndarray,
@@ -74,7 +75,7 @@ def balanced_mu(space: MarginalSpace, kt: np.ndarray, owner: np.ndarray, cap: np
     first = best = None
     best_value = math.inf
     for _ in range(max(1, rounds)):
-        mu = residual_mu(space, u[owner] @ kt)
+        mu = residual_mu(space, np.asarray(kt.T @ u[owner]).ravel())
         losses = term_losses(space, kt, mu)
         value, feasible = score(losses)
         first = mu if first is None else first
@@ -94,8 +95,7 @@ def split_marginal_residual(space: MarginalSpace, mu: np.ndarray
     """(t, ρ): marginal weights² t_b ≥ 0 and residual parts ρ_a ≥ 0 with
     Σ_{b⊇a} c(b) t_b + ρ_a = μ_a, maximising Σ_b t_b (module docstring)."""
     S = space.size
-    M = space.members()
-    sub = ~np.any(M[:, None, :] & ~M[None, :, :], axis=2)          # sub[a, b]: a ⊆ b
+    sub = space.subset_matrix()                      # sub[a, b] = 1 when a ⊆ b
     c = np.exp(space.log_c())
     live = mu > 0
     t = np.zeros(S)
@@ -104,7 +104,7 @@ def split_marginal_residual(space: MarginalSpace, mu: np.ndarray
         # constraint at a = b caps it by μ_b), rows divided by μ_a: coefficients are
         # ratios μ_b/μ_a of nearby subsets instead of 10¹⁸-wide c(b).
         idx = np.flatnonzero(live)
-        A = sub[np.ix_(idx, idx)] * (mu[idx][None, :] / mu[idx][:, None])
+        A = sp.diags(1.0 / mu[idx]) @ sub[idx][:, idx] @ sp.diags(mu[idx])
         obj = -(mu[idx] / c[idx])
         obj = obj / np.abs(obj).max()
         try:
@@ -114,11 +114,11 @@ def split_marginal_residual(space: MarginalSpace, mu: np.ndarray
                 t[idx] = np.clip(res.x, 0.0, None) * mu[idx] / c[idx]
         except ValueError:
             pass
-    km = sub.astype(float) @ (c * t)
+    km = sub @ (c * t)
     over = km > mu * (1 + 1e-9)
     if np.any(over):         # solver tolerance: scale the marginal part back inside
         t *= float(np.min(np.where(km > 0, mu / np.maximum(km, 1e-300), np.inf)))
-        km = sub.astype(float) @ (c * t)
+        km = sub @ (c * t)
     rho = np.clip(mu - km, 0.0, None)
     rho[rho <= 1e-9 * np.maximum(mu, 1e-300)] = 0.0
     return t, rho
@@ -131,9 +131,10 @@ def residual_blocks(space: MarginalSpace, t: np.ndarray, rho: np.ndarray) -> lis
     shape = space.shape
     R = {}
     blocks = []
+    log_c = space.log_c()
     for s, a in enumerate(space.subsets):
         if t[s] > 0:
-            factors = tuple(np.eye(n) if i in a else np.ones((1, n)) for i, n in enumerate(shape))
+            factors = tuple(eye_factor(n) if i in a else ones_factor(n) for i, n in enumerate(shape))
             blocks.append(KronBlock(math.sqrt(t[s]), factors))
     for s, a in enumerate(space.subsets):
         if rho[s] <= 0:
@@ -146,7 +147,7 @@ def residual_blocks(space: MarginalSpace, t: np.ndarray, rho: np.ndarray) -> lis
                 factors.append(R[i])
                 scale *= float(np.sum(R[i] * R[i])) / (n - 1)
             else:
-                factors.append(np.ones((1, n)))
-        c_a = math.exp(space.log_c()[s])
+                factors.append(ones_factor(n))
+        c_a = math.exp(log_c[s])
         blocks.append(KronBlock(math.sqrt(rho[s] / (c_a * scale)), tuple(factors)))
     return blocks

@@ -47,7 +47,7 @@ def test_the_plan_is_residual_and_certified(measured):
     s = report.strategy
     assert s.operator == "ResidualPlanner"
     assert algebra_form(s.kron_blocks, s.shape).residual
-    assert "certificate" in s.explanation
+    assert "Certificate" in s.explanation
     assert report.bound_rmse is not None and report.rmse <= 1.001 * report.bound_rmse
 
 

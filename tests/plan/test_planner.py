@@ -74,7 +74,7 @@ def test_caps_restructure_high_dimensional_workloads():
     W = Workload(D, Marginals(D, cliques))
     s = optimize(W, "gaussian", restarts=1, seed=0)
     assert s.operator in ("OPT_M", "OPT_+", "ResidualPlanner")
-    assert "OPT_kron skipped" in s.explanation
+    assert "OPT_kron skipped" in s.explanation or "OPT_kron not run" in s.explanation
     assert max(len(c) for c in s.cliques) <= 2
     # A junction tree over the cap is flagged, not refused; a marginal over the cap is.
     flagged = optimize(W, "gaussian", restarts=1, caps=Caps(model_size=100))

@@ -47,7 +47,7 @@ def test_residual_planner_meets_the_svd_bound_where_opt_m_cannot():
     om = opt_marginals(W, "gaussian", restarts=1)
     assert rp.expected_error == pytest.approx(bound, rel=1e-9)
     assert om.expected_error > 1.05 * bound
-    assert "certificate" in rp.explanation and "1.0000x the SVD bound" in rp.explanation
+    assert "Certificate" in rp.explanation and "1.0000x the SVD bound" in rp.explanation
 
 
 def test_residual_strategy_errors_equal_dense_recomputation():
