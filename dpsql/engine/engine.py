@@ -56,7 +56,7 @@ Released = tuple[rel.LatticeBlock, np.ndarray, float]
 MODEL_FORMAT = "1"
 #: The estimator's identity: part of every saved model's key, so a fit by an older
 #: estimator is never loaded after the estimator changed.
-ESTIMATOR_VERSION = "pgm-2026-11"
+ESTIMATOR_VERSION = "pgm-2026-11-gap"
 
 #: Fits end when the estimated optimality gap is at most atol + rtol·loss (loss in units of
 #: each measurement's σ, so the test is the same at every noise scale; ``fit_iters`` is a
@@ -144,6 +144,8 @@ class PlanReport:
     bound_exact: bool = False
     objective: str = "relative"
     per_query: tuple[QueryReport, ...] = ()
+    # AIM or HDMM for this workload and budget (dpsql.plan.aim.advise; public information)
+    advice: str | None = None
 
     @property
     def flagged(self) -> tuple[QueryReport, ...]:
@@ -403,10 +405,17 @@ class Engine:
             baseline = math.nan
         raw = Workload(workload.domain, linalg.Union(blocks))
         bound = svd_lower_bound(raw) if self.config.noise == "gaussian" else None
+        advice = None
+        if self.config.noise == "gaussian":
+            from dpsql.plan.aim import advise
+            with self._lock:
+                fitted = self._state(table).model
+            advice = advise(raw, raw.domain, rmse,
+                            total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * s2 / m),
                           bool(bound and bound[1]), self.config.planner.objective,
-                          tuple(per_query))
+                          tuple(per_query), advice)
 
     def optimize(self, workload: Workload, rho: float, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
