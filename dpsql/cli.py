@@ -36,6 +36,11 @@ def _print_error(exc: errors.Error) -> None:
     print(f"ERROR [{exc.sqlstate}]: {exc.message}", file=sys.stderr)
     if exc.detail:
         print(f"DETAIL: {exc.detail}", file=sys.stderr)
+    # the engine's own message (can hold row values): for the operator at the CLI only,
+    # never sent over the wire (dpsql.measure.counting.engine_error)
+    engine = getattr(exc, "operator_detail", None)
+    if engine:
+        print(f"ENGINE: {engine}", file=sys.stderr)
     if exc.hint:
         print(f"HINT: {exc.hint}", file=sys.stderr)
 
@@ -143,13 +148,12 @@ def cmd_plan(args) -> int:
 
 
 def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
-    """Run the operator data check (``DuckDBBackend.data_check``) and print it; True when
+    """Run the operator data check (``Backend.data_check``) and print it; True when
     every value of every checked table is a value of its declared domain."""
-    from dpsql.measure.backend import DuckDBBackend
     from dpsql.measure.reader import PROBLEMS
     out = out or sys.stdout
-    if not isinstance(backend, DuckDBBackend):
-        raise errors.NotSupportedError("dpsql check needs the DuckDB backend")
+    if not hasattr(backend, "data_check"):
+        raise errors.NotSupportedError("dpsql check needs a backend with a data check")
     if table is not None and table not in tables:
         raise errors.UnknownTableError(f"no table {table!r} in the configuration",
                                        hint=f"tables: {', '.join(sorted(tables))}")
@@ -194,9 +198,9 @@ def cmd_check(args) -> int:
     """Operator data check: reads the raw rows locally and prints per column where values
     landed; never reachable by analysts (no wire command, no policy runs it)."""
     from dpsql.engine.config import load_config
-    from dpsql.measure.backend import DuckDBBackend
+    from dpsql.measure.router import open_backend
     cfg = load_config(_config_path(args))   # no engine: checking creates no ledger
-    backend = DuckDBBackend(cfg.sources)
+    backend = open_backend(cfg.sources)
     try:
         ok = _check_tables(cfg.tables, backend, args.table)
     finally:
