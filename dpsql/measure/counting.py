@@ -151,6 +151,8 @@ def engine_error(engine: str, what: str, exc: BaseException | None, secret: str 
                      + (f" (error class: {type(exc).__name__})" if exc is not None else ""))
     if exc is not None:
         detail = scrub(f"{type(exc).__name__}: {exc}", secret)
+        if len(detail) > 2000:   # a JVM stack trace: its head says what failed
+            detail = detail[:2000] + " …"
         err.operator_detail = detail
         log.warning("%s failed inside %s: %s", what, engine, detail)
     return err
