@@ -210,7 +210,10 @@ def _threshold_case(x, thresholds: Sequence, literal, first: int, null_cell: int
     mid = n // 2
     left = _threshold_case(x, thresholds[:mid], literal, first)
     right = _threshold_case(x, thresholds[mid + 1:], literal, first + mid + 1)
-    return case.when(exp.LT(this=x.copy(), expression=literal(thresholds[mid])), left).else_(right)
+    # copy=False: the subtrees are fresh; copying them at every level made a 100,000-cell
+    # column's CASE take minutes to build (deep copies of the whole subtree per level).
+    return case.when(exp.LT(this=x.copy(), expression=literal(thresholds[mid])), left,
+                     copy=False).else_(right, copy=False)
 
 
 def _normalise_op(op: str) -> str:

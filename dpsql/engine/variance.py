@@ -98,6 +98,12 @@ class _Prepared:
         self.mats, self.ginv, self.proj = [], [], []
         for f in block.factors:
             m = f.astype(np.float64) * (block.scale if not self.ginv else 1.0)
+            if m.shape[1] > _WIDE and m.shape[0] < m.shape[1]:
+                thin = _Thin(m)        # a large attribute: never an n×n matrix
+                self.mats.append(m)
+                self.ginv.append(thin)
+                self.proj.append(thin)
+                continue
             # G⁺ = M⁺ M⁺ᵀ from the SVD of M: pinv(MᵀM) squares M's condition number and
             # truncated the small lattice rows' eigenvalues (their variance came out tiny).
             mp = np.linalg.pinv(m)
@@ -105,6 +111,41 @@ class _Prepared:
             self.mats.append(m)
             self.ginv.append(gi)
             self.proj.append(_row_space_projector(m))
+
+
+#: Factors over more cells than this with fewer rows than cells (the planner's thin
+#: factors on large attributes, plan/large.py) are handled through their k×k row gram.
+_WIDE = 4096
+
+
+class _Thin:
+    """G⁺ = mᵀ(mmᵀ)⁺²m and the row-space projector mᵀ(mmᵀ)⁺m of a thin m (k × n), kept as
+    m and (mmᵀ)⁺ so that nothing n×n is formed."""
+
+    def __init__(self, m: np.ndarray) -> None:
+        self.m = m
+        w, P = np.linalg.eigh(m @ m.T)
+        keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-12 * m.shape[0]
+        self.gp = (P[:, keep] / w[keep]) @ P[:, keep].T
+
+    def coords(self, q: np.ndarray) -> np.ndarray:
+        return (q @ self.m.T) @ self.gp
+
+
+def _project(q: np.ndarray, pr) -> np.ndarray:
+    return pr.coords(q) @ pr.m if isinstance(pr, _Thin) else q @ pr
+
+
+def _quad(qa: np.ndarray, gi, qb: np.ndarray) -> np.ndarray:
+    """diag(qa G⁺ qbᵀ)."""
+    if isinstance(gi, _Thin):
+        return np.einsum("ij,ij->i", gi.coords(qa), gi.coords(qb))
+    return np.einsum("ij,jk,ik->i", qa, gi, qb)
+
+
+def _estimator(qa: np.ndarray, gi, m: np.ndarray) -> np.ndarray:
+    """qa G⁺ mᵀ (local least squares, applied to the measured values)."""
+    return gi.coords(qa) if isinstance(gi, _Thin) else qa @ gi @ m.T
 
 
 def _row_space_projector(m: np.ndarray) -> np.ndarray:
@@ -156,7 +197,7 @@ def row_variances(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]
         return block.stddev ** 2 * np.einsum("ij,jk,ik->i", q, gi, q)
     for _, lf in lifted:
         for qa, pr in zip(lf, prepared.proj):
-            if not np.allclose(qa @ pr, qa, atol=1e-8 * max(1.0, np.abs(qa).max())):
+            if not np.allclose(_project(qa, pr), qa, atol=1e-8 * max(1.0, np.abs(qa).max())):
                 return None
     total = None
     for c1, lf1 in lifted:
@@ -165,7 +206,7 @@ def row_variances(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]
             for qa, qb, gi in zip(lf1, lf2, prepared.ginv):
                 if qa.shape[0] != qb.shape[0]:
                     return None
-                diag = np.kron(diag, np.einsum("ij,jk,ik->i", qa, gi, qb))
+                diag = np.kron(diag, _quad(qa, gi, qb))
             part = c1 * c2 * diag
             total = part if total is None else total + part
     if total is None or total.shape[0] != rowblock.rows:
@@ -196,7 +237,7 @@ def row_estimates(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]
             q = _kron_all(lf)
             out += coef * (q @ (prepared.ginv[0] @ (prepared.mats[0].T @ y)))
         else:
-            mats = [qa @ gi @ m.T for qa, gi, m in zip(lf, prepared.ginv, prepared.mats)]
+            mats = [_estimator(qa, gi, m) for qa, gi, m in zip(lf, prepared.ginv, prepared.mats)]
             out += coef * _kron_apply(mats, y)
     return out
 

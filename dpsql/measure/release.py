@@ -103,14 +103,43 @@ def _as_matrix(f: np.ndarray) -> QueryMatrix:
     return Explicit(f.astype(np.float64))
 
 
-def _dense_factors(clique: Sequence[str], query: QueryMatrix) -> list[np.ndarray]:
+@dataclass(frozen=True)
+class _Basis:
+    """A planner factor C·S over a large attribute: real coefficients C over an integer
+    basis S of the workload's row space (plan/large.py).  Only C is rounded, so the
+    measured rows span exactly S's row space (rounding C·S itself would tilt them out of
+    it and the queries they were planned for would lose support)."""
+
+    coef: np.ndarray
+    basis: np.ndarray
+
+    def dense(self) -> np.ndarray:
+        return self.coef @ self.basis
+
+
+def _factor(f: QueryMatrix) -> "np.ndarray | _Basis":
+    from dpsql.linalg import Explicit, Product
+    if isinstance(f, Product) and isinstance(f.left, Explicit) and isinstance(f.right, Explicit):
+        s = np.asarray(f.right.array, dtype=np.float64)
+        if _is_integer(s):
+            return _Basis(np.asarray(f.left.dense(), dtype=np.float64), s)
+    return np.asarray(f.dense(), dtype=np.float64)
+
+
+def _dense_factors(clique: Sequence[str], query: QueryMatrix) -> list:
     if isinstance(query, Kron) and len(query.factors) == len(clique):
-        return [np.asarray(f.dense(), dtype=np.float64) for f in query.factors]
-    return [np.asarray(query.dense(), dtype=np.float64)]
+        return [_factor(f) for f in query.factors]
+    return [_factor(query)]
 
 
-def _is_integer(d: np.ndarray) -> bool:
+def _is_integer(d) -> bool:
+    if isinstance(d, _Basis):
+        return False
     return bool(np.all(d == np.round(d)) and np.abs(d).max(initial=0) < 2**31)
+
+
+def _top(d) -> float:
+    return float(np.abs(d.coef if isinstance(d, _Basis) else d).max())
 
 
 def to_lattice(clique: Sequence[str], query: QueryMatrix, weight: float,
@@ -121,12 +150,18 @@ def to_lattice(clique: Sequence[str], query: QueryMatrix, weight: float,
         if _is_integer(d):
             factors.append(d.astype(np.int64))
             continue
-        top = float(np.abs(d).max())
+        top = _top(d)
         if top == 0:
-            factors.append(np.zeros(d.shape, dtype=np.int64))
+            factors.append(np.zeros(d.dense().shape if isinstance(d, _Basis) else d.shape,
+                                    dtype=np.int64))
             continue
         grid = top * resolution
-        factors.append(_noise.round_to_grid(d, grid).astype(np.int64))
+        if isinstance(d, _Basis):
+            k = _noise.round_to_grid(d.coef, grid).astype(object)
+            m = k @ d.basis.astype(np.int64).astype(object)
+            factors.append(m.astype(np.int64))
+        else:
+            factors.append(_noise.round_to_grid(d, grid).astype(np.int64))
         scale *= grid
     return LatticeBlock(tuple(clique), tuple(factors), float(scale), float(weight))
 
@@ -134,6 +169,7 @@ def to_lattice(clique: Sequence[str], query: QueryMatrix, weight: float,
 def _real_sensitivity(clique, query, p: int) -> float:
     out = 1.0
     for d in _dense_factors(clique, query):
+        d = d.dense() if isinstance(d, _Basis) else d
         out *= float((np.abs(d) ** p).sum(axis=0).max(initial=0)) ** (1.0 / p)
     return out
 
@@ -161,7 +197,7 @@ def lattice_blocks(blocks, rho: float, *, family: str = "gaussian",
         real = [d for d in _dense_factors(clique, query) if not _is_integer(d)]
         r = 1.0 / GRID
         if real and w > 0:
-            top = math.prod(float(np.abs(d).max()) for d in real if np.abs(d).max() > 0)
+            top = math.prod(_top(d) for d in real if _top(d) > 0)
             need = (sigma / w) / (MAX_LATTICE_SIGMA * top)
             if need > 0:
                 r = max(r, need ** (1.0 / len(real)))
@@ -249,6 +285,7 @@ def lattice_keeps_rank(blocks, rho: float, *, family: str = "gaussian", unit_row
     lattice, _ = lattice_blocks(blocks, rho, family=family, unit_rows=unit_rows)
     for (clique, query, _), lb in zip(blocks, lattice):
         for d, m in zip(_dense_factors(clique, query), lb.factors):
+            d = d.dense() if isinstance(d, _Basis) else d
             if not _is_integer(d) and np.linalg.matrix_rank(m.astype(np.float64)) < np.linalg.matrix_rank(d):
                 return False
     return True

@@ -27,7 +27,7 @@ import numpy as np
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.calibration import gaussian_sigma, laplace_scale
 from dpsql.plan.marginals import MarginalSpace, marginal_loss, strategy_kappa, workload_kappa
-from dpsql.plan.gram import FactorPinv, pinv_psd
+from dpsql.plan.gram import FactorPinv, LowRankGram, pinv_psd
 from dpsql.plan.strategy import KronBlock, Strategy, factor_kind, union_sensitivity
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
@@ -217,7 +217,8 @@ def query_errors(strategy: Strategy) -> list[tuple[float, float, float | None]]:
     for part, value in zip(terms.parts, tse):
         sub = terms.select(list(part.terms))
         floor = None
-        if max(terms.shape) <= FLOOR_CELLS:
+        if all(isinstance(g, LowRankGram) or g.shape[0] <= FLOOR_CELLS
+               for t in sub.terms for g in t.grams):
             b = svd_bound(sub)
             floor = None if b is None else b / part.scale
         out.append((float(value), part.rows * part.baseline, floor))

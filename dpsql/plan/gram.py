@@ -25,10 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
-__all__ = ["column_classes", "FactorPinv", "pinv_psd", "class_matrix", "class_sum"]
+__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "pinv_psd",
+           "class_matrix", "class_sum", "LARGE_CELLS"]
 
 #: Relative tolerance for two workload columns to count as equal.
 CLASS_RTOL = 1e-10
+
+#: Attributes with more cells than this are never given n×n grams (``LowRankGram``) and
+#: their strategy factors are thin (few rows, ``ThinPinv``).
+LARGE_CELLS = 4096
 
 
 def column_classes(R: np.ndarray, rtol: float = CLASS_RTOL) -> tuple[np.ndarray, np.ndarray]:
@@ -108,9 +113,11 @@ class FactorPinv:
     trivial: bool          # every cell its own class: U = I
 
     @classmethod
-    def of(cls, F: np.ndarray) -> "FactorPinv":
+    def of(cls, F: np.ndarray) -> "FactorPinv | ThinPinv":
         F = np.atleast_2d(np.asarray(F, dtype=float))
         m, n = F.shape
+        if n > LARGE_CELLS and m < n:
+            return ThinPinv(F)
         c = float(F.flat[0])
         if c != 0.0 and m == n and np.array_equal(F, c * np.eye(n)):       # c·I
             return cls(np.arange(n), np.ones(n), np.eye(n) / (c * c), None, True)
@@ -207,3 +214,107 @@ def _cholesky_inverse(K: np.ndarray) -> np.ndarray | None:
     if not d.size or d.min() <= 1e-6 * d.max():
         return None
     return sla.cho_solve((c, low), np.eye(K.shape[0]), check_finite=False)
+
+
+class LowRankGram:
+    """V = c·I + RᵀR over a large attribute (n cells), never formed as an n×n array.
+
+    Workload factors on an attribute with tens of thousands of cells are thin — a Total,
+    a few BETWEEN indicators, a SUM's value row — or the identity (GROUP BY): their grams
+    are a multiple of I plus a low-rank part, and every quantity the planner needs (trace,
+    sum, diagonal, traces against a strategy, the SVD bound) follows from the m×n rows R in
+    O(n·m²).  Scaling by c² and adding grams of the same attribute stay in this form.
+    """
+
+    __slots__ = ("n", "c", "rows")
+
+    def __init__(self, n: int, c: float = 0.0, rows: np.ndarray | None = None) -> None:
+        self.n = int(n)
+        self.c = float(c)
+        self.rows = np.zeros((0, self.n)) if rows is None else np.atleast_2d(np.asarray(rows, dtype=float))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.n)
+
+    def scaled(self, s2: float) -> "LowRankGram":
+        """s²·V."""
+        return LowRankGram(self.n, s2 * self.c, math.sqrt(s2) * self.rows)
+
+    @staticmethod
+    def combine(grams, coeffs2) -> "LowRankGram":
+        """Σ_j coeffs2_j · grams_j (grams of one attribute)."""
+        n = grams[0].n
+        c = sum(w * g.c for g, w in zip(grams, coeffs2))
+        rows = [math.sqrt(w) * g.rows for g, w in zip(grams, coeffs2) if w > 0 and g.rows.size]
+        return LowRankGram(n, c, np.vstack(rows) if rows else None)
+
+    def trace(self) -> float:
+        return self.c * self.n + float(np.sum(self.rows * self.rows))
+
+    def dense(self) -> np.ndarray:
+        """The n×n matrix; only for small n (tests, dense fallbacks on small domains)."""
+        return self.c * np.eye(self.n) + self.rows.T @ self.rows
+
+    def total(self) -> float:
+        """1ᵀV1."""
+        return self.c * self.n + float(np.sum(self.rows.sum(axis=1) ** 2))
+
+    def diag(self) -> np.ndarray:
+        return self.c + (self.rows * self.rows).sum(axis=0)
+
+    def is_constant(self) -> bool:
+        """V = μ·11ᵀ (every row of R constant, no identity part)."""
+        if self.c != 0.0:
+            return False
+        r = self.rows
+        return bool(np.all(np.abs(r - r[:, :1]) <= 1e-12 * max(float(np.abs(r).max(initial=0.0)), 1e-300)))
+
+    def eigenvalues(self) -> np.ndarray:
+        """The non-trivial eigenvalues: c + those of RRᵀ (the other n − m equal c)."""
+        ev = np.linalg.eigvalsh(self.rows @ self.rows.T) if self.rows.size else np.zeros(0)
+        return self.c + np.clip(ev, 0.0, None)
+
+    def svd_bound(self) -> float:
+        """(Σ √eigenvalues)² / n (thesis Definition 12) without forming V."""
+        ev = self.eigenvalues()
+        rest = self.n - ev.size
+        total = float(np.sqrt(ev).sum()) + rest * math.sqrt(max(self.c, 0.0))
+        return total * total / self.n
+
+    def fingerprint(self) -> bytes:
+        return np.float64(self.c).tobytes() + np.ascontiguousarray(self.rows).tobytes()
+
+
+class ThinPinv:
+    """(FᵀF)⁺ = Fᵀ(FFᵀ)⁺²F for a thin factor F (k × n, k ≪ n) on a large attribute:
+    traces and quadratic forms in O(n·k·m), support by projecting onto F's row space."""
+
+    def __init__(self, F: np.ndarray) -> None:
+        self.F = F
+        w, P = np.linalg.eigh(F @ F.T)
+        keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-12 * F.shape[0]
+        self.Ginv = (P[:, keep] / w[keep]) @ P[:, keep].T
+        self.rank = int(keep.sum())
+
+    def _coords(self, Q: np.ndarray) -> np.ndarray | None:
+        """Q Fᵀ G⁺ (so that Q = coords·F when Q lies in F's row space), or None."""
+        QF = Q @ self.F.T
+        coords = QF @ self.Ginv
+        resid = Q - coords @ self.F
+        if np.abs(resid).max(initial=0.0) > 1e-7 * max(float(np.abs(Q).max(initial=0.0)), 1e-300):
+            return None
+        return coords
+
+    def trace(self, V: LowRankGram) -> float:
+        """tr(V (FᵀF)⁺) = ‖R Fᵀ G⁺‖²_F for V = RᵀR (R in F's row space), inf otherwise."""
+        if V.c > 0:
+            return math.inf        # the identity part needs every cell: a thin F cannot
+        if not V.rows.size:
+            return 0.0
+        coords = self._coords(V.rows)
+        return math.inf if coords is None else float(np.sum(coords * coords))
+
+    def diag_quadratic(self, Q: np.ndarray) -> np.ndarray | None:
+        coords = self._coords(np.atleast_2d(np.asarray(Q, dtype=float)))
+        return None if coords is None else np.einsum("ij,ij->i", coords, coords)

@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from dpsql.plan.gram import FactorPinv
+from dpsql.plan.gram import FactorPinv, LowRankGram
+from dpsql.plan.large import opt0_large, row_basis
 from dpsql.plan.opt0 import FactorResult, Progress, opt0, semiseparable_right, sensitivity
 from dpsql.plan.strategy import KronBlock
 from dpsql.plan.workload import WorkloadTerms
@@ -70,7 +71,20 @@ def kron_strategy(terms: WorkloadTerms, noise: str, *, restarts: int = 1,
     p_norm = 1 if noise == "laplace" else 2
     d = len(terms.shape)
     w2 = np.array([t.weight ** 2 for t in terms.terms])
-    factors = [np.eye(n) for n in terms.shape]
+    # A large attribute (LowRankGram) starts from its workload rows (row_basis), the rest
+    # from the identity; bases[i] records the integer basis a large factor is C·S over.
+    factors, bases = [], []
+    for i, n in enumerate(terms.shape):
+        g = terms.terms[0].grams[i]
+        if isinstance(g, LowRankGram):
+            S = row_basis(terms.attribute_gram(i).rows)
+            if not S.size:
+                S = np.zeros((1, n))
+            factors.append(S)
+            bases.append(S)
+        else:
+            factors.append(np.eye(n))
+            bases.append(None)
     E = np.column_stack([factor_errors(factors[i], terms, i, p_norm) for i in range(d)])
     best = float(np.sum(w2 * np.prod(E, axis=1)))
     sweeps = 1 if len(terms.terms) == 1 else rounds
@@ -82,11 +96,16 @@ def kron_strategy(terms: WorkloadTerms, noise: str, *, restarts: int = 1,
             if not np.all(np.isfinite(coeffs)):
                 continue
             V = terms.attribute_gram(i, coeffs)
-            cand = opt0(V, noise, p=_p_for(terms, i), restarts=restarts, rng=rng,
-                        progress=progress, right=_fast_right(terms, i, coeffs))
+            basis = None
+            if isinstance(V, LowRankGram):
+                cand, basis = opt0_large(V, noise, progress=progress)
+            else:
+                cand = opt0(V, noise, p=_p_for(terms, i), restarts=restarts, rng=rng,
+                            progress=progress, right=_fast_right(terms, i, coeffs))
             current = FactorResult(factors[i], float(np.sum(coeffs ** 2 * E[:, i])), "current")
             if cand.loss < current.loss * (1 - 1e-12):
                 factors[i] = cand.matrix
+                bases[i] = basis
                 if len(w2) == 1:
                     # One term: OPT_0's loss on c²V is exactly c²·e, no second inverse.
                     E[0, i] = cand.loss / coeffs[0] ** 2
@@ -98,4 +117,4 @@ def kron_strategy(terms: WorkloadTerms, noise: str, *, restarts: int = 1,
         if before - best <= tol * best:
             break
     sens = math.prod(sensitivity(F, p_norm) for F in factors)
-    return KronBlock(1.0 / sens, tuple(factors)), best
+    return KronBlock(1.0 / sens, tuple(factors), bases=tuple(bases)), best

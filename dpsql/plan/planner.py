@@ -27,6 +27,7 @@ import numpy as np
 from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
 from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, strategy_tse, term_errors
 from dpsql.plan.kron import kron_strategy
+from dpsql.plan.gram import LowRankGram
 from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, workload_kappa
 from dpsql.plan.opt0 import Progress
 from dpsql.plan.strategy import KronBlock, Strategy, round_blocks, union_sensitivity
@@ -258,13 +259,13 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
                                restarts=restarts, rng=rng, progress=progress)
     m = _marginal_strategy(msub, space, theta, noise)
     sens_m = union_sensitivity(m.kron_blocks, terms.shape, p)
-    unit_m = [KronBlock(b.weight / sens_m, b.factors) for b in m.kron_blocks]
+    unit_m = [replace(b, weight=b.weight / sens_m) for b in m.kron_blocks]
     marg_loss = term_errors(msub, unit_m, noise) / _unit_variance(noise)
     term_loss[marg] = marg_loss
     parts = [(float(marg_loss.sum()), unit_m)] + other_parts
     lower = baseline_shares(terms, noise, part_terms, term_loss)
     c = union_weights([loss for loss, _ in parts], noise, lower)
-    blocks = [KronBlock(b.weight * float(ck), b.factors) for ck, (_, bs) in zip(c, parts) for b in bs]
+    blocks = [replace(b, weight=b.weight * float(ck)) for ck, (_, bs) in zip(c, parts) for b in bs]
     assignment = [-1] * len(terms.terms)
     first = len(parts[0][1])
     for k, members in enumerate(groups):
@@ -310,6 +311,47 @@ def opt_per_query(W: Any, noise: str = "gaussian", **_ignored) -> Strategy:
             factors = tuple(factor_dense(f) for f in t.factors)
             blocks.append(KronBlock(c * t.weight / math.sqrt(part.scale), factors))
     return _make(terms, blocks, noise, "per-query", assignment=list(range(len(blocks))))
+
+
+def _query_name(terms: WorkloadTerms, j: int) -> str:
+    for p in terms.parts:
+        if j in p.terms:
+            return p.name
+    return f"workload term {j}"
+
+
+def _large_attribute_problem(terms: WorkloadTerms, op: str, caps: Caps) -> str | None:
+    """Why ``op`` cannot plan this workload's large attributes (naming column and query),
+    or None.  Large attributes (``gram.LARGE_CELLS``) are planned in their workload's row
+    space (plan/large.py) by the OPT_0-based operators, which needs every factor there to
+    be thin (no GROUP BY over every value); OPT_M would need identity marginals over them."""
+    for i, n in enumerate(terms.shape):
+        if n <= caps.opt0_cells:
+            continue
+        grams = [t.grams[i] for t in terms.terms]
+        if op == "per-query":
+            continue
+        if not all(isinstance(g, LowRankGram) for g in grams):
+            if op == "OPT_M":
+                continue
+            return (f"column {terms.attributes[i]!r} has {n:,} cells "
+                    f"(dense OPT_0 cap {caps.opt0_cells:,})")
+        if op in ("OPT_M", "OPT_M+"):
+            support = [j for j, t in enumerate(terms.terms) if i in t.support
+                       and (op == "OPT_M" or all(t.marginal_like))]
+            if support:
+                return (f"query {_query_name(terms, support[0])!r} would need every value of "
+                        f"column {terms.attributes[i]!r} ({n:,} cells) counted as a marginal")
+            if op == "OPT_M":
+                continue
+        if op in ("OPT_0", "OPT_kron") and len({t.large_kinds[i] for t in terms.terms}) > 1:
+            return (f"one product cannot mix counts and sums over column "
+                    f"{terms.attributes[i]!r} ({n:,} cells) on the measurement lattice")
+        wide = [j for j, g in enumerate(grams) if g.c > 0]
+        if wide:
+            return (f"query {_query_name(terms, wide[0])!r} groups by every value of column "
+                    f"{terms.attributes[i]!r} ({n:,} cells)")
+    return None
 
 
 def _above_baseline(terms: WorkloadTerms, strat: Strategy) -> list[int]:
@@ -402,9 +444,9 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
                          f"(cap {caps.marginal_cells:,})")
             continue
         size = junction_tree_size(terms.attributes, terms.shape, cliques)
-        if op in ("OPT_0", "OPT_kron", "OPT_+", "OPT_M+") and max(terms.shape) > caps.opt0_cells:
-            notes.append(f"{op} skipped: an attribute has {max(terms.shape):,} cells "
-                         f"(dense OPT_0 cap {caps.opt0_cells:,})")
+        blocked = _large_attribute_problem(terms, op, caps)
+        if blocked:
+            notes.append(f"{op} skipped: {blocked}")
             continue
         if op in ("OPT_M", "OPT_M+"):
             nparams = len(MarginalSpace.of(terms.shape, [t.support for t in terms.terms]).subsets)

@@ -51,6 +51,9 @@ class KronBlock:
     weight: float
     factors: tuple[np.ndarray, ...]
     grids: tuple[float, ...] = ()
+    # Per factor, None or an integer basis S with the factor = C·S (large attributes,
+    # plan/large.py): rounding then rounds C, so the row space, and support, is kept.
+    bases: tuple = ()
 
     def kinds(self) -> list[tuple[str, float]]:
         return [factor_kind(F) for F in self.factors]
@@ -129,20 +132,27 @@ class Strategy:
 
     @property
     def blocks(self) -> list[MeasurementBlock]:
-        from dpsql.linalg import Explicit, Identity, Kron
+        from dpsql.linalg import Explicit, Identity, Kron, Product
 
         out = []
         for b in self.kron_blocks:
             weight = b.weight
             clique, factors, grid = [], [], 1.0
             grids = b.grids or (1.0,) * len(b.factors)
-            for attr, F, g in zip(self.attributes, b.factors, grids):
+            bases = b.bases or (None,) * len(b.factors)
+            for attr, F, g, S in zip(self.attributes, b.factors, grids, bases):
                 kind, c = factor_kind(F)
                 if kind == "total":
                     weight *= c
                     continue
                 clique.append(attr)
-                if kind == "identity":
+                if S is not None:
+                    # Coefficients times an integer basis (a large attribute): the measure
+                    # step rounds the coefficients only, keeping the row space.
+                    C = np.linalg.lstsq(S.T, F.T, rcond=None)[0].T
+                    factors.append(Product(Explicit(C), Explicit(S)))
+                    grid *= g
+                elif kind == "identity":
                     weight *= c
                     factors.append(Identity(F.shape[1]))
                 else:
@@ -211,32 +221,46 @@ def _integer_multiple(F: np.ndarray, max_entry: int = 1 << 16) -> tuple[np.ndarr
     return None
 
 
+def _round_factor(F: np.ndarray, S: np.ndarray | None, grid: float
+                  ) -> tuple[np.ndarray, float, float, np.ndarray | None]:
+    """(rounded factor, scale moved into the weight, its grid, basis kept or None)."""
+    if S is not None and _is_integer(S) and not _is_integer(F):
+        # F = C·S (a large attribute): round C, not F, so the measured rows span exactly
+        # S's row space; the measure step rounds C again and keeps S (release.to_lattice).
+        C = np.linalg.lstsq(S.T, F.T, rcond=None)[0].T
+        top = float(np.abs(C).max())
+        N = grid * np.round(C / (top * grid))
+        N = N[np.any(N != 0, axis=1)]
+        if N.size and np.linalg.matrix_rank(N) == np.linalg.matrix_rank(C):
+            return N @ S, top, float(grid), S
+    if _is_integer(F):
+        return F, 1.0, 1.0, None
+    snapped = _integer_multiple(F)
+    if snapped is not None:
+        return snapped[0], snapped[1], 1.0, None
+    top = float(np.abs(F).max())
+    R = grid * np.round(F / (top * grid))
+    R = R[np.any(R != 0, axis=1)]
+    return (R if R.size else np.zeros((1, F.shape[1]))), top, float(grid), None
+
+
 def round_blocks(blocks: Sequence[KronBlock], grid: float) -> tuple[KronBlock, ...]:
     """Every non-integer factor on multiples of ``grid`` (after scaling its largest entry
     to 1; the scale moves into the block weight, which does not affect the lattice), or
-    exactly as a multiple of a small integer matrix when it is one.  All-zero rows that
+    exactly as a multiple of a small integer matrix when it is one; a factor over a
+    basis (``KronBlock.bases``) has its coefficients rounded instead.  All-zero rows that
     rounding leaves behind are dropped."""
     if not grid > 0:
         raise ValueError("grid must be positive")
     out = []
     for b in blocks:
-        weight, factors, grids = b.weight, [], []
-        for F in b.factors:
-            if _is_integer(F):
-                factors.append(F)
-                grids.append(1.0)
-                continue
-            snapped = _integer_multiple(F)
-            if snapped is not None:
-                factors.append(snapped[0])
-                grids.append(1.0)
-                weight *= snapped[1]
-                continue
-            top = float(np.abs(F).max())
-            R = grid * np.round(F / (top * grid))
-            R = R[np.any(R != 0, axis=1)]
-            factors.append(R if R.size else np.zeros((1, F.shape[1])))
-            grids.append(float(grid))
-            weight *= top
-        out.append(KronBlock(weight, tuple(factors), tuple(grids)))
+        weight, factors, grids, kept = b.weight, [], [], []
+        for F, S in zip(b.factors, b.bases or (None,) * len(b.factors)):
+            R, scale, g, basis = _round_factor(F, S, grid)
+            factors.append(R)
+            grids.append(g)
+            kept.append(basis)
+            weight *= scale
+        out.append(KronBlock(weight, tuple(factors), tuple(grids),
+                             tuple(kept) if any(k is not None for k in kept) else ()))
     return tuple(out)

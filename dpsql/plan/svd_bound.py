@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.plan.gram import LowRankGram
 from dpsql.plan.marginals import MarginalSpace, marginal_svd_bound, workload_kappa
 from dpsql.plan.workload import workload_terms
 
@@ -26,8 +27,10 @@ __all__ = ["svd_bound", "svd_lower_bound", "gram_svd_bound"]
 _DENSE_LIMIT = 4096
 
 
-def gram_svd_bound(V: np.ndarray) -> float:
-    """Definition 12 from a dense gram V = WᵀW."""
+def gram_svd_bound(V) -> float:
+    """Definition 12 from a gram V = WᵀW (dense, or a large attribute's LowRankGram)."""
+    if isinstance(V, LowRankGram):
+        return V.svd_bound()
     ev = np.linalg.eigvalsh(V)
     return float(np.sqrt(np.clip(ev, 0.0, None)).sum() ** 2 / V.shape[0])
 
@@ -44,7 +47,8 @@ def svd_bound(W: Any) -> float | None:
     if all(all(t.marginal_like) for t in terms.terms):
         space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
         return marginal_svd_bound(space, workload_kappa(space, terms))
-    if terms.size <= _DENSE_LIMIT:
+    if terms.size <= _DENSE_LIMIT and not any(isinstance(g, LowRankGram)
+                                              for t in terms.terms for g in t.grams):
         return gram_svd_bound(terms.dense_gram())
     return None
 

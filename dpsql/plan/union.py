@@ -7,13 +7,17 @@ Lagrange multipliers give c_g ∝ E_g^{1/3} (Laplace) and c_g ∝ E_g^{1/4} (Gau
 
 Grouping: the thesis leaves clustering open and defaults to one product per group; we
 group the terms that have the same support (the attributes they do not sum out), since
-those share one measured marginal and OPT_⊗ over them cannot enlarge it.
+those share one measured marginal and OPT_⊗ over them cannot enlarge it — except that on
+a large attribute counts and SUMs are kept apart: their rows differ in scale by the
+column's values, and one product mixing them could not be put on a measurement lattice
+of bounded size (plan/large.py).
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import replace
 
 import numpy as np
 
@@ -28,9 +32,10 @@ __all__ = ["union_strategy", "group_by_support", "union_weights"]
 
 
 def group_by_support(terms: WorkloadTerms) -> list[list[int]]:
-    groups: "OrderedDict[frozenset[int], list[int]]" = OrderedDict()
+    groups: "OrderedDict[tuple, list[int]]" = OrderedDict()
     for j, t in enumerate(terms.terms):
-        groups.setdefault(t.support, []).append(j)
+        # Counts and SUMs over a large attribute go to different blocks (plan/large.py).
+        groups.setdefault((t.support, t.large_kinds), []).append(j)
     return list(groups.values())
 
 
@@ -87,5 +92,5 @@ def union_strategy(terms: WorkloadTerms, noise: str, *, groups: list[list[int]] 
             assignment[j] = g
     c = union_weights(losses, noise, baseline_shares(terms, noise, groups, term_loss))
     E = np.maximum(np.asarray(losses), 1e-300)
-    weighted = tuple(KronBlock(b.weight * float(cg), b.factors) for b, cg in zip(blocks, c))
+    weighted = tuple(replace(b, weight=b.weight * float(cg)) for b, cg in zip(blocks, c))
     return weighted, tuple(assignment), float(np.sum(E / (c * c)))

@@ -23,10 +23,11 @@ import numpy as np
 
 from dpsql.errors import UnsupportedQueryError
 from dpsql.linalg import QueryMatrix, Union, kron_terms
+from dpsql.plan.gram import LARGE_CELLS, LowRankGram
 from dpsql.plan.objective import query_parts
 
 __all__ = ["Workload", "KronTerm", "WorkloadTerms", "workload_terms", "factor_dense",
-           "factor_gram"]
+           "factor_gram", "LargeAttributeError", "THIN_ROWS"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,7 +49,8 @@ class Workload:
 
     @cached_property
     def terms(self) -> "WorkloadTerms":
-        t = _extract(self.matrix, tuple(self.domain.attributes), tuple(self.domain.shape))
+        names = [p.name for p in self.parts for _ in range(p.num_terms)] if self.parts else None
+        t = _extract(self.matrix, tuple(self.domain.attributes), tuple(self.domain.shape), names)
         if self.parts:
             if sum(p.num_terms for p in self.parts) != len(t.terms):
                 raise UnsupportedQueryError("workload parts do not cover its terms")
@@ -75,14 +77,14 @@ class KronTerm:
             if n == 1:
                 out[i] = 0.0
                 continue
-            tr, sm = float(np.trace(g)), float(g.sum())
+            tr, sm = _trace(g), _total(g)
             out[i] = max((n * tr - sm) / (n * (n - 1)), 0.0)
         return out
 
     @cached_property
     def mean(self) -> np.ndarray:
         """sum(V)/n per factor: the gram's eigenvalue on the ones vector."""
-        return np.array([float(g.sum()) / g.shape[0] for g in self.grams])
+        return np.array([_total(g) / g.shape[0] for g in self.grams])
 
     @cached_property
     def support(self) -> frozenset[int]:
@@ -96,6 +98,10 @@ class KronTerm:
         out = []
         for g, b, mu in zip(self.grams, self.beta, self.mean):
             n = g.shape[0]
+            if isinstance(g, LowRankGram):
+                # In span{I, 1}: the identity alone, or a constant low-rank part (a Total).
+                out.append(bool(g.is_constant() or (g.c > 0 and not g.rows.size)))
+                continue
             c = (mu - b) / n if n > 1 else 0.0
             tol = dict(rtol=1e-9, atol=1e-12 * max(abs(mu), 1.0))
             # The first row decides most non-marginal grams (ranges, prefixes) without
@@ -109,6 +115,23 @@ class KronTerm:
     @property
     def num_queries(self) -> int:
         return int(np.prod(self.rows, dtype=object))
+
+    @cached_property
+    def large_kinds(self) -> tuple[str | None, ...]:
+        """Per attribute: None for a small one; on a large one "count" when the factor's
+        rows are 0/1 indicators (or constant), "value" otherwise (a SUM's values).  One
+        strategy product cannot mix the two on the measurement lattice (plan/large.py)."""
+        out = []
+        for g in self.grams:
+            if not isinstance(g, LowRankGram):
+                out.append(None)
+            elif g.c > 0 or not g.rows.size:
+                out.append("count")
+            else:
+                r = g.rows / np.where(np.abs(g.rows).max(axis=1, keepdims=True) > 0,
+                                      np.abs(g.rows).max(axis=1, keepdims=True), 1.0)
+                out.append("count" if np.all((r == 0) | (np.abs(r) == 1)) else "value")
+        return tuple(out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,9 +163,11 @@ class WorkloadTerms:
     def attribute_gram(self, i: int, coeffs: Sequence[float] | None = None) -> np.ndarray:
         """sum_j coeffs_j² V_ji: the surrogate gram of Eq. 3.5 (plain w_j² by default)."""
         n = self.shape[i]
+        cs = [t.weight if coeffs is None else coeffs[j] for j, t in enumerate(self.terms)]
+        if isinstance(self.terms[0].grams[i], LowRankGram):
+            return LowRankGram.combine([t.grams[i] for t in self.terms], [c * c for c in cs])
         out = np.zeros((n, n))
-        for j, t in enumerate(self.terms):
-            c = t.weight if coeffs is None else coeffs[j]
+        for c, t in zip(cs, self.terms):
             out += (c * c) * t.grams[i]
         return out
 
@@ -153,7 +178,7 @@ class WorkloadTerms:
         for t in self.terms:
             g = np.ones((1, 1))
             for gi in t.grams:
-                g = np.kron(g, gi)
+                g = np.kron(g, gi.dense() if isinstance(gi, LowRankGram) else gi)
             out += t.weight ** 2 * g
         return out
 
@@ -171,7 +196,9 @@ class WorkloadTerms:
             for g in t.grams:
                 key = seen.get(id(g))
                 if key is None:
-                    key = hashlib.sha256(np.ascontiguousarray(g).tobytes()).hexdigest()
+                    raw = g.fingerprint() if isinstance(g, LowRankGram) else \
+                        np.ascontiguousarray(g).tobytes()
+                    key = hashlib.sha256(raw).hexdigest()
                     seen[id(g)] = key
                 h.update(key.encode())
         return h.hexdigest()
@@ -184,11 +211,40 @@ def factor_dense(factor: Any) -> np.ndarray:
     return np.atleast_2d(np.asarray(factor.dense(), dtype=float))
 
 
-def factor_gram(factor: Any) -> tuple[np.ndarray, Any]:
-    """Dense WᵀW of one factor, and the structured gram object it came from (or None).
+#: A factor on a large attribute (more than ``gram.LARGE_CELLS`` cells) with at most this
+#: many rows is kept as its rows (``LowRankGram``); more rows there are refused.
+THIN_ROWS = 512
+
+
+def _trace(g) -> float:
+    return g.trace() if isinstance(g, LowRankGram) else float(np.trace(g))
+
+
+def _total(g) -> float:
+    return g.total() if isinstance(g, LowRankGram) else float(g.sum())
+
+
+def factor_gram(factor: Any) -> tuple[Any, Any]:
+    """WᵀW of one factor (dense, or a ``LowRankGram`` on a large attribute), and the
+    structured gram object it came from (or None).
 
     Structured grams matter: AllRange(1024) has 524,800 rows but a closed-form 1024² gram.
+    On a large attribute a GROUP BY (Identity) is c·I and a thin factor (a Total, BETWEEN
+    indicators, a SUM's values) is kept as its rows; anything else is refused
+    (``LargeAttributeError``), with the attribute and query named by the caller.
     """
+    from dpsql.linalg import Identity
+
+    n = int(factor.shape[1]) if not isinstance(factor, np.ndarray) else np.atleast_2d(factor).shape[1]
+    if n > LARGE_CELLS:
+        if isinstance(factor, Identity):
+            return LowRankGram(n, 1.0), None
+        rows = int(np.atleast_2d(factor).shape[0]) if isinstance(factor, np.ndarray) else int(factor.shape[0])
+        if rows > THIN_ROWS:
+            raise LargeAttributeError(n, rows)
+        dense = np.atleast_2d(np.asarray(factor if isinstance(factor, np.ndarray) else factor.dense(),
+                                         dtype=float))
+        return LowRankGram(n, 0.0, dense), None
     if isinstance(factor, np.ndarray):
         f = np.atleast_2d(np.asarray(factor, dtype=float))
         return f.T @ f, None
@@ -211,22 +267,43 @@ def _flatten(matrix: Any, weight: float, out: list) -> None:
         out.append((weight * float(w), list(factors)))
 
 
-def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...]) -> WorkloadTerms:
+class LargeAttributeError(UnsupportedQueryError):
+    """A query factor on a large attribute that the planner cannot keep thin."""
+
+    def __init__(self, cells: int, rows: int, attribute: str | None = None,
+                 query: str | None = None) -> None:
+        self.cells, self.rows, self.attribute, self.query = cells, rows, attribute, query
+        where = f"column {attribute!r}" if attribute else "an attribute"
+        what = f"query {query!r}" if query else "a workload query"
+        super().__init__(
+            f"{what} asks for {rows:,} values over {where}, which has {cells:,} cells: "
+            f"the planner keeps factors on attributes above {LARGE_CELLS:,} cells to at most "
+            f"{THIN_ROWS} rows",
+            hint=f"group {attribute or 'the column'} into coarser bins (declare bin_width in the "
+                 "domain) or ask for ranges (BETWEEN) instead of every value")
+
+
+def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...],
+             names: Sequence[str] | None = None) -> WorkloadTerms:
     flat: list = []
     _flatten(matrix, 1.0, flat)
     cache: dict[int, tuple[np.ndarray, Any]] = {}
     terms = []
-    for weight, factors in flat:
+    for j, (weight, factors) in enumerate(flat):
         if len(factors) != len(shape):
             raise UnsupportedQueryError(
                 f"workload block has {len(factors)} Kronecker factors but the domain has "
                 f"{len(shape)} attributes",
                 hint="build each workload block as Kron over all domain attributes")
         grams, structured = [], []
-        for f, n in zip(factors, shape):
+        for i, (f, n) in enumerate(zip(factors, shape)):
             entry = cache.get(id(f))
             if entry is None:
-                entry = factor_gram(f)
+                try:
+                    entry = factor_gram(f)
+                except LargeAttributeError as exc:
+                    raise LargeAttributeError(exc.cells, exc.rows, attributes[i],
+                                              names[j] if names else None) from None
                 cache[id(f)] = entry
             g = entry[0]
             structured.append(entry[1])
