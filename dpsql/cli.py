@@ -1,6 +1,8 @@
 """The ``dpsql`` command line.
 
     dpsql init data.csv                 draft a config from the file's *schema* only
+    dpsql init --postgres URL --table T / --spark MASTER --table T / 'lake/*.parquet'
+                                        the same from a PostgreSQL or Spark catalog
     dpsql plan    [--config C]          plan the workload's measurement strategy (no budget)
     dpsql check   [--config C]          operator data check of the sources (local only)
     dpsql measure [--config C] [--yes]  check, then measure (spends budget; asks first)
@@ -91,6 +93,12 @@ def cmd_init(args) -> int:
     on purpose: they must come from public documentation, never from the rows."""
     from dpsql.measure.backend import describe_source
 
+    if args.postgres or args.spark or (args.csv and _is_parquet_set(args.csv)):
+        return _init_from_catalog(args)
+    if not args.csv:
+        raise errors.ConfigError("dpsql init needs a data file, --postgres URL --table T, or --spark MASTER",
+                                 hint="e.g. dpsql init people.csv, or dpsql init --postgres "
+                                      "postgresql://dpsql@db/hr --table public.people")
     path = Path(args.csv)
     names_types = describe_source(path)
     table = args.table or path.stem.replace("-", "_")
@@ -119,6 +127,84 @@ def cmd_init(args) -> int:
         "[dpsql]", f'ledger = "{table}.ledger"', 'noise = "gaussian"', 'policy = "infer"', "",
         "[budget]", "epsilon = 1.0", "delta = 1e-6", "",
         f"[tables.{table}]", f'domain = "{domain_file.name}"', 'privacy_unit = "row"', "",
+        "[workload]", "queries = []", ""]))
+    print(f"wrote {out} and {domain_file}; fill in the domains before planning")
+    return 0
+
+
+def _is_parquet_set(arg: str) -> bool:
+    """A Parquet glob or a directory of Parquet files (a single file is read as before)."""
+    return any(c in arg for c in "*?[") or Path(arg).is_dir()
+
+
+def _toml(text: str) -> str:
+    import json
+    return json.dumps(text, ensure_ascii=False)   # a valid TOML basic string
+
+
+def _init_from_catalog(args) -> int:
+    """``dpsql init`` for a PostgreSQL table, a Spark table or Parquet files (a glob or a
+    directory): column names and types from the engine's catalog or the file footers, never
+    from rows; domains are left for the operator to declare from public knowledge."""
+    from dpsql.measure.catalog import describe
+    from dpsql.measure.source import Source
+
+    if args.postgres:
+        if not args.table:
+            raise errors.ConfigError("--postgres needs --table SCHEMA.TABLE")
+        spec = {"postgres": args.postgres, "table": args.table, "data_version": "1"}
+        origin = f"PostgreSQL table {args.table}"
+    elif args.spark:
+        if bool(args.table) == bool(args.csv):
+            raise errors.ConfigError("--spark needs --table DB.TABLE or a Parquet path (not both)")
+        spec = {"spark": args.spark, **({"table": args.table} if args.table else {"parquet": args.csv})}
+        origin = f"Spark {'table ' + args.table if args.table else 'files ' + args.csv}"
+    else:
+        spec = {"parquet": args.csv}
+        origin = f"Parquet files {args.csv}"
+    if args.hive:
+        spec["hive_partitioning"] = True
+    source = Source.from_config(spec, Path.cwd(), "dpsql init")   # refuses a password in the URL
+    if "parquet" in spec and "://" not in spec["parquet"]:
+        spec["parquet"] = str(Path(spec["parquet"]).resolve()) if args.spark else str(source.path)
+    columns = describe(source)
+    default = (args.table or Path(args.csv.split("*")[0].rstrip("/") or "data").name or "data").split(".")[-1]
+    table = (args.name or default).replace("-", "_")
+    out = Path(args.output or "dpsql.toml")
+    domain_file = out.with_name(f"{table}.domain.toml")
+    if (out.exists() or domain_file.exists()) and not args.force:
+        raise errors.ConfigError(f"{out} or {domain_file} exists", hint="use --force to overwrite")
+    inline = ", ".join(f"{k} = {_toml(v) if isinstance(v, str) else str(v).lower()}" for k, v in spec.items())
+    lines = [f"# Domain of table {table}, drafted by `dpsql init` from the schema of the {origin}.",
+             "# Fill every domain from PUBLIC knowledge (documentation, codebooks, law), never from",
+             "# the rows: a domain read off the data would itself leak private information.",
+             f"[tables.{_toml(table)}]", ""]
+    for name, sql_type, kind in columns:
+        lines.append(f"[tables.{_toml(table)}.columns.{_toml(name)}]   # {sql_type}")
+        if kind == "integer":
+            lines += ['type = "integer"', "# lo = ?   (public lower bound)", "# hi = ?   (public upper bound)",
+                      "# bin_width = 1"]
+        elif kind == "numeric":
+            lines += ['type = "numeric"', "# edges = [ ... ]   (public bin edges)"]
+        elif kind == "boolean":
+            lines += ['type = "categorical"', 'labels = ["true", "false"]', "nullable = true"]
+        elif kind == "categorical":
+            lines += ['type = "categorical"', "# labels = [ ... ]   (the published list of values)",
+                      "# nullable = true"]
+        else:
+            lines = lines[:-1] + [f"# column {name!r} ({sql_type}) cannot be read as a domain column: "
+                                  "cast it to text or a number in a view, or leave it out"]
+        lines.append("")
+    domain_file.write_text("\n".join(lines))
+    version_note = ("# data_version: bump it whenever the table changes (or replace it by\n"
+                    "# version_query = \"SELECT max(updated_at) FROM ...\"); credentials come from\n"
+                    "# PGPASSWORD, PGPASSFILE or ~/.pgpass, never from this file\n") if args.postgres else ""
+    out.write_text("\n".join([
+        "# dpsql configuration drafted by `dpsql init` (docs/config.md).",
+        "[dpsql]", f"ledger = {_toml(table + '.ledger')}", 'noise = "gaussian"', 'policy = "infer"', "",
+        "[budget]", "epsilon = 1.0", "delta = 1e-6", "",
+        f"[tables.{_toml(table)}]", f"domain = {_toml(domain_file.name)}",
+        version_note + f"source = {{ {inline} }}", 'privacy_unit = "row"', "",
         "[workload]", "queries = []", ""]))
     print(f"wrote {out} and {domain_file}; fill in the domains before planning")
     return 0
@@ -275,9 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--table", help="table (default: the only configured table)")
         return p
 
-    p = sub.add_parser("init", help="draft a config from a CSV's schema")
-    p.add_argument("csv")
-    p.add_argument("--table")
+    p = sub.add_parser("init", help="draft a config from a source's schema (CSV, Parquet, PostgreSQL, Spark)")
+    p.add_argument("csv", nargs="?", help="a CSV or Parquet file, a Parquet glob or directory")
+    p.add_argument("--table", help="the table name (with --postgres / --spark: the source table)")
+    p.add_argument("--postgres", metavar="URL", help="draft from a PostgreSQL table (with --table)")
+    p.add_argument("--spark", metavar="MASTER", help="draft from a Spark table (--table) or Parquet path")
+    p.add_argument("--hive", action="store_true", help="Parquet directories are hive-partitioned (key=value)")
+    p.add_argument("--name", help="the dpsql table name (default: from the source)")
     p.add_argument("--output", "-o")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_init)
