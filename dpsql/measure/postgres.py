@@ -24,12 +24,16 @@ import contextlib
 import hashlib
 import json
 
-import psycopg
 from sqlglot import exp
 
 from dpsql.errors import ConfigError, QueryCanceledError
 from dpsql.measure.counting import SqlBackend, changed_error, engine_error
 from dpsql.measure.source import Source
+
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - the optional extra is missing
+    psycopg = None
 
 _COLUMNS_SQL = """
 SELECT a.attname,
@@ -56,6 +60,8 @@ class PostgresBackend(SqlBackend):
 
     def __init__(self, sources) -> None:
         super().__init__(sources)
+        if psycopg is None:
+            raise ConfigError("a postgres source needs psycopg", hint="pip install 'dpsql[postgres]'")
         for name, source in self._sources.items():
             if source.kind != "postgres":
                 raise ConfigError(f"table {name!r}: a {source.kind} source is not read by PostgreSQL")

@@ -54,32 +54,44 @@ def test_source_config_errors(tmp_path, spec, match):
         Source.from_config(spec, tmp_path)
 
 
+def documented_sources() -> list[dict]:
+    """Every ``source = {…}`` line and ``[tables.*.source]`` block of docs/config.md."""
+    import re
+    import tomllib
+    text = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
+    out = []
+    for block in re.findall(r"```toml\n(.*?)```", text, re.S):
+        if block.lstrip().startswith("[tables.") and ".source]" in block.split("\n", 1)[0]:
+            doc = tomllib.loads(block)
+            out.extend(t["source"] for t in doc["tables"].values())
+            continue
+        for line in block.splitlines():
+            if line.startswith("source = "):
+                out.append(tomllib.loads(line)["source"])
+    return out
+
+
 def test_every_documented_source_example_loads(tmp_path):
-    """The examples of docs/config.md, as a [tables.*] source in dpsql.toml."""
+    """The examples of docs/config.md load as a [tables.*] source in dpsql.toml, and every
+    kind of source has one."""
     domain = tmp_path / "d.toml"
     domain.write_text('[tables.t.columns.age]\ntype = "integer"\nlo = 0\nhi = 9\n')
-    examples = [
-        {"csv": "people.csv"},
-        {"parquet": "people.parquet"},
-        {"parquet": "lake/people/*.parquet"},
-        {"parquet": "lake/people", "hive_partitioning": True},
-        {"duckdb": "warehouse.duckdb", "table": "people"},
-        {"postgres": "postgresql://dpsql@db.example:5432/hr", "table": "public.people",
-         "version_query": "SELECT max(updated_at) FROM public.people", "statement_timeout": 600,
-         "passfile": "~/.pgpass"},
-        {"postgres": "postgresql://dpsql@db.example/hr?sslmode=require", "table": "people", "data_version": "2024-06"},
-        {"spark": "local[2]", "table": "hr.people"},
-        {"spark": "spark://spark-master:7077", "parquet": "s3a://lake/people/", "hive_partitioning": True,
-         "conf": {"spark.executor.memory": "8g"}},
-        {"spark": "sc://spark-connect:15002", "table": "hr.people", "data_version": 7},
-    ]
+    examples = documented_sources()
+    kinds = set()
     for spec in examples:
         cfg = load_config({"budget": {"rho": 1}, "ledger": str(tmp_path / "l"),
                            "tables": {"t": {"domain": str(domain), "source": spec}}})
-        assert cfg.sources["t"].kind in ("csv", "parquet", "duckdb", "postgres", "spark")
-    s3 = Source.from_config(examples[8], tmp_path)
+        kinds.add(cfg.sources["t"].kind)
+        if "parquet" in spec and "spark" not in spec and "*" in spec["parquet"]:
+            assert cfg.sources["t"].is_glob
+    assert kinds == {"csv", "parquet", "duckdb", "postgres", "spark"}
+    assert any("hive_partitioning" in s and "spark" not in s for s in examples)
+    assert any("version_query" in s for s in examples) and any("passfile" in s for s in examples)
+    assert {s["spark"].split(":")[0] for s in examples if "spark" in s} >= {"local[2]", "spark", "sc"}
+    s3 = Source.from_config({"spark": "spark://m:7077", "parquet": "s3a://lake/people/",
+                             "hive_partitioning": True, "conf": {"spark.executor.memory": "8g"}}, tmp_path)
     assert s3.location == "s3a://lake/people/" and s3.hive_partitioning
-    assert Source.from_config(examples[2], tmp_path).path == tmp_path / "lake/people/*.parquet"
+    assert Source.from_config({"parquet": "lake/people/*.parquet"}, tmp_path).path == tmp_path / "lake/people/*.parquet"
 
 
 def test_spark_conf_may_not_switch_off_totality(tmp_path):
