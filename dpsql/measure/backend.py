@@ -58,6 +58,7 @@ class DuckDBBackend(SqlBackend):
         if memory_limit:
             self._con.execute("SET memory_limit = ?", [memory_limit])
         self._encoded: dict[str, tuple[str, dict]] = {}
+        self._sql_cache: dict[tuple, str] = {}
         self._workdir: str | None = None
 
     # -- sources ---------------------------------------------------------------------------
@@ -118,15 +119,23 @@ class DuckDBBackend(SqlBackend):
             yield _DuckRead(self, self._typed_scan(source, files))
 
     # -- CSV: frame and encode once ---------------------------------------------------------
-    def _csv_cells(self, schema: TableSchema, bounded: bool = True):
-        """(SELECT of every record's cells, bounded per privacy unit when ``bounded``;
-        {attribute: Converted}; raw value expressions; the framed file's fingerprint)."""
+    def _frame(self, schema: TableSchema):
+        """The data-touching half of reading a CSV source: the schema check and the framing
+        pass.  Returns (the framed file, the fingerprint of the content read)."""
         source = self._source(schema.name)
         self.check_schema(schema)
-        names = [a.name for a in schema.attributes]
         framed = reader.normalise_csv(source, self._tmp())
         self._framed = framed
         remember_fingerprint(source.path, framed.stat_key, framed.fingerprint)
+        fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
+        return framed, fp
+
+    def _csv_cells(self, schema: TableSchema, framed, bounded: bool = True):
+        """(SELECT of every record's cells, bounded per privacy unit when ``bounded``;
+        {attribute: Converted}; raw value expressions; the fields relation) over the framed
+        file.  Depends on public metadata only (schema, source, header, framed path)."""
+        source = self._source(schema.name)
+        names = [a.name for a in schema.attributes]
         d = source.dialect
         wanted = names + ([source.id_column] if source.id_column and source.id_column not in names else [])
         rel = reader.csv_fields(reader.line_scan(framed.path, d), d, framed.header, wanted)
@@ -146,8 +155,7 @@ class DuckDBBackend(SqlBackend):
         cells = sqlgen.cells_select(schema, rel, conv, id_expr)
         if source.id_column and bounded:
             cells = sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect)
-        fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
-        return cells, conv, raws, rel, fp
+        return cells, conv, raws, rel
 
     def _encode(self, schema: TableSchema, expect: dict | None = None) -> str:
         """Create (once per source content) the temp table of cell indices for ``schema``."""
@@ -158,17 +166,24 @@ class DuckDBBackend(SqlBackend):
         source = self._source(schema.name)
         if source.kind != "csv":
             raise ConfigError("only CSV sources are encoded once")
+        name = "cells_" + hashlib.sha256(schema.name.encode()).hexdigest()[:16]
         try:
-            cells, _, _, _, fp = self._csv_cells(schema)
-            select = exp.select(*[
-                exp.alias_(exp.cast(exp.column(sqlgen.cell_column(i)),
-                                    exp.DataType.build(sqlgen.cell_type(a.size), dialect="duckdb")),
-                           sqlgen.cell_column(i)) for i, a in enumerate(schema.attributes)]).from_(
-                exp.alias_(exp.Subquery(this=cells), "__enc"))
-            name = "cells_" + hashlib.sha256(schema.name.encode()).hexdigest()[:16]
-            create = exp.Create(this=exp.to_table(name), kind="TABLE", expression=select, replace=True,
-                                properties=exp.Properties(expressions=[exp.TemporaryProperty()]))
-            self._run(create.sql(self.dialect), [source.hash_key or ""] if source.id_column else [],
+            framed, fp = self._frame(schema)
+            # the SQL depends only on public metadata: build it once (sqlglot generation was
+            # 75% of a small measurement, issue 15)
+            key = (schema, source, framed.header, str(framed.path))
+            sql = self._sql_cache.get(key)
+            if sql is None:
+                cells, *_ = self._csv_cells(schema, framed)
+                select = exp.select(*[
+                    exp.alias_(exp.cast(exp.column(sqlgen.cell_column(i)),
+                                        exp.DataType.build(sqlgen.cell_type(a.size), dialect="duckdb")),
+                               sqlgen.cell_column(i)) for i, a in enumerate(schema.attributes)]).from_(
+                    exp.alias_(exp.Subquery(this=cells), "__enc"))
+                create = exp.Create(this=exp.to_table(name), kind="TABLE", expression=select, replace=True,
+                                    properties=exp.Properties(expressions=[exp.TemporaryProperty()]))
+                sql = self._sql_cache[key] = create.sql(self.dialect)
+            self._run(sql, [source.hash_key or ""] if source.id_column else [],
                       what="encoding the rows", secret=source.hash_key)
         finally:
             self._drop_framed()
@@ -225,7 +240,8 @@ class DuckDBBackend(SqlBackend):
             return super().data_check(schema, examples)
         with self._lock:
             try:
-                _, conv, raws, rel, _ = self._csv_cells(schema, bounded=False)
+                framed, _ = self._frame(schema)
+                _, conv, raws, rel = self._csv_cells(schema, framed, bounded=False)
                 base = "__check_" + hashlib.sha256(schema.name.encode()).hexdigest()[:12]
                 cols = [exp.alias_(conv[a.name].status, f"s{i}") for i, a in enumerate(schema.attributes)]
                 cols += [exp.alias_(raws[a.name], f"v{i}") for i, a in enumerate(schema.attributes)]
@@ -250,7 +266,8 @@ class DuckDBBackend(SqlBackend):
             dropped = None
             if source.id_column:
                 try:
-                    cells, *_ = self._csv_cells(schema, bounded=True)
+                    framed, _ = self._frame(schema)
+                    cells, *_ = self._csv_cells(schema, framed, bounded=True)
                     query = exp.select(exp.Count(this=exp.Star())).from_(exp.alias_(exp.Subquery(this=cells), "__a"))
                     kept = int(self._run(query.sql(self.dialect), [source.hash_key or ""], what="checking the rows",
                                          secret=source.hash_key).fetchone()[0])
