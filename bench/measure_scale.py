@@ -4,7 +4,7 @@ hand-written GROUPING SETS query in the same engine, over the same data, in the 
 * DuckDB: 100M rows (the 48,842 adult rows repeated 2,048 times, typed, one Parquet file),
   30 marginals (20 two-way, 10 three-way, seed 0).  Targets: dpsql's time <= 1.2x the
   hand-written query, dpsql's peak memory <= 4 GB.  Each side runs in a fresh process,
-  alternately (hand, dpsql, hand, dpsql), and its peak RSS is read from ``wait4``.
+  alternately (hand, dpsql, hand, dpsql), and reports its peak RSS (VmHWM).
 * PostgreSQL: 10M rows COPYed into a throw-away cluster (initdb in a temp dir); dpsql's
   PostgresBackend against the hand-written query over the same table, alternately.
 * Spark ``local[2]``: 10M rows as a Parquet table; dpsql's SparkBackend against the
@@ -99,12 +99,14 @@ def load() -> str:
 # --- DuckDB: one process per side --------------------------------------------------------------
 
 def duck_child(side: str, path: str) -> None:
-    """Runs one side in this (fresh) process; prints {"seconds": …, "rows": …}."""
+    """Runs one side in this (fresh) process; prints {"seconds", "rows", "peak_mb"}.  The
+    time is that of the call (modules already imported, as in a running engine); the peak
+    is this process's VmHWM (reset by exec, unlike ru_maxrss, which keeps the parent's)."""
     sets = cliques()
+    from dpsql.measure.backend import DuckDBBackend
+    from dpsql.measure.source import Source
     t0 = time.perf_counter()
     if side == "dpsql":
-        from dpsql.measure.backend import DuckDBBackend
-        from dpsql.measure.source import Source
         backend = DuckDBBackend({"adult": Source.from_config({"parquet": path}, Path(path).parent)})
         counts = backend.count_marginals(SCHEMA, sets)
         backend.close()
@@ -112,20 +114,17 @@ def duck_child(side: str, path: str) -> None:
     else:
         con = duckdb.connect()
         result = con.execute(hand_written(f"read_parquet('{path}')", "duckdb", sets)).fetchall()
+        con.close()
         rows = sum(r[-1] for r in result) // len(sets)
-    print(json.dumps({"seconds": time.perf_counter() - t0, "rows": rows}))
+    seconds = time.perf_counter() - t0
+    status = Path("/proc/self/status").read_text()
+    peak_kb = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+    print(json.dumps({"seconds": seconds, "rows": rows, "peak_mb": peak_kb / 1024}))
 
 
 def run_child(args: list[str]) -> dict:
-    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"child {args} failed ({proc.returncode})")
-    result = json.loads(out.decode().strip().splitlines()[-1])
-    result["peak_mb"] = usage.ru_maxrss / 1024
-    return result
+    out = subprocess.run([sys.executable, __file__, *args], stdout=subprocess.PIPE, check=True).stdout
+    return json.loads(out.decode().strip().splitlines()[-1])
 
 
 def bench_duckdb(rows: int, reps: int) -> dict:
@@ -224,8 +223,9 @@ def report(engine: str, rows: int, res: dict, memory_target: bool) -> str:
     hand = min(r["seconds"] for r in res["hand"])
     mine = min(r["seconds"] for r in res["dpsql"])
     n = {r["rows"] for side in res.values() for r in side}
-    line = (f"| {engine} | {sorted(n)[0]:,} | {', '.join(f'{r['seconds']:.1f}' for r in res['hand'])} | "
-            f"{', '.join(f'{r['seconds']:.1f}' for r in res['dpsql'])} | {mine / hand:.2f}x (target <= 1.2x) |")
+    hand_s = ", ".join(f"{r['seconds']:.1f}" for r in res["hand"])
+    mine_s = ", ".join(f"{r['seconds']:.1f}" for r in res["dpsql"])
+    line = f"| {engine} | {sorted(n)[0]:,} | {hand_s} | {mine_s} | {mine / hand:.2f}x (target <= 1.2x) |"
     if memory_target:
         peak = max(r["peak_mb"] for r in res["dpsql"])
         hand_peak = max(r["peak_mb"] for r in res["hand"])
