@@ -3,7 +3,10 @@
     dpsql init data.csv                 draft a config from the file's *schema* only
     dpsql plan    [--config C]          plan the workload's measurement strategy (no budget)
     dpsql check   [--config C]          operator data check of the sources (local only)
-    dpsql measure [--config C] [--yes]  check, then measure (spends budget; asks first)
+    dpsql measure [--config C] [--yes] [--mode hdmm|aim]
+                                        check, then measure (spends budget; asks first)
+    dpsql synth   [--config C] --rows N --out FILE
+                                        synthetic rows from the model (spends nothing)
     dpsql query   [--config C] "SQL"    answer a query from the model
     dpsql budget  [--config C]          spent and remaining budget, ledger entries
     dpsql demo                          the adult example end to end
@@ -139,7 +142,24 @@ def cmd_plan(args) -> int:
               f"(SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
     for line in report.per_query_lines():
         print(line)
+    if getattr(report, "advice", None):
+        print(f"AIM or HDMM: {report.advice}")
+    if con.session.engine.config.planner.mode == "aim":
+        _print_aim_plan(con.session, report.table)
     return 0
+
+
+def _print_aim_plan(session, table) -> None:
+    from dpsql.engine.aim import aim_summary
+    s = aim_summary(session.engine, table)
+    print(f"[planner] mode = \"aim\": adaptive rounds over {s['candidates']} candidate marginals "
+          f"(the workload's {s['workload_marginals']} marginals and their subsets), at most "
+          f"{s['rounds_bound']} rounds, model capped at {s['max_model_cells']:,} cells")
+    print(f"  first: the {s['oneway']} one-way marginals at sigma = {s['sigma0']:,.1f} "
+          f"(rho = {s['rho_init']:.4g}); each round then selects (epsilon = {s['epsilon0']:.3g} "
+          f"to start) and measures one marginal")
+    print(f"  spends rho = {s['rho_select']:.4g} on selection and rho = {s['rho_measure']:.4g} "
+          f"on measurement (about; rounds anneal as they learn)")
 
 
 def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
@@ -209,23 +229,55 @@ def cmd_check(args) -> int:
 def cmd_measure(args) -> int:
     con = _connect(args)
     session = con.session
+    mode = args.mode or session.engine.config.planner.mode
     if not _check_tables(session.engine.catalog, session.engine.backend, args.table):
         if not args.force:
             print("nothing measured, nothing spent: the data check found values outside the declared "
                   "domain (above). Fix them, or measure anyway with --force.", file=sys.stderr)
             return 1
         print("--force: measuring despite the data check", file=sys.stderr)
-    rho = session.measure_cost(args.table)
+    rho = session.measure_cost(args.table, mode=mode)
     if not args.yes:
         answer = input(f"Measuring spends rho = {rho:.6g} of the budget. Continue? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing measured, nothing spent")
             return 1
-    report = session.measure(args.table)
+    report = session.measure(args.table, mode=mode,
+                             progress=_aim_progress if mode == "aim" else None)
     if report.reused:
         print("already measured: re-using the released measurements (nothing spent)")
+    elif mode == "aim":
+        print(f"AIM: {report.rounds} rounds ({report.replayed} re-used from the ledger), "
+              f"{report.blocks} marginals ({report.cells:,} cells); spent rho = {report.rho:.6g} now; "
+              f"of the run's rho = {report.run_rho:.6g}: {report.rho_select:.4g} selecting, "
+              f"{report.rho_measure:.4g} measuring" +
+              (f", {report.lost_rho:.4g} lost to an interrupted round" if report.lost_rho else ""))
     else:
         print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent rho = {report.rho:.6g}")
+    return 0
+
+
+def _aim_progress(event) -> None:
+    done = f"{event['rho_used'] / event['rho']:6.1%} of the budget"
+    tag = " (re-used)" if event.get("replayed") else ""
+    if event["kind"] == "init":
+        print(f"round {event['round']:3d}: measured {event['cliques']} one-way marginals at "
+              f"sigma = {event['sigma']:,.1f}; {done}{tag}", flush=True)
+    else:
+        print(f"round {event['round']:3d}: selected ({', '.join(event['selected'])}) of "
+              f"{event['candidates']} candidates, epsilon = {event['epsilon']:.3g}, sigma = "
+              f"{event['sigma']:,.1f}{', annealed' if event['annealed'] else ''}; {done}{tag}",
+              flush=True)
+
+
+def cmd_synth(args) -> int:
+    from dpsql.measure.export import write_rows
+    con = _connect(args)
+    table = con.session.synthetic(args.table, args.rows, numbers=args.numbers, method=args.method,
+                                  seed=args.seed)
+    path = write_rows(args.out, table.columns, table.rows, fmt=args.format)
+    print(f"wrote {len(table.rows):,} synthetic rows of {table.table} to {path} "
+          f"(from model version {table.model_version}; post-processing, nothing spent)")
     return 0
 
 
@@ -280,8 +332,20 @@ def build_parser() -> argparse.ArgumentParser:
     common(sub.add_parser("plan", help="plan the workload strategy (spends nothing)")).set_defaults(func=cmd_plan)
     p = common(sub.add_parser("measure", help="measure the planned strategy (spends budget)"))
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--mode", choices=["hdmm", "aim"],
+                   help="hdmm: one planned strategy; aim: adaptive rounds (default: [planner] mode)")
     p.add_argument("--force", action="store_true", help="measure even if the data check finds problems")
     p.set_defaults(func=cmd_measure)
+    p = common(sub.add_parser("synth", help="write synthetic rows from the model (spends nothing)"))
+    p.add_argument("--rows", "-n", type=int, help="number of rows (default: the model's estimated total)")
+    p.add_argument("--out", "-o", required=True, help="output file: .csv or .parquet")
+    p.add_argument("--format", choices=["csv", "parquet"], help="default: from the file name")
+    p.add_argument("--numbers", choices=["label", "value"], default="label",
+                   help="binned numbers as their bin labels, or as values drawn inside each bin")
+    p.add_argument("--method", choices=["rounding", "sample"], default="rounding",
+                   help="rounding: marginals follow the model closely (thesis 4.4.3); sample: i.i.d. rows")
+    p.add_argument("--seed", type=int, help="seed for reproducible files (the rows are post-processing)")
+    p.set_defaults(func=cmd_synth)
     common(sub.add_parser("check", help="operator data check of the sources (reads raw rows locally)")
            ).set_defaults(func=cmd_check)
     p = common(sub.add_parser("query", help="answer one SQL query"))

@@ -38,6 +38,8 @@ COMMANDS = [
     Command("workload", "\\workload [FILE]", "load the SQL statements to plan from FILE (show them without FILE)", "file"),
     Command("plan", "\\plan [TABLE]", "plan a measurement strategy for the workload (spends nothing)", "table"),
     Command("measure", "\\measure [-y] [TABLE]", "measure the planned strategy (states the cost and asks first)", "table"),
+    Command("synth", "\\synth [-n ROWS] [--values] [--seed S] FILE",
+            "write synthetic rows from the model to FILE (.csv or .parquet; spends nothing)", "file"),
     Command("timing", "\\timing [on|off]", "show how long each statement took", None),
     Command("x", "\\x [on|off]", "expanded display: one block per row", None),
     Command("o", "\\o [FILE]", "write query results to FILE as CSV (no FILE: back to the screen)", "file"),
@@ -237,7 +239,8 @@ class MetaCommands:
         ] + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
                 + ("" if report.bound_exact else " of the marginal queries alone")
                 + "; no strategy does better with unbiased answers)")]
-             if getattr(report, "bound_rmse", None) is not None else []))
+             if getattr(report, "bound_rmse", None) is not None else [])
+            + ([("AIM or HDMM", report.advice)] if getattr(report, "advice", None) else []))
         per_query = getattr(report, "per_query_lines", None)
         lines += per_query() if per_query else []
         self.shell.emit(lines)
@@ -274,6 +277,47 @@ class MetaCommands:
             self.shell.note(f"Measured {report.blocks} blocks ({report.cells:,} cells) on {report.table}: "
                             f"spent ρ = {float(report.rho):.6g} in {render.describe_seconds(report.seconds)}.")
         self.shell.model_note = "refit on next query"
+        return True
+
+    def do_synth(self, arg: str) -> bool:
+        from dpsql.measure.export import write_rows
+
+        words = arg.split()
+        rows = seed = None
+        numbers = "label"
+        files = []
+        i = 0
+        while i < len(words):
+            w = words[i]
+            if w in ("-n", "--rows", "--seed") and i + 1 < len(words):
+                try:
+                    value = int(words[i + 1])
+                except ValueError:
+                    raise errors.ProgrammingError(f"{w} takes a whole number, not {words[i + 1]!r}",
+                                                  hint="e.g. \\synth -n 1000 out.csv") from None
+                if w == "--seed":
+                    seed = value
+                else:
+                    rows = value
+                i += 2
+                continue
+            if w == "--values":
+                numbers = "value"
+            elif w == "--labels":
+                numbers = "label"
+            else:
+                files.append(w)
+            i += 1
+        if len(files) != 1:
+            raise errors.ProgrammingError("\\synth needs one output file",
+                                          hint="e.g. \\synth -n 1000 synthetic.csv (or .parquet)")
+        session = self.shell.session
+        table = self.shell.work(lambda: session.synthetic(self.shell.table, rows, numbers=numbers,
+                                                          seed=seed), "sampling")
+        path = self.shell.work(lambda: write_rows(os.path.expanduser(files[0]), table.columns, table.rows),
+                               "writing")
+        self.shell.note(f"Wrote {len(table.rows):,} synthetic rows of {table.table} to {path} "
+                        f"(drawn from the model: post-processing, nothing spent).")
         return True
 
     # -- display settings ----------------------------------------------------------------

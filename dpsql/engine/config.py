@@ -46,7 +46,7 @@ SCHEMA: dict[str, Any] = {
     "privacy_unit": {"id": None, "max_rows": None, "hash_key_file": None},
     "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
     "policy": {"unsupported": None, **{k: None for k in _BUDGET}},
-    "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None,
+    "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None, "mode": None, "aim_max_model_cells": None,
                 "objective": None},
     "query": {"sql": None, "weight": None},   # an inline [workload] queries entry
     "model": {"iters": None},
@@ -103,6 +103,9 @@ class BudgetSpec:
         return BudgetSpec(rho, delta)
 
 
+PLANNER_MODES = ("hdmm", "aim")
+
+
 @dataclass(frozen=True)
 class PlannerOptions:
     restarts: int = 3
@@ -110,6 +113,8 @@ class PlannerOptions:
     max_clique_cells: int = 2_000_000
     max_model_cells: int = 20_000_000
     objective: str = "relative"      # or "absolute" (dpsql.plan.objective)
+    mode: str = "hdmm"                       # "aim": adaptive measurement (thesis ch. 5)
+    aim_max_model_cells: int = 80 * 2**20 // 8  # AIM's JT-SIZE cap (thesis: 80 MB of float64)
 
 
 @dataclass(frozen=True)
@@ -335,6 +340,10 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     cache = section.get("cache_dir", ".dpsql-cache")
     cache_dir = Path(cache) if Path(cache).is_absolute() else base / cache
     planner_spec = dict(raw.get("planner", {}))
+    mode = planner_spec.pop("mode", "hdmm")
+    if mode not in PLANNER_MODES:
+        raise ConfigError(f"{where}: [planner] mode must be \"hdmm\" or \"aim\", got {mode!r}",
+                          hint='mode = "aim" selects marginals adaptively (docs/engine.md, "AIM")')
     objective = planner_spec.pop("objective", "relative")
     if objective not in ("relative", "absolute"):
         raise ConfigError(f"{where}: [planner] objective must be \"relative\" or \"absolute\", "
@@ -342,11 +351,11 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                           hint="relative: each query counts against its own per-query baseline")
     try:
         planner = PlannerOptions(**{k: int(v) for k, v in planner_spec.items()},
-                                 objective=objective)
+                                 objective=objective, mode=mode)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: [planner]: {exc}",
                           hint="options: restarts, seed, max_clique_cells, max_model_cells, "
-                               "objective") from None
+                               "objective, mode, aim_max_model_cells") from None
     return Config(path=path, tables=tables, sources=sources, budget=budget, user_budgets=users,
                   default_user_budget=default_user_budget, workload_budget=workload_budget,
                   query_budget=query_budget, ledger_path=ledger_path, cache_dir=cache_dir,

@@ -125,6 +125,8 @@ class PlanReport:
     bound_exact: bool = False
     objective: str = "relative"
     per_query: tuple[QueryReport, ...] = ()
+    # AIM or HDMM for this workload and budget (dpsql.plan.aim.advise; public information)
+    advice: str | None = None
 
     @property
     def flagged(self) -> tuple[QueryReport, ...]:
@@ -335,10 +337,17 @@ class Engine:
             baseline = math.nan
         raw = Workload(workload.domain, linalg.Union(blocks))
         bound = svd_lower_bound(raw) if self.config.noise == "gaussian" else None
+        advice = None
+        if self.config.noise == "gaussian":
+            from dpsql.plan.aim import advise
+            with self._lock:
+                fitted = self._state(table).model
+            advice = advise(raw, raw.domain, rmse,
+                            total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * s2 / m),
                           bool(bound and bound[1]), self.config.planner.objective,
-                          tuple(per_query))
+                          tuple(per_query), advice)
 
     def optimize(self, workload: Workload, rho: float, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -94,7 +94,11 @@ class Session:
         columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
         if compiled.is_schema_probe:
             return Result(columns, [], seconds=time.perf_counter() - t0)
-        key = (sql, tuple(params) if params is not None else None, self.settings["dpsql.estimator"])
+        # A mapping of named parameters is keyed by its items (its keys alone would make two
+        # different bindings share one cached answer).
+        bound = None if params is None else tuple(sorted(params.items(), key=lambda kv: str(kv[0]))) \
+            if isinstance(params, Mapping) else tuple(params)
+        key = (sql, bound, self.settings["dpsql.estimator"])
         model, variance, version = self.engine.model(compiled.table)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
@@ -149,13 +153,37 @@ class Session:
     def plan(self, table: str | None = None, queries: Sequence[str] | None = None) -> PlanReport:
         return self.engine.plan(self._table(table), queries)
 
-    def measure(self, table: str | None = None) -> MeasureReport:
+    def measure(self, table: str | None = None, mode: str | None = None, progress=None):
+        """Measure the workload: HDMM's one-shot plan, or AIM's adaptive rounds with
+        ``mode="aim"`` (default: the config's ``[planner] mode``)."""
+        if self._mode(mode) == "aim":
+            from dpsql.engine.aim import measure_aim
+            return measure_aim(self.engine, self._table(table), self.user, progress=progress)
         return self.engine.measure(self._table(table), self.user)
 
-    def measure_cost(self, table: str | None = None) -> float:
+    def measure_cost(self, table: str | None = None, mode: str | None = None) -> float:
         """ρ that ``measure`` would spend (0 if that release already exists); plans the
         workload if needed (public, free)."""
+        if self._mode(mode) == "aim":
+            from dpsql.engine.aim import aim_cost
+            return aim_cost(self.engine, self._table(table))
         return self.engine.measure_cost(self._table(table))
+
+    def synthetic(self, table: str | None = None, rows: int | None = None, *,
+                  numbers: str = "label", method: str = "rounding", seed: int | None = None):
+        """Synthetic records from the current model (post-processing: spends nothing).
+        Returns a ``SyntheticTable`` with ``.columns`` and ``.rows`` (a list of tuples)."""
+        from dpsql.engine.synthetic import synthesize
+        name = self._table(table)
+        model, _, version = self.engine.model(name)
+        return synthesize(self.engine.catalog[name], model, rows, numbers=numbers, method=method,
+                          seed=seed, model_version=version)
+
+    def _mode(self, mode: str | None) -> str:
+        mode = mode or self.engine.config.planner.mode
+        if mode not in ("hdmm", "aim"):
+            raise ProgrammingError(f"unknown measurement mode {mode!r}", hint="use 'hdmm' or 'aim'")
+        return mode
 
     def budget(self) -> dict:
         led = self.engine.ledger

@@ -21,6 +21,11 @@ compared with precomputed 64-bit bounds -- with an exact scalar continuation in 
 rare (probability < 2^-60 per comparison) case the first 64 bits do not decide.  The
 argument is written out in ``docs/privacy.md`` ("Exact sampling").
 
+``exponential_mechanism`` selects an index with probability proportional to
+exp(epsilon q_i / (2 Delta)) exactly (thesis Def. 8), by rejection from a uniform proposal
+with the same exact Bernoulli(exp(-x)) events (``docs/privacy.md``, "Exponential
+mechanism").
+
 ``round_to_grid``/``lattice_release`` implement the grid convention for real-valued
 strategy rows (``docs/privacy.md``, "Real-valued strategy rows").
 """
@@ -41,7 +46,7 @@ from dpsql.privacy.expbounds import (U64_MAX, exp_neg_bounds, gaussian_acceptanc
                                      geometric_table)
 
 __all__ = ["BitSource", "SystemBitSource", "SeededBitSource", "discrete_laplace",
-           "discrete_gaussian", "round_to_grid", "lattice_sensitivity2", "lattice_release",
+           "discrete_gaussian", "exponential_mechanism", "round_to_grid", "lattice_sensitivity2", "lattice_release",
            "as_fraction"]
 
 _MAX_BLOCK = 1 << 16          # largest table for the uniform part U of G = L*V + U
@@ -349,6 +354,66 @@ def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarr
         out[filled:filled + got.size] = got
         filled += got.size
     return out.reshape(shape)
+
+
+# --- exponential mechanism ---------------------------------------------------------------
+
+def _exact_score(value, i: int) -> Fraction:
+    try:
+        frac = Fraction(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"score {i} must be a finite number, got {value!r}",
+                          hint="scores are ints, finite floats or fractions.Fraction") from None
+    return frac
+
+
+def exponential_mechanism(scores, epsilon, sensitivity, *, rng: BitSource | None = None) -> int:
+    """Index i with probability exactly exp(eps q_i/(2 Delta)) / sum_j exp(eps q_j/(2 Delta)).
+
+    The exponential mechanism of the thesis (Def. 8, McSherry & Talwar 2007): for scores
+    ``q_i(D)`` that each change by at most ``sensitivity`` = Delta between neighbouring
+    databases it is epsilon-DP and epsilon^2/8-zCDP (thesis Prop. 5;
+    ``accountant.rho_exponential``).  Scores, epsilon and Delta are taken at their exact
+    rational values (a float is its exact binary value).
+
+    Sampling is exact: with q* = max q and x_i = eps (q* - q_i)/(2 Delta) >= 0, repeat
+    { draw i uniformly from the candidates; accept with probability exp(-x_i) }.  Each
+    trial returns i with probability exp(-x_i)/k, so the first accepted i has
+    probability exp(-x_i) / sum_j exp(-x_j) -- the definition -- and the argmax (x = 0)
+    is always accepted, so a trial succeeds with probability >= 1/k.  The Bernoulli
+    events are the exact comparisons of ``docs/privacy.md`` §4: a 64-bit fast path
+    against rigorous bounds on exp(-x_i), and the lazy exact continuation otherwise.
+    Trials are drawn in batches but examined in order, which is the same procedure.
+    """
+    eps = as_fraction(epsilon, "epsilon")
+    delta = as_fraction(sensitivity, "sensitivity")
+    q = [_exact_score(s, i) for i, s in enumerate(scores)]
+    k = len(q)
+    if k == 0:
+        raise ConfigError("the exponential mechanism needs at least one candidate")
+    if k > 1 << 32:
+        raise ConfigError("the exponential mechanism supports at most 2**32 candidates")
+    bits = _source(rng)
+    if k == 1:
+        return 0
+    top = max(q)
+    coef = eps / (2 * delta)
+    xs = [coef * (top - v) for v in q]
+    lo = np.empty(k, dtype=np.uint64)
+    hi = np.empty(k, dtype=np.uint64)
+    for i, x in enumerate(xs):
+        a, b = exp_neg_bounds(x.numerator, x.denominator, 64)
+        lo[i], hi[i] = min(a, U64_MAX), min(b, U64_MAX)
+    batch = min(1 << 14, max(64, 2 * k))
+    while True:
+        cand = _uniform_below(bits, k, batch)
+        u = _u64(bits, batch)
+        ok, undecided = _decide(u, lo[cand], hi[cand])
+        for j in np.flatnonzero(ok | undecided):
+            i = int(cand[j])
+            if ok[j] or _LazyUniform(u[j], bits).less_than_exp(xs[i].numerator,
+                                                                xs[i].denominator):
+                return i
 
 
 # --- real-valued strategy rows on a grid -------------------------------------------------

@@ -1,0 +1,73 @@
+"""Run the authors' reference AIM (mbi's mechanisms/aim.py) on one job; JSON in, JSON out.
+
+Runs under bench/peers/.venv-mbi (mbi 2.0.0 from PyPI), never in dpsql's environment.
+The reference sources are *not* part of dpsql: pass a checkout of the public repository's
+``mechanisms/`` folder as ``job["reference_src"]`` (bench/aim.py --reference-src).
+stdin: {"reference_src", "csv", "domain_json", "workload": [[attrs...]], "epsilon", "delta",
+"max_model_size" (MB), "max_iters", "seed", "synth_rows"}.
+stdout (last line): {"seconds", "peak_rss_mb", "model_error", "synth_error", "rounds", "rho"}.
+"""
+
+import io
+import json
+import resource
+import sys
+import time
+import types
+import contextlib
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    # cdp2adp.py imports matplotlib.pyplot without using it; a stub keeps the venv small.
+    sys.modules.setdefault("matplotlib", types.ModuleType("matplotlib"))
+    sys.modules.setdefault("matplotlib.pyplot", types.ModuleType("matplotlib.pyplot"))
+    sys.path.insert(0, job["reference_src"])
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    from mbi import Dataset, Domain, estimation
+    from aim import AIM
+
+    # API shim, not an algorithm change: the script (mbi repository, a92f266) passes the
+    # warm-start potentials as ``potentials=``; mbi 2.0.0 on PyPI names that argument
+    # ``warm_start=`` and has no Dataset.load.
+    _estimate = estimation.MirrorDescent.estimate
+
+    def estimate(self, domain, loss_fn, *args, potentials=None, **kwargs):
+        if potentials is not None:
+            kwargs["warm_start"] = potentials
+        return _estimate(self, domain, loss_fn, *args, **kwargs)
+
+    estimation.MirrorDescent.estimate = estimate
+    sizes = json.loads(open(job["domain_json"]).read())
+    raw = np.loadtxt(job["csv"], delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+    header = open(job["csv"]).readline().strip().split(",")
+    domain = Domain(tuple(header), tuple(int(sizes[c]) for c in header))
+    data = Dataset({c: raw[:, i] for i, c in enumerate(header)}, domain)
+    workload = [(tuple(c), 1.0) for c in job["workload"]]
+    np.random.seed(job["seed"])
+    mech = AIM(job["epsilon"], job["delta"], prng=np.random.RandomState(job["seed"]),
+               max_model_size=job["max_model_size"], max_iters=job["max_iters"])
+    log = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(log):
+        model, synth = mech.run(data, workload, num_synth_rows=job.get("synth_rows"))
+    seconds = time.perf_counter() - t0
+    n = data.records
+    model_err, synth_err = [], []
+    for cl, _ in workload:
+        x = data.project(cl).datavector()
+        z = np.asarray(model.project(cl).datavector())
+        y = synth.project(cl).datavector()
+        model_err.append(np.abs(x - z / z.sum() * n).sum() / n)
+        synth_err.append(np.abs(x - y / y.sum() * n).sum() / n)
+    print(json.dumps({
+        "seconds": seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "model_error": float(np.mean(model_err)), "synth_error": float(np.mean(synth_err)),
+        "rounds": log.getvalue().count("Measuring Clique"), "rho": mech.rho}))
+
+
+if __name__ == "__main__":
+    main()

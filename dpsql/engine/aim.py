@@ -1,0 +1,272 @@
+"""AIM through the engine: every round charged, released and re-usable (thesis ch. 5).
+
+:func:`dpsql.plan.aim.run_aim` decides the rounds from public information and earlier
+releases; this module performs them against the table (``docs/engine.md``, "AIM"):
+
+1. a round's cost ρ_t = ε_t²/8 + k²/(2σ_t²) is checked with ``Ledger.preview`` — a round
+   the budget cannot cover is refused before any data is read;
+2. the exact marginals it needs are counted (candidates once per run, cached in memory);
+3. ``Ledger.charge`` makes ρ_t durable *before* anything derived from the counts exists;
+4. the exponential mechanism (``noise.exponential_mechanism``, exact, on exact rational
+   scores) picks the marginal and the discrete Gaussian measures it;
+5. ``Ledger.record_release`` stores the noisy marginal under the run's key and round
+   number — only then is it used (for the next fit, the next round's scores).
+
+A run is identified by the table, its source, the workload's marginals, the budget and
+AIM's options.  Running it again (after a crash, a SIGKILL, or simply twice) replays every
+released round from the ledger without reading the data or paying again, counts charges
+that never reached a release (a crash between 3 and 5) as spent, and continues with fresh
+rounds only for what is left of the run's budget.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+
+from dpsql.engine.engine import Engine, _sha
+from dpsql.errors import BudgetExhaustedError, OperationalError
+from dpsql.linalg import Identity
+from dpsql.measure import release as rel
+from dpsql.pgm import Measurement
+from dpsql.pgm.auto import fit as pgm_fit
+from dpsql.plan.aim import (AIMOptions, Round, RoundResult, exact_scores, plan_summary,
+                            run_aim, workload_marginals)
+from dpsql.privacy import noise
+
+__all__ = ["AIMReport", "aim_options", "measure_aim", "aim_cost", "aim_summary"]
+
+#: Iterations of each warm-started intermediate fit; the final model is the engine's fit.
+ROUND_ITERS = 200
+_ACTIVE: set[tuple[int, str]] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class AIMReport:
+    table: str
+    rho: float                 # spent by this call
+    reused: bool               # every round came from the ledger
+    blocks: int                # noisy marginals released by the run
+    cells: int
+    seconds: float
+    rounds: int = 0
+    replayed: int = 0
+    selected: list = field(default_factory=list)
+    run_rho: float = 0.0       # the run's budget
+    rho_select: float = 0.0    # of it: exponential-mechanism selections
+    rho_measure: float = 0.0   # of it: Gaussian measurements
+    lost_rho: float = 0.0      # charged by an interrupted round that released nothing
+    run: str = ""
+
+
+def aim_options(engine: Engine, table: str) -> AIMOptions:
+    opts = engine.config.planner
+    cap = min(getattr(opts, "aim_max_model_cells", AIMOptions.max_model_cells), opts.max_model_cells)
+    return AIMOptions(max_model_cells=int(cap), unit_rows=engine.config.sources[table].max_rows_per_id)
+
+
+def _run_key(engine: Engine, table: str, weights: dict, rho: Fraction, options: AIMOptions) -> str:
+    # The release identity (table, domain, source content, privacy unit, noise) is part of
+    # every release key; the run key adds what makes one AIM run.
+    return _sha("aim-v1", engine.identity(table).key(), sorted((c, str(w)) for c, w in weights.items()),
+                str(rho), str(options.alpha), options.rounds, options.max_model_cells,
+                options.unit_rows)[:24]
+
+
+class _Driver:
+    """The private side of one AIM run (``step``) and its reconstruction (``fit``)."""
+
+    def __init__(self, engine: Engine, table: str, principal: str, rho: Fraction,
+                 options: AIMOptions, key: str) -> None:
+        self.engine, self.table, self.principal = engine, table, principal
+        with engine._lock:
+            self.state = engine._sync(table)  # current release identity; loads new releases
+        self.schema = self.state.schema
+        self.rho, self.options, self.key = rho, options, key
+        self.prefix = f"{self.state.identity.key()}:aim:{key}:"
+        self.counts: dict[tuple[str, ...], np.ndarray] = {}
+        self.spent = Fraction(0)
+        self.stored: dict[int, tuple] = {}
+        released_charges = set()
+        charges = {}
+        for e in engine.ledger.entries():
+            if e.kind == "charge" and isinstance(e.mechanism, dict) and e.mechanism.get("aim_run") == key:
+                charges[e.seq] = e
+            elif e.kind == "release" and e.key and e.key.startswith(self.prefix):
+                released_charges.add(e.charge_id)
+                self.stored[int(e.key.rsplit(":", 1)[1])] = (e.key, e.charge_id)
+        self.charges = charges
+        self.lost = sum((e.rho for s, e in charges.items() if s not in released_charges), Fraction(0))
+
+    # -- the private step ----------------------------------------------------------------
+    def step(self, rnd: Round, model) -> RoundResult:
+        if rnd.index in self.stored:
+            return self._replay(rnd)
+        # one round at a time across processes: count, charge and release under the
+        # ledger's measurement lock (as Engine.measure_strategy does)
+        with self.engine.ledger.measurement_lock():
+            return self._fresh(rnd, model)
+
+    def _fresh(self, rnd: Round, model) -> RoundResult:
+        ledger = self.engine.ledger
+        view = ledger.preview(self.principal, rnd.rho)
+        if not view.fits:
+            raise BudgetExhaustedError(
+                f"AIM round {rnd.index} needs rho = {float(rnd.rho):.6g} but only "
+                f"rho = {float(view.remaining):.6g} remains",
+                hint="ask the operator for more budget; the rounds already released are kept "
+                     "and re-used when the run continues",
+                requested_rho=float(rnd.rho), remaining_rho=float(view.remaining))
+        self._count(rnd.cliques)
+        identity = self.state.identity
+        mechanism = {"purpose": "aim", "aim_run": self.key, "table": self.table,
+                     "identity": identity.as_dict(), "identity_key": identity.key(),
+                     "round": rnd.index, "kind": rnd.kind, "sigma2": str(rnd.sigma2),
+                     "epsilon": None if rnd.epsilon is None else str(rnd.epsilon),
+                     "sensitivity": None if rnd.sensitivity is None else str(rnd.sensitivity),
+                     "candidates": len(rnd.cliques), "final": rnd.final}
+        key = f"{self.prefix}{rnd.index}"
+        charge = ledger.charge(self.principal, rnd.rho, key, mechanism)
+        self.spent += rnd.rho
+        if rnd.kind == "init":
+            chosen = list(rnd.cliques)
+        else:
+            marg = [np.asarray(model.marginal(c).values) for c in rnd.cliques]
+            scores = exact_scores(rnd, [self.counts[c] for c in rnd.cliques], marg)
+            chosen = [rnd.cliques[noise.exponential_mechanism(scores, rnd.epsilon, rnd.sensitivity)]]
+            del scores, marg
+        released = []
+        for c in chosen:
+            x = self.counts[c]
+            y = (x + noise.discrete_gaussian(rnd.sigma2, x.size)).astype(np.float64)
+            released.append((_block(self.schema.domain, c), y, math.sqrt(float(rnd.sigma2))))
+        ledger.record_release(charge.id, key, rel.pack(released))
+        self._adopt(key, released)
+        return RoundResult(rnd.index, rnd.kind, None if rnd.kind == "init" else chosen[0],
+                           tuple((b.clique, y, rnd.sigma2) for b, y, _ in released), rnd.rho,
+                           rnd.sigma2, rnd.epsilon, rnd.final)
+
+    def _replay(self, rnd: Round) -> RoundResult:
+        key, charge_id = self.stored[rnd.index]
+        charge = self.charges.get(charge_id)
+        if charge is None:
+            raise OperationalError(f"AIM round {rnd.index} has a release but no charge of this run",
+                                   hint="the ledger was edited; start a new ledger")
+        released = rel.unpack(self.engine.ledger.release(key))
+        self._adopt(key, released)
+        mech = charge.mechanism
+        sigma2 = Fraction(mech["sigma2"])
+        eps = None if mech.get("epsilon") is None else Fraction(mech["epsilon"])
+        measured = tuple((b.clique, y, sigma2) for b, y, _ in released)
+        selected = None if mech["kind"] == "init" else measured[0][0]
+        return RoundResult(rnd.index, mech["kind"], selected, measured, charge.rho, sigma2, eps,
+                           bool(mech.get("final")), replayed=True)
+
+    def _adopt(self, key: str, released) -> None:
+        with self.engine._lock:
+            if key not in self.state.release_keys:
+                self.state.released.extend(released)
+                self.state.release_keys.add(key)
+                self.state.model = None
+
+    def _count(self, cliques) -> None:
+        missing = [c for c in cliques if c not in self.counts]
+        if missing:
+            try:  # counted only from the content the release identity names
+                got = self.engine.backend.count_marginals(self.schema, missing, expect=self.state.content)
+            except TypeError:  # a backend without content fingerprints
+                got = self.engine.backend.count_marginals(self.schema, missing)
+            for c in missing:
+                self.counts[c] = np.asarray(got[c], dtype=np.int64).reshape(-1)
+
+    # -- reconstruction (post-processing) ------------------------------------------------
+    def fit(self, measured, previous):
+        domain = self.schema.domain
+        ms = [Measurement(c, Identity(int(np.size(y))), np.asarray(y, dtype=np.float64),
+                          math.sqrt(float(s2))) for c, y, s2 in measured]
+        return pgm_fit(domain, ms, iters=min(ROUND_ITERS, self.engine.config.fit_iters),
+                       warm_start=previous, capacity=self.engine.config.planner.max_model_cells,
+                       method="exact", exact_method="adaptive")
+
+
+def _block(domain, clique) -> rel.LatticeBlock:
+    factors = tuple(np.eye(domain[a], dtype=np.int64) for a in clique)
+    return rel.LatticeBlock(tuple(clique), factors, 1.0, 1.0)
+
+
+_WORKLOADS: "weakref.WeakKeyDictionary[Engine, dict]" = weakref.WeakKeyDictionary()
+
+
+def _setup(engine: Engine, table: str, rho=None):
+    # Compiling hundreds of workload statements takes seconds; cost, plan and run share it.
+    cache = _WORKLOADS.setdefault(engine, {})
+    key = (table, tuple(engine.config.workload))
+    if key not in cache:
+        cache[key] = engine.workload_for(table)[0]
+    workload = cache[key]
+    weights = workload_marginals(workload)
+    options = aim_options(engine, table)
+    rho = Fraction(rho if rho is not None else engine.workload_rho())
+    return workload, weights, options, rho, _run_key(engine, table, weights, rho, options)
+
+
+def aim_cost(engine: Engine, table: str, rho=None) -> float:
+    """ρ a ``measure_aim`` call would still charge: the run's budget minus what it spent."""
+    _, _, options, rho, key = _setup(engine, table, rho)
+    spent = sum((e.rho for e in engine.ledger.entries() if e.kind == "charge"
+                 and isinstance(e.mechanism, dict) and e.mechanism.get("aim_run") == key), Fraction(0))
+    final = any(e.kind == "charge" and isinstance(e.mechanism, dict) and e.mechanism.get("aim_run") == key
+                and e.mechanism.get("final") for e in engine.ledger.entries())
+    return 0.0 if final else float(max(rho - spent, Fraction(0)))
+
+
+def aim_summary(engine: Engine, table: str, rho=None) -> dict:
+    """The public plan of an AIM run (what it will spend on selection and measurement)."""
+    workload, _, options, rho, key = _setup(engine, table, rho)
+    out = plan_summary(engine.catalog[table].domain, workload, rho, options)
+    out["run"] = key
+    return out
+
+
+def measure_aim(engine: Engine, table: str, principal: str, rho=None,
+                progress: Callable[[dict], None] | None = None) -> AIMReport:
+    """Run (or resume, or replay) AIM on ``table`` with the workload budget."""
+    t0 = time.perf_counter()
+    workload, weights, options, rho, key = _setup(engine, table, rho)
+    token = (id(engine), key)
+    with _ACTIVE_LOCK:
+        if token in _ACTIVE:
+            raise OperationalError("this AIM run is already in progress",
+                                   hint="wait for it to finish; its rounds are shared")
+        _ACTIVE.add(token)
+    try:
+        driver = _Driver(engine, table, principal, rho, options, key)
+
+        def report(event):
+            if progress is not None:
+                progress(event)
+            if engine.progress is not None:
+                engine.progress("aim", event)
+
+        result = run_aim(engine.catalog[table].domain, weights, rho, step=driver.step,
+                         fit=driver.fit, options=options, lost_rho=driver.lost, progress=report)
+    finally:
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(token)
+    domain = engine.catalog[table].domain
+    rounds = result.rounds
+    sel = sum((r.epsilon ** 2 / 8 for r in rounds if r.epsilon is not None), Fraction(0))
+    replayed = sum(1 for r in rounds if r.replayed)
+    measured = result.measurements
+    return AIMReport(table, float(driver.spent), replayed == len(rounds), len(measured),
+                     sum(domain.size(c) for c, _, _ in measured), time.perf_counter() - t0,
+                     len(rounds), replayed, [list(c) for c in result.selected], float(rho),
+                     float(sel), float(result.rho_used - sel - driver.lost), float(driver.lost), key)

@@ -1,0 +1,67 @@
+"""Write rows to CSV or Parquet files (used by ``dpsql synth``).
+
+Only already-private rows pass through here (synthetic records drawn from the fitted
+model); this module is in ``dpsql/measure/`` because that is where DuckDB, which writes
+Parquet, may be imported (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from dpsql.errors import ProgrammingError
+
+__all__ = ["write_rows", "FORMATS"]
+
+FORMATS = ("csv", "parquet")
+_SQL_TYPES = {"text": "VARCHAR", "integer": "BIGINT", "double": "DOUBLE"}
+
+
+def _format(path: Path, fmt: str | None) -> str:
+    fmt = (fmt or path.suffix.lstrip(".")).lower()
+    if fmt not in FORMATS:
+        raise ProgrammingError(f"cannot tell the output format of {str(path)!r}",
+                               hint="name the file .csv or .parquet, or pass --format csv|parquet")
+    return fmt
+
+
+def _write_csv(path: Path, columns: Sequence[tuple[str, str]], rows) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow([name for name, _ in columns])
+        # NULL is an empty field (declared labels are never empty strings).
+        for row in rows:
+            out.writerow(["" if v is None else v for v in row])
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def write_rows(path, columns: Sequence[tuple[str, str]], rows, *, fmt: str | None = None) -> Path:
+    """Write ``rows`` (tuples aligned with ``columns`` = [(name, "text"|"integer"|"double")])."""
+    path = Path(path)
+    kind = _format(path, fmt)
+    if kind == "csv":
+        _write_csv(path, columns, rows)
+        return path
+    import duckdb
+
+    with tempfile.TemporaryDirectory() as tmp:
+        staging = Path(tmp) / "rows.csv"
+        _write_csv(staging, columns, rows)
+        types = ", ".join(f"'{name.replace(chr(39), chr(39) * 2)}': '{_SQL_TYPES[t]}'"
+                          for name, t in columns)
+        con = duckdb.connect()
+        try:
+            con.execute(
+                f"COPY (SELECT * FROM read_csv({_literal(str(staging))}, header = true, "
+                f"columns = {{{types}}}, nullstr = '', quote = '\"')) "
+                f"TO {_literal(os.fspath(path))} (FORMAT parquet)")
+        finally:
+            con.close()
+    return path
