@@ -108,10 +108,6 @@ def objective_vs_bound(report, workload) -> tuple[float | None, bool]:
     return report.strategy.expected_error / b[0], b[1]
 
 
-def is_count(q) -> bool:
-    return q.aggregate.upper().startswith("COUNT(*)") or q.aggregate.upper() == "COUNT"
-
-
 def cells_rmse(qs) -> float:
     rows = sum(q.rows for q in qs)
     return math.sqrt(sum(q.stderr ** 2 * q.rows for q in qs) / rows) if rows else math.nan
