@@ -245,11 +245,14 @@ hi = 89
                                   "source": {"csv": str(tmp / "people.csv")}}}}
 
 
+# Every query touches the large column alone or with sex: a query over income and age would
+# count a 7,200,000-cell marginal, above the default 2,000,000-cell cap ([planner]
+# max_clique_cells), and is refused with that reason.
 LARGE_QUERIES = [
     "SELECT COUNT(*) FROM people WHERE income BETWEEN 20000 AND 50000",
     "SELECT sex, COUNT(*) FROM people WHERE income > 60000 GROUP BY sex",
     "SELECT sex, AVG(income) FROM people GROUP BY sex",
-    "SELECT SUM(income) FROM people WHERE age >= 65",
+    "SELECT SUM(income) FROM people WHERE sex = 'F'",
     "SELECT COUNT(*) FROM people WHERE income < 10000",
     "SELECT age, COUNT(*) FROM people GROUP BY age",
 ]
