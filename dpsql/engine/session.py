@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -94,7 +94,11 @@ class Session:
         columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
         if compiled.is_schema_probe:
             return Result(columns, [], seconds=time.perf_counter() - t0)
-        key = (sql, tuple(params) if params is not None else None, self.settings["dpsql.estimator"])
+        # A mapping of named parameters is keyed by its items (its keys alone would make two
+        # different bindings share one cached answer).
+        bound = None if params is None else tuple(sorted(params.items(), key=lambda kv: str(kv[0]))) \
+            if isinstance(params, Mapping) else tuple(params)
+        key = (sql, bound, self.settings["dpsql.estimator"])
         model, variance, version = self.engine.model(compiled.table)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsql.linalg import Kron, QueryMatrix, Sum, Union, Weighted
+from dpsql.plan.algebra import JointSupport
 
 # The two-sided 95% normal quantile: a standard error times Z95 is the half-width of the
 # 95% interval that every front end shows (``ci95`` error mode).
@@ -250,6 +251,17 @@ class VarianceModel:
         self.attributes = tuple(attributes)
         self.sizes = dict(sizes)
         self.prepared = [_Prepared(b) for b in blocks]
+        # ResidualPlanner strategies answer marginals from several blocks together
+        # (plan/algebra.py); rows no single block supports are checked against them.
+        self.joint = JointSupport.build(self.attributes, self.sizes,
+                                        [(b.clique, b.factors, b.scale, b.stddev) for b in blocks])
+
+    def _joint_variances(self, rb: RowBlock) -> np.ndarray | None:
+        if self.joint is None or len(rb.terms) != 1:
+            return None
+        coef, factors = rb.terms[0]
+        v = self.joint.row_variances(factors)
+        return None if v is None or v.shape[0] != rb.rows else coef * coef * v
 
     def analyse(self, matrix: QueryMatrix) -> tuple[np.ndarray, np.ndarray]:
         """(stderr per row, supported per row).  Unsupported rows get NaN."""
@@ -265,9 +277,13 @@ class VarianceModel:
                 any_support = True
                 with np.errstate(divide="ignore"):
                     inv += np.where(v > 0, 1.0 / np.maximum(v, 1e-300), np.inf)
+            joint = None if any_support else self._joint_variances(rb)
             if any_support:
                 with np.errstate(divide="ignore"):
                     errs.append(np.sqrt(np.where(np.isinf(inv), 0.0, 1.0 / inv)))
+                supported.append(np.ones(rb.rows, bool))
+            elif joint is not None:
+                errs.append(np.sqrt(np.maximum(joint, 0.0)))
                 supported.append(np.ones(rb.rows, bool))
             else:
                 errs.append(np.full(rb.rows, np.nan))

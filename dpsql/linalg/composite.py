@@ -43,9 +43,14 @@ def max_column_sum(scales, vectors, limit: int) -> float | None:
     The column p-norms^p of a union of Kron products (blocks b, attributes i) have this
     form; attributes where every block's vector is constant factor out."""
     d = len(vectors[0])
+    seen: dict[int, bool] = {}
+
     def varies(x) -> bool:
-        hi, lo = float(np.max(x)), float(np.min(x))
-        return hi - lo > 1e-12 * max(abs(hi), abs(lo))
+        out = seen.get(id(x))
+        if out is None:
+            hi, lo = float(np.max(x)), float(np.min(x))
+            out = seen[id(x)] = hi - lo > 1e-12 * max(abs(hi), abs(lo))
+        return out
 
     vary = [i for i in range(d) if any(varies(v[i]) for v in vectors)]
     cells = math.prod(len(vectors[0][i]) for i in vary)

@@ -86,6 +86,7 @@ class DuckDBBackend:
         if memory_limit:
             self._con.execute("SET memory_limit = ?", [memory_limit])
         self._encoded: dict[str, tuple[str, dict]] = {}
+        self._sql_cache: dict[tuple, tuple[str, list]] = {}
         self._lock = threading.Lock()
         self._workdir: str | None = None
 
@@ -152,21 +153,30 @@ class DuckDBBackend:
                     hint="declare the column with a matching kind, or convert it in the source")
         return columns
 
-    def _relation(self, schema: TableSchema, bounded: bool = True):
+    def _read(self, schema: TableSchema) -> tuple:
+        """The data-touching half of :meth:`_relation`: the schema check and, for CSV, the
+        framing pass.  Returns (column types, header, normalised path, fingerprint)."""
+        source = self._source(schema.name)
+        columns = self.check_schema(schema)
+        if source.kind != "csv":
+            return columns, None, None, None
+        framed = reader.normalise_csv(source, self._tmp())
+        remember_fingerprint(source.path, framed.stat_key, framed.fingerprint)
+        self._framed = framed
+        fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
+        return columns, framed.header, framed.path, fp
+
+    def _relation(self, schema: TableSchema, bounded: bool = True, read: tuple | None = None):
         """(FROM expression, {attribute: Converted}, raw value expressions, parameters,
         fingerprint of the content read or None); ``bounded=False`` skips contribution
         bounding (the data check looks at every record)."""
         source = self._source(schema.name)
-        columns = self.check_schema(schema)
+        columns, header, path, fp = read if read is not None else self._read(schema)
         names = [a.name for a in schema.attributes]
-        fp = None
         if source.kind == "csv":
-            framed = reader.normalise_csv(source, self._tmp())
-            remember_fingerprint(source.path, framed.stat_key, framed.fingerprint)
-            fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
             d = source.dialect
             wanted = names + ([source.id_column] if source.id_column and source.id_column not in names else [])
-            rel = reader.csv_fields(reader.line_scan(framed.path, d), d, framed.header, wanted)
+            rel = reader.csv_fields(reader.line_scan(path, d), d, header, wanted)
             ok = exp.column("__ok")
             conv = {a.name: reader.convert_text(a, exp.column(a.name, quoted=True), ok, d, str(i))
                     for i, a in enumerate(schema.attributes)}
@@ -180,7 +190,6 @@ class DuckDBBackend:
                                                                    expressions=[exp.Literal.string(v) for v in d.null]))
                                   if d.null else exp.true())
                 rel = exp.select(exp.Star(), exp.alias_(has_id, "__has_id")).from_(exp.alias_(exp.Subquery(this=rel), "__r"))
-            self._framed = framed
         else:
             scan = self._typed_scan(source)
             rel = exp.select(*[exp.column(n, quoted=True) for n in dict.fromkeys(
@@ -217,16 +226,24 @@ class DuckDBBackend:
         if cached is not None and cached[1] == current:
             return cached[0]
         source = self._source(schema.name)
-        rel, conv, _, params, fp = self._relation(schema)
-        select = exp.select(*[
-            exp.alias_(exp.cast(conv[a.name].cell, exp.DataType.build(sqlgen.cell_type(a.size), dialect="duckdb")),
-                       sqlgen.cell_column(i)) for i, a in enumerate(schema.attributes)]).from_(
-            self._layered(rel, conv))
         name = "cells_" + hashlib.sha256(schema.name.encode()).hexdigest()[:16]
-        create = exp.Create(this=exp.to_table(name), kind="TABLE", expression=select, replace=True,
-                            properties=exp.Properties(expressions=[exp.TemporaryProperty()]))
         try:
-            self._run(create.sql(self.dialect), params, what="encoding the rows")
+            read = self._read(schema)
+            fp = read[3]
+            # the SQL depends only on public metadata: build it once (sqlglot is the slow part)
+            key = (schema, source, tuple(sorted(read[0].items())), read[1], str(read[2]))
+            cached_sql = self._sql_cache.get(key)
+            if cached_sql is None:
+                rel, conv, _, params, _ = self._relation(schema, read=read)
+                select = exp.select(*[
+                    exp.alias_(exp.cast(conv[a.name].cell,
+                                        exp.DataType.build(sqlgen.cell_type(a.size), dialect="duckdb")),
+                               sqlgen.cell_column(i)) for i, a in enumerate(schema.attributes)]).from_(
+                    self._layered(rel, conv))
+                create = exp.Create(this=exp.to_table(name), kind="TABLE", expression=select, replace=True,
+                                    properties=exp.Properties(expressions=[exp.TemporaryProperty()]))
+                cached_sql = self._sql_cache[key] = (create.sql(self.dialect), params)
+            self._run(cached_sql[0], cached_sql[1], what="encoding the rows")
         finally:
             self._drop_framed()
         if fp is None:  # typed sources: the content must not have changed while it was read

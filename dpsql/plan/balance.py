@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpsql.plan.marginals import MarginalSpace, marginal_loss, opt_marginals_theta, strategy_kappa
+from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, strategy_kappa
 from dpsql.plan.workload import WorkloadTerms
 
 __all__ = ["query_caps", "baseline_shares", "balanced_theta", "MARGIN"]
@@ -77,7 +77,10 @@ def term_losses(space: MarginalSpace, kt: np.ndarray, theta: np.ndarray, noise: 
     ku = strategy_kappa(space, theta ** 2, space.subsets)
     mult = space.mult()
     norm = float(theta.sum()) ** 2 if noise == "laplace" else float(theta @ theta)
-    return np.array([norm * marginal_loss(k, ku, mult) for k in kt])
+    ok = ku > 0
+    out = kt @ np.where(ok, mult / np.where(ok, ku, 1.0), 0.0)
+    bad = (kt > 0).astype(float) @ (~ok).astype(float) > 0
+    return np.where(bad, math.inf, norm * out)
 
 
 def balanced_theta(space: MarginalSpace, kt: np.ndarray, owner: np.ndarray, cap: np.ndarray,
@@ -93,7 +96,7 @@ def balanced_theta(space: MarginalSpace, kt: np.ndarray, owner: np.ndarray, cap:
     u = np.ones(cap.size)
     best, best_key, first = None, None, None
     for r in range(max(1, rounds)):
-        kw = u[owner] @ kt
+        kw = np.asarray(kt.T @ u[owner]).ravel()
         theta, _ = opt_marginals_theta(space, kw, noise, restarts=restarts if r == 0 else 1,
                                        rng=rng, progress=progress)
         losses = term_losses(space, kt, theta, noise)

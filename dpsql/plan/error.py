@@ -26,9 +26,9 @@ import numpy as np
 
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.calibration import gaussian_sigma, laplace_scale
-from dpsql.plan.marginals import MarginalSpace, marginal_loss, strategy_kappa, workload_kappa
+from dpsql.plan.algebra import algebra_form
 from dpsql.plan.gram import FactorPinv, LowRankGram, pinv_psd
-from dpsql.plan.strategy import KronBlock, Strategy, factor_kind, union_sensitivity
+from dpsql.plan.strategy import KronBlock, Strategy, union_sensitivity
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
 __all__ = ["expected_error", "rmse", "per_query_variance", "strategy_tse", "term_errors",
@@ -90,29 +90,16 @@ def kron_loss(block: KronBlock, terms: WorkloadTerms) -> np.ndarray:
         return w2 * np.prod(tr, axis=1) / block.weight ** 2
 
 
-def _marginal_form(blocks: Sequence[KronBlock]):
-    cliques, theta = [], []
-    for b in blocks:
-        clique, w = [], b.weight
-        for i, F in enumerate(b.factors):
-            kind, c = factor_kind(F)
-            if kind == "other":
-                return None
-            w *= c
-            if kind == "identity":
-                clique.append(i)
-        cliques.append(frozenset(clique))
-        theta.append(w)
-    return cliques, np.asarray(theta)
-
-
-def _marginal_traces(terms: WorkloadTerms, cliques, theta) -> np.ndarray:
-    """Per-term Theorem 9 traces Σ_a mult(a) κ_wj(a)/κ_u(a) of a marginal strategy."""
-    space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
-    ku = strategy_kappa(space, theta ** 2, cliques)
-    mult = space.mult()
-    return np.array([marginal_loss(workload_kappa(space, terms.select([j])), ku, mult)
-                     for j in range(len(terms.terms))])
+def _algebra(terms: WorkloadTerms, blocks: Sequence[KronBlock]):
+    """The blocks' AlgebraForm when it evaluates these terms exactly: always for marginal
+    blocks (Theorem 9 holds for any term, through its projection onto span{I, 1}); with
+    residual blocks only for marginal-like terms (their algebra is larger)."""
+    form = algebra_form(blocks, terms.shape)
+    if form is None:
+        return None
+    if form.residual and not all(all(t.marginal_like) for t in terms.terms):
+        return None
+    return form
 
 
 def _dense_traces(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> np.ndarray:
@@ -146,11 +133,11 @@ def _mixed_traces(terms: WorkloadTerms, blocks: Sequence[KronBlock],
     marginal-form blocks no other term is assigned to; the rest by their own block."""
     own = {a for a in assignment if a >= 0}
     marg = [b for i, b in enumerate(blocks) if i not in own]
-    form = _marginal_form(marg)
     out = np.full(len(terms.terms), math.inf)
     joint = [j for j, a in enumerate(assignment) if a < 0]
-    if form is not None and joint:
-        out[joint] = _marginal_traces(terms.select(joint), *form)
+    form = _algebra(terms.select(joint), marg) if joint else None
+    if form is not None:
+        out[joint] = form.traces(terms.select(joint))
     for j, a in enumerate(assignment):
         if a >= 0:
             out[j] = float(kron_loss(blocks[a], terms.select([j]))[0])
@@ -169,9 +156,9 @@ def term_errors(terms: WorkloadTerms, blocks: Sequence[KronBlock], noise: str,
     if len(blocks) == 1:
         trace = kron_loss(blocks[0], terms)
     else:
-        form = _marginal_form(blocks)
+        form = _algebra(terms, blocks)
         if form is not None:
-            trace = _marginal_traces(terms, *form)
+            trace = form.traces(terms)
         elif terms.size <= DENSE_LIMIT:
             trace = _dense_traces(terms, blocks)
         elif assignment is not None and any(a < 0 for a in assignment):

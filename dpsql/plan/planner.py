@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+from itertools import combinations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -28,14 +29,22 @@ from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
 from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, strategy_tse, term_errors
 from dpsql.plan.kron import kron_strategy
 from dpsql.plan.gram import LowRankGram
-from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, workload_kappa
+from dpsql.plan.marginals import (
+    MarginalSpace, marginal_svd_bound, opt_marginals_theta, term_kappas, workload_kappa,
+)
+from dpsql.plan.residual import (
+    balanced_mu, residual_blocks, residual_mu, split_marginal_residual,
+)
 from dpsql.plan.opt0 import Progress
-from dpsql.plan.strategy import KronBlock, Strategy, round_blocks, union_sensitivity
+from dpsql.plan.strategy import (
+    KronBlock, Strategy, eye_factor, factor_kind, ones_factor, round_blocks, union_sensitivity,
+)
 from dpsql.plan.balance import balanced_theta, baseline_shares, query_caps
 from dpsql.plan.union import group_by_support, union_strategy, union_weights
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
-__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query", "optimize",
+__all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query",
+           "opt_residual", "opt_residual_plus", "optimize",
            "round_strategy",
            "junction_tree_size", "DEFAULT_GRID"]
 
@@ -189,7 +198,7 @@ def opt_marginals(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
 
 
 def _term_kappas(space: MarginalSpace, terms: WorkloadTerms) -> np.ndarray:
-    return np.array([workload_kappa(space, terms.select([j])) for j in range(len(terms.terms))])
+    return term_kappas(space, terms)
 
 
 def _marginal_strategy(terms: WorkloadTerms, space: MarginalSpace, theta: np.ndarray,
@@ -198,14 +207,61 @@ def _marginal_strategy(terms: WorkloadTerms, space: MarginalSpace, theta: np.nda
     for s, th in zip(space.subsets, theta):
         if th <= 1e-9 * theta.max():
             continue
-        factors = tuple(np.eye(n) if i in s else np.ones((1, n))
+        factors = tuple(eye_factor(n) if i in s else ones_factor(n)
                         for i, n in enumerate(terms.shape))
         blocks.append(KronBlock(float(th), factors))
     return _make(terms, blocks, noise, "OPT_M")
 
 
+def _residual_part(space: MarginalSpace, mu: np.ndarray, shape) -> list[KronBlock]:
+    t, rho = split_marginal_residual(space, mu)
+    return residual_blocks(space, t, rho)
+
+
+def opt_residual(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
+                 progress: Progress | None = None) -> Strategy:
+    """ResidualPlanner (plan/residual.py): the optimal Gaussian strategy for a marginal
+    workload, as OPT_M's integer marginals where they suffice and residual blocks for the
+    rest, with the certificate that its error meets the SVD bound (Theorem 10)."""
+    if noise_norm(noise) != 2:
+        raise UnsupportedQueryError("ResidualPlanner is the optimal Gaussian mechanism",
+                                    hint="Laplace noise uses OPT_M")
+    terms = workload_terms(W)
+    if not all(all(t.marginal_like) for t in terms.terms):
+        raise UnsupportedQueryError("ResidualPlanner plans marginal workloads only",
+                                    hint="RP+ plans the marginal part of a mixed workload")
+    space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
+    caps = query_caps(terms, noise)
+    if caps is None:
+        mu = residual_mu(space, workload_kappa(space, terms))
+    else:
+        owner, cap = caps
+
+        def score(losses):
+            lq = np.zeros(cap.size)
+            np.add.at(lq, owner, losses)
+            return float(losses.sum()), bool(np.all(lq <= cap))
+
+        mu = balanced_mu(space, _term_kappas(space, terms), owner, cap, score)
+    blocks = _residual_part(space, mu, terms.shape)
+    sens = union_sensitivity(blocks, terms.shape, 2)
+    blocks = [replace(b, weight=b.weight / sens) for b in blocks]
+    bound = marginal_svd_bound(space, workload_kappa(space, terms))
+    nres = sum(1 for b in blocks if any(factor_kind(F)[0] == "other" for F in b.factors))
+    s = _make(terms, blocks, noise, "ResidualPlanner")
+    note = f" ResidualPlanner: {len(blocks) - nres} marginal and {nres} residual block(s)."
+    return replace(s, explanation=note + _certificate(s.expected_error, bound))
+
+
+def _certificate(tse: float, bound: float) -> str:
+    if not (math.isfinite(tse) and bound > 0):
+        return ""
+    return (f" Certificate: its expected error is {tse / bound:.4f}x the SVD bound "
+            f"{bound:.6g}, which no strategy beats (thesis Prop. 10).")
+
+
 def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
-                       progress: Progress | None = None) -> Strategy:
+                       progress: Progress | None = None, residual: bool = False) -> Strategy:
     """OPT_M for the marginal terms ∪ one OPT_⊗ block per support group of the others.
 
     Dashboards mix marginals (GROUP BY) with filtered counts (``WHERE age BETWEEN …``).
@@ -238,9 +294,14 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
     msub = terms.select(marg)
     space = MarginalSpace.of(terms.shape, [t.support for t in msub.terms])
     caps = query_caps(terms, noise)
+    if residual and noise_norm(noise) != 2:
+        raise UnsupportedQueryError("ResidualPlanner is the optimal Gaussian mechanism")
     if caps is None:
-        theta, _ = opt_marginals_theta(space, workload_kappa(space, msub), noise,
-                                       restarts=restarts, rng=rng, progress=progress)
+        if residual:
+            mu = residual_mu(space, workload_kappa(space, msub))
+        else:
+            theta, _ = opt_marginals_theta(space, workload_kappa(space, msub), noise,
+                                           restarts=restarts, rng=rng, progress=progress)
     else:
         owner, cap = caps
 
@@ -254,12 +315,17 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
             return float(np.dot(losses, 1.0 / c ** 2)), bool(lower is None or lower.sum() < 1.0)
 
         free = union_weights([1.0] + [loss for loss, _ in other_parts], noise)
-        theta = balanced_theta(space, _term_kappas(space, msub), owner[marg], cap, noise,
-                               union_value, target=float(free[0] ** 2),
-                               restarts=restarts, rng=rng, progress=progress)
-    m = _marginal_strategy(msub, space, theta, noise)
-    sens_m = union_sensitivity(m.kron_blocks, terms.shape, p)
-    unit_m = [replace(b, weight=b.weight / sens_m) for b in m.kron_blocks]
+        if residual:
+            mu = balanced_mu(space, _term_kappas(space, msub), owner[marg], cap, union_value,
+                             target=float(free[0] ** 2))
+        else:
+            theta = balanced_theta(space, _term_kappas(space, msub), owner[marg], cap, noise,
+                                   union_value, target=float(free[0] ** 2),
+                                   restarts=restarts, rng=rng, progress=progress)
+    mblocks = (_residual_part(space, mu, terms.shape) if residual
+               else _marginal_strategy(msub, space, theta, noise).kron_blocks)
+    sens_m = union_sensitivity(mblocks, terms.shape, p)
+    unit_m = [replace(b, weight=b.weight / sens_m) for b in mblocks]
     marg_loss = term_errors(msub, unit_m, noise) / _unit_variance(noise)
     term_loss[marg] = marg_loss
     parts = [(float(marg_loss.sum()), unit_m)] + other_parts
@@ -271,7 +337,12 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
     for k, members in enumerate(groups):
         for j in members:
             assignment[other[j]] = first + k
-    return _make(terms, blocks, noise, "OPT_M+", assignment=assignment)
+    return _make(terms, blocks, noise, "RP+" if residual else "OPT_M+", assignment=assignment)
+
+
+def opt_residual_plus(W: Any, noise: str = "gaussian", **kw) -> Strategy:
+    """OPT_M+ with ResidualPlanner's optimal strategy for the marginal part (Gaussian)."""
+    return opt_marginals_plus(W, noise, residual=True, **kw)
 
 
 #: Largest dense factor (entries) the per-query candidate materialises.
@@ -332,17 +403,17 @@ def _large_attribute_problem(terms: WorkloadTerms, op: str, caps: Caps) -> str |
         if op == "per-query":
             continue
         if not all(isinstance(g, LowRankGram) for g in grams):
-            if op == "OPT_M":
+            if op in ("OPT_M", "RP"):
                 continue
             return (f"column {terms.attributes[i]!r} has {n:,} cells "
                     f"(dense OPT_0 cap {caps.opt0_cells:,})")
-        if op in ("OPT_M", "OPT_M+"):
+        if op in ("OPT_M", "OPT_M+", "RP", "RP+"):
             support = [j for j, t in enumerate(terms.terms) if i in t.support
-                       and (op == "OPT_M" or all(t.marginal_like))]
+                       and (op in ("OPT_M", "RP") or all(t.marginal_like))]
             if support:
                 return (f"query {_query_name(terms, support[0])!r} would need every value of "
                         f"column {terms.attributes[i]!r} ({n:,} cells) counted as a marginal")
-            if op == "OPT_M":
+            if op in ("OPT_M", "RP"):
                 continue
         if op in ("OPT_0", "OPT_kron") and len({t.large_kinds[i] for t in terms.terms}) > 1:
             return (f"one product cannot mix counts and sums over column "
@@ -389,11 +460,20 @@ def _names(terms: WorkloadTerms, idx) -> tuple[str, ...]:
 
 
 def _planned_cliques(terms: WorkloadTerms, operator: str) -> list[tuple[str, ...]]:
-    supports = [t.support for t in terms.terms]
+    supports = set(t.support for t in terms.terms)
     if operator in ("OPT_0", "OPT_kron"):
         return [_names(terms, frozenset().union(*supports))]
-    maximal = [s for s in set(supports) if not any(s < o for o in supports)]
-    return [_names(terms, s) for s in maximal]
+    # Maximal supports: drop every proper subset of a support (enumerated: supports are
+    # small, the workload may have thousands of them).
+    dominated = set()
+    for o in supports:
+        members = sorted(o)
+        if len(members) > 16:
+            dominated.update(s for s in supports if s < o)
+            continue
+        for r in range(len(members)):
+            dominated.update(frozenset(c) for c in combinations(members, r))
+    return [_names(terms, s) for s in supports - dominated]
 
 
 def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
@@ -416,23 +496,40 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if hit is not None:
             return hit
     d = len(terms.shape)
-    default_ops = ("OPT_0",) if d == 1 else ("OPT_kron", "OPT_+", "OPT_M", "OPT_M+")
+    marginal = all(all(t.marginal_like) for t in terms.terms)
+    if d == 1:
+        default_ops = ("OPT_0",)
+    elif marginal and noise == "gaussian":
+        # ResidualPlanner first: once it is certified optimal, OPT_kron and OPT_+ cannot
+        # beat it and are not run (OPT_M still is: equal to it, it wins the tie).
+        default_ops = ("RP", "OPT_M", "OPT_kron", "OPT_+")
+    else:
+        default_ops = ("OPT_kron", "OPT_+", "OPT_M", "OPT_M+") + (
+            ("RP+",) if noise == "gaussian" else ())
     ops = default_ops if operators is None else tuple(operators)
     if operators is None and terms.parts and len(terms.parts) > 1:
         ops = ops + ("per-query",)
     run: dict[str, Callable] = {"OPT_0": opt_0, "OPT_kron": opt_kron, "OPT_+": opt_union,
                                 "OPT_M": opt_marginals, "OPT_M+": opt_marginals_plus,
+                                "RP": opt_residual, "RP+": opt_residual_plus,
                                 "per-query": opt_per_query}
     rng = np.random.default_rng(seed)
     notes, cands = [], []
+    certified = None
     for op in ops:
+        if certified is not None and op in ("OPT_kron", "OPT_+"):
+            notes.append(f"{op} not run: ResidualPlanner is certified within "
+                         f"{certified:.4f}x of the SVD bound, which no strategy beats")
+            continue
         if op not in run:
             raise UnsupportedQueryError(f"unknown operator {op!r}",
                                         hint="use OPT_0, OPT_kron, OPT_+, OPT_M, OPT_M+ "
                                              "or per-query")
         if op == "OPT_+" and len(group_by_support(terms)) < 2:
             continue
-        if op == "OPT_M+" and not all(terms.split_marginal()):
+        if op in ("OPT_M+", "RP+") and not all(terms.split_marginal()):
+            continue
+        if op == "RP" and not all(all(t.marginal_like) for t in terms.terms):
             continue
         if op == "per-query" and not terms.parts:
             continue
@@ -448,9 +545,9 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if blocked:
             notes.append(f"{op} skipped: {blocked}")
             continue
-        if op in ("OPT_M", "OPT_M+"):
+        if op in ("OPT_M", "OPT_M+", "RP", "RP+"):
             nparams = len(MarginalSpace.of(terms.shape, [t.support for t in terms.terms]).subsets)
-            if nparams > caps.marginal_parameters:
+            if nparams > caps.marginal_parameters and op in ("OPT_M", "OPT_M+"):
                 notes.append(f"OPT_M skipped: {nparams:,} marginal weights "
                              f"(cap {caps.marginal_parameters:,})")
                 continue
@@ -467,6 +564,14 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if not math.isfinite(strat.expected_error):
             notes.append(f"{op} rejected: {_unsupported(terms, strat)}")
             continue
+        if op == "RP":
+            space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
+            bound = marginal_svd_bound(space, workload_kappa(space, terms))
+            if bound > 0 and strat.expected_error <= 1.01 * bound:
+                certified = strat.expected_error / bound
+            if "Certificate" not in strat.explanation:
+                strat = replace(strat, explanation=strat.explanation
+                                + _certificate(strat.expected_error, bound))
         cands.append((strat, size))
         notes.append(f"{op}: expected error {strat.expected_error:.6g}, "
                      f"{len(strat.kron_blocks)} block(s), junction tree {size:,} cells")
@@ -493,7 +598,12 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
         if above[id(s)]:
             notes.append(f"{s.operator} would leave {len(above[id(s)])} quer"
                          f"{'y' if len(above[id(s)]) == 1 else 'ies'} above the per-query baseline")
-    best = min(within or finite, key=lambda s: s.expected_error)
+    # Residual blocks (RP, RP+) only where they beat OPT_M's integer marginals: a tie goes to
+    # the candidate without them (each of its marginals answers its own queries).
+    best = min(within or finite, key=lambda s: s.expected_error * (
+        1.0 + 1e-6 * any(factor_kind(F)[0] == "other" and F.shape[0] == F.shape[1] - 1
+                         and np.all(F.sum(axis=1) == 0) for b in s.kron_blocks for F in b.factors)
+        if s.operator in ("ResidualPlanner", "RP+") else 1.0))
     why = (f"{best.operator} chosen (lowest expected {'weighted ' if terms.parts else ''}"
            f"unit-noise squared error among feasible candidates"
            f"{' that keep every query within its per-query baseline' if within and terms.parts else ''}). "

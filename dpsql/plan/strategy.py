@@ -19,6 +19,7 @@ are those of the matrix actually measured.  A block's values then lie on the lat
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -26,12 +27,34 @@ from typing import Any, Sequence
 import numpy as np
 
 __all__ = ["KronBlock", "MeasurementBlock", "Strategy", "factor_kind", "block_sensitivity",
+           "eye_factor", "ones_factor",
            "union_sensitivity", "round_blocks"]
+
+
+@functools.lru_cache(maxsize=None)
+def eye_factor(n: int) -> np.ndarray:
+    """A shared read-only n×n identity (marginal blocks reuse it: ``factor_kind`` and the
+    column norms recognise it by identity instead of comparing n² entries)."""
+    E = np.eye(n)
+    E.flags.writeable = False
+    return E
+
+
+@functools.lru_cache(maxsize=None)
+def ones_factor(n: int) -> np.ndarray:
+    """A shared read-only 1×n row of ones (a Total factor)."""
+    T = np.ones((1, n))
+    T.flags.writeable = False
+    return T
 
 
 def factor_kind(F: np.ndarray) -> tuple[str, float]:
     """('total', c) for c·1ᵀ, ('identity', c) for c·I, else ('other', 1)."""
     m, n = F.shape
+    if m == n and n <= 4096 and F is eye_factor(n):
+        return "identity", 1.0
+    if m == 1 and F is ones_factor(n):
+        return "total", 1.0
     c = float(F.flat[0])
     if c != 0.0 and m == 1 and np.all(F == c):
         return "total", c
@@ -96,8 +119,15 @@ def union_sensitivity(blocks: Sequence[KronBlock], shape: Sequence[int], p: int,
 
     if len(blocks) == 1:
         return block_sensitivity(blocks[0], p)
-    vectors = [[np.abs(F).sum(axis=0) if p == 1 else (F * F).sum(axis=0) for F in b.factors]
-               for b in blocks]
+    norms: dict[int, np.ndarray] = {}
+
+    def colnorm(F):
+        v = norms.get(id(F))
+        if v is None:
+            v = norms[id(F)] = np.abs(F).sum(axis=0) if p == 1 else (F * F).sum(axis=0)
+        return v
+
+    vectors = [[colnorm(F) for F in b.factors] for b in blocks]
     scale = [abs(b.weight) if p == 1 else b.weight ** 2 for b in blocks]
     total = max_column_sum(scale, vectors, exact_limit)
     if total is None:
@@ -224,6 +254,8 @@ def _integer_multiple(F: np.ndarray, max_entry: int = 1 << 16) -> tuple[np.ndarr
 def _round_factor(F: np.ndarray, S: np.ndarray | None, grid: float
                   ) -> tuple[np.ndarray, float, float, np.ndarray | None]:
     """(rounded factor, scale moved into the weight, its grid, basis kept or None)."""
+    if factor_kind(F)[0] != "other" and F.flat[0] == 1.0:
+        return F, 1.0, 1.0, None
     if S is not None and _is_integer(S) and not _is_integer(F):
         # F = C·S (a large attribute): round C, not F, so the measured rows span exactly
         # S's row space; the measure step rounds C again and keeps S (release.to_lattice).

@@ -95,9 +95,15 @@ class KronTerm:
     @cached_property
     def marginal_like(self) -> tuple[bool, ...]:
         """Whether each factor gram lies exactly in span{I, 1} (I/T-built subworkloads)."""
+        from dpsql.linalg import Identity, Ones
+
         out = []
-        for g, b, mu in zip(self.grams, self.beta, self.mean):
+        for k, (g, b, mu) in enumerate(zip(self.grams, self.beta, self.mean)):
             n = g.shape[0]
+            f = self.factors[k] if k < len(self.factors) else None
+            if isinstance(f, (Identity, Ones)):          # Total is a Ones: known exactly
+                out.append(True)
+                continue
             if isinstance(g, LowRankGram):
                 # In span{I, 1}: the identity alone, or a constant low-rank part (a Total).
                 out.append(bool(g.is_constant() or (g.c > 0 and not g.rows.size)))
@@ -216,6 +222,14 @@ def factor_dense(factor: Any) -> np.ndarray:
 THIN_ROWS = 512
 
 
+def _summary(g) -> tuple[float, float]:
+    """(beta, mean) of one factor gram: its projection onto span{I, 1} (Theorem 8)."""
+    n = g.shape[0]
+    tr, sm = _trace(g), _total(g)
+    beta = 0.0 if n == 1 else max((n * tr - sm) / (n * (n - 1)), 0.0)
+    return beta, sm / n
+
+
 def _trace(g) -> float:
     return g.trace() if isinstance(g, LowRankGram) else float(np.trace(g))
 
@@ -287,7 +301,8 @@ def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...],
              names: Sequence[str] | None = None) -> WorkloadTerms:
     flat: list = []
     _flatten(matrix, 1.0, flat)
-    cache: dict[int, tuple[np.ndarray, Any]] = {}
+    cache: dict[Any, tuple[np.ndarray, Any]] = {}
+    summary: dict[int, tuple[float, float]] = {}       # id(gram) -> (beta, mean)
     terms = []
     for j, (weight, factors) in enumerate(flat):
         if len(factors) != len(shape):
@@ -297,22 +312,35 @@ def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...],
                 hint="build each workload block as Kron over all domain attributes")
         grams, structured = [], []
         for i, (f, n) in enumerate(zip(factors, shape)):
-            entry = cache.get(id(f))
+            # Identity and Total leaves of one size share a gram (thousands of marginals
+            # repeat them), so their summaries below are computed once.
+            key = (type(f).__name__, f.shape) if type(f).__name__ in ("Identity", "Total") \
+                else id(f)
+            entry = cache.get(key)
             if entry is None:
                 try:
                     entry = factor_gram(f)
                 except LargeAttributeError as exc:
                     raise LargeAttributeError(exc.cells, exc.rows, attributes[i],
                                               names[j] if names else None) from None
-                cache[id(f)] = entry
+                cache[key] = entry
             g = entry[0]
             structured.append(entry[1])
             if g.shape != (n, n):
                 raise UnsupportedQueryError(
                     f"workload factor has {g.shape[0]} columns, attribute has {n} cells")
             grams.append(g)
-        terms.append(KronTerm(float(weight), tuple(grams), tuple(_rows(f) for f in factors),
-                              tuple(structured), tuple(factors)))
+        term = KronTerm(float(weight), tuple(grams), tuple(_rows(f) for f in factors),
+                        tuple(structured), tuple(factors))
+        pairs = []
+        for g in grams:
+            got = summary.get(id(g))
+            if got is None:
+                got = summary[id(g)] = _summary(g)
+            pairs.append(got)
+        term.__dict__["beta"] = np.array([b for b, _ in pairs])      # cached_property slots
+        term.__dict__["mean"] = np.array([m for _, m in pairs])
+        terms.append(term)
     if not terms:
         raise UnsupportedQueryError("empty workload")
     return WorkloadTerms(attributes, shape, tuple(terms))

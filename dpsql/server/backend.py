@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 from dpsql import errors
-from dpsql.server import bishapes, codec, pgtypes, router
+from dpsql.server import codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
 from dpsql.server.results import Outcome, Portal, Prepared, QueryError
 from dpsql.server.shadow import ShadowError, ShadowUnavailable
@@ -278,16 +278,10 @@ class Dispatcher:
 
     # -- statements ---------------------------------------------------------------------------
     def _engine_sql(self, route, sql: str, params: tuple) -> tuple[str, list | None]:
-        """SQL and qmark parameters for the compiler (``$n`` rewritten to ``?`` in the AST)."""
-        if route.tree is None:
-            return sql, list(params) if params else None
-        rewritten = router.qmark_parameters(route.tree)
-        if rewritten is None:
-            return sql, list(params) if params else None
-        text, order = rewritten
-        if any(i < 0 or i >= len(params) for i in order):
-            raise QueryError("08P01", "statement refers to a parameter that was not supplied")
-        return text, [params[i] for i in order]
+        """SQL and parameters for the compiler, unchanged: it binds ``$n`` by number (issue 21:
+        rewriting to ``?`` relied on the AST walk order, and the compiler now binds ``?`` in
+        text order; keeping the client's text also keeps error positions)."""
+        return sql, list(params) if params else None
 
     @staticmethod
     def _param_count(route) -> int:
@@ -342,20 +336,10 @@ class Dispatcher:
         except pgtypes.ParameterError as exc:
             raise QueryError("22P02", str(exc)) from None
 
-    def _two_step(self, route, qparams):
-        """Superset's series limit (``bishapes``), answered as two engine queries."""
-        if qparams or route.tree is None:
-            return None
-        return bishapes.split_series_limit(route.tree, {t.lower() for t in self._tables})
-
     def _compile(self, route, sql: str, params: tuple):
         """On an engine thread: ``$n`` → ``?`` (AST) and compile for Describe."""
         text, qparams = self._engine_sql(route, sql, params)
         self._keep_position = text == sql
-        shape = self._two_step(route, qparams)
-        if shape is not None:
-            self._keep_position = False
-            return self.link.compile(shape.outer([], []), None)   # the same columns, nothing run
         return self.link.compile(text, qparams)
 
     def _answer(self, route, sql: str, params: tuple):
@@ -363,15 +347,8 @@ class Dispatcher:
         error-column mode and the ρ it spent."""
         text, qparams = self._engine_sql(route, sql, params)
         self._keep_position = text == sql
-        shape = self._two_step(route, qparams)
-        cost = 0.0
-        if shape is not None:
-            self._keep_position = False
-            inner = self.link.execute(shape.inner_sql, None)
-            cost += float(getattr(inner, "cost", 0.0) or 0.0)
-            text = shape.outer([_column(c)[0] for c in inner.columns], inner.rows)
         result = self.link.execute(text, qparams)
-        cost += float(getattr(result, "cost", 0.0) or 0.0)
+        cost = float(getattr(result, "cost", 0.0) or 0.0)
         mode = self.link.error_mode() if hasattr(self.link, "error_mode") else "off"
         return result, mode, cost
 

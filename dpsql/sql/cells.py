@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 from sqlglot import exp
 
-from dpsql.errors import DataError, DomainViolationError, Error, UnsupportedQueryError
+from dpsql.errors import DataError, DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 
 __all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "snippet"]
 
@@ -44,6 +44,8 @@ OTHER = _Other()
 _EMPTY = object()     # the empty string compared with a closed categorical that has no '' label
 
 INT4_MAX = 2 ** 31 - 1
+#: Per-cell evaluations one statement may spend (each ~1-2 µs of Python: about a second).
+WORK_LIMIT = 1_000_000
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _OPS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -142,10 +144,13 @@ def _int_div(a, b):
 class CellEvaluator:
     """Evaluates expressions of a single attribute; ``pos`` maps nodes to SQL positions."""
 
-    def __init__(self, attr, pos: Callable[[exp.Expression], int | None], words=None) -> None:
+    def __init__(self, attr, pos: Callable[[exp.Expression], int | None], words=None, meter=None) -> None:
         self.attr = attr
         self.pos = pos
         self.words = words   # node → the function name as the user wrote it
+        # Cell evaluations left for the whole statement (shared by its evaluators): bounds the
+        # per-cell Python work of a long expression over a large domain (issue 21).
+        self.meter = meter if meter is not None else [WORK_LIMIT]
         n = attr.size
         self.n = n
         null = np.zeros(n, dtype=bool)
@@ -194,8 +199,18 @@ class CellEvaluator:
                    f"use a bin edge instead, e.g. one of {', '.join(str(e) for e in edges[:6])}")
 
     # --- scalar values -----------------------------------------------------------------
+    def _charge(self, node) -> None:
+        self.meter[0] -= self.n
+        if self.meter[0] < 0:
+            raise StatementTooComplexError(
+                f"statement too complex: its expressions need more than {WORK_LIMIT:,} evaluations on the cells "
+                f"of the declared domain (column '{self.attr.name}' has {self.n:,})", position=self.pos(node),
+                hint="simplify the expressions, or bucket the column more coarsely in the domain declaration")
+
     def value(self, node: exp.Expression) -> Evaluated:
         """Per-cell values of a scalar expression (ends of each bin)."""
+        if not isinstance(node, (exp.Column, exp.Literal, exp.Paren, exp.Null, exp.Boolean)):
+            self._charge(node)      # columns and literals are list copies, not per-cell work
         if isinstance(node, exp.Paren):
             return self.value(node.this)
         if isinstance(node, exp.Column):
@@ -416,6 +431,7 @@ class CellEvaluator:
     # --- predicates ----------------------------------------------------------------------
     def truth(self, node: exp.Expression) -> tuple[np.ndarray, np.ndarray]:
         """(TRUE mask, FALSE mask) of a predicate of this attribute over its cells."""
+        self._charge(node)
         if isinstance(node, exp.Paren):
             return self.truth(node.this)
         if isinstance(node, exp.Not):

@@ -22,7 +22,7 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolationError, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import AggCall, check_argument, is_aggregate, parse_aggregate
 from dpsql.sql.bind import Catalog, Scope, bind_table, table_schema
-from dpsql.sql.cells import CellEvaluator, columns_in, literal_value, snippet
+from dpsql.sql.cells import WORK_LIMIT, CellEvaluator, columns_in, literal_value, snippet
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import call_position, parse_statement, written
@@ -60,6 +60,8 @@ class _Lowering:
         self.schema = scope.schema
         self.tree = stmt.tree if tree is None else tree
         self.prefix = prefix
+        self.column_set = {c.lower() for c in self.schema.column_names}
+        self.meter = [WORK_LIMIT]
         self.pending = list(pending)     # [(compiled ranking query, derived.Pending)]
         self._evaluators: dict[str, CellEvaluator] = {}
         self.keys: list[GroupKey] = []
@@ -87,7 +89,7 @@ class _Lowering:
     def evaluator(self, attr) -> CellEvaluator:
         ev = self._evaluators.get(attr.name)
         if ev is None:
-            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos, self.written)
+            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos, self.written, self.meter)
         return ev
 
     def canon(self, node):
@@ -118,7 +120,7 @@ class _Lowering:
         if col.table or not self.aliases:
             return None
         name = col.name.lower()
-        if name in {c.lower() for c in self.schema.column_names}:
+        if name in self.column_set:
             return None
         return self.aliases.get(name)
 

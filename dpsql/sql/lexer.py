@@ -44,6 +44,8 @@ MAX_NESTING = 32
 MAX_TOKENS = 20_000
 #: IN lists of at least this many literals are compacted before parsing.
 IN_LIST_MIN = 64
+#: Statements longer than this reach sqlglot without their comments.
+_LONG = 1 << 16
 
 
 # Token kinds.
@@ -95,14 +97,23 @@ def _unterminated(what: str, sql: str, start: int) -> SyntaxError:
 _SIMPLE = re.compile(r"(?P<ws>\s+)|(?P<word>[^\W\d][\w$]*)|(?P<num>\d+)|(?P<punct>[(),;\[\]{}])")
 
 
-def tokenize(sql: str) -> list[Token]:
-    """Significant tokens of ``sql`` (whitespace and comments dropped), in one pass."""
+def tokenize(sql: str, comments: list | None = None) -> list[Token]:
+    """Significant tokens of ``sql`` (whitespace and comments dropped), in one pass; the
+    (start, end) of each comment is appended to ``comments`` when given.  A statement that
+    is certain to exceed :data:`MAX_TOKENS` is refused as soon as that is known."""
     out: list[Token] = []
     append = out.append
     simple = _SIMPLE.match
     n = len(sql)
     i = 0
+    check = 1 << 15
     while i < n:
+        if len(out) >= check:
+            check *= 2          # doubling keeps the checks linear in total
+            if _fewest_tokens(out) > MAX_TOKENS:
+                raise StatementTooComplexError(
+                    f"statement too complex: more than {MAX_TOKENS:,} tokens", position=out[-1].start + 1,
+                    hint="split the query, or list many values with one IN (…) of literals")
         m = simple(sql, i)
         if m is not None:
             kind = m.lastgroup
@@ -133,10 +144,16 @@ def tokenize(sql: str) -> list[Token]:
         c = sql[i]
         if c == "-" and sql.startswith("--", i):
             j = sql.find("\n", i)
-            i = n if j < 0 else j + 1
+            j = n if j < 0 else j + 1
+            if comments is not None:
+                comments.append((i, j))
+            i = j
             continue
         if c == "/" and sql.startswith("/*", i):
-            i = _block_comment(sql, i)
+            j = _block_comment(sql, i)
+            if comments is not None:
+                comments.append((i, j))
+            i = j
             continue
         if c == "'":
             j = _quoted(sql, i, "'")
@@ -220,6 +237,22 @@ def tokenize(sql: str) -> list[Token]:
         append(Token(OP, i, i + 1, c))
         i += 1
     return out
+
+
+def _fewest_tokens(toks: list[Token]) -> int:
+    """A lower bound on the token count after IN-list compaction (every run of literals
+    after ``IN (`` counts as nothing)."""
+    count, k, n = 0, 0, len(toks)
+    while k < n:
+        t = toks[k]
+        count += 1
+        if t.kind == WORD and k + 1 < n and toks[k + 1].text == "(" and t.text.upper() == "IN":
+            k += 2
+            while k < n and (toks[k].kind in (NUM, STR) or toks[k].text in (",", "-")):
+                k += 1
+            continue
+        k += 1
+    return count
 
 
 def _prefixed_string(sql: str, i: int, j: int, prefix: str) -> Token | None:
@@ -437,7 +470,8 @@ def _long_in_lists(toks: list[Token]) -> list[tuple[int, int, list[Token]]]:
 
 def prepare(sql: str, dialect: str = "postgres") -> Prepared:
     """Lex, check and rewrite one statement for sqlglot (see the module docstring)."""
-    toks = tokenize(sql)
+    comments: list[tuple[int, int]] = []
+    toks = tokenize(sql, comments)
     first = _explain_prefix(toks)
     explain = first > 0
     toks = toks[first:]
@@ -460,6 +494,9 @@ def prepare(sql: str, dialect: str = "postgres") -> Prepared:
         name = f"__dpsql_in_{nonce}_{n}"
         named[name] = items
         edits.append((toks[lo].end, toks[hi].start, name))
+    if len(sql) > _LONG:
+        # sqlglot's tokenizer crawls through comments; a long statement loses them first.
+        edits.extend((a, b, " ") for a, b in comments if a >= start)
     k = 0
     for t in markers:
         if t.text in ("?", "%s"):

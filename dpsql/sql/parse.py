@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -28,6 +29,10 @@ from dpsql.sql.lexer import Prepared, prepare
 __all__ = ["Statement", "parse_statement", "position_of", "written", "call_position", "DIALECTS", "MAX_DEPTH"]
 
 DIALECTS = ("postgres", "duckdb")
+
+# sqlglot logs a warning to stderr whenever it falls back to a generic Command node; for a
+# server or a notebook that is noise about user input, and the statement is refused anyway.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 #: Deepest AST (after AND/OR chains are balanced) that the compiler walks; its recursive
 #: passes use a few frames per level, so this stays far below Python's recursion limit.

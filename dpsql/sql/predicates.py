@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 from sqlglot import exp
 
-from dpsql.errors import UnsupportedQueryError
+from dpsql.errors import StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
 from dpsql.sql.cells import CellEvaluator, columns_in, snippet
 
@@ -34,6 +34,8 @@ Term = dict[str, np.ndarray]
 # Joint evaluation of a coupled component materialises this many booleans at most; beyond
 # it the predicate is refused rather than slowing every compile to a crawl.
 MAX_JOINT_CELLS = 4_000_000
+#: Terms × joint cells one coupled predicate may evaluate (numpy work, ~0.2 s).
+MAX_JOINT_WORK = 200_000_000
 _PERMUTE_CELLS = 100_000
 
 
@@ -213,6 +215,12 @@ def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos, any_
                     f"the predicate couples columns {', '.join(a.name for a in attrs)} whose joint domain "
                     f"has {total:,} cells (limit {MAX_JOINT_CELLS:,})", position=pos(expr),
                     hint="split the OR into separate queries, or use columns with coarser domains")
+            leaves = sum(1 for n in expr.walk() if not isinstance(n, (exp.And, exp.Or, exp.Not, exp.Paren)))
+            if leaves * total > MAX_JOINT_WORK:
+                raise StatementTooComplexError(
+                    f"statement too complex: a predicate of {leaves:,} terms over the {total:,}-cell joint domain "
+                    f"of {', '.join(a.name for a in attrs)}", position=pos(expr),
+                    hint="split the OR into separate queries, or use IN (…) for lists of values")
             t, _ = comp.joint(expr, attrs, sizes)
             t = np.broadcast_to(t, sizes)
             pieces = _fewest_boxes(t, [a.name for a in attrs])

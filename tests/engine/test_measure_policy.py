@@ -54,3 +54,8 @@ def test_workload_of_filtered_counts_determines_the_total(tmp_path, exact):
         cur = con.cursor().execute(q)
         assert cur.fetchall()[0][0] == pytest.approx(exact(q), abs=0.5)
         assert cur.inferred == [False]
+    # named parameters: two bindings of one statement are two queries (not one cached answer)
+    named = "SELECT COUNT(*) FROM adult WHERE age >= %(lo)s"
+    a = con.cursor().execute(named, {"lo": 30}).fetchall()
+    b = con.cursor().execute(named, {"lo": 60}).fetchall()
+    assert a[0][0] == pytest.approx(exact(sql), abs=0.5) and b[0][0] < a[0][0]

@@ -50,11 +50,19 @@ def cells(data: bytes, schema, d: CsvDialect = CsvDialect()) -> list[tuple[int, 
 
 
 def counts(data: bytes, schema, clique, d: CsvDialect = CsvDialect()) -> np.ndarray:
-    pos = [schema.column_names.index(a) for a in clique]
-    arr = np.zeros(tuple(schema.domain[a] for a in clique), dtype=np.int64)
-    for row in cells(data, schema, d):
-        arr[tuple(row[p] for p in pos)] += 1
-    return arr
+    return counts_all(data, schema, [clique], d)[tuple(clique)]
 
 
-__all__ = ["records", "cells", "counts"]
+def counts_all(data: bytes, schema, cliques, d: CsvDialect = CsvDialect()) -> dict:
+    rows = cells(data, schema, d)
+    out = {}
+    for clique in cliques:
+        pos = [schema.column_names.index(a) for a in clique]
+        arr = np.zeros(tuple(schema.domain[a] for a in clique), dtype=np.int64)
+        for row in rows:
+            arr[tuple(row[p] for p in pos)] += 1
+        out[tuple(clique)] = arr
+    return out
+
+
+__all__ = ["records", "cells", "counts", "counts_all"]

@@ -38,8 +38,9 @@ def _agree(tmp_path, data: bytes, dialect: CsvDialect = CsvDialect()):
     path = tmp_path / "t.csv"
     path.write_bytes(data)
     got = _counts(Source("csv", path, dialect=dialect))
+    ref = reference.counts_all(data, SCHEMA, CLIQUES, dialect)
     for c in CLIQUES:
-        assert np.array_equal(got[c], reference.counts(data, SCHEMA, c, dialect)), c
+        assert np.array_equal(got[c], ref[c]), c
     return got
 
 

@@ -51,7 +51,9 @@ class FakeLink:
 
     def _shape(self, sql, params):
         tree = sqlglot.parse_one(sql, read="postgres")
-        holes = [n for n in tree.walk() if isinstance(n, exp.Placeholder)]
+        # '?' markers, or the client's $n (the server passes them through; the compiler binds by number)
+        holes = {n.sql() for n in tree.walk() if isinstance(n, (exp.Placeholder, exp.Parameter))}
+        holes = [n for n in tree.walk() if isinstance(n, exp.Placeholder)] or sorted(holes)
         if len(holes) != len(params or ()):
             raise errors.InterfaceError("parameter count mismatch")
         if any(isinstance(e, exp.Star) for e in tree.expressions):

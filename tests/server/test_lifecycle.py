@@ -118,16 +118,22 @@ def test_signals_stop_the_catalog_and_remove_its_directory(config, tmp_path, sig
 
 
 def test_failed_start_leaves_nothing(config):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        before = set(glob.glob(os.path.join(tempfile.gettempdir(), catalogdb.DIR_PREFIX + "*")))
-        proc = subprocess.run([sys.executable, "-m", "dpsql.cli", "serve", "--config", str(config),
-                               "--port", str(port)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in proc.stderr, proc.stderr
-    after = set(glob.glob(os.path.join(tempfile.gettempdir(), catalogdb.DIR_PREFIX + "*")))
-    assert after <= before
+    # A private TMPDIR: other servers started at the same time (parallel test runs on a shared
+    # machine) must not be mistaken for leftovers of this one.
+    private = tempfile.mkdtemp(prefix="dpsql-t-", dir="/tmp")
+    env = {**os.environ, "TMPDIR": private}
+    try:
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            proc = subprocess.run([sys.executable, "-m", "dpsql.cli", "serve", "--config", str(config),
+                                   "--port", str(port)], capture_output=True, text=True, timeout=120,
+                                  env=env)
+        assert proc.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in proc.stderr, proc.stderr
+        assert glob.glob(os.path.join(private, catalogdb.DIR_PREFIX + "*")) == []
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_crash_is_cleaned_up_by_the_reaper_then_by_the_sweep(config):

@@ -85,6 +85,18 @@ def test_token_soup_without_spaces(catalog, tokens):
     _check(catalog, "SELECT " + "".join(tokens), None)
 
 
+TEMPLATES = ["SELECT {} FROM adult", "SELECT COUNT(*) FROM adult WHERE {}", "SELECT sex, COUNT(*) FROM adult GROUP BY {}",
+             "SELECT * FROM (SELECT {} FROM adult GROUP BY sex) AS t", "SELECT COUNT(*) FROM (SELECT {} FROM adult) AS v",
+             "SELECT race, COUNT(*) FROM adult JOIN (SELECT race AS r, {} FROM adult GROUP BY race LIMIT 2) AS s ON race = r "
+             "GROUP BY race", "SELECT COUNT(*) FROM adult WHERE race IN (SELECT {} FROM adult GROUP BY race)"]
+
+
+@SETTINGS
+@given(st.sampled_from(TEMPLATES), st.lists(st.sampled_from(TOKENS), min_size=1, max_size=12), PARAMS)
+def test_token_soup_inside_bi_shapes(catalog, template, tokens, params):
+    _check(catalog, template.format(" ".join(tokens)), params)
+
+
 # --- random ASTs -----------------------------------------------------------------------------
 
 def _column():
@@ -152,10 +164,20 @@ def _select(draw):
         q = q.order_by(draw(st.one_of(st.integers(0, 4).map(exp.Literal.number), scalar, aggs)))
     if draw(st.booleans()):
         q = q.limit(draw(st.integers(0, 5)))
-    if draw(st.booleans()):
-        # wrap it as BI tools do
-        q = exp.select("*").from_(q.subquery("t")).limit(draw(st.integers(0, 1000)))
-    return q.sql(dialect="postgres")
+    sql = q.sql(dialect="postgres")
+    wrap = draw(st.integers(0, 5))
+    # wrapped as BI tools wrap queries (derived tables, row-level sources, top-N joins)
+    if wrap == 1:
+        sql = f"SELECT * FROM ({sql}) AS t LIMIT {draw(st.integers(0, 1000))}"
+    elif wrap == 2:
+        sql = sql.replace(" FROM adult", " FROM (SELECT * FROM adult) AS virtual_table", 1)
+    elif wrap == 3:
+        key = draw(st.sampled_from(["sex", "race", "income", "age"]))
+        sql = (f"SELECT {key}, COUNT(*) AS n FROM adult JOIN (SELECT {key} AS k__, COUNT(*) AS m FROM ({sql}) AS s "
+               f"GROUP BY {key} ORDER BY m DESC LIMIT 3) AS series_limit ON {key} = k__ GROUP BY {key}")
+    elif wrap == 4:
+        sql = f"SELECT t.*, 1 AS one FROM ({sql}) AS t WHERE TRUE ORDER BY 1 DESC FETCH FIRST 3 ROWS ONLY"
+    return sql
 
 
 @SETTINGS
@@ -262,3 +284,19 @@ def test_set_role_is_refused_cleanly(tmp_path):
         with pytest.raises(errors.ProgrammingError):
             cur.execute(statement)
     con.close()
+
+
+def test_work_on_large_domains_is_bounded():
+    """Per-cell evaluation and joint predicates are metered: a statement that would spend
+    seconds of Python on a large declared domain is refused with 54001 instead."""
+    from dpsql.domain import IntegerRange, TableSchema
+    wide = {"t": TableSchema("t", (IntegerRange("x", 0, 99_999), IntegerRange("y", 0, 1_999),
+                                   IntegerRange("z", 0, 1_999)))}
+    compile_sql("SELECT COUNT(*) FROM t WHERE x > 5", wide)
+    case = "CASE " + " ".join(f"WHEN x < {i * 1000} THEN {i}" for i in range(1, 70)) + " ELSE 0 END"
+    with pytest.raises(errors.StatementTooComplexError) as info:
+        compile_sql(f"SELECT {case} AS b, COUNT(*) FROM t GROUP BY 1", wide)
+    assert info.value.position is not None
+    terms = " OR ".join(f"(y = {i} AND z = {i})" for i in range(60))
+    with pytest.raises(errors.StatementTooComplexError):
+        compile_sql(f"SELECT COUNT(*) FROM t WHERE {terms}", wide)
