@@ -54,6 +54,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dpsql.server.pgclient import ShadowClient, ShadowUnavailable
+
 SHADOW_ROLE = "dpsql_owner"       # superuser that builds the schema; never runs client SQL
 READERS = "dpsql_readers"         # group role: what every analyst's catalog role may do
 DIR_PREFIX = "dpsql-shadow-"
@@ -67,10 +69,6 @@ VOLATILE_ALLOWED = ("pg_relation_size", "pg_total_relation_size", "pg_table_size
                     "pg_database_collation_actual_version", "clock_timestamp", "timeofday")
 # STABLE functions that nevertheless change state (they assign a transaction id).
 STABLE_DENIED = ("txid_current", "pg_current_xact_id")
-
-
-class ShadowUnavailable(RuntimeError):
-    """PostgreSQL binaries are missing or the catalog database failed to start."""
 
 
 def find_bindir() -> Path | None:
@@ -336,7 +334,6 @@ class CatalogCluster:
             return ""
 
     async def _load(self) -> None:
-        from dpsql.server.shadow import ShadowClient
         admin = await ShadowClient.connect(self.socket_path, "postgres", SHADOW_ROLE)
         try:
             await admin.simple(f"CREATE DATABASE {ident(self.database)}")

@@ -9,7 +9,7 @@ database named like the served one, and in it ``CREATE TABLE`` for each private 
 its *public* domain declaration — with **zero rows**.  The shadow therefore cannot leak
 private data: it never enters it.
 
-``ShadowClient`` is a small asyncio PostgreSQL client built on ``codec``; statements are
+``ShadowClient`` (``pgclient``) is a small asyncio PostgreSQL client built on ``codec``; statements are
 forwarded with the client's own parameter bytes and result format codes, so the shadow does
 all type encoding, and its replies (RowDescription, DataRow, errors) are relayed unchanged.
 ``ShadowPool`` keeps each analyst's statements on connections of their own role.
@@ -19,22 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass, field
 
 from dpsql.server import codec
 from dpsql.server.catalogdb import (SHADOW_ROLE, CatalogCluster, ShadowUnavailable, find_bindir, ident,
                                     role_name, role_sql)
+from dpsql.server.pgclient import ShadowClient, ShadowError, ShadowResult
 
 __all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "ShadowUnavailable", "find_bindir",
            "schema_ddl", "catalog_type"]
-
-
-class ShadowError(Exception):
-    """An ErrorResponse from the shadow, relayed to the client field by field."""
-
-    def __init__(self, fields: dict[str, str]) -> None:
-        super().__init__(fields.get("M", "catalog query failed"))
-        self.fields = fields
 
 
 def catalog_type(attribute) -> str:
@@ -63,144 +55,6 @@ def schema_ddl(catalog) -> list[str]:
         out.append(f"COMMENT ON TABLE public.{ident(name)} IS "
                    "'dpsql private table: aggregate queries only, answers are differentially private'")
     return out
-
-
-@dataclass
-class ShadowResult:
-    description: bytes | None          # raw RowDescription message, or None (NoData)
-    rows: list[bytes] = field(default_factory=list)   # raw DataRow messages
-    tag: str = ""
-    empty: bool = False
-
-
-# Sent ahead of every client statement in the same write: whatever a previous statement on
-# this connection could have left (settings, prepared statements, cursors, locks, LISTEN)
-# is gone before the next one runs.
-_RESET = codec.encode_query("DISCARD ALL")
-
-
-class ShadowClient:
-    """One connection to the shadow (Unix socket, trust auth inside a private directory)."""
-
-    def __init__(self) -> None:
-        self.pid = 0
-        self.secret = b""
-        self.parameters: dict[str, str] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self.broken = False
-        self.role = ""
-
-    @classmethod
-    async def connect(cls, socket_path: str, database: str, user: str = SHADOW_ROLE) -> "ShadowClient":
-        self = cls()
-        self.role = user
-        self._reader, self._writer = await asyncio.open_unix_connection(socket_path)
-        self._writer.write(codec.encode_startup({"user": user, "database": database,
-                                                 "application_name": "dpsql-shadow"}))
-        await self._writer.drain()
-        while True:
-            kind, body = await self._read()
-            if kind == b"R":
-                code, _ = codec.decode_auth(body)
-                if code != 0:
-                    raise ShadowUnavailable(f"shadow asked for authentication method {code}")
-            elif kind == b"S":
-                r = codec.BodyReader(body)
-                name = r.cstring()
-                self.parameters[name] = r.cstring()
-            elif kind == b"K":
-                r = codec.BodyReader(body)
-                self.pid = r.int32()
-                self.secret = r.rest()
-            elif kind == b"E":
-                raise ShadowError(codec.decode_fields(body))
-            elif kind == b"Z":
-                return self
-
-    async def _read(self) -> tuple[bytes, bytes]:
-        assert self._reader is not None
-        try:
-            head = await self._reader.readexactly(5)
-            length = int.from_bytes(head[1:5], "big")
-            body = await self._reader.readexactly(length - 4)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self.broken = True
-            raise ShadowUnavailable("the shadow catalog connection closed") from None
-        return head[0:1], body
-
-    async def _roundtrip(self, payload: bytes, syncs: int = 1) -> list[tuple[bytes, bytes]]:
-        """Send messages ending in ``syncs`` Sync/Query messages; collect replies up to the last
-        ReadyForQuery."""
-        assert self._writer is not None
-        self._writer.write(payload)
-        await self._writer.drain()
-        replies = []
-        while True:
-            kind, body = await self._read()
-            if kind == b"Z":
-                syncs -= 1
-                if syncs == 0:
-                    return replies
-                continue
-            if kind in (b"N", b"S", b"A"):
-                continue  # notices and parameter changes of the shadow are not the client's
-            replies.append((kind, body))
-
-    @staticmethod
-    def _raise_error(replies) -> None:
-        for kind, body in replies:
-            if kind == b"E":
-                raise ShadowError(codec.decode_fields(body))
-
-    async def simple(self, sql: str) -> list[tuple[bytes, bytes]]:
-        replies = await self._roundtrip(codec.encode_query(sql))
-        self._raise_error(replies)
-        return replies
-
-    async def describe(self, sql: str, param_oids=()) -> tuple[tuple[int, ...], bytes | None]:
-        """Parameter OIDs and raw RowDescription (None for NoData) of ``sql``, without running it."""
-        replies = await self._roundtrip(_RESET + codec.encode_parse("", sql, param_oids)
-                                        + codec.encode_describe("S", "") + codec.SYNC, syncs=2)
-        self._raise_error(replies)
-        oids: tuple[int, ...] = ()
-        description = None
-        for kind, body in replies:
-            if kind == b"t":
-                oids = codec.decode_parameter_description(body)
-            elif kind == b"T":
-                description = codec.message(b"T", body)
-        return oids, description
-
-    async def execute(self, sql: str, param_oids, param_formats, params, result_formats) -> ShadowResult:
-        payload = (_RESET + codec.encode_parse("", sql, param_oids)
-                   + codec.encode_bind("", "", param_formats, params, result_formats)
-                   + codec.encode_describe("P", "") + codec.encode_execute("", 0) + codec.SYNC)
-        replies = await self._roundtrip(payload, syncs=2)
-        self._raise_error(replies)
-        result = ShadowResult(None)
-        for kind, body in replies:
-            if kind == b"T":
-                result.description = codec.message(b"T", body)
-            elif kind == b"D":
-                result.rows.append(codec.message(b"D", body))
-            elif kind == b"C":
-                result.tag = codec.BodyReader(body).cstring()
-            elif kind == b"I":
-                result.empty = True
-        return result
-
-    async def close(self) -> None:
-        if self._writer is not None:
-            try:
-                self._writer.write(codec.TERMINATE)
-                self._writer.close()
-                await self._writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
-            self._writer = None
-
-
 
 
 class ShadowPool:

@@ -151,14 +151,16 @@ def big_statement(nbytes: int) -> str:
 
 
 def test_large_statement_does_not_hold_up_others(users_file):
-    server = start(users_file, max_statement=200_000)
+    server = start(users_file, max_statement=2_000_000)
     try:
-        mallory = RawClient(server.port, timeout=60)
+        mallory = RawClient(server.port, timeout=120)
         assert mallory.startup("bob", PASSWORD)[-1][0] == b"Z"
         alice = connect(server.port)
         try:
-            # ~60 kB of SQL takes sqlglot seconds to parse; the catalog is off, so it ends in 0A000
-            mallory.send(codec.encode_query(big_statement(60_000)))
+            # ~1.5 MB of SQL takes sqlglot seconds to parse (0.5 s per 190 kB on a quiet 2-core
+            # machine: it must clearly outlast alice's round trip); the catalog is off, so it
+            # ends in 0A000
+            mallory.send(codec.encode_query(big_statement(1_500_000)))
             time.sleep(0.3)
             assert fetch(alice, "SELECT current_user") == [("alice",)]
             # alice was answered while mallory's statement was still being parsed
