@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _DBAPI = {"connect", "apilevel", "threadsafety", "paramstyle", "Connection", "Cursor", "STRING",
           "NUMBER", "DATETIME", "BINARY", "ROWID", "Date", "Time", "Timestamp", "DateFromTicks",
-          "TimeFromTicks", "TimestampFromTicks", "Binary"}
+          "TimeFromTicks", "TimestampFromTicks", "Binary", "read_sql"}
 
 
 def __getattr__(name):

@@ -19,14 +19,16 @@ so each front end owns its own code.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 from dpsql import errors
-from dpsql.engine.variance import Z95
+from dpsql.display import Z95, describe_progress, format_value  # noqa: F401  (part of this module's API)
 
 DEFAULT_CONFIG = "dpsql.toml"
 
@@ -39,24 +41,13 @@ def _print_error(exc: errors.Error) -> None:
     print(f"ERROR [{exc.sqlstate}]: {exc.message}", file=sys.stderr)
     if exc.detail:
         print(f"DETAIL: {exc.detail}", file=sys.stderr)
+    operator = getattr(exc, "operator_detail", None)
+    if operator:
+        # The command line is the operator's own (docs/privacy.md, threat model): a source
+        # error's own message is shown here, never to analysts over the wire.
+        print(f"DETAIL (operator only): {operator}", file=sys.stderr)
     if exc.hint:
         print(f"HINT: {exc.hint}", file=sys.stderr)
-
-
-def format_value(value, stderr=None, mode: str = "ci95") -> str:
-    """``12,345 ± 210`` (95% interval by default); NULL shown distinctly."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, float):
-        text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.3g}" if value != int(value) else f"{value:,.0f}"
-    elif isinstance(value, int):
-        text = f"{value:,}"
-    else:
-        text = str(value)
-    if stderr is None or mode == "off" or (isinstance(stderr, float) and math.isnan(stderr)):
-        return text
-    half = stderr * (Z95 if mode == "ci95" else 1.0)
-    return f"{text} ± {half:,.0f}" if half >= 10 else f"{text} ± {half:.2g}"
 
 
 def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
@@ -65,9 +56,11 @@ def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
         return
     headers = [c.name for c in result.columns]
     body = []
+    bounds = getattr(result, "bounds", None) or []
     for i, row in enumerate(result.rows):
         errs = result.stderr[i] if i < len(result.stderr) else (None,) * len(row)
-        cells = [format_value(v, e, mode) for v, e in zip(row, errs)]
+        rng = bounds[i] if i < len(bounds) else (None,) * len(row)
+        cells = [format_value(v, e, mode, b) for v, e, b in zip(row, errs, rng)]
         if i < len(result.inferred) and result.inferred[i]:
             cells[-1] += " *"
         body.append(cells)
@@ -79,57 +72,76 @@ def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
               file=out)
     print(f"({len(body)} row{'s' if len(body) != 1 else ''})", file=out)
     if any(result.inferred):
-        print("* inferred by the model without a supporting measurement", file=out)
+        print("* inferred by the model without a supporting measurement: no standard error; "
+              "[lower, upper] is the range the released measurements allow", file=out)
+
+
+# -- progress ------------------------------------------------------------------------------
+
+class StatusLine:
+    """Progress of planning, measuring and fitting on one stderr line (only on a terminal:
+    scripts and pipes get the results alone)."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+        self._shown = False
+
+    def __call__(self, stage: str, info: dict) -> None:
+        if not self.live:
+            return
+        now = time.monotonic()
+        done = info.get("done", False)
+        if not done and now - self._last < 0.2:
+            return
+        self._last = now
+        text = describe_progress(stage, info)
+        self.stream.write("\r\x1b[2K" + text + ("\n" if done else ""))
+        self.stream.flush()
+        self._shown = not done
+
+    def clear(self) -> None:
+        if self.live and self._shown:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._shown = False
 
 
 # -- subcommands ----------------------------------------------------------------------------
 
 def cmd_init(args) -> int:
-    """Draft a config from the CSV header and column *types* only; domains are left blank
-    on purpose: they must come from public documentation, never from the rows."""
-    from dpsql.measure.backend import describe_source
+    """Draft a config from a data file's schema (CSV, Parquet, DuckDB) or public metadata
+    (SmartNoise YAML, ``*-domain.json``); domains the metadata does not give are left for
+    the operator: they must come from public documentation, never from the rows."""
+    from dpsql import draft
 
-    path = Path(args.csv)
-    names_types = describe_source(path)
-    table = args.table or path.stem.replace("-", "_")
-    out = Path(args.output or "dpsql.toml")
-    domain_file = out.with_name(f"{table}.domain.toml")
-    if (out.exists() or domain_file.exists()) and not args.force:
-        raise errors.ConfigError(f"{out} or {domain_file} exists", hint="use --force to overwrite")
-    lines = [f"# Domain of table {table}, drafted by `dpsql init` from the header of {path.name}.",
-             "# Fill every domain from PUBLIC knowledge (documentation, codebooks, law), never from",
-             "# the rows: a domain read off the data would itself leak private information.",
-             f"[tables.{table}]", f'source = {{ csv = "{os.path.relpath(path.resolve(), out.resolve().parent)}" }}', ""]
-    for name, kind in names_types:
-        lines.append(f"[tables.{table}.columns.{name}]")
-        if kind == "integer":
-            lines += ['type = "integer"', "# lo = ?   (public lower bound)", "# hi = ?   (public upper bound)",
-                      "# bin_width = 1"]
-        elif kind == "numeric":
-            lines += ['type = "numeric"', "# edges = [ ... ]   (public bin edges)"]
-        else:
-            lines += ['type = "categorical"', "# labels = [ ... ]   (the published list of values)",
-                      "# nullable = true"]
-        lines.append("")
-    domain_file.write_text("\n".join(lines))
-    out.write_text("\n".join([
-        "# dpsql configuration drafted by `dpsql init` (docs/config.md).",
-        "[dpsql]", f'ledger = "{table}.ledger"', 'noise = "gaussian"', 'policy = "infer"', "",
-        "[budget]", "epsilon = 1.0", "delta = 1e-6", "",
-        f"[tables.{table}]", f'domain = "{domain_file.name}"', 'privacy_unit = "row"', "",
-        "[workload]", "queries = []", ""]))
-    print(f"wrote {out} and {domain_file}; fill in the domains before planning")
+    table = draft.from_file(Path(args.source), args.table)
+    out, domain_file, missing = draft.write(table, Path(args.output or "dpsql.toml"), force=args.force)
+    print(f"wrote {out} and {domain_file} (table {table.name}, {len(table.columns)} columns, "
+          f"from {table.origin})")
+    if missing:
+        print(f"still to fill in from public documentation ({len(missing)} item"
+              f"{'s' if len(missing) != 1 else ''}, marked TO FILL in {domain_file.name}):")
+        for item in missing:
+            print(f"  - {item}")
+    else:
+        print("the domain is complete; add workload queries, then run `dpsql plan`")
     return 0
 
 
 def _connect(args):
     import dpsql
-    return dpsql.connect(_config_path(args), user=args.user)
+    con = dpsql.connect(_config_path(args), user=args.user)
+    status = StatusLine()
+    con.session.engine.add_listener(status)
+    return con, status
 
 
 def cmd_plan(args) -> int:
-    con = _connect(args)
+    con, status = _connect(args)
     report = con.session.plan(args.table)
+    status.clear()
     s = report.strategy
     print(f"table {report.table}: {report.queries} workload queries, {report.rows} linear query rows")
     print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
@@ -147,6 +159,23 @@ def cmd_plan(args) -> int:
     if con.session.engine.config.planner.mode == "aim":
         _print_aim_plan(con.session, report.table)
     return 0
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question (on a terminal or from piped input); anything but yes is no, and
+    so is the end of the input (``dpsql measure < /dev/null``)."""
+    try:
+        answer = input(question)
+    except EOFError:
+        print("(no answer: standard input ended)")
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _spend_text(rho: float, delta: float) -> str:
+    from dpsql.privacy.accountant import rho_to_epsilon
+    eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
+    return f"rho = {rho:.6g} (epsilon = {eps:.4g} at delta = {delta:g})"
 
 
 def _print_aim_plan(session, table) -> None:
@@ -227,7 +256,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_measure(args) -> int:
-    con = _connect(args)
+    con, status = _connect(args)
     session = con.session
     mode = args.mode or session.engine.config.planner.mode
     if not _check_tables(session.engine.catalog, session.engine.backend, args.table):
@@ -236,15 +265,40 @@ def cmd_measure(args) -> int:
                   "domain (above). Fix them, or measure anyway with --force.", file=sys.stderr)
             return 1
         print("--force: measuring despite the data check", file=sys.stderr)
-    rho = session.measure_cost(args.table, mode=mode)
-    if not args.yes:
-        answer = input(f"Measuring spends rho = {rho:.6g} of the budget. Continue? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            print("nothing measured, nothing spent")
+    engine = session.engine
+    table = session._table(args.table)
+    delta = engine.config.budget.delta
+    if args.increment:
+        if mode == "aim":
+            raise errors.ProgrammingError("--increment extends a planned (hdmm) workload",
+                                          hint="AIM's rounds re-use what was measured: run "
+                                               "dpsql measure --mode aim again with a new budget")
+        rho = _increment_rho(args, engine)
+        strategy = engine.increment_strategy(table, rho)
+        status.clear()
+        if strategy is None:
+            print("every workload query is supported by the released measurements: nothing to measure")
+            return 0
+        missing = len(engine.unsupported_workload(table))
+        what = f"the {missing} workload quer{'y' if missing == 1 else 'ies'} no release supports"
+        cost = engine.spend_preview(table, strategy, rho, engine.WORKLOAD_PRINCIPAL, "workload-increment").rho
+    else:
+        cost = session.measure_cost(args.table, mode=mode)
+        status.clear()
+        what = "the workload" if mode != "aim" else "the workload by AIM's adaptive rounds"
+    left = float(engine.ledger.remaining(None))
+    if not args.yes and cost > 0:
+        if not _ask(f"Measuring {what} spends {_spend_text(cost, delta)} of the rho = {left:.6g} "
+                    "left. Continue? [y/N] "):
+            print("nothing measured, nothing spent (scripts confirm with --yes)")
             return 1
-    report = session.measure(args.table, mode=mode,
-                             progress=_aim_progress if mode == "aim" else None)
-    if report.reused:
+    if args.increment:
+        report = engine.measure_increment(table, rho, requested_by=session.user)
+    else:
+        report = session.measure(args.table, mode=mode,
+                                 progress=_aim_progress if mode == "aim" else None)
+    status.clear()
+    if report is None or report.reused:
         print("already measured: re-using the released measurements (nothing spent)")
     elif mode == "aim":
         print(f"AIM: {report.rounds} rounds ({report.replayed} re-used from the ledger), "
@@ -253,8 +307,23 @@ def cmd_measure(args) -> int:
               f"{report.rho_measure:.4g} measuring" +
               (f", {report.lost_rho:.4g} lost to an interrupted round" if report.lost_rho else ""))
     else:
-        print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent rho = {report.rho:.6g}")
+        print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent {_spend_text(report.rho, delta)}")
     return 0
+
+
+def _increment_rho(args, engine) -> float:
+    from dpsql.privacy.accountant import epsilon_delta_to_rho
+    if args.rho is not None:
+        return float(args.rho)
+    if args.epsilon is not None:
+        return float(epsilon_delta_to_rho(args.epsilon, engine.config.budget.delta))
+    left = float(engine.ledger.remaining(None))
+    rho = min(engine.workload_rho(), left)
+    if rho <= 0:
+        raise errors.BudgetExhaustedError("no budget is left for an increment",
+                                          hint="the operator grants a new budget (a new ledger)",
+                                          requested_rho=0.0, remaining_rho=left)
+    return rho
 
 
 def _aim_progress(event) -> None:
@@ -272,7 +341,7 @@ def _aim_progress(event) -> None:
 
 def cmd_synth(args) -> int:
     from dpsql.measure.export import write_rows
-    con = _connect(args)
+    con, status = _connect(args)
     table = con.session.synthetic(args.table, args.rows, numbers=args.numbers, method=args.method,
                                   seed=args.seed)
     path = write_rows(args.out, table.columns, table.rows, fmt=args.format)
@@ -282,15 +351,25 @@ def cmd_synth(args) -> int:
 
 
 def cmd_query(args) -> int:
-    con = _connect(args)
+    con, status = _connect(args)
+    session = con.session
+    if args.allow_spend:
+        session.settings["dpsql.allow_spend"] = "on"
+    elif sys.stdin.isatty():
+        def approve(request) -> bool:
+            status.clear()
+            return _ask(f"Answering needs a new measurement of {request.what} that spends "
+                        f"{_spend_text(request.rho, request.delta)}. Spend it? [y/N] ")
+        session.approve = approve
     cur = con.cursor()
     cur.execute(args.sql)
+    status.clear()
     print_result(cur.result, mode=args.errors)
     return 0
 
 
 def cmd_budget(args) -> int:
-    con = _connect(args)
+    con, _ = _connect(args)
     b = con.session.budget()
     from dpsql.privacy.accountant import rho_to_epsilon
     delta = b["delta"]
@@ -299,6 +378,7 @@ def cmd_budget(args) -> int:
         eps = rho_to_epsilon(remaining, delta) if remaining > 0 else 0.0
         print(f"{label}: spent rho = {spent:.6g}, remaining rho = {remaining:.6g} "
               f"(epsilon = {eps:.4g} at delta = {delta:g})")
+    print(f"workload measurements (operator): spent rho = {b['workload_spent_rho']:.6g}")
     releases = con.session.engine.releases()
     if releases:
         print(f"releases: {sum(r.current for r in releases)} in use, {sum(not r.current for r in releases)} stale")
@@ -309,7 +389,7 @@ def cmd_budget(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from dpsql.engine.demo import run_demo
+    from dpsql.demo import run_demo
     return run_demo(args)
 
 
@@ -323,15 +403,23 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--table", help="table (default: the only configured table)")
         return p
 
-    p = sub.add_parser("init", help="draft a config from a CSV's schema")
-    p.add_argument("csv")
-    p.add_argument("--table")
+    p = sub.add_parser("init", help="draft a config from a data file's schema or public metadata",
+                       description="Draft dpsql.toml and <table>.domain.toml from a CSV, Parquet or "
+                                   "DuckDB file's schema, SmartNoise metadata (.yaml) or a *-domain.json "
+                                   "file; lists what is left to fill in from public documentation.")
+    p.add_argument("source", help="CSV, Parquet, DuckDB database, SmartNoise .yaml or *-domain.json")
+    p.add_argument("--table", help="table name (and the table to read from a DuckDB file)")
     p.add_argument("--output", "-o")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_init)
     common(sub.add_parser("plan", help="plan the workload strategy (spends nothing)")).set_defaults(func=cmd_plan)
     p = common(sub.add_parser("measure", help="measure the planned strategy (spends budget)"))
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--increment", action="store_true",
+                   help="measure only the workload queries no release supports yet (after the "
+                        "workload changed; re-uses every earlier measurement)")
+    p.add_argument("--epsilon", type=float, help="budget of the increment (at the configured delta)")
+    p.add_argument("--rho", type=float, help="budget of the increment in rho")
     p.add_argument("--mode", choices=["hdmm", "aim"],
                    help="hdmm: one planned strategy; aim: adaptive rounds (default: [planner] mode)")
     p.add_argument("--force", action="store_true", help="measure even if the data check finds problems")
@@ -351,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = common(sub.add_parser("query", help="answer one SQL query"))
     p.add_argument("sql")
     p.add_argument("--errors", choices=["ci95", "stderr", "off"], default="ci95")
+    p.add_argument("--allow-spend", action="store_true",
+                   help="let a query that needs a new measurement spend without asking")
     p.set_defaults(func=cmd_query)
     common(sub.add_parser("budget", help="show spent and remaining budget")).set_defaults(func=cmd_budget)
     p = sub.add_parser("demo", help="run the adult example end to end")
@@ -379,6 +469,37 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("cancelled", file=sys.stderr)
         return 130
+    except EOFError:
+        print("ERROR: standard input ended before an answer was given; nothing was changed",
+              file=sys.stderr)
+        print("HINT: run it in a terminal, or give the answer as an option (e.g. --yes, "
+              "--password-stdin)", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # the reader went away (`dpsql query … | head`): stop quietly, as Unix tools do
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141
+    except OSError as exc:
+        _print_error(_os_error(exc))
+        return 2
+
+
+def _os_error(exc: OSError) -> errors.Error:
+    """An operating-system failure as a message with a hint (never a traceback)."""
+    if exc.errno == errno.EADDRINUSE:
+        return errors.OperationalError(f"cannot listen: the address is already in use ({exc.strerror})",
+                                       hint="another process listens on that port; stop it or choose "
+                                            "another with --port")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return errors.OperationalError(f"permission denied: {exc.filename or exc.strerror}",
+                                       hint="check the file's permissions (ports below 1024 need "
+                                            "privileges)")
+    where = f": {exc.filename}" if exc.filename else ""
+    return errors.OperationalError(f"{exc.strerror or exc}{where}", hint="check the path and retry")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ raises NotSupportedError because a released answer cannot be taken back.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import threading
 import weakref
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from dpsql import errors
+from dpsql import errors as errors_mod
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
 from dpsql.engine.session import Result, Session
@@ -73,6 +75,10 @@ def Binary(value):  # noqa: N802
 
 _engines: "weakref.WeakValueDictionary[str, Engine]" = weakref.WeakValueDictionary()
 _engines_lock = threading.Lock()
+# The engines used last stay alive between connections (a server's clients come and go):
+# their fitted models are reused instead of being loaded again for each new connection.
+_recent: "collections.OrderedDict[str, Engine]" = collections.OrderedDict()
+_RECENT = 4
 
 
 def _engine_for(config, overrides) -> Engine:
@@ -84,7 +90,52 @@ def _engine_for(config, overrides) -> Engine:
         if engine is None or engine.config != cfg:
             engine = Engine(cfg)
             _engines[key] = engine
+        _recent[key] = engine
+        _recent.move_to_end(key)
+        while len(_recent) > _RECENT:
+            _recent.popitem(last=False)
         return engine
+
+
+def read_sql(sql: str, con: "Connection", params: Sequence[Any] | None = None, *,
+             errors: str = "stderr"):
+    """A pandas DataFrame of the answer with what is known about each value.
+
+    Beside every value column ``c`` (one with a standard error): ``c_stderr`` (or ``c_ci95``,
+    the 95% half-width, with ``errors="ci95"``), and ``c_lower``/``c_upper``, the range the
+    released measurements allow for an inferred value (NaN for supported ones); and one
+    boolean column ``inferred`` per row.  pandas is imported only here (``pip install
+    'dpsql[pandas]'``).  ``pandas.read_sql`` works too but sees the values alone.
+    """
+    try:
+        import pandas as pd
+    except ModuleNotFoundError:
+        raise errors_mod.InterfaceError("dpsql.read_sql needs pandas, which is not installed",
+                                        hint="pip install 'dpsql[pandas]' (or pip install pandas)") from None
+    if errors not in ("stderr", "ci95"):
+        raise errors_mod.ProgrammingError(f"errors must be 'stderr' or 'ci95', not {errors!r}")
+    import math
+
+    from dpsql.engine.variance import Z95
+    cur = con.cursor()
+    cur.execute(sql, params)
+    result = cur.result
+    if result is None or not result.columns:
+        raise errors_mod.ProgrammingError("read_sql needs a statement that returns rows")
+    names = [c.name for c in result.columns]
+    scale = Z95 if errors == "ci95" else 1.0
+    data: dict[str, list] = {}
+    valued = [j for j in range(len(names)) if any(r[j] is not None for r in result.stderr)]
+    for j, name in enumerate(names):
+        data[name] = [row[j] for row in result.rows]
+        if j not in valued:
+            continue
+        data[f"{name}_{errors}"] = [math.nan if e[j] is None else float(e[j]) * scale for e in result.stderr]
+        bounds = [b[j] if b else None for b in result.bounds] or [None] * len(result.rows)
+        data[f"{name}_lower"] = [math.nan if b is None else b[0] for b in bounds]
+        data[f"{name}_upper"] = [math.nan if b is None else b[1] for b in bounds]
+    data["inferred"] = list(result.inferred) or [False] * len(result.rows)
+    return pd.DataFrame(data)
 
 
 def connect(config: str | Path | Mapping, user: str | None = None, **overrides: Any) -> "Connection":
@@ -167,7 +218,15 @@ class Cursor:
 
     @property
     def inferred(self) -> list[bool]:
+        """Per row: True when a value of the row was inferred by the model without a
+        supporting measurement (its standard error is NaN and ``bounds`` gives its range)."""
         return [] if self._result is None else self._result.inferred
+
+    @property
+    def bounds(self) -> list[tuple]:
+        """Per row and column: the ``(lower, upper)`` range the released measurements imply
+        for an inferred value (None for keys, supported values, or no finite range)."""
+        return [] if self._result is None else self._result.bounds
 
     @property
     def cost(self) -> float:

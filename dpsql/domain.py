@@ -823,18 +823,27 @@ def load_domain(path: str | Path) -> dict[str, TableSchema]:
             raise ConfigError(f"{where}: no columns declared",
                               hint=f"add [tables.{table_name}.columns.<column>] sections")
         attributes = []
+        problems: list[ConfigError] = []  # every column's problem, reported at once
         for column_name, column_spec in columns.items():
             column_where = f"{where}, column '{column_name}'"
             if not isinstance(column_spec, dict):
-                raise ConfigError(f"{column_where}: must be a table",
-                                  hint=f"write [tables.{table_name}.columns.{column_name}]")
+                problems.append(ConfigError(f"{column_where}: must be a table",
+                                            hint=f"write [tables.{table_name}.columns.{column_name}]"))
+                continue
             try:
                 attribute = _build_attribute(column_name, column_spec)
             except ConfigError as exc:
                 # Attribute constructors already name the column; drop the duplicate prefix.
                 exc.message = exc.message.removeprefix(f"column '{column_name}': ")
-                raise _located(exc, column_where) from None
+                problems.append(_located(exc, column_where))
+                continue
             attributes.append(attribute)
+        if len(problems) == 1:
+            raise problems[0]
+        if problems:
+            raise ConfigError(f"{where}: {len(problems)} columns need attention",
+                              detail="\n".join(p.message.removeprefix(f"{where}, ") for p in problems),
+                              hint=problems[0].hint)
         source = None
         if "source" in table_spec:
             try:

@@ -85,6 +85,9 @@ class Shell:
         self.model_note = ""
         self._budget: tuple[float, float, float] | None = None
         self.commands = MetaCommands(self)
+        self._progress: tuple[str, dict] | None = None
+        engine = getattr(self.session, "engine", None)
+        self._unlisten = engine.add_listener(self._on_progress) if hasattr(engine, "add_listener") else None
         self._plain_answers()
         self.refresh_status()
         self.prompt_session: PromptSession | None = None
@@ -223,17 +226,55 @@ class Shell:
         self.note(f"Query results now go to {target} as CSV (\\o alone to stop).")
 
     # -- running -------------------------------------------------------------------------
+    def _on_progress(self, stage: str, info: dict) -> None:
+        self._progress = None if info.get("done") else (stage, info)
+
+    def _status(self) -> str | None:
+        from dpsql.display import describe_progress
+        current = self._progress
+        return None if current is None else describe_progress(*current)
+
     def work(self, fn: Callable[[], T], label: str) -> T:
-        return work.run(fn, label, input=self.input, output=self.output, interactive=self.interactive)
+        self._progress = None
+        return work.run(fn, label, input=self.input, output=self.output, interactive=self.interactive,
+                        status=self._status)
+
+    def _spend_note(self, request) -> str:
+        return (f"Answering needs a new measurement of {request.what} that spends ρ = {request.rho:.6g} "
+                f"(ε = {request.epsilon:.4g} at δ = {request.delta:g}) of your remaining ρ = "
+                f"{request.remaining_rho:.6g}.")
 
     def run_sql(self, sql: str, where: str | None = None) -> bool:
-        cursor = self.connection.cursor()  # a fresh cursor: a cancelled run may still hold the old one
-        try:
-            label = "fitting the model and answering" if self.model_note else "answering"
-            result = self.work(lambda: cursor.execute(sql).result, label)
-        except errors.Error as exc:
-            self.show_error(exc, sql, where)
-            return False
+        approved: list[float] = []
+
+        def approve(request) -> bool:
+            # runs in the work thread: the question is asked by the main thread (the spinner
+            # owns the terminal), then the statement is run again with the answer
+            if approved and request.rho <= approved[0] * (1 + 1e-9):
+                return True
+            raise _NeedsApproval(request)
+
+        while True:
+            cursor = self.connection.cursor()  # a fresh cursor: a cancelled run may still hold the old one
+            previous = getattr(self.session, "approve", None)
+            if self.interactive:
+                self.session.approve = approve
+            try:
+                label = "fitting the model and answering" if self.model_note else "answering"
+                result = self.work(lambda: cursor.execute(sql).result, label)
+                break
+            except _NeedsApproval as ask:
+                self.note(self._spend_note(ask.request))
+                if not self.confirm("Spend it? [y/N] "):
+                    self.note("Nothing measured; nothing spent.")
+                    return False
+                approved[:] = [ask.request.rho]
+            except errors.Error as exc:
+                self.show_error(exc, sql, where)
+                return False
+            finally:
+                if self.interactive:
+                    self.session.approve = previous
         version = getattr(result, "model_version", 0)
         if version:
             if version != self.model_version:
@@ -304,7 +345,17 @@ class Shell:
         return 0
 
     def close(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
         self.connection.close()
+
+
+class _NeedsApproval(Exception):
+    """Raised in the work thread when a statement would spend: the shell asks, then re-runs."""
+
+    def __init__(self, request) -> None:
+        super().__init__("spending needs approval")
+        self.request = request
 
 
 __all__ = ["Shell", "history_path"]

@@ -13,14 +13,40 @@ import os
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 from dpsql import errors
 from repl import render
 from repl.statements import Meta, split_script
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from repl.app import Shell
+
+class ShellLike(Protocol):
+    """What the meta-commands need from the shell (``repl.app.Shell`` provides it); a
+    protocol, so that this module does not import the shell that imports it."""
+
+    session: Any
+    interactive: bool
+    table: str | None
+    workload: list[str] | None
+    workload_source: str
+    timing: bool
+    expanded: bool
+    pager: bool
+    vi: bool
+    errors: str
+    done: bool
+    model_note: str
+
+    def note(self, text: str) -> None: ...
+    def emit(self, lines: list[str]) -> None: ...
+    def work(self, fn: Callable[[], Any], label: str) -> Any: ...
+    def show_error(self, exc: BaseException, sql: str | None = None, where: str | None = None) -> None: ...
+    def confirm(self, question: str) -> bool: ...
+    def set_vi(self, on: bool) -> None: ...
+    def set_csv(self, path: str | None) -> None: ...
+    def screen_columns(self) -> int: ...
+    def catalog(self) -> Any: ...
+    def ledger_entries(self) -> list: ...
 
 
 @dataclass(frozen=True)
@@ -108,7 +134,7 @@ def describe_domain(attr) -> list[str]:
 class MetaCommands:
     """Dispatches ``Meta`` commands to methods ``do_<name>``."""
 
-    def __init__(self, shell: "Shell") -> None:
+    def __init__(self, shell: ShellLike) -> None:
         self.shell = shell
 
     def dispatch(self, meta: Meta) -> bool:
@@ -258,9 +284,9 @@ class MetaCommands:
         budget = session.budget()
         delta = float(budget["delta"])
         eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
-        remaining = float(budget["remaining_rho"])
-        cost = (f"Measuring spends ρ = {rho:.6g} (ε = {eps:.4g} at δ = {delta:g}) "
-                f"of your remaining ρ = {remaining:.6g}.")
+        remaining = float(budget["total_remaining_rho"])
+        cost = (f"Measuring the workload spends ρ = {rho:.6g} (ε = {eps:.4g} at δ = {delta:g}) "
+                f"of the ρ = {remaining:.6g} left in total (the workload budget, not your own cap).")
         if not yes:
             if not self.shell.interactive:
                 raise errors.ProgrammingError(

@@ -5,7 +5,8 @@ A private answer is only useful with its uncertainty, so each value cell reads
 per ``\\errors``), with the value rounded to the error's second significant digit so the
 table never shows digits the noise has already destroyed.  The ``±`` signs of a column
 line up.  A value the model inferred without a supporting measurement has no unbiased
-standard error (the engine reports NaN); it is marked ``*`` and explained under the table.
+standard error (the engine reports NaN); it shows the range the released measurements
+allow instead, ``1,136 in [0, 48,842]``, is marked ``*`` and explained under the table.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dpsql.engine.variance import Z95
 
 NULL_TEXT = "(null)"
 INFERRED_MARK = "*"
-INFERRED_NOTE = "* inferred by the model without a supporting measurement (no error bound)"
+INFERRED_NOTE = ("* inferred by the model without a supporting measurement: no standard error; "
+                 "[lower, upper] is the range the released measurements allow")
 ERROR_MODES = ("ci95", "stderr", "off")
 
 
@@ -51,12 +53,29 @@ def _plain(value) -> str:
     return str(value)
 
 
-def format_cell(value, stderr, mode: str) -> tuple[str, str, bool]:
-    """``(value text, error text, inferred)`` for one cell; error text is "" when hidden."""
+def _range_text(bound) -> str:
+    lo, hi = bound
+    span = hi - lo if math.isfinite(hi) and math.isfinite(lo) else math.inf
+    d = _decimals(span / 2) if math.isfinite(span) else 0
+
+    def side(x: float) -> str:
+        return "?" if not math.isfinite(x) else f"{x:,.{d}f}"
+
+    return f"in [{side(lo)}, {side(hi)}]"
+
+
+def format_cell(value, stderr, mode: str, bound=None) -> tuple[str, str, bool]:
+    """``(value text, error text, inferred)`` for one cell; error text is "" when hidden.
+    An inferred value (NaN stderr) shows its range ``bound`` = (lower, upper) instead."""
     if value is None or stderr is None or isinstance(value, str):
         return _plain(value), "", False
     if _is_nan(stderr):
-        return _plain(value), "", True
+        if bound is None or mode == "off":
+            return _plain(value), "", True
+        span = bound[1] - bound[0]
+        d = _decimals(span / 2) if math.isfinite(span) else 0
+        text = f"{float(value):,.{d}f}" if isinstance(value, numbers.Real) else str(value)
+        return text, _range_text(bound), True
     se = float(stderr)
     half = se * Z95 if mode == "ci95" else se
     d = _decimals(half)
@@ -90,9 +109,12 @@ def _cells(result, mode: str) -> list[list[tuple[str, str, bool]]]:
     """Formatted cells by column (not by row)."""
     ncol = len(result.columns)
     by_col: list[list] = [[] for _ in range(ncol)]
+    bounds = getattr(result, "bounds", None) or []
     for i, row in enumerate(result.rows):
         errs = result.stderr[i] if i < len(result.stderr) else ()
-        cells = [format_cell(row[j], errs[j] if j < len(errs) else None, mode) for j in range(ncol)]
+        rng = bounds[i] if i < len(bounds) else ()
+        cells = [format_cell(row[j], errs[j] if j < len(errs) else None, mode,
+                             rng[j] if j < len(rng) else None) for j in range(ncol)]
         if ncol and i < len(result.inferred) and result.inferred[i] and not any(m for _, _, m in cells):
             # the row is flagged but no value says which one: mark the last, as `dpsql query` does
             v, e, _ = cells[-1]
@@ -203,17 +225,21 @@ def caret_lines(sql: str, position: int, width: int = 72) -> list[str]:
 
 
 def write_csv(result, fh: IO[str]) -> int:
-    """Raw values with a ``<column>_stderr`` beside each column that has one, and an
-    ``inferred`` flag per row when any row is inferred; returns the number of rows."""
+    """Raw values with a ``<column>_stderr`` beside each column that has one (and
+    ``<column>_lower``/``_upper``, the range of inferred values, when any row is inferred),
+    and an ``inferred`` flag per row when any row is inferred; returns the number of rows."""
     ncol = len(result.columns)
     with_err = [j for j in range(ncol)
                 if any(j < len(r) and r[j] is not None for r in result.stderr)]
+    flag = has_inferred(result)
+    bounds = getattr(result, "bounds", None) or []
     header: list[str] = []
     for j, c in enumerate(result.columns):
         header.append(c.name)
         if j in with_err:
             header.append(f"{c.name}_stderr")
-    flag = has_inferred(result)
+            if flag:
+                header += [f"{c.name}_lower", f"{c.name}_upper"]
     if flag:
         header.append("inferred")
     writer = csv.writer(fh)
@@ -226,6 +252,10 @@ def write_csv(result, fh: IO[str]) -> int:
             if j in with_err:
                 se = errs[j] if j < len(errs) else None
                 out.append("" if se is None or _is_nan(se) else se)
+                if flag:
+                    b = bounds[i][j] if i < len(bounds) and j < len(bounds[i]) else None
+                    out += ["", ""] if b is None else [b[0] if math.isfinite(b[0]) else "",
+                                                       b[1] if math.isfinite(b[1]) else ""]
         if flag:
             out.append("true" if i < len(result.inferred) and result.inferred[i] else "false")
         writer.writerow(out)

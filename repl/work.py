@@ -64,8 +64,10 @@ def wait_blocking(fut: Future) -> T:
 
 
 def run(work: Callable[[], T], label: str, *, input=None, output=None, interactive: bool = True,
-        delay: float = 0.25) -> T:
-    """The result of ``work()``; raises ``Cancelled`` on Ctrl-C, or what ``work`` raised."""
+        delay: float = 0.25, status: Callable[[], str | None] | None = None) -> T:
+    """The result of ``work()``; raises ``Cancelled`` on Ctrl-C, or what ``work`` raised.
+    ``status()``, when given, names the current step (e.g. the fit's iteration) beside the
+    spinner instead of ``label``."""
     fut = start(work)
     if not interactive:
         return wait_blocking(fut)
@@ -75,12 +77,12 @@ def run(work: Callable[[], T], label: str, *, input=None, output=None, interacti
         pass
     except KeyboardInterrupt:
         raise Cancelled() from None
-    if not _spin(fut, label, input, output):
+    if not _spin(fut, label, input, output, status):
         raise Cancelled()
     return fut.result()
 
 
-def _spin(fut: Future, label: str, input, output) -> bool:
+def _spin(fut: Future, label: str, input, output, status=None) -> bool:
     """Show a spinner until ``fut`` is done (True) or Ctrl-C is pressed (False)."""
     t0 = time.monotonic()
     typed: list = []
@@ -98,7 +100,8 @@ def _spin(fut: Future, label: str, input, output) -> bool:
     def text():
         elapsed = time.monotonic() - t0
         frame = SPINNER[int(elapsed * 10) % len(SPINNER)]
-        return [("bold", f"{frame} "), ("", f"{label}… {elapsed:.1f} s"),
+        now = status() if status is not None else None
+        return [("bold", f"{frame} "), ("", f"{now or label + '…'} {elapsed:.1f} s"),
                 ("class:bottom-toolbar.key", "   Ctrl-C"), ("", " to cancel")]
 
     app: Application = Application(

@@ -23,7 +23,7 @@ from dpsql.errors import ConfigError
 from dpsql.measure.source import Source
 from dpsql.privacy.accountant import epsilon_delta_to_rho
 
-POLICIES = ("infer", "measure", "refuse")
+POLICIES = ("informed", "infer", "measure", "refuse")
 ERROR_COLUMNS = ("off", "stderr", "ci95")
 
 # The configuration schema: every key dpsql.toml may hold, per section (docs/config.md).
@@ -45,7 +45,7 @@ SCHEMA: dict[str, Any] = {
     "table": {"domain": None, "domain_table": None, "source": None, "privacy_unit": "privacy_unit"},
     "privacy_unit": {"id": None, "max_rows": None, "hash_key_file": None},
     "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
-    "policy": {"unsupported": None, **{k: None for k in _BUDGET}},
+    "policy": {"unsupported": None, "allow_spend": None, **{k: None for k in _BUDGET}},
     "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None, "mode": None, "aim_max_model_cells": None,
                 "objective": None},
     "query": {"sql": None, "weight": None},   # an inline [workload] queries entry
@@ -130,13 +130,14 @@ class Config:
     ledger_path: Path
     cache_dir: Path
     noise: str = "gaussian"
-    policy: str = "infer"
+    policy: str = "informed"
     workload: tuple[str, ...] = ()
     workload_weights: tuple[float, ...] = ()   # per workload statement (default 1)
     planner: PlannerOptions = field(default_factory=PlannerOptions)
-    fit_iters: int = 1000
+    fit_iters: int = 20000      # a limit: fits end at convergence (engine.FIT_GAP)
     default_user: str = "analyst"
     error_columns: str = "off"
+    allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
 
     def user_budget(self, user: str) -> BudgetSpec | None:
         return self.user_budgets.get(user, self.default_user_budget)
@@ -311,10 +312,14 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     workload_budget = None
     if isinstance(wl, Mapping) and ("epsilon" in wl or "rho" in wl):
         workload_budget = BudgetSpec.parse(wl, f"{where}: [workload]", default_delta)
-    policy_spec = raw.get("policy", section.get("policy", "infer"))
+    policy_spec = raw.get("policy", section.get("policy", "informed"))
     query_budget = None
+    allow_spend = False
     if isinstance(policy_spec, Mapping):
-        policy = policy_spec.get("unsupported", "infer")
+        policy = policy_spec.get("unsupported", "informed")
+        allow_spend = policy_spec.get("allow_spend", False)
+        if not isinstance(allow_spend, bool):
+            raise ConfigError(f"{where}: [policy] allow_spend must be true or false")
         if "epsilon" in policy_spec or "rho" in policy_spec:
             query_budget = BudgetSpec.parse(policy_spec, f"{where}: [policy]", default_delta)
     else:
@@ -361,8 +366,8 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                   query_budget=query_budget, ledger_path=ledger_path, cache_dir=cache_dir,
                   noise=noise, policy=policy, workload=tuple(q for q, _ in workload),
                   workload_weights=tuple(w for _, w in workload), planner=planner,
-                  fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 1000))),
+                  fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 20000))),
                   default_user=str(section.get("default_user", "analyst")),
-                  error_columns=error_columns)
+                  error_columns=error_columns, allow_spend=allow_spend)
 
 

@@ -23,14 +23,17 @@ import hashlib
 import math
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from dpsql import linalg
 from dpsql.domain import TableSchema
+from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
@@ -40,6 +43,7 @@ from dpsql.measure.identity import TableIdentity
 from dpsql.pgm import GraphicalModel, Measurement
 from dpsql.pgm.measurement import estimate_total
 from dpsql.pgm.auto import fit
+from dpsql.pgm.store import load_model, save_model
 from dpsql.plan import (
     Caps, QuerySpec, Strategy, StrategyCache, Workload, optimize, query_errors, svd_lower_bound,
 )
@@ -47,6 +51,18 @@ from dpsql.privacy.ledger import Ledger
 
 Released = tuple[rel.LatticeBlock, np.ndarray, float]
 
+
+#: Bumped whenever a saved model of the same releases would differ (Engine.model_path).
+MODEL_FORMAT = "1"
+#: The estimator's identity: part of every saved model's key, so a fit by an older
+#: estimator is never loaded after the estimator changed.
+ESTIMATOR_VERSION = "pgm-2026-11-gap"
+
+#: Fits end when the estimated optimality gap is at most atol + rtol·loss (loss in units of
+#: each measurement's σ, so the test is the same at every noise scale; ``fit_iters`` is a
+#: limit).  0.5 bounds every fitted value's distance from the optimum by 0.7 σ in the worst
+#: case and by √(0.5/m) σ ≈ 0.02 σ on average over m ≈ 1,000 noisy values.
+FIT_GAP = (0.5, 1e-6)
 
 #: Exact models above this many cells stop at the discrepancy principle (see Engine._fit).
 LARGE_EXACT_MODEL = 1_000_000
@@ -66,6 +82,9 @@ class TableState:
     model_last: object = None  # the previous fit, for warm starts
     identity: TableIdentity | None = None   # of the releases in ``released``
     content: dict | None = None             # source fingerprint the identity was built from
+    bounds: BoundsModel | None = None  # ranges of unsupported values, per model version
+    fit_lock: threading.Lock = field(default_factory=threading.Lock)  # one fit at a time
+    pending: Future | None = None      # a background fit started by Engine.prepare
 
 
 @dataclass(frozen=True)
@@ -157,6 +176,15 @@ class PlanReport:
 
 
 @dataclass(frozen=True)
+class SpendPreview:
+    """What measuring a strategy would charge now (0 when already released), and what the
+    principal has left."""
+
+    rho: float
+    remaining: float
+
+
+@dataclass(frozen=True)
 class MeasureReport:
     table: str
     rho: float               # spent by this call (0 when re-used)
@@ -186,6 +214,10 @@ def gaussian_sigma2_unit(rho: float) -> float:
 class Engine:
     """Shared state for one configuration; thread-safe."""
 
+    #: The ledger principal of the operator's workload measurements: bounded by the total
+    #: (and the configured workload budget), never by a user's cap (docs/config.md).
+    WORKLOAD_PRINCIPAL = "@workload"
+
     def __init__(self, config: Config, backend: Backend | None = None,
                  progress: Callable[[str, dict], None] | None = None) -> None:
         self.config = config
@@ -197,13 +229,49 @@ class Engine:
             default = config.default_user_budget or config.budget
             per_user = {"*": default.rho, **{u: b.rho for u, b in config.user_budgets.items()}}
         self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho, per_user_rho=per_user)
-        self.progress = progress
+        self._listeners: list[Callable[[str, dict], None]] = [progress] if progress else []
+        # True (servers): fit in a background thread as soon as a release arrives
+        self.fit_in_background = False
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
         self._seen_seq = 0
         self._charges: dict[int, object] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
+
+    # -- progress ----------------------------------------------------------------------------
+    def add_listener(self, listener: Callable[[str, dict], None]) -> Callable[[], None]:
+        """Call ``listener(stage, info)`` on progress ("plan", "measure", "fit"); returns
+        a function that removes it.  Listeners must be quick and must not raise."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+        return remove
+
+    def progress(self, stage: str, info: dict) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(stage, info)
+            except Exception:  # noqa: BLE001 - a display problem must never break a query
+                pass
+
+    def refresh(self) -> bool:
+        """Bring every table up to date with the ledger and its source (``_sync``): a
+        long-lived session sees releases other processes made.  Returns True when a table's
+        releases changed; with ``fit_in_background`` its model is then refitted at once."""
+        changed = []
+        with self._lock:
+            for table, state in self.tables.items():
+                before = frozenset(state.release_keys)
+                self._sync(table)
+                if frozenset(state.release_keys) != before:
+                    changed.append(table)
+        if self.fit_in_background:
+            for table in changed:
+                self.prepare(table)
+        return bool(changed)
 
     # -- release identity and persisted releases ---------------------------------------------
     def _content(self, table: str) -> dict:
@@ -362,7 +430,7 @@ class Engine:
                       caps=Caps(marginal_cells=opts.max_clique_cells, model_size=opts.max_model_cells),
                       cache=self._strategy_cache,
                       progress=(lambda *a, **kw: self.progress("plan", {"args": a, **kw}))
-                      if self.progress else None)
+                      if self._listeners else None)
         strategy = optimize(workload, **kwargs)
         blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
         if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
@@ -422,8 +490,17 @@ class Engine:
                                               rho if rho is not None else self.workload_rho(), "workload")
             return 0.0 if key in state.release_keys else _round_up(plan.rho)
 
+    def spend_preview(self, table: str, strategy: Strategy, rho: float, principal: str,
+                      purpose: str) -> SpendPreview:
+        """What ``measure_strategy`` with the same arguments would charge now (public)."""
+        with self._lock:
+            state = self._sync(table)
+            _, plan, key = self._release_plan(table, strategy, rho, purpose)
+            cost = 0.0 if key in state.release_keys else _round_up(plan.rho)
+        return SpendPreview(cost, float(self.ledger.remaining(principal)))
+
     def measure_strategy(self, table: str, strategy: Strategy, rho: float, principal: str,
-                         purpose: str) -> MeasureReport:
+                         purpose: str, requested_by: str | None = None) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
         t0 = time.perf_counter()
         state = self._state(table)
@@ -446,6 +523,7 @@ class Engine:
                     hint="ask the operator for more budget, or answer from existing measurements",
                     requested_rho=cost, remaining_rho=remaining)
             cliques = [b.clique for b in blocks]
+            self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells})
             if isinstance(self.backend, DuckDBBackend):
                 # counted only from the content the identity names (else nothing is charged)
                 counts = self.backend.count_marginals(state.schema, cliques, expect=state.content)
@@ -454,6 +532,7 @@ class Engine:
             exact = [b.apply(counts[b.clique]) for b in blocks]
             charge = self.ledger.charge(principal, cost, key, {
                 "purpose": purpose, "table": table, "family": plan.family,
+                **({"requested_by": requested_by} if requested_by else {}),
                 "identity": state.identity.as_dict(), "identity_key": state.identity.key(),
                 "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p)}
                            for b, p in zip(blocks, plan.params)]})
@@ -464,40 +543,166 @@ class Engine:
             state.released.extend(released)
             state.release_keys.add(key)
             state.model = None  # refit lazily with a warm start
+        self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells, "done": True})
+        if self.fit_in_background:
+            self.prepare(table)
         return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0)
 
-    def measure(self, table: str, principal: str, rho: float | None = None) -> MeasureReport:
+    def measure(self, table: str, rho: float | None = None, *,
+                requested_by: str | None = None) -> MeasureReport:
+        """The workload measurement, charged to the workload principal."""
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
         return self.measure_strategy(table, state.strategy, rho if rho is not None else self.workload_rho(),
-                                     principal, "workload")
+                                     self.WORKLOAD_PRINCIPAL, "workload", requested_by)
+
+    def unsupported_workload(self, table: str, queries: Sequence[str] | None = None) -> list:
+        """The workload's linear-query blocks the released measurements do not support."""
+        blocks = self.workload_for(table, queries)[2]
+        _, variance, _ = self.model(table)
+        if variance is None:
+            return list(blocks)
+        return [b for b in blocks if not variance.analyse(b)[1].all()]
+
+    def increment_strategy(self, table: str, rho: float, queries: Sequence[str] | None = None):
+        """A strategy for only the workload queries no release supports yet (an increment
+        that re-uses every earlier measurement), or None when everything is supported."""
+        missing = self.unsupported_workload(table, queries)
+        if not missing:
+            return None
+        workload = Workload(self._state(table).schema.domain, linalg.Union(missing))
+        return self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id,
+                                     self.released_measurements(table))
+
+    def measure_increment(self, table: str, rho: float, queries: Sequence[str] | None = None, *,
+                          requested_by: str | None = None) -> MeasureReport | None:
+        """Measure the workload queries the releases do not support yet, at cost ≤ ``rho``,
+        charged to the workload principal (docs/engine.md, "Extending a workload")."""
+        strategy = self.increment_strategy(table, rho, queries)
+        if strategy is None:
+            return None
+        return self.measure_strategy(table, strategy, rho, self.WORKLOAD_PRINCIPAL,
+                                     "workload-increment", requested_by)
 
     # -- model -------------------------------------------------------------------------------
     def model(self, table: str) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
-        with self._lock:
-            state = self._sync(table)
-            if not state.released:
-                return None, None, state.model_version
-            if state.model is None:
-                measurements = self.released_measurements(table)
-                if estimate_total(measurements) is None and state.model_last is None:
-                    # Releases from before optimize_counted existed may not determine it.
-                    raise OperationalError(
-                        f"the measurements released on table {table!r} do not determine its number of "
-                        "records, so no model can be fitted",
-                        hint=f"measure the total: add SELECT COUNT(*) FROM {table} to the workload and run "
-                             "`dpsql measure`")
-                state.model = self._fit(state.schema.domain, measurements, state.model_last)
-                state.model_last = state.model
-                dom = state.schema.domain
-                state.variance = VarianceModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
-                                               [SupportBlock(b.clique, b.factors, sd, b.scale, values)
-                                                for b, values, sd in state.released])
-                state.model_version += 1
-            return state.model, state.variance, state.model_version
+        """The model of the table's current releases: loaded from its saved file when a
+        process fitted it before (``model_path``), else fitted (warm-started from the
+        previous model) and saved.  One fit per table at a time: concurrent callers (server
+        connections) wait for it instead of fitting again."""
+        state = self._state(table)
+        while True:
+            with self._lock:
+                self._sync(table)   # releases (any process's) and source changes since the last look
+                if not state.released:
+                    return None, None, state.model_version
+                if state.model is not None:
+                    return state.model, state.variance, state.model_version
+            with state.fit_lock:
+                with self._lock:
+                    if state.model is not None:
+                        continue      # another thread installed it while we waited
+                    keys = frozenset(state.release_keys)
+                    released = list(state.released)
+                    previous = state.model_last
+                model = self._load_or_fit(table, state, released, keys, previous)
+                with self._lock:
+                    state.model_last = model
+                    if frozenset(state.release_keys) != keys:
+                        continue      # a release arrived during the fit: refit, warm-started
+                    dom = state.schema.domain
+                    state.model = model
+                    state.variance = VarianceModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
+                                                   [SupportBlock(b.clique, b.factors, sd, b.scale, values)
+                                                    for b, values, sd in released])
+                    state.bounds = None
+                    state.model_version += 1
+                    return state.model, state.variance, state.model_version
 
-    def _fit(self, domain, measurements, previous):
+    def model_path(self, table: str, release_keys=None) -> Path:
+        """Where the model of a set of releases is saved: next to the ledger, keyed by the
+        release identity and the releases (``model_key``, or the given release keys, which
+        begin with the identity's key) and by what would change the fit (the estimator and
+        its options).  The one place that defines a saved model's file."""
+        if release_keys is None:
+            base = self.model_key(table)
+        else:
+            with self._lock:
+                base = _sha(self._state(table).identity.key(), *sorted(release_keys))
+        ident = _sha(MODEL_FORMAT, ESTIMATOR_VERSION, base, self.config.fit_iters,
+                     self.config.planner.max_model_cells)
+        return Path(str(self.config.ledger_path) + ".models") / f"{table}-{ident[:40]}.npz"
+
+    def _load_or_fit(self, table: str, state: "TableState", released, keys, previous):
+        path = self.model_path(table, keys)
+        dom = state.schema.domain
+        if path.exists():
+            model = load_model(path, dom)
+            if model is not None:
+                self.progress("fit", {"table": table, "loaded": True, "done": True, "seconds": 0.0})
+                return model
+        measurements = [Measurement(b.clique, b.query(), values, sd) for b, values, sd in released]
+        if estimate_total(measurements) is None and previous is None:
+            # Releases from before optimize_counted existed may not determine it.
+            raise OperationalError(
+                f"the measurements released on table {table!r} do not determine its number of "
+                "records, so no model can be fitted",
+                hint=f"measure the total: add SELECT COUNT(*) FROM {table} to the workload and run "
+                     "`dpsql measure`")
+        model = self._fit(dom, measurements, previous, table)
+        try:
+            save_model(model, path)
+        except OSError:
+            pass  # a read-only directory only costs later processes a refit
+        return model
+
+    def prepare(self, table: str) -> Future:
+        """Make the model of the current releases ready in a background thread (load or
+        fit; progress goes to the listeners).  Returns a Future of the model version;
+        a second call while one is running returns the same Future.  Servers call it
+        when a release arrives, so that queries find the model fitted once, for all
+        connections."""
+        state = self._state(table)
+        with self._lock:
+            if state.pending is not None and not state.pending.done():
+                return state.pending
+            fut: Future = Future()
+            state.pending = fut
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(self.model(table)[2])
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+                fut.set_exception(exc)
+
+        threading.Thread(target=run, name=f"dpsql-fit-{table}", daemon=True).start()
+        return fut
+
+    def model_status(self, table: str) -> dict:
+        """Public state of the table's model: version, whether it is ready for the current
+        releases, whether a fit is running, and the number of releases."""
+        state = self._state(table)
+        with self._lock:
+            return {"version": state.model_version, "ready": state.model is not None,
+                    "fitting": state.fit_lock.locked(), "releases": len(state.release_keys)}
+
+    def bounds(self, table: str) -> BoundsModel | None:
+        """Ranges implied by the released measurements (None before any release)."""
+        _, variance, version = self.model(table)
+        if variance is None:
+            return None
+        with self._lock:
+            state = self._state(table)
+            if state.bounds is None:
+                dom = state.schema.domain
+                state.bounds = BoundsModel(dom.attributes, dict(zip(dom.attributes, dom.shape)),
+                                           variance, [b.clique for b, _, _ in state.released])
+            return state.bounds
+
+    def _fit(self, domain, measurements, previous, table: str = ""):
         """Exact junction-tree model when it fits the capacity, else the relaxed
         region-graph model (NeurIPS 2021); the model's summary says which and why.  The
         exact fit uses the accelerated method with adaptive curvature: on the adult
@@ -511,9 +716,19 @@ class Engine:
         the measured marginals, where 1,000 iterations took ~11 min of CPU for 0.268 (the
         full fit follows the noise; bench/RESULTS.md, relaxed vs mbi).  Small models keep
         every iteration: there the stop left the unmeasured one- and two-way answers worse."""
-        return fit(domain, measurements, iters=self.config.fit_iters, warm_start=previous,
-                   capacity=self.config.planner.max_model_cells, exact_method="adaptive",
-                   stop="discrepancy", stop_above=LARGE_EXACT_MODEL)
+        t0 = time.perf_counter()
+        iters = self.config.fit_iters
+
+        def callback(p) -> None:
+            self.progress("fit", {"table": table, "iteration": p.iteration, "iterations": iters,
+                                  "loss": p.loss})
+
+        model = fit(domain, measurements, iters=iters, warm_start=previous,
+                    capacity=self.config.planner.max_model_cells, exact_method="adaptive",
+                    stop="discrepancy", stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP,
+                    callback=callback if self._listeners else None)
+        self.progress("fit", {"table": table, "done": True, "seconds": time.perf_counter() - t0})
+        return model
 
     def _state(self, table: str) -> TableState:
         try:

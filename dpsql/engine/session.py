@@ -6,9 +6,18 @@ errors, and post-processes into rows.  Identical statements get identical answer
 are cached per model version, and a model only changes when new noisy measurements are
 released (never fresh noise for a repeat).
 
-Queries the released measurements do not support follow the configured policy
-(``docs/config.md``): ``infer`` (answer from the model, flagged ``inferred``), ``measure``
-(plan a strategy for the query, charge this user's per-query budget, refit) or ``refuse``.
+Values the released measurements do not support follow the session's policy
+(``SET dpsql.policy``, default from ``docs/config.md``):
+
+* ``informed`` (the default): answer from the model when the query's attributes were
+  measured together (the value is flagged *inferred* and carries its range, see
+  ``dpsql.engine.bounds``), and refuse with a hint when the answer would only be the
+  model's prior (attributes never measured together);
+* ``infer``: answer everything from the model, flagged and with its range;
+* ``measure``: plan a strategy for the query and measure it on demand (charged to this
+  user's cap; interactive front ends ask first, others opt in with ``SET
+  dpsql.allow_spend = on``);
+* ``refuse``: refuse anything not supported.
 """
 
 from __future__ import annotations
@@ -16,14 +25,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpsql.engine.engine import Engine, MeasureReport, PlanReport
+from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
 from dpsql.engine.variance import Z95
-from dpsql.errors import InterfaceError, OperationalError, ProgrammingError, UnsupportedQueryError
+from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
+                          PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
 from dpsql.plan import Workload
+
+POLICIES = ("informed", "infer", "measure", "refuse")
 
 
 @dataclass(frozen=True)
@@ -37,8 +49,11 @@ class Result:
     """Rows of a private answer with their standard errors.
 
     ``stderr[i][j]`` is the standard error of ``rows[i][j]`` (None for group keys and exact
-    values); ``inferred[i]`` is True when a value of row i came from model inference
-    without a supporting measurement.  ``cost`` is the ρ this statement spent."""
+    values, NaN for inferred values); ``inferred[i]`` is True when a value of row i came
+    from model inference without a supporting measurement, and ``bounds[i][j]`` is then the
+    ``(lower, upper)`` range the released measurements imply for that value (None for keys
+    and supported values, or where no finite range follows).  ``cost`` is the ρ this
+    statement spent."""
 
     columns: list[Column]
     rows: list[tuple]
@@ -49,6 +64,19 @@ class Result:
     seconds: float = 0.0
     model_version: int = 0
     model: str = ""      # which model answered: "exact junction tree" or "relaxed region graph"
+    bounds: list[tuple] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SpendRequest:
+    """What a statement would spend, shown to the user before anything is charged."""
+
+    rho: float
+    epsilon: float
+    delta: float
+    table: str
+    what: str          # the queries to be measured
+    remaining_rho: float
 
 
 def _model_kind(model) -> str:
@@ -70,12 +98,38 @@ def _type_name(pg_type: str) -> str:
 
 
 class Session:
-    def __init__(self, engine: Engine, user: str | None = None) -> None:
+    """``approve`` is called with a :class:`SpendRequest` before an on-demand measurement
+    (policy "measure"): interactive front ends ask the user; without it (and without ``SET
+    dpsql.allow_spend = on``) a statement that would spend is refused and spends nothing."""
+
+    def __init__(self, engine: Engine, user: str | None = None,
+                 approve: Callable[[SpendRequest], bool] | None = None) -> None:
         self.engine = engine
         self.user = user or engine.config.default_user
-        self.settings: dict[str, str] = {"dpsql.error_columns": engine.config.error_columns,
-                                         "dpsql.estimator": "pgm"}
+        if self.user.startswith("@"):
+            raise InterfaceError(f"user names may not start with '@' ({self.user!r})",
+                                 hint="names starting with '@' are reserved for the engine's own "
+                                      "budget principals (e.g. @workload)")
+        self.approve = approve
+        self.settings: dict[str, str] = self._defaults()
         self._cache: dict[tuple, Result] = {}
+
+    # -- settings ------------------------------------------------------------------------
+    def _defaults(self) -> dict[str, str]:
+        cfg = self.engine.config
+        return {"dpsql.error_columns": cfg.error_columns, "dpsql.estimator": "pgm",
+                "dpsql.policy": cfg.policy,
+                "dpsql.allow_spend": "on" if getattr(cfg, "allow_spend", False) else "off"}
+
+    #: Every setting a session understands and its allowed values.
+    ALLOWED = {"dpsql.error_columns": ("off", "stderr", "ci95"),
+               "dpsql.estimator": ("pgm", "least_squares"),
+               "dpsql.policy": POLICIES,
+               "dpsql.allow_spend": ("off", "on")}
+
+    @property
+    def policy(self) -> str:
+        return self.settings["dpsql.policy"]
 
     # -- public ------------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Result:
@@ -98,55 +152,63 @@ class Session:
         # different bindings share one cached answer).
         bound = None if params is None else tuple(sorted(params.items(), key=lambda kv: str(kv[0]))) \
             if isinstance(params, Mapping) else tuple(params)
-        key = (sql, bound, self.settings["dpsql.estimator"])
+        key = (sql, bound, self.settings["dpsql.estimator"], self.policy)
+        self.engine.refresh()  # releases made by other processes since the last statement
         model, variance, version = self.engine.model(compiled.table)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
             return self._with_error_columns(replace(cached, cost=0.0))  # a repeat is free
         cost = 0.0
-        if model is None:
-            if self.engine.config.policy != "measure":
-                raise OperationalError(
-                    f"nothing has been measured on table {compiled.table!r} yet",
-                    hint="the operator runs `dpsql measure` first (or set the policy to \"measure\")")
+        policy = self.policy
+        if model is None and policy != "measure":
+            raise OperationalError(
+                f"nothing has been measured on table {compiled.table!r} yet",
+                hint="the operator runs `dpsql measure` first (or SET dpsql.policy = 'measure' "
+                     "to measure queries on demand)")
         answers, stderrs = {}, {}
         if model is not None:
             answers, stderrs, unsupported = self._answer(compiled, model, variance)
         else:
             unsupported = list(compiled.linear_queries)
         if unsupported:
-            policy = self.engine.config.policy
             if policy == "refuse":
                 raise UnsupportedQueryError(
                     "the released measurements do not support this query and the policy refuses "
                     "queries that would need new measurements",
-                    hint="ask the operator to add it to the workload, or aggregate attributes that were measured together")
+                    hint="ask the operator to add it to the workload, or aggregate attributes that "
+                         "were measured together")
             if policy == "measure":
                 cost = self._measure_for(compiled, unsupported).rho
                 model, variance, version = self.engine.model(compiled.table)
                 answers, stderrs, unsupported = self._answer(compiled, model, variance)
+            elif policy == "informed":
+                self._refuse_prior(compiled, unsupported)
+        bounds = self._bounds(compiled, answers, stderrs, unsupported) if unsupported else None
         # Unsupported rows carry an infinite variance through the post-processing (the
         # delta method keeps inf where it would turn NaN into "no stderr"); a value is
         # inferred exactly when its standard error comes out infinite, and is reported NaN.
-        rows, stderr_rows = compiled.postprocess(
-            answers, {k: np.where(np.isnan(v), np.inf, v) for k, v in stderrs.items()})
+        processed = compiled.postprocess(
+            answers, {k: np.where(np.isnan(v), np.inf, v) for k, v in stderrs.items()},
+            **({"bounds": bounds} if bounds is not None else {}))
+        rows, stderr_rows = processed[0], processed[1]
+        bound_rows = processed[2] if bounds is not None else None
         quantile_inferred = any(lq.kind == "quantile" for lq in unsupported)
-        inferred, cleaned = [], []
-        for r in stderr_rows:
+        inferred, cleaned, ranges = [], [], []
+        for i, r in enumerate(stderr_rows):
             flag = quantile_inferred
-            out = []
-            for v in r:
-                if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
-                    out.append(math.nan)
-                    flag = True
-                else:
-                    out.append(v)
+            out, rng = [], []
+            for j, v in enumerate(r):
+                cell_inferred = isinstance(v, float) and (math.isinf(v) or math.isnan(v))
+                out.append(math.nan if cell_inferred else v)
+                flag = flag or cell_inferred
+                b = bound_rows[i][j] if bound_rows is not None else None
+                rng.append(b if (cell_inferred or (quantile_inferred and v is not None)) else None)
             cleaned.append(tuple(out))
             inferred.append(flag)
-        stderr_rows = cleaned
-        result = Result(columns, list(rows), stderr_rows, inferred,
+            ranges.append(tuple(rng))
+        result = Result(columns, list(rows), cleaned, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version,
-                        model=_model_kind(model))
+                        model=_model_kind(model), bounds=ranges)
         self._cache[key] = result
         return self._with_error_columns(result)
 
@@ -154,12 +216,15 @@ class Session:
         return self.engine.plan(self._table(table), queries)
 
     def measure(self, table: str | None = None, mode: str | None = None, progress=None):
-        """Measure the workload: HDMM's one-shot plan, or AIM's adaptive rounds with
-        ``mode="aim"`` (default: the config's ``[planner] mode``)."""
+        """The operator's workload measurement: HDMM's one-shot plan, or AIM's adaptive rounds
+        with ``mode="aim"`` (default: the config's ``[planner] mode``).  Charged to the
+        workload budget (principal ``@workload``), not to this user's cap; the ledger records
+        who asked."""
         if self._mode(mode) == "aim":
             from dpsql.engine.aim import measure_aim
-            return measure_aim(self.engine, self._table(table), self.user, progress=progress)
-        return self.engine.measure(self._table(table), self.user)
+            return measure_aim(self.engine, self._table(table), self.engine.WORKLOAD_PRINCIPAL,
+                               progress=progress)
+        return self.engine.measure(self._table(table), requested_by=self.user)
 
     def measure_cost(self, table: str | None = None, mode: str | None = None) -> float:
         """ρ that ``measure`` would spend (0 if that release already exists); plans the
@@ -188,10 +253,12 @@ class Session:
     def budget(self) -> dict:
         led = self.engine.ledger
         cfg = self.engine.config
+        workload_spent = float(led.spent(self.engine.WORKLOAD_PRINCIPAL))
         return {"user": self.user, "spent_rho": float(led.spent(self.user)),
                 "remaining_rho": float(led.remaining(self.user)),
                 "total_spent_rho": float(led.spent(None)),
                 "total_remaining_rho": float(led.remaining(None)),
+                "workload_spent_rho": workload_spent,
                 "total_rho": cfg.budget.rho, "delta": cfg.budget.delta,
                 "entries": len(led.entries())}
 
@@ -203,7 +270,9 @@ class Session:
         lines = [compiled.explain()]
         if getattr(compiled, "is_explain", False):
             compiled = compiled.inner
+        self.engine.refresh()
         model, variance, _ = self.engine.model(compiled.table)
+        ranges = self.engine.bounds(compiled.table)
         for lq in compiled.linear_queries:
             if variance is None:
                 lines.append(f"{lq.name}: no measurements yet")
@@ -212,17 +281,27 @@ class Session:
             if sup.all():
                 lines.append(f"{lq.name}: supported by released measurements; "
                              f"expected stderr ≈ {float(np.sqrt(np.mean(err ** 2))):.4g} per row")
-            else:
-                extra = ""
-                if self.engine.config.policy == "measure" and self.engine.config.query_budget:
-                    extra = f"; answering would measure it at rho = {self.engine.config.query_budget.rho:.4g}"
-                lines.append(f"{lq.name}: not supported by a measurement (inferred from the model){extra}")
+                continue
+            what = "not supported by a measurement"
+            if ranges is not None and not ranges.informed(lq.attributes):
+                what += " and " + _never_text(ranges.never_together(lq.attributes))
+            lines.append(f"{lq.name}: {what}; policy {self.policy!r}: {self._policy_effect(lq, ranges)}")
         return "\n".join(lines)
 
     def close(self) -> None:
         self._cache.clear()
 
     # -- internals ---------------------------------------------------------------------------
+    def _policy_effect(self, lq, ranges) -> str:
+        policy = self.policy
+        if policy == "measure":
+            qb = self.engine.config.query_budget
+            return f"answering would measure it at rho = {qb.rho:.4g}" if qb else "measured on demand"
+        if policy == "refuse" or (policy == "informed" and ranges is not None
+                                  and not ranges.informed(lq.attributes)):
+            return "refused"
+        return "inferred from the model, with its range"
+
     def _table(self, table: str | None) -> str:
         if table is not None:
             return table
@@ -248,29 +327,111 @@ class Session:
                 unsupported.append(lq)
         return answers, stderrs, unsupported
 
+    def _refuse_prior(self, compiled, unsupported) -> None:
+        """Policy "informed": refuse when a value would be the model's prior, i.e. its
+        attributes were never measured together (the model can only assume independence)."""
+        ranges = self.engine.bounds(compiled.table)
+        if ranges is None:
+            return
+        bad = [lq for lq in unsupported if not ranges.informed(lq.attributes)]
+        if not bad:
+            return
+        never = []
+        for lq in bad:
+            for item in ranges.never_together(lq.attributes):
+                if item not in never:
+                    never.append(item)
+        example = _example_query(compiled.table, never)
+        qb = self.engine.config.query_budget
+        raise UnsupportedQueryError(
+            f"no released measurement informs this answer: {_never_text(never)}, so the model "
+            "could only return its prior (an assumption of independence, not information)",
+            hint=(f"add a query such as `{example}` to the workload and measure it "
+                  "(`dpsql measure --increment`)"
+                  + (", or SET dpsql.policy = 'measure' to measure it now (spends budget)" if qb else "")
+                  + ", or SET dpsql.policy = 'infer' to see the model's guess with its range"))
+
+    def _bounds(self, compiled, answers, stderrs, unsupported) -> dict | None:
+        """(lower, upper) per entry of every linear query: the answer itself where it is
+        supported, the range the released measurements imply where it is not."""
+        ranges = self.engine.bounds(compiled.table)
+        if ranges is None:
+            return None
+        out = {}
+        unsupported_names = {lq.name for lq in unsupported}
+        for lq in compiled.linear_queries:
+            value = np.asarray(answers.get(lq.name, np.zeros(0)), dtype=float)
+            if lq.name not in unsupported_names:
+                out[lq.name] = (value, value)
+                continue
+            lo, hi = ranges.rows(lq.matrix, lq.attributes)
+            sup = ~np.isnan(stderrs.get(lq.name, np.full(value.shape, np.nan)))
+            lo = np.where(sup, value, np.minimum(lo, value))
+            hi = np.where(sup, value, np.maximum(hi, value))
+            out[lq.name] = (lo, hi)
+        return out
+
     def _measure_for(self, compiled, unsupported) -> MeasureReport:
         """Policy "measure": plan a strategy for the unsupported linear queries and measure it
-        with this user's per-query budget (charged before any data is read)."""
+        with this user's per-query budget (charged before any data is read), once approved."""
         from dpsql import linalg
         table = compiled.table
         state = self.engine._state(table)
         workload = Workload(state.schema.domain, linalg.Union([lq.matrix for lq in unsupported]))
-        rho = self.engine.config.query_budget.rho
+        query_budget = self.engine.config.query_budget
+        if query_budget is None:
+            raise OperationalError("policy 'measure' needs a per-query budget in the configuration",
+                                   hint='[policy] unsupported = "measure", epsilon = 0.05')
+        rho = query_budget.rho
         # optimize_counted adds the total count when nothing released determines it: the
         # first on-demand measurement was charged and then failed to fit (issue 21).
         strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].max_rows_per_id,
                                                 self.engine.released_measurements(table))
-        return self.engine.measure_strategy(table, strategy, rho, self.user,
-                                            "query:" + ";".join(lq.name for lq in unsupported))
+        purpose = "query:" + ";".join(lq.name for lq in unsupported)
+        preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
+        if preview.rho > preview.remaining:
+            raise BudgetExhaustedError(
+                f"answering needs a new measurement of rho = {preview.rho:.6g} but only rho = "
+                f"{preview.remaining:.6g} remains for {self.user!r}; nothing was spent",
+                hint="answer from existing measurements (SET dpsql.policy = 'informed'), or ask the "
+                     "operator for more budget", requested_rho=preview.rho, remaining_rho=preview.remaining)
+        if preview.rho > 0:
+            self._confirm_spend(preview, table, ", ".join(lq.description for lq in unsupported))
+        return self.engine.measure_strategy(table, strategy, rho, self.user, purpose)
+
+    def _confirm_spend(self, preview: SpendPreview, table: str, what: str) -> None:
+        from dpsql.privacy.accountant import rho_to_epsilon
+        delta = self.engine.config.budget.delta
+        request = SpendRequest(preview.rho, rho_to_epsilon(preview.rho, delta), delta, table, what,
+                               preview.remaining)
+        if self.settings["dpsql.allow_spend"] == "on":
+            return
+        cost = f"rho = {request.rho:.6g} (epsilon = {request.epsilon:.4g} at delta = {delta:g})"
+        if self.approve is None:
+            raise PrivacyViolationError(
+                f"answering needs a new measurement that spends {cost}; nothing was spent",
+                hint="non-interactive callers opt in with SET dpsql.allow_spend = 'on' (the shell "
+                     "asks instead); or answer from existing measurements with SET dpsql.policy = "
+                     "'informed'")
+        if not self.approve(request):
+            raise PrivacyViolationError(f"not measured: spending {cost} was declined; nothing was spent",
+                                        hint="answer from existing measurements with SET dpsql.policy "
+                                             "= 'informed'")
 
     def _session_command(self, command, t0) -> Result:
         kind, name, value = command
+        if kind in ("set", "show", "reset") and name.startswith("dpsql.") and name not in self.ALLOWED:
+            raise ProgrammingError(f"unrecognized setting {name!r}",
+                                   hint="settings: " + ", ".join(sorted(self.ALLOWED)))
         if kind == "set":
-            allowed = {"dpsql.error_columns": ("off", "stderr", "ci95"),
-                       "dpsql.estimator": ("pgm", "least_squares")}.get(name)
-            if allowed is not None and value not in allowed:
-                raise ProgrammingError(f"invalid value for {name}: {value!r}",
-                                       hint="use " + " or ".join(repr(a) for a in allowed))
+            allowed = self.ALLOWED.get(name)
+            if allowed is not None:
+                value = value.lower()
+                if value not in allowed:
+                    raise ProgrammingError(f"invalid value for {name}: {value!r}",
+                                           hint="use " + " or ".join(repr(a) for a in allowed))
+                if name == "dpsql.policy":
+                    self._check_policy(value)
             self.settings[name] = value
             return Result([], [], message="SET", seconds=time.perf_counter() - t0)
         if kind == "show":
@@ -278,15 +439,40 @@ class Session:
                 rows = sorted(self.settings.items())
                 return Result([Column("name", "text"), Column("setting", "text")], rows,
                               seconds=time.perf_counter() - t0)
-            return Result([Column(name, "text")], [(self.settings.get(name, ""),)],
+            if name not in self.settings:
+                raise ProgrammingError(f"unrecognized setting {name!r}",
+                                       hint="settings: " + ", ".join(sorted(self.ALLOWED)))
+            return Result([Column(name, "text")], [(self.settings[name],)],
                           seconds=time.perf_counter() - t0)
         if kind == "reset":
-            defaults = {"dpsql.error_columns": self.engine.config.error_columns, "dpsql.estimator": "pgm"}
-            self.settings[name] = defaults.get(name, "")
+            defaults = self._defaults()
+            if name == "all":
+                self.settings = {**self.settings, **defaults}
+            elif name in defaults:
+                self.settings[name] = defaults[name]
+            else:
+                self.settings.pop(name, None)
             return Result([], [], message="RESET", seconds=time.perf_counter() - t0)
         if kind in ("begin", "commit", "rollback"):
             return Result([], [], message=kind.upper(), seconds=time.perf_counter() - t0)
         raise ProgrammingError(f"unsupported session command {kind}")
+
+    def _check_policy(self, policy: str) -> None:
+        """A user may not choose a policy that would let them spend beyond their cap."""
+        if policy != "measure":
+            return
+        qb = self.engine.config.query_budget
+        if qb is None:
+            raise PrivacyViolationError(
+                "policy 'measure' is not available: the configuration sets no per-query budget",
+                hint='the operator enables it with [policy] unsupported = "measure", epsilon = ...')
+        remaining = float(self.engine.ledger.remaining(self.user))
+        if qb.rho > remaining:
+            raise PrivacyViolationError(
+                f"policy 'measure' would spend rho = {qb.rho:.6g} per query, more than the "
+                f"rho = {remaining:.6g} left to {self.user!r}",
+                hint="answer from existing measurements (policy 'informed'), or ask the operator "
+                     "for more budget")
 
     def _with_error_columns(self, result: Result) -> Result:
         mode = self.settings.get("dpsql.error_columns", "off")
@@ -308,3 +494,24 @@ class Session:
                     extra.append(float(se) * (Z95 if mode == "ci95" else 1.0))
             rows.append(tuple(row) + tuple(extra))
         return replace(result, columns=cols, rows=rows)
+
+
+def _never_text(items: list[tuple[str, ...]]) -> str:
+    alone = [i[0] for i in items if len(i) == 1]
+    pairs = [f"{a} and {b}" for a, b in (i for i in items if len(i) == 2)]
+    parts = []
+    if alone:
+        parts.append(", ".join(alone) + (" was" if len(alone) == 1 else " were") + " never measured")
+    if pairs:
+        parts.append("; ".join(pairs) + " were never measured together")
+    return "; ".join(parts) or "its attributes were never measured together"
+
+
+def _example_query(table: str, never: list[tuple[str, ...]]) -> str:
+    attrs: list[str] = []
+    for item in never:
+        for a in item:
+            if a not in attrs:
+                attrs.append(a)
+    cols = ", ".join(attrs[:2]) if len(never) == 1 or len(attrs) <= 2 else ", ".join(never[0])
+    return f"SELECT {cols}, COUNT(*) FROM {table} GROUP BY {cols}"

@@ -271,12 +271,15 @@ class DuckDBBackend:
         except duckdb.Error as exc:
             # DuckDB messages can echo cell values ("Could not convert string 'X'…"); the
             # analyst only learns the class of failure (docs/privacy.md, "Errors").  With the
-            # total reader this is an engine fault, never a property of one row.
-            raise OperationalError(
+            # total reader this is an engine fault, never a property of one row.  The
+            # operator's own front end (the command line) shows ``operator_detail``.
+            err = OperationalError(
                 f"{what} failed inside DuckDB; its message is withheld because it may "
                 "contain private values",
                 hint="the operator can run `dpsql check` to inspect the source "
-                     f"(error class: {type(exc).__name__})") from None
+                     f"(error class: {type(exc).__name__})")
+            err.operator_detail = str(exc)
+            raise err from None
 
     # -- counting --------------------------------------------------------------------------
     def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from dpsql.domain import Domain
-from dpsql.pgm.estimation import DEFAULT_CAPACITY, Progress, estimate
+from dpsql.pgm.estimation import DEFAULT_CAPACITY, Progress, estimate, estimated_gap
 from dpsql.pgm.junction_tree import model_size
 from dpsql.pgm.measurement import Measurement
 from dpsql.pgm.model import GraphicalModel
@@ -144,11 +144,26 @@ class _Stopper:
                 f"m = {self.level:,.0f} noisy values")
 
 
+def _gap_note(history, iters: int, gap) -> str | None:
+    """How the fit ended, for ``summary()``: converged (estimated gap within the tolerance)
+    or stopped at the iteration limit, with the estimated gap either way."""
+    if gap is None or not history:
+        return None
+    est = estimated_gap(history)
+    done = len(history) - 1
+    bound = gap[0] + gap[1] * abs(history[-1])
+    if est <= bound and done < iters:
+        return (f"converged: estimated optimality gap {est:.3g} ≤ {bound:.3g} (in units of the "
+                f"noise) after {done:,} iterations")
+    return f"iteration limit {iters:,} reached; estimated optimality gap {est:.3g} (tolerance {bound:.3g})"
+
+
 def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = DEFAULT_CAPACITY,
         iters: int = 1000, warm_start=None, callback: Callable[[Progress], bool | None] | None = None,
         method: str = "auto", exact_method: str = "md", region_graph: str = "saturated",
         total: float | None = None, norm: str = "l2", stop: str | None = None,
-        stop_above: int = 0, **options) -> ExactModel | RelaxedModel:
+        stop_above: int = 0, gap: tuple[float, float] | None = None,
+        **options) -> ExactModel | RelaxedModel:
     """Fit a model to ``measurements``: exact if JT-SIZE ≤ ``capacity`` cells, else relaxed.
 
     ``method`` is "auto" (default), "exact" (raises ModelTooLargeError beyond
@@ -159,7 +174,10 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
     ``iters`` iterations) or "discrepancy" (exact estimator only: stop once the loss is
     at most the number of noisy values, see the module docstring; L2 loss only), applied
     only to models of more than ``stop_above`` cells (the size is known here, after
-    triangulation, so callers need not triangulate twice).
+    triangulation, so callers need not triangulate twice).  ``gap = (atol, rtol)`` ends
+    either estimator once the estimated optimality gap is at most atol + rtol·loss
+    (``dpsql.pgm.estimation.estimated_gap``; scale-free: the loss is in units of each
+    measurement's σ); ``iters`` is then only a limit.
     Remaining ``options``
     go to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).
     """
@@ -202,15 +220,20 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
         if not isinstance(ws, GraphicalModel):
             ws = None
         model = estimate(domain, measurements, iters=iters, method=exact_method, warm_start=ws,
-                         callback=callback, capacity=capacity, total=total, norm=norm, **options)
-        return ExactModel(model, reason, time.perf_counter() - start, stopper.note())
+                         callback=callback, capacity=capacity, total=total, norm=norm,
+                         gap=None if stop else gap,
+                         start="least_squares" if gap is not None and not stop else "maxent", **options)
+        return ExactModel(model, reason, time.perf_counter() - start,
+                          stopper.note() or _gap_note(model.loss, iters, gap))
     ws = warm_start.fit if isinstance(warm_start, RelaxedModel) else warm_start
     if isinstance(ws, ExactModel):
         ws = ws.model
     result = estimate_relaxed(domain, measurements, region_graph=region_graph, iters=iters,
-                              warm_start=ws, callback=callback, total=total, norm=norm, **options)
-    note = None if stop is None else (
-        "stop='discrepancy' was not applied: the relaxed estimator's iterates regularise "
-        "poorly, so all iterations ran (docs/relaxed.md)")
+                              warm_start=ws, callback=callback, total=total, norm=norm, gap=gap,
+                              **options)
+    note = _gap_note(result.loss[:-1], iters, gap)
+    if stop is not None:
+        note = ("stop='discrepancy' was not applied: the relaxed estimator's iterates regularise "
+                "poorly (docs/relaxed.md)" + (f"; {note}" if note else ""))
     return RelaxedModel(domain, result, measured=cliques, reason=reason,
                         seconds=time.perf_counter() - start, stopped=note)

@@ -34,12 +34,12 @@ from dpsql.domain import Domain
 from dpsql.errors import ModelTooLargeError
 from dpsql.pgm.inference import BeliefPropagation
 from dpsql.pgm.junction_tree import JunctionTree
-from dpsql.pgm.loss import MarginalLoss
-from dpsql.pgm.measurement import (Measurement, estimate_total, lambda_max, lipschitz,
-                                   subgradient_bound)
+from dpsql.pgm.loss import MarginalLoss, SparseLoss
+from dpsql.pgm.measurement import (DENSE_LIMIT, Measurement, dense, estimate_total, lambda_max,
+                                   lipschitz, subgradient_bound)
 from dpsql.pgm.model import GraphicalModel
 
-__all__ = ["DEFAULT_CAPACITY", "Progress", "estimate", "check_capacity"]
+__all__ = ["DEFAULT_CAPACITY", "Progress", "estimate", "estimated_gap", "check_capacity"]
 
 # 10⁷ float64 cells = 80 MB of parameters: the model capacity of thesis §5 (AIM).
 DEFAULT_CAPACITY = 10_000_000
@@ -104,6 +104,57 @@ def _initial_theta(domain: Domain, tree: JunctionTree, bp: BeliefPropagation,
     return _theta_from_marginals(tree, [warm_start.marginal(c).values for c in tree.cliques])
 
 
+def _least_squares_start(tree: JunctionTree, bp: BeliefPropagation, measurements: Sequence[Measurement],
+                         total: float, sweeps: int = 2) -> list[np.ndarray]:
+    """Potentials whose measured marginals are near their least-squares estimates.
+
+    Per measured clique, the weighted least-squares marginal of its own measurements
+    (when they determine it: the normal equations are positive definite), clipped to a
+    small positive floor, is a target; iterative proportional fitting (a few sweeps, one
+    belief propagation per target) moves the maximum-entropy model towards the targets.
+    When the noise is small the targets are nearly consistent and the model starts close to
+    the optimum, which halves the iterations a fit needs on the adult dashboards; when they
+    disagree, IPF still starts from a sensible compromise."""
+    position = {a: i for i, a in enumerate(tree.attributes)}
+    groups: dict[tuple[str, ...], list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault(tuple(sorted(m.clique, key=position.__getitem__)), []).append(m)
+    targets = []
+    for canon, group in groups.items():
+        shape = tuple(tree.sizes[a] for a in canon)
+        n = int(np.prod(shape, dtype=np.int64))
+        if not canon or n > 4096 or any(int(m.query.shape[0]) * n > DENSE_LIMIT for m in group):
+            continue
+        gram, rhs = np.zeros((n, n)), np.zeros(n)
+        for m in group:
+            q = dense(m.query)
+            given = tuple(tree.sizes[a] for a in m.clique)
+            # column j of q is the cell of the given order; move it to the canonical order
+            order = np.arange(n).reshape(given).transpose([m.clique.index(a) for a in canon]).ravel()
+            qc = q[:, order]
+            w = 1.0 / m.stddev ** 2
+            gram += w * qc.T @ qc
+            rhs += w * qc.T @ m.values
+        try:
+            chol = np.linalg.cholesky(gram)
+        except np.linalg.LinAlgError:
+            continue  # the measurements do not determine this marginal
+        est = np.linalg.solve(chol.T, np.linalg.solve(chol, rhs))
+        est = np.maximum(est, 1e-3)
+        targets.append((canon, (est * (total / est.sum())).reshape(shape)))
+    theta = [np.zeros(s) for s in bp.shapes]
+    for _ in range(sweeps if targets else 0):
+        for canon, target in targets:
+            h = tree.host(canon)
+            host = tree.cliques[h]
+            mu = bp.marginals(theta, total)[h]
+            axes = tuple(i for i, a in enumerate(host) if a not in canon)
+            current = mu.sum(axis=axes, keepdims=True) if axes else mu
+            kd = tuple(tree.sizes[a] if a in canon else 1 for a in host)
+            theta[h] = theta[h] + (np.log(target).reshape(kd) - np.log(np.maximum(current, 1e-300)))
+    return theta
+
+
 def _theta_from_marginals(tree: JunctionTree, mu: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Potentials of p = Π_C μ_C / Π_S μ_S, whose clique marginals are ``mu`` (calibrated)."""
     tiny = np.finfo(float).tiny
@@ -122,7 +173,8 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
              method: str = "md", warm_start: GraphicalModel | None = None, tol: float = 0.0,
              callback: Callable[[Progress], bool | None] | None = None,
              capacity: int = DEFAULT_CAPACITY, total: float | None = None,
-             norm: str = "l2", stepsize: float | None = None) -> GraphicalModel:
+             norm: str = "l2", stepsize: float | None = None,
+             gap: tuple[float, float] | None = None, start: str = "maxent") -> GraphicalModel:
     """Fit a graphical model to ``measurements`` (thesis Algorithm 2 or 3).
 
     ``method`` is "md" (Algorithm 2, default), "accelerated" (Algorithm 3) or
@@ -134,7 +186,12 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     ``total`` is the number of records when known; otherwise it is estimated from
     the measurements by inverse-variance weighting (ICML appendix E.1), falling back
     to ``warm_start.total``.  ``tol`` stops early once the relative loss decrease
-    stays below it for 10 iterations.  ``capacity`` bounds the junction tree in cells;
+    stays below it for 10 iterations.  ``gap = (atol, rtol)`` stops once the estimated
+    optimality gap (:func:`estimated_gap`) is at most atol + rtol·loss: the loss is a sum of
+    squared residuals in units of their own σ, so the test does not depend on the noise
+    scale.  ``start`` is "maxent" (θ = 0, the uniform model: the path early stopping relies
+    on) or "least_squares" (:func:`_least_squares_start`; used when no ``warm_start`` is
+    given).  ``capacity`` bounds the junction tree in cells;
     beyond it ModelTooLargeError is raised before any work.  ``norm`` is "l2"
     (default; Gaussian likelihood) or "l1" (Laplace; md only).
     """
@@ -159,8 +216,19 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
                              "(1ᵀ is in no query's row space); pass total=")
     total = max(float(total), 1.0)
     bp = BeliefPropagation(tree)
-    loss = MarginalLoss(tree, measurements, norm)
-    theta = _initial_theta(domain, tree, bp, warm_start)
+    loss = None
+    if norm == "l2" and method in ("adaptive", "accelerated"):
+        loss = SparseLoss.build(tree, measurements)   # faster when it fits (see SparseLoss)
+    if loss is None:
+        loss = MarginalLoss(tree, measurements, norm)
+    if start not in ("maxent", "least_squares"):
+        raise ValueError(f"estimate: start must be 'maxent' or 'least_squares', got {start!r}")
+    if warm_start is None and start == "least_squares" and norm == "l2":
+        theta = _least_squares_start(tree, bp, measurements, total)
+    else:
+        theta = _initial_theta(domain, tree, bp, warm_start)
+    if gap is not None:
+        tol = _GapTest(*gap)
     if method == "md" and norm == "l1":
         theta, history = _subgradient(bp, loss, theta, total, measurements, iters, tol,
                                       callback, stepsize)
@@ -175,7 +243,39 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
                           measured=[m.clique for m in measurements], loss=history)
 
 
-def _converged(history: list[float], tol: float, window: int = 10) -> bool:
+#: Iterations over which the loss decrease is measured by :func:`estimated_gap`.
+GAP_WINDOW = 50
+
+
+def estimated_gap(history: Sequence[float], window: int = GAP_WINDOW) -> float:
+    """An estimate of L(μ_t) − L* from the loss history, in the loss's units.
+
+    For the first-order methods here, L_t − L* ≤ C/t^k with k = 1 (mirror descent) or 2
+    (accelerated), so the decrease over the last ``window`` iterations is about k·window·C/t^(k+1)
+    and L_t − L* ≈ decrease · t/(k·window) ≤ decrease · t/window: the estimate takes the
+    conservative k = 1.  (When the convergence is linear it overestimates the gap.)  Not a
+    certificate, but it needs no knowledge of the noise scale, and on the adult dashboards it
+    was within a factor of 2 above the gap measured against a 3,000-iteration fit.
+    Infinite before ``window`` iterations."""
+    t = len(history) - 1
+    if t < window:
+        return float("inf")
+    return max(history[-window - 1] - history[-1], 0.0) * t / window
+
+
+class _GapTest:
+    """Stop once the estimated optimality gap is at most atol + rtol·loss."""
+
+    def __init__(self, atol: float, rtol: float) -> None:
+        self.atol, self.rtol = float(atol), float(rtol)
+
+    def reached(self, history: Sequence[float]) -> bool:
+        return estimated_gap(history) <= self.atol + self.rtol * abs(history[-1])
+
+
+def _converged(history: list[float], tol, window: int = 10) -> bool:
+    if isinstance(tol, _GapTest):
+        return tol.reached(history)
     if tol <= 0 or len(history) <= window:
         return False
     old, new = history[-window - 1], history[-1]
@@ -287,7 +387,7 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
             A += a
             x, z, theta_z = new_x, new_z, new_theta
             history.append(fx)
-        L *= 0.5
+        L *= 0.8  # halving made nearly every iteration backtrack once (2 oracle calls)
         if callback is not None and callback(Progress(t, history[-1], a)):
             break
         if _converged(history, tol):

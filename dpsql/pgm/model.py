@@ -56,6 +56,29 @@ class GraphicalModel:
         self._elim = Eliminator(tree, self._probs, query_capacity)
         self._position = {a: i for i, a in enumerate(domain.attributes)}
 
+    @classmethod
+    def from_parts(cls, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray], total: float,
+                   probs: Sequence[np.ndarray], log_partition: float, *,
+                   measured: Iterable[Sequence[str]] = (), loss: Sequence[float] = (),
+                   query_capacity: int = DEFAULT_QUERY_CAPACITY) -> "GraphicalModel":
+        """A model from stored parts: the calibrated clique probabilities ``probs`` (as
+        computed for ``theta``) are taken as given, so no belief propagation runs
+        (``dpsql.pgm.store`` loads saved models this way)."""
+        self = cls.__new__(cls)
+        self.domain = domain
+        self.tree = tree
+        self.theta = [np.asarray(t, dtype=float) for t in theta]
+        self.total = float(total)
+        self.measured = [tuple(c) for c in measured]
+        self.loss = list(loss)
+        self.log_partition = float(log_partition)
+        self._probs = [np.asarray(p, dtype=float) for p in probs]
+        if [p.shape for p in self._probs] != [t.shape for t in self.theta]:
+            raise ValueError("from_parts: probabilities and potentials have different shapes")
+        self._elim = Eliminator(tree, self._probs, query_capacity)
+        self._position = {a: i for i, a in enumerate(domain.attributes)}
+        return self
+
     # --- structure -----------------------------------------------------------------------
     @property
     def cliques(self) -> list[tuple[str, ...]]:

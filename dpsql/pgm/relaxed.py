@@ -55,7 +55,7 @@ import numpy as np
 
 from dpsql.domain import Domain
 from dpsql.pgm.convex_gbp import ConvexGBP
-from dpsql.pgm.estimation import Progress
+from dpsql.pgm.estimation import Progress, estimated_gap
 from dpsql.pgm.loss import MarginalLoss
 from dpsql.pgm.measurement import Measurement, estimate_total, lambda_max
 from dpsql.pgm.region_graph import RegionGraph
@@ -215,13 +215,16 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
                      warm_start=None, total: float | None = None, norm: str = "l2",
                      tol: float = 0.0, patience: int = 0, gbp_tol: float = 1e-9,
                      final_sweeps: int = 2000, polish: int | None = None,
-                     callback: Callable[[Progress], bool | None] | None = None) -> RelaxedFit:
+                     callback: Callable[[Progress], bool | None] | None = None,
+                     gap: tuple[float, float] | None = None) -> RelaxedFit:
     """Solve Problem 2 by Prox-PGM with warm-started CONVEX-GBP (see the module docstring).
 
     ``region_graph`` is "saturated" (default), "capped" (needs ``region_capacity``
     cells), "factor" or a prebuilt :class:`RegionGraph` that supports every measured
     clique.  ``tol`` stops early once the relative loss
-    decrease over 10 iterations stays below it.  Returns a :class:`RelaxedFit`.
+    decrease over 10 iterations stays below it; ``gap = (atol, rtol)`` once the estimated
+    optimality gap (``dpsql.pgm.estimation.estimated_gap``) is at most atol + rtol·loss, after
+    ``polish`` more exact-prox iterations.  Returns a :class:`RelaxedFit`.
     """
     measurements = list(measurements)
     _check(domain, measurements)
@@ -259,6 +262,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
     history = [value]
     best, worse = value, 0
     it = 0
+    stop_at = None   # set when the gap test passes: the polishing iterations, then stop
     for it in range(1, iters + 1):
         if adaptive:
             eta = _relative_step(curv, tau, kappa) * scale
@@ -266,7 +270,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
             step = eta * grad[h]
             theta[h] -= step
             oracle.shift(psi, h, -step)
-        if it > iters - polish:
+        if it > iters - polish or stop_at is not None:
             oracle.advance(psi, lam, _POLISH_SWEEPS, _POLISH_TOL)
         else:
             oracle.advance(psi, lam, inner)
@@ -287,6 +291,10 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
             old = history[-11]
             if old - value <= tol * max(abs(value), 1e-300) * 10:
                 break
+        if stop_at is None and gap is not None and estimated_gap(history) <= gap[0] + gap[1] * abs(value):
+            stop_at = it + polish
+        if stop_at is not None and it >= stop_at:
+            break
     messages = lam
     final = oracle.run(theta, total, messages, sweeps=final_sweeps, tol=gbp_tol)
     probs = [t / total for t in final.marginals]

@@ -398,7 +398,9 @@ class Ledger:
 
     def _user_limit(self, principal: str) -> Fraction | None:
         spec = self._user_spec
-        if spec["kind"] == "none":
+        if spec["kind"] == "none" or principal.startswith("@"):
+            # "@…" principals are the engine's own (the operator's workload measurement):
+            # bounded by the total, never by a user's cap (users may not take such names)
             return None
         if spec["kind"] == "uniform":
             return _parse_rho(spec["limit"])

@@ -260,7 +260,8 @@ class _Lowering:
             else:
                 notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
                 c = self.spec("linear", notnull, f"COUNT({snippet(call.arg)})", shown=pred)
-                plan = AggPlan("avg", label, [s, c])
+                # the cells' values (NaN for NULL) bound the average of an inferred group
+                plan = AggPlan("avg", label, [s, c], cell_values=self.weights(call, attr, keep_null=True))
         else:
             values = self.quantile_values(call, attr)
             q = self.spec("quantile", pred, label, quantile_attr=attr)
@@ -299,7 +300,7 @@ class _Lowering:
         self.aggs.append(plan)
         return self.agg_index[key]
 
-    def weights(self, call: AggCall, attr) -> np.ndarray:
+    def weights(self, call: AggCall, attr, keep_null: bool = False) -> np.ndarray:
         ev = self.evaluator(attr)
         if isinstance(call.arg, exp.Column) and attr.kind != "categorical":
             w = np.asarray(attr.cell_values(), dtype=float)
@@ -309,7 +310,7 @@ class _Lowering:
                 raise UnsupportedQueryError(f"{snippet(call.node)} sums text values", position=self.pos(call.node),
                                             hint="sum numbers, e.g. SUM(CASE WHEN col = 'x' THEN 1 ELSE 0 END)")
             w = np.array([np.nan if null[i] else float(v) for i, v in enumerate(vals)])
-        return np.where(np.isnan(w), 0.0, w)
+        return w if keep_null else np.where(np.isnan(w), 0.0, w)
 
     def quantile_values(self, call: AggCall, attr) -> np.ndarray:
         if attr.kind == "categorical" and isinstance(call.arg, exp.Column):

@@ -354,8 +354,13 @@ def _moments(plan: AggPlan, got, groups: int):
     return np.where(ok, f, np.nan), np.where(ok, var, np.nan)
 
 
-def run_program(cq, answers, stderrs, present=None):
+def run_program(cq, answers, stderrs, present=None, bounds=None):
     """Rows and standard-error rows of a compiled query; see the module docstring.
+
+    With ``bounds`` (linear query name → (lower, upper) per entry), a third list holds,
+    per output cell, its ``(lower, upper)`` range by interval arithmetic (None for
+    non-numeric cells, where no finite range follows, and for queries over derived tables;
+    see :func:`_interval`).
 
     Rows are produced for the listed groups (``cq.groups``: those the WHERE allows).
     ``present`` (a boolean mask over ``cq.groups``, or a dict from ``id(program)`` to such a
@@ -365,11 +370,14 @@ def run_program(cq, answers, stderrs, present=None):
     """
     if cq.is_explain:
         lines = cq.explain().split("\n")
-        return [(line,) for line in lines], ([(None,) for _ in lines] if stderrs is not None else None)
+        out = [(line,) for line in lines], ([(None,) for _ in lines] if stderrs is not None else None)
+        return out if bounds is None else out + ([(None,) for _ in lines],)
     if cq.is_schema_probe:
-        return [], ([] if stderrs is not None else None)
+        out = [], ([] if stderrs is not None else None)
+        return out if bounds is None else out + ([],)
     rel = cq.program.evaluate(cq, answers, stderrs, present)
-    return rel.rows(stderrs is not None)
+    out = rel.rows(stderrs is not None)
+    return out if bounds is None else out + (_bound_rows(cq, rel, bounds),)
 
 
 def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Relation:
@@ -412,7 +420,10 @@ def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Re
         order.append((col, desc, nulls_first))
     chosen = np.asarray(select_rows(rows, keep, order, program.distinct, program.offset, program.limit),
                         dtype=np.int64)
-    return Relation([take(o, chosen) for o in outs], [v[chosen] for v in vars_], types, full.names, ranks)
+    rel = Relation([take(o, chosen) for o in outs], [v[chosen] for v in vars_], types, full.names, ranks)
+    # which group and which listed key tuple each row came from (for ranges, run_program)
+    rel.group_index, rel.key_position = idx[chosen], pos[chosen]
+    return rel
 
 
 @dataclass
@@ -439,3 +450,128 @@ class Restriction:
                 continue       # NULL = anything is never true
             out[i] = key in chosen
         return out
+
+
+# --- ranges (interval arithmetic) -----------------------------------------------------
+
+def _bound_rows(cq, rel, bounds) -> list[tuple]:
+    """Per row and output column of ``rel``: (lower, upper) or None."""
+    n, ncol = rel.n, len(rel.cols)
+    program = cq.program
+    if not isinstance(program, Program) or getattr(rel, "group_index", None) is None:
+        return [(None,) * ncol for _ in range(n)]
+    groups = program.grouping.size
+    gi, kp = rel.group_index, rel.key_position
+    agg_iv = [None if iv is None else (iv[0][gi], iv[1][gi])
+              for iv in _aggregate_bounds(program, bounds, groups)]
+    tuples = cq.groups
+    key_cols = [[tuples[i][j] for i in kp] for j in range(len(program.keys))]
+    key_num = [np.array([np.nan if x is None else float(x) for x in col]) if all(
+        x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in col) else None
+        for col in key_cols]
+    ivs = [_interval(o, agg_iv, key_num, n) for o in program.outputs]
+    return [tuple(None if iv is None or not (np.isfinite(iv[0][i]) or np.isfinite(iv[1][i]))
+                  else (float(iv[0][i]), float(iv[1][i])) for iv in ivs) for i in range(n)]
+
+
+def _aggregate_bounds(program: Program, bounds, groups: int):
+    """(lower, upper) per group for each aggregate, or None where no range follows."""
+    def get(name):
+        lq = program.lq_by_name[name]
+        if lq.always_zero:
+            z = np.zeros((lq.blocks, lq.layout.rows))
+            return z, z
+        if name not in bounds:
+            return None
+        lo, hi = bounds[name]
+        shape = (lq.blocks, lq.layout.rows)
+        return np.asarray(lo, float).reshape(shape), np.asarray(hi, float).reshape(shape)
+
+    out = []
+    for plan in program.aggs:
+        got = [get(n) for n in plan.queries]
+        if plan.kind == "avg_const":
+            out.append((np.full(groups, plan.scale), np.full(groups, plan.scale)))
+        elif plan.kind == "null" or any(g is None for g in got):
+            out.append(None)
+        elif plan.kind in ("count", "sum"):
+            lo, hi = plan.scale * got[0][0].sum(axis=0), plan.scale * got[0][1].sum(axis=0)
+            out.append((np.minimum(lo, hi), np.maximum(lo, hi)))
+        elif plan.kind == "avg":
+            s = (got[0][0].sum(axis=0), got[0][1].sum(axis=0))
+            c = (got[1][0].sum(axis=0), got[1][1].sum(axis=0))
+            lo, hi = _iv_div(s, c)
+            v = plan.cell_values[~np.isnan(plan.cell_values)] if plan.cell_values is not None else None
+            if v is not None and v.size:  # an average lies within its values' range
+                lo = np.clip(lo, v.min(), v.max())
+                hi = np.clip(hi, v.min(), v.max())
+            out.append((lo, hi))
+        elif plan.kind == "quantile" and plan.cell_values is not None:
+            v = plan.cell_values[~np.isnan(plan.cell_values)]
+            out.append((np.full(groups, float(v.min())), np.full(groups, float(v.max())))
+                       if v.size else None)
+        else:
+            out.append(None)
+    return out
+
+
+def _iv_div(a, b):
+    """[a] / [b] where the divisor's range excludes 0 (else unbounded)."""
+    lo_b, hi_b = b
+    ok = (lo_b > 0) | (hi_b < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corners = np.stack([a[0] / lo_b, a[0] / hi_b, a[1] / lo_b, a[1] / hi_b])
+        return (np.where(ok, np.nanmin(corners, axis=0), -np.inf),
+                np.where(ok, np.nanmax(corners, axis=0), np.inf))
+
+
+def _interval(ir, agg_iv, key_num, n):
+    """Interval evaluation of an output expression: (lower, upper) arrays or None."""
+    tag = ir[0]
+    if tag == "agg":
+        return agg_iv[ir[1]]
+    if tag == "key":
+        v = key_num[ir[1]]
+        return None if v is None else (v, v)
+    if tag == "lit":
+        v = ir[1]
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return np.full(n, float(v)), np.full(n, float(v))
+        return None
+    if tag == "op" and ir[1] in ("+", "-", "*", "/", "neg"):
+        args = [_interval(a, agg_iv, key_num, n) for a in ir[2]]
+        if any(a is None for a in args):
+            return None
+        if ir[1] == "neg":
+            return -args[0][1], -args[0][0]
+        (a0, a1), (b0, b1) = args
+        if ir[1] == "+":
+            return a0 + b0, a1 + b1
+        if ir[1] == "-":
+            return a0 - b1, a1 - b0
+        if ir[1] == "*":
+            with np.errstate(invalid="ignore"):
+                corners = np.stack([a0 * b0, a0 * b1, a1 * b0, a1 * b1])
+            return np.nanmin(corners, axis=0), np.nanmax(corners, axis=0)
+        return _iv_div((a0, a1), (b0, b1))
+    if tag == "fn" and ir[1] in ("round", "floor", "ceil", "cast", "abs", "greatest", "least"):
+        args = [_interval(a, agg_iv, key_num, n) for a in ir[2]]
+        if not args or any(a is None for a in args):
+            return None
+        lo, hi = args[0]
+        if ir[1] in ("round", "floor", "ceil"):
+            scale = 10.0 ** int(args[1][0][0]) if ir[1] == "round" and len(args) > 1 else 1.0
+            f = np.floor if ir[1] == "floor" else np.ceil if ir[1] == "ceil" else (
+                lambda x: np.sign(x) * np.floor(np.abs(x) * scale + 0.5) / scale)
+            return f(lo), f(hi)  # all three are monotone
+        if ir[1] == "cast":
+            return lo, hi
+        if ir[1] == "abs":
+            return (np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0.0)),
+                    np.maximum(np.abs(lo), np.abs(hi)))
+        pick = np.maximum if ir[1] == "greatest" else np.minimum
+        out_lo, out_hi = lo, hi
+        for a in args[1:]:
+            out_lo, out_hi = pick(out_lo, a[0]), pick(out_hi, a[1])
+        return out_lo, out_hi
+    return None

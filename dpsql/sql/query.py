@@ -100,16 +100,18 @@ class CompiledQuery:
     schema: Any = None
 
     def postprocess(self, answers: dict[str, np.ndarray],
-                    stderrs: dict[str, np.ndarray] | None = None) -> tuple[list[tuple], list[tuple] | None]:
+                    stderrs: dict[str, np.ndarray] | None = None, bounds=None):
         """Rows (and per-cell standard errors) from the answers of :attr:`linear_queries`.
 
         ``answers[name]`` is the vector ``matrix @ x`` for the data vector (or model) x;
         ``stderrs[name]``, if given, holds the standard error of each entry.  Returns
         ``(rows, stderr_rows)``; ``stderr_rows`` is None when ``stderrs`` is None, and holds
-        None for group-key and constant cells.
+        None for group-key and constant cells.  With ``bounds`` (name → (lower, upper) per
+        entry) a third list holds each output cell's range (interval arithmetic; None where
+        none follows).
         """
         from dpsql.sql.postprocess import run_program
-        return run_program(self, answers, stderrs, present=None)
+        return run_program(self, answers, stderrs, present=None, bounds=bounds)
 
     def explain(self) -> str:
         from dpsql.sql.explain import explain_text

@@ -66,3 +66,141 @@ def test_plan_measure_query_budget(config):
     assert "Female" in r.stdout and "±" in r.stdout and "(2 rows)" in r.stdout
     r = run("query", "--config", str(config), "SELECT * FROM adult")
     assert r.returncode == 2 and "42501" in r.stderr and "HINT" in r.stderr
+
+
+# -- issue 17, item 5: the operator's CLI explains itself (no tracebacks) ---------------------
+
+def _no_traceback(r):
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
+
+
+def test_measure_without_a_terminal_asks_nothing_twice_and_never_crashes(config):
+    r = run("measure", "--config", str(config), input="")          # stdin at EOF
+    _no_traceback(r)
+    assert r.returncode == 1 and "nothing spent" in r.stdout
+    assert run("measure", "--config", str(config), "--yes").returncode == 0
+    r = run("measure", "--config", str(config), input="")          # nothing left to spend
+    _no_traceback(r)
+    assert r.returncode == 0 and "already measured" in r.stdout and "Continue?" not in r.stdout
+
+
+def test_query_into_a_closed_pipe_stops_quietly(config):
+    assert run("measure", "--config", str(config), "--yes").returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(f"{sys.executable} -m dpsql.cli query --config {config} "
+                       "'SELECT race, COUNT(*) FROM adult GROUP BY race' | head -c 1",
+                       shell=True, env=env, capture_output=True, text=True, timeout=600)
+    _no_traceback(r)
+    assert "BrokenPipe" not in r.stderr
+
+
+def test_user_add_without_a_terminal_is_a_message(config):
+    r = run("user", "add", "carol", "--config", str(config), input="")
+    _no_traceback(r)
+    assert r.returncode == 2 and "standard input ended" in r.stderr
+
+
+def test_serve_on_a_busy_port_is_a_message(config):
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = run("serve", "--config", str(config), "--port", str(port), "--no-catalog")
+    _no_traceback(r)
+    assert r.returncode == 2 and "already in use" in r.stderr and "--port" in r.stderr
+
+
+def test_a_renamed_header_is_explained_to_the_operator(tmp_path, config):
+    csv = tmp_path / "renamed.csv"
+    lines = (CONFIG.parent / "adult.csv").read_text().splitlines()
+    csv.write_text("\n".join([lines[0].replace("capital_gain", "capital gain")] + lines[1:50]) + "\n")
+    text = config.read_text().replace(str(CONFIG.parent / "adult.csv"), str(csv))
+    config.write_text(text)
+    r = run("measure", "--config", str(config), "--yes")
+    _no_traceback(r)
+    assert r.returncode == 2 and "capital_gain" in r.stderr, r.stderr
+    assert run("budget", "--config", str(config)).stdout.count("spent rho = 0") >= 2
+
+
+# -- issue 17, item 6: `dpsql init` ------------------------------------------------------------
+
+def _toml(path):
+    import tomllib
+    return tomllib.loads(path.read_text())
+
+
+def test_init_quotes_any_column_name_and_lists_every_missing_item(tmp_path):
+    csv = tmp_path / "people.csv"
+    csv.write_text("age,capital gain,native-country,income>50K\n31,0,US,1\n")
+    r = run("init", str(csv), "-o", str(tmp_path / "dpsql.toml"))
+    assert r.returncode == 0, r.stderr
+    columns = _toml(tmp_path / "people.domain.toml")["tables"]["people"]["columns"]
+    assert list(columns) == ["age", "capital gain", "native-country", "income>50K"]
+    # every blank is listed at once, by the draft and by the loader
+    assert r.stdout.count("  - column ") == 7          # lo and hi of three integers, labels
+    r = run("plan", "--config", str(tmp_path / "dpsql.toml"))
+    _no_traceback(r)
+    assert r.returncode == 2 and "4 columns need attention" in r.stderr
+    for name in ("age", "capital gain", "native-country", "income>50K"):
+        assert f"column '{name}'" in r.stderr
+
+
+def test_init_reads_parquet_as_parquet(tmp_path):
+    import duckdb
+    pq = tmp_path / "t.parquet"
+    duckdb.sql(f"COPY (SELECT 1 AS a, 'x' AS b) TO '{pq}' (FORMAT parquet)")
+    assert run("init", str(pq), "-o", str(tmp_path / "dpsql.toml")).returncode == 0
+    assert "parquet" in _toml(tmp_path / "t.domain.toml")["tables"]["t"]["source"]
+
+
+def test_init_reads_a_duckdb_table(tmp_path):
+    import duckdb
+    db = tmp_path / "w.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE people (age INTEGER, city VARCHAR)")
+    con.close()
+    r = run("init", str(db), "--table", "people", "-o", str(tmp_path / "dpsql.toml"))
+    assert r.returncode == 0, r.stderr
+    table = _toml(tmp_path / "people.domain.toml")["tables"]["people"]
+    assert table["source"]["table"] == "people" and list(table["columns"]) == ["age", "city"]
+
+
+def test_init_reads_a_domain_json_into_a_complete_config(tmp_path):
+    data = Path("/work/shared/data/titanic")
+    if not data.exists():
+        pytest.skip("benchmark data not available")
+    r = run("init", str(data / "titanic-domain.json"), "-o", str(tmp_path / "dpsql.toml"))
+    assert r.returncode == 0, r.stderr
+    assert "the domain is complete" in r.stdout
+    from dpsql.engine.config import load_config
+    cfg = load_config(tmp_path / "dpsql.toml")
+    assert cfg.tables["titanic"].domain.shape[:3] == (3, 3, 2)
+
+
+def test_init_reads_smartnoise_metadata(tmp_path):
+    meta = tmp_path / "pums.yaml"
+    meta.write_text("""Database:
+    PUMS:
+        PUMS:
+            rows: 1000
+            row_privacy: True
+            age:
+                type: int
+                lower: 0
+                upper: 100
+            sex:
+                type: string
+            married:
+                type: boolean
+            income:
+                type: float
+                lower: 0
+                upper: 500000
+""")
+    r = run("init", str(meta), "-o", str(tmp_path / "dpsql.toml"))
+    assert r.returncode == 0, r.stderr
+    cols = _toml(tmp_path / "pums.domain.toml")["tables"]["pums"]["columns"]
+    assert cols["age"] == {"type": "integer", "lo": 0, "hi": 100}
+    assert cols["married"]["labels"] == ["false", "true"] and cols["sex"]["type"] == "categorical"
+    assert "source" in r.stdout and "'sex' (categorical): labels" in r.stdout

@@ -1,11 +1,10 @@
 """End-to-end: plan → measure in DuckDB → fit → answer, through the DB-API driver.
 
 At a near-infinite budget the noise is (almost surely) zero, so every answer must equal
-DuckDB's exact answer on the binned data; the tolerance covers only the model fit's
-optimisation error: mirror descent stops after finitely many iterations, and HDMM's block
-weights differ by two orders of magnitude, which slows it down (measured on the dashboard:
-3.5 counts off 16,192 after 1,000 iterations, 1.6 after 3,000).  We fit with 3,000 and
-allow 1e-3 relative error.
+DuckDB's exact answer on the binned data within 0.5.  Issue 17: the engine's fit used to stop
+after its 1,000 iterations, 3.5 counts off 16,192 on this dashboard; it now runs to
+convergence (estimated optimality gap in units of the noise, ``engine.FIT_GAP``) from a
+least-squares start, with the engine's default settings.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def connect(tmp: Path, budget=HUGE, user="tester", **kw):
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
-    con = connect(tmp, fit_iters=3000)
+    con = connect(tmp)
     con.session.measure()
     cfg = load_config(CONFIG)
     oracle = ExactOracle(cfg.tables, cfg.sources)
@@ -58,7 +57,7 @@ def test_dashboard_answers_equal_exact_at_huge_budget(measured, sql):
     _, con, oracle = measured
     cur = con.cursor()
     cur.execute(sql)
-    _close(cur.fetchall(), oracle.query(sql), tol=0.5, rel=1e-3)
+    _close(cur.fetchall(), oracle.query(sql), tol=0.5, rel=0.0)
 
 
 def test_stderr_aligned_with_rows_and_small_at_huge_budget(measured):
@@ -199,15 +198,32 @@ def test_noise_at_moderate_budget_matches_reported_stderr(tmp_path):
     assert hits / total >= 0.8, (hits, total)
 
 
-def test_unsupported_values_are_flagged_inferred(measured):
+def test_prior_answers_are_refused_by_default(measured):
+    """The dashboard never asks race and sex together: the model could only assume them
+    independent, so the default policy refuses and says what to measure."""
     _, con, _ = measured
-    # the dashboard never asks race and sex together, so no block measures that pair
-    cur = con.cursor().execute("SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex")
-    assert len(cur.fetchall()) == 10
+    with pytest.raises(dpsql.UnsupportedQueryError) as info:
+        con.cursor().execute("SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex")
+    assert "race and sex were never measured together" in info.value.message
+    assert "GROUP BY race, sex" in info.value.hint and "dpsql.policy" in info.value.hint
+
+
+def test_unsupported_values_are_flagged_inferred_with_ranges(measured):
+    _, con, oracle = measured
+    cur = con.cursor()
+    cur.execute("SET dpsql.policy = 'infer'")
+    sql = "SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex"
+    cur.execute(sql)
+    rows = cur.fetchall()
+    assert len(rows) == 10
     assert all(cur.inferred)
     assert all(math.isnan(err[-1]) for err in cur.stderr)
+    truth = {tuple(r[:-1]): r[-1] for r in oracle.query(sql)}
+    for row, bound in zip(rows, cur.bounds):
+        lo, hi = bound[-1]
+        assert lo <= row[-1] <= hi and lo <= truth.get(tuple(row[:-1]), 0) <= hi
     supported = con.cursor().execute("SELECT race, COUNT(*) FROM adult GROUP BY race")
-    assert not any(supported.inferred)
+    assert not any(supported.inferred) and all(b[-1] is None for b in supported.bounds)
 
 
 def test_measure_cost_is_zero_once_released(measured):
@@ -235,6 +251,11 @@ def test_policy_measure_charges_the_user_once_and_answers_supported(tmp_path):
                   policy={"unsupported": "measure", "rho": 1e5})
     con.session.measure()
     before = con.session.budget()["spent_rho"]
+    with pytest.raises(dpsql.PrivacyViolationError) as info:   # spending needs an opt-in
+        con.cursor().execute(RACE_SEX)
+    assert "nothing was spent" in info.value.message and "allow_spend" in info.value.hint
+    assert con.session.budget()["spent_rho"] == before
+    con.cursor().execute("SET dpsql.allow_spend = 'on'")
     cur = con.cursor().execute(RACE_SEX)
     assert cur.cost > 0 and not any(cur.inferred)
     after = con.session.budget()["spent_rho"]
@@ -282,5 +303,7 @@ def test_large_exact_models_stop_at_the_discrepancy_principle(tmp_path, monkeypa
                   workload=["SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income"])
     con.session.measure()
     model, _, _ = con.session.engine.model("adult")
-    assert (model.stopped is not None) == large
-    assert len(model.model.loss) - 1 < 1000 if large else len(model.model.loss) - 1 == 1000
+    # small models run to convergence (issue 17), large ones stop within the noise
+    assert ("discrepancy principle" in model.stopped) == large
+    assert large or "converged" in model.stopped
+    assert len(model.model.loss) - 1 < con.session.engine.config.fit_iters

@@ -66,6 +66,7 @@ epsilon = 1e6
 [policy]
 unsupported = "measure"
 epsilon = 1e6
+allow_spend = true
 """
 
 HEADER = "pid,age,sex,code,city"

@@ -35,7 +35,7 @@ def connect(tmp: Path, **kw):
 
 def test_measure_policy_from_nothing_answers_and_keeps_answering(tmp_path, exact):
     con = connect(tmp_path, workload={"queries": ["SELECT sex, COUNT(*) FROM adult GROUP BY sex"], "rho": 1e5},
-                  policy={"unsupported": "measure", "rho": 1e5})
+                  policy={"unsupported": "measure", "rho": 1e5, "allow_spend": True})
     cur = con.cursor()
     for sql in ["SELECT COUNT(*) FROM adult WHERE age >= 18", "SELECT COUNT(*) FROM adult",
                 "SELECT COUNT(*) FROM adult WHERE age <= 89", "SELECT COUNT(*) FROM adult WHERE age >= 17.5"]:

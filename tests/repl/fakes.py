@@ -35,6 +35,7 @@ class Result:
     message: str | None = None
     seconds: float = 0.0
     model_version: int = 0
+    bounds: list = field(default_factory=list)
 
 
 def adult_catalog():

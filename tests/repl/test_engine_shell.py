@@ -63,14 +63,14 @@ def measured(tmp_path_factory):
     ledger = tmp_path_factory.mktemp("ledger") / "adult.ledger"
     con = _connect(ledger)
     session = con.session
-    assert float(session.budget()["spent_rho"]) == 0
+    assert float(session.budget()["total_spent_rho"]) == 0
     out = run_keys(con, "\\measure" + ENTER + "no" + ENTER)
     assert "Nothing measured; nothing spent." in out
-    assert float(session.budget()["spent_rho"]) == 0  # "no" spent nothing, ledger included
+    assert float(session.budget()["total_spent_rho"]) == 0  # "no" spent nothing, ledger included
     assert not [e for e in session.engine.ledger.entries() if e.kind == "charge"]
     out = run_keys(con, "\\measure" + ENTER + "yes" + ENTER, limit=SLOW)
     assert "Measured" in out, out
-    assert float(session.budget()["spent_rho"]) > 0
+    assert float(session.budget()["total_spent_rho"]) > 0
     return con
 
 
@@ -94,15 +94,21 @@ def test_typed_query_shows_the_exact_table_at_a_huge_budget(measured, sql):
 
 
 def test_values_without_a_supporting_measurement_are_marked(tmp_path):
-    # only sex is measured, so a count by age can only be inferred by the model; such
-    # values carry a NaN stderr and inferred=True (docs/architecture.md).
+    # only sex is measured, so a count by age is only the model's prior: refused by default
+    # with what to measure; with SET dpsql.policy = 'infer' it is shown with its range.
     import dpsql
     con = dpsql.connect(str(ADULT_CONFIG), ledger=str(tmp_path / "l.ledger"), budget=HUGE,
                         workload=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"])
     con.session.measure()
     out = run_keys(con, "SELECT COUNT(*) FROM adult WHERE age < 20;" + ENTER, limit=SLOW)
+    assert "ERROR [0A000]: no released measurement informs this answer: age was never measured" in out
+    assert "HINT: add a query such as `SELECT age, COUNT(*) FROM adult GROUP BY age`" in out
+    out = run_keys(con, "SET dpsql.policy = 'infer';" + ENTER + "SELECT COUNT(*) FROM adult WHERE age < 20;"
+                   + ENTER, limit=SLOW)
     assert "ERROR" not in out, out
     assert "inferred by the model without a supporting measurement" in out
+    # a count with nothing measured about age: [0, N] (N exact at this budget)
+    assert re.search(r"in \[0, 48,842\] \*", out), out
 
 
 def test_describe_shows_the_declared_domain(measured):
@@ -205,7 +211,7 @@ def test_screen_in_tmux(tmp_path):
         _wait_screen(socket, "dpsql=>")
         _type(socket, "\\measure")
         question = _wait_screen(socket, "Measure now? [y/N]")
-        assert "Measuring spends ρ =" in question
+        assert "Measuring the workload spends ρ =" in question
         _type(socket, "y")
         _wait_screen(socket, "Measured")
         _wait_screen(socket, " model ")  # the next prompt (and its toolbar) is up
@@ -222,3 +228,23 @@ def test_screen_in_tmux(tmp_path):
         _type(socket, "\\q")
     finally:
         _tmux(socket, "kill-server", check=False)
+
+
+def test_the_shell_asks_before_a_query_spends(tmp_path):
+    """Issue 17 item 4: under policy "measure" the shell states the cost in ε and ρ and asks;
+    "no" spends nothing, "yes" measures once."""
+    import dpsql
+    con = dpsql.connect(str(ADULT_CONFIG), ledger=str(tmp_path / "l.ledger"), budget=HUGE,
+                        workload=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                        policy={"unsupported": "measure", "epsilon": 0.5})
+    session = con.session
+    session.measure()
+    before = float(session.budget()["total_spent_rho"])
+    sql = "SELECT race, COUNT(*) FROM adult GROUP BY race;"
+    out = run_keys(con, sql + ENTER + "no" + ENTER, limit=SLOW)
+    assert "Answering needs a new measurement" in out and "ρ = " in out and "ε = " in out, out
+    assert "Nothing measured; nothing spent." in out
+    assert float(session.budget()["total_spent_rho"]) == before
+    out = run_keys(con, sql + ENTER + "yes" + ENTER, limit=SLOW)
+    assert "White" in out and "spent ρ" in out, out
+    assert float(session.budget()["total_spent_rho"]) > before

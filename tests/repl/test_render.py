@@ -100,9 +100,21 @@ def test_csv_has_raw_values_errors_and_the_inferred_flag():
     buf = io.StringIO()
     assert render.write_csv(_result(), buf) == 3
     rows = list(csv.reader(io.StringIO(buf.getvalue())))
-    assert rows[0] == ["race", "income", "count", "count_stderr", "avg_age", "avg_age_stderr", "inferred"]
-    assert rows[1] == ["White", ">50K", "12345.4", "107.2", "38.5816", "0.0102", "false"]
+    assert rows[0] == ["race", "income", "count", "count_stderr", "count_lower", "count_upper",
+                       "avg_age", "avg_age_stderr", "avg_age_lower", "avg_age_upper", "inferred"]
+    assert rows[1] == ["White", ">50K", "12345.4", "107.2", "", "", "38.5816", "0.0102", "", "", "false"]
     assert rows[2][1] == "" and rows[3][3] == "" and rows[3][-1] == "true"
+
+
+def test_inferred_values_show_the_range_the_measurements_allow():
+    r = _result()
+    r.bounds = [(None,) * 4, (None,) * 4, (None, None, (0.0, 48842.0), (17.0, 90.0))]
+    body = render.table_lines(r, "ci95")[2:]
+    assert "3 in [0, 48,842] *" in body[2] and "40 in [17, 90] *" in body[2]
+    buf = io.StringIO()
+    render.write_csv(r, buf)
+    rows = list(csv.reader(io.StringIO(buf.getvalue())))
+    assert rows[3][4:6] == ["0.0", "48842.0"] and rows[3][8:10] == ["17.0", "90.0"]
 
 
 def test_grid_lines():

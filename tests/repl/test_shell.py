@@ -87,7 +87,7 @@ def test_measure_asks_first_and_no_spends_nothing():
     s = _session()
     out = run_keys(FakeConnection(s), "\\measure" + ENTER + "no" + ENTER + "\\budget" + ENTER)
     assert s.measured == 0 and s.spent == 0
-    assert "Measuring spends ρ = 0.5 (ε = 5.222 at δ = 1e-06) of your remaining ρ = 2." in out
+    assert "Measuring the workload spends ρ = 0.5 (ε = 5.222 at δ = 1e-06) of the ρ = 2 left in total" in out
     assert "Nothing measured; nothing spent." in out
     assert "The ledger has no charges yet." in out
 

@@ -38,7 +38,8 @@ def bi_server(users_file, tmp_path_factory):
     import dpsql
     tmp = tmp_path_factory.mktemp("bi")
     overrides = {"ledger": str(tmp / "bi.ledger"), "cache_dir": str(tmp / "cache"),
-                 "budget": {"epsilon": 1e7, "delta": 1e-6}, "workload": WORKLOAD}
+                 "budget": {"epsilon": 1e7, "delta": 1e-6}, "workload": WORKLOAD,
+                 "policy": "infer"}   # BI shapes over attributes never measured together: the model's values
     local = dpsql.connect(ADULT_CONFIG, user="alice", **overrides)   # the server's engine: same ledger
     local.session.measure()
     thread = serve(ADULT_CONFIG, overrides=overrides, users_file=users_file, shadow=False)

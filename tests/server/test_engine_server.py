@@ -28,7 +28,7 @@ def measure_server(users_file, tmp_path_factory):
     """Policy "measure": every unsupported query is measured for its user at 0.3 epsilon;
     bob may spend at most 0.5 epsilon."""
     ledger = tmp_path_factory.mktemp("ledger") / "measure.ledger"
-    overrides = {"ledger": str(ledger), "policy": {"unsupported": "measure", "epsilon": 0.3},
+    overrides = {"ledger": str(ledger), "policy": {"unsupported": "measure", "epsilon": 0.3, "allow_spend": True},
                  "budget": {"epsilon": 1e6, "delta": 1e-6, "users": {"bob": {"epsilon": 0.5}}}}
     thread = serve(ADULT_CONFIG, overrides=overrides, users_file=users_file, shadow=False)
     yield thread, overrides

@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dpsql.cli import Z95, format_value
+from dpsql.display import Z95, format_value
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adult"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adult"
 
 
 def _rule(title: str) -> None:

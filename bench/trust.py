@@ -1,0 +1,227 @@
+"""Issue 17 timings: answers at once from a new process, a new wire connection, and the fit.
+
+    python bench/trust.py [--old CHECKOUT] [--parts query,wire,fit] [--repeat 3]
+
+* ``query``: a new process answers one query on a measured 55-marginal adult workload (all
+  one- and two-way marginals of ten attributes), ``dpsql query`` wall time.  The first
+  process after the measurement fits (and, since issue 17, saves) the model; later
+  processes load it.  Target: ≤ 1 s for a later process.
+* ``wire``: a running ``dpsql serve`` (adult dashboard, measured): a new psycopg connection
+  (SCRAM) and its first answer.  Target ≤ 200 ms.
+* ``fit``: the model fit of a 40-query adult dashboard at ε = 1 (its strategy measures 32
+  cliques: the "27-clique" workload of the issue, a few queries larger), called through
+  ``dpsql.pgm.auto.fit`` as the engine calls it.  Target ≤ 1 s.
+
+``--old CHECKOUT`` runs the same measurements with the code of another checkout (e.g. the
+commit before issue 17) side by side, in the same run, so the ratio holds on a noisy
+machine: its ``dpsql`` is started with that checkout on PYTHONPATH.  Measurements (the
+noisy releases) are made once by the new code and handed to both as plain arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ADULT = ROOT / "examples" / "adult"
+TEN = ["sex", "race", "income", "age", "workclass", "education", "marital_status", "occupation",
+       "relationship", "hours_per_week"]
+QUERY = "SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income"
+
+
+def marginals55() -> list[str]:
+    out = [f"SELECT {a}, COUNT(*) FROM adult GROUP BY {a}" for a in TEN]
+    out += [f"SELECT {a}, {b}, COUNT(*) FROM adult GROUP BY {a}, {b}"
+            for i, a in enumerate(TEN) for b in TEN[i + 1:]]
+    return out
+
+
+def dashboard40() -> list[str]:
+    from dpsql.sql.split import split_statements
+    base = split_statements((ADULT / "dashboard.sql").read_text())
+    return base + [
+        "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race",
+        "SELECT age, sex, COUNT(*) FROM adult GROUP BY age, sex",
+        "SELECT hours_per_week, income, COUNT(*) FROM adult GROUP BY hours_per_week, income",
+        "SELECT education, sex, COUNT(*) FROM adult GROUP BY education, sex",
+        "SELECT occupation, sex, COUNT(*) FROM adult GROUP BY occupation, sex",
+        "SELECT relationship, income, COUNT(*) FROM adult GROUP BY relationship, income",
+        "SELECT marital_status, sex, COUNT(*) FROM adult GROUP BY marital_status, sex",
+        "SELECT race, COUNT(*) FROM adult WHERE age BETWEEN 25 AND 54 GROUP BY race",
+        "SELECT workclass, COUNT(*) FROM adult WHERE hours_per_week > 40 GROUP BY workclass",
+        "SELECT COUNT(*) FROM adult WHERE capital_loss > 0"]
+
+
+def write_config(workdir: Path, queries: list[str], epsilon: float) -> Path:
+    cfg = workdir / "dpsql.toml"
+    wl = json.dumps(queries)
+    cfg.write_text(f"""[dpsql]
+ledger = "{workdir / 'bench.ledger'}"
+cache_dir = "{workdir / 'cache'}"
+[budget]
+epsilon = {epsilon}
+delta = 1e-6
+[tables.adult]
+domain = "{ADULT / 'adult.toml'}"
+source = {{ csv = "{ADULT / 'adult.csv'}" }}
+[workload]
+queries = {wl}
+""")
+    return cfg
+
+
+def run_cli(checkout: Path, *args, timeout=3600) -> tuple[float, subprocess.CompletedProcess]:
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "dpsql.cli", *args], env=env, cwd=checkout,
+                       capture_output=True, text=True, timeout=timeout)
+    return time.perf_counter() - t0, r
+
+
+def part_query(checkouts: dict[str, Path], repeat: int) -> None:
+    print(f"\n## query: a new process answers on the measured 55-marginal workload (ε = 1)")
+    print("| code | first process (s) | later processes, median (s) | target |")
+    print("|---|---:|---:|---|")
+    for name, checkout in checkouts.items():
+        work = Path(tempfile.mkdtemp(prefix=f"trust-{name}-"))
+        cfg = write_config(work, marginals55(), 1.0)
+        _, r = run_cli(checkout, "measure", "--config", str(cfg), "--yes")
+        assert r.returncode == 0, r.stderr
+        first, r = run_cli(checkout, "query", "--config", str(cfg), QUERY)
+        assert r.returncode == 0, r.stderr
+        later = []
+        for _ in range(repeat):
+            t, r = run_cli(checkout, "query", "--config", str(cfg), QUERY)
+            assert r.returncode == 0, r.stderr
+            later.append(t)
+        print(f"| {name} | {first:.2f} | {statistics.median(later):.2f} | ≤ 1 s |", flush=True)
+
+
+def part_wire(checkouts: dict[str, Path], repeat: int) -> None:
+    import psycopg  # noqa: F401 - fail early when the client is missing
+    print("\n## wire: a new connection's first answer (adult dashboard measured, server running)")
+    print("| code | first connection + answer (ms) | new connection + first answer, median (ms) | target |")
+    print("|---|---:|---:|---|")
+    for name, checkout in checkouts.items():
+        work = Path(tempfile.mkdtemp(prefix=f"wire-{name}-"))
+        from dpsql.sql.split import split_statements
+        cfg = write_config(work, split_statements((ADULT / "dashboard.sql").read_text()), 1.0)
+        _, r = run_cli(checkout, "measure", "--config", str(cfg), "--yes")
+        assert r.returncode == 0, r.stderr
+        env = {**os.environ, "PYTHONPATH": str(checkout)}
+        users = work / "users.json"
+        subprocess.run([sys.executable, "-m", "dpsql.cli", "user", "add", "bench", "--password", "pw",
+                        "--config", str(cfg), "--users", str(users)], env=env, check=True,
+                       capture_output=True, cwd=checkout)
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "--config", str(cfg),
+                                   "--users", str(users), "--port", str(port), "--no-catalog"],
+                                  env=env, cwd=checkout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            times = [_connect_and_query(port) for _ in range(repeat + 1)]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        print(f"| {name} | {times[0] * 1000:.0f} | {statistics.median(times[1:]) * 1000:.0f} | ≤ 200 ms |",
+              flush=True)
+
+
+def _connect_and_query(port: int) -> float:
+    import psycopg
+    deadline = time.time() + 600
+    while True:
+        try:
+            t0 = time.perf_counter()
+            with psycopg.connect(host="127.0.0.1", port=port, user="bench", password="pw", dbname="dpsql",
+                                 autocommit=True, sslmode="disable", connect_timeout=600) as con:
+                con.execute(QUERY).fetchall()
+            return time.perf_counter() - t0
+        except psycopg.OperationalError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+FIT_SNIPPET = """
+import json, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from dpsql.domain import Domain
+from dpsql.pgm import Measurement
+from dpsql.pgm.auto import fit
+data = np.load(sys.argv[2], allow_pickle=False)
+meta = json.loads(bytes(data["meta"]).decode())
+dom = Domain(meta["attributes"], meta["shape"])
+ms = [Measurement(tuple(c), data[f"q{i}"], data[f"y{i}"], sd) for i, (c, sd) in enumerate(meta["blocks"])]
+kw = dict(iters=1000, capacity=20_000_000, exact_method="adaptive", stop="discrepancy", stop_above=1_000_000)
+t0 = time.perf_counter()
+model = fit(dom, ms, **kw)
+print(json.dumps({"seconds": time.perf_counter() - t0, "loss": model.loss[-1] if model.loss else None,
+                  "stopped": getattr(model, "stopped", None)}))
+"""
+
+
+def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
+    import numpy as np
+    import dpsql
+    print("\n## fit: the 40-query dashboard's model at ε = 1 (exact junction tree)")
+    work = Path(tempfile.mkdtemp(prefix="fit-"))
+    cfg = write_config(work, dashboard40(), 1.0)
+    con = dpsql.connect(cfg, user="bench")
+    con.session.measure()
+    state = con.session.engine.tables["adult"]
+    blocks, arrays = [], {}
+    for i, (b, values, sd) in enumerate(state.released):
+        arrays[f"q{i}"] = np.asarray(b.query().dense(), dtype=float)
+        arrays[f"y{i}"] = np.asarray(values, dtype=float)
+        blocks.append([list(b.clique), float(sd)])
+    dom = state.schema.domain
+    meta = {"attributes": list(dom.attributes), "shape": [int(s) for s in dom.shape], "blocks": blocks}
+    path = work / "measurements.npz"
+    np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+    cliques = len({tuple(b[0]) for b in blocks})
+    print(f"{len(blocks)} measurement blocks on {cliques} distinct cliques")
+    print("| code | fit (s), median | final loss | stop |")
+    print("|---|---:|---:|---|")
+    for name, checkout in checkouts.items():
+        out = []
+        for _ in range(repeat):
+            r = subprocess.run([sys.executable, "-c", FIT_SNIPPET, str(checkout), str(path)],
+                               capture_output=True, text=True, timeout=3600)
+            assert r.returncode == 0, r.stderr
+            out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        secs = statistics.median(o["seconds"] for o in out)
+        print(f"| {name} | {secs:.2f} | {out[0]['loss']:.6g} | {out[0]['stopped'] or 'all iterations'} |",
+              flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--old", type=Path, help="another checkout to time side by side")
+    parser.add_argument("--parts", default="query,wire,fit")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    checkouts = {"this commit": ROOT}
+    if args.old:
+        checkouts[f"old ({args.old.name})"] = args.old.resolve()
+    print(f"# bench/trust.py  load average {os.getloadavg()[0]:.2f}  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+    parts = {"query": part_query, "wire": part_wire, "fit": part_fit}
+    for p in args.parts.split(","):
+        parts[p](checkouts, args.repeat)
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

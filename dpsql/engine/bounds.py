@@ -1,0 +1,170 @@
+"""What the released measurements say about a value they do not support: its range.
+
+A linear query row q·x that no released block supports has no unbiased estimate, and the
+model's answer for it rests on the model's assumptions (maximum entropy: independence
+where nothing was measured together).  What the measurements do imply is a *range*.  For
+any attribute set s whose marginal x_s the releases determine (a measured clique or part
+of one, with a least-squares estimate x̂_s), and a row q = c·⊗_a f_a with non-negative
+factors, every table x ≥ 0 with that marginal satisfies
+
+    Σ_{cells u of s} x_s(u) · min_{x ∈ u} q(x)   ≤   q·x   ≤   Σ_u x_s(u) · max_{x ∈ u} q(x)
+
+(Fréchet-style bounds: each record in cell u contributes at least the smallest and at most
+the largest weight any completion of u gives it).  Both sides are linear functionals of x_s,
+estimated from x̂_s; ``Z_BOUND`` standard deviations (bounded by the triangle inequality,
+Σ_u |h(u)|·sd(x̂_s(u)), which holds for any correlation between cells) widen each side so the
+range holds for the true table, not just for the noisy one.  The range of a row is the
+intersection over every determined s (including the empty set, the total N, which gives
+[0, N·max q] for a count when nothing touches the query) and the trivial q·x ≥ 0.
+
+Everything here is post-processing of released measurements: it costs no budget.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Sequence
+
+import numpy as np
+
+from dpsql import linalg
+from dpsql.engine.variance import VarianceModel, decompose
+
+# Each side of a range is widened by this many standard deviations of its estimate:
+# a side fails with probability below 3.2e-5 (one-sided normal tail), so a range built
+# from a handful of marginals holds for the true table with overwhelming probability.
+Z_BOUND = 4.0
+
+# Subsets of measured cliques up to this many attributes are candidates (2^4 per clique).
+_MAX_SUBSET = 4
+
+
+class _Marginal:
+    """A determined marginal: attributes (domain order), estimate and per-cell stderr."""
+
+    __slots__ = ("attrs", "estimate", "sd")
+
+    def __init__(self, attrs: tuple[str, ...], estimate: np.ndarray, sd: np.ndarray) -> None:
+        self.attrs, self.estimate, self.sd = attrs, estimate, sd
+
+
+class BoundsModel:
+    """Ranges of query rows implied by the released measurements of one table."""
+
+    def __init__(self, attributes: Sequence[str], sizes: dict[str, int], variance: VarianceModel,
+                 cliques: Sequence[Sequence[str]]) -> None:
+        self.attributes = tuple(attributes)
+        self.sizes = dict(sizes)
+        self.variance = variance
+        position = {a: i for i, a in enumerate(self.attributes)}
+        self.measured = [frozenset(c) for c in cliques]
+        candidates: set[tuple[str, ...]] = {()}
+        for clique in {tuple(sorted(c, key=position.__getitem__)) for c in cliques}:
+            for k in range(1, min(len(clique), _MAX_SUBSET) + 1):
+                candidates.update(combinations(clique, k))
+        self._candidates = sorted(candidates, key=lambda c: (len(c), c))
+        self._marginals: dict[tuple[str, ...], _Marginal | None] = {}
+
+    # -- what was measured together --------------------------------------------------------
+    def informed(self, attrs: Sequence[str]) -> bool:
+        """True when ``attrs`` lie inside one measured clique: the releases speak about
+        their joint distribution, so the model's answer is not just its prior."""
+        want = frozenset(attrs)
+        return not want or any(want <= c for c in self.measured)
+
+    def never_together(self, attrs: Sequence[str]) -> list[tuple[str, ...]]:
+        """The attributes (singly) and pairs of ``attrs`` no measured clique contains."""
+        attrs = [a for a in self.attributes if a in set(attrs)]
+        alone = [(a,) for a in attrs if not any(a in c for c in self.measured)]
+        pairs = [(a, b) for a, b in combinations(attrs, 2)
+                 if (a,) not in alone and (b,) not in alone
+                 and not any(a in c and b in c for c in self.measured)]
+        return alone + pairs
+
+    # -- determined marginals -------------------------------------------------------------
+    def _marginal(self, attrs: tuple[str, ...]) -> _Marginal | None:
+        if attrs in self._marginals:
+            return self._marginals[attrs]
+        factors = [linalg.Identity(self.sizes[a]) if a in attrs else linalg.Total(self.sizes[a])
+                   for a in self.attributes]
+        query = linalg.Kron(factors)
+        _, supported = self.variance.analyse(query)
+        out = None
+        if supported.size and supported.all():
+            est, sd = self.variance.least_squares(query)
+            if np.all(np.isfinite(est)) and np.all(np.isfinite(sd)):
+                shape = tuple(self.sizes[a] for a in attrs)
+                out = _Marginal(attrs, est.reshape(shape), sd.reshape(shape))
+        self._marginals[attrs] = out
+        return out
+
+    # -- ranges ---------------------------------------------------------------------------
+    def rows(self, matrix, touched: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) per row of ``matrix`` (a Union/Weighted/Kron over the domain).
+        Rows with a signed weight get (−inf, inf): their range is not computed."""
+        touched = set(touched)
+        cands = [m for c in self._candidates
+                 if (not c or touched & set(c)) and (m := self._marginal(c)) is not None]
+        lows, highs = [], []
+        for rb in decompose(matrix, self.attributes):
+            lo = np.zeros(rb.rows)
+            hi = np.zeros(rb.rows)
+            for coef, factors in rb.terms:
+                t_lo, t_hi = self._term(coef, factors, rb.rows, cands)
+                lo += t_lo
+                hi += t_hi
+            lows.append(lo)
+            highs.append(hi)
+        if not lows:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate(lows), np.concatenate(highs)
+
+    def _term(self, coef: float, factors: dict[str, np.ndarray], rows: int,
+              cands: list[_Marginal]) -> tuple[np.ndarray, np.ndarray]:
+        if coef < 0 or any(np.any(f < 0) for f in factors.values()):
+            return np.full(rows, -np.inf), np.full(rows, np.inf)
+        order = [a for a in self.attributes if a in factors]
+        shape = tuple(factors[a].shape[0] for a in order)
+        if int(np.prod(shape, dtype=np.int64)) != rows:
+            return np.full(rows, -np.inf), np.full(rows, np.inf)
+        hi = np.full(shape, np.inf)
+        lo = np.zeros(shape)  # q ≥ 0 and x ≥ 0
+        for m in cands:
+            est_hi, est_lo, sd = self._side(factors, order, m)
+            hi = np.minimum(hi, coef * (est_hi + Z_BOUND * sd))
+            lo = np.maximum(lo, coef * (est_lo - Z_BOUND * sd))
+        return lo.reshape(-1), hi.reshape(-1)
+
+    def _side(self, factors, order, m: _Marginal):
+        """Upper and lower Fréchet sums of one marginal, and the sd of the upper one."""
+        def apply(tensor: np.ndarray, pick) -> np.ndarray:
+            # over m's attributes: apply the query factor (rows × cells) or sum the cells out
+            for axis, a in enumerate(m.attrs):
+                mat = pick(factors[a]) if a in factors else np.ones((1, self.sizes[a]))
+                tensor = np.moveaxis(np.tensordot(mat, tensor, axes=([1], [axis])), 0, axis)
+            return tensor
+
+        inside = apply(m.estimate, lambda f: f)
+        spread = apply(m.sd, lambda f: f)
+        # m.attrs and the row's attributes are both in domain order: the summed-out axes
+        # have one row, so a reshape lines the tensor up with the row tensor
+        target = [factors[a].shape[0] if a in m.attrs else 1 for a in order]
+
+        def to_rows(t: np.ndarray) -> np.ndarray:
+            return t.reshape(target)
+
+        inside, spread = to_rows(inside), to_rows(spread)
+        up = np.ones([1] * len(order))
+        down = np.ones([1] * len(order))
+        for axis, a in enumerate(order):
+            if a in m.attrs:
+                continue
+            f = factors[a]
+            shape = [1] * len(order)
+            shape[axis] = f.shape[0]
+            up = up * f.max(axis=1).reshape(shape)
+            down = down * f.min(axis=1).reshape(shape)
+        return inside * up, inside * down, spread * up
+
+
+__all__ = ["BoundsModel", "Z_BOUND"]

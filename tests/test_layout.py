@@ -1,0 +1,70 @@
+"""The package layout of docs/architecture.md: imports flow downward, no file pairs import
+each other, and the engine never imports a front end (issue 17: engine/demo.py imported
+the CLI, repl/app.py and repl/commands.py imported each other)."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FRONT_ENDS = ("dpsql.cli", "dpsql.dbapi", "dpsql.server", "dpsql.demo", "dpsql.draft", "repl")
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module imported anywhere in the file (also inside functions and TYPE_CHECKING)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from dpsql import errors` imports dpsql.errors; `from x.y import f`, x.y
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if _is_module(sub) else node.module)
+    return out
+
+
+def _is_module(name: str) -> bool:
+    base = ROOT.joinpath(*name.split("."))
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def _files():
+    """The engine, the model and the front ends other than the server."""
+    return ([p for d in ("dpsql/engine", "dpsql/pgm", "repl") for p in (ROOT / d).rglob("*.py")]
+            + [ROOT / "dpsql" / f for f in ("cli.py", "demo.py", "draft.py", "display.py", "dbapi.py")])
+
+
+def test_the_engine_never_imports_a_front_end():
+    for path in (ROOT / "dpsql" / "engine").rglob("*.py"):
+        bad = [m for m in _imports(path) if m.startswith(FRONT_ENDS)]
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_no_two_files_import_each_other():
+    modules = {_module(p): p for p in _files()}
+    graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
+    pairs = sorted({tuple(sorted((a, b))) for a, deps in graph.items() for b in deps if a in graph.get(b, ())})
+    assert not pairs, pairs
+
+
+def test_readme_says_how_to_run_dpsql_and_how_to_get_pandas():
+    """Issue 17 item 7: after `make demo` dpsql lives in .venv/bin; pandas and psycopg are
+    extras a user can install."""
+    readme = (ROOT / "README.md").read_text()
+    assert ".venv/bin/dpsql" in readme and ". .venv/bin/activate" in readme
+    assert "dpsql[pandas]" in readme and "dpsql[psycopg]" in readme
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("pandas") for d in extras["pandas"])
+    assert any(d.startswith("psycopg") for d in extras["psycopg"])
+    from dpsql.cli import build_parser
+    commands = set(build_parser()._subparsers._group_actions[0].choices)
+    block = readme.split("activate the environment once per terminal:", 1)[1].split("```", 2)[1]
+    used = {line.split()[1] for line in block.splitlines() if line.startswith("dpsql ")}
+    assert used and used <= commands
