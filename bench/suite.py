@@ -60,7 +60,7 @@ DELTA = 1e-6
 SEED = 20261122
 DEFAULT_EPS = (0.1, 1.0, 10.0)
 FULL_EPS = (0.1, 0.3, 1.0, 3.0, 10.0)
-WORKLOADS = ("dashboard", "marginals", "ranges", "prefix")
+WORKLOADS = ("dashboard", "marginals", "ranges", "prefix", "mixed")
 TABLES = {
     "adult": {"config": ROOT / "examples/adult/dpsql.toml",
               "files": {"dashboard": ROOT / "examples/adult/dashboard.sql"}},
@@ -127,9 +127,57 @@ def truth_for(table: str, queries: list[str]) -> list[dict]:
         exact = {tuple(cell_of(att, v) for att, v in zip(atts, r[:-1])): float(r[-1]) for r in oracle.query(sql)}
         sens = math.sqrt(sum(lq.matrix.sensitivity(2) ** 2 for lq in cq.linear_queries))
         out.append({"sql": sql, "attrs": attrs, "keys": [list(k) for k in keys],
-                    "truth": [exact.get(k, 0.0) for k in keys], "sensitivity2": sens})
+                    "truth": [exact.get(k, 0.0) for k in keys], "sensitivity2": sens,
+                    "count": is_count_query(sql)})
     oracle.close()
+    if not all(q["count"] for q in out):
+        linear_truth(table, out)
     return out
+
+
+VALUE_AGGREGATE = re.compile(r"\b(SUM|AVG|MEDIAN|PERCENTILE_CONT|PERCENTILE_DISC|QUANTILE\w*)\s*\(",
+                             re.IGNORECASE)
+
+
+def is_count_query(sql: str) -> bool:
+    """A query whose answers are counts (a mixed workload also has SUM / AVG / quantiles)."""
+    return VALUE_AGGREGATE.search(sql) is None
+
+
+def linear_truth(table: str, truth: list[dict]) -> None:
+    """Exact answers of every query's linear queries (SUM, COUNT, quantile histograms), for
+    the per-query baseline of value aggregates: each linear query is noised on its own and
+    the query's rows come from dpsql's own post-processing (AVG = SUM / COUNT, quantiles
+    from the noisy CDF).  Exact = each Kron block applied to the exact marginal of the
+    attributes the query touches (the other factors are Total)."""
+    from dpsql.engine.config import load_config
+    from dpsql.linalg import Kron, kron_terms
+    from dpsql.measure.backend import DuckDBBackend
+    from dpsql.sql import compile as compile_sql
+
+    cfg = load_config(TABLES[table]["config"])
+    schema = cfg.tables[table]
+    attrs = list(schema.domain.attributes)
+    backend = DuckDBBackend({table: cfg.sources[table]})
+    try:
+        for q in truth:
+            cq = compile_sql(q["sql"], {table: schema})
+            linear = []
+            for lq in cq.linear_queries:
+                S = tuple(a for a in attrs if a in set(lq.attributes))
+                x = backend.count_marginals(schema, [S])[S].ravel() if S else None
+                parts = []
+                for w, factors in kron_terms(lq.matrix):
+                    sub = [f for a, f in zip(attrs, factors) if a in S]
+                    if not sub:      # COUNT(*) with no touched attribute: the table size
+                        total = backend.count_marginals(schema, [(attrs[0],)])[(attrs[0],)].sum()
+                        parts.append(w * np.array([float(total)]) * np.ones(factors[0].shape[0]))
+                        continue
+                    parts.append(w * np.asarray(Kron(sub).matvec(x), dtype=float))
+                linear.append((lq.name, np.concatenate(parts), float(lq.matrix.sensitivity(2))))
+            q["_cq"], q["_linear"] = cq, linear
+    finally:
+        backend.close()
 
 
 # -- consistency relations (public: from the SQL text and the declared domains) ---------------
@@ -189,6 +237,8 @@ def relations(table: str, truth: list[dict]) -> list[tuple]:
     rels = []
     for i, j in itertools.permutations(range(len(truth)), 2):
         qi, qj = truth[i], truth[j]
+        if not (qi.get("count", True) and qj.get("count", True)):
+            continue            # sums and containment hold between counts only
         if info[i][0] == info[j][0] and set(qj["attrs"]) < set(qi["attrs"]):
             pos = [qi["attrs"].index(a) for a in qj["attrs"]]
             index = {tuple(k): n for n, k in enumerate(qj["keys"])}
@@ -251,13 +301,23 @@ def metrics(truth: list[dict], trials: list[list], rels: list[tuple]) -> dict:
     inconsistent: share of the workload's checkable relations (see ``relations``) violated,
     among relations whose queries were all answered."""
     mses, rel_errs, refused, neg, cells, bad, checked = [], [], 0, 0, 0, 0, 0
+    count_mses, value_errs, value_refused = [], [], 0
+    mixed = not all(q.get("count", True) for q in truth)
     for vecs in trials:
-        sq, n = 0.0, 0
+        sq, n, csq, cn = 0.0, 0, 0.0, 0
         for q, v in zip(truth, vecs):
             if v is None:
                 refused += 1
+                value_refused += not q.get("count", True)
                 continue
             t = np.asarray(q["truth"])
+            if not q.get("count", True):
+                # value aggregates: relative error (their scales differ by orders of magnitude)
+                nz = t != 0
+                value_errs.extend((np.abs(v - t)[nz] / np.abs(t[nz])).tolist())
+            else:
+                csq += float(np.sum((v - t) ** 2))
+                cn += len(t)
             sq += float(np.sum((v - t) ** 2))
             n += len(t)
             big = t >= 100
@@ -266,13 +326,24 @@ def metrics(truth: list[dict], trials: list[list], rels: list[tuple]) -> dict:
             cells += len(t)
         if n:
             mses.append(sq / n)
+        if cn:
+            count_mses.append(csq / cn)
         for rel in rels:
             if any(vecs[i] is None for i in rel[1:3]):
                 continue
             checked += 1
             bad += violated(rel, vecs)
     nq = len(truth) * len(trials)
-    return {"rmse": math.sqrt(float(np.mean(mses))) if mses else None,
+    extra = {}
+    if mixed:
+        nv = sum(not q.get("count", True) for q in truth)
+        extra = {"count_rmse": math.sqrt(float(np.mean(count_mses))) if count_mses else None,
+                 "count_cells": int(sum(len(q["truth"]) for q in truth if q.get("count", True))),
+                 "value_mre": float(np.mean(value_errs)) if value_errs else None,
+                 "value_median_re": float(np.median(value_errs)) if value_errs else None,
+                 "value_queries": nv,
+                 "value_refused": value_refused / (nv * len(trials)) if nv and trials else None}
+    return {**extra, "rmse": math.sqrt(float(np.mean(mses))) if mses else None,
             "rmse_trials": [math.sqrt(m) for m in mses],
             "mre100": float(np.mean(rel_errs)) if rel_errs else None,
             "refused": refused / nq if nq else None,
@@ -388,6 +459,8 @@ def run_baseline(truth: list[dict], eps: float, trials: int, key: str) -> list[l
     from dpsql.privacy.noise import SeededBitSource, discrete_gaussian
 
     rho = epsilon_delta_to_rho(eps, DELTA)
+    if any("_linear" in q for q in truth):
+        return value_baseline(key.split("/")[0], truth, rho, trials, f"{SEED}:{key}:{eps}")
     k = len(truth)
     out = []
     for t in range(trials):
@@ -398,6 +471,30 @@ def run_baseline(truth: list[dict], eps: float, trials: int, key: str) -> list[l
             noise = discrete_gaussian(sigma2, len(q["truth"]), rng=rng)
             vecs.append(np.asarray(q["truth"]) + noise)
         out.append(vecs)
+    return out
+
+
+def value_baseline(table: str, truth: list[dict], rho, trials: int, seed: str) -> list[list]:
+    """The per-query mechanism on a workload with value aggregates: each of the K linear
+    queries (an AVG is a SUM and a COUNT) measured on its own with the discrete Gaussian at
+    ρ/K (σ² = K·Δ₂²/(2ρ)), the query's rows then computed by dpsql's post-processing: the
+    per-query baseline of the planner's objective (dpsql.plan.objective)."""
+    from fractions import Fraction
+    from dpsql.privacy.noise import SeededBitSource, discrete_gaussian
+
+    K = sum(len(q["_linear"]) for q in truth)
+    out = []
+    for t in range(trials):
+        rng = SeededBitSource(zlib.crc32(f"{seed}:{t}".encode()))
+        vecs = []
+        for q in truth:
+            answers = {}
+            for name, exact, sens in q["_linear"]:
+                sigma2 = Fraction(K) * Fraction(sens) ** 2 / (2 * rho)
+                answers[name] = exact + discrete_gaussian(sigma2, len(exact), rng=rng)
+            rows, _ = q["_cq"].postprocess(answers)
+            vecs.append({"rows": [list(r) for r in rows], "error": None})
+        out.append(vectorise(table, truth, vecs, missing_is_zero=False))
     return out
 
 

@@ -3,9 +3,10 @@
 Reproduced: declaring an integer column ``lo = 0, hi = 99999`` made ``dpsql plan`` fail
 with "refusing to materialise a 100000x100000 query matrix"; the planner, the lattice
 blocks of the measure step and the standard errors all formed n×n matrices over it.
-Here a 6,000-cell column (above the planner's 4,096-cell dense limit; the 100,000-cell
-case runs in ``bench/large_attribute.py``: building the measurement SQL's CASE over every
-cell dominates its time) is planned, measured and answered at a
+Here a 6,000-cell column (above the planner's 4,096-cell dense limit; a 100,000-cell
+column is planned in ``bench/planner.py --parts scale``: measuring it end to end in a test
+would spend its time building the measurement SQL's CASE over every cell) is planned,
+measured and answered at a
 near-infinite budget, where every answer must equal DuckDB's.
 """
 
