@@ -52,8 +52,8 @@ __all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_q
 DEFAULT_GRID = 2.0 ** -10
 
 #: Part of the strategy-cache key: bump it when the same options yield a different strategy
-#: (2: OPT_M drops negligible weights), so that stale cached strategies are not reused.
-PLANNER_VERSION = 3
+#: (2: OPT_M drops negligible weights; 4: ResidualPlanner meets per-query caps by its dual), so that stale cached strategies are not reused.
+PLANNER_VERSION = 4
 
 
 @dataclass(frozen=True)
