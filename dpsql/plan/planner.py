@@ -317,7 +317,7 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
         free = union_weights([1.0] + [loss for loss, _ in other_parts], noise)
         if residual:
             mu = balanced_mu(space, _term_kappas(space, msub), owner[marg], cap, union_value,
-                             target=float(free[0] ** 2))
+                             target=float(free[0] ** 2), dual=False)
         else:
             theta = balanced_theta(space, _term_kappas(space, msub), owner[marg], cap, noise,
                                    union_value, target=float(free[0] ** 2),
