@@ -1,6 +1,8 @@
 """The ``dpsql`` command line.
 
     dpsql init data.csv                 draft a config from the file's *schema* only
+    dpsql init --postgres URL --table T / --spark MASTER --table T / 'lake/*.parquet'
+                                        the same from a PostgreSQL or Spark catalog
     dpsql plan    [--config C]          plan the workload's measurement strategy (no budget)
     dpsql check   [--config C]          operator data check of the sources (local only)
     dpsql measure [--config C] [--yes] [--mode hdmm|aim]
@@ -116,6 +118,12 @@ def cmd_init(args) -> int:
     the operator: they must come from public documentation, never from the rows."""
     from dpsql import draft
 
+    if args.postgres or args.spark or (args.source and _is_parquet_set(args.source)):
+        return _init_from_catalog(args)
+    if not args.source:
+        raise errors.ConfigError("dpsql init needs a data file, --postgres URL --table T, or --spark MASTER",
+                                 hint="e.g. dpsql init people.csv, or dpsql init --postgres "
+                                      "postgresql://dpsql@db/hr --table public.people")
     table = draft.from_file(Path(args.source), args.table)
     out, domain_file, missing = draft.write(table, Path(args.output or "dpsql.toml"), force=args.force)
     print(f"wrote {out} and {domain_file} (table {table.name}, {len(table.columns)} columns, "
@@ -127,6 +135,61 @@ def cmd_init(args) -> int:
             print(f"  - {item}")
     else:
         print("the domain is complete; add workload queries, then run `dpsql plan`")
+    return 0
+
+
+def _is_parquet_set(arg: str) -> bool:
+    """A Parquet glob or a directory of Parquet files (a single file is read as before)."""
+    return any(c in arg for c in "*?[") or Path(arg).is_dir()
+
+
+def _init_from_catalog(args) -> int:
+    """``dpsql init`` for a PostgreSQL table, a Spark table or Parquet files (a glob or a
+    directory): column names and types from the engine's catalog or the file footers, never
+    from rows; domains are left for the operator to declare from public knowledge."""
+    from dpsql import draft
+    from dpsql.measure.catalog import describe
+    from dpsql.measure.source import Source
+
+    if args.postgres:
+        if not args.table:
+            raise errors.ConfigError("--postgres needs --table SCHEMA.TABLE")
+        spec = {"postgres": args.postgres, "table": args.table, "data_version": "1"}
+        origin = f"the catalog of PostgreSQL table {args.table}"
+    elif args.spark:
+        if bool(args.table) == bool(args.source):
+            raise errors.ConfigError("--spark needs --table DB.TABLE or a Parquet path (not both)")
+        spec = {"spark": args.spark, **({"table": args.table} if args.table else {"parquet": args.source})}
+        origin = f"Spark's schema of {'table ' + args.table if args.table else args.source}"
+    else:
+        spec = {"parquet": args.source}
+        origin = f"the Parquet footers of {args.source}"
+    if args.hive:
+        spec["hive_partitioning"] = True
+    source = Source.from_config(spec, Path.cwd(), "dpsql init")   # refuses a password in the URL
+    if "parquet" in spec and "://" not in spec["parquet"]:
+        spec["parquet"] = str(Path(spec["parquet"]).resolve()) if args.spark else str(source.path)
+    columns, left_out = [], []
+    for name, sql_type, kind in describe(source):
+        if kind == "boolean":
+            columns.append(draft.ColumnDraft(name, "categorical", {"labels": ["true", "false"], "nullable": True}))
+        elif kind == "other":
+            left_out.append(f"{name} ({sql_type})")
+        else:
+            columns.append(draft._typed(name, kind))
+    default = (args.table or Path(args.source.split("*")[0].rstrip("/") or "data").name or "data").split(".")[-1]
+    table = draft.TableDraft(draft.table_name(args.name or default), spec, columns, origin)
+    out, domain_file, missing = draft.write(table, Path(args.output or "dpsql.toml"), force=args.force)
+    print(f"wrote {out} and {domain_file} (table {table.name}, {len(columns)} columns, from {origin})")
+    if left_out:
+        print("left out (no domain column reads these types; cast them to text or a number in a view): "
+              + ", ".join(left_out))
+    if missing:
+        print(f"still to fill in from public documentation ({len(missing)} items, marked TO FILL in "
+              f"{domain_file.name})")
+    if args.postgres:
+        print("data_version = \"1\": bump it whenever the table changes, or replace it by a version_query; "
+              "credentials come from PGPASSWORD, PGPASSFILE or ~/.pgpass, never from dpsql.toml")
     return 0
 
 
@@ -192,13 +255,12 @@ def _print_aim_plan(session, table) -> None:
 
 
 def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
-    """Run the operator data check (``DuckDBBackend.data_check``) and print it; True when
+    """Run the operator data check (``Backend.data_check``) and print it; True when
     every value of every checked table is a value of its declared domain."""
-    from dpsql.measure.backend import DuckDBBackend
     from dpsql.measure.reader import PROBLEMS
     out = out or sys.stdout
-    if not isinstance(backend, DuckDBBackend):
-        raise errors.NotSupportedError("dpsql check needs the DuckDB backend")
+    if not hasattr(backend, "data_check"):
+        raise errors.NotSupportedError("dpsql check needs a backend with a data check")
     if table is not None and table not in tables:
         raise errors.UnknownTableError(f"no table {table!r} in the configuration",
                                        hint=f"tables: {', '.join(sorted(tables))}")
@@ -243,9 +305,9 @@ def cmd_check(args) -> int:
     """Operator data check: reads the raw rows locally and prints per column where values
     landed; never reachable by analysts (no wire command, no policy runs it)."""
     from dpsql.engine.config import load_config
-    from dpsql.measure.backend import DuckDBBackend
+    from dpsql.measure.router import open_backend
     cfg = load_config(_config_path(args))   # no engine: checking creates no ledger
-    backend = DuckDBBackend(cfg.sources)
+    backend = open_backend(cfg.sources)
     try:
         ok = _check_tables(cfg.tables, backend, args.table)
     finally:
@@ -403,12 +465,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--table", help="table (default: the only configured table)")
         return p
 
-    p = sub.add_parser("init", help="draft a config from a data file's schema or public metadata",
+    p = sub.add_parser("init", help="draft a config from a source's schema or public metadata",
                        description="Draft dpsql.toml and <table>.domain.toml from a CSV, Parquet or "
-                                   "DuckDB file's schema, SmartNoise metadata (.yaml) or a *-domain.json "
+                                   "DuckDB file's schema, a Parquet glob or directory, a PostgreSQL or "
+                                   "Spark table's catalog, SmartNoise metadata (.yaml) or a *-domain.json "
                                    "file; lists what is left to fill in from public documentation.")
-    p.add_argument("source", help="CSV, Parquet, DuckDB database, SmartNoise .yaml or *-domain.json")
-    p.add_argument("--table", help="table name (and the table to read from a DuckDB file)")
+    p.add_argument("source", nargs="?", help="CSV, Parquet (file, glob or directory), DuckDB database, "
+                                             "SmartNoise .yaml or *-domain.json")
+    p.add_argument("--table", help="table name (the table to read from a DuckDB file, PostgreSQL or Spark)")
+    p.add_argument("--postgres", metavar="URL", help="draft from a PostgreSQL table (with --table)")
+    p.add_argument("--spark", metavar="MASTER", help="draft from a Spark table (--table) or Parquet path")
+    p.add_argument("--hive", action="store_true", help="Parquet directories are hive-partitioned (key=value)")
+    p.add_argument("--name", help="the dpsql table name (default: from the source)")
     p.add_argument("--output", "-o")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_init)

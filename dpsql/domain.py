@@ -526,14 +526,16 @@ class _Binned(Attribute):
         return exp.Literal.number(t)
 
     def index_sql(self, column):
-        """NULL → :attr:`null_place`, NaN → :attr:`invalid_index` (``isnan`` after a cast to
-        DOUBLE: NaN compares equal to itself in some engines), else the bin."""
+        """NULL → :attr:`null_place`, NaN → :attr:`invalid_index`, else the bin.  NaN is
+        tested as ``CAST(x AS DOUBLE) = CAST('NaN' AS DOUBLE)``: DuckDB, PostgreSQL and Spark
+        all hold NaN equal to itself, and PostgreSQL has no ``isnan``."""
         from sqlglot import exp
         x = self._sql_value(_column_expr(column))
         bins = _threshold_case(x, self._thresholds(), self._sql_literal, 0)
         return (exp.Case()
                 .when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Literal.number(self.null_place))
-                .when(exp.func("isnan", exp.cast(x.copy(), "DOUBLE")), exp.Literal.number(self.invalid_index))
+                .when(exp.EQ(this=exp.cast(x.copy(), "DOUBLE"), expression=exp.cast(exp.Literal.string("NaN"), "DOUBLE")),
+                      exp.Literal.number(self.invalid_index))
                 .else_(bins))
 
     def _check_predicate_value(self, value: Any) -> None:
@@ -779,7 +781,9 @@ def _resolve_source(spec: Any, base: Path) -> dict:
             if not isinstance(out[key], str) or not out[key]:
                 raise ConfigError(f"source.{key} must be a non-empty path string",
                                   hint='e.g. source = { csv = "adult.csv" }')
-            path = Path(out[key])
+            if "://" in out[key]:
+                continue  # a URI (e.g. a Spark source's s3a:// files): not a local path
+            path = Path(out[key]).expanduser()
             out[key] = str(path if path.is_absolute() else (base / path).resolve())
     return out
 

@@ -280,8 +280,8 @@ def write(draft: TableDraft, out: Path, force: bool = False) -> tuple[Path, Path
              "# the rows: a domain read off the data would itself leak private information.",
              f"[tables.{t}]"]
     if draft.source is not None:
-        src = {k: (os.path.relpath(v, base) if k in ("csv", "parquet", "duckdb") else v)
-               for k, v in draft.source.items()}
+        src = {k: (os.path.relpath(v, base) if k in ("csv", "parquet", "duckdb") and "://" not in str(v) else v)
+               for k, v in draft.source.items()}   # a URI (spark: s3a://…) stays as it is
         lines.append(f"source = {toml_value(src)}")
     else:
         lines.append('# source = { csv = "data.csv" }   (TO FILL: where the rows are)')

@@ -37,7 +37,8 @@ from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
-from dpsql.measure.backend import Backend, DuckDBBackend
+from dpsql.measure.counting import Backend
+from dpsql.measure.router import open_backend
 from dpsql.measure import release as rel
 from dpsql.measure.identity import TableIdentity
 from dpsql.pgm import GraphicalModel, Measurement
@@ -222,7 +223,7 @@ class Engine:
                  progress: Callable[[str, dict], None] | None = None) -> None:
         self.config = config
         self.catalog = dict(config.tables)
-        self.backend = backend if backend is not None else DuckDBBackend(config.sources)
+        self.backend = backend if backend is not None else open_backend(config.sources)
         per_user = None
         if config.user_budgets or config.default_user_budget:
             # users without their own entry fall back to the default, or to the global cap
@@ -524,7 +525,7 @@ class Engine:
                     requested_rho=cost, remaining_rho=remaining)
             cliques = [b.clique for b in blocks]
             self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells})
-            if isinstance(self.backend, DuckDBBackend):
+            if hasattr(self.backend, "fingerprint"):
                 # counted only from the content the identity names (else nothing is charged)
                 counts = self.backend.count_marginals(state.schema, cliques, expect=state.content)
             else:

@@ -49,7 +49,15 @@ from dpsql.measure.source import CsvDialect, Source
 CHUNK = 8 << 20
 OVERLONG = "\uffff"
 OVERLONG_BYTES = OVERLONG.encode("utf-8")
-_NUMBER = r"[ \t]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?[ \t]*"
+# The number grammar, in the subset of regular-expression syntax that RE2 (DuckDB), POSIX
+# AREs (PostgreSQL) and java.util.regex (Spark) read alike: no escapes (a literal tab,
+# ``[.]``), no classes but explicit brackets.  The exponent has at most two digits and a
+# number at most MAX_NUMBER_CHARS characters, so every accepted text is a finite, normal
+# double (|x| < 1e200): PostgreSQL's float8 input raises on overflow and underflow where
+# DuckDB and Java return inf or 0, and a text that is an error on one engine would be a
+# number on another.
+_NUMBER = "[ \t]*[+-]?(?:[0-9]+[.]?[0-9]*|[.][0-9]+)(?:[eE][+-]?[0-9]{1,2})?[ \t]*"
+NUMBER_CHARS = "0123456789+-.eE \t"
 MAX_NUMBER_CHARS = 100
 
 #: Per-value outcomes reported by ``dpsql check``; the first three are expected, the rest
@@ -319,11 +327,18 @@ def _unquote_sql(x: exp.Expression, d: CsvDialect) -> exp.Expression:
 
 
 def number_sql(text: exp.Expression) -> exp.Expression:
-    """DOUBLE from text accepted by the number grammar, else NULL; never raises."""
-    ok = exp.and_(exp.LTE(this=exp.Length(this=text.copy()), expression=exp.Literal.number(MAX_NUMBER_CHARS)),
-                  exp.func("regexp_full_match", text.copy(), _s(_NUMBER)))
-    # the cast skips the blanks the grammar allows (DuckDB 1.4 and 2.0; the property test
-    # compares with Python's float on such values)
+    """DOUBLE from text accepted by the number grammar, else NULL; never raises, on any
+    engine.  ``translate`` first removes every character the grammar may use: whatever
+    remains (a line break in particular, before which java.util.regex's ``$`` would also
+    match) rejects the text, so the anchored pattern is a full match on every engine.  The
+    cast only sees text the grammar accepted (CASE evaluates it only then); TRY_CAST is
+    belt and braces where the engine has it (sqlglot renders a plain CAST elsewhere)."""
+    ok = exp.and_(
+        exp.LTE(this=exp.Length(this=text.copy()), expression=exp.Literal.number(MAX_NUMBER_CHARS)),
+        exp.EQ(this=exp.func("translate", text.copy(), _s(NUMBER_CHARS), _s("")), expression=_s("")),
+        exp.RegexpLike(this=text.copy(), expression=_s("^(?:" + _NUMBER + ")$")))
+    # the cast skips the blanks the grammar allows (DuckDB 1.4 and 2.0, PostgreSQL's float8
+    # input, Java's parseDouble; the property test compares with Python's float)
     value = exp.TryCast(this=text.copy(), to=exp.DataType.build("DOUBLE"))
     return exp.Case().when(ok, value)
 
@@ -332,7 +347,7 @@ def parse_number(text: str) -> float | None:
     """Python twin of :func:`number_sql`."""
     if len(text) > MAX_NUMBER_CHARS or not re.fullmatch(_NUMBER, text):
         return None
-    return float(text.strip(" \t"))
+    return float(text.strip(" \t"))   # never inf or a subnormal (the grammar's exponent bound)
 
 
 def _lit(n: int) -> exp.Literal:
@@ -385,7 +400,7 @@ def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
     if att.kind == "categorical" and att.python_type is str:
         cell = cell.else_(att.index_sql(t.copy()))
         lab = exp.In(this=t.copy(), expressions=[_s(v) for v in att.labels_])
-        unreadable = exp.func("contains", t.copy(), _s("\ufffd"))
+        unreadable = exp.Like(this=t.copy(), expression=_s("%\ufffd%"))
         status = (status.when(lab, _s("value")).when(unreadable, _s("unreadable"))
                   .else_(_s("other" if att.other_index is not None else "not_a_label")))
         return Converted(pre, cell, status)
@@ -394,6 +409,12 @@ def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
     cell = cell.when(missing.copy(), inv).else_(att.index_sql(x.copy()))
     status = status.when(missing, _s("unreadable")).else_(_number_status(att, x))
     return Converted(pre, cell, status, pre2)
+
+
+def is_nan(x: exp.Expression) -> exp.Expression:
+    """``x`` is NaN, on every engine: DuckDB, PostgreSQL and Spark all hold NaN = NaN true
+    (PostgreSQL has no isnan)."""
+    return exp.EQ(this=exp.cast(x.copy(), "DOUBLE"), expression=exp.cast(_s("NaN"), "DOUBLE"))
 
 
 def _number_status(att: Attribute, x: exp.Expression) -> exp.Expression:
@@ -405,29 +426,39 @@ def _number_status(att: Attribute, x: exp.Expression) -> exp.Expression:
     return _bin_status(att, x)
 
 
-_INT_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-              "UINTEGER", "UBIGINT", "UHUGEINT")
-_FLOAT_TYPES = ("FLOAT", "DOUBLE")
+_FAMILIES = {
+    "integer": ("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "INT128", "INT256", "UTINYINT",
+                "USMALLINT", "UMEDIUMINT", "UINT", "UBIGINT", "UINT128", "UINT256"),
+    "float": ("FLOAT", "DOUBLE"),
+    "decimal": ("DECIMAL",),
+    # CHAR(n) is not text here: engines pad and compare it differently (blank-padded)
+    "text": ("TEXT", "VARCHAR", "NVARCHAR"),
+    "boolean": ("BOOLEAN",),
+    "uuid": ("UUID",),
+}
+_FAMILY_OF = {t: fam for fam, types in _FAMILIES.items() for t in types}
 
 
-def type_family(sql_type: str) -> str:
-    t = sql_type.upper()
-    if t in _INT_TYPES:
-        return "integer"
-    if t in _FLOAT_TYPES:
-        return "float"
-    if t.startswith("DECIMAL"):
-        return "decimal"
-    if t == "VARCHAR":
-        return "text"
-    if t == "BOOLEAN":
-        return "boolean"
-    return "other"
+def type_family(sql_type: str, dialect: str = "duckdb") -> str:
+    """integer | float | decimal | text | boolean | uuid | other, for a column type as the
+    engine's catalog names it (``BIGINT``, ``double precision``, ``string``, …)."""
+    from sqlglot.errors import ParseError
+    try:
+        dtype = exp.DataType.build(sql_type, dialect=dialect)
+    except (ParseError, ValueError, TypeError):
+        return "other"
+    return _FAMILY_OF.get(dtype.this.name, "other")
 
 
-def accepts(att: Attribute, sql_type: str) -> bool:
+def accepts_id(sql_type: str, dialect: str = "duckdb") -> bool:
+    """Whether a column can identify the privacy unit: its text form must be the same on
+    every engine (the bounding hash reads it), so integers, text and UUIDs only."""
+    return type_family(sql_type, dialect) in ("integer", "text", "uuid")
+
+
+def accepts(att: Attribute, sql_type: str, dialect: str = "duckdb") -> bool:
     """Whether a typed source column can be converted totally for this attribute."""
-    fam = type_family(sql_type)
+    fam = type_family(sql_type, dialect)
     if fam == "text":
         return True
     if att.kind == "categorical" and att.python_type is str:
@@ -435,9 +466,11 @@ def accepts(att: Attribute, sql_type: str) -> bool:
     return fam in ("integer", "float", "decimal")
 
 
-def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str) -> Converted:
-    """Cell and status of a typed (Parquet / DuckDB) column; call only if :func:`accepts`."""
-    fam = type_family(sql_type)
+def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
+                 dialect: str = "duckdb") -> Converted:
+    """Cell and status of a typed column (Parquet, DuckDB, PostgreSQL, Spark); call only if
+    :func:`accepts`.  Portable: the same AST is rendered for every engine."""
+    fam = type_family(sql_type, dialect)
     if fam == "text":
         return convert_text(att, col, exp.true(), None, tag)
     if fam in ("integer", "boolean") and att.kind == "categorical" and att.python_type is str:
@@ -449,12 +482,12 @@ def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str) -
     cell = exp.Case().when(is_null.copy(), _lit(att.null_place))
     status = exp.Case().when(is_null, _s("null" if att.nullable else "null_not_nullable"))
     if fam == "float":
-        nan = exp.func("isnan", x.copy())
+        nan = is_nan(x)
         cell = cell.when(nan.copy(), inv)
         status = status.when(nan, _s("unreadable"))
     return Converted(pre, cell.else_(att.index_sql(x.copy())), status.else_(_number_status(att, x)))
 
 
 __all__ = ["normalise_csv", "split_fields", "unquote", "line_scan", "csv_fields", "convert_text",
-           "typed_column", "accepts", "type_family", "number_sql", "parse_number", "STATUSES",
+           "typed_column", "accepts", "accepts_id", "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",
            "PROBLEMS", "Framed", "record_grammar"]

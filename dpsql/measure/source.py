@@ -12,27 +12,36 @@ or the operator's declared ``data_version``); it is part of every release's iden
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import json
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import parse_qs, urlsplit
 
 from dpsql.domain import check_keys
 from dpsql.errors import ConfigError
 
 #: Bumped whenever the mapping from bytes to cells changes: releases measured by another
-#: reader version are stale (their cells may mean something else).
-READER_VERSION = 2
+#: reader version are stale (their cells may mean something else).  3: the portable number
+#: grammar (at most two exponent digits) and bounding by a SHA-256 of the row's cells.
+READER_VERSION = 3
 
-KINDS = ("csv", "parquet", "duckdb")
+KINDS = ("csv", "parquet", "duckdb", "postgres", "spark")
+FILE_KINDS = ("csv", "parquet", "duckdb")
 _COMMON_KEYS = ("data_version", "id_column", "max_rows")
 _KIND_KEYS = {
     "csv": ("delimiter", "quote", "escape", "header", "encoding", "null", "columns", "max_record_bytes"),
-    "parquet": (),
+    "parquet": ("hive_partitioning",),
     "duckdb": ("table",),
+    "postgres": ("table", "statement_timeout", "passfile", "version_query"),
+    "spark": ("table", "parquet", "hive_partitioning", "conf"),
 }
+GLOB_CHARS = "*?["
+DEFAULT_STATEMENT_TIMEOUT = 600.0
 ENCODINGS = {"utf-8": "utf-8", "utf8": "utf-8", "latin-1": "latin-1", "latin1": "latin-1",
              "iso-8859-1": "latin-1", "cp1252": "cp1252", "windows-1252": "cp1252"}
 
@@ -118,41 +127,95 @@ class CsvDialect:
 
 @dataclass(frozen=True)
 class Source:
-    """Where a private table's rows live (public configuration, never data)."""
+    """Where a private table's rows live (public configuration, never data).
 
-    kind: str  # "csv" | "parquet" | "duckdb"
-    path: Path
-    table: str | None = None  # for kind == "duckdb"
+    ``kind`` is csv | parquet | duckdb (files DuckDB reads), postgres (a table read by
+    PostgreSQL through psycopg) or spark (a table or Parquet files read by Spark SQL through
+    pyspark); ``docs/config.md`` has an example of each."""
+
+    kind: str
+    path: Path | None = None   # csv/duckdb file; parquet file, glob or directory (local)
+    table: str | None = None   # duckdb, postgres and spark tables (as the engine names them)
     id_column: str | None = None  # privacy unit; None = one row
     max_rows_per_id: int = 1
     hash_key: str | None = field(default=None, repr=False)  # secret; never logged
     dialect: CsvDialect = field(default_factory=CsvDialect)
     data_version: str | None = None
+    url: str | None = None          # postgres connection URL (no password) / spark master
+    location: str | None = None     # spark: Parquet path, glob or URI
+    hive_partitioning: bool = False  # parquet/spark: key=value directories are columns
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT   # postgres, seconds
+    passfile: Path | None = None    # postgres: a libpq password file (never the password)
+    version_query: str | None = None  # postgres: the operator's table statistic
+    conf: tuple = ()                # spark: ((key, value), ...) session settings
 
     @staticmethod
     def from_config(spec: Mapping, base: Path, where: str = "source") -> "Source":
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{where}: source must be a table", hint='e.g. source = { csv = "adult.csv" }')
-        kinds = [k for k in KINDS if k in spec]
-        if len(kinds) != 1:
-            raise ConfigError(f"{where}: a source names exactly one of csv, parquet, duckdb; got {sorted(spec)}",
-                              hint='e.g. source = { csv = "adult.csv" }')
-        kind = kinds[0]
+        if "spark" in spec:
+            kind = "spark"
+            others = [k for k in ("csv", "duckdb", "postgres") if k in spec]
+            if others:
+                raise ConfigError(f"{where}: a spark source reads a table or parquet files, not {others[0]}",
+                                  hint='source = { spark = "local[2]", table = "db.people" }')
+        else:
+            kinds = [k for k in FILE_KINDS + ("postgres",) if k in spec]
+            if len(kinds) != 1:
+                raise ConfigError(f"{where}: a source names exactly one of csv, parquet, duckdb, postgres, "
+                                  f"spark; got {sorted(spec)}",
+                                  hint='e.g. source = { csv = "adult.csv" } or '
+                                       '{ postgres = "postgresql://dpsql@db:5432/hr", table = "public.people" }')
+            kind = kinds[0]
         check_keys(spec, (kind,) + _COMMON_KEYS + _KIND_KEYS[kind], f"{where}: source ({kind})")
         raw = spec[kind]
         if not isinstance(raw, str) or not raw:
-            raise ConfigError(f"{where}: source.{kind} must be a non-empty path")
-        path = Path(raw)
-        if not path.is_absolute():
-            path = (base / path).resolve()
+            what = {"postgres": "connection URL", "spark": "master URL"}.get(kind, "path")
+            raise ConfigError(f"{where}: source.{kind} must be a non-empty {what}")
+        kw: dict[str, Any] = {}
+        if kind in FILE_KINDS:
+            kw["path"] = _local_path(raw, base)
         table = spec.get("table")
-        if kind == "duckdb" and (not isinstance(table, str) or not table):
-            raise ConfigError(f"{where}: a duckdb source needs table = \"NAME\"",
-                              hint='source = { duckdb = "data.duckdb", table = "people" }')
+        if "table" in spec and (not isinstance(table, str) or not table.strip()):
+            raise ConfigError(f"{where}: source.table must be a table name", hint='e.g. table = "public.people"')
+        if kind in ("duckdb", "postgres") and table is None:
+            example = ('source = { duckdb = "data.duckdb", table = "people" }' if kind == "duckdb" else
+                       'source = { postgres = "postgresql://dpsql@db/hr", table = "public.people" }')
+            raise ConfigError(f"{where}: a {kind} source needs table = \"NAME\"", hint=example)
+        if kind == "postgres":
+            kw["url"] = _postgres_url(raw, where)
+            kw.update(_postgres_options(spec, base, where))
+        if kind == "spark":
+            kw["url"] = _spark_master(raw, where)
+            if ("table" in spec) == ("parquet" in spec):
+                raise ConfigError(f"{where}: a spark source reads either table = \"db.t\" or "
+                                  "parquet = \"path/or/glob\"",
+                                  hint='source = { spark = "local[2]", parquet = "data/*.parquet" }')
+            if "parquet" in spec:
+                loc = spec["parquet"]
+                if not isinstance(loc, str) or not loc:
+                    raise ConfigError(f"{where}: source.parquet must be a non-empty path or URI")
+                kw["location"] = loc if "://" in loc else str(_local_path(loc, base))
+            conf = spec.get("conf", {})
+            if not isinstance(conf, Mapping) or not all(
+                    isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in conf.items()):
+                raise ConfigError(f"{where}: source.conf must be a table of Spark settings",
+                                  hint='conf = { "spark.driver.memory" = "4g" }')
+            kw["conf"] = tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v))
+                                      for k, v in conf.items()))
+        if "hive_partitioning" in spec:
+            if not isinstance(spec["hive_partitioning"], bool):
+                raise ConfigError(f"{where}: source.hive_partitioning must be true or false")
+            kw["hive_partitioning"] = spec["hive_partitioning"]
         version = spec.get("data_version")
         if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool)
                                     or str(version) == ""):
             raise ConfigError(f"{where}: source.data_version must be a non-empty string or integer")
+        if kind == "postgres" and version is None and kw.get("version_query") is None:
+            raise ConfigError(f"{where}: a postgres source needs data_version or version_query, so that "
+                              "a changed table makes earlier releases stale",
+                              hint='data_version = "2024-06-30" (bump it when the table changes), or '
+                                   'version_query = "SELECT max(updated_at) FROM public.people"')
         id_column = spec.get("id_column")
         if id_column is not None and (not isinstance(id_column, str) or not id_column):
             raise ConfigError(f"{where}: source.id_column must be a column name")
@@ -163,26 +226,132 @@ class Source:
         if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
             raise ConfigError(f"{where}: source.max_rows must be a positive integer")
         dialect = CsvDialect.from_spec(spec, where) if kind == "csv" else CsvDialect()
-        return Source(kind=kind, path=path, table=table, id_column=id_column,
-                      max_rows_per_id=max_rows, dialect=dialect,
-                      data_version=None if version is None else str(version))
+        return Source(kind=kind, table=table, id_column=id_column, max_rows_per_id=max_rows,
+                      dialect=dialect, data_version=None if version is None else str(version), **kw)
 
     # -- identity of the content -------------------------------------------------------------
+    @property
+    def is_glob(self) -> bool:
+        """A Parquet source naming several files (a glob or a directory)."""
+        return self.kind == "parquet" and self.path is not None and (
+            any(c in str(self.path) for c in GLOB_CHARS) or self.path.is_dir())
+
     def describe(self) -> dict:
         """How the rows are read (public): part of a release's identity."""
-        out: dict[str, Any] = {"kind": self.kind, "path": str(self.path), "reader": READER_VERSION}
-        if self.kind == "duckdb":
+        out: dict[str, Any] = {"kind": self.kind, "reader": READER_VERSION}
+        if self.path is not None:
+            out["path"] = str(self.path)
+        if self.kind in ("duckdb", "postgres", "spark") and self.table is not None:
             out["table"] = self.table
+        if self.kind == "postgres":
+            out["url"] = self.url
+        if self.location is not None:
+            out["location"] = self.location
+        if self.kind in ("parquet", "spark") and self.hive_partitioning:
+            out["hive_partitioning"] = True
         if self.kind == "csv":
             out["dialect"] = self.dialect.describe()
         return out
 
     def fingerprint(self) -> dict:
-        """Which content would be read now: the declared ``data_version`` or the file's size
-        and SHA-256 (recomputed only when its size, mtime, inode or ctime change)."""
+        """Which content would be read now: the declared ``data_version``, the file's size
+        and SHA-256 (recomputed only when its size, mtime, inode or ctime change), or for a
+        Parquet glob or directory the listing of its files with sizes and mtimes.  PostgreSQL
+        and Spark sources need their engine: ``Backend.fingerprint``."""
         if self.data_version is not None:
             return {"data_version": self.data_version}
+        if self.kind in ("postgres", "spark"):
+            raise ConfigError(f"the content of a {self.kind} source is named by its backend",
+                              hint="call Backend.fingerprint(table)")
+        if self.is_glob:
+            return listing_fingerprint(parquet_files(self))
         return file_fingerprint(self.path)
+
+
+def _local_path(raw: str, base: Path) -> Path:
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def _postgres_url(raw: str, where: str) -> str:
+    """A ``postgresql://`` URL with no password in it (credentials come from the environment
+    or a passfile, never from dpsql.toml)."""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"{where}: source.postgres must be a postgresql:// URL",
+                          hint='e.g. postgres = "postgresql://dpsql@db.example:5432/hr"')
+    query = parse_qs(parts.query)
+    if parts.password is not None or "password" in query:
+        raise ConfigError(f"{where}: the postgres URL holds a password; dpsql.toml never stores credentials",
+                          hint="remove it from the URL and set PGPASSWORD in the environment, or use a "
+                               "passfile (source.passfile or PGPASSFILE, format of ~/.pgpass)")
+    return raw
+
+
+def _postgres_options(spec: Mapping, base: Path, where: str) -> dict:
+    out: dict[str, Any] = {}
+    if "statement_timeout" in spec:
+        t = spec["statement_timeout"]
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= 86400:
+            raise ConfigError(f"{where}: source.statement_timeout must be a number of seconds in (0, 86400]")
+        out["statement_timeout"] = float(t)
+    if "passfile" in spec:
+        pf = spec["passfile"]
+        if not isinstance(pf, str) or not pf:
+            raise ConfigError(f"{where}: source.passfile must be a path to a libpq password file")
+        out["passfile"] = _local_path(pf, base)
+    if "version_query" in spec:
+        q = spec["version_query"]
+        if not isinstance(q, str) or not q.strip().lower().startswith(("select", "with")):
+            raise ConfigError(f"{where}: source.version_query must be a SELECT statement",
+                              hint='e.g. version_query = "SELECT max(updated_at) FROM public.people"')
+        out["version_query"] = q
+    return out
+
+
+def _spark_master(raw: str, where: str) -> str:
+    if not (raw.startswith(("local", "spark://", "sc://", "yarn", "k8s://", "mesos://"))):
+        raise ConfigError(f"{where}: source.spark must be a Spark master URL",
+                          hint='e.g. spark = "local[2]", "spark://host:7077" or "sc://host:15002" (Spark Connect)')
+    return raw
+
+
+def parquet_files(source: Source) -> list[Path]:
+    """The files of a Parquet glob or directory (a directory means every ``*.parquet``
+    below it), sorted.  Below the glob's fixed prefix, names starting with ``.`` or ``_``
+    (``_SUCCESS``, ``.crc``, ``_temporary/``) are skipped, as Spark and Hive skip them, so
+    DuckDB and Spark read the same files.  DuckDB is given exactly this list."""
+    pattern = str(source.path / "**" / "*.parquet") if source.path.is_dir() else str(source.path)
+    cut = min([pattern.index(c) for c in GLOB_CHARS if c in pattern] or [len(pattern)])
+    base = pattern[:cut].rsplit("/", 1)[0]
+    files = sorted(Path(p) for p in glob.glob(pattern, recursive=True, include_hidden=True)
+                   if os.path.isfile(p) and not any(part.startswith((".", "_"))
+                                                    for part in Path(p).relative_to(base).parts))
+    if not files:
+        raise ConfigError(f"source parquet {source.path} matches no files",
+                          hint="fix the path or glob (relative paths are relative to the file that "
+                               "declares them); to answer from releases after removing the data, "
+                               "declare source.data_version")
+    return files
+
+
+def listing_fingerprint(files) -> dict:
+    """``{"files", "listing"}``: how many files and a SHA-256 of their (path, size, mtime)
+    list.  ``files`` are local paths, or ``(name, size, mtime)`` triples listed by an engine."""
+    rows = []
+    for f in files:
+        if isinstance(f, tuple):
+            rows.append([str(f[0]), int(f[1]), int(f[2])])
+            continue
+        try:
+            st = os.stat(f)
+        except OSError:
+            raise ConfigError(f"source file vanished while listing: {f}",
+                              hint="retry once the source is complete") from None
+        rows.append([str(f), st.st_size, st.st_mtime_ns])
+    rows.sort()
+    digest = hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+    return {"files": len(rows), "listing": digest}
 
 
 _HASHES: dict[str, tuple[tuple, dict]] = {}
@@ -227,4 +396,5 @@ def remember_fingerprint(path: Path, stat_key: tuple, fp: dict) -> None:
         _HASHES[str(path)] = (stat_key, dict(fp))
 
 
-__all__ = ["Source", "CsvDialect", "READER_VERSION", "file_fingerprint", "KINDS"]
+__all__ = ["Source", "CsvDialect", "READER_VERSION", "file_fingerprint", "listing_fingerprint",
+           "parquet_files", "KINDS", "FILE_KINDS"]

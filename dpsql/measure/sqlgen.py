@@ -16,7 +16,7 @@ Only portable constructs are emitted so that another engine can run the same AST
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from sqlglot import exp
 
@@ -33,9 +33,10 @@ def cell_type(size: int) -> str:
     return "UTINYINT" if size <= 255 else "USMALLINT" if size <= 65535 else "UINTEGER"
 
 
-def grouping_sets_select(table: str, columns: Sequence[str],
+def grouping_sets_select(table: str | exp.Expression, columns: Sequence[str],
                          sets: Sequence[Sequence[str]]) -> exp.Select:
-    """One GROUP BY GROUPING SETS query counting every requested column subset."""
+    """One GROUP BY GROUPING SETS query counting every requested column subset.  Result
+    columns are read by position (engines fold unquoted names differently)."""
     tuples = [exp.Tuple(expressions=[exp.column(c) for c in s]) for s in sets]
     select = exp.select(*[exp.column(c) for c in columns],
                         exp.alias_(exp.Count(this=exp.Star()), "n")).from_(table)
@@ -43,27 +44,106 @@ def grouping_sets_select(table: str, columns: Sequence[str],
     return select
 
 
-def contribution_bounded(source: exp.Expression, id_column: str, max_rows: int,
-                         key_parameter: exp.Expression, content: exp.Expression) -> exp.Select:
-    """Keep at most ``max_rows`` rows per privacy unit, chosen by a keyed hash; rows without
-    a readable id (``__has_id`` false) are dropped.
+# --- typed sources: one portable AST for DuckDB, PostgreSQL and Spark ------------------------
 
-    The order is ``md5(key || row content)``: deterministic (a repeat of the same data and
-    key keeps the same rows, so re-measurement is reproducible) and never DuckDB's
-    ``random()``.  Each id's kept rows depend on that id's rows only, so bounding is stable
-    with factor ``max_rows`` whatever the key (docs/privacy.md §2); a secret key only makes
-    the choice unpredictable.  Dropping rows without an id is a row-wise filter (stable with
-    factor 1): a row that names no person cannot be bounded, so it is not counted.
-    """
-    # Anonymous: sqlglot's DuckDB output of CONCAT_WS repeats its arguments (and the
-    # placeholder with them)
-    order_key = exp.MD5(this=exp.Anonymous(this="concat_ws", expressions=[
-        exp.Literal.string("|"), key_parameter, content]))
-    window = exp.Window(this=exp.RowNumber(),
-                        partition_by=[exp.column(id_column, quoted=True)],
-                        order=exp.Order(expressions=[exp.Ordered(this=order_key)]))
-    inner = (exp.select(exp.Star(), exp.alias_(window, "__dpsql_rank"))
-             .from_(exp.alias_(exp.Subquery(this=source), "__dpsql_src"))
-             .where(exp.column("__has_id")))
-    return (exp.select(exp.Star()).from_(exp.alias_(exp.Subquery(this=inner), "__dpsql_ranked"))
+ID = "__id"
+
+
+def layered(rel: exp.Expression, conv: Mapping, extra=()) -> exp.Expression:
+    """FROM expression with every conversion's ``pre`` (then ``pre2``) columns computed once,
+    so the CASE branches of ``cell``/``status`` never repeat the parsing."""
+    pre = [exp.alias_(e, n) for c in conv.values() for n, e in c.pre]
+    first = exp.select(exp.Star(), *pre, *extra).from_(exp.alias_(exp.Subquery(this=rel), "__rel"))
+    pre2 = [exp.alias_(e, n) for c in conv.values() for n, e in (c.pre2 or [])]
+    second = exp.select(exp.Star(), *pre2).from_(exp.alias_(exp.Subquery(this=first), "__pre1"))
+    return exp.alias_(exp.Subquery(this=second), "__pre")
+
+
+def typed_conversions(schema: TableSchema, columns: Mapping[str, str], dialect: str) -> dict:
+    """``{attribute: reader.Converted}`` for a typed source (column types as its catalog
+    names them; checked by ``reader.accepts`` first)."""
+    from dpsql.measure import reader
+    return {a.name: reader.typed_column(a, exp.column(a.name, quoted=True), columns[a.name], str(i), dialect)
+            for i, a in enumerate(schema.attributes)}
+
+
+def typed_relation(schema: TableSchema, id_column: str | None, scan: exp.Expression) -> exp.Select:
+    """``SELECT <declared columns and the id> FROM scan`` (only the columns read)."""
+    names = [a.name for a in schema.attributes] + ([id_column] if id_column else [])
+    return exp.select(*[exp.column(n, quoted=True) for n in dict.fromkeys(names)]).from_(scan)
+
+
+def cells_select(schema: TableSchema, rel: exp.Expression, conv: Mapping,
+                 id_expr: exp.Expression | None) -> exp.Select:
+    """``SELECT c0, …, ck [, __id] FROM <rel with conversions>``: every record's cells
+    (never NULL) and, under a privacy unit, its id (NULL: no id; not counted)."""
+    cols = [exp.alias_(conv[a.name].cell, cell_column(i)) for i, a in enumerate(schema.attributes)]
+    if id_expr is not None:
+        cols.append(exp.alias_(id_expr, ID))
+    return exp.select(*cols).from_(layered(rel, conv))
+
+
+def key_expression(dialect: str) -> exp.Expression:
+    """Where the bounding key enters the SQL: always a bind parameter, never a literal
+    (DuckDB ``?``; Spark the named marker ``:dpsql_key``; PostgreSQL a transaction-local
+    setting bound by ``set_config`` first, so the query itself takes no parameters and
+    psycopg never parses ``%`` in it)."""
+    if dialect == "postgres":
+        return exp.Anonymous(this="current_setting", expressions=[exp.Literal.string("dpsql.hash_key")])
+    if dialect == "spark":
+        return exp.Placeholder(this="dpsql_key")
+    return exp.Placeholder()
+
+
+def sha256_hex(text: exp.Expression, dialect: str) -> exp.Expression:
+    """Lower-case hex SHA-256 of the UTF-8 bytes of ``text``, on each engine."""
+    if dialect == "postgres":
+        utf8 = exp.Anonymous(this="convert_to", expressions=[text, exp.Literal.string("UTF8")])
+        return exp.Anonymous(this="encode", expressions=[exp.Anonymous(this="sha256", expressions=[utf8]),
+                                                        exp.Literal.string("hex")])
+    return exp.SHA2(this=text, length=exp.Literal.number(256))   # DuckDB sha256(x), Spark sha2(x, 256)
+
+
+def row_hash(ncells: int, dialect: str) -> exp.Expression:
+    """The bounding order of a row: SHA-256 of ``key|id|c0,c1,…`` (the row's cells are its
+    fingerprint: text every engine writes alike; rows with equal cells count alike, so
+    ties between them cannot change a count)."""
+    parts: list[exp.Expression] = [key_expression(dialect), exp.Literal.string("|"),
+                                   exp.cast(exp.column(ID), "VARCHAR"), exp.Literal.string("|")]
+    for i in range(ncells):
+        if i:
+            parts.append(exp.Literal.string(","))
+        parts.append(exp.cast(exp.column(cell_column(i)), "VARCHAR"))
+    return sha256_hex(exp.Concat(expressions=parts), dialect)
+
+
+def bounded(cells: exp.Expression, ncells: int, max_rows: int, dialect: str) -> exp.Select:
+    """Keep at most ``max_rows`` rows per privacy unit, chosen by the keyed hash; rows
+    without an id (``__id`` NULL) are dropped.
+
+    The order is the lower-case hex SHA-256 of the key, the id and the row's cells, compared
+    as a string of fixed length, i.e. as a 256-bit integer (PostgreSQL compares it under the
+    "C" collation, byte by byte, like DuckDB and Spark).  Every backend computes it alike, so
+    the same rows are kept everywhere.  Deterministic (a repeat keeps the same rows) and
+    never an engine's random().  Each id's kept rows depend on that id's rows only, so
+    bounding is stable with factor ``max_rows`` whatever the key (docs/privacy.md §2); a
+    secret key only makes the choice unpredictable.  Dropping rows without an id is a
+    row-wise filter (stable with factor 1)."""
+    order = row_hash(ncells, dialect)
+    if dialect == "postgres":
+        order = exp.Collate(this=order, expression=exp.to_identifier("C", quoted=True))
+    window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(ID)],
+                        order=exp.Order(expressions=[exp.Ordered(this=order)]))
+    cols = [exp.column(cell_column(i)) for i in range(ncells)]
+    inner = (exp.select(*cols, exp.alias_(window, "__dpsql_rank"))
+             .from_(exp.alias_(exp.Subquery(this=cells), "__dpsql_cells"))
+             .where(exp.Not(this=exp.Is(this=exp.column(ID), expression=exp.Null()))))
+    return (exp.select(*[c.copy() for c in cols]).from_(exp.alias_(exp.Subquery(this=inner), "__dpsql_ranked"))
             .where(exp.LTE(this=exp.column("__dpsql_rank"), expression=exp.Literal.number(max_rows))))
+
+
+def measurement_select(cells: exp.Expression, columns: Sequence[str],
+                       sets: Sequence[Sequence[str]]) -> exp.Select:
+    """The counting query over a cells relation (a SELECT or a table name)."""
+    source = exp.alias_(exp.Subquery(this=cells), "__dpsql_counted") if isinstance(cells, exp.Select) else cells
+    return grouping_sets_select(source, columns, sets)

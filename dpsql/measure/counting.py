@@ -1,0 +1,369 @@
+"""Counting marginals in an SQL engine: what every backend shares.
+
+The boundary between dpsql and an engine (``docs/architecture.md``): dpsql sends one SQL
+statement per measurement round — built once as a sqlglot AST (``dpsql.measure.sqlgen``
+and the total conversions of ``dpsql.measure.reader``) and rendered in the engine's
+dialect — and receives exact integer counts, one row per non-empty cell of every grouping
+set.  Nothing else crosses: no noise, no budget, no model.  Noise is added afterwards by
+``dpsql.privacy``; counts never leave the process un-noised.
+
+:class:`SqlBackend` holds everything but the engine glue: the schema check (from the
+engine's catalog, before anything is counted or charged), the measurement statement, the
+decoding of its rows, and the operator's data check.  A subclass supplies
+
+* ``_describe(source)``: column names and types from metadata only;
+* ``_read(source, expect)``: a context manager giving one consistent read of the source —
+  the FROM expression (``scan``) and ``run(ast, key)`` — that raises, before anything is
+  counted, when the content is not the one ``expect`` names, and afterwards when it
+  changed while it was read;
+* ``_fingerprint(source)``: which content would be read now.
+
+Engine errors are withheld from analysts (they can echo row values): the error raised is
+:func:`engine_error`, whose message names only the step; the engine's own text, with the
+bounding key scrubbed out, is kept in ``operator_detail`` (printed by the CLI, never sent
+over the wire).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.domain import TableSchema
+from dpsql.errors import ConfigError, OperationalError
+from dpsql.measure import reader, sqlgen
+from dpsql.measure.source import Source
+
+Clique = tuple[str, ...]
+log = logging.getLogger("dpsql.measure")
+
+
+class Backend(Protocol):
+    """What the engine needs from a SQL engine holding the private table."""
+
+    def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
+                        expect: dict | None = None) -> dict[Clique, np.ndarray]: ...
+
+    def fingerprint(self, table: str) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+def reduce_cliques(cliques: Sequence[Clique]) -> list[Clique]:
+    """Maximal cliques only, one per attribute set: a marginal contained in another is
+    derived by summing (exact).  Two grouping sets over the same columns would share a NULL
+    pattern in the result and be indistinguishable, so sets are deduplicated as sets."""
+    by_set = {}
+    for c in cliques:
+        by_set.setdefault(frozenset(c), tuple(c))
+    unique = list(by_set.values())
+    return [c for c in unique if not any(set(c) < set(d) for d in unique)]
+
+
+def project_counts(counts: np.ndarray, source: Clique, target: Clique) -> np.ndarray:
+    """Sum a clique's count array down to ``target`` (in target's axis order)."""
+    keep = [source.index(a) for a in target]
+    drop = tuple(i for i in range(len(source)) if i not in keep)
+    reduced = counts.sum(axis=drop) if drop else counts
+    remaining = [i for i in range(len(source)) if i in keep]
+    order = [remaining.index(source.index(a)) for a in target]
+    return np.transpose(reduced, order) if order != sorted(order) else reduced
+
+
+def owner(clique: Clique, maximal: Sequence[Clique]) -> Clique:
+    for m in maximal:
+        if set(clique) <= set(m):
+            return m
+    raise AssertionError("every clique is contained in a maximal one")
+
+
+def decode(present: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray], n: np.ndarray,
+           used: Sequence[str], maximal: Sequence[Clique], domain) -> dict[Clique, np.ndarray]:
+    """Scatter GROUPING SETS rows into dense arrays, one per grouping set (by NULL pattern:
+    cells are never NULL, so a NULL says the column is not in the row's grouping set)."""
+    out = {}
+    for clique in maximal:
+        sel = np.ones(len(n), bool)
+        for a in used:
+            sel &= present[a] if a in clique else ~present[a]
+        shape = tuple(domain[a] for a in clique)
+        arr = np.zeros(shape, dtype=np.int64)
+        if clique:
+            idx = tuple(values[a][sel] for a in clique)
+            np.add.at(arr, idx, n[sel])
+        else:
+            arr = np.asarray(n[sel].sum(), dtype=np.int64)
+        out[clique] = arr
+    return out
+
+
+def decode_rows(rows: Sequence[Sequence], used: Sequence[str], maximal: Sequence[Clique],
+                domain) -> dict[Clique, np.ndarray]:
+    """:func:`decode` for rows as tuples ``(cell of each used column or None, …, n)``,
+    read by position."""
+    k = len(used)
+    table = np.array([tuple(r) for r in rows], dtype=object).reshape(len(rows), k + 1)
+    n = table[:, k].astype(np.int64) if len(rows) else np.zeros(0, np.int64)
+    present, values = {}, {}
+    for j, a in enumerate(used):
+        col = table[:, j]
+        mask = np.array([v is not None for v in col], dtype=bool)
+        present[a] = mask
+        values[a] = np.where(mask, col, 0).astype(np.int64)
+    return decode(present, values, n, used, maximal, domain)
+
+
+def spread(counts: Mapping[Clique, np.ndarray], cliques: Sequence[Clique],
+           maximal: Sequence[Clique]) -> dict[Clique, np.ndarray]:
+    """Every requested clique's counts, summed down from the maximal clique holding it."""
+    return {tuple(c): project_counts(counts[owner(c, maximal)], owner(c, maximal), tuple(c))
+            for c in cliques}
+
+
+def check_cliques(schema: TableSchema, cliques: Sequence[Clique]) -> None:
+    for clique in cliques:
+        for a in clique:
+            if a not in schema.domain:
+                raise ConfigError(f"clique {clique} names {a!r}, not a column of {schema.name!r}")
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """An engine's message without the bounding key (engines echo bound parameters)."""
+    return text.replace(secret, "***") if secret else text
+
+
+def engine_error(engine: str, what: str, exc: BaseException | None, secret: str | None = None,
+                 hint: str | None = None) -> OperationalError:
+    """The analyst-safe error for a failure inside an engine: the step, never the engine's
+    message (it can contain private values).  The operator finds that message (key
+    scrubbed) in ``operator_detail`` and in the ``dpsql.measure`` log."""
+    err = OperationalError(
+        f"{what} failed inside {engine}; its message is withheld because it may contain private values",
+        hint=hint or "nothing was charged; the operator sees the engine's message with `dpsql check` "
+                     "or `dpsql measure` at the command line"
+                     + (f" (error class: {type(exc).__name__})" if exc is not None else ""))
+    if exc is not None:
+        detail = scrub(f"{type(exc).__name__}: {exc}", secret)
+        if len(detail) > 2000:   # a JVM stack trace: its head says what failed
+            detail = detail[:2000] + " …"
+        err.operator_detail = detail
+        log.warning("%s failed inside %s: %s", what, engine, detail)
+    return err
+
+
+def changed_error(table: str, while_reading: bool) -> OperationalError:
+    return OperationalError(
+        f"the source of table {table!r} changed " + ("while it was being read" if while_reading
+                                                     else "since its releases were checked"),
+        hint="nothing was charged; retry once the source is complete")
+
+
+class Read(Protocol):
+    """One consistent read of a source (see the module doc)."""
+
+    scan: exp.Expression
+
+    def run(self, query: exp.Expression, key: str | None = None, what: str = "") -> list[tuple]: ...
+
+
+@dataclass(frozen=True)
+class ColumnCheck:
+    name: str
+    counts: dict          # status -> number of records
+    examples: dict        # problem status -> [(raw value, count), ...]
+
+    @property
+    def problems(self) -> dict:
+        return {s: self.counts[s] for s in reader.PROBLEMS if self.counts.get(s)}
+
+
+@dataclass(frozen=True)
+class DataCheck:
+    table: str
+    records: int
+    columns: list
+    dropped: int | None = None   # records over max_rows per id or without an id
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.problems for c in self.columns)
+
+
+class SqlBackend:
+    """Counts marginals of typed sources (a catalog gives every column's type) with one
+    portable GROUPING SETS statement per round; subclasses supply the engine glue."""
+
+    dialect = "duckdb"
+    engine = "the engine"
+
+    def __init__(self, sources: Mapping[str, Source]) -> None:
+        self._sources = dict(sources)
+        self._lock = threading.Lock()
+
+    # -- engine glue (subclasses) -------------------------------------------------------------
+    def _describe(self, source: Source) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _read(self, table: str, source: Source, expect: dict | None) -> contextlib.AbstractContextManager[Read]:
+        raise NotImplementedError
+
+    def _fingerprint(self, source: Source) -> dict:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    # -- metadata -----------------------------------------------------------------------------
+    def _source(self, table: str) -> Source:
+        source = self._sources.get(table)
+        if source is None:
+            raise ConfigError(f"no source configured for table {table!r}")
+        return source
+
+    def fingerprint(self, table: str) -> dict:
+        """Which content of ``table``'s source would be read now: the declared
+        ``data_version``, else what the engine names (file listing, table statistic)."""
+        source = self._source(table)
+        if source.data_version is not None:
+            return {"data_version": source.data_version}
+        return self._fingerprint(source)
+
+    def source_columns(self, table: str) -> dict[str, str]:
+        """Column names and types of a source, from its catalog or file metadata only."""
+        return self._describe(self._source(table))
+
+    def check_schema(self, schema: TableSchema) -> dict[str, str]:
+        """Refuse, before anything is counted, a source whose metadata does not fit the
+        declared domain: a missing column, a type no total conversion exists for, or an id
+        whose text differs between engines.  Messages name declared columns and catalog
+        types only (never a value)."""
+        source = self._source(schema.name)
+        columns = self.source_columns(schema.name)
+        needed = [a.name for a in schema.attributes] + ([source.id_column] if source.id_column else [])
+        for name in needed:
+            if name not in columns:
+                close = difflib.get_close_matches(name, list(columns), n=1, cutoff=0.6)
+                raise ConfigError(
+                    f"table {schema.name!r}: the source has no column {name!r}"
+                    + (" (declared as the privacy unit id)" if name == source.id_column else
+                       " (declared in the domain)"),
+                    hint=(f"the source has {close[0]!r}; rename the declaration or the column"
+                          if close else "the operator can list the source columns with `dpsql init`"))
+        for att in schema.attributes:
+            if not reader.accepts(att, columns[att.name], self.dialect):
+                raise ConfigError(
+                    f"table {schema.name!r}: column {att.name!r} has type {columns[att.name]} in the "
+                    f"source, which a {att.kind} column with "
+                    f"{'text' if att.python_type is str else 'numeric'} values cannot read",
+                    hint="declare the column with a matching kind, or convert it in the source "
+                         "(CHAR(n), dates and other types: a view casting to text or a number)")
+        if source.id_column and not reader.accepts_id(columns[source.id_column], self.dialect):
+            raise ConfigError(
+                f"table {schema.name!r}: the id column {source.id_column!r} has type "
+                f"{columns[source.id_column]}; a privacy unit id must be an integer, text or UUID",
+                hint="its text is hashed alike on every engine only for those types; cast it in a view")
+        return columns
+
+    # -- the measurement statement -------------------------------------------------------------
+    def cells_query(self, schema: TableSchema, columns: Mapping[str, str], scan: exp.Expression,
+                    bounded: bool = True) -> exp.Select:
+        """Every record's cells, bounded per privacy unit when ``bounded``."""
+        source = self._source(schema.name)
+        conv = sqlgen.typed_conversions(schema, columns, self.dialect)
+        rel = sqlgen.typed_relation(schema, source.id_column, scan)
+        id_expr = exp.column(source.id_column, quoted=True) if source.id_column else None
+        cells = sqlgen.cells_select(schema, rel, conv, id_expr)
+        if source.id_column and bounded:
+            return sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect)
+        return cells
+
+    def measurement_query(self, schema: TableSchema, cliques: Sequence[Clique], columns: Mapping[str, str],
+                          scan: exp.Expression) -> tuple[exp.Select, list[str], list[Clique]]:
+        """(the one counting statement, the used attributes in result order, the maximal
+        cliques it counts)."""
+        domain = schema.domain
+        maximal = reduce_cliques(cliques)
+        col_of = {a: sqlgen.cell_column(i) for i, a in enumerate(domain.attributes)}
+        used = sorted({a for c in maximal for a in c}, key=domain.attributes.index)
+        query = sqlgen.measurement_select(self.cells_query(schema, columns, scan), [col_of[a] for a in used],
+                                          [[col_of[a] for a in c] for c in maximal])
+        return query, used, maximal
+
+    def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
+                        expect: dict | None = None) -> dict[Clique, np.ndarray]:
+        """Exact counts; with ``expect`` (a :meth:`fingerprint`), only from that content."""
+        check_cliques(schema, cliques)
+        if not cliques:
+            return {}
+        source = self._source(schema.name)
+        with self._lock:
+            columns = self.check_schema(schema)
+            with self._read(schema.name, source, expect) as rd:
+                query, used, maximal = self.measurement_query(schema, cliques, columns, rd.scan)
+                rows = rd.run(query, (source.hash_key or "") if source.id_column else None,
+                              what="the measurement query")
+        return spread(decode_rows(rows, used, maximal, schema.domain), cliques, maximal)
+
+    # -- operator data check (local only: never reachable by analysts) --------------------------
+    def data_check(self, schema: TableSchema, examples: int = 5) -> DataCheck:
+        """Per column, how many values landed where (``reader.STATUSES``), with a few example
+        values of each problem.  Reads raw rows: an operator tool (``dpsql check``)."""
+        source = self._source(schema.name)
+        with self._lock:
+            columns = self.check_schema(schema)
+            conv = sqlgen.typed_conversions(schema, columns, self.dialect)
+            with self._read(schema.name, source, None) as rd:
+                rel = sqlgen.typed_relation(schema, source.id_column, rd.scan)
+                statuses = exp.select(*[exp.alias_(conv[a.name].status, f"s{i}")
+                                        for i, a in enumerate(schema.attributes)]).from_(
+                    sqlgen.layered(rel, conv))
+                names = [f"s{i}" for i in range(len(schema.attributes))]
+                query = sqlgen.measurement_select(statuses, names, [[s] for s in names] + [[]])
+                rows = rd.run(query, what="checking the rows")
+                total = sum(int(r[-1]) for r in rows if all(v is None for v in r[:-1]))
+                out = []
+                for i, a in enumerate(schema.attributes):
+                    counts = {r[i]: int(r[-1]) for r in rows if r[i] is not None}
+                    ex = {}
+                    for st in [s for s in reader.PROBLEMS if counts.get(s)]:
+                        ex[st] = self._examples(rd, rel, conv, a.name, st, examples)
+                    out.append(ColumnCheck(a.name, counts, ex))
+                dropped = None
+                if source.id_column:
+                    kept = exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(
+                        exp.alias_(exp.Subquery(this=self.cells_query(schema, columns, rd.scan)), "__kept"))
+                    dropped = total - int(rd.run(kept, source.hash_key or "", what="checking the rows")[0][0])
+        return DataCheck(schema.name, total, out, dropped)
+
+    def _examples(self, rd: Read, rel, conv, name: str, status: str, limit: int) -> list:
+        raw = exp.cast(exp.column(name, quoted=True), "VARCHAR")
+        inner = exp.select(exp.alias_(raw, "v"), exp.alias_(conv[name].status, "st")).from_(sqlgen.layered(rel, conv))
+        query = (exp.select(exp.column("v"), exp.alias_(exp.Count(this=exp.Star()), "n"))
+                 .from_(exp.alias_(exp.Subquery(this=inner), "__ex"))
+                 .where(exp.EQ(this=exp.column("st"), expression=exp.Literal.string(status)))
+                 .group_by(exp.column("v"))
+                 .order_by(exp.Ordered(this=exp.column("n"), desc=True), exp.Ordered(this=exp.column("v")))
+                 .limit(int(limit)))
+        return [(v, int(n)) for v, n in rd.run(query, what="checking the rows")]
+
+
+@contextlib.contextmanager
+def consistent_files(table: str, fingerprint, expect: dict | None) -> Iterator[None]:
+    """For file sources: the content must be ``expect`` before the read and unchanged after."""
+    before = fingerprint()
+    if expect is not None and before != expect:
+        raise changed_error(table, while_reading=False)
+    yield
+    if fingerprint() != before:
+        raise changed_error(table, while_reading=True)
+
+
+__all__ = ["Backend", "SqlBackend", "DataCheck", "ColumnCheck", "Read", "reduce_cliques", "project_counts",
+           "decode", "decode_rows", "spread", "engine_error", "changed_error", "scrub", "consistent_files"]

@@ -1,0 +1,159 @@
+"""The PostgreSQL backend: marginals counted inside the server that holds the table.
+
+``source = { postgres = "postgresql://dpsql@db:5432/hr", table = "public.people",
+version_query = "SELECT max(updated_at) FROM public.people" }`` (``docs/config.md``).  The only
+module importing psycopg.
+
+* Credentials never come from dpsql.toml (a URL holding a password is refused when the
+  configuration is read): libpq takes them from the environment (``PGPASSWORD``,
+  ``PGPASSFILE``, ``~/.pgpass``) or the declared ``passfile``.
+* Every read is one ``REPEATABLE READ READ ONLY`` transaction with a transaction-local
+  ``statement_timeout``: the source can never be written, a runaway scan is cancelled, and
+  the version check and the count see the same snapshot, so a count is never taken from
+  content other than the one its release identity names.
+* Column names and types come from ``pg_attribute`` (metadata), never from rows.
+* The counting statement is the portable AST (``dpsql.measure.counting``) rendered by
+  sqlglot's postgres dialect; its rows (one per non-empty cell) are streamed through a
+  server-side cursor.  The bounding key is bound by ``set_config`` as a parameter, so it is
+  never part of any SQL text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+
+from sqlglot import exp
+
+from dpsql.errors import ConfigError, QueryCanceledError
+from dpsql.measure.counting import SqlBackend, changed_error, engine_error
+from dpsql.measure.source import Source
+
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - the optional extra is missing
+    psycopg = None
+
+_COLUMNS_SQL = """
+SELECT a.attname,
+       format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END,
+                   CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END)
+FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum"""
+
+FETCH_ROWS = 10_000
+MAX_VERSION_ROWS = 1_000
+
+
+def table_name(source: Source) -> str:
+    """The table as PostgreSQL reads it (unquoted parts fold to lower case, as in psql)."""
+    return exp.to_table(source.table, dialect="postgres").sql("postgres")
+
+
+class PostgresBackend(SqlBackend):
+    """Counts marginals of ``postgres`` sources (module doc); one connection per read."""
+
+    dialect = "postgres"
+    engine = "PostgreSQL"
+
+    def __init__(self, sources) -> None:
+        super().__init__(sources)
+        if psycopg is None:
+            raise ConfigError("a postgres source needs psycopg", hint="pip install 'dpsql[postgres]'")
+        for name, source in self._sources.items():
+            if source.kind != "postgres":
+                raise ConfigError(f"table {name!r}: a {source.kind} source is not read by PostgreSQL")
+
+    # -- connections ---------------------------------------------------------------------------
+    def _connect(self, source: Source) -> psycopg.Connection:
+        kwargs = {"autocommit": False, "application_name": "dpsql"}
+        if "connect_timeout" not in source.url:
+            kwargs["connect_timeout"] = 30
+        if source.passfile is not None:
+            kwargs["passfile"] = str(source.passfile)
+        try:
+            conn = psycopg.connect(source.url, **kwargs)
+        except psycopg.Error as exc:
+            raise engine_error("PostgreSQL", "connecting to the source database", exc,
+                               hint="check source.postgres, the credentials (PGPASSWORD, PGPASSFILE, "
+                                    "~/.pgpass or source.passfile) and that the server is up") from None
+        conn.read_only = True
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        return conn
+
+    @contextlib.contextmanager
+    def _transaction(self, source: Source, what: str):
+        """A read-only snapshot with the source's statement timeout; engine errors withheld."""
+        conn = self._connect(source)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT set_config('statement_timeout', %s, true)",
+                            [str(max(1, int(source.statement_timeout * 1000)))])
+            yield conn
+        except psycopg.errors.QueryCanceled:
+            raise QueryCanceledError(
+                f"{what} ran longer than source.statement_timeout ({source.statement_timeout:g} s) "
+                "and was cancelled by PostgreSQL",
+                hint="nothing was charged; the operator may raise statement_timeout in the source") from None
+        except psycopg.Error as exc:
+            raise engine_error("PostgreSQL", what, exc, source.hash_key) from None
+        finally:
+            try:
+                conn.rollback()
+            finally:
+                conn.close()
+
+    # -- metadata ------------------------------------------------------------------------------
+    def _describe(self, source: Source) -> dict[str, str]:
+        with self._transaction(source, "reading the source schema") as conn, conn.cursor() as cur:
+            cur.execute(_COLUMNS_SQL, [table_name(source)])
+            rows = cur.fetchall()
+        if not rows:
+            raise ConfigError(f"PostgreSQL has no table {source.table!r} (or this role may not see it)",
+                              hint="check source.table (schema.table; quote mixed-case names as in SQL: "
+                                   "'\"People\"') and the role's USAGE and SELECT privileges")
+        return {str(name): str(kind) for name, kind in rows}
+
+    def _version(self, conn: psycopg.Connection, source: Source) -> dict:
+        with conn.cursor() as cur:
+            cur.execute(source.version_query)
+            rows = cur.fetchmany(MAX_VERSION_ROWS + 1)
+        if len(rows) > MAX_VERSION_ROWS:
+            raise ConfigError(f"source.version_query returned more than {MAX_VERSION_ROWS} rows",
+                              hint="a table statistic is one row, e.g. SELECT max(updated_at) FROM t")
+        # only a hash is kept: the statistic may itself be a private value
+        text = json.dumps([[None if v is None else str(v) for v in row] for row in rows])
+        return {"version_query": hashlib.sha256(text.encode()).hexdigest()}
+
+    def _fingerprint(self, source: Source) -> dict:
+        with self._transaction(source, "reading the source's version") as conn:
+            return self._version(conn, source)
+
+    # -- reads ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _read(self, table: str, source: Source, expect: dict | None):
+        with self._transaction(source, "the measurement query") as conn:
+            if expect is not None and source.data_version is None and self._version(conn, source) != expect:
+                raise changed_error(table, while_reading=False)
+            yield _PgRead(conn, exp.to_table(source.table, dialect="postgres"))
+
+
+class _PgRead:
+    def __init__(self, conn: psycopg.Connection, scan: exp.Expression) -> None:
+        self.conn, self.scan, self._n = conn, scan, 0
+
+    def run(self, query: exp.Expression, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
+        if key is not None:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT set_config('dpsql.hash_key', %s, true)", [key])
+        self._n += 1
+        # no parameters: psycopg sends the text as is (a '%' in a label stays a '%')
+        with self.conn.cursor(name=f"dpsql_read_{self._n}") as cur:
+            cur.itersize = FETCH_ROWS
+            cur.execute(query.sql("postgres"))
+            return [tuple(r) for r in cur]
+
+
+__all__ = ["PostgresBackend", "table_name"]

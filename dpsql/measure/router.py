@@ -1,0 +1,83 @@
+"""One backend per engine, each table's calls sent to the backend of its source.
+
+``open_backend(config.sources)`` is what the engine and the CLI use.  DuckDB reads csv,
+parquet and duckdb sources; PostgreSQL and Spark backends are imported and started only
+when a table needs them (psycopg and pyspark are loaded lazily, pyspark being an optional
+extra).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from dpsql.domain import TableSchema
+from dpsql.errors import ConfigError
+from dpsql.measure.source import FILE_KINDS, Source
+
+Clique = tuple[str, ...]
+
+
+def _engine_of(source: Source) -> str:
+    return "duckdb" if source.kind in FILE_KINDS else source.kind
+
+
+class Router:
+    """The :class:`~dpsql.measure.counting.Backend` protocol over several engines."""
+
+    def __init__(self, sources: Mapping[str, Source], **duckdb_options) -> None:
+        self._sources = dict(sources)
+        self._duckdb_options = duckdb_options
+        self._backends: dict[str, object] = {}
+
+    def backend(self, table: str):
+        """The backend reading ``table`` (started on first use)."""
+        source = self._sources.get(table)
+        if source is None:
+            raise ConfigError(f"no source configured for table {table!r}")
+        engine = _engine_of(source)
+        if engine not in self._backends:
+            group = {n: s for n, s in self._sources.items() if _engine_of(s) == engine}
+            if engine == "duckdb":
+                from dpsql.measure.backend import DuckDBBackend
+                self._backends[engine] = DuckDBBackend(group, **self._duckdb_options)
+            elif engine == "postgres":
+                from dpsql.measure.postgres import PostgresBackend
+                self._backends[engine] = PostgresBackend(group)
+            else:
+                from dpsql.measure.spark import SparkBackend
+                self._backends[engine] = SparkBackend(group)
+        return self._backends[engine]
+
+    def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
+                        expect: dict | None = None) -> dict[Clique, np.ndarray]:
+        return self.backend(schema.name).count_marginals(schema, cliques, expect=expect)
+
+    def fingerprint(self, table: str) -> dict:
+        source = self._sources.get(table)
+        if source is not None and source.data_version is not None:
+            return {"data_version": source.data_version}   # no engine needed
+        return self.backend(table).fingerprint(table)
+
+    def source_columns(self, table: str) -> dict[str, str]:
+        return self.backend(table).source_columns(table)
+
+    def check_schema(self, schema: TableSchema) -> dict[str, str]:
+        return self.backend(schema.name).check_schema(schema)
+
+    def data_check(self, schema: TableSchema, examples: int = 5):
+        return self.backend(schema.name).data_check(schema, examples)
+
+    def close(self) -> None:
+        backends, self._backends = list(self._backends.values()), {}
+        for b in backends:
+            b.close()
+
+
+def open_backend(sources: Mapping[str, Source], **duckdb_options) -> Router:
+    """The backend of a configuration (``Config.sources``)."""
+    return Router(sources, **duckdb_options)
+
+
+__all__ = ["Router", "open_backend"]
