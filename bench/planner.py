@@ -163,7 +163,7 @@ def part_suite(args) -> None:
           "| above baseline | max ratio | objective / SVD bound | plan s |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---|---:|")
     for table in ("adult", "titanic", "nltcs"):
-        for name in ("dashboard", "mixed", "marginals", "ranges", "prefix"):
+        for name in args.suite_workloads.split(","):
             path = workload_path(table, name)
             if not path.exists():
                 continue
@@ -322,6 +322,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default=",".join(PARTS))
     ap.add_argument("--repeat", type=int, default=3, help="speed: runs per case (best kept)")
+    ap.add_argument("--suite-workloads", default="dashboard,mixed,marginals,ranges,prefix",
+                    help="suite: which workloads of each table")
     args = ap.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()

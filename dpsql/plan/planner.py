@@ -52,8 +52,8 @@ __all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_q
 DEFAULT_GRID = 2.0 ** -10
 
 #: Part of the strategy-cache key: bump it when the same options yield a different strategy
-#: (2: OPT_M drops negligible weights), so that stale cached strategies are not reused.
-PLANNER_VERSION = 3
+#: (2: OPT_M drops negligible weights; 4: ResidualPlanner meets per-query caps by its dual), so that stale cached strategies are not reused.
+PLANNER_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -317,7 +317,7 @@ def opt_marginals_plus(W: Any, noise: str = "gaussian", *, restarts: int = 1, se
         free = union_weights([1.0] + [loss for loss, _ in other_parts], noise)
         if residual:
             mu = balanced_mu(space, _term_kappas(space, msub), owner[marg], cap, union_value,
-                             target=float(free[0] ** 2))
+                             target=float(free[0] ** 2), dual=False)
         else:
             theta = balanced_theta(space, _term_kappas(space, msub), owner[marg], cap, noise,
                                    union_value, target=float(free[0] ** 2),
