@@ -78,8 +78,17 @@ queries = {wl}
     return cfg
 
 
+def _env(checkout: Path) -> dict:
+    """That checkout first on the path; bytecode written and re-used as after a pip install
+    (this machine sets PYTHONDONTWRITEBYTECODE, which makes every process compile all of
+    dpsql again: ~1-2 s that no installed copy pays)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(checkout)
+    return env
+
+
 def run_cli(checkout: Path, *args, timeout=3600) -> tuple[float, subprocess.CompletedProcess]:
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    env = _env(checkout)
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "dpsql.cli", *args], env=env, cwd=checkout,
                        capture_output=True, text=True, timeout=timeout)
@@ -116,7 +125,7 @@ def part_wire(checkouts: dict[str, Path], repeat: int) -> None:
         cfg = write_config(work, split_statements((ADULT / "dashboard.sql").read_text()), 1.0)
         _, r = run_cli(checkout, "measure", "--config", str(cfg), "--yes")
         assert r.returncode == 0, r.stderr
-        env = {**os.environ, "PYTHONPATH": str(checkout)}
+        env = _env(checkout)
         users = work / "users.json"
         subprocess.run([sys.executable, "-m", "dpsql.cli", "user", "add", "bench", "--password", "pw",
                         "--config", str(cfg), "--users", str(users)], env=env, check=True,
@@ -165,9 +174,17 @@ meta = json.loads(bytes(data["meta"]).decode())
 dom = Domain(meta["attributes"], meta["shape"])
 ms = [Measurement(tuple(c), data[f"q{i}"], data[f"y{i}"], sd) for i, (c, sd) in enumerate(meta["blocks"])]
 kw = dict(iters=1000, capacity=20_000_000, exact_method="adaptive", stop="discrepancy", stop_above=1_000_000)
+try:   # as the engine of that checkout calls it: since issue 17 to convergence (iters a limit)
+    from dpsql.engine.engine import FIT_GAP
+    from dpsql.engine.config import Config
+    kw.update(gap=FIT_GAP, iters=Config.__dataclass_fields__["fit_iters"].default)
+except ImportError:
+    pass
 t0 = time.perf_counter()
 model = fit(dom, ms, **kw)
 print(json.dumps({"seconds": time.perf_counter() - t0, "loss": model.loss[-1] if model.loss else None,
+                  "iterations": len(model.loss) - 1 if model.loss else None,
+                  "values": sum(int(np.size(m.values)) for m in ms),
                   "stopped": getattr(model, "stopped", None)}))
 """
 
@@ -192,8 +209,8 @@ def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
     np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
     cliques = len({tuple(b[0]) for b in blocks})
     print(f"{len(blocks)} measurement blocks on {cliques} distinct cliques")
-    print("| code | fit (s), median | final loss | stop |")
-    print("|---|---:|---:|---|")
+    print("| code | fit (s), median | iterations | final loss (noisy values) | stop |")
+    print("|---|---:|---:|---:|---|")
     for name, checkout in checkouts.items():
         out = []
         for _ in range(repeat):
@@ -202,7 +219,8 @@ def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
             assert r.returncode == 0, r.stderr
             out.append(json.loads(r.stdout.strip().splitlines()[-1]))
         secs = statistics.median(o["seconds"] for o in out)
-        print(f"| {name} | {secs:.2f} | {out[0]['loss']:.6g} | {out[0]['stopped'] or 'all iterations'} |",
+        print(f"| {name} | {secs:.2f} | {out[0]['iterations']} | {out[0]['loss']:.6g} ({out[0]['values']:,}) | "
+              f"{out[0]['stopped'] or 'all iterations'} |",
               flush=True)
 
 

@@ -24,7 +24,7 @@ from dpsql.measure.source import Source
 from dpsql.privacy.accountant import epsilon_delta_to_rho
 
 POLICIES = ("informed", "infer", "measure", "refuse")
-ERROR_COLUMNS = ("off", "stderr", "ci95")
+ERROR_COLUMNS = ("off", "stderr", "ci95", "bounds")
 
 # The configuration schema: every key dpsql.toml may hold, per section (docs/config.md).
 # Anything else is a ConfigError naming the key and the closest valid one, so a typo such as

@@ -122,7 +122,7 @@ class Session:
                 "dpsql.allow_spend": "on" if getattr(cfg, "allow_spend", False) else "off"}
 
     #: Every setting a session understands and its allowed values.
-    ALLOWED = {"dpsql.error_columns": ("off", "stderr", "ci95"),
+    ALLOWED = {"dpsql.error_columns": ("off", "stderr", "ci95", "bounds"),
                "dpsql.estimator": ("pgm", "least_squares"),
                "dpsql.policy": POLICIES,
                "dpsql.allow_spend": ("off", "on")}
@@ -481,8 +481,8 @@ class Session:
         cols = list(result.columns)
         value_idx = [j for j, c in enumerate(result.columns)
                      if any(r[j] is not None for r in result.stderr)] if result.stderr else []
-        for j in value_idx:
-            cols.append(Column(f"{result.columns[j].name}_{mode}", "double"))
+        for name in error_column_names([result.columns[j].name for j in value_idx], mode):
+            cols.append(Column(name, "double"))
         rows = []
         for i, row in enumerate(result.rows):
             extra = []
@@ -491,9 +491,27 @@ class Session:
                 if se is None or (isinstance(se, float) and math.isnan(se)):
                     extra.append(None)
                 else:
-                    extra.append(float(se) * (Z95 if mode == "ci95" else 1.0))
+                    extra.append(float(se) * (1.0 if mode == "stderr" else Z95))
+                if mode == "bounds":   # the range of an inferred value (NULL where unbounded)
+                    b = result.bounds[i][j] if i < len(result.bounds) and result.bounds[i] else None
+                    extra += [_finite(b[0]), _finite(b[1])] if b is not None else [None, None]
             rows.append(tuple(row) + tuple(extra))
         return replace(result, columns=cols, rows=rows)
+
+
+def error_column_names(value_columns: Sequence[str], mode: str) -> list[str]:
+    """The columns ``SET dpsql.error_columns`` appends, in order, for these value columns:
+    ``c_stderr`` or ``c_ci95``; with "bounds", ``c_ci95``, ``c_lower``, ``c_upper`` (the range
+    the released measurements allow for an inferred value, NULL for a supported one)."""
+    if mode == "off":
+        return []
+    if mode == "bounds":
+        return [f"{c}_{s}" for c in value_columns for s in ("ci95", "lower", "upper")]
+    return [f"{c}_{mode}" for c in value_columns]
+
+
+def _finite(x):
+    return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
 def _never_text(items: list[tuple[str, ...]]) -> str:

@@ -144,6 +144,10 @@ class _Stopper:
                 f"m = {self.level:,.0f} noisy values")
 
 
+#: The relaxed estimator's relative gap tolerance floor (see ``fit``).
+RELAXED_RTOL = 1e-3
+
+
 def _gap_note(history, iters: int, gap) -> str | None:
     """How the fit ended, for ``summary()``: converged (estimated gap within the tolerance)
     or stopped at the iteration limit, with the estimated gap either way."""
@@ -228,6 +232,13 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
     ws = warm_start.fit if isinstance(warm_start, RelaxedModel) else warm_start
     if isinstance(ws, ExactModel):
         ws = ws.model
+    if gap is not None:
+        # The relaxed problem is itself an approximation (locally consistent pseudo-marginals,
+        # inner GBP sweeps) and its first-order method converges as O(1/t): at 0.5 absolute a
+        # 55-marginal adult fit at ε = 1 ran 11,300 iterations (95 s; 1,000 had been the
+        # default).  Its tolerance is relative, 0.1% of the loss; its accuracy against the
+        # absolute test is not measured yet (bench/relaxed_accuracy.py).
+        gap = (gap[0], max(gap[1], RELAXED_RTOL))
     result = estimate_relaxed(domain, measurements, region_graph=region_graph, iters=iters,
                               warm_start=ws, callback=callback, total=total, norm=norm, gap=gap,
                               **options)

@@ -23,7 +23,8 @@ nothing.
 
 With error columns on (``dpsql.error_columns``), engine answers also carry a boolean
 ``inferred`` column: true where a value came from the model without a supporting
-measurement (its error column is then NULL).  Every answered or refused statement goes to
+measurement (its error column is then NULL); with ``bounds``, c_lower/c_upper carry an
+inferred value's range (``dpsql.engine.session.error_column_names``).  Every answered or refused statement goes to
 the query log when one is configured (``querylog.py``).
 """
 
@@ -69,7 +70,9 @@ class DpsqlLink:
         if mode == "off" or getattr(compiled, "is_explain", False):
             return compiled
         # the session appends one error column per noisy value column (Session._with_error_columns)
-        extra = [(f"{c.name}_{mode}", "double") for c in compiled.columns if getattr(c, "is_aggregate", False)]
+        from dpsql.engine.session import error_column_names
+        values = [c.name for c in compiled.columns if getattr(c, "is_aggregate", False)]
+        extra = [(name, "double") for name in error_column_names(values, mode)]
         extra.append((INFERRED, "boolean"))
         return _Described([(c.name, c.type) for c in compiled.columns] + extra, compiled.is_schema_probe)
 

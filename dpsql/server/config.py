@@ -26,7 +26,7 @@ from pathlib import Path
 from dpsql.errors import ConfigError
 
 DEFAULT_MAX_STATEMENT = 256 * 1024
-USER_SETTINGS = {"error_columns": ("dpsql.error_columns", ("off", "stderr", "ci95")),
+USER_SETTINGS = {"error_columns": ("dpsql.error_columns", ("off", "stderr", "ci95", "bounds")),
                  "estimator": ("dpsql.estimator", ("pgm", "least_squares"))}
 _NUMBERS = {"max_statement_bytes": int, "max_user_statements": int, "max_connections": int,
             "max_unauthenticated": int, "auth_timeout": float, "catalog_timeout": float}

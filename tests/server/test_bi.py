@@ -199,3 +199,29 @@ def test_superset_series_limit_is_answered_in_two_steps(engine_server):
         assert sorted(plain) == sorted(rows)
     finally:
         conn.close()
+
+
+def test_bounds_error_columns_carry_the_flag_and_the_range(engine_server):
+    """Issue 17: an inferred value's range reaches the wire (``dpsql.error_columns = bounds``):
+    c_ci95 for supported values, c_lower/c_upper for inferred ones, which contain the truth."""
+    from dpsql.engine.config import load_config
+    from dpsql.measure.exact import ExactOracle
+    thread, _ = engine_server
+    cfg = load_config(ADULT_CONFIG)
+    oracle = ExactOracle(cfg.tables, cfg.sources)
+    truth = dict(oracle.query(UNSUPPORTED))
+    oracle.close()
+    conn = connect(thread.port, options="-c dpsql.error_columns=bounds")
+    try:
+        for binary in (False, True):
+            cur = conn.cursor(binary=binary)
+            rows = bounded(lambda: cur.execute(UNSUPPORTED).fetchall())
+            assert names(cur) == ["sex", "count", "count_ci95", "count_lower", "count_upper", "inferred"]
+            assert rows and all(r[5] is True and r[2] is None for r in rows)
+            for sex, value, _, lower, upper, _ in rows:
+                assert lower is not None and upper is not None
+                assert lower <= value <= upper and lower <= truth.get(sex, 0) <= upper
+            rows = bounded(lambda: cur.execute(DASHBOARD.replace("30", "%s"), (30,)).fetchall())   # extended
+            assert all(r[5] is False and r[2] > 0 and r[3] is None and r[4] is None for r in rows)
+    finally:
+        conn.close()
