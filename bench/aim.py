@@ -148,7 +148,7 @@ def dpsql_job(job: dict) -> dict:
         "[dpsql]", 'ledger = "bench.ledger"', 'cache_dir = "cache"', f"fit_iters = {job['fit_iters']}", "",
         "[budget]", f"rho = {float(epsilon_delta_to_rho(job['epsilon'], DELTA))!r}", f"delta = {DELTA}", "",
         f"[tables.{job['name']}]", f'domain = "{job["domain_toml"]}"', f'source = {{ csv = "{job["csv"]}" }}', "",
-        "[planner]", f'mode = "{job["mode"]}"', f"aim_max_model_cells = {int(job['max_model_mb'] * 2**20 / 8)}",
+        "[planner]", f'mode = "{"aim" if job["mode"] == "aim" else "hdmm"}"', f"aim_max_model_cells = {int(job['max_model_mb'] * 2**20 / 8)}",
         f"max_model_cells = {max(20_000_000, int(job['max_model_mb'] * 2**20 / 8))}", ""]))
     cliques = [tuple(c) for c in job["workload"]]
     t0 = time.perf_counter()

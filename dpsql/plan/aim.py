@@ -446,7 +446,7 @@ def plan_summary(domain, workload: Any, rho, options: AIMOptions | None = None) 
 #: HDMM's expected L1 noise per workload marginal, as a share of the table's rows, above
 #: which AIM is expected to give the lower workload error (evidence: docs/engine.md,
 #: "AIM or HDMM?", from bench/aim.py).
-AIM_NOISE_SHARE = 0.25
+AIM_NOISE_SHARE = 0.10
 
 
 @dataclass(frozen=True)
