@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
 from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, strategy_tse, term_errors
@@ -486,6 +487,20 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
     ``grid`` rounds real-valued factors so measured values lie on a lattice (None keeps
     them exact, e.g. for comparisons with the thesis tables).
     """
+    # One BLAS thread: the optimisers make thousands of small and mid-sized BLAS/LAPACK
+    # calls, where OpenBLAS's thread hand-off costs more than it saves (ALL RANGE at
+    # n = 1024, Laplace: 0.88 s on one thread vs 2.08 s on two, quiet 2-core machine), and
+    # on a loaded machine its spinning threads made the same call 10x slower (17 s vs 1.7 s;
+    # bench/RESULTS.md).  threadpoolctl is the maintained way to set this after numpy is
+    # imported (environment variables only work before).
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _optimize(W, noise, restarts, seed, caps, progress, operators=operators, grid=grid,
+                         cache=cache)
+
+
+def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
+              progress: Progress | None, *, operators: tuple[str, ...] | None,
+              grid: float | None, cache) -> Strategy:
     noise_norm(noise)
     caps = Caps() if caps is None else caps
     terms = workload_terms(W)
