@@ -392,6 +392,18 @@ def _query_name(terms: WorkloadTerms, j: int) -> str:
     return f"workload term {j}"
 
 
+def _marginal_name(terms: WorkloadTerms, clique) -> str:
+    """The columns of a marginal with their cells, and a query that needs them together (when
+    one query does), so a cap refusal says which column and query to change (issue 16)."""
+    idx = [terms.attributes.index(a) for a in clique]
+    cols = " x ".join(f"{a} ({terms.shape[i]:,})" for a, i in zip(clique, idx))
+    need = set(idx)
+    for j, t in enumerate(terms.terms):
+        if need <= set(t.support):
+            return f"over {cols}, for query {_query_name(terms, j)!r}"
+    return f"over {cols}"
+
+
 def _large_attribute_problem(terms: WorkloadTerms, op: str, caps: Caps) -> str | None:
     """Why ``op`` cannot plan this workload's large attributes (naming column and query),
     or None.  Large attributes (``gram.LARGE_CELLS``) are planned in their workload's row
@@ -549,11 +561,11 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         if op == "per-query" and not terms.parts:
             continue
         cliques = _planned_cliques(terms, op)
-        biggest = max(_prod(terms.shape[terms.attributes.index(a)] for a in c)
-                      for c in cliques)
+        widest = max(cliques, key=lambda c: _prod(terms.shape[terms.attributes.index(a)] for a in c))
+        biggest = _prod(terms.shape[terms.attributes.index(a)] for a in widest)
         if biggest > caps.marginal_cells:
             notes.append(f"{op} skipped: it would count a {biggest:,}-cell marginal "
-                         f"(cap {caps.marginal_cells:,})")
+                         f"{_marginal_name(terms, widest)} (cap {caps.marginal_cells:,})")
             continue
         size = junction_tree_size(terms.attributes, terms.shape, cliques)
         blocked = _large_attribute_problem(terms, op, caps)
@@ -595,7 +607,8 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         raise ModelTooLargeError(
             "no candidate strategy is usable (caps or support): " + "; ".join(notes),
             cliques=_planned_cliques(terms, "OPT_M"),
-            hint="split the workload, coarsen attributes, or raise the caps")
+            hint="split the workload, coarsen the named columns (bins), or raise the caps "
+                 "([planner] max_clique_cells, model_size)")
     # Exact inference needs the junction tree; a larger one is still measurable and can be
     # fitted approximately (region graphs), so over-cap candidates lose only to fitting ones.
     fitting = [s for s, size in finite if size <= caps.model_size]

@@ -89,3 +89,42 @@ def test_answers_equal_duckdb_at_a_huge_budget(people, sql):
     for g, w in zip(got, want):
         assert g[:-1] == w[:-1]
         assert g[-1] == pytest.approx(w[-1], rel=1e-3, abs=0.5)
+
+
+def test_a_marginal_over_the_cap_names_its_columns_and_query(tmp_path):
+    # Reproduced (issue 16): the refusal named the cap but not the column or the query.
+    (tmp_path / "people.csv").write_text("income,sex,age\n1,F,20\n")
+    (tmp_path / "people.toml").write_text(f"""
+[tables.people]
+source = {{ csv = "people.csv" }}
+[tables.people.columns.income]
+type = "integer"
+lo = 0
+hi = {N_CELLS - 1}
+[tables.people.columns.sex]
+type = "categorical"
+labels = ["F", "M"]
+[tables.people.columns.age]
+type = "integer"
+lo = 18
+hi = 89
+""")
+    wide = "SELECT age, COUNT(*) FROM people WHERE income BETWEEN 100 AND 2000 GROUP BY age"
+    config = {"dpsql": {"ledger": str(tmp_path / "p.ledger"), "cache_dir": str(tmp_path / "cache")},
+              "budget": {"epsilon": 1.0, "delta": 1e-6},
+              "planner": {"max_clique_cells": 100_000},
+              "tables": {"people": {"domain": str(tmp_path / "people.toml"),
+                                    "source": {"csv": str(tmp_path / "people.csv")}}},
+              "workload": {"queries": ["SELECT sex, COUNT(*) FROM people WHERE income > 3600 GROUP BY sex",
+                                       wide]}}
+    con = dpsql.connect(config, user="tester")
+    try:
+        with pytest.raises(dpsql.Error) as info:
+            con.session.plan()
+    finally:
+        con.close()
+        dpsql.dbapi._engines.clear()
+    message = str(info.value)
+    assert f"income ({N_CELLS:,}) x age (72)" in message
+    assert wide in message
+    assert "max_clique_cells" in info.value.hint
