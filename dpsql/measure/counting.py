@@ -30,6 +30,7 @@ import contextlib
 import difflib
 import logging
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Protocol, Sequence
 
@@ -196,7 +197,7 @@ class DataCheck:
         return not any(c.problems for c in self.columns)
 
 
-class SqlBackend:
+class SqlBackend(ABC):
     """Counts marginals of typed sources (a catalog gives every column's type) with one
     portable GROUPING SETS statement per round; subclasses supply the engine glue."""
 
@@ -208,14 +209,17 @@ class SqlBackend:
         self._lock = threading.Lock()
 
     # -- engine glue (subclasses) -------------------------------------------------------------
+    @abstractmethod
     def _describe(self, source: Source) -> dict[str, str]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _read(self, table: str, source: Source, expect: dict | None) -> contextlib.AbstractContextManager[Read]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _fingerprint(self, source: Source) -> dict:
-        raise NotImplementedError
+        ...
 
     def close(self) -> None:
         pass
