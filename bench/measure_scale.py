@@ -142,6 +142,23 @@ def bench_duckdb(rows: int, reps: int) -> dict:
     return res
 
 
+def alternate(engine: str, hand, backend, sets, reps: int) -> dict:
+    """The hand-written query (``hand()`` returns its rows) and dpsql's backend on the same
+    engine, alternating ``reps`` times in this process; each run's time and total count."""
+    res = {"hand": [], "dpsql": []}
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        result = hand()
+        res["hand"].append({"seconds": time.perf_counter() - t0, "rows": sum(r[-1] for r in result) // len(sets)})
+        t0 = time.perf_counter()
+        counts = backend.count_marginals(SCHEMA, sets)
+        res["dpsql"].append({"seconds": time.perf_counter() - t0, "rows": int(next(iter(counts.values())).sum())})
+        for side in ("hand", "dpsql"):
+            r = res[side][-1]
+            print(f"#   {engine} {side:5s} {r['seconds']:7.1f} s  rows {r['rows']:,}", flush=True)
+    return res
+
+
 # --- PostgreSQL ------------------------------------------------------------------------------
 
 def bench_postgres(rows: int, reps: int) -> dict:
@@ -170,20 +187,14 @@ def bench_postgres(rows: int, reps: int) -> dict:
         sql = hand_written("adult", "postgres", sets)
         backend = PostgresBackend({"adult": Source.from_config(
             {"postgres": server.url, "table": "adult", "data_version": 1, "statement_timeout": 3600}, OUT)})
-        res = {"hand": [], "dpsql": []}
-        for _ in range(reps):
-            t0 = time.perf_counter()
+        def hand() -> list:
             with psycopg.connect(server.url) as conn:
-                result = conn.execute(sql).fetchall()
-            res["hand"].append({"seconds": time.perf_counter() - t0, "rows": sum(r[-1] for r in result) // len(sets)})
-            t0 = time.perf_counter()
-            counts = backend.count_marginals(SCHEMA, sets)
-            res["dpsql"].append({"seconds": time.perf_counter() - t0, "rows": int(next(iter(counts.values())).sum())})
-            for side in ("hand", "dpsql"):
-                r = res[side][-1]
-                print(f"#   postgres {side:5s} {r['seconds']:7.1f} s  rows {r['rows']:,}", flush=True)
-        backend.close()
-        return res
+                return conn.execute(sql).fetchall()
+
+        try:
+            return alternate("postgres", hand, backend, sets, reps)
+        finally:
+            backend.close()
     finally:
         server.stop()
 
@@ -203,18 +214,8 @@ def bench_spark(rows: int, reps: int) -> dict:
     sets = cliques()
     sql = hand_written("adult_scale", "spark", sets)
     backend = SparkBackend({"adult": Source.from_config({"spark": "local[2]", "table": "adult_scale"}, OUT)})
-    res = {"hand": [], "dpsql": []}
     try:
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            result = spark.sql(sql).collect()
-            res["hand"].append({"seconds": time.perf_counter() - t0, "rows": sum(r[-1] for r in result) // len(sets)})
-            t0 = time.perf_counter()
-            counts = backend.count_marginals(SCHEMA, sets)
-            res["dpsql"].append({"seconds": time.perf_counter() - t0, "rows": int(next(iter(counts.values())).sum())})
-            for side in ("hand", "dpsql"):
-                r = res[side][-1]
-                print(f"#   spark {side:5s} {r['seconds']:7.1f} s  rows {r['rows']:,}", flush=True)
+        res = alternate("spark", lambda: spark.sql(sql).collect(), backend, sets, reps)
     finally:
         backend.close()
         spark.sql("DROP TABLE IF EXISTS adult_scale")
