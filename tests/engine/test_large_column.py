@@ -30,16 +30,7 @@ QUERIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def people(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("large")
-    rng = np.random.default_rng(7)
-    rows = 3000
-    income = np.minimum(N_CELLS - 1, rng.lognormal(7.2, 0.8, rows).astype(int))
-    with open(tmp / "people.csv", "w") as f:
-        f.write("income,sex,age\n")
-        for a, b, c in zip(income, rng.choice(["F", "M"], rows), rng.integers(18, 90, rows)):
-            f.write(f"{a},{b},{c}\n")
+def write_domain(tmp) -> None:
     (tmp / "people.toml").write_text(f"""
 [tables.people]
 source = {{ csv = "people.csv" }}
@@ -56,6 +47,19 @@ type = "integer"
 lo = 18
 hi = 89
 """)
+
+
+@pytest.fixture(scope="module")
+def people(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("large")
+    rng = np.random.default_rng(7)
+    rows = 3000
+    income = np.minimum(N_CELLS - 1, rng.lognormal(7.2, 0.8, rows).astype(int))
+    with open(tmp / "people.csv", "w") as f:
+        f.write("income,sex,age\n")
+        for a, b, c in zip(income, rng.choice(["F", "M"], rows), rng.integers(18, 90, rows)):
+            f.write(f"{a},{b},{c}\n")
+    write_domain(tmp)
     config = {
         "dpsql": {"ledger": str(tmp / "people.ledger"), "cache_dir": str(tmp / "cache")},
         "budget": {"epsilon": 1e7, "delta": 1e-6},
@@ -94,21 +98,7 @@ def test_answers_equal_duckdb_at_a_huge_budget(people, sql):
 def test_a_marginal_over_the_cap_names_its_columns_and_query(tmp_path):
     # Reproduced (issue 16): the refusal named the cap but not the column or the query.
     (tmp_path / "people.csv").write_text("income,sex,age\n1,F,20\n")
-    (tmp_path / "people.toml").write_text(f"""
-[tables.people]
-source = {{ csv = "people.csv" }}
-[tables.people.columns.income]
-type = "integer"
-lo = 0
-hi = {N_CELLS - 1}
-[tables.people.columns.sex]
-type = "categorical"
-labels = ["F", "M"]
-[tables.people.columns.age]
-type = "integer"
-lo = 18
-hi = 89
-""")
+    write_domain(tmp_path)
     wide = "SELECT age, COUNT(*) FROM people WHERE income BETWEEN 100 AND 2000 GROUP BY age"
     config = {"dpsql": {"ledger": str(tmp_path / "p.ledger"), "cache_dir": str(tmp_path / "cache")},
               "budget": {"epsilon": 1.0, "delta": 1e-6},
