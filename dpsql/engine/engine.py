@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from dpsql.pgm import GraphicalModel
     from dpsql.plan import Strategy, Workload
 
-# The planner (dpsql.plan: scipy.optimize, scipy.linalg, threadpoolctl) is imported where a
+# The planner (dpsql.plan: scipy.optimize, scipy.linalg) is imported where a
 # workload is planned, not here: a process that answers from a saved model never plans
 # (issue 17, a new process answers in ≤ 1 s; tests/engine/test_query_path.py).
 
