@@ -248,26 +248,48 @@ def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
               flush=True)
 
 
+BLAS_SNIPPET = """
+import json, sys, time
+from dpsql.engine.config import load_config
+from dpsql.engine.engine import Engine
+cfg = load_config(sys.argv[1], **({"fit_iters": int(sys.argv[2])} if sys.argv[2] != "-" else {}))
+engine = Engine(cfg)
+measurements = engine.released_measurements("adult")
+domain = engine.tables["adult"].schema.domain
+t0 = time.perf_counter()
+model = engine._fit(domain, measurements, None, "adult")
+print(json.dumps({"seconds": time.perf_counter() - t0, "iterations": len(model.loss) - 1,
+                  "kind": type(model).__name__}))
+"""
+
+
 def part_blas(checkouts: dict[str, Path], repeat: int) -> None:
     """Whether the fit gains from one BLAS thread as the planner does (OPENBLAS_NUM_THREADS=1
-    against the library's default, alternated in fresh processes, this checkout only): the
-    40-query dashboard's exact fit to convergence, and 300 iterations of the 55-marginal
-    workload's relaxed fit (its full fit runs for minutes)."""
+    against the library's default, alternated in fresh processes, this checkout only, the
+    engine's own fit of its releases): the 40-query dashboard's exact fit to convergence, and
+    300 iterations of the 55-marginal workload's relaxed fit (its full fit runs for minutes)."""
     print("\n## blas: the fit on one OpenBLAS thread vs the default (this checkout)")
     print("| fit | BLAS threads | fit (s), median | iterations |")
     print("|---|---|---:|---:|")
-    cases = [("40-query dashboard, exact, to convergence", _release_file(dashboard40(), "blas40-")[0], None),
-             ("55 marginals, relaxed, 300 iterations", _release_file(marginals55(), "blas55-")[0], 300)]
     base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-    for label, path, iters in cases:
+    base["PYTHONPATH"] = str(ROOT)
+    for label, queries, iters in (("40-query dashboard, exact, to convergence", dashboard40(), "-"),
+                                  ("55 marginals, relaxed, 300 iterations", marginals55(), "300")):
+        work = Path(tempfile.mkdtemp(prefix="blas-"))
+        cfg = write_config(work, queries, 1.0)
+        _, r = run_cli(ROOT, "measure", "--config", str(cfg), "--yes", "--no-fit")
+        assert r.returncode == 0, r.stderr
         runs: dict[str, list] = {"1": [], "default": []}
         for _ in range(repeat):
             for threads in runs:
                 env = dict(base, **({"OPENBLAS_NUM_THREADS": "1"} if threads == "1" else {}))
-                runs[threads].append(_fit(ROOT, path, iters, env))
+                r = subprocess.run([sys.executable, "-c", BLAS_SNIPPET, str(cfg), iters], env=env,
+                                   capture_output=True, text=True, timeout=3600, cwd=ROOT)
+                assert r.returncode == 0, r.stderr
+                runs[threads].append(json.loads(r.stdout.strip().splitlines()[-1]))
         for threads, out in runs.items():
-            print(f"| {label} | {threads} | {statistics.median(o['seconds'] for o in out):.2f} | "
-                  f"{out[0]['iterations']} |", flush=True)
+            print(f"| {label} ({out[0]['kind']}) | {threads} | "
+                  f"{statistics.median(o['seconds'] for o in out):.2f} | {out[0]['iterations']} |", flush=True)
 
 
 def main(argv=None) -> int:
