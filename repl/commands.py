@@ -306,7 +306,7 @@ class MetaCommands:
         # Fit and save the model now (issue 17): later queries here, other shells, server
         # connections and new processes load it instead of fitting.  Ctrl-C leaves the fit
         # to the next query; the measurement is recorded either way.
-        self.shell.work(lambda: session.engine.model(table), "fitting the model")
+        self.shell.work(lambda: session.prepare_model(table), "fitting the model")
         self.shell.model_note = ""
         return True
 

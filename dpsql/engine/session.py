@@ -234,6 +234,12 @@ class Session:
             return aim_cost(self.engine, self._table(table))
         return self.engine.measure_cost(self._table(table))
 
+    def prepare_model(self, table: str | None = None) -> int:
+        """Load or fit the model of the table's current releases now, and save it (front ends
+        call it right after measuring, so that later queries and new processes load it
+        instead of fitting; issue 17).  Returns the model version."""
+        return self.engine.model(self._table(table))[2]
+
     def synthetic(self, table: str | None = None, rows: int | None = None, *,
                   numbers: str = "label", method: str = "rounding", seed: int | None = None):
         """Synthetic records from the current model (post-processing: spends nothing).
