@@ -443,27 +443,60 @@ _WITHIN_BIGINT = frozenset({"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT",
 _ARITHMETIC_BOUND = 1 << 62
 
 
-def uniform_bins_sql(att: Attribute, x: exp.Expression, sql_type: str, dialect: str) -> exp.Expression | None:
-    """The bin of a non-NULL value of an integer-typed column, by arithmetic, for an integer
-    attribute with uniform bins: ``(LEAST(GREATEST(CAST(x AS BIGINT), lo), hi) - lo) DIV w``;
-    None where that form does not apply (explicit edges, or a type or bounds outside the
-    guards below).
+def _within_bound(att: Attribute) -> bool:
+    """Every bound or label of an integer attribute or integer-labelled categorical lies
+    strictly inside ±2^62."""
+    if att.kind == "integer":
+        return -_ARITHMETIC_BOUND < att.lo <= att.hi < _ARITHMETIC_BOUND
+    return att.kind == "categorical" and all(-_ARITHMETIC_BOUND < v < _ARITHMETIC_BOUND for v in att.labels_)
+
+
+def integer_value_sql(att: Attribute, x: exp.Expression, sql_type: str, dialect: str) -> exp.Expression | None:
+    """A non-NULL value of an integer-typed column as an expression that lands in the same
+    cell and every value of which is a BIGINT; None where there is none (``accepts``
+    refuses such a column from its type, before anything is counted).
+
+    Types within BIGINT (every PostgreSQL and Spark integer type) are returned as they are.
+    DuckDB's UBIGINT, HUGEINT and UHUGEINT are first clamped to ±2^62 in their own type:
+    an attribute whose bounds (integer) or labels (categorical) lie inside ±2^62 puts a
+    value beyond in the same cell as the clamped one (an end bin; not a label).  Without
+    the clamp a UHUGEINT above 2^63 made ``x < -3`` or ``x = -1`` a conversion error in
+    DuckDB (1.4, 2.0): one row could fail the query.  Numeric attributes compare
+    ``CAST(x AS DOUBLE)``, which is defined for every integer."""
+    name = _type_name(sql_type, dialect)
+    if name in _WITHIN_BIGINT or att.kind == "numeric":
+        return x
+    if not _within_bound(att):
+        return None
+    dtype = exp.DataType.build(sql_type, dialect=dialect)
+
+    def bound(v: int) -> exp.Expression:
+        return exp.cast(_lit(v), dtype.copy())
+    clamped = exp.Anonymous(this="least", expressions=[x.copy(), bound(_ARITHMETIC_BOUND)])
+    if not name.startswith("U"):
+        clamped = exp.Anonymous(this="greatest", expressions=[clamped, bound(-_ARITHMETIC_BOUND)])
+    return exp.cast(clamped, "BIGINT")
+
+
+def uniform_bins_sql(att: Attribute, x: exp.Expression, dialect: str) -> exp.Expression | None:
+    """The bin of ``x`` (never NULL, every value a BIGINT: :func:`integer_value_sql`) by
+    arithmetic, for an integer attribute with uniform bins:
+    ``(LEAST(GREATEST(CAST(x AS BIGINT), lo), hi) - lo) DIV w``; None for explicit edges
+    or bounds outside ±2^62.
 
     It equals ``index_of``: values below ``lo`` clamp to bin 0, above ``hi`` to the last bin
     (``(hi - lo) DIV w``), and an integer ``v`` in between lands in ``(v - lo) DIV w``, the
     number of bin starts ``lo + k·w`` at or below it (``bisect_right`` over the thresholds).
-    It cannot fail on any row: the cast is exact because the catalog type holds only
-    BIGINTs (taken from the source's declared schema, never from the data); the clamped
-    value lies in ``[lo, hi]`` and ``|lo|, |hi| < 2^62``, so ``v - lo`` cannot overflow;
-    the dividend is never negative, so truncating and flooring division agree.  NULL is
-    handled before (``GREATEST``/``LEAST`` skip NULLs on PostgreSQL and Spark).  One
-    expression per row instead of a chain of up to ~17 comparisons (adult's 99-bin
-    hours_per_week took six times a plain scan of the column)."""
-    if att.kind != "integer" or att.edges is not None or _type_name(sql_type, dialect) not in _WITHIN_BIGINT:
+    It cannot fail on any row: the cast is exact (every value is a BIGINT; it widens
+    narrower types so that ``v - lo`` is computed in BIGINT); the clamped value lies in
+    ``[lo, hi]`` and ``|lo|, |hi| < 2^62``, so ``v - lo`` cannot overflow; the dividend is
+    never negative, so truncating and flooring division agree.  NULL is handled before
+    (``GREATEST``/``LEAST`` skip NULLs on PostgreSQL and Spark).  One expression per row
+    instead of a chain of up to ~17 comparisons (adult's 99-bin hours_per_week took six
+    times a plain scan of the column)."""
+    if att.kind != "integer" or att.edges is not None or not _within_bound(att):
         return None
     lo, hi, width = att.lo, att.hi, att.bin_width
-    if not -_ARITHMETIC_BOUND < lo <= hi < _ARITHMETIC_BOUND:
-        return None
     value = exp.cast(x.copy(), "BIGINT")
     clamped = exp.Anonymous(this="least", expressions=[
         exp.Anonymous(this="greatest", expressions=[value, _lit(lo)]), _lit(hi)])
@@ -536,7 +569,9 @@ def accepts(att: Attribute, sql_type: str, dialect: str = "duckdb") -> bool:
         return True
     if att.kind == "categorical" and att.python_type is str:
         return fam in ("integer", "boolean")
-    return fam in ("integer", "float", "decimal")
+    if fam == "integer":
+        return integer_value_sql(att, exp.column("x"), sql_type, dialect) is not None
+    return fam in ("float", "decimal")
 
 
 def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
@@ -558,15 +593,19 @@ def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
         nan = is_nan(x)
         cell = cell.when(nan.copy(), inv)
         status = status.when(nan, _s("unreadable"))
-    if fam == "integer" and att.kind != "categorical":
+    if fam == "integer":
         # an integer type holds neither NaN nor (past the branch above) NULL: the bins alone
-        value = uniform_bins_sql(att, x, sql_type, dialect)
-        value = value if value is not None else att.bins_sql(x.copy())
+        v = integer_value_sql(att, x, sql_type, dialect)   # not None: accepts() checked the type
+        if att.kind == "categorical":
+            value = att.index_sql(v)
+        else:
+            value = uniform_bins_sql(att, v, dialect)
+            value = value if value is not None else att.bins_sql(v.copy())
     else:
         value = att.index_sql(x.copy())
     return Converted(pre, cell.else_(value), status.else_(_number_status(att, x)))
 
 
 __all__ = ["normalise_csv", "split_fields", "unquote", "line_scan", "csv_fields", "convert_text",
-           "typed_column", "label_index_sql", "uniform_bins_sql", "accepts", "accepts_id", "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",
+           "typed_column", "label_index_sql", "integer_value_sql", "uniform_bins_sql", "accepts", "accepts_id", "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",
            "PROBLEMS", "Framed", "record_grammar"]
