@@ -25,7 +25,9 @@ rows) and each declared attribute is converted by a total expression for its typ
 source is refused before anything is counted (:func:`typed_column`).
 
 The cell expressions come from ``Attribute.index_sql`` after this conversion, with the
-unreadable cases sent to ``Attribute.invalid_index`` (``dpsql.domain``).  Each expression
+unreadable cases sent to ``Attribute.invalid_index`` (``dpsql.domain``); typed columns take
+shortcuts chosen from their catalog type (:func:`uniform_bins_sql`, :func:`label_index_sql`,
+:func:`integer_value_sql`; ``docs/domains.md``, "Typed columns take shortcuts").  Each expression
 also has a *status* twin for ``dpsql check`` (:data:`STATUSES`).
 """
 
