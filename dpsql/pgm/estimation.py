@@ -38,6 +38,7 @@ from dpsql.pgm.loss import MarginalLoss, SparseLoss
 from dpsql.pgm.measurement import (Measurement, estimate_total, identity_scale, lambda_max,
                                    lipschitz, subgradient_bound)
 from dpsql.pgm.model import GraphicalModel
+from dpsql.pgm.polish import polish
 
 __all__ = ["DEFAULT_CAPACITY", "Progress", "estimate", "estimated_gap", "check_capacity"]
 
@@ -232,8 +233,27 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
         theta, history = _adaptive(bp, loss, theta, total, measurements, iters, tol, callback)
     else:
         theta, history = _accelerated(bp, loss, theta, total, measurements, iters, tol, callback)
-    return GraphicalModel(domain, tree, theta, total,
-                          measured=[m.clique for m in measurements], loss=history)
+    polished = None
+    if gap is not None and norm == "l2":
+        theta, polished = _polish_step(tree, bp, loss, measurements, theta, total, history)
+    model = GraphicalModel(domain, tree, theta, total,
+                           measured=[m.clique for m in measurements], loss=history)
+    model.polished = polished
+    return model
+
+
+def _polish_step(tree, bp, loss, measurements, theta, total, history):
+    """The exact step of :mod:`dpsql.pgm.polish` after a converged fit: returns the potentials
+    and the loss (first-order, polished), or the fit's own potentials and None."""
+    sparse = loss if isinstance(loss, SparseLoss) else SparseLoss.build(tree, measurements)
+    if sparse is None:
+        return theta, None
+    mu = bp.marginals(theta, total)
+    tables = polish(tree, sparse.P, sparse.w, sparse.y, mu, total)
+    if tables is None:
+        return theta, None
+    before, after = sparse.value(mu), sparse.value(tables)
+    return _theta_from_marginals(tree, tables), (before, after)
 
 
 #: Iterations over which the loss decrease is measured by :func:`estimated_gap`.
