@@ -38,7 +38,6 @@ from dpsql.pgm.loss import MarginalLoss, SparseLoss
 from dpsql.pgm.measurement import (Measurement, estimate_total, identity_scale, lambda_max,
                                    lipschitz, subgradient_bound)
 from dpsql.pgm.model import GraphicalModel
-from dpsql.pgm.polish import polish
 
 __all__ = ["DEFAULT_CAPACITY", "Progress", "estimate", "estimated_gap", "check_capacity"]
 
@@ -245,6 +244,8 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
 def _polish_step(tree, bp, loss, measurements, theta, total, history):
     """The exact step of :mod:`dpsql.pgm.polish` after a converged fit: returns the potentials
     and the loss (first-order, polished), or the fit's own potentials and None."""
+    from dpsql.pgm.polish import polish   # scipy.sparse: fitting only (a saved model's reader never loads it)
+
     sparse = loss if isinstance(loss, SparseLoss) else SparseLoss.build(tree, measurements)
     if sparse is None:
         return theta, None
