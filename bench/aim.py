@@ -121,6 +121,8 @@ def workload(table: dict, kind: str, seed: int = 0) -> list[tuple[str, ...]]:
     triples = list(itertools.combinations(attrs, 3))
     if kind == "all3way":
         return triples
+    if kind == "all2way":  # a smaller case than the thesis's, where the reference must finish
+        return list(itertools.combinations(attrs, 2))
     if kind == "target":
         target = table["target"]
         if target is None:  # thesis: "chosen uniformly at random" for the other tables
@@ -312,9 +314,11 @@ def main(argv=None) -> int:
     ap.add_argument("--eps", default="0.1,1,10")
     ap.add_argument("--systems", default="dpsql,hdmm,reference")
     ap.add_argument("--trials", type=int, default=1)
+    ap.add_argument("--first-trial", type=int, default=0, help="number (and seed) of the first trial, to add trials")
     ap.add_argument("--max-model-mb", type=float, default=80.0, help="MAX-SIZE for both AIMs (thesis: 80)")
     ap.add_argument("--fit-iters", type=int, default=1000, help="dpsql's final fit (rounds use 200)")
     ap.add_argument("--ref-iters", type=int, default=1000, help="reference: mirror descent iterations per round")
+    ap.add_argument("--ref-rounds", type=int, help="reference: its T (default 16·d, as dpsql's)")
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--reference-src", default=os.environ.get("DPSQL_AIM_REFERENCE"),
                     help="checkout of ryan112358/mbi's mechanisms/ folder (or $DPSQL_AIM_REFERENCE)")
@@ -346,14 +350,14 @@ def main(argv=None) -> int:
         for wl in args.workloads.split(","):
             cliques = workload(table, wl)
             for eps in (float(e) for e in args.eps.split(",")):
-                for trial in range(args.trials):
+                for trial in range(args.first_trial, args.first_trial + args.trials):
                     for system in systems:
                         job = dict(table, workload=[list(c) for c in cliques], epsilon=eps, seed=1000 * trial + 7,
                                    rows=sum(1 for _ in open(table["csv"])) - 1, max_model_mb=args.max_model_mb,
                                    fit_iters=args.fit_iters)
                         if system == "reference":
                             job.update(reference_src=args.reference_src, delta=DELTA, max_model_size=args.max_model_mb,
-                                       max_iters=args.ref_iters, synth_rows=job["rows"])
+                                       max_iters=args.ref_iters, synth_rows=job["rows"], rounds=args.ref_rounds)
                             res = _run([str(ref_py), str(PEERS / "mbi_aim_runner.py")], job, args.timeout)
                         else:
                             job["mode"] = {"dpsql": "aim", "hdmm": "hdmm", "hdmm-plan": "hdmm-plan"}[system]
