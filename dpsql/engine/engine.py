@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -41,14 +41,18 @@ from dpsql.measure.counting import Backend
 from dpsql.measure.router import open_backend
 from dpsql.measure import release as rel
 from dpsql.measure.identity import TableIdentity
-from dpsql.pgm import GraphicalModel, Measurement
-from dpsql.pgm.measurement import estimate_total
+from dpsql.pgm.measurement import Measurement, estimate_total
 from dpsql.pgm.auto import fit
 from dpsql.pgm.store import load_model, save_model
-from dpsql.plan import (
-    Caps, QuerySpec, Strategy, StrategyCache, Workload, optimize, query_errors, svd_lower_bound,
-)
 from dpsql.privacy.ledger import Ledger
+
+if TYPE_CHECKING:
+    from dpsql.pgm import GraphicalModel
+    from dpsql.plan import Strategy, Workload
+
+# The planner (dpsql.plan: scipy.optimize, scipy.linalg, threadpoolctl) is imported where a
+# workload is planned, not here: a process that answers from a saved model never plans
+# (issue 17, a new process answers in ≤ 1 s; tests/engine/test_query_path.py).
 
 Released = tuple[rel.LatticeBlock, np.ndarray, float]
 
@@ -355,6 +359,7 @@ class Engine:
         """Compile workload SQL (public) into an HDMM workload over the table's domain,
         one query part per linear query, scaled for the configured objective
         (``dpsql.plan.objective``; weights from ``-- weight:`` comments or the config)."""
+        from dpsql.plan import QuerySpec, Workload
         from dpsql.sql import compile as compile_sql
 
         if queries is None:
@@ -382,6 +387,8 @@ class Engine:
 
     def plan(self, table: str, queries: Sequence[str] | None = None,
              rho: float | None = None) -> PlanReport:
+        from dpsql.plan import Workload, query_errors, svd_lower_bound
+
         t0 = time.perf_counter()
         workload, names, blocks, labels = self.workload_for(table, queries)
         rho = rho if rho is not None else self.workload_rho()
@@ -424,6 +431,8 @@ class Engine:
         A strategy whose real-valued factors cannot be put on the measurement lattice at
         this budget without losing rank (``release.lattice_keeps_rank``) is replaced by the
         best strategy of the operators with integer blocks (OPT_+ and OPT_M)."""
+        from dpsql.plan import Caps, StrategyCache, optimize
+
         opts = self.config.planner
         if self._strategy_cache is None:
             self._strategy_cache = StrategyCache(self.config.cache_dir)
@@ -450,6 +459,8 @@ class Engine:
         (issue 21).  When neither the strategy nor an earlier release determines the
         total, the total count joins the workload and HDMM plans again: one more row,
         paid from the same budget."""
+        from dpsql.plan import Workload
+
         strategy = self.optimize(workload, rho, unit_rows)
         probe = [Measurement(b.clique, b.query, np.zeros(b.query.shape[0]), 1.0) for b in strategy.blocks]
         if estimate_total(list(released) + probe) is not None:
@@ -572,6 +583,8 @@ class Engine:
         missing = self.unsupported_workload(table, queries)
         if not missing:
             return None
+        from dpsql.plan import Workload
+
         workload = Workload(self._state(table).schema.domain, linalg.Union(missing))
         return self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id,
                                      self.released_measurements(table))

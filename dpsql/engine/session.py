@@ -33,7 +33,6 @@ from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
 from dpsql.engine.variance import Z95
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
                           PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
-from dpsql.plan import Workload
 
 POLICIES = ("informed", "infer", "measure", "refuse")
 
@@ -375,6 +374,7 @@ class Session:
         """Policy "measure": plan a strategy for the unsupported linear queries and measure it
         with this user's per-query budget (charged before any data is read), once approved."""
         from dpsql import linalg
+        from dpsql.plan import Workload   # the planner: only when a query is measured on demand
         table = compiled.table
         state = self.engine._state(table)
         workload = Workload(state.schema.domain, linalg.Union([lq.matrix for lq in unsupported]))

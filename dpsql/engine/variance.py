@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsql.linalg import Kron, QueryMatrix, Sum, Union, Weighted
-from dpsql.plan.algebra import JointSupport
+from dpsql.plan.joint import JointSupport
 
 # The two-sided 95% normal quantile: a standard error times Z95 is the half-width of the
 # 95% interval that every front end shows (``ci95`` error mode).

@@ -13,7 +13,6 @@ pseudo-inverse where one exists; the range leaves (P and friends) are in
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from dpsql.errors import ProgrammingError
 from dpsql.linalg.base import Explicit, Product, QueryMatrix, Weighted, _pnorm
@@ -245,8 +244,18 @@ class Bucket(QueryMatrix):
         self.buckets = r
         self._shape = (r, self.n)
         keep = np.flatnonzero(f >= 0)
-        self._matrix = sp.csr_matrix((np.ones(keep.size), (f[keep], keep)), shape=self._shape)
+        self._sparse = None
         self._counts = np.bincount(f[keep], minlength=r).astype(np.float64)
+
+    @property
+    def _matrix(self):
+        # Built on first product: compiling a query with a bucketed column needs none, and
+        # scipy.sparse is then never imported by a process that only answers (issue 17).
+        if self._sparse is None:
+            import scipy.sparse as sp
+            keep = np.flatnonzero(self.mapping >= 0)
+            self._sparse = sp.csr_matrix((np.ones(keep.size), (self.mapping[keep], keep)), shape=self._shape)
+        return self._sparse
 
     def _matmat(self, X):
         return np.asarray(self._matrix @ X, dtype=np.float64)
@@ -267,7 +276,10 @@ class Bucket(QueryMatrix):
         return float(self._counts.sum())
 
     def _dense(self):
-        return self._matrix.toarray()
+        out = np.zeros(self._shape)
+        keep = np.flatnonzero(self.mapping >= 0)
+        out[self.mapping[keep], keep] = 1.0
+        return out
 
     def __repr__(self):
         return f"Bucket({self.n}, buckets={self.buckets})"

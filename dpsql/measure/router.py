@@ -56,8 +56,10 @@ class Router:
 
     def fingerprint(self, table: str) -> dict:
         source = self._sources.get(table)
-        if source is not None and source.data_version is not None:
-            return {"data_version": source.data_version}   # no engine needed
+        if source is not None and (source.data_version is not None or _engine_of(source) == "duckdb"):
+            # a declared version, or a file's size and hash: no engine needed, so a process
+            # that answers from a saved model never starts DuckDB (issue 17)
+            return source.fingerprint()
         return self.backend(table).fingerprint(table)
 
     def source_columns(self, table: str) -> dict[str, str]:

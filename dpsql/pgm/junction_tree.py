@@ -20,8 +20,6 @@ import heapq
 from collections.abc import Iterable, Sequence
 from math import prod
 
-import networkx as nx
-
 __all__ = ["JunctionTree", "elimination_order", "model_size"]
 
 
@@ -223,10 +221,69 @@ class JunctionTree:
         self.size = sum(self.clique_size(c) for c in maximal)
         self._build_tree(position)
 
+    @classmethod
+    def from_structure(cls, attributes: Sequence[str], sizes: dict[str, int] | Sequence[int],
+                       cliques: Sequence[Sequence[str]], parent: Sequence[int],
+                       preorder: Sequence[int], order: Sequence[str]) -> "JunctionTree":
+        """The tree a fit built, from its stored cliques, parent links, visiting order and
+        elimination order (``dpsql.pgm.store``): loading a saved model neither triangulates
+        again nor imports networkx (issue 17: a new process answers in ≤ 1 s).  Raises
+        ValueError unless it is a junction tree of the domain: canonical cliques covering
+        it, one root visited first, every clique after its parent, and the running
+        intersection property."""
+        self = cls.__new__(cls)
+        attributes = tuple(attributes)
+        if not isinstance(sizes, dict):
+            sizes = dict(zip(attributes, sizes))
+        self.attributes = attributes
+        self.sizes = {a: int(sizes[a]) for a in attributes}
+        position = {a: i for i, a in enumerate(attributes)}
+        self.cliques = [tuple(c) for c in cliques]
+        self.order = list(order)
+        self.parent = [int(p) for p in parent]
+        self.preorder = [int(i) for i in preorder]
+        n = len(self.cliques)
+        if (any(a not in position for c in self.cliques for a in c)
+                or any(c != _canonical(position, c) for c in self.cliques)
+                or set().union(*map(set, self.cliques)) != set(attributes)
+                or sorted(self.order) != sorted(attributes)
+                or len(self.parent) != n or sorted(self.preorder) != list(range(n))):
+            raise ValueError("not a junction tree of this domain")
+        self.root = self.preorder[0]
+        seen = set()
+        for v in self.preorder:
+            if (self.parent[v] == -1) != (v == self.root) or (v != self.root and self.parent[v] not in seen):
+                raise ValueError("the parent links do not form one tree in this order")
+            seen.add(v)
+        self.size = sum(self.clique_size(c) for c in self.cliques)
+        self._finish(position)
+        for a, members in self.by_attribute.items():   # running intersection property
+            tops = [i for i in members if self.parent[i] < 0 or a not in self.clique_sets[self.parent[i]]]
+            if len(tops) != 1:
+                raise ValueError(f"the cliques holding {a!r} are not connected in the tree")
+        return self
+
     def clique_size(self, clique: Sequence[str]) -> int:
         return prod(self.sizes[a] for a in clique)
 
+    def _finish(self, position: dict[str, int]) -> None:
+        """Edges, separators and the per-attribute index from cliques, parent and preorder."""
+        by_attr: dict[str, list[int]] = {}
+        for i, c in enumerate(self.cliques):
+            for a in c:
+                by_attr.setdefault(a, []).append(i)
+        sets = [frozenset(c) for c in self.cliques]
+        self.by_attribute, self.clique_sets = by_attr, sets
+        self.edges = [(self.parent[v], v) for v in self.preorder[1:]]
+        self.separators = {
+            (p, c): _canonical(position, sets[p] & sets[c]) for p, c in self.edges}
+        self.children = [[] for _ in self.cliques]
+        for p, c in self.edges:
+            self.children[p].append(c)
+
     def _build_tree(self, position: dict[str, int]) -> None:
+        import networkx as nx   # only when a tree is built, not when a saved one is loaded
+
         graph = nx.Graph()
         graph.add_nodes_from(range(len(self.cliques)))
         by_attr: dict[str, list[int]] = {}
@@ -253,12 +310,7 @@ class JunctionTree:
         for u, v in nx.bfs_edges(tree, self.root):
             self.parent[v] = u
             self.preorder.append(v)
-        self.edges = [(self.parent[v], v) for v in self.preorder[1:]]
-        self.separators = {
-            (p, c): _canonical(position, sets[p] & sets[c]) for p, c in self.edges}
-        self.children: list[list[int]] = [[] for _ in self.cliques]
-        for p, c in self.edges:
-            self.children[p].append(c)
+        self._finish(position)
 
     def host(self, clique: Iterable[str]) -> int:
         """Index of the smallest maximal clique containing ``clique`` (KeyError if none)."""

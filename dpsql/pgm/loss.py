@@ -24,14 +24,17 @@ where branches merge, instead of once onto the whole host per group.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from dpsql.pgm.junction_tree import JunctionTree
 from dpsql.pgm.measurement import DENSE_LIMIT, Measurement, _Operator, dense
 
 __all__ = ["MarginalLoss", "SparseLoss", "SPARSE_MAX_NNZ"]
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 _sum = np.add.reduce
 
@@ -255,6 +258,8 @@ class SparseLoss:
 
     @classmethod
     def build(cls, tree: JunctionTree, measurements: Sequence[Measurement]) -> "SparseLoss | None":
+        import scipy.sparse as sp   # fitting only: a process answering from a saved model never loads it
+
         position = {a: i for i, a in enumerate(tree.attributes)}
         shapes = [tuple(tree.sizes[a] for a in c) for c in tree.cliques]
         sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]

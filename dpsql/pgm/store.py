@@ -3,10 +3,11 @@
 A model is a function of released (noisy) measurements only, so its file is as public as
 the releases themselves.  One ``.npz`` file holds a JSON header (kind, structure, total,
 fit summary, a checksum of the arrays) and the arrays: the junction tree's potentials and
-calibrated probabilities (exact model) or the region graph's θ̂, τ̂ and messages
-(relaxed model).  Loading rebuilds the structure from the stored measured cliques and
-checks that it is the stored one, and skips belief propagation (the probabilities are
-stored), so it costs about as much as reading the arrays.
+calibrated probabilities and the tree itself (cliques, parent links, visiting and
+elimination orders) for the exact model, or the region graph's θ̂, τ̂ and messages for
+the relaxed model.  Loading checks that the stored tree is a junction tree holding every
+measured clique (no triangulation, no networkx) and skips belief propagation (the
+probabilities are stored), so it costs about as much as reading the arrays.
 
 Files are written to a temporary name and renamed, so a reader never sees half a model;
 any problem on loading (missing, truncated, other version, other structure) returns
@@ -78,6 +79,9 @@ def save_model(model, path: str | os.PathLike) -> None:
         gm: GraphicalModel = exact.model if exact is not None else model
         header = _header_common(exact or gm, "exact", gm.domain)
         header.update({"cliques": [list(c) for c in gm.tree.cliques],
+                       "parent": [int(p) for p in gm.tree.parent],
+                       "preorder": [int(i) for i in gm.tree.preorder],
+                       "order": list(gm.tree.order),
                        "log_partition": float(gm.log_partition)})
         for i, (t, p) in enumerate(zip(gm.theta, gm._probs)):
             arrays[f"theta_{i}"], arrays[f"probs_{i}"] = np.asarray(t), np.asarray(p)
@@ -113,9 +117,16 @@ def load_model(path: str | os.PathLike, domain: Domain):
     sizes = dict(zip(domain.attributes, domain.shape))
     try:
         if header["kind"] == "exact":
-            tree = JunctionTree(domain.attributes, sizes, measured)
-            if [list(c) for c in tree.cliques] != header["cliques"]:
-                return None
+            if "parent" in header:
+                tree = JunctionTree.from_structure(domain.attributes, sizes, header["cliques"],
+                                                   header["parent"], header["preorder"], header["order"])
+                hosts = tree.clique_sets
+                if not all(any(set(c) <= h for h in hosts) for c in measured):
+                    return None
+            else:   # saved before the tree was stored: build it again
+                tree = JunctionTree(domain.attributes, sizes, measured)
+                if [list(c) for c in tree.cliques] != header["cliques"]:
+                    return None
             n = len(tree.cliques)
             theta = [arrays[f"theta_{i}"] for i in range(n)]
             probs = [arrays[f"probs_{i}"] for i in range(n)]

@@ -3,19 +3,43 @@
 ``optimize(W, noise, ...)`` returns a :class:`Strategy` whose measurement blocks the
 measure step counts; ``expected_error``/``rmse``/``svd_bound`` evaluate strategies from
 structured grams; ``least_squares`` is the HDMM-only reconstruction baseline.
+
+The names below are imported on first use (PEP 562): a process that only answers from a
+saved model imports ``dpsql.plan.joint`` (standard errors of ResidualPlanner releases) and
+none of the planner, scipy.optimize or scipy.linalg (issue 17: ≤ 1 s per new process).
 """
 
-from dpsql.plan.cache import StrategyCache
-from dpsql.plan.calibration import analytic_gaussian_sigma, gaussian_sigma, zcdp_sigma
-from dpsql.plan.error import expected_error, per_query_variance, query_errors, rmse, term_errors
-from dpsql.plan.objective import QueryPart, QuerySpec
-from dpsql.plan.planner import (
-    Caps, opt_0, opt_kron, opt_marginals, opt_per_query, opt_union, optimize, round_strategy,
-)
-from dpsql.plan.reconstruct import LeastSquaresEstimate, least_squares
-from dpsql.plan.strategy import MeasurementBlock, Strategy
-from dpsql.plan.svd_bound import svd_bound, svd_lower_bound
-from dpsql.plan.workload import Workload
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "StrategyCache": "cache",
+    "analytic_gaussian_sigma": "calibration", "gaussian_sigma": "calibration", "zcdp_sigma": "calibration",
+    "expected_error": "error", "per_query_variance": "error", "query_errors": "error", "rmse": "error",
+    "term_errors": "error",
+    "QueryPart": "objective", "QuerySpec": "objective",
+    "Caps": "planner", "opt_0": "planner", "opt_kron": "planner", "opt_marginals": "planner",
+    "opt_per_query": "planner", "opt_union": "planner", "optimize": "planner", "round_strategy": "planner",
+    "LeastSquaresEstimate": "reconstruct", "least_squares": "reconstruct",
+    "MeasurementBlock": "strategy", "Strategy": "strategy",
+    "svd_bound": "svd_bound", "svd_lower_bound": "svd_bound",
+    "Workload": "workload",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dpsql.plan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dpsql.plan.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "Workload", "QuerySpec", "QueryPart", "Strategy", "MeasurementBlock", "Caps",

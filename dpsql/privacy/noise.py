@@ -317,12 +317,15 @@ def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarr
     ``accountant.rho_gaussian``).
     """
     s2 = as_fraction(sigma2, "sigma2")
-    if s2 > _MAX_SCALE:
+    a, b = s2.numerator, s2.denominator
+    # The int64 bound is on the Laplace proposal's scale t = floor(sigma) + 1 (its L*V + U),
+    # not on sigma2: a residual block over two 1,024-scaled integer factors (plan/residual)
+    # legitimately needs sigma2 ~ 10^17-10^18 in lattice units, and such draws are as cheap.
+    if math.isqrt(a // b) + 1 > _MAX_SCALE:
         raise ConfigError(f"discrete Gaussian sigma2 {float(s2):g} is too large",
-                          hint="sigma2 above 2**50 would overflow int64 noise")
+                          hint="sigma above 2**50 would overflow int64 noise")
     shape, n = _check_size(size)
     bits = _source(rng)
-    a, b = s2.numerator, s2.denominator
     t, acc_lo, acc_hi = _gaussian_plan(a, b)
     cap = acc_lo.size
     coarse = (cap - 1) * t * b >= a

@@ -12,8 +12,6 @@ Registered into ``dpsql.cli`` through ``register(subparsers, common)``.
 
 from __future__ import annotations
 
-import getpass
-import ssl
 import sys
 
 from dpsql import errors
@@ -36,6 +34,7 @@ def cmd_serve(args) -> int:
     server_cfg = load_server_config(config)
     context = None
     if args.tls_cert:
+        import ssl
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(args.tls_cert, args.tls_key)
     elif not is_loopback(args.host):
@@ -71,6 +70,7 @@ def _read_password(args) -> str:
         return args.password
     if args.password_stdin:
         return sys.stdin.readline().rstrip("\n")
+    import getpass
     first = getpass.getpass("password: ")
     if getpass.getpass("again: ") != first:
         raise errors.InterfaceError("passwords do not match")

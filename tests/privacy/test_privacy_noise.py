@@ -91,6 +91,20 @@ def test_large_laplace_scale_uses_memoryless_redraws():
     assert abs(mean_abs - 1.0) < 4 * 1.0 / math.sqrt(sample.size)
 
 
+def test_gaussian_with_sigma2_beyond_2_to_the_50():
+    # A residual block of two 1,024-scaled integer factors at eps = 1 needs sigma2 ~ 4.9e17
+    # in lattice units; it was refused ("too large") although only the proposal scale
+    # t = floor(sigma) + 1 must stay inside int64's safe range.
+    sigma2 = Fraction(485891705873528600)
+    sample = discrete_gaussian(sigma2, 20_000, rng=SeededBitSource(13)).astype(float)
+    sd = math.sqrt(float(sigma2))
+    n = sample.size
+    assert abs(sample.mean() / sd) < 4 / math.sqrt(n)
+    assert abs(sample.std() / sd - 1.0) < 4 / math.sqrt(2 * n)
+    with pytest.raises(ConfigError):
+        discrete_gaussian(Fraction(1 << 102), 3)
+
+
 def test_goodness_of_fit_rejects_a_wrong_distribution():
     sample = discrete_gaussian(Fraction(100), 200_000, rng=SeededBitSource(5))
     assert _chi_square(sample, "gauss", Fraction(104)) < ALPHA
