@@ -297,6 +297,11 @@ def report(paths: list[str], data_dir: Path) -> str:
         if h is None and e is not None and a and e < a["model_error"]:
             cands.append((e, "HDMM (expected)"))
         best = min(cands, default=(None, "–"))[1]
+        if best == "AIM" and h is None and e is not None:
+            best = "AIM (vs HDMM expected)"
+        if a and r and a["n"] > 1 and r["n"] > 1 and \
+                abs(a["model_error"] - r["model_error"]) < max(a["sd"], r["sd"]):
+            best = "tie (AIM, reference)"  # within one trial's sd of each other
         trials = lambda v: "" if not v or v["n"] == 1 else (  # noqa: E731
             f" (mean ± sd of {v['n']}: ± {v['sd']:.4f})" if v.get("sd") is not None else f" (mean of {v['n']})")
         lines.append(" | ".join([
