@@ -531,12 +531,18 @@ class _Binned(Attribute):
         all hold NaN equal to itself, and PostgreSQL has no ``isnan``."""
         from sqlglot import exp
         x = self._sql_value(_column_expr(column))
-        bins = _threshold_case(x, self._thresholds(), self._sql_literal, 0)
+        bins = self.bins_sql(column)
         return (exp.Case()
                 .when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Literal.number(self.null_place))
                 .when(exp.EQ(this=exp.cast(x.copy(), "DOUBLE"), expression=exp.cast(exp.Literal.string("NaN"), "DOUBLE")),
                       exp.Literal.number(self.invalid_index))
                 .else_(bins))
+
+    def bins_sql(self, column):
+        """The bin of a value that is neither NULL nor NaN (the ``x < t`` chain of
+        :meth:`index_sql` without its NULL and NaN branches): for a reader that knows from
+        the column's declared type that neither can occur (``dpsql.measure.reader``)."""
+        return _threshold_case(self._sql_value(_column_expr(column)), self._thresholds(), self._sql_literal, 0)
 
     def _check_predicate_value(self, value: Any) -> None:
         if not _is_real(value) or _is_nan(value):

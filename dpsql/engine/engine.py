@@ -61,7 +61,7 @@ Released = tuple[rel.LatticeBlock, np.ndarray, float]
 MODEL_FORMAT = "1"
 #: The estimator's identity: part of every saved model's key, so a fit by an older
 #: estimator is never loaded after the estimator changed.
-ESTIMATOR_VERSION = "pgm-2026-11-gap"
+ESTIMATOR_VERSION = "pgm-2026-11-noise-variance"
 
 #: Fits end when the estimated optimality gap is at most atol + rtol·loss (loss in units of
 #: each measurement's σ, so the test is the same at every noise scale; ``fit_iters`` is a
@@ -656,7 +656,7 @@ class Engine:
             if model is not None:
                 self.progress("fit", {"table": table, "loaded": True, "done": True, "seconds": 0.0})
                 return model
-        measurements = [Measurement(b.clique, b.query(), values, sd) for b, values, sd in released]
+        measurements = self.fit_measurements(released)
         if estimate_total(measurements) is None and previous is None:
             # Releases from before optimize_counted existed may not determine it.
             raise OperationalError(
@@ -670,6 +670,14 @@ class Engine:
         except OSError:
             pass  # a read-only directory only costs later processes a refit
         return model
+
+    def fit_measurements(self, released) -> list[Measurement]:
+        """Releases as the fit's measurements, weighted by their noise's actual standard
+        deviation (``release.fit_stddev``: the discrete Gaussian's, far below σ when σ < 1/2).
+        Every release in use has the configuration's noise family (it is part of the release
+        identity, ``TableIdentity``)."""
+        return [Measurement(b.clique, b.query(), values, rel.fit_stddev(b, sd, self.config.noise))
+                for b, values, sd in released]
 
     def prepare(self, table: str) -> Future:
         """Make the model of the current releases ready in a background thread (load or

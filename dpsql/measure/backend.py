@@ -140,7 +140,7 @@ class DuckDBBackend(SqlBackend):
         wanted = names + ([source.id_column] if source.id_column and source.id_column not in names else [])
         rel = reader.csv_fields(reader.line_scan(framed.path, d), d, framed.header, wanted)
         ok = exp.column("__ok")
-        conv = {a.name: reader.convert_text(a, exp.column(a.name, quoted=True), ok, d, str(i))
+        conv = {a.name: reader.convert_text(a, exp.column(a.name, quoted=True), ok, d, str(i), self.dialect)
                 for i, a in enumerate(schema.attributes)}
         # a malformed record is shown whole (its fields are not defined)
         raws = {a.name: exp.Case().when(ok.copy(), exp.column(a.name, quoted=True)).else_(exp.column("line"))

@@ -25,7 +25,9 @@ rows) and each declared attribute is converted by a total expression for its typ
 source is refused before anything is counted (:func:`typed_column`).
 
 The cell expressions come from ``Attribute.index_sql`` after this conversion, with the
-unreadable cases sent to ``Attribute.invalid_index`` (``dpsql.domain``).  Each expression
+unreadable cases sent to ``Attribute.invalid_index`` (``dpsql.domain``); typed columns take
+shortcuts chosen from their catalog type (:func:`uniform_bins_sql`, :func:`label_index_sql`,
+:func:`integer_value_sql`; ``docs/domains.md``, "Typed columns take shortcuts").  Each expression
 also has a *status* twin for ``dpsql check`` (:data:`STATUSES`).
 """
 
@@ -382,9 +384,10 @@ class Converted:
 
 
 def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
-                 d: CsvDialect | None, tag: str) -> Converted:
+                 d: CsvDialect | None, tag: str, dialect: str) -> Converted:
     """Cell and status of a text value; ``raw`` is the field as read (NULL = SQL NULL),
-    ``ok`` is False for a malformed record; ``d`` the CSV dialect (None: typed VARCHAR)."""
+    ``ok`` is False for a malformed record; ``d`` the CSV dialect (None: typed VARCHAR);
+    ``dialect`` the engine the SQL is rendered for."""
     inv = _lit(att.invalid_index)
     if d is not None:
         is_null = exp.In(this=raw.copy(), expressions=[_s(v) for v in d.null]) if d.null else exp.false()
@@ -398,7 +401,12 @@ def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
     cell = exp.Case().when(exp.Not(this=ok.copy()), inv).when(z.copy(), _lit(att.null_place))
     status = exp.Case().when(exp.Not(this=ok.copy()), _s("malformed")).when(z.copy(), null_status)
     if att.kind == "categorical" and att.python_type is str:
-        cell = cell.else_(att.index_sql(t.copy()))
+        if d is None and dialect == "duckdb" and att.null_place == att.invalid_index:
+            # typed text: the lookup sends NULL to invalid_index, which is NULL's place here
+            # too, so the CASE (which splits every vector into NULL and non-NULL rows) goes
+            cell = label_index_sql(att, raw, dialect)
+        else:
+            cell = cell.else_(label_index_sql(att, t, dialect))
         lab = exp.In(this=t.copy(), expressions=[_s(v) for v in att.labels_])
         unreadable = exp.Like(this=t.copy(), expression=_s("%\ufffd%"))
         status = (status.when(lab, _s("value")).when(unreadable, _s("unreadable"))
@@ -409,6 +417,102 @@ def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
     cell = cell.when(missing.copy(), inv).else_(att.index_sql(x.copy()))
     status = status.when(missing, _s("unreadable")).else_(_number_status(att, x))
     return Converted(pre, cell, status, pre2)
+
+
+def label_index_sql(att: Attribute, text: exp.Expression, dialect: str) -> exp.Expression:
+    """Cell of a non-NULL text value for a categorical with string labels.
+
+    In DuckDB one hash lookup: ``TRY_CAST`` to an ENUM of the labels (exact byte equality,
+    NULL for every other string, never an error) and the ENUM's code, which is the label's
+    position; the rest go to :attr:`Attribute.invalid_index` like ``index_sql``'s ELSE, and
+    so does NULL (the DuckDB form only: the caller handles NULL first unless its place is
+    that cell).
+    ``index_sql``'s CASE tests the labels one by one (41 comparisons for adult's
+    native_country on every row that is not a listed country), which made these columns a
+    large part of a measurement's time at 100M rows (bench/RESULTS.md, issue 19).  Other
+    engines keep the portable CASE (equal cells: tests/measure/test_engines.py)."""
+    if dialect != "duckdb":
+        return att.index_sql(text.copy())
+    enum = exp.DataType(this=exp.DataType.Type.ENUM, expressions=[_s(v) for v in att.labels_])
+    code = exp.Anonymous(this="enum_code", expressions=[exp.TryCast(this=text.copy(), to=enum)])
+    return exp.func("coalesce", code, _lit(att.invalid_index))
+
+
+# Integer types every value of which is a BIGINT (sqlglot's names; DuckDB's unsigned types
+# up to UINTEGER included, UBIGINT and the 128-bit types excluded).
+_WITHIN_BIGINT = frozenset({"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT",
+                            "UTINYINT", "USMALLINT", "UMEDIUMINT", "UINT"})
+_ARITHMETIC_BOUND = 1 << 62
+
+
+def _within_bound(att: Attribute) -> bool:
+    """Every bound or label of an integer attribute or integer-labelled categorical lies
+    strictly inside ±2^62."""
+    if att.kind == "integer":
+        return -_ARITHMETIC_BOUND < att.lo <= att.hi < _ARITHMETIC_BOUND
+    return att.kind == "categorical" and all(-_ARITHMETIC_BOUND < v < _ARITHMETIC_BOUND for v in att.labels_)
+
+
+def integer_value_sql(att: Attribute, x: exp.Expression, sql_type: str, dialect: str) -> exp.Expression | None:
+    """A non-NULL value of an integer-typed column as an expression that lands in the same
+    cell and every value of which is a BIGINT; None where there is none (``accepts``
+    refuses such a column from its type, before anything is counted).
+
+    Types within BIGINT (every PostgreSQL and Spark integer type) are returned as they are.
+    DuckDB's UBIGINT, HUGEINT and UHUGEINT are first clamped to ±2^62 in their own type:
+    an attribute whose bounds (integer) or labels (categorical) lie inside ±2^62 puts a
+    value beyond in the same cell as the clamped one (an end bin; not a label).  Without
+    the clamp a UHUGEINT above 2^63 made ``x < -3`` or ``x = -1`` a conversion error in
+    DuckDB (1.4, 2.0): one row could fail the query.  Numeric attributes compare
+    ``CAST(x AS DOUBLE)``, which is defined for every integer."""
+    name = _type_name(sql_type, dialect)
+    if name in _WITHIN_BIGINT or att.kind == "numeric":
+        return x
+    if not _within_bound(att):
+        return None
+    dtype = exp.DataType.build(sql_type, dialect=dialect)
+
+    def bound(v: int) -> exp.Expression:
+        return exp.cast(_lit(v), dtype.copy())
+    clamped = exp.Anonymous(this="least", expressions=[x.copy(), bound(_ARITHMETIC_BOUND)])
+    if not name.startswith("U"):
+        clamped = exp.Anonymous(this="greatest", expressions=[clamped, bound(-_ARITHMETIC_BOUND)])
+    return exp.cast(clamped, "BIGINT")
+
+
+def uniform_bins_sql(att: Attribute, x: exp.Expression, dialect: str) -> exp.Expression | None:
+    """The bin of ``x`` (never NULL, every value a BIGINT: :func:`integer_value_sql`) by
+    arithmetic, for an integer attribute with uniform bins:
+    ``(LEAST(GREATEST(CAST(x AS BIGINT), lo), hi) - lo) DIV w``; None for explicit edges
+    or bounds outside ±2^62.
+
+    It equals ``index_of``: values below ``lo`` clamp to bin 0, above ``hi`` to the last bin
+    (``(hi - lo) DIV w``), and an integer ``v`` in between lands in ``(v - lo) DIV w``, the
+    number of bin starts ``lo + k·w`` at or below it (``bisect_right`` over the thresholds).
+    It cannot fail on any row: the cast is exact (every value is a BIGINT; it widens
+    narrower types so that ``v - lo`` is computed in BIGINT); the clamped value lies in
+    ``[lo, hi]`` and ``|lo|, |hi| < 2^62``, so ``v - lo`` cannot overflow; the dividend is
+    never negative, so truncating and flooring division agree.  NULL is handled before
+    (``GREATEST``/``LEAST`` skip NULLs on PostgreSQL and Spark).  One expression per row
+    instead of a chain of up to ~17 comparisons (adult's 99-bin hours_per_week took six
+    times a plain scan of the column)."""
+    if att.kind != "integer" or att.edges is not None or not _within_bound(att):
+        return None
+    lo, hi, width = att.lo, att.hi, att.bin_width
+    value = exp.cast(x.copy(), "BIGINT")
+    clamped = exp.Anonymous(this="least", expressions=[
+        exp.Anonymous(this="greatest", expressions=[value, _lit(lo)]), _lit(hi)])
+    if lo > 0:
+        offset = exp.Paren(this=exp.Sub(this=clamped, expression=_lit(lo)))
+    elif lo < 0:   # never "x - -5": PostgreSQL would read "--" as a comment without the space
+        offset = exp.Paren(this=exp.Add(this=clamped, expression=_lit(-lo)))
+    else:
+        offset = clamped
+    if width == 1:
+        return offset
+    if dialect == "postgres":   # bigint / bigint truncates there (typed: sqlglot writes a
+        return exp.Div(this=offset, expression=_lit(width), typed=True)   # plain "/"; DIV() is numeric)
+    return exp.IntDiv(this=offset, expression=_lit(width))   # DuckDB //, Spark DIV
 
 
 def is_nan(x: exp.Expression) -> exp.Expression:
@@ -439,15 +543,19 @@ _FAMILIES = {
 _FAMILY_OF = {t: fam for fam, types in _FAMILIES.items() for t in types}
 
 
+def _type_name(sql_type: str, dialect: str) -> str | None:
+    """sqlglot's name of a catalog type (``INT`` for PostgreSQL's ``integer``), or None."""
+    from sqlglot.errors import ParseError
+    try:
+        return exp.DataType.build(sql_type, dialect=dialect).this.name
+    except (ParseError, ValueError, TypeError):
+        return None
+
+
 def type_family(sql_type: str, dialect: str = "duckdb") -> str:
     """integer | float | decimal | text | boolean | uuid | other, for a column type as the
     engine's catalog names it (``BIGINT``, ``double precision``, ``string``, …)."""
-    from sqlglot.errors import ParseError
-    try:
-        dtype = exp.DataType.build(sql_type, dialect=dialect)
-    except (ParseError, ValueError, TypeError):
-        return "other"
-    return _FAMILY_OF.get(dtype.this.name, "other")
+    return _FAMILY_OF.get(_type_name(sql_type, dialect), "other")
 
 
 def accepts_id(sql_type: str, dialect: str = "duckdb") -> bool:
@@ -463,7 +571,9 @@ def accepts(att: Attribute, sql_type: str, dialect: str = "duckdb") -> bool:
         return True
     if att.kind == "categorical" and att.python_type is str:
         return fam in ("integer", "boolean")
-    return fam in ("integer", "float", "decimal")
+    if fam == "integer":
+        return integer_value_sql(att, exp.column("x"), sql_type, dialect) is not None
+    return fam in ("float", "decimal")
 
 
 def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
@@ -472,9 +582,9 @@ def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
     :func:`accepts`.  Portable: the same AST is rendered for every engine."""
     fam = type_family(sql_type, dialect)
     if fam == "text":
-        return convert_text(att, col, exp.true(), None, tag)
+        return convert_text(att, col, exp.true(), None, tag, dialect)
     if fam in ("integer", "boolean") and att.kind == "categorical" and att.python_type is str:
-        return convert_text(att, exp.cast(col.copy(), "VARCHAR"), exp.true(), None, tag)
+        return convert_text(att, exp.cast(col.copy(), "VARCHAR"), exp.true(), None, tag, dialect)
     x = exp.column(f"__x{tag}")
     pre = [(x.name, col.copy())]
     inv = _lit(att.invalid_index)
@@ -485,9 +595,19 @@ def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
         nan = is_nan(x)
         cell = cell.when(nan.copy(), inv)
         status = status.when(nan, _s("unreadable"))
-    return Converted(pre, cell.else_(att.index_sql(x.copy())), status.else_(_number_status(att, x)))
+    if fam == "integer":
+        # an integer type holds neither NaN nor (past the branch above) NULL: the bins alone
+        v = integer_value_sql(att, x, sql_type, dialect)   # not None: accepts() checked the type
+        if att.kind == "categorical":
+            value = att.index_sql(v)
+        else:
+            value = uniform_bins_sql(att, v, dialect)
+            value = value if value is not None else att.bins_sql(v.copy())
+    else:
+        value = att.index_sql(x.copy())
+    return Converted(pre, cell.else_(value), status.else_(_number_status(att, x)))
 
 
 __all__ = ["normalise_csv", "split_fields", "unquote", "line_scan", "csv_fields", "convert_text",
-           "typed_column", "accepts", "accepts_id", "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",
+           "typed_column", "label_index_sql", "integer_value_sql", "uniform_bins_sql", "accepts", "accepts_id", "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",
            "PROBLEMS", "Framed", "record_grammar"]

@@ -227,8 +227,12 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                          callback=callback, capacity=capacity, total=total, norm=norm,
                          gap=None if stop else gap,
                          start="least_squares" if gap is not None and not stop else "maxent", **options)
-        return ExactModel(model, reason, time.perf_counter() - start,
-                          stopper.note() or _gap_note(model.loss, iters, gap))
+        note = stopper.note() or _gap_note(model.loss, iters, gap)
+        polished = getattr(model, "polished", None)
+        if polished is not None:
+            note += (f"; then solved exactly on its face of the polytope (loss {polished[0]:.6g} → "
+                     f"{polished[1]:.6g}, dpsql.pgm.polish)")
+        return ExactModel(model, reason, time.perf_counter() - start, note)
     ws = warm_start.fit if isinstance(warm_start, RelaxedModel) else warm_start
     if isinstance(ws, ExactModel):
         ws = ws.model

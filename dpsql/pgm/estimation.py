@@ -232,8 +232,29 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
         theta, history = _adaptive(bp, loss, theta, total, measurements, iters, tol, callback)
     else:
         theta, history = _accelerated(bp, loss, theta, total, measurements, iters, tol, callback)
-    return GraphicalModel(domain, tree, theta, total,
-                          measured=[m.clique for m in measurements], loss=history)
+    polished = None
+    if gap is not None and norm == "l2":
+        theta, polished = _polish_step(tree, bp, loss, measurements, theta, total, history)
+    model = GraphicalModel(domain, tree, theta, total,
+                           measured=[m.clique for m in measurements], loss=history)
+    model.polished = polished
+    return model
+
+
+def _polish_step(tree, bp, loss, measurements, theta, total, history):
+    """The exact step of :mod:`dpsql.pgm.polish` after a converged fit: returns the potentials
+    and the loss (first-order, polished), or the fit's own potentials and None."""
+    from dpsql.pgm.polish import polish   # scipy.sparse: fitting only (a saved model's reader never loads it)
+
+    sparse = loss if isinstance(loss, SparseLoss) else SparseLoss.build(tree, measurements)
+    if sparse is None:
+        return theta, None
+    mu = bp.marginals(theta, total)
+    tables = polish(tree, sparse.P, sparse.w, sparse.y, mu, total)
+    if tables is None:
+        return theta, None
+    before, after = sparse.value(mu), sparse.value(tables)
+    return _theta_from_marginals(tree, tables), (before, after)
 
 
 #: Iterations over which the loss decrease is measured by :func:`estimated_gap`.

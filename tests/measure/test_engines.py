@@ -200,10 +200,15 @@ HOSTILE = TableSchema("hostile", (
     Categorical("ci", [1, 2, 3]),                             # BIGINT, integer labels
     Categorical("b", ["true", "false"], nullable=True),       # BOOLEAN as labels
     Categorical("k", ["7", "8"]),                             # BIGINT as text labels
+    Categorical("so", ["a", "b"], nullable=True),             # TEXT, open and nullable
+    IntegerRange("m", -7, 20, bin_width=4),                   # INTEGER, arithmetic bins from a negative lo
+    IntegerRange("w", -(2 ** 61), 2 ** 61, bin_width=2 ** 59, nullable=True),  # BIGINT, near the guard
+    IntegerRange("e", 0, 100, edges=[0, 1, 10, 50]),          # BIGINT, edges: the comparison chain
 ))
 HOSTILE_COLUMNS = {"x": "DOUBLE", "f": "FLOAT", "d": "DECIMAL(10,3)", "n": "BIGINT", "xi": "DOUBLE",
                    "s": "VARCHAR", "sc": "VARCHAR", "t": "VARCHAR", "tn": "VARCHAR", "code": "VARCHAR",
-                   "ci": "BIGINT", "b": "BOOLEAN", "k": "BIGINT"}
+                   "ci": "BIGINT", "b": "BOOLEAN", "k": "BIGINT", "so": "VARCHAR", "m": "INTEGER", "w": "BIGINT",
+                   "e": "BIGINT"}
 HOSTILE_DDL = "CREATE TABLE hostile (pid BIGINT, " + ", ".join(f"{k} {v}" for k, v in HOSTILE_COLUMNS.items()) + ")"
 NUMBER_TEXTS = [None, "5", " 5", "5 ", "\t5", "5.", ".5", "+5", "-5", "1e2", "1E2", "1e+1", "1e999", "1e-999",
                 "1e99", "1e-99", "abc", "", " ", "NaN", "nan", "inf", "-Infinity", "5\n", "\n5", "5\r", "0x10",
@@ -227,6 +232,11 @@ VALUES = {
     "ci": [None, 1, 2, 3, 4, -1, 0],
     "b": [None, True, False],
     "k": [None, 7, 8, 9, -7, 70],
+    "so": [None, "a", "b", "A", "", "c"],
+    "m": [None, -2 ** 31, 2 ** 31 - 1, -8, -7, -4, -3, -1, 0, 1, 12, 13, 20, 21],
+    "w": [None, -2 ** 63, 2 ** 63 - 1, -(2 ** 61) - 1, -(2 ** 61), 2 ** 61, 2 ** 61 + 1, 0, -1, 2 ** 59,
+          2 ** 59 - 1 - 2 ** 61],
+    "e": [None, -2 ** 63, 2 ** 63 - 1, -1, 0, 1, 9, 10, 49, 50, 100, 101],
 }
 
 
@@ -236,7 +246,8 @@ def hostile_rows():
             for i in range(n)]
 
 
-HOSTILE_CLIQUES = [(a,) for a in HOSTILE.column_names] + [("x", "t", "s"), ("b", "code", "k"), ("f", "d", "n", "xi")]
+HOSTILE_CLIQUES = [(a,) for a in HOSTILE.column_names] + [("x", "t", "s"), ("b", "code", "k"), ("f", "d", "n", "xi"),
+                                                         ("so", "m", "w", "e")]
 
 
 @pytest.mark.parametrize("unit", ["row", "max_rows=3"])
@@ -266,6 +277,9 @@ def test_reference_sanity():
     assert cell(x, math.nan, "float") == x.invalid_index and cell(x, -0.0, "float") == 0
     assert cell(x, 0.5, "float") == 1 and cell(x, 1.0, "float") == 1 and cell(x, math.inf, "float") == 1
     assert cell(HOSTILE.attribute("b"), True, "boolean") == 0
+    m, w = HOSTILE.attribute("m"), HOSTILE.attribute("w")
+    assert cell(m, -2 ** 31, "integer") == 0 and cell(m, -3, "integer") == 1 and cell(m, 21, "integer") == 6
+    assert cell(w, 2 ** 63 - 1, "integer") == w.size - 2 and cell(w, None, "integer") == w.size - 1
 
 
 # --- end to end: the dashboard, same noise bits ---------------------------------------------

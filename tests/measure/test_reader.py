@@ -137,6 +137,103 @@ def test_typed_sources_nan_inf_and_nulls(tmp_path, kind):
     assert age.index_of(math.inf) == age.size - 1               # ±inf clamp like any number
 
 
+# every integer type DuckDB has, each at both ends of its range, under attributes that take
+# the arithmetic bins, the comparison chain (edges; bounds beyond the arithmetic guard) and
+# the label lookup (BIGINT read as text labels)
+INT_TYPES = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
+UINT_TYPES = {"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64, "UHUGEINT": 128}
+
+
+WIDE = ("UBIGINT", "HUGEINT", "UHUGEINT")   # integer types beyond BIGINT
+
+
+def _integer_attributes(name: str, wide: bool) -> list:
+    from dpsql.domain import Categorical, IntegerRange, Numeric
+    out = [IntegerRange(f"{name}_u", -7, 20, bin_width=4, nullable=True),
+           IntegerRange(f"{name}_w", -(2 ** 61), 2 ** 61, bin_width=2 ** 59),
+           IntegerRange(f"{name}_e", 0, 100, edges=[0, 1, 10, 50], nullable=True),
+           IntegerRange(f"{name}_one", 3, 3),
+           Categorical(f"{name}_lab", ["0", "1", "-1", "255"], nullable=True),
+           Categorical(f"{name}_ilab", [-1, 0, 255, 2 ** 61]),
+           Numeric(f"{name}_num", [-1e20, -0.5, 0.5, 1e20])]
+    if not wide:   # beyond the ±2^62 guard: the comparison chain (refused for wide types)
+        out.append(IntegerRange(f"{name}_big", -(2 ** 63), 2 ** 63 - 1, bin_width=2 ** 60))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["parquet", "duckdb"])
+def test_typed_integer_columns_of_every_width_land_as_index_of(tmp_path, kind):
+    """Arithmetic bins cast to BIGINT only where the declared type holds nothing else; the
+    extremes of UBIGINT and the 128-bit types go through the comparison chain."""
+    from dpsql.domain import TableSchema
+    types = {**INT_TYPES, **UINT_TYPES}
+    if kind == "parquet":   # Parquet has no 128-bit integers (DuckDB writes them as DOUBLE)
+        types = {t: b for t, b in types.items() if b < 128}
+    values = {}
+    for t, bits in types.items():
+        lo, hi = (0, 2 ** bits - 1) if t.startswith("U") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        values[t] = [None, lo, hi, lo + 1, hi - 1] + [v for v in (-8, -7, -4, -3, -1, 0, 1, 3, 9, 10, 20, 21, 255,
+                                                                  2 ** 61, 2 ** 61 + 1, -(2 ** 61) - 1) if lo <= v <= hi]
+    rows = max(len(v) for v in values.values())
+    attributes, columns = [], []
+    for t in types:
+        these = _integer_attributes(t.lower(), t in WIDE)
+        attributes += these
+        columns += [(a.name, t) for a in these]
+    schema = TableSchema("t", tuple(attributes))
+    con = duckdb.connect(str(tmp_path / "db.duckdb") if kind == "duckdb" else ":memory:")
+    con.execute("CREATE TABLE t (" + ", ".join(f"{n} {t}" for n, t in columns) + ")")
+    data = [[values[t][i % len(values[t])] for _, t in columns] for i in range(rows)]
+    for row in data:   # literals: DuckDB 1.4's client binds a 128-bit Python int as a DOUBLE
+        con.execute("INSERT INTO t VALUES (" + ", ".join(
+            "NULL" if v is None else f"CAST('{v}' AS {t})" for v, (_, t) in zip(row, columns)) + ")")
+    if kind == "parquet":
+        source = Source("parquet", tmp_path / "t.parquet")
+        con.execute(f"COPY t TO '{source.path}' (FORMAT parquet)")
+        types_read = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{source.path}')").fetchall()}
+    else:
+        source = Source("duckdb", tmp_path / "db.duckdb", table="t")
+        types_read = {r[0]: r[1] for r in con.execute("DESCRIBE t").fetchall()}
+    con.close()
+    backend = DuckDBBackend({"t": source}, threads=1)
+    try:
+        cliques = [(a.name,) for a in attributes]
+        got = backend.count_marginals(schema, cliques)
+    finally:
+        backend.close()
+    for j, a in enumerate(attributes):
+        expected = np.zeros(a.size, dtype=np.int64)
+        for row in data:
+            value = row[j]
+            assert reader.type_family(types_read[a.name]) == "integer"
+            if value is not None and a.kind == "categorical" and a.python_type is str:
+                value = str(value)
+            expected[a.index_of(value)] += 1
+        assert np.array_equal(got[(a.name,)], expected), (a.name, types_read[a.name], got[(a.name,)], expected)
+    big = _integer_attributes("x", False)[-1]
+    assert [reader.accepts(big, t) for t in types] == [t not in WIDE for t in types]
+
+
+def test_typed_cells_cost_one_expression_per_row():
+    """The per-row work of a typed column does not grow with its bins or labels on DuckDB:
+    a 100,000-bin integer range is one clamp and a division (no comparison chain), and 500
+    labels one ENUM lookup (no comparison per label), on any engine's integer type."""
+    from dpsql.domain import Categorical, IntegerRange
+    from sqlglot import exp
+    wide = IntegerRange("x", 0, 999_999, bin_width=10)
+    labels = Categorical("s", [f"l{i}" for i in range(500)])
+    for dialect, int_type in (("duckdb", "BIGINT"), ("postgres", "integer"), ("spark", "int")):
+        cell = reader.typed_column(wide, exp.column("x"), int_type, "0", dialect).cell
+        assert not list(cell.find_all(exp.LT, exp.GT, exp.LTE, exp.GTE)), dialect
+        assert len(list(cell.find_all(exp.Case))) == 1 and len(list(cell.find_all(exp.If))) == 1, dialect
+    cell = reader.typed_column(labels, exp.column("s"), "VARCHAR", "0", "duckdb").cell
+    assert not list(cell.find_all(exp.EQ, exp.Case)), cell.sql("duckdb")[:200]
+    # a nullable open categorical keeps the NULL branch (NULL has its own cell), not the chain
+    cell = reader.typed_column(Categorical("s", labels.labels_, nullable=True), exp.column("s"), "VARCHAR", "0",
+                               "duckdb").cell
+    assert len(list(cell.find_all(exp.EQ))) == 0
+
+
 def test_typed_sources_with_wrong_types_are_refused_from_metadata(tmp_path):
     con = duckdb.connect()
     path = tmp_path / "t.parquet"
