@@ -44,7 +44,6 @@ _LOCAL_NODES = {exp.CurrentUser: "current_user", exp.SessionUser: "session_user"
                 exp.CurrentCatalog: "current_catalog", exp.CurrentVersion: "version"}
 _WRITE_NODES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge,
                 exp.TruncateTable)
-_TOKENIZER = Postgres.Tokenizer()
 CATALOG_HEADS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "("})
 
 
@@ -63,8 +62,11 @@ class Route:
 
 
 def _tokens(sql: str):
+    # A tokenizer per call: sqlglot keeps its scan state (text, position, token list) on the
+    # instance, and statements are routed by several parse threads at once, so a shared one
+    # handed one connection's tokens (or none: an empty query) to another.  Making one costs ~5 µs.
     try:
-        return _TOKENIZER.tokenize(sql)
+        return Postgres.Tokenizer().tokenize(sql)
     except (TokenError, ValueError):
         return None
 

@@ -179,6 +179,48 @@ def test_large_statement_does_not_hold_up_others(users_file):
         server.stop()
 
 
+def test_concurrent_routing_does_not_mix_statements():
+    """Two parse threads route at once (one statement each): neither sees the other's tokens.
+
+    The router once shared one sqlglot tokenizer, whose scan state lives on the instance: while
+    a large statement was being tokenized in one parse thread, another connection's
+    ``SELECT current_user`` came back as an empty query, as None, or as the large statement's
+    tokens (the flaky ``test_large_statement_does_not_hold_up_others`` under load)."""
+    from dpsql.server import router
+
+    def routed(sql):   # what a route says (sqlglot tokens compare by identity: their texts here)
+        r = router.route(sql, ("adult",))
+        return (r.kind, r.words, tuple(t.text for t in r.tokens), r.items, r.sqlstate, r.fingerprint)
+    small = ("SELECT current_user", "SET search_path = public", "SELECT relname FROM pg_class LIMIT 1")
+    expected = {sql: routed(sql) for sql in small}
+    big = big_statement(150_000)
+    big_expected = routed(big)
+    stop = threading.Event()
+    big_routes = []
+
+    def hog():
+        while not stop.is_set():
+            big_routes.append(routed(big))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)      # switch threads often, so the scans interleave within seconds
+    thread = threading.Thread(target=hog, daemon=True)
+    thread.start()
+    wrong = []
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not wrong:
+            for sql in small:
+                got = routed(sql)
+                if got != expected[sql]:
+                    wrong.append((sql, got[:3]))
+    finally:
+        stop.set()
+        thread.join(60)
+        sys.setswitchinterval(interval)
+    assert not wrong, wrong
+    assert big_routes and all(r == big_expected for r in big_routes)
+
+
 def test_statement_over_the_limit_is_54000_and_the_connection_goes_on(users_file):
     server = start(users_file, max_statement=50_000)
     try:
