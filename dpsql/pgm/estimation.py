@@ -244,9 +244,10 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
 def _polish_step(tree, bp, loss, measurements, theta, total, history):
     """The exact step of :mod:`dpsql.pgm.polish` after a converged fit: returns the potentials
     and the loss (first-order, polished), or the fit's own potentials and None."""
-    from dpsql.pgm.polish import polish   # scipy.sparse: fitting only (a saved model's reader never loads it)
+    from dpsql.pgm.polish import POLISH_DENSE_LIMIT, polish   # scipy.sparse: fitting only
 
-    sparse = loss if isinstance(loss, SparseLoss) else SparseLoss.build(tree, measurements)
+    sparse = loss if isinstance(loss, SparseLoss) else SparseLoss.build(
+        tree, measurements, dense_limit=POLISH_DENSE_LIMIT)
     if sparse is None:
         return theta, None
     mu = bp.marginals(theta, total)

@@ -257,7 +257,10 @@ class SparseLoss:
                       if self.PT.indptr[self.offsets[i + 1]] > self.PT.indptr[self.offsets[i]]]
 
     @classmethod
-    def build(cls, tree: JunctionTree, measurements: Sequence[Measurement]) -> "SparseLoss | None":
+    def build(cls, tree: JunctionTree, measurements: Sequence[Measurement],
+              dense_limit: int = DENSE_LIMIT) -> "SparseLoss | None":
+        """None when a query has more than ``dense_limit`` entries (it is densified once) or
+        the matrix would exceed ``SPARSE_MAX_NNZ``."""
         import scipy.sparse as sp   # fitting only: a process answering from a saved model never loads it
 
         position = {a: i for i, a in enumerate(tree.attributes)}
@@ -268,7 +271,7 @@ class SparseLoss:
         blocks, weights, values, nnz = [], [], [], 0
         for meas in measurements:
             m, k = (int(x) for x in meas.query.shape)
-            if m * k > DENSE_LIMIT:
+            if m * k > dense_limit:
                 return None
             q = sp.csr_matrix(dense(meas.query))
             canon = tuple(sorted(meas.clique, key=position.__getitem__))

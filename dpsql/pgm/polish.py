@@ -35,9 +35,14 @@ from dpsql.pgm.junction_tree import JunctionTree
 __all__ = ["POLISH_MAX_NNZ", "polish"]
 
 #: The exact step is tried when the Hessian PᵀWP has at most this many non-zeros (bounded
-#: above by Σ_rows nnz(row)² of the measurement matrix) and the tree at most 10⁵ cells.
+#: above by Σ_rows nnz(row)² of the measurement matrix and by cells²) and the tree at most
+#: 10⁵ cells.
 POLISH_MAX_NNZ = 2_000_000
 POLISH_MAX_CELLS = 100_000
+#: Queries up to this many entries are densified to build the step's matrix (32 MB); the
+#: first-order loss stops at ``measurement.DENSE_LIMIT`` (a 740 × 740 prefix block on adult
+#: (age, race, sex) is over it, and its fit was left at the 0.5 tolerance).
+POLISH_DENSE_LIMIT = 1 << 22
 #: Relative size of the ridge on the step (against the largest diagonal of the Hessian).
 RIDGE = 1e-12
 #: Active-set rounds: cells the solve makes negative are fixed at 0 and the solve repeated.
@@ -79,8 +84,9 @@ def constraints(tree: JunctionTree, offsets: np.ndarray) -> sp.csr_matrix:
 
 
 def hessian_nnz_bound(P: sp.csr_matrix) -> int:
+    """nnz(PᵀWP) ≤ min(Σ_rows nnz(row)², columns²)."""
     per_row = np.diff(P.indptr).astype(np.int64)
-    return int((per_row * per_row).sum())
+    return int(min((per_row * per_row).sum(), P.shape[1] ** 2))
 
 
 def polish(tree: JunctionTree, P: sp.csr_matrix, w: np.ndarray, y: np.ndarray,

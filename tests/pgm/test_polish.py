@@ -85,3 +85,20 @@ def test_constraints_vanish_exactly_on_consistent_tables():
     assert np.abs(r[:-1]).max() == 0 and r[-1] == data.sum()
     v[0] += 1.0   # an inconsistent table is caught
     assert np.abs((C @ v)[:-1]).max() > 0
+
+
+def test_a_query_too_large_for_the_sparse_loss_is_still_polished():
+    """A 576 × 576 prefix block (over measurement.DENSE_LIMIT, like adult's 740-cell
+    (age, race, sex) prefix block): the first-order fit uses the structured loss; the exact
+    step builds its own matrix, and lands on the optimum (brute force)."""
+    dom = Domain(["A", "B"], [64, 9])
+    rng = np.random.default_rng(11)
+    data = random_data(rng, dom, 5_000)
+    q = Kron([Prefix(64), Identity(9)])
+    y = np.asarray(q.matvec(data.ravel())) + rng.normal(0, 3.0, q.shape[0])
+    ms = [Measurement(("A", "B"), q, y, 3.0)]
+    model = fit(dom, ms, iters=20_000, exact_method="adaptive", gap=(0.5, 1e-6), total=float(data.sum()))
+    assert model.polished is not None, model.stopped
+    _, best = solve_full(dom, ms, float(data.sum()))
+    got = loss_full(dom, ms, joint_from_model(model.model).ravel())
+    assert got <= best + 1e-6 * (1.0 + best)
