@@ -1,16 +1,19 @@
 """Issue 17 timings: answers at once from a new process, a new wire connection, and the fit.
 
-    python bench/trust.py [--old CHECKOUT] [--parts query,wire,fit] [--repeat 3]
+    python bench/trust.py [--old CHECKOUT] [--parts query,wire,fit,blas] [--repeat 3]
 
 * ``query``: a new process answers one query on a measured 55-marginal adult workload (all
-  one- and two-way marginals of ten attributes), ``dpsql query`` wall time.  The first
-  process after the measurement fits (and, since issue 17, saves) the model; later
-  processes load it.  Target: ≤ 1 s for a later process.
+  one- and two-way marginals of ten attributes), ``dpsql query`` wall time.  Before issue 17
+  the first process after the measurement fitted the model and later processes refitted;
+  then they loaded the model the first one saved; now ``dpsql measure`` fits and saves it,
+  so the first process loads it too.  Target: ≤ 1 s.
 * ``wire``: a running ``dpsql serve`` (adult dashboard, measured): a new psycopg connection
   (SCRAM) and its first answer.  Target ≤ 200 ms.
 * ``fit``: the model fit of a 40-query adult dashboard at ε = 1 (its strategy measures 32
   cliques: the "27-clique" workload of the issue, a few queries larger), called through
   ``dpsql.pgm.auto.fit`` as the engine calls it.  Target ≤ 1 s.
+* ``blas``: the fit on one OpenBLAS thread against the default (this checkout only): does
+  it gain from the limit the planner and the answer path run under?
 
 ``--old CHECKOUT`` runs the same measurements with the code of another checkout (e.g. the
 commit before issue 17) side by side, in the same run, so the ratio holds on a noisy
@@ -35,6 +38,7 @@ ADULT = ROOT / "examples" / "adult"
 TEN = ["sex", "race", "income", "age", "workclass", "education", "marital_status", "occupation",
        "relationship", "hours_per_week"]
 QUERY = "SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income"
+JOINT_QUERY = "SELECT age, sex, COUNT(*) FROM adult GROUP BY age, sex"
 
 
 def marginals55() -> list[str]:
@@ -97,21 +101,30 @@ def run_cli(checkout: Path, *args, timeout=3600) -> tuple[float, subprocess.Comp
 
 def part_query(checkouts: dict[str, Path], repeat: int) -> None:
     print(f"\n## query: a new process answers on the measured 55-marginal workload (ε = 1)")
-    print("| code | first process (s) | later processes, median (s) | target |")
-    print("|---|---:|---:|---|")
+    print(f"`{QUERY}` (one measured block supports it) and `{JOINT_QUERY}` (only residual and marginal "
+          "blocks together do: joint standard errors).  `measure` is `dpsql measure --yes`, which since "
+          "issue 17 also fits and saves the model; the first process after it loads the model where "
+          "measure saved it and fits it otherwise.")
+    print("| code | measure (s) | first process (s) | later processes, median (s) | joint-support query, "
+          "median (s) | target |")
+    print("|---|---:|---:|---:|---:|---|")
     for name, checkout in checkouts.items():
-        work = Path(tempfile.mkdtemp(prefix=f"trust-{name}-"))
+        work = Path(tempfile.mkdtemp(prefix=f"trust-{name.split()[0]}-"))
         cfg = write_config(work, marginals55(), 1.0)
-        _, r = run_cli(checkout, "measure", "--config", str(cfg), "--yes")
+        measure, r = run_cli(checkout, "measure", "--config", str(cfg), "--yes")
         assert r.returncode == 0, r.stderr
         first, r = run_cli(checkout, "query", "--config", str(cfg), QUERY)
         assert r.returncode == 0, r.stderr
-        later = []
-        for _ in range(repeat):
+        later, joint = [], []
+        for _ in range(repeat):     # alternated, so both see the same load
             t, r = run_cli(checkout, "query", "--config", str(cfg), QUERY)
             assert r.returncode == 0, r.stderr
             later.append(t)
-        print(f"| {name} | {first:.2f} | {statistics.median(later):.2f} | ≤ 1 s |", flush=True)
+            t, r = run_cli(checkout, "query", "--config", str(cfg), JOINT_QUERY)
+            assert r.returncode == 0, r.stderr
+            joint.append(t)
+        print(f"| {name} | {measure:.1f} | {first:.2f} | {statistics.median(later):.2f} | "
+              f"{statistics.median(joint):.2f} | ≤ 1 s |", flush=True)
 
 
 def part_wire(checkouts: dict[str, Path], repeat: int) -> None:
@@ -180,6 +193,8 @@ try:   # as the engine of that checkout calls it: since issue 17 to convergence 
     kw.update(gap=FIT_GAP, iters=Config.__dataclass_fields__["fit_iters"].default)
 except ImportError:
     pass
+if len(sys.argv) > 3:   # an iteration cap (the blas part times a fixed number of iterations)
+    kw.update(iters=int(sys.argv[3]), gap=None)
 t0 = time.perf_counter()
 model = fit(dom, ms, **kw)
 print(json.dumps({"seconds": time.perf_counter() - t0, "loss": model.loss[-1] if model.loss else None,
@@ -189,12 +204,13 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "loss": model.loss[-1] if
 """
 
 
-def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
+def _release_file(queries: list[str], prefix: str) -> tuple[Path, int, int]:
+    """Measure ``queries`` at ε = 1 with this checkout and save the released measurements as
+    plain arrays (so any checkout can fit them): (path, blocks, distinct cliques)."""
     import numpy as np
     import dpsql
-    print("\n## fit: the 40-query dashboard's model at ε = 1 (exact junction tree)")
-    work = Path(tempfile.mkdtemp(prefix="fit-"))
-    cfg = write_config(work, dashboard40(), 1.0)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    cfg = write_config(work, queries, 1.0)
     con = dpsql.connect(cfg, user="bench")
     con.session.measure()
     state = con.session.engine.tables["adult"]
@@ -207,21 +223,73 @@ def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
     meta = {"attributes": list(dom.attributes), "shape": [int(s) for s in dom.shape], "blocks": blocks}
     path = work / "measurements.npz"
     np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-    cliques = len({tuple(b[0]) for b in blocks})
-    print(f"{len(blocks)} measurement blocks on {cliques} distinct cliques")
+    return path, len(blocks), len({tuple(b[0]) for b in blocks})
+
+
+def _fit(checkout: Path, path: Path, iters: int | None = None, env: dict | None = None) -> dict:
+    r = subprocess.run([sys.executable, "-c", FIT_SNIPPET, str(checkout), str(path)]
+                       + ([str(iters)] if iters else []), capture_output=True, text=True, timeout=3600,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
+    print("\n## fit: the 40-query dashboard's model at ε = 1 (exact junction tree)")
+    path, nblocks, cliques = _release_file(dashboard40(), "fit-")
+    print(f"{nblocks} measurement blocks on {cliques} distinct cliques")
     print("| code | fit (s), median | iterations | final loss (noisy values) | stop |")
     print("|---|---:|---:|---:|---|")
     for name, checkout in checkouts.items():
-        out = []
-        for _ in range(repeat):
-            r = subprocess.run([sys.executable, "-c", FIT_SNIPPET, str(checkout), str(path)],
-                               capture_output=True, text=True, timeout=3600)
-            assert r.returncode == 0, r.stderr
-            out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        out = [_fit(checkout, path) for _ in range(repeat)]
         secs = statistics.median(o["seconds"] for o in out)
         print(f"| {name} | {secs:.2f} | {out[0]['iterations']} | {out[0]['loss']:.6g} ({out[0]['values']:,}) | "
               f"{out[0]['stopped'] or 'all iterations'} |",
               flush=True)
+
+
+BLAS_SNIPPET = """
+import json, sys, time
+from dpsql.engine.config import load_config
+from dpsql.engine.engine import Engine
+cfg = load_config(sys.argv[1], **({"fit_iters": int(sys.argv[2])} if sys.argv[2] != "-" else {}))
+engine = Engine(cfg)
+measurements = engine.released_measurements("adult")
+domain = engine.tables["adult"].schema.domain
+t0 = time.perf_counter()
+model = engine._fit(domain, measurements, None, "adult")
+print(json.dumps({"seconds": time.perf_counter() - t0, "iterations": len(model.loss) - 1,
+                  "kind": type(model).__name__}))
+"""
+
+
+def part_blas(checkouts: dict[str, Path], repeat: int) -> None:
+    """Whether the fit gains from one BLAS thread as the planner does (OPENBLAS_NUM_THREADS=1
+    against the library's default, alternated in fresh processes, this checkout only, the
+    engine's own fit of its releases): the 40-query dashboard's exact fit to convergence, and
+    300 iterations of the 55-marginal workload's relaxed fit (its full fit runs for minutes)."""
+    print("\n## blas: the fit on one OpenBLAS thread vs the default (this checkout)")
+    print("| fit | BLAS threads | fit (s), median | iterations |")
+    print("|---|---|---:|---:|")
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    base["PYTHONPATH"] = str(ROOT)
+    for label, queries, iters in (("40-query dashboard, exact, to convergence", dashboard40(), "-"),
+                                  ("55 marginals, relaxed, 300 iterations", marginals55(), "300")):
+        work = Path(tempfile.mkdtemp(prefix="blas-"))
+        cfg = write_config(work, queries, 1.0)
+        _, r = run_cli(ROOT, "measure", "--config", str(cfg), "--yes", "--no-fit")
+        assert r.returncode == 0, r.stderr
+        runs: dict[str, list] = {"1": [], "default": []}
+        for _ in range(repeat):
+            for threads in runs:
+                env = dict(base, **({"OPENBLAS_NUM_THREADS": "1"} if threads == "1" else {}))
+                r = subprocess.run([sys.executable, "-c", BLAS_SNIPPET, str(cfg), iters], env=env,
+                                   capture_output=True, text=True, timeout=3600, cwd=ROOT)
+                assert r.returncode == 0, r.stderr
+                runs[threads].append(json.loads(r.stdout.strip().splitlines()[-1]))
+        for threads, out in runs.items():
+            print(f"| {label} ({out[0]['kind']}) | {threads} | "
+                  f"{statistics.median(o['seconds'] for o in out):.2f} | {out[0]['iterations']} |", flush=True)
 
 
 def main(argv=None) -> int:
@@ -234,7 +302,7 @@ def main(argv=None) -> int:
     if args.old:
         checkouts[f"old ({args.old.name})"] = args.old.resolve()
     print(f"# bench/trust.py  load average {os.getloadavg()[0]:.2f}  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
-    parts = {"query": part_query, "wire": part_wire, "fit": part_fit}
+    parts = {"query": part_query, "wire": part_wire, "fit": part_fit, "blas": part_blas}
     for p in args.parts.split(","):
         parts[p](checkouts, args.repeat)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")

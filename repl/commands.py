@@ -303,6 +303,11 @@ class MetaCommands:
             self.shell.note(f"Measured {report.blocks} blocks ({report.cells:,} cells) on {report.table}: "
                             f"spent ρ = {float(report.rho):.6g} in {render.describe_seconds(report.seconds)}.")
         self.shell.model_note = "refit on next query"
+        # Fit and save the model now (issue 17): later queries here, other shells, server
+        # connections and new processes load it instead of fitting.  Ctrl-C leaves the fit
+        # to the next query; the measurement is recorded either way.
+        self.shell.work(lambda: session.prepare_model(table), "fitting the model")
+        self.shell.model_note = ""
         return True
 
     def do_synth(self, arg: str) -> bool:

@@ -37,6 +37,7 @@ from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
+from dpsql.linalg.threads import one_blas_thread
 from dpsql.measure.counting import Backend
 from dpsql.measure.router import open_backend
 from dpsql.measure import release as rel
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from dpsql.pgm import GraphicalModel
     from dpsql.plan import Strategy, Workload
 
-# The planner (dpsql.plan: scipy.optimize, scipy.linalg, threadpoolctl) is imported where a
+# The planner (dpsql.plan: scipy.optimize, scipy.linalg) is imported where a
 # workload is planned, not here: a process that answers from a saved model never plans
 # (issue 17, a new process answers in ≤ 1 s; tests/engine/test_query_path.py).
 
@@ -227,7 +228,10 @@ class Engine:
                  progress: Callable[[str, dict], None] | None = None) -> None:
         self.config = config
         self.catalog = dict(config.tables)
-        self.backend = backend if backend is not None else open_backend(config.sources)
+        # source files' hashes are kept beside the ledger, so a new process does not read a
+        # whole source to know that its releases still apply (issue 17)
+        self.backend = backend if backend is not None else open_backend(
+            config.sources, fingerprint_store=Path(str(config.ledger_path) + ".sources.json"))
         per_user = None
         if config.user_budgets or config.default_user_budget:
             # users without their own entry fall back to the default, or to the global cap
@@ -745,10 +749,14 @@ class Engine:
             self.progress("fit", {"table": table, "iteration": p.iteration, "iterations": iters,
                                   "loss": p.loss})
 
-        model = fit(domain, measurements, iters=iters, warm_start=previous,
-                    capacity=self.config.planner.max_model_cells, exact_method="adaptive",
-                    stop="discrepancy", stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP,
-                    callback=callback if self._listeners else None)
+        # One BLAS thread, as the planner: on the loaded 2-core machine the 40-query
+        # dashboard's exact fit took 1.70 s against 1.81 s, 300 iterations of the 55-marginal
+        # relaxed fit 7.9 s against 9.3 s (bench/trust.py --parts blas, bench/RESULTS.md).
+        with one_blas_thread():
+            model = fit(domain, measurements, iters=iters, warm_start=previous,
+                        capacity=self.config.planner.max_model_cells, exact_method="adaptive",
+                        stop="discrepancy", stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP,
+                        callback=callback if self._listeners else None)
         self.progress("fit", {"table": table, "done": True, "seconds": time.perf_counter() - t0})
         return model
 

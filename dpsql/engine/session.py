@@ -31,6 +31,7 @@ import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
 from dpsql.engine.variance import Z95
+from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
                           PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
 
@@ -233,6 +234,12 @@ class Session:
             return aim_cost(self.engine, self._table(table))
         return self.engine.measure_cost(self._table(table))
 
+    def prepare_model(self, table: str | None = None) -> int:
+        """Load or fit the model of the table's current releases now, and save it (front ends
+        call it right after measuring, so that later queries and new processes load it
+        instead of fitting; issue 17).  Returns the model version."""
+        return self.engine.model(self._table(table))[2]
+
     def synthetic(self, table: str | None = None, rows: int | None = None, *,
                   numbers: str = "label", method: str = "rounding", seed: int | None = None):
         """Synthetic records from the current model (post-processing: spends nothing).
@@ -312,7 +319,14 @@ class Session:
     def _answer(self, compiled, model, variance):
         """Answers from the graphical model (default) or, with ``SET dpsql.estimator =
         'least_squares'``, HDMM's local least squares (thesis §3.9: unbiased, possibly
-        negative and mutually inconsistent; unsupported values are NULL)."""
+        negative and mutually inconsistent; unsupported values are NULL).  On one BLAS
+        thread: standard errors take pseudo-inverses and eigendecompositions of small
+        factors, which multithreaded OpenBLAS made 10-100x slower on a loaded machine
+        (``dpsql.linalg.threads``)."""
+        with one_blas_thread():
+            return self._answer_rows(compiled, model, variance)
+
+    def _answer_rows(self, compiled, model, variance):
         answers, stderrs, unsupported = {}, {}, []
         least_squares = self.settings.get("dpsql.estimator") == "least_squares"
         for lq in compiled.linear_queries:
@@ -352,7 +366,12 @@ class Session:
 
     def _bounds(self, compiled, answers, stderrs, unsupported) -> dict | None:
         """(lower, upper) per entry of every linear query: the answer itself where it is
-        supported, the range the released measurements imply where it is not."""
+        supported, the range the released measurements imply where it is not (on one BLAS
+        thread, as ``_answer``)."""
+        with one_blas_thread():
+            return self._bound_rows(compiled, answers, stderrs, unsupported)
+
+    def _bound_rows(self, compiled, answers, stderrs, unsupported) -> dict | None:
         ranges = self.engine.bounds(compiled.table)
         if ranges is None:
             return None

@@ -8,6 +8,7 @@ extra).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -26,8 +27,10 @@ def _engine_of(source: Source) -> str:
 class Router:
     """The :class:`~dpsql.measure.counting.Backend` protocol over several engines."""
 
-    def __init__(self, sources: Mapping[str, Source], **duckdb_options) -> None:
+    def __init__(self, sources: Mapping[str, Source], *, fingerprint_store: Path | None = None,
+                 **duckdb_options) -> None:
         self._sources = dict(sources)
+        self._fingerprint_store = fingerprint_store
         self._duckdb_options = duckdb_options
         self._backends: dict[str, object] = {}
 
@@ -59,7 +62,7 @@ class Router:
         if source is not None and (source.data_version is not None or _engine_of(source) == "duckdb"):
             # a declared version, or a file's size and hash: no engine needed, so a process
             # that answers from a saved model never starts DuckDB (issue 17)
-            return source.fingerprint()
+            return source.fingerprint(store=self._fingerprint_store)
         return self.backend(table).fingerprint(table)
 
     def source_columns(self, table: str) -> dict[str, str]:
@@ -77,9 +80,11 @@ class Router:
             b.close()
 
 
-def open_backend(sources: Mapping[str, Source], **duckdb_options) -> Router:
-    """The backend of a configuration (``Config.sources``)."""
-    return Router(sources, **duckdb_options)
+def open_backend(sources: Mapping[str, Source], *, fingerprint_store: Path | None = None,
+                 **duckdb_options) -> Router:
+    """The backend of a configuration (``Config.sources``).  ``fingerprint_store``: a file
+    that keeps source files' hashes across processes (``source.file_fingerprint``)."""
+    return Router(sources, fingerprint_store=fingerprint_store, **duckdb_options)
 
 
 __all__ = ["Router", "open_backend"]

@@ -16,6 +16,7 @@ import glob
 import hashlib
 import json
 import os
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,11 +254,12 @@ class Source:
             out["dialect"] = self.dialect.describe()
         return out
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self, store: Path | None = None) -> dict:
         """Which content would be read now: the declared ``data_version``, the file's size
-        and SHA-256 (recomputed only when its size, mtime, inode or ctime change), or for a
-        Parquet glob or directory the listing of its files with sizes and mtimes.  PostgreSQL
-        and Spark sources need their engine: ``Backend.fingerprint``."""
+        and SHA-256 (recomputed only when its size, mtime, inode or ctime change; across
+        processes too with a ``store`` file, see ``file_fingerprint``), or for a Parquet glob
+        or directory the listing of its files with sizes and mtimes.  PostgreSQL and Spark
+        sources need their engine: ``Backend.fingerprint``."""
         if self.data_version is not None:
             return {"data_version": self.data_version}
         if self.kind in ("postgres", "spark"):
@@ -265,7 +267,7 @@ class Source:
                               hint="call Backend.fingerprint(table)")
         if self.is_glob:
             return listing_fingerprint(parquet_files(self))
-        return file_fingerprint(self.path)
+        return file_fingerprint(self.path, store)
 
 
 def _local_path(raw: str, base: Path) -> Path:
@@ -371,23 +373,80 @@ def _stat_key(path: Path) -> tuple:
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
-def file_fingerprint(path: Path) -> dict:
-    """``{"size", "sha256"}`` of a file, cached per (size, mtime, inode, ctime)."""
+def file_fingerprint(path: Path, store: Path | None = None) -> dict:
+    """``{"size", "sha256"}`` of a file, cached per (size, mtime, inode, ctime): in this
+    process, and with ``store`` (a JSON file beside the ledger, ``Engine``) across processes.
+    Without it every new process read the whole source to name its content before answering
+    from a saved model (~30 ms for adult's 5 MB, seconds for a large file; issue 17).  The
+    store trusts the same stat key the in-process cache does; it holds hashes of files the
+    operator's ledger already names, and is written like the ledger (0600, atomic rename)."""
     path = Path(path)
     key = _stat_key(path)
     with _HASH_LOCK:
         cached = _HASHES.get(str(path))
-        if cached is not None and cached[0] == key:
-            return dict(cached[1])
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            h.update(chunk)
-    fp = {"size": key[0], "sha256": h.hexdigest()}
-    if _stat_key(path) == key:  # a file written while hashing is hashed again next time
+    if cached is not None and cached[0] == key:
+        fp = dict(cached[1])
+    else:
+        fp = _stored_fingerprint(store, path, key)
+        if fp is None:
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 22):
+                    h.update(chunk)
+            fp = {"size": key[0], "sha256": h.hexdigest()}
+            if _stat_key(path) != key:  # a file written while hashing is hashed again next time
+                return dict(fp)
         with _HASH_LOCK:
-            _HASHES[str(path)] = (key, fp)
+            _HASHES[str(path)] = (key, dict(fp))
+    if store is not None:
+        _store_fingerprint(store, path, key, fp)
     return dict(fp)
+
+
+def _read_store(store: Path) -> dict:
+    try:
+        data = json.loads(Path(store).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _stored_fingerprint(store: Path | None, path: Path, key: tuple) -> dict | None:
+    if store is None:
+        return None
+    entry = _read_store(store).get(str(path))
+    try:
+        if tuple(entry["stat"]) == tuple(key) and set(entry["fingerprint"]) == {"size", "sha256"}:
+            return dict(entry["fingerprint"])
+    except (TypeError, KeyError):
+        pass
+    return None
+
+
+def _store_fingerprint(store: Path, path: Path, key: tuple, fp: dict) -> None:
+    """Record ``fp`` under ``path`` unless the store already has it (best effort: a store
+    that cannot be written only costs a later process a hash)."""
+    data = _read_store(store)
+    entry = {"stat": list(key), "fingerprint": dict(fp)}
+    if data.get(str(path)) == entry:
+        return
+    data[str(path)] = entry
+    store = Path(store)
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".sources-", suffix=".tmp", dir=store.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, store)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError:
+        pass
 
 
 def remember_fingerprint(path: Path, stat_key: tuple, fp: dict) -> None:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
+from dpsql.linalg.threads import one_blas_thread
 from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, strategy_tse, term_errors
 from dpsql.plan.kron import kron_strategy
 from dpsql.plan.gram import LowRankGram
@@ -503,9 +503,8 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
     # calls, where OpenBLAS's thread hand-off costs more than it saves (ALL RANGE at
     # n = 1024, Laplace: 0.88 s on one thread vs 2.08 s on two, quiet 2-core machine), and
     # on a loaded machine its spinning threads made the same call 10x slower (17 s vs 1.7 s;
-    # bench/RESULTS.md).  threadpoolctl is the maintained way to set this after numpy is
-    # imported (environment variables only work before).
-    with threadpool_limits(limits=1, user_api="blas"):
+    # bench/RESULTS.md; dpsql/linalg/threads.py).
+    with one_blas_thread():
         return _optimize(W, noise, restarts, seed, caps, progress, operators=operators, grid=grid,
                          cache=cache)
 

@@ -2,7 +2,8 @@
 
 * `dpsql measure` fits and saves the model right after measuring (the first query of the
   next process took 27.9 s on a 55-marginal workload: it fitted).
-* A process answering from the saved model imports only what answering needs: the planner
+* A process answering from the saved model reads no source file (its hash is kept beside the
+  ledger) and imports only what answering needs: the planner
   with scipy.optimize/linalg, networkx, DuckDB and the server cost 1.7-3.0 s of a 1.76-2.06 s
   answer on a loaded machine.  Checked in a fresh interpreter from sys.modules (no timing).
 """
@@ -31,7 +32,7 @@ QUERIES = ["SELECT sex, COUNT(*) FROM adult GROUP BY sex",
 # Modules a process answering from a saved model must not import: the planner and its
 # numerics, the fit's sparse loss, the junction-tree builder, the source engine, the front
 # ends it does not use, and optional extras.
-HEAVY = ("scipy", "networkx", "threadpoolctl", "duckdb", "dpsql.plan.planner", "dpsql.plan.marginals",
+HEAVY = ("scipy", "networkx", "duckdb", "dpsql.plan.planner", "dpsql.plan.marginals",
          "dpsql.measure.backend", "dpsql.server.server", "prompt_toolkit", "pyarrow", "pandas",
          "psycopg", "ssl")
 
@@ -66,9 +67,12 @@ def _cli(*args):
 
 ANSWER = """
 import json, sys
+read = set()
+sys.addaudithook(lambda event, args: read.add(str(args[0])) if event == "open" and str(args[0]).endswith(".csv") else None)
 from dpsql.cli import main
 for sql in json.loads(sys.argv[2]):
     assert main(["query", "--config", sys.argv[1], sql]) == 0
+print("READ " + json.dumps(sorted(read)))
 print("MODULES " + json.dumps(sorted(sys.modules)))
 """
 
@@ -78,6 +82,8 @@ def _answer_in_new_process(cfg: Path) -> tuple[str, list[str]]:
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     out, _, mods = r.stdout.rpartition("MODULES ")
+    out, _, read = out.rpartition("READ ")
+    assert json.loads(read) == [], "a new process read the source file to answer from a saved model"
     return out, json.loads(mods)
 
 

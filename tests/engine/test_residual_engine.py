@@ -60,3 +60,33 @@ def test_answers_are_supported_and_exact(measured, sql):
     for row, err in zip(result.rows, result.stderr):
         assert math.isfinite(err[-1])
         assert row[-1] == pytest.approx(exact.get(tuple(row[:-1]), 0), rel=1e-3, abs=1.0)
+
+
+def test_standard_errors_run_on_one_blas_thread(measured, monkeypatch):
+    """Issue 17: standard errors take pseudo-inverses of factor grams and eigendecompose
+    residual factors; on a loaded 2-core machine a 74×74 ``eigh`` took 225 ms on two
+    OpenBLAS threads and 1-2 ms on one (``dpsql.linalg.threads``)."""
+    import numpy as np
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    con, _, _ = measured
+    _, variance, _ = con.session.engine.model("adult")
+    variance.joint._basis.clear()
+    for p in variance.prepared:
+        p._parts = None
+    seen = []
+
+    def spy(name):
+        original = getattr(np.linalg, name)
+
+        def call(*args, **kwargs):
+            seen.append(max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"))
+            return original(*args, **kwargs)
+        monkeypatch.setattr(np.linalg, name, call)
+
+    spy("pinv")
+    spy("eigh")
+    with threadpool_limits(limits=2, user_api="blas"):
+        for sql in QUERIES:
+            con.session.execute(sql + " -- not the cached answer")
+    assert seen and set(seen) == {1}

@@ -286,6 +286,38 @@ def test_data_version_replaces_the_content_hash(tmp_path):
     assert Source.from_config({"csv": "t.csv"}, tmp_path).fingerprint() != a
 
 
+def test_a_file_hash_is_kept_across_processes_and_redone_when_the_file_changes(tmp_path, monkeypatch):
+    """Issue 17: every new process hashed the whole source before answering from a saved
+    model; with a store beside the ledger it hashes only when the file's stat changed."""
+    from dpsql.measure import source as source_mod
+
+    path = tmp_path / "t.csv"
+    path.write_bytes(hostile.csv_bytes(hostile.clean_rows(3)))
+    store = tmp_path / "l.sources.json"
+    src = Source.from_config({"csv": "t.csv"}, tmp_path)
+    a = src.fingerprint(store=store)
+    assert store.exists() and store.stat().st_mode & 0o077 == 0
+
+    class NoHash:
+        @staticmethod
+        def sha256(*args):
+            raise AssertionError("the file was hashed again")
+
+    monkeypatch.setattr(source_mod, "_HASHES", {})          # a new process
+    monkeypatch.setattr(source_mod, "hashlib", NoHash)
+    assert src.fingerprint(store=store) == a
+    monkeypatch.undo()
+    path.write_bytes(hostile.csv_bytes(hostile.clean_rows(4)))
+    monkeypatch.setattr(source_mod, "_HASHES", {})
+    b = src.fingerprint(store=store)
+    assert b != a
+    monkeypatch.setattr(source_mod, "_HASHES", {})
+    assert Source.from_config({"csv": "t.csv"}, tmp_path).fingerprint() == b      # no store: hashed
+    store.write_text("{not json")                                                # a damaged store
+    monkeypatch.setattr(source_mod, "_HASHES", {})
+    assert src.fingerprint(store=store) == b
+
+
 def test_data_check_with_a_privacy_unit_sees_every_record(tmp_path):
     path = tmp_path / "p.csv"
     rows = [b"p1," + r for r in hostile.clean_rows(4, seed=8)] + [b",40,F,White,1,0.1,", b'p2,"40,F']

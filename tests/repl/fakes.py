@@ -73,6 +73,7 @@ class FakeSession:
         self.executed: list[str] = []
         self.plans: list = []
         self.measured = 0
+        self.prepared = 0
 
     def execute(self, sql, params=None):
         self.executed.append(sql)
@@ -94,6 +95,10 @@ class FakeSession:
 
     def measure_cost(self, table=None):
         return self.cost
+
+    def prepare_model(self, table=None):
+        self.prepared += 1
+        return 1
 
     def measure(self, table=None):
         self.measured += 1

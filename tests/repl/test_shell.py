@@ -116,6 +116,7 @@ def test_measure_in_a_script_needs_an_explicit_yes():
     assert not shell.run_text("\\measure", stop_on_error=True)
     assert s.measured == 0 and "\\measure -y" in out.getvalue()
     assert shell.run_text("\\measure -y", stop_on_error=True) and s.measured == 1
+    assert s.prepared == 1        # the model is fitted and saved right after measuring (issue 17)
 
 
 def test_workload_plan_and_explain(tmp_path):
