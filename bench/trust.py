@@ -10,15 +10,15 @@
 * ``wire``: a running ``dpsql serve`` (adult dashboard, measured): a new psycopg connection
   (SCRAM) and its first answer.  Target ≤ 200 ms.
 * ``fit``: the model fit of a 40-query adult dashboard at ε = 1 (its strategy measures 32
-  cliques: the "27-clique" workload of the issue, a few queries larger), called through
-  ``dpsql.pgm.auto.fit`` as the engine calls it.  Target ≤ 1 s.
+  cliques: the "27-clique" workload of the issue, a few queries larger), the engine's own fit
+  of one release made by this checkout.  Target ≤ 1 s.
 * ``blas``: the fit on one OpenBLAS thread against the default (this checkout only): does
   it gain from the limit the planner and the answer path run under?
 
 ``--old CHECKOUT`` runs the same measurements with the code of another checkout (e.g. the
 commit before issue 17) side by side, in the same run, so the ratio holds on a noisy
 machine: its ``dpsql`` is started with that checkout on PYTHONPATH.  Measurements (the
-noisy releases) are made once by the new code and handed to both as plain arrays.
+noisy releases) are made once by the new code and read from its ledger by both.
 """
 
 from __future__ import annotations
@@ -175,77 +175,28 @@ def _connect_and_query(port: int) -> float:
             time.sleep(0.5)
 
 
-FIT_SNIPPET = """
-import json, sys, time
-import numpy as np
-sys.path.insert(0, sys.argv[1])
-from dpsql.domain import Domain
-from dpsql.pgm import Measurement
-from dpsql.pgm.auto import fit
-data = np.load(sys.argv[2], allow_pickle=False)
-meta = json.loads(bytes(data["meta"]).decode())
-dom = Domain(meta["attributes"], meta["shape"])
-ms = [Measurement(tuple(c), data[f"q{i}"], data[f"y{i}"], sd) for i, (c, sd) in enumerate(meta["blocks"])]
-kw = dict(iters=1000, capacity=20_000_000, exact_method="adaptive", stop="discrepancy", stop_above=1_000_000)
-try:   # as the engine of that checkout calls it: since issue 17 to convergence (iters a limit)
-    from dpsql.engine.engine import FIT_GAP
-    from dpsql.engine.config import Config
-    kw.update(gap=FIT_GAP, iters=Config.__dataclass_fields__["fit_iters"].default)
-except ImportError:
-    pass
-if len(sys.argv) > 3:   # an iteration cap (the blas part times a fixed number of iterations)
-    kw.update(iters=int(sys.argv[3]), gap=None)
-t0 = time.perf_counter()
-model = fit(dom, ms, **kw)
-print(json.dumps({"seconds": time.perf_counter() - t0, "loss": model.loss[-1] if model.loss else None,
-                  "iterations": len(model.loss) - 1 if model.loss else None,
-                  "values": sum(int(np.size(m.values)) for m in ms),
-                  "stopped": getattr(model, "stopped", None)}))
-"""
-
-
-def _release_file(queries: list[str], prefix: str) -> tuple[Path, int, int]:
-    """Measure ``queries`` at ε = 1 with this checkout and save the released measurements as
-    plain arrays (so any checkout can fit them): (path, blocks, distinct cliques)."""
-    import numpy as np
-    import dpsql
-    work = Path(tempfile.mkdtemp(prefix=prefix))
-    cfg = write_config(work, queries, 1.0)
-    con = dpsql.connect(cfg, user="bench")
-    con.session.measure()
-    state = con.session.engine.tables["adult"]
-    blocks, arrays = [], {}
-    for i, (b, values, sd) in enumerate(state.released):
-        arrays[f"q{i}"] = np.asarray(b.query().dense(), dtype=float)
-        arrays[f"y{i}"] = np.asarray(values, dtype=float)
-        blocks.append([list(b.clique), float(sd)])
-    dom = state.schema.domain
-    meta = {"attributes": list(dom.attributes), "shape": [int(s) for s in dom.shape], "blocks": blocks}
-    path = work / "measurements.npz"
-    np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-    return path, len(blocks), len({tuple(b[0]) for b in blocks})
-
-
-def _fit(checkout: Path, path: Path, iters: int | None = None, env: dict | None = None) -> dict:
-    r = subprocess.run([sys.executable, "-c", FIT_SNIPPET, str(checkout), str(path)]
-                       + ([str(iters)] if iters else []), capture_output=True, text=True, timeout=3600,
-                       env=env)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
+    """The engine's own fit of one release, timed in fresh processes with each checkout's code
+    (alternated).  The release is made once by this checkout (``measure --no-fit``) and read
+    back from its ledger by each checkout: the dashboard's strategy now holds a 7,326-cell
+    block whose dense query matrix (430 MB) cannot be handed over as plain arrays."""
     print("\n## fit: the 40-query dashboard's model at ε = 1 (exact junction tree)")
-    path, nblocks, cliques = _release_file(dashboard40(), "fit-")
-    print(f"{nblocks} measurement blocks on {cliques} distinct cliques")
-    print("| code | fit (s), median | iterations | final loss (noisy values) | stop |")
-    print("|---|---:|---:|---:|---|")
-    for name, checkout in checkouts.items():
-        out = [_fit(checkout, path) for _ in range(repeat)]
-        secs = statistics.median(o["seconds"] for o in out)
-        print(f"| {name} | {secs:.2f} | {out[0]['iterations']} | {out[0]['loss']:.6g} ({out[0]['values']:,}) | "
-              f"{out[0]['stopped'] or 'all iterations'} |",
-              flush=True)
+    work = Path(tempfile.mkdtemp(prefix="fit-"))
+    cfg = write_config(work, dashboard40(), 1.0)
+    _, r = run_cli(ROOT, "measure", "--config", str(cfg), "--yes", "--no-fit")
+    assert r.returncode == 0, r.stderr
+    print("| code | fit (s), median | iterations | model |")
+    print("|---|---:|---:|---|")
+    runs: dict[str, list] = {name: [] for name in checkouts}
+    for _ in range(repeat):
+        for name, checkout in checkouts.items():
+            r = subprocess.run([sys.executable, "-c", BLAS_SNIPPET, str(cfg), "-"], env=_env(checkout),
+                               capture_output=True, text=True, timeout=3600, cwd=checkout)
+            assert r.returncode == 0, r.stderr
+            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    for name, out in runs.items():
+        print(f"| {name} | {statistics.median(o['seconds'] for o in out):.2f} | {out[0]['iterations']} | "
+              f"{out[0]['kind']} |", flush=True)
 
 
 BLAS_SNIPPET = """

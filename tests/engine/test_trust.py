@@ -13,6 +13,7 @@ from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
 from dpsql.engine.session import Session
 from dpsql.measure.exact import ExactOracle
+from dpsql.privacy import noise
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adult"
 CONFIG = EXAMPLE / "dpsql.toml"
@@ -34,7 +35,12 @@ def connect(tmp: Path, **kw):
 def measured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("trust")
     con = connect(tmp, workload=MARGINALS)
-    con.session.measure()
+    # Seeded noise bits: the calibration test below counts how many of ~10 supported 95%
+    # intervals cover the truth, and on fresh OS noise a correct interval set misses the 90%
+    # bar in ~9% of releases (P[X <= 8 | n = 10, p = 0.95]): it failed 2 of 7 full runs.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(noise, "_SYSTEM", noise.SeededBitSource(17))
+        con.session.measure()
     cfg = load_config(CONFIG)
     oracle = ExactOracle(cfg.tables, cfg.sources)
     yield con, oracle
