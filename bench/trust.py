@@ -175,31 +175,7 @@ def _connect_and_query(port: int) -> float:
             time.sleep(0.5)
 
 
-def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
-    """The engine's own fit of one release, timed in fresh processes with each checkout's code
-    (alternated).  The release is made once by this checkout (``measure --no-fit``) and read
-    back from its ledger by each checkout: the dashboard's strategy now holds a 7,326-cell
-    block whose dense query matrix (430 MB) cannot be handed over as plain arrays."""
-    print("\n## fit: the 40-query dashboard's model at ε = 1 (exact junction tree)")
-    work = Path(tempfile.mkdtemp(prefix="fit-"))
-    cfg = write_config(work, dashboard40(), 1.0)
-    _, r = run_cli(ROOT, "measure", "--config", str(cfg), "--yes", "--no-fit")
-    assert r.returncode == 0, r.stderr
-    print("| code | fit (s), median | iterations | model |")
-    print("|---|---:|---:|---|")
-    runs: dict[str, list] = {name: [] for name in checkouts}
-    for _ in range(repeat):
-        for name, checkout in checkouts.items():
-            r = subprocess.run([sys.executable, "-c", BLAS_SNIPPET, str(cfg), "-"], env=_env(checkout),
-                               capture_output=True, text=True, timeout=3600, cwd=checkout)
-            assert r.returncode == 0, r.stderr
-            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
-    for name, out in runs.items():
-        print(f"| {name} | {statistics.median(o['seconds'] for o in out):.2f} | {out[0]['iterations']} | "
-              f"{out[0]['kind']} |", flush=True)
-
-
-BLAS_SNIPPET = """
+FIT_SNIPPET = """
 import json, sys, time
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
@@ -214,6 +190,43 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "iterations": len(model.l
 """
 
 
+def _measured_config(queries: list[str], prefix: str) -> Path:
+    """A fresh config with ``queries`` measured at ε = 1 by this checkout, model not fitted."""
+    cfg = write_config(Path(tempfile.mkdtemp(prefix=prefix)), queries, 1.0)
+    _, r = run_cli(ROOT, "measure", "--config", str(cfg), "--yes", "--no-fit")
+    assert r.returncode == 0, r.stderr
+    return cfg
+
+
+def _alternated_fits(cfg: Path, iters: str, variants: dict[str, tuple[dict, Path]],
+                     repeat: int) -> dict[str, list[dict]]:
+    """The engine's fit of ``cfg``'s release in fresh processes, one per variant (its
+    environment and working directory) in turn, ``repeat`` rounds ("-": to convergence)."""
+    runs: dict[str, list] = {name: [] for name in variants}
+    for _ in range(repeat):
+        for name, (env, cwd) in variants.items():
+            r = subprocess.run([sys.executable, "-c", FIT_SNIPPET, str(cfg), iters], env=env,
+                               capture_output=True, text=True, timeout=3600, cwd=cwd)
+            assert r.returncode == 0, r.stderr
+            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return runs
+
+
+def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
+    """The engine's own fit of one release, timed in fresh processes with each checkout's code
+    (alternated).  The release is made once by this checkout and read back from its ledger by
+    each checkout: the dashboard's strategy now holds a 7,326-cell block whose dense query
+    matrix (430 MB) cannot be handed over as plain arrays."""
+    print("\n## fit: the 40-query dashboard's model at ε = 1 (exact junction tree)")
+    cfg = _measured_config(dashboard40(), "fit-")
+    print("| code | fit (s), median | iterations | model |")
+    print("|---|---:|---:|---|")
+    runs = _alternated_fits(cfg, "-", {name: (_env(c), c) for name, c in checkouts.items()}, repeat)
+    for name, out in runs.items():
+        print(f"| {name} | {statistics.median(o['seconds'] for o in out):.2f} | {out[0]['iterations']} | "
+              f"{out[0]['kind']} |", flush=True)
+
+
 def part_blas(checkouts: dict[str, Path], repeat: int) -> None:
     """Whether the fit gains from one BLAS thread as the planner does (OPENBLAS_NUM_THREADS=1
     against the library's default, alternated in fresh processes, this checkout only, the
@@ -224,20 +237,10 @@ def part_blas(checkouts: dict[str, Path], repeat: int) -> None:
     print("|---|---|---:|---:|")
     base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
     base["PYTHONPATH"] = str(ROOT)
+    variants = {"1": (dict(base, OPENBLAS_NUM_THREADS="1"), ROOT), "default": (base, ROOT)}
     for label, queries, iters in (("40-query dashboard, exact, to convergence", dashboard40(), "-"),
                                   ("55 marginals, relaxed, 300 iterations", marginals55(), "300")):
-        work = Path(tempfile.mkdtemp(prefix="blas-"))
-        cfg = write_config(work, queries, 1.0)
-        _, r = run_cli(ROOT, "measure", "--config", str(cfg), "--yes", "--no-fit")
-        assert r.returncode == 0, r.stderr
-        runs: dict[str, list] = {"1": [], "default": []}
-        for _ in range(repeat):
-            for threads in runs:
-                env = dict(base, **({"OPENBLAS_NUM_THREADS": "1"} if threads == "1" else {}))
-                r = subprocess.run([sys.executable, "-c", BLAS_SNIPPET, str(cfg), iters], env=env,
-                                   capture_output=True, text=True, timeout=3600, cwd=ROOT)
-                assert r.returncode == 0, r.stderr
-                runs[threads].append(json.loads(r.stdout.strip().splitlines()[-1]))
+        runs = _alternated_fits(_measured_config(queries, "blas-"), iters, variants, repeat)
         for threads, out in runs.items():
             print(f"| {label} ({out[0]['kind']}) | {threads} | "
                   f"{statistics.median(o['seconds'] for o in out):.2f} | {out[0]['iterations']} |", flush=True)
