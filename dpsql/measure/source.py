@@ -16,7 +16,6 @@ import glob
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from dpsql.domain import check_keys
 from dpsql.errors import ConfigError
+from dpsql.files import atomic_write
 
 #: Bumped whenever the mapping from bytes to cells changes: releases measured by another
 #: reader version are stale (their cells may mean something else).  3: the portable number
@@ -431,20 +431,8 @@ def _store_fingerprint(store: Path, path: Path, key: tuple, fp: dict) -> None:
     if data.get(str(path)) == entry:
         return
     data[str(path)] = entry
-    store = Path(store)
     try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".sources-", suffix=".tmp", dir=store.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, store)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(store, lambda fh: json.dump(data, fh), text=True, prefix=".sources-")
     except OSError:
         pass
 

@@ -20,13 +20,13 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from dpsql.domain import Domain
+from dpsql.files import atomic_write
 from dpsql.pgm.auto import ExactModel
 from dpsql.pgm.junction_tree import JunctionTree
 from dpsql.pgm.model import GraphicalModel
@@ -86,18 +86,8 @@ def save_model(model, path: str | os.PathLike) -> None:
         for i, (t, p) in enumerate(zip(gm.theta, gm._probs)):
             arrays[f"theta_{i}"], arrays[f"probs_{i}"] = np.asarray(t), np.asarray(p)
     header["digest"] = _digest(arrays)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".model-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, lambda fh: np.savez(
+        fh, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays), prefix=".model-")
 
 
 def load_model(path: str | os.PathLike, domain: Domain):

@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dpsql.files import atomic_write
 from dpsql.plan.strategy import KronBlock, Strategy
 from dpsql.plan.workload import WorkloadTerms
 
@@ -81,7 +81,4 @@ class StrategyCache:
         # half-written entry; the json goes last because get() needs both.
         for path, writer in ((arr_path, lambda f: np.savez(f, **arrays)),
                              (meta_path, lambda f: f.write(json.dumps(meta).encode()))):
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                writer(f)
-            os.replace(tmp, path)
+            atomic_write(path, writer)

@@ -23,8 +23,9 @@ import hmac
 import json
 import os
 import secrets
-import tempfile
 from pathlib import Path
+
+from dpsql.files import atomic_write
 
 MECHANISM = "SCRAM-SHA-256"
 DEFAULT_ITERATIONS = 4096
@@ -213,18 +214,10 @@ def load_users(path: str | os.PathLike) -> dict[str, str]:
 
 def save_users(path: str | os.PathLike, users: dict[str, str]) -> None:
     """Atomic replace; the file is created 0600 so verifiers are readable by the owner only."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"users": dict(sorted(users.items()))}, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    def write(fh):
+        json.dump({"users": dict(sorted(users.items()))}, fh, indent=2)
+        fh.write("\n")
+    atomic_write(path, write, text=True, prefix=f".{Path(path).name}.", mode=0o600)
 
 
 def add_user(path, name: str, password: str) -> None:

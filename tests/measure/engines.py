@@ -5,7 +5,6 @@ Spark."""
 
 from __future__ import annotations
 
-import glob
 import os
 import pwd
 import shutil
@@ -16,16 +15,9 @@ from pathlib import Path
 
 import duckdb
 
+from dpsql.server.catalogdb import find_bindir as pg_bindir
+
 ADULT_DIR = Path(__file__).resolve().parents[2] / "examples" / "adult"
-
-
-def pg_bindir() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                   key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0)
-    if found:
-        return Path(found[-1]).parent
-    initdb = shutil.which("initdb")
-    return Path(initdb).resolve().parent if initdb and shutil.which("postgres") else None
 
 
 class PgServer:

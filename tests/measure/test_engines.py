@@ -152,6 +152,19 @@ def _keyed(source):
     return replace(source, hash_key=KEY) if source.id_column else source
 
 
+def _assert_identical_everywhere(tmp, pg, name, unit, domain, cliques, expected, label=()):
+    """Each engine's count of ``cliques`` over table ``name`` equals ``expected``."""
+    backend = open_backend({f"{name}_{e}": s for e, s in sources(tmp, pg, name, unit).items()})
+    try:
+        for engine in ("duckdb", "postgres", "spark"):
+            got = backend.count_marginals(TableSchema(f"{name}_{engine}", domain.attributes), cliques)
+            for clique in cliques:
+                assert np.array_equal(got[clique], expected[clique]), (*label, engine, clique,
+                                                                       got[clique], expected[clique])
+    finally:
+        backend.close()
+
+
 def test_30_marginals_identical_on_duckdb_postgres_and_spark(lake, pg, spark_tables):
     tmp, con = lake
     rows = reference_cells(con, ADULT, f"SELECT * FROM read_parquet('{tmp / 'adult.parquet'}')")
@@ -160,15 +173,7 @@ def test_30_marginals_identical_on_duckdb_postgres_and_spark(lake, pg, spark_tab
         expected = reference_counts(rows, ADULT, CLIQUES, unit.get("max_rows"))
         total = int(expected[CLIQUES[0]].sum())
         assert total == (48842 if not unit else 5000 * unit["max_rows"])
-        backend = open_backend({f"adult_{e}": s for e, s in sources(tmp, pg, "adult", unit).items()})
-        try:
-            for engine in ("duckdb", "postgres", "spark"):
-                schema = TableSchema(f"adult_{engine}", ADULT.attributes)
-                got = backend.count_marginals(schema, CLIQUES)
-                for clique in CLIQUES:
-                    assert np.array_equal(got[clique], expected[clique]), (unit_name, engine, clique)
-        finally:
-            backend.close()
+        _assert_identical_everywhere(tmp, pg, "adult", unit, ADULT, CLIQUES, expected, (unit_name,))
 
 
 def test_csv_and_parquet_sources_count_alike():
@@ -256,15 +261,7 @@ def test_hostile_fixture_lands_alike_everywhere(lake, pg, spark_tables, unit):
     unit_spec = UNITS[unit] if unit == "row" else {"id_column": "pid", "max_rows": 2}
     rows = reference_cells(con, HOSTILE, f"SELECT * FROM read_parquet('{tmp / 'hostile.parquet'}')")
     expected = reference_counts(rows, HOSTILE, HOSTILE_CLIQUES, unit_spec.get("max_rows"))
-    backend = open_backend({f"h_{e}": s for e, s in sources(tmp, pg, "hostile", unit_spec).items()})
-    try:
-        for engine in ("duckdb", "postgres", "spark"):
-            schema = TableSchema(f"h_{engine}", HOSTILE.attributes)
-            got = backend.count_marginals(schema, HOSTILE_CLIQUES)
-            for clique in HOSTILE_CLIQUES:
-                assert np.array_equal(got[clique], expected[clique]), (engine, clique, got[clique], expected[clique])
-    finally:
-        backend.close()
+    _assert_identical_everywhere(tmp, pg, "hostile", unit_spec, HOSTILE, HOSTILE_CLIQUES, expected)
 
 
 def test_reference_sanity():
