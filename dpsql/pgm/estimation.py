@@ -244,14 +244,18 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
 def _polish_step(tree, bp, loss, measurements, theta, total, history):
     """The exact step of :mod:`dpsql.pgm.polish` after a converged fit: returns the potentials
     and the loss (first-order, polished), or the fit's own potentials and None."""
-    from dpsql.pgm.polish import POLISH_DENSE_LIMIT, polish   # scipy.sparse: fitting only
+    from dpsql.pgm.polish import POLISH_DENSE_LIMIT, POLISH_MAX_CELLS, POLISH_MAX_NNZ, polish
 
+    if tree.size > POLISH_MAX_CELLS:
+        return theta, None
     sparse = loss if isinstance(loss, SparseLoss) else SparseLoss.build(
         tree, measurements, dense_limit=POLISH_DENSE_LIMIT)
-    if sparse is None:
+    # The size test before the matrix goes to scipy: a fit too large for the step never
+    # imports scipy (issue 17).
+    if sparse is None or sparse.hessian_nnz_bound() > POLISH_MAX_NNZ:
         return theta, None
     mu = bp.marginals(theta, total)
-    tables = polish(tree, sparse.P, sparse.w, sparse.y, mu, total)
+    tables = polish(tree, sparse.P.to_scipy(), sparse.w, sparse.y, mu, total)
     if tables is None:
         return theta, None
     before, after = sparse.value(mu), sparse.value(tables)
@@ -352,6 +356,30 @@ def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, 
     return theta, history
 
 
+def _flat_loss(bp: BeliefPropagation, loss):
+    """The loss on the flat layout (``BeliefPropagation.split``): (value, value-and-gradient)."""
+    if isinstance(loss, SparseLoss):
+        return loss.flat_value, loss.flat_call
+
+    def value(mu: np.ndarray) -> float:
+        return loss.value(bp.split(mu))
+
+    def call(mu: np.ndarray) -> tuple[float, np.ndarray]:
+        v, grads = loss(bp.split(mu))
+        g = np.zeros(bp.size)
+        for part, gh in zip(bp.split(g), grads):
+            if gh is not None:
+                part[...] = gh
+        return v, g
+
+    return value, call
+
+
+#: The adaptive method's curvature estimate shrinks by this factor before each iteration
+#: (halving made nearly every iteration backtrack once: 2 oracle calls).
+_DECAY = 0.8
+
+
 def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
     """Accelerated entropic mirror descent with a backtracked Lipschitz estimate.
 
@@ -363,31 +391,33 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
     by the largest clique-marginal L1 distance, so checking with that bound is a
     stricter test and keeps the O(L·D/t²) guarantee, while L tracks the local
     curvature, which is usually orders of magnitude below K.
+
+    Every vector (θ, μ, ∇L) is one flat array over all cliques (``BeliefPropagation.split``),
+    so an iteration is a fixed handful of numpy calls besides the oracle's: on small trees
+    the per-clique Python of list-of-arrays updates cost as much as the arithmetic (issue 17).
     """
     N = total
+    value_of, value_and_grad = _flat_loss(bp, loss)
+    starts = bp.offsets[:-1]
     L = max(lipschitz(measurements), 1e-300) * N
-    theta_z = list(theta0)
-    z = bp.marginals(theta_z, N)
+    theta_z = bp.flatten(theta0)
+    z = bp.flat_marginals(theta_z, N)
     x = z
     A = 0.0
-    value = loss.value(x)
-    history = [value]
+    history = [value_of(x)]
     for t in range(1, iters + 1):
         while True:
             a = (1.0 + np.sqrt(1.0 + 4.0 * L * A)) / (2.0 * L)
             tau = a / (A + a)
-            y = [(1 - tau) * xr + tau * zr for xr, zr in zip(x, z)]
-            fy, gy = loss(y)
-            new_theta = [th if g is None else th - a * g for th, g in zip(theta_z, gy)]
-            new_z = bp.marginals(new_theta, N)
-            new_x = [(1 - tau) * xr + tau * zr for xr, zr in zip(x, new_z)]
-            fx = loss.value(new_x)
-            lin = norm = 0.0
-            for g, xr, yr in zip(gy, new_x, y):
-                d = xr - yr
-                norm = max(norm, float(np.abs(d).sum()))
-                if g is not None:
-                    lin += float(np.vdot(g, d))
+            y = (1 - tau) * x + tau * z
+            fy, gy = value_and_grad(y)
+            new_theta = theta_z - a * gy
+            new_z = bp.flat_marginals(new_theta, N)
+            new_x = (1 - tau) * x + tau * new_z
+            fx = value_of(new_x)
+            d = new_x - y
+            lin = float(gy @ d)
+            norm = float(np.add.reduceat(np.abs(d), starts).max())
             if fx <= fy + lin + L / (2 * N) * norm * norm + 1e-12 * abs(fy) or L > 1e300:
                 break
             L *= 2.0
@@ -395,19 +425,19 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
             # Adaptive restart (O'Donoghue & Candès 2015): momentum overshot, so
             # restart the sequence from the current point x, whose junction-tree
             # potentials reproduce it exactly.
-            theta_z = _theta_from_marginals(bp.tree, x)
+            theta_z = bp.flatten(_theta_from_marginals(bp.tree, bp.split(x)))
             z, A = x, 0.0
             history.append(history[-1])
         else:
             A += a
             x, z, theta_z = new_x, new_z, new_theta
             history.append(fx)
-        L *= 0.8  # halving made nearly every iteration backtrack once (2 oracle calls)
+        L *= _DECAY
         if callback is not None and callback(Progress(t, history[-1], a)):
             break
         if _converged(history, tol):
             break
-    return _theta_from_marginals(bp.tree, x), history
+    return _theta_from_marginals(bp.tree, bp.split(x)), history
 
 
 def _subgradient(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):
