@@ -356,28 +356,44 @@ def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, 
     return theta, history
 
 
-def _flat_loss(bp: BeliefPropagation, loss):
-    """The loss on the flat layout (``BeliefPropagation.split``): (value, value-and-gradient)."""
-    if isinstance(loss, SparseLoss):
-        return loss.flat_value, loss.flat_call
+class _FlatLoss:
+    """The L2 loss on the flat layout (``BeliefPropagation.split``) through a linear image.
 
-    def value(mu: np.ndarray) -> float:
-        return loss.value(bp.split(mu))
+    For :class:`SparseLoss`, L(μ) = Σ w (Pμ − y)² depends on μ only through its image Pμ (one
+    value per noisy measurement); images of convex combinations are the same combinations of
+    images, so the adaptive loop combines images instead of tables and pays one product
+    each way per trial.  Any other loss takes the tables themselves as the image."""
 
-    def call(mu: np.ndarray) -> tuple[float, np.ndarray]:
-        v, grads = loss(bp.split(mu))
-        g = np.zeros(bp.size)
-        for part, gh in zip(bp.split(g), grads):
+    def __init__(self, bp: BeliefPropagation, loss) -> None:
+        self.bp, self.loss = bp, loss
+        self.sparse = isinstance(loss, SparseLoss)
+
+    def image(self, mu: np.ndarray) -> np.ndarray:
+        return self.loss.P @ mu if self.sparse else mu
+
+    def value(self, img: np.ndarray) -> float:
+        if self.sparse:
+            r = img - self.loss.y
+            return float(self.loss.w @ (r * r))
+        return self.loss.value(self.bp.split(img))
+
+    def value_and_grad(self, img: np.ndarray) -> tuple[float, np.ndarray]:
+        if self.sparse:
+            wr = self.loss.w * (img - self.loss.y)
+            return float(wr @ (img - self.loss.y)), 2.0 * self.loss.P.rmatvec(wr)
+        v, grads = self.loss(self.bp.split(img))
+        g = np.zeros(self.bp.size)
+        for part, gh in zip(self.bp.split(g), grads):
             if gh is not None:
                 part[...] = gh
         return v, g
-
-    return value, call
 
 
 #: The adaptive method's curvature estimate shrinks by this factor before each iteration
 #: (halving made nearly every iteration backtrack once: 2 oracle calls).
 _DECAY = 0.8
+#: Images of the iterates are recomputed from the tables this often (rounding drift).
+_REFRESH = 64
 
 
 def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
@@ -395,29 +411,34 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
     Every vector (θ, μ, ∇L) is one flat array over all cliques (``BeliefPropagation.split``),
     so an iteration is a fixed handful of numpy calls besides the oracle's: on small trees
     the per-clique Python of list-of-arrays updates cost as much as the arithmetic (issue 17).
+    The loss is evaluated on images of the iterates (:class:`_FlatLoss`), and the trial point's
+    x' − y is τ(z' − z), so neither y nor a rejected x' is ever formed as tables.
     """
     N = total
-    value_of, value_and_grad = _flat_loss(bp, loss)
+    f = _FlatLoss(bp, loss)
     starts = bp.offsets[:-1]
     L = max(lipschitz(measurements), 1e-300) * N
     theta_z = bp.flatten(theta0)
     z = bp.flat_marginals(theta_z, N)
     x = z
+    Px = Pz = f.image(x)
     A = 0.0
-    history = [value_of(x)]
+    history = [f.value(Px)]
     for t in range(1, iters + 1):
+        if t % _REFRESH == 0 and f.sparse:
+            Px, Pz = f.image(x), f.image(z)
         while True:
             a = (1.0 + np.sqrt(1.0 + 4.0 * L * A)) / (2.0 * L)
             tau = a / (A + a)
-            y = (1 - tau) * x + tau * z
-            fy, gy = value_and_grad(y)
+            fy, gy = f.value_and_grad((1 - tau) * Px + tau * Pz)
             new_theta = theta_z - a * gy
             new_z = bp.flat_marginals(new_theta, N)
-            new_x = (1 - tau) * x + tau * new_z
-            fx = value_of(new_x)
-            d = new_x - y
-            lin = float(gy @ d)
-            norm = float(np.add.reduceat(np.abs(d), starts).max())
+            Pnz = f.image(new_z)
+            Pnx = (1 - tau) * Px + tau * Pnz
+            fx = f.value(Pnx)
+            dz = new_z - z                      # x' − y = τ (z' − z)
+            lin = tau * float(gy @ dz)
+            norm = tau * float(np.add.reduceat(np.abs(dz), starts).max())
             if fx <= fy + lin + L / (2 * N) * norm * norm + 1e-12 * abs(fy) or L > 1e300:
                 break
             L *= 2.0
@@ -426,11 +447,12 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
             # restart the sequence from the current point x, whose junction-tree
             # potentials reproduce it exactly.
             theta_z = bp.flatten(_theta_from_marginals(bp.tree, bp.split(x)))
-            z, A = x, 0.0
+            z, Pz, A = x, Px, 0.0
             history.append(history[-1])
         else:
             A += a
-            x, z, theta_z = new_x, new_z, new_theta
+            x = (1 - tau) * x + tau * new_z
+            z, theta_z, Px, Pz = new_z, new_theta, Pnx, Pnz
             history.append(fx)
         L *= _DECAY
         if callback is not None and callback(Progress(t, history[-1], a)):
