@@ -68,3 +68,11 @@ def test_readme_says_how_to_run_dpsql_and_how_to_get_pandas():
     block = readme.split("activate the environment once per terminal:", 1)[1].split("```", 2)[1]
     used = {line.split()[1] for line in block.splitlines() if line.startswith("dpsql ")}
     assert used and used <= commands
+
+
+def test_the_domain_holds_no_sql():
+    """The declared domain is the Python rule (``index_of``); its SQL form lives in
+    ``dpsql/measure/cellsql.py`` beside the reader, and imports flow downward only."""
+    bad = sorted(m for m in _imports(ROOT / "dpsql" / "domain.py")
+                 if m.startswith(("sqlglot", "dpsql.measure", "dpsql.sql", "dpsql.engine")))
+    assert not bad, bad
