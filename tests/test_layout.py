@@ -76,3 +76,11 @@ def test_the_domain_holds_no_sql():
     bad = sorted(m for m in _imports(ROOT / "dpsql" / "domain.py")
                  if m.startswith(("sqlglot", "dpsql.measure", "dpsql.sql", "dpsql.engine")))
     assert not bad, bad
+
+
+def test_sqlglot_is_imported_only_in_the_sql_package():
+    """Each third-party library is used in one place: the measurement SQL and the wire
+    server's router reach sqlglot through ``dpsql.sql.syntax``."""
+    bad = sorted(str(p.relative_to(ROOT)) for p in [*(ROOT / "dpsql").rglob("*.py"), *(ROOT / "repl").rglob("*.py")]
+                 if p.parent != ROOT / "dpsql" / "sql" and any(m.split(".")[0] == "sqlglot" for m in _imports(p)))
+    assert not bad, bad

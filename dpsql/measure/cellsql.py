@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from sqlglot import exp
 
 from dpsql.domain import Attribute
+from dpsql.sql.syntax import exp
 
 __all__ = ["index_sql", "bins_sql", "is_nan", "column_expr"]
 

@@ -42,12 +42,12 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from sqlglot import exp
 
 from dpsql.domain import Attribute, TableSchema
 from dpsql.errors import ConfigError
 from dpsql.measure.cellsql import bins_sql, index_sql, is_nan
 from dpsql.measure.source import CsvDialect, Source
+from dpsql.sql.syntax import data_type, exp
 
 CHUNK = 8 << 20
 OVERLONG = "\uffff"
@@ -540,11 +540,8 @@ _FAMILY_OF = {t: fam for fam, types in _FAMILIES.items() for t in types}
 
 def _type_name(sql_type: str, dialect: str) -> str | None:
     """sqlglot's name of a catalog type (``INT`` for PostgreSQL's ``integer``), or None."""
-    from sqlglot.errors import ParseError
-    try:
-        return exp.DataType.build(sql_type, dialect=dialect).this.name
-    except (ParseError, ValueError, TypeError):
-        return None
+    dtype = data_type(sql_type, dialect)
+    return None if dtype is None else dtype.this.name
 
 
 def type_family(sql_type: str, dialect: str = "duckdb") -> str:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from sqlglot import exp
 
 from dpsql.domain import TableSchema
+from dpsql.sql.syntax import exp
 
 
 def cell_column(i: int) -> str:
