@@ -170,10 +170,12 @@ cfg = load_config(sys.argv[1], **({"fit_iters": int(sys.argv[2])} if sys.argv[2]
 engine = Engine(cfg)
 measurements = engine.released_measurements("adult")
 domain = engine.tables["adult"].schema.domain
-t0 = time.perf_counter()
+before = set(sys.modules)
+t0, c0 = time.perf_counter(), time.process_time()
 model = engine._fit(domain, measurements, None, "adult")
-print(json.dumps({"seconds": time.perf_counter() - t0, "iterations": len(model.loss) - 1,
-                  "kind": type(model).__name__}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0,
+                  "iterations": len(model.loss) - 1, "kind": type(model).__name__,
+                  "imported": sorted(m for m in ("scipy", "networkx") if m in set(sys.modules) - before)}))
 """
 
 
@@ -206,12 +208,13 @@ def part_fit(checkouts: dict[str, Path], repeat: int) -> None:
     matrix (430 MB) cannot be handed over as plain arrays."""
     print("\n## fit: the 40-query dashboard's model at ε = 1 (exact junction tree)")
     cfg = _measured_config(dashboard40(), "fit-")
-    print("| code | fit (s), median | iterations | model |")
-    print("|---|---:|---:|---|")
+    print("| code | fit (s), median | CPU (s), median | iterations | model | imported by the fit |")
+    print("|---|---:|---:|---:|---|---|")
     runs = _alternated_fits(cfg, "-", {name: (_env(c), c) for name, c in checkouts.items()}, repeat)
     for name, out in runs.items():
-        print(f"| {name} | {statistics.median(o['seconds'] for o in out):.2f} | {out[0]['iterations']} | "
-              f"{out[0]['kind']} |", flush=True)
+        print(f"| {name} | {statistics.median(o['seconds'] for o in out):.2f} | "
+              f"{statistics.median(o.get('cpu', float('nan')) for o in out):.2f} | {out[0]['iterations']} | "
+              f"{out[0]['kind']} | {', '.join(out[0].get('imported', [])) or '–'} |", flush=True)
 
 
 def part_blas(checkouts: dict[str, Path], repeat: int) -> None:
