@@ -257,9 +257,9 @@ class SparseLoss:
 
     @classmethod
     def build(cls, tree: JunctionTree, measurements: Sequence[Measurement],
-              dense_limit: int = DENSE_LIMIT) -> "SparseLoss | None":
+              dense_limit: int = DENSE_LIMIT, max_nnz: int = SPARSE_MAX_NNZ) -> "SparseLoss | None":
         """None when a query has more than ``dense_limit`` entries (it is densified once) or
-        the matrix would exceed ``SPARSE_MAX_NNZ``."""
+        the matrix would have more than ``max_nnz`` non-zeros."""
         position = {a: i for i, a in enumerate(tree.attributes)}
         shapes = [tuple(tree.sizes[a] for a in c) for c in tree.cliques]
         sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
@@ -279,7 +279,7 @@ class SparseLoss:
             cell = (np.ravel_multi_index(tuple(grid[host.index(a)] for a in meas.clique), given)
                     if meas.clique else np.zeros(sizes[h], dtype=np.int64))
             nnz += int(np.count_nonzero(q, axis=0) @ np.bincount(cell, minlength=k))
-            if nnz > SPARSE_MAX_NNZ:
+            if nnz > max_nnz:
                 return None
             r, c, d = expand_columns(q, cell, int(offsets[h]))   # columns: the host's cells
             rows.append(r + m0)

@@ -75,3 +75,26 @@ def test_a_fit_over_the_exact_steps_limits_imports_neither_scipy_nor_networkx():
     assert "converged" in got["stopped"], got
     assert not got["polished"]
     assert got["loaded"] == [], got
+
+
+def test_the_estimator_takes_the_cheaper_loss():
+    # Many marginals inside one large clique (NLTCS's one- and two-way marginals: 137 in a
+    # 65,536-cell clique, 9 million non-zeros) go to the sum-tree loss; a few small tables
+    # to the sparse one.  Both are the same function (tests/pgm/test_convergence.py).
+    from dpsql.linalg import Identity, Kron
+    from dpsql.pgm import Measurement
+    from dpsql.pgm.estimation import choose_loss
+    from dpsql.pgm.junction_tree import JunctionTree
+    from dpsql.pgm.loss import MarginalLoss, SparseLoss
+
+    names = [f"x{i}" for i in range(12)]
+    sizes = dict.fromkeys(names, 2)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    many = [Measurement(c, Kron([Identity(2), Identity(2)]), np.zeros(4), 1.0) for c in pairs]
+    tree = JunctionTree(names, sizes, [m.clique for m in many])
+    assert len(tree.cliques) == 1 and tree.size == 4096
+    assert isinstance(choose_loss(tree, many), MarginalLoss)          # 66 × 4,096 non-zeros
+    few = many[:3]
+    small = JunctionTree(names, sizes, [m.clique for m in few])
+    assert isinstance(choose_loss(small, few), SparseLoss)
+    assert isinstance(choose_loss(small, few, method="md"), MarginalLoss)
