@@ -171,6 +171,9 @@ CLIQUE_MAX_CELLS = 4_000_000
 #: Active-set rounds and conjugate-gradient iterations per round.
 CLIQUE_ROUNDS = 40
 CG_ITERS = 400
+#: Hessian-vector products over all rounds before the solve gives up (the first-order fit then
+#: runs): bounds the time lost where the preconditioner does not fit the problem.
+CG_BUDGET = 4000
 #: Ridge of the preconditioner, relative to its largest eigenvalue: the Gram factors of a
 #: block with fewer rows than cells are singular, and a near-zero ridge amplifies rounding
 #: in their null space by its inverse.
@@ -326,7 +329,10 @@ def solve_clique(loss, shape: tuple[int, ...], total: float, atol: float, rtol: 
     _, g0 = grad(np.zeros(n))
     lam = 0.0
 
+    products = [0]
+
     def hvp(x):
+        products[0] += 1
         return grad(x)[1] - g0 + lam * x
 
     if precond is None:
@@ -383,7 +389,7 @@ def solve_clique(loss, shape: tuple[int, ...], total: float, atol: float, rtol: 
         if gap <= atol + rtol * abs(value):
             certified = True
             break
-        if stalled >= 2:
+        if stalled >= 2 or products[0] > CG_BUDGET:
             break
         if not neg.any():
             # on this face's optimum (to the solve's precision): release the fixed cells whose
