@@ -169,7 +169,7 @@ def polish(tree: JunctionTree, P: sp.csr_matrix, w: np.ndarray, y: np.ndarray,
 #: Single-clique trees up to this many cells are solved by :func:`solve_clique`.
 CLIQUE_MAX_CELLS = 4_000_000
 #: Active-set rounds and conjugate-gradient iterations per round.
-CLIQUE_ROUNDS = 40
+CLIQUE_ROUNDS = 200
 CG_ITERS = 400
 #: Hessian-vector products over all rounds before the solve gives up (the first-order fit then
 #: runs): bounds the time lost where the preconditioner does not fit the problem.
@@ -268,25 +268,23 @@ def _simplex(v: np.ndarray, total: float) -> np.ndarray:
 
 
 def _pcg(hvp, precond, rhs, free, iters, rtol):
-    """min ½dᵀHd − rhsᵀd over d with d = 0 off ``free`` and Σd = 0: projected preconditioned CG
-    (Gould, Hribar & Nocedal 2001) with the constraint projection in the preconditioner's metric."""
+    """min ½dᵀHd − rhsᵀd over d with d = 0 off ``free`` and Σd = 0: conjugate gradients in
+    that subspace with the preconditioner Π M⁻¹ Π (Π the orthogonal projector onto it; symmetric
+    and positive definite there, as CG needs)."""
     n = rhs.size
+    count = max(int(free.sum()), 1)
 
-    def restrict(x):
+    def project(x):
         x = x.copy()
         x[~free] = 0.0
+        x[free] -= x[free].sum() / count
         return x
 
-    ones = restrict(np.ones(n))
-    m_ones = restrict(precond(ones)) if precond is not None else ones.copy()
-    denom = float(ones @ m_ones)
-
     def apply_p(r):
-        z = restrict(precond(restrict(r))) if precond is not None else restrict(r)
-        return z - m_ones * (float(ones @ z) / denom)
+        return project(precond(project(r))) if precond is not None else project(r)
 
     d = np.zeros(n)
-    r = restrict(rhs)
+    r = project(rhs)
     z = apply_p(r)
     p = z.copy()
     rz = float(r @ z)
@@ -294,7 +292,7 @@ def _pcg(hvp, precond, rhs, free, iters, rtol):
     for _ in range(iters):
         if rz <= rtol * rtol * first or rz <= 0.0:
             break
-        hp = restrict(hvp(p))
+        hp = project(hvp(p))
         php = float(p @ hp)
         if php <= 0.0:
             break
@@ -305,9 +303,6 @@ def _pcg(hvp, precond, rhs, free, iters, rtol):
         new = float(r @ z)
         p = z + (new / rz) * p
         rz = new
-    # the projection keeps Σd = 0 only to rounding (the preconditioner is large where H is
-    # nearly singular): restore it exactly
-    d[free] -= d.sum() / max(int(free.sum()), 1)
     return d
 
 
@@ -349,51 +344,68 @@ def solve_clique(loss, shape: tuple[int, ...], total: float, atol: float, rtol: 
     value, g = grad(v)
     history = [value]
     zero = v <= 0.0
+    # A projected-gradient step of 1/L (L ≥ λ_max(H), by power iteration) always lowers the
+    # loss unless μ is optimal: the fallback when the Newton step's projection does not.
+    x = np.random.default_rng(0).random(n)
+    for _ in range(8):
+        x = hvp(x)
+        x /= max(float(np.linalg.norm(x)), 1e-300)
+    lipschitz = 1.5 * max(float(np.linalg.norm(hvp(x))), 1e-300)
     certified = False
     stalled = 0
     # Inexact Newton: while the face changes, a loose solve is enough to find the next one;
     # on a fixed face the solve is tightened until the gap certifies the optimum.
     cg_rtol = 1e-3
+    moved_last = True
     for _ in range(CLIQUE_ROUNDS):
         free = ~zero
         d = _pcg(hvp, precond, -g, free, CG_ITERS, cg_rtol)
         new = v + d
         neg = free & (new < 0.0)
-        if neg.any():
+        moved = True
+        if not neg.any():
+            v = np.maximum(new, 0.0)   # a feasible Newton step on the face: the loss drops
+        else:
             # projected search (Bertsekas 1982): the Newton step projected back onto the
-            # simplex, halved until the loss drops; cells it leaves at 0 join the face
-            alpha, v_old = 1.0, value
-            while True:
-                cand = _simplex(v + alpha * d, total)
-                cand_value = grad(cand)[0]
-                if cand_value < v_old or alpha < 1e-6:
+            # simplex, halved until the loss drops; failing that, re-solve once with the cells
+            # it drove below 0 fixed at 0; failing that too, a projected gradient step
+            cand, cand_value = None, value
+            searches = ((d, 1.0),) if moved_last else ((d, 1.0), (-g, 1.0 / lipschitz))
+            for direction, alpha in searches:
+                for _ in range(12):
+                    trial = _simplex(v + alpha * direction, total)
+                    trial_value = grad(trial)[0]
+                    if trial_value < cand_value:
+                        cand, cand_value = trial, trial_value
+                        break
+                    alpha *= 0.5
+                if cand is not None:
                     break
-                alpha *= 0.5
-            if cand_value < v_old:
+            if cand is not None:
                 v = cand
                 zero = v <= 0.0
             else:
-                # no projected step helps: fix the cells the step drove below 0 (as the exact
-                # step does, re-solving on the smaller face; wrongly fixed cells are released
-                # by their reduced gradient later)
                 zero |= neg
-                v[zero] = 0.0
-                v *= total / v.sum()
-        else:
-            v = np.maximum(new, 0.0)
+                moved = False
+        moved_last = moved
         value, g = grad(v)
-        stalled = stalled + 1 if value >= history[-1] * (1.0 - 1e-13) and not neg.any() else 0
+        if value >= history[-1] * (1.0 - 1e-13) and moved:
+            # no progress at this precision: the face's optimum needs a tighter solve
+            stalled += 1
+            cg_rtol = max(cg_rtol * 1e-3, 1e-12)
+        else:
+            stalled = 0
         history.append(value)
-        nu = float(g[~zero].mean()) if (~zero).any() else float(g.min())
         gap = float(g @ v) - total * float(g.min())
         if gap <= atol + rtol * abs(value):
             certified = True
             break
-        if stalled >= 2 or products[0] > CG_BUDGET:
+        if stalled >= 4 or products[0] > CG_BUDGET:
             break
         if not neg.any():
             # on this face's optimum (to the solve's precision): release the fixed cells whose
             # reduced gradient is negative; with none, the next round refines the solve
+            nu = float(g[~zero].mean()) if (~zero).any() else float(g.min())
             release = zero & (g < nu - 1e-12 * max(abs(nu), 1.0))
             if not release.any():
                 cg_rtol = max(cg_rtol * 1e-3, 1e-12)
