@@ -151,14 +151,15 @@ def dpsql_job(job: dict) -> dict:
     import dpsql
     from dpsql.privacy.accountant import epsilon_delta_to_rho
 
+    from dpsql.testing import write_config
+
     tmp = Path(tempfile.mkdtemp(prefix="aim-bench-"))
-    cfg = tmp / "dpsql.toml"
-    cfg.write_text("\n".join([
-        "[dpsql]", 'ledger = "bench.ledger"', 'cache_dir = "cache"', f"fit_iters = {job['fit_iters']}", "",
-        "[budget]", f"rho = {float(epsilon_delta_to_rho(job['epsilon'], DELTA))!r}", f"delta = {DELTA}", "",
-        f"[tables.{job['name']}]", f'domain = "{job["domain_toml"]}"', f'source = {{ csv = "{job["csv"]}" }}', "",
-        "[planner]", f'mode = "{"aim" if job["mode"] == "aim" else "hdmm"}"', f"aim_max_model_cells = {int(job['max_model_mb'] * 2**20 / 8)}",
-        f"max_model_cells = {max(20_000_000, int(job['max_model_mb'] * 2**20 / 8))}", ""]))
+    cells = int(job["max_model_mb"] * 2**20 / 8)
+    cfg = write_config(tmp, ledger="bench.ledger", cache_dir="cache", dpsql={"fit_iters": job["fit_iters"]},
+                       rho=float(epsilon_delta_to_rho(job["epsilon"], DELTA)), delta=DELTA,
+                       table=job["name"], domain=job["domain_toml"], source={"csv": job["csv"]},
+                       planner={"mode": "aim" if job["mode"] == "aim" else "hdmm",
+                                "aim_max_model_cells": cells, "max_model_cells": max(20_000_000, cells)})
     cliques = [tuple(c) for c in job["workload"]]
     t0 = time.perf_counter()
     con = dpsql.connect(cfg, user="bench", workload=[_sql(job["name"], c) for c in cliques])

@@ -24,6 +24,7 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.domain import load_domain
+from dpsql.measure.cellsql import index_sql
 from dpsql.measure.backend import DuckDBBackend
 from dpsql.measure.source import Source
 
@@ -50,7 +51,7 @@ def old_reader(path: Path, schema) -> float:
     for i, a in enumerate(schema.attributes):
         col = exp.column(a.name, quoted=True)
         raw = col if a.kind == "categorical" else exp.TryCast(this=col, to=exp.DataType.build("DOUBLE"))
-        cols.append(exp.alias_(a.index_sql(raw), f"c{i}"))
+        cols.append(exp.alias_(index_sql(a, raw), f"c{i}"))
     con = duckdb.connect()
     t0 = time.perf_counter()
     con.execute("CREATE TEMP TABLE cells AS " + exp.select(*cols).from_(scan).sql("duckdb"))

@@ -65,21 +65,8 @@ def dashboard40() -> list[str]:
 
 
 def write_config(workdir: Path, queries: list[str], epsilon: float) -> Path:
-    cfg = workdir / "dpsql.toml"
-    wl = json.dumps(queries)
-    cfg.write_text(f"""[dpsql]
-ledger = "{workdir / 'bench.ledger'}"
-cache_dir = "{workdir / 'cache'}"
-[budget]
-epsilon = {epsilon}
-delta = 1e-6
-[tables.adult]
-domain = "{ADULT / 'adult.toml'}"
-source = {{ csv = "{ADULT / 'adult.csv'}" }}
-[workload]
-queries = {wl}
-""")
-    return cfg
+    from dpsql.testing import write_config as write
+    return write(workdir, queries=queries, epsilon=epsilon, ledger=workdir / "bench.ledger")
 
 
 def _env(checkout: Path) -> dict:

@@ -7,7 +7,7 @@ count per cell of the cross product of the attributes' domains.  This module def
   the planner, the graphical model and the tests;
 * :class:`Attribute` and its kinds (:class:`Categorical`, :class:`IntegerRange`,
   :class:`Numeric`) - how a raw value becomes a cell index, in Python (:meth:`index_of`)
-  and in SQL (:meth:`index_sql`), and back to an output label;
+  (the same rule in SQL is ``dpsql.measure.cellsql.index_sql``), and back to an output label;
 * :class:`TableSchema` and :func:`load_domain` - tables declared in TOML.
 
 Privacy: a domain is declared from public knowledge and never read off the rows.  The
@@ -40,9 +40,6 @@ __all__ = ["Domain", "Attribute", "Categorical", "IntegerRange", "Numeric", "Tab
 OTHER_LABEL = "(other)"
 PREDICATE_OPS = ("=", "!=", "<>", "<", "<=", ">", ">=")
 
-# Above this many thresholds a flat WHEN chain costs O(n) comparisons per row; a balanced
-# nested CASE costs O(log n) and is just as portable (and NULL/NaN still take one path).
-_FLAT_CASE_LIMIT = 16
 # An attribute with more cells than this cannot be measured usefully (the noise drowns every
 # cell) and would make the planner's matrices huge; wider bins are the remedy.
 MAX_CELLS = 100_000
@@ -175,47 +172,6 @@ def _fmt_number(x: float | int) -> str:
     return repr(x) if isinstance(x, float) else str(x)
 
 
-def _column_expr(column):
-    from sqlglot import exp  # lazy: only SQL generation needs sqlglot
-    if isinstance(column, exp.Expression):
-        return column
-    if isinstance(column, str):
-        return exp.column(column, quoted=True)
-    raise TypeError(f"index_sql expects a column name or a sqlglot expression, got {type(column).__name__}")
-
-
-def _when(case, condition, cell: int):
-    from sqlglot import exp
-    return case.when(condition, exp.Literal.number(cell), copy=False)  # no copy: O(n) not O(n^2)
-
-
-def _threshold_case(x, thresholds: Sequence, literal, first: int, null_cell: int | None = None):
-    """CASE giving ``first + bisect_right(thresholds, x)`` using only ``x < t`` tests.
-
-    NaN fails every ``<`` test on every engine we target, so it takes the ELSE path down to
-    the last bin, exactly like ``bisect_right`` does in Python.  ``null_cell`` adds the
-    explicit NULL branch (only at the top: NULL must not reach the ``<`` tests).
-    """
-    from sqlglot import exp
-    if not thresholds and null_cell is None:
-        return exp.Literal.number(first)
-    case = exp.Case()
-    if null_cell is not None:
-        case = _when(case, exp.Is(this=x.copy(), expression=exp.Null()), null_cell)
-    n = len(thresholds)
-    if n <= _FLAT_CASE_LIMIT:
-        for i, t in enumerate(thresholds):
-            case = _when(case, exp.LT(this=x.copy(), expression=literal(t)), first + i)
-        return case.else_(exp.Literal.number(first + n))
-    mid = n // 2
-    left = _threshold_case(x, thresholds[:mid], literal, first)
-    right = _threshold_case(x, thresholds[mid + 1:], literal, first + mid + 1)
-    # copy=False: the subtrees are fresh; copying them at every level made a 100,000-cell
-    # column's CASE take minutes to build (deep copies of the whole subtree per level).
-    return case.when(exp.LT(this=x.copy(), expression=literal(thresholds[mid])), left,
-                     copy=False).else_(right, copy=False)
-
-
 def _normalise_op(op: str) -> str:
     op = op.strip()
     if op not in PREDICATE_OPS:
@@ -277,10 +233,6 @@ class Attribute(ABC):
     @abstractmethod
     def index_of(self, value: Any) -> int:
         """Cell of a raw value; total (never raises, whatever the value)."""
-
-    @abstractmethod
-    def index_sql(self, column):
-        """sqlglot expression computing :meth:`index_of` inside the database; never NULL."""
 
     @abstractmethod
     def contains_value(self, value: Any) -> bool:
@@ -403,15 +355,6 @@ class Categorical(Attribute):
             return self.nullable_
         return self._matches_type(value) and value in self._lookup
 
-    def index_sql(self, column):
-        from sqlglot import exp
-        x = _column_expr(column)
-        literal = exp.Literal.string if self.python_type is str else exp.Literal.number
-        case = _when(exp.Case(), exp.Is(this=x.copy(), expression=exp.Null()), self.null_place)
-        for i, label in enumerate(self.labels_):
-            case = _when(case, exp.EQ(this=x.copy(), expression=literal(label)), i)
-        return case.else_(exp.Literal.number(self._fallback))
-
     def cells_for_predicate(self, op: str, value: Any) -> tuple[frozenset[int], bool]:
         """Cells whose every value satisfies ``col <op> value``, and whether that is exact.
 
@@ -466,8 +409,9 @@ class _Binned(Attribute):
     """Shared machinery of ordered numeric attributes: cells chosen by ``x < t`` thresholds."""
 
     @abstractmethod
-    def _thresholds(self) -> tuple:
-        """Implemented by each kind."""
+    def thresholds(self) -> tuple:
+        """Bin starts after the first: the bin of ``x`` is ``bisect_right(thresholds, x)``
+        (in SQL the chain of ``x < t`` tests of ``dpsql.measure.cellsql.bins_sql``)."""
 
     @abstractmethod
     def _bounds(self) -> list[tuple]:
@@ -512,37 +456,11 @@ class _Binned(Attribute):
             return self.null_place
         if not _is_real(value) or _is_nan(value):
             return self.invalid_index
-        return bisect.bisect_right(self._thresholds(), self._py_value(value))
+        return bisect.bisect_right(self.thresholds(), self._py_value(value))
 
     def _py_value(self, value):
-        """The value as the SQL compares it (see :meth:`_sql_value`)."""
+        """The value as the SQL compares it (``dpsql.measure.cellsql``)."""
         return value
-
-    def _sql_value(self, x):
-        return x
-
-    def _sql_literal(self, t):
-        from sqlglot import exp
-        return exp.Literal.number(t)
-
-    def index_sql(self, column):
-        """NULL → :attr:`null_place`, NaN → :attr:`invalid_index`, else the bin.  NaN is
-        tested as ``CAST(x AS DOUBLE) = CAST('NaN' AS DOUBLE)``: DuckDB, PostgreSQL and Spark
-        all hold NaN equal to itself, and PostgreSQL has no ``isnan``."""
-        from sqlglot import exp
-        x = self._sql_value(_column_expr(column))
-        bins = self.bins_sql(column)
-        return (exp.Case()
-                .when(exp.Is(this=x.copy(), expression=exp.Null()), exp.Literal.number(self.null_place))
-                .when(exp.EQ(this=exp.cast(x.copy(), "DOUBLE"), expression=exp.cast(exp.Literal.string("NaN"), "DOUBLE")),
-                      exp.Literal.number(self.invalid_index))
-                .else_(bins))
-
-    def bins_sql(self, column):
-        """The bin of a value that is neither NULL nor NaN (the ``x < t`` chain of
-        :meth:`index_sql` without its NULL and NaN branches): for a reader that knows from
-        the column's declared type that neither can occur (``dpsql.measure.reader``)."""
-        return _threshold_case(self._sql_value(_column_expr(column)), self._thresholds(), self._sql_literal, 0)
 
     def _check_predicate_value(self, value: Any) -> None:
         if not _is_real(value) or _is_nan(value):
@@ -636,7 +554,7 @@ class IntegerRange(_Binned):
                        "use a wider bin_width or explicit edges")
         return tuple(range(self.lo, self.hi + 1, w))
 
-    def _thresholds(self) -> tuple:
+    def thresholds(self) -> tuple:
         return self._starts[1:]
 
     def _nbins(self) -> int:
@@ -685,7 +603,7 @@ class Numeric(_Binned):
         if len(e) - 1 > MAX_CELLS:
             self._fail(f"{len(e) - 1} bins exceed the limit of {MAX_CELLS}", "use fewer edges")
 
-    def _thresholds(self) -> tuple:
+    def thresholds(self) -> tuple:
         return self.edges[1:-1]
 
     def _nbins(self) -> int:
@@ -696,14 +614,6 @@ class Numeric(_Binned):
 
     def _py_value(self, value):
         return float(value)  # mirrors CAST(x AS DOUBLE): Decimal('0.1') becomes the double 0.1
-
-    def _sql_value(self, x):
-        from sqlglot import exp
-        return exp.cast(x, "DOUBLE")
-
-    def _sql_literal(self, t):
-        from sqlglot import exp
-        return exp.cast(exp.Literal.number(repr(float(t))), "DOUBLE")
 
     def _value_labels(self) -> list[str]:
         """``"[a, b)"`` per bin and ``"[a, b]"`` for the last (it holds its top edge)."""

@@ -1,4 +1,4 @@
-"""Agreement of ``Attribute.index_sql`` (run in DuckDB) with ``Attribute.index_of`` (Python).
+"""Agreement of ``dpsql.measure.cellsql.index_sql`` (run in DuckDB) with ``Attribute.index_of`` (Python).
 
 The test table is adversarial: NULLs, values outside the domain, values exactly on bin
 edges, negatives, NaN and infinities, and strings differing only by case or whitespace.
@@ -18,6 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.domain import Categorical, IntegerRange, Numeric, load_domain
+from dpsql.measure.cellsql import index_sql
 
 ADULT_TOML = Path(__file__).resolve().parent.parent / "examples" / "adult" / "adult.toml"
 
@@ -52,7 +53,7 @@ def con():
 
 def _agree(con, attribute, table: str, column: exp.Expression | str = "v") -> int:
     """Run index_sql over ``table`` and compare every row with index_of; returns rows checked."""
-    query = exp.select(exp.column("v"), exp.alias_(attribute.index_sql(column), "cell")).from_(table)
+    query = exp.select(exp.column("v"), exp.alias_(index_sql(attribute, column), "cell")).from_(table)
     rows = con.execute(query.sql("duckdb")).fetchall()
     mismatches = [(v, cell, attribute.index_of(v)) for v, cell in rows if cell != attribute.index_of(v)]
     assert not mismatches, mismatches[:10]
@@ -128,7 +129,7 @@ def test_index_sql_accepts_expressions(con):
     a = IntegerRange("age", 17, 90, nullable=True)
     text = exp.column("s")
     try_cast = exp.TryCast(this=text, to=exp.DataType.build("DOUBLE"))
-    query = exp.select(exp.column("s"), exp.alias_(a.index_sql(try_cast), "cell")).from_(
+    query = exp.select(exp.column("s"), exp.alias_(index_sql(a, try_cast), "cell")).from_(
         exp.Subquery(this=sqlglot.parse_one(
             "SELECT * FROM (VALUES ('17'), ('90.0'), ('abc'), (NULL), ('-5'), ('1e9')) AS t(s)"), alias="u"))
     got = dict(con.execute(query.sql("duckdb")).fetchall())
@@ -139,7 +140,7 @@ def test_generated_sql_is_portable():
     """No engine-specific constructs; every target dialect can render it."""
     forbidden = re.compile(r"WIDTH_BUCKET|LEAST|GREATEST|FLOOR|TRY_CAST|GROUPING", re.I)
     for attribute in CATEGORICALS + INTEGERS + NUMERICS:
-        tree = attribute.index_sql("v")
+        tree = index_sql(attribute, "v")
         for dialect in ("duckdb", "postgres", "spark", "trino"):
             text = tree.sql(dialect)
             assert not forbidden.search(text), text[:200]
@@ -153,7 +154,7 @@ def test_adult_csv_agrees():
     con = duckdb.connect()
     source = exp.func("read_csv", exp.Literal.string(adult.source["csv"]))
     raw = [exp.column(a.name, quoted=True) for a in adult.attributes]
-    cells = [exp.alias_(a.index_sql(a.name), f"c_{a.name}") for a in adult.attributes]
+    cells = [exp.alias_(index_sql(a, a.name), f"c_{a.name}") for a in adult.attributes]
     rows = con.execute(exp.select(*raw, *cells).from_(source).sql("duckdb")).fetchall()
     con.close()
     n = len(adult.attributes)

@@ -68,3 +68,19 @@ def test_readme_says_how_to_run_dpsql_and_how_to_get_pandas():
     block = readme.split("activate the environment once per terminal:", 1)[1].split("```", 2)[1]
     used = {line.split()[1] for line in block.splitlines() if line.startswith("dpsql ")}
     assert used and used <= commands
+
+
+def test_the_domain_holds_no_sql():
+    """The declared domain is the Python rule (``index_of``); its SQL form lives in
+    ``dpsql/measure/cellsql.py`` beside the reader, and imports flow downward only."""
+    bad = sorted(m for m in _imports(ROOT / "dpsql" / "domain.py")
+                 if m.startswith(("sqlglot", "dpsql.measure", "dpsql.sql", "dpsql.engine")))
+    assert not bad, bad
+
+
+def test_sqlglot_is_imported_only_in_the_sql_package():
+    """Each third-party library is used in one place: the measurement SQL and the wire
+    server's router reach sqlglot through ``dpsql.sql.syntax``."""
+    bad = sorted(str(p.relative_to(ROOT)) for p in [*(ROOT / "dpsql").rglob("*.py"), *(ROOT / "repl").rglob("*.py")]
+                 if p.parent != ROOT / "dpsql" / "sql" and any(m.split(".")[0] == "sqlglot" for m in _imports(p)))
+    assert not bad, bad

@@ -24,7 +24,6 @@ from typing import Mapping, Sequence
 
 import duckdb
 import numpy as np
-from sqlglot import exp
 
 from dpsql.domain import TableSchema
 from dpsql.errors import ConfigError, OperationalError
@@ -33,6 +32,7 @@ from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend,
                                     consistent_files, decode, engine_error, project_counts, reduce_cliques,
                                     spread)
 from dpsql.measure.source import CsvDialect, Source, parquet_files, remember_fingerprint
+from dpsql.sql.syntax import exp
 
 Clique = tuple[str, ...]
 

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
-from sqlglot import exp
 
 from dpsql.domain import TableSchema
 from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.source import Source
+from dpsql.sql.syntax import exp
 
 Clique = tuple[str, ...]
 log = logging.getLogger("dpsql.measure")

@@ -24,11 +24,11 @@ import contextlib
 import hashlib
 import json
 
-from sqlglot import exp
 
 from dpsql.errors import ConfigError, QueryCanceledError
 from dpsql.measure.counting import SqlBackend, changed_error, engine_error
 from dpsql.measure.source import Source
+from dpsql.sql.syntax import exp
 
 try:
     import psycopg

@@ -24,8 +24,8 @@ Parquet and DuckDB tables are typed: the column types are read from metadata (ne
 rows) and each declared attribute is converted by a total expression for its type, or the
 source is refused before anything is counted (:func:`typed_column`).
 
-The cell expressions come from ``Attribute.index_sql`` after this conversion, with the
-unreadable cases sent to ``Attribute.invalid_index`` (``dpsql.domain``); typed columns take
+The cell expressions come from ``dpsql.measure.cellsql.index_sql`` after this conversion, with
+the unreadable cases sent to ``Attribute.invalid_index`` (``dpsql.domain``); typed columns take
 shortcuts chosen from their catalog type (:func:`uniform_bins_sql`, :func:`label_index_sql`,
 :func:`integer_value_sql`; ``docs/domains.md``, "Typed columns take shortcuts").  Each expression
 also has a *status* twin for ``dpsql check`` (:data:`STATUSES`).
@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from sqlglot import exp
 
 from dpsql.domain import Attribute, TableSchema
 from dpsql.errors import ConfigError
+from dpsql.measure.cellsql import bins_sql, index_sql, is_nan
 from dpsql.measure.source import CsvDialect, Source
+from dpsql.sql.syntax import data_type, exp
 
 CHUNK = 8 << 20
 OVERLONG = "\uffff"
@@ -414,7 +415,7 @@ def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
         return Converted(pre, cell, status)
     pre2 = [(x.name, number_sql(t.copy()))]
     missing = exp.Is(this=x.copy(), expression=exp.Null())
-    cell = cell.when(missing.copy(), inv).else_(att.index_sql(x.copy()))
+    cell = cell.when(missing.copy(), inv).else_(index_sql(att, x.copy()))
     status = status.when(missing, _s("unreadable")).else_(_number_status(att, x))
     return Converted(pre, cell, status, pre2)
 
@@ -424,15 +425,15 @@ def label_index_sql(att: Attribute, text: exp.Expression, dialect: str) -> exp.E
 
     In DuckDB one hash lookup: ``TRY_CAST`` to an ENUM of the labels (exact byte equality,
     NULL for every other string, never an error) and the ENUM's code, which is the label's
-    position; the rest go to :attr:`Attribute.invalid_index` like ``index_sql``'s ELSE, and
+    position; the rest go to :attr:`Attribute.invalid_index` like ``cellsql.index_sql``'s ELSE, and
     so does NULL (the DuckDB form only: the caller handles NULL first unless its place is
     that cell).
-    ``index_sql``'s CASE tests the labels one by one (41 comparisons for adult's
+    ``cellsql.index_sql``'s CASE tests the labels one by one (41 comparisons for adult's
     native_country on every row that is not a listed country), which made these columns a
     large part of a measurement's time at 100M rows (bench/RESULTS.md, issue 19).  Other
     engines keep the portable CASE (equal cells: tests/measure/test_engines.py)."""
     if dialect != "duckdb":
-        return att.index_sql(text.copy())
+        return index_sql(att, text.copy())
     enum = exp.DataType(this=exp.DataType.Type.ENUM, expressions=[_s(v) for v in att.labels_])
     code = exp.Anonymous(this="enum_code", expressions=[exp.TryCast(this=text.copy(), to=enum)])
     return exp.func("coalesce", code, _lit(att.invalid_index))
@@ -515,12 +516,6 @@ def uniform_bins_sql(att: Attribute, x: exp.Expression, dialect: str) -> exp.Exp
     return exp.IntDiv(this=offset, expression=_lit(width))   # DuckDB //, Spark DIV
 
 
-def is_nan(x: exp.Expression) -> exp.Expression:
-    """``x`` is NaN, on every engine: DuckDB, PostgreSQL and Spark all hold NaN = NaN true
-    (PostgreSQL has no isnan)."""
-    return exp.EQ(this=exp.cast(x.copy(), "DOUBLE"), expression=exp.cast(_s("NaN"), "DOUBLE"))
-
-
 def _number_status(att: Attribute, x: exp.Expression) -> exp.Expression:
     if att.kind == "categorical":  # integer labels
         lab = exp.In(this=exp.cast(x.copy(), "DOUBLE"),
@@ -545,11 +540,8 @@ _FAMILY_OF = {t: fam for fam, types in _FAMILIES.items() for t in types}
 
 def _type_name(sql_type: str, dialect: str) -> str | None:
     """sqlglot's name of a catalog type (``INT`` for PostgreSQL's ``integer``), or None."""
-    from sqlglot.errors import ParseError
-    try:
-        return exp.DataType.build(sql_type, dialect=dialect).this.name
-    except (ParseError, ValueError, TypeError):
-        return None
+    dtype = data_type(sql_type, dialect)
+    return None if dtype is None else dtype.this.name
 
 
 def type_family(sql_type: str, dialect: str = "duckdb") -> str:
@@ -599,12 +591,12 @@ def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
         # an integer type holds neither NaN nor (past the branch above) NULL: the bins alone
         v = integer_value_sql(att, x, sql_type, dialect)   # not None: accepts() checked the type
         if att.kind == "categorical":
-            value = att.index_sql(v)
+            value = index_sql(att, v)
         else:
             value = uniform_bins_sql(att, v, dialect)
-            value = value if value is not None else att.bins_sql(v.copy())
+            value = value if value is not None else bins_sql(att, v.copy())
     else:
-        value = att.index_sql(x.copy())
+        value = index_sql(att, x.copy())
     return Converted(pre, cell.else_(value), status.else_(_number_status(att, x)))
 
 

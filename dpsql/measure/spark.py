@@ -27,11 +27,11 @@ import hashlib
 import os
 from urllib.parse import unquote, urlsplit
 
-from sqlglot import exp
 
 from dpsql.errors import ConfigError
 from dpsql.measure.counting import SqlBackend, changed_error, engine_error
 from dpsql.measure.source import GLOB_CHARS, Source, listing_fingerprint
+from dpsql.sql.syntax import exp
 
 try:
     from pyspark.sql import SparkSession

@@ -4,7 +4,7 @@ Two statements make a measurement round (``../shared/research/scale_out.md`` §5
 
 1. *encode once*: ``SELECT <total CASE per attribute> AS c0, c1, … FROM source`` — every
    private value becomes the index of its declared cell.  The CASE expressions come from
-   the total reader (``dpsql.measure.reader``) and ``Attribute.index_sql`` (explicit NULL
+   the total reader (``dpsql.measure.reader``) and ``cellsql.index_sql`` (explicit NULL
    branch, ELSE), so the encoding can never fail or return NULL, whatever the rows hold;
 2. *count*: ``SELECT c_i…, COUNT(*) FROM cells GROUP BY GROUPING SETS ((…), …)``.  Because
    the cell expressions are never NULL, the grouping set of an output row is read off its
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from sqlglot import exp
 
 from dpsql.domain import TableSchema
+from dpsql.sql.syntax import exp
 
 
 def cell_column(i: int) -> str:

@@ -290,7 +290,7 @@ class Dispatcher:
     def _param_count(route) -> int:
         if route.tree is None:
             return 0
-        from sqlglot import exp
+        from dpsql.sql.syntax import exp
         numbers = [int(n.this.name) for n in route.tree.find_all(exp.Parameter)
                    if getattr(n.this, "name", "").isdigit()]
         return max(numbers, default=0)

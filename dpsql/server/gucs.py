@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlglot.tokens import TokenType
-
 from dpsql.server import codec, pgtypes
 from dpsql.server.results import Outcome, QueryError
 from dpsql.server.startup import Fatal
+from dpsql.sql.syntax import TokenType
 
 REPORTED = {"application_name": "application_name", "client_encoding": "client_encoding",
             "datestyle": "DateStyle", "timezone": "TimeZone", "integer_datetimes": "integer_datetimes",

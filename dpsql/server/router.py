@@ -1,4 +1,4 @@
-"""Classify one SQL statement for the wire server, from sqlglot's AST and tokens.
+"""Classify one SQL statement for the wire server, from its AST and tokens (``dpsql.sql.syntax``).
 
 Routes:
 
@@ -25,14 +25,9 @@ because it holds no rows.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field, replace
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.dialects.postgres import Postgres
-from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import TokenType
+from dpsql.sql.syntax import TokenType, exp, parse_statement, tokens as statement_tokens
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 SESSION_WORDS = frozenset({"SET", "SHOW", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT",
@@ -59,30 +54,6 @@ class Route:
     tag: str = "SELECT"
     tree: object = field(default=None, compare=False)
     fingerprint: str = field(default="", compare=False)   # for the query log (querylog.fingerprint)
-
-
-def _tokens(sql: str):
-    # A tokenizer per call: sqlglot keeps its scan state (text, position, token list) on the
-    # instance, and statements are routed by several parse threads at once, so a shared one
-    # handed one connection's tokens (or none: an empty query) to another.  Making one costs ~5 µs.
-    try:
-        return Postgres.Tokenizer().tokenize(sql)
-    except (TokenError, ValueError):
-        return None
-
-
-def _parse(sql: str):
-    logger = logging.getLogger("sqlglot")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        trees = sqlglot.parse(sql, read="postgres")
-    except (ParseError, TokenError, ValueError, RecursionError):
-        return None
-    finally:
-        logger.setLevel(level)
-    trees = [t for t in trees if t is not None]
-    return trees[0] if len(trees) == 1 else None
 
 
 def _cte_names(tree: exp.Expression) -> set[str]:
@@ -175,7 +146,8 @@ def _local_items(tree: exp.Select):
 
 def route(sql: str, private_tables) -> Route:
     from dpsql.server.querylog import fingerprint
-    tokens = _tokens(sql)
+    # a fresh tokenizer per statement (syntax.tokens): parse threads route concurrently
+    tokens = statement_tokens(sql)
     if tokens is not None:
         tokens = [t for t in tokens if t.token_type != TokenType.SEMICOLON]
     return replace(_route(sql, private_tables, tokens), fingerprint=fingerprint(tokens, sql))
@@ -209,7 +181,7 @@ def _route(sql: str, private_tables, tokens) -> Route:
         if inner.kind == "engine":
             return Route("engine", tag="EXPLAIN")
         return inner if inner.kind == "error" else Route("catalog", tag="EXPLAIN")
-    tree = _parse(sql)
+    tree = parse_statement(sql)
     if tree is None:
         names = {t.text.lower() for t in tokens or () if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
         if names & private:

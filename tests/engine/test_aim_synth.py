@@ -106,37 +106,9 @@ def test_decode_handles_null_and_other_cells():
         decode_cells(schema, cells, numbers="codes")
 
 
-def _config(tmp: Path) -> Path:
-    example = ROOT / "examples" / "adult"
-    cfg = tmp / "dpsql.toml"
-    queries = ",\n  ".join('"' + q + '"' for q in WORKLOAD)
-    cfg.write_text(f"""
-[dpsql]
-ledger = "cli.ledger"
-cache_dir = "cache"
-fit_iters = 300
-
-[budget]
-epsilon = 1.0
-delta = 1e-6
-
-[tables.adult]
-domain = "{example / 'adult.toml'}"
-source = {{ csv = "{example / 'adult.csv'}" }}
-
-[workload]
-queries = [
-  {queries}
-]
-
-[planner]
-mode = "aim"
-""")
-    return cfg
-
-
-def test_cli_measure_aim_then_synth_round_trips_through_duckdb(tmp_path, capsys):
-    cfg = _config(tmp_path)
+def test_cli_measure_aim_then_synth_round_trips_through_duckdb(adult_config, tmp_path, capsys):
+    cfg = adult_config(queries=WORKLOAD, ledger="cli.ledger", cache_dir="cache", dpsql={"fit_iters": 300},
+                       planner={"mode": "aim"})
     assert cli_main(["plan", "--config", str(cfg)]) == 0
     plan = capsys.readouterr().out
     assert 'mode = "aim"' in plan and "on selection" in plan and "on measurement" in plan

@@ -33,18 +33,13 @@ def test_init_drafts_schema_only_config(tmp_path):
 
 
 @pytest.fixture()
-def config(tmp_path):
-    """The adult example with a temp ledger (the example's paths are absolute here)."""
-    text = CONFIG.read_text()
-    text = text.replace('ledger = "adult.ledger"', f'ledger = "{tmp_path / "adult.ledger"}"')
-    text = text.replace('cache_dir = ".dpsql-cache"', f'cache_dir = "{tmp_path / "cache"}"')
-    text = text.replace('domain = "adult.toml"', f'domain = "{CONFIG.parent / "adult.toml"}"')
-    text = text.replace('source = { csv = "adult.csv" }', f'source = {{ csv = "{CONFIG.parent / "adult.csv"}" }}')
-    text = text.replace('files = ["dashboard.sql"]', 'queries = ["SELECT sex, COUNT(*) FROM adult GROUP BY sex", '
-                        '"SELECT race, COUNT(*) FROM adult GROUP BY race"]')
-    path = tmp_path / "dpsql.toml"
-    path.write_text(text)
-    return path
+def config(adult_config):
+    """The adult example's settings (docs/config.md) with a temp ledger and a two-query workload."""
+    return adult_config(queries=["SELECT sex, COUNT(*) FROM adult GROUP BY sex",
+                                 "SELECT race, COUNT(*) FROM adult GROUP BY race"],
+                        dpsql={"noise": "gaussian", "policy": "informed"},
+                        table_options={"privacy_unit": "row"}, planner={"restarts": 3, "seed": 0},
+                        sections={"budget.per_user": {"epsilon": 1.0}})
 
 
 def test_plan_measure_query_budget(config):

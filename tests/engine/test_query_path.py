@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ADULT = ROOT / "examples" / "adult"
 WORKLOAD = ["SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race",
             "SELECT age, income, COUNT(*) FROM adult GROUP BY age, income",
             "SELECT education, sex, COUNT(*) FROM adult GROUP BY education, sex",
@@ -35,25 +34,6 @@ QUERIES = ["SELECT sex, COUNT(*) FROM adult GROUP BY sex",
 HEAVY = ("scipy", "networkx", "duckdb", "dpsql.plan.planner", "dpsql.plan.marginals",
          "dpsql.measure.backend", "dpsql.server.server", "prompt_toolkit", "pyarrow", "pandas",
          "psycopg", "ssl")
-
-
-def _config(tmp: Path, **planner) -> Path:
-    extra = "".join(f"{k} = {v}\n" for k, v in planner.items())
-    cfg = tmp / "dpsql.toml"
-    cfg.write_text(f"""[dpsql]
-ledger = "{tmp / 'q.ledger'}"
-cache_dir = "{tmp / 'cache'}"
-[budget]
-epsilon = 1.0
-delta = 1e-6
-[tables.adult]
-domain = "{ADULT / 'adult.toml'}"
-source = {{ csv = "{ADULT / 'adult.csv'}" }}
-[workload]
-queries = {json.dumps(WORKLOAD)}
-[planner]
-{extra}""")
-    return cfg
 
 
 def _env() -> dict:
@@ -88,8 +68,8 @@ def _answer_in_new_process(cfg: Path) -> tuple[str, list[str]]:
 
 
 @pytest.mark.parametrize("planner", [{}, {"max_model_cells": 200}], ids=["exact", "relaxed"])
-def test_measure_saves_the_model_and_a_new_process_imports_only_what_answering_needs(tmp_path, planner):
-    cfg = _config(tmp_path, **planner)
+def test_measure_saves_the_model_and_a_new_process_imports_only_what_answering_needs(adult_config, tmp_path, planner):
+    cfg = adult_config(queries=WORKLOAD, ledger=tmp_path / "q.ledger", planner=planner)
     r = _cli("measure", "--config", str(cfg), "--yes")
     assert r.returncode == 0, r.stderr
     assert "fitting the model" in r.stdout and "model ready" in r.stdout
@@ -119,8 +99,8 @@ def test_measure_saves_the_model_and_a_new_process_imports_only_what_answering_n
     assert not any("iteration" in info for _, info in events)
 
 
-def test_measure_no_fit_leaves_the_fit_to_the_first_query(tmp_path):
-    cfg = _config(tmp_path)
+def test_measure_no_fit_leaves_the_fit_to_the_first_query(adult_config, tmp_path):
+    cfg = adult_config(queries=WORKLOAD, ledger=tmp_path / "q.ledger")
     r = _cli("measure", "--config", str(cfg), "--yes", "--no-fit")
     assert r.returncode == 0, r.stderr
     assert "fitting" not in r.stdout

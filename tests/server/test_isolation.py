@@ -30,6 +30,7 @@ import pytest
 
 from dpsql.server import codec, scram
 from dpsql.server.server import Server, ServerOptions, ServerThread
+from dpsql.testing import copy_adult_example
 
 from server_fakes import ADULT_CONFIG, PASSWORD, FakeLink
 from server_pgclient import RawClient, error_fields
@@ -344,10 +345,7 @@ def _serve(config: Path):
 
 
 def test_unknown_users_salts_survive_restarts(tmp_path):
-    src = Path(ADULT_CONFIG).parent
-    for name in ("dpsql.toml", "adult.toml", "dashboard.sql"):
-        (tmp_path / name).write_bytes((src / name).read_bytes())
-    (tmp_path / "adult.csv").symlink_to(src / "adult.csv")
+    copy_adult_example(tmp_path)
     users = tmp_path / "dpsql.users.json"
     scram.add_user(users, "carol", PASSWORD)
     salts = []

@@ -27,8 +27,9 @@ import pytest
 
 from dpsql.server import catalogdb, scram
 from dpsql.server.server import Server, ServerOptions
+from dpsql.testing import copy_adult_example
 
-from server_fakes import ADULT_CONFIG, PASSWORD
+from server_fakes import PASSWORD
 
 pytestmark = pytest.mark.skipif(catalogdb.find_bindir() is None,
                                 reason="PostgreSQL server binaries not installed: apt-get install postgresql")
@@ -36,12 +37,9 @@ pytestmark = pytest.mark.skipif(catalogdb.find_bindir() is None,
 
 @pytest.fixture
 def config(tmp_path):
-    src = Path(ADULT_CONFIG).parent
-    for name in ("dpsql.toml", "adult.toml", "dashboard.sql"):
-        shutil.copy(src / name, tmp_path / name)
-    (tmp_path / "adult.csv").symlink_to(src / "adult.csv")
+    config = copy_adult_example(tmp_path)
     scram.add_user(tmp_path / "dpsql.users.json", "alice", PASSWORD)
-    return tmp_path / "dpsql.toml"
+    return config
 
 
 def serve(config, *args, wait_ready=True):

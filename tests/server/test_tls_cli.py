@@ -12,6 +12,7 @@ import pytest
 from dpsql.cli import main
 from dpsql.server import scram
 from dpsql.server.server import Server, ServerOptions, ServerThread
+from dpsql.testing import copy_adult_example
 
 from server_fakes import PASSWORD
 from server_fakes import ADULT_CONFIG, FakeLink
@@ -98,15 +99,10 @@ def test_dpsql_serve_command(tmp_path):
     import os
     import signal
     import sys
-    from pathlib import Path
 
     if shutil.which("psql") is None:
         pytest.skip("psql not installed (apt-get install postgresql-client)")
-    src = Path(ADULT_CONFIG).parent
-    for name in ("dpsql.toml", "adult.toml", "dashboard.sql"):
-        shutil.copy(src / name, tmp_path / name)
-    (tmp_path / "adult.csv").symlink_to(src / "adult.csv")
-    config = str(tmp_path / "dpsql.toml")
+    config = str(copy_adult_example(tmp_path))
     assert main(["user", "add", "erin", "--password", "pw-erin", "--config", config]) == 0
     proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "--config", config, "--port", "0",
                              "--no-catalog"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -21,6 +21,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.domain import load_domain
+from dpsql.measure.cellsql import index_sql
 from dpsql.linalg import Kron, Weighted
 from dpsql.sql import compile as compile_sql
 from dpsql.sql.lower import QuerySpec, build_linear_query
@@ -65,7 +66,7 @@ class Oracle:
         self.con.execute(f"CREATE TABLE raw AS SELECT * FROM read_csv('{ADULT_CSV}', header=true, nullstr='')")
         idx_cols, binned_cols = [], []
         for a in self.schema.attributes:
-            idx = a.index_sql(a.name).sql(dialect="duckdb")
+            idx = index_sql(a, a.name).sql(dialect="duckdb")
             idx_cols.append(f"{idx} AS \"{a.name}\"")
         self.con.execute(f"CREATE TABLE idx AS SELECT {', '.join(idx_cols)} FROM raw")
         for a in self.schema.attributes:
