@@ -244,14 +244,18 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
 def _polish_step(tree, bp, loss, measurements, theta, total, history):
     """The exact step of :mod:`dpsql.pgm.polish` after a converged fit: returns the potentials
     and the loss (first-order, polished), or the fit's own potentials and None."""
-    from dpsql.pgm.polish import POLISH_DENSE_LIMIT, polish   # scipy.sparse: fitting only
+    from dpsql.pgm.polish import POLISH_DENSE_LIMIT, POLISH_MAX_CELLS, POLISH_MAX_NNZ, polish
 
+    if tree.size > POLISH_MAX_CELLS:
+        return theta, None
     sparse = loss if isinstance(loss, SparseLoss) else SparseLoss.build(
         tree, measurements, dense_limit=POLISH_DENSE_LIMIT)
-    if sparse is None:
+    # The size test before the matrix goes to scipy: a fit too large for the step never
+    # imports scipy (issue 17).
+    if sparse is None or sparse.hessian_nnz_bound() > POLISH_MAX_NNZ:
         return theta, None
     mu = bp.marginals(theta, total)
-    tables = polish(tree, sparse.P, sparse.w, sparse.y, mu, total)
+    tables = polish(tree, sparse.P.to_scipy(), sparse.w, sparse.y, mu, total)
     if tables is None:
         return theta, None
     before, after = sparse.value(mu), sparse.value(tables)
@@ -352,6 +356,46 @@ def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, 
     return theta, history
 
 
+class _FlatLoss:
+    """The L2 loss on the flat layout (``BeliefPropagation.split``) through a linear image.
+
+    For :class:`SparseLoss`, L(μ) = Σ w (Pμ − y)² depends on μ only through its image Pμ (one
+    value per noisy measurement); images of convex combinations are the same combinations of
+    images, so the adaptive loop combines images instead of tables and pays one product
+    each way per trial.  Any other loss takes the tables themselves as the image."""
+
+    def __init__(self, bp: BeliefPropagation, loss) -> None:
+        self.bp, self.loss = bp, loss
+        self.sparse = isinstance(loss, SparseLoss)
+
+    def image(self, mu: np.ndarray) -> np.ndarray:
+        return self.loss.P @ mu if self.sparse else mu
+
+    def value(self, img: np.ndarray) -> float:
+        if self.sparse:
+            r = img - self.loss.y
+            return float(self.loss.w @ (r * r))
+        return self.loss.value(self.bp.split(img))
+
+    def value_and_grad(self, img: np.ndarray) -> tuple[float, np.ndarray]:
+        if self.sparse:
+            wr = self.loss.w * (img - self.loss.y)
+            return float(wr @ (img - self.loss.y)), 2.0 * self.loss.P.rmatvec(wr)
+        v, grads = self.loss(self.bp.split(img))
+        g = np.zeros(self.bp.size)
+        for part, gh in zip(self.bp.split(g), grads):
+            if gh is not None:
+                part[...] = gh
+        return v, g
+
+
+#: The adaptive method's curvature estimate shrinks by this factor before each iteration
+#: (halving made nearly every iteration backtrack once: 2 oracle calls).
+_DECAY = 0.8
+#: Images of the iterates are recomputed from the tables this often (rounding drift).
+_REFRESH = 64
+
+
 def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
     """Accelerated entropic mirror descent with a backtracked Lipschitz estimate.
 
@@ -363,31 +407,38 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
     by the largest clique-marginal L1 distance, so checking with that bound is a
     stricter test and keeps the O(L·D/t²) guarantee, while L tracks the local
     curvature, which is usually orders of magnitude below K.
+
+    Every vector (θ, μ, ∇L) is one flat array over all cliques (``BeliefPropagation.split``),
+    so an iteration is a fixed handful of numpy calls besides the oracle's: on small trees
+    the per-clique Python of list-of-arrays updates cost as much as the arithmetic (issue 17).
+    The loss is evaluated on images of the iterates (:class:`_FlatLoss`), and the trial point's
+    x' − y is τ(z' − z), so neither y nor a rejected x' is ever formed as tables.
     """
     N = total
+    f = _FlatLoss(bp, loss)
+    starts = bp.offsets[:-1]
     L = max(lipschitz(measurements), 1e-300) * N
-    theta_z = list(theta0)
-    z = bp.marginals(theta_z, N)
+    theta_z = bp.flatten(theta0)
+    z = bp.flat_marginals(theta_z, N)
     x = z
+    Px = Pz = f.image(x)
     A = 0.0
-    value = loss.value(x)
-    history = [value]
+    history = [f.value(Px)]
     for t in range(1, iters + 1):
+        if t % _REFRESH == 0 and f.sparse:
+            Px, Pz = f.image(x), f.image(z)
         while True:
             a = (1.0 + np.sqrt(1.0 + 4.0 * L * A)) / (2.0 * L)
             tau = a / (A + a)
-            y = [(1 - tau) * xr + tau * zr for xr, zr in zip(x, z)]
-            fy, gy = loss(y)
-            new_theta = [th if g is None else th - a * g for th, g in zip(theta_z, gy)]
-            new_z = bp.marginals(new_theta, N)
-            new_x = [(1 - tau) * xr + tau * zr for xr, zr in zip(x, new_z)]
-            fx = loss.value(new_x)
-            lin = norm = 0.0
-            for g, xr, yr in zip(gy, new_x, y):
-                d = xr - yr
-                norm = max(norm, float(np.abs(d).sum()))
-                if g is not None:
-                    lin += float(np.vdot(g, d))
+            fy, gy = f.value_and_grad((1 - tau) * Px + tau * Pz)
+            new_theta = theta_z - a * gy
+            new_z = bp.flat_marginals(new_theta, N)
+            Pnz = f.image(new_z)
+            Pnx = (1 - tau) * Px + tau * Pnz
+            fx = f.value(Pnx)
+            dz = new_z - z                      # x' − y = τ (z' − z)
+            lin = tau * float(gy @ dz)
+            norm = tau * float(np.add.reduceat(np.abs(dz), starts).max())
             if fx <= fy + lin + L / (2 * N) * norm * norm + 1e-12 * abs(fy) or L > 1e300:
                 break
             L *= 2.0
@@ -395,19 +446,20 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
             # Adaptive restart (O'Donoghue & Candès 2015): momentum overshot, so
             # restart the sequence from the current point x, whose junction-tree
             # potentials reproduce it exactly.
-            theta_z = _theta_from_marginals(bp.tree, x)
-            z, A = x, 0.0
+            theta_z = bp.flatten(_theta_from_marginals(bp.tree, bp.split(x)))
+            z, Pz, A = x, Px, 0.0
             history.append(history[-1])
         else:
             A += a
-            x, z, theta_z = new_x, new_z, new_theta
+            x = (1 - tau) * x + tau * new_z
+            z, theta_z, Px, Pz = new_z, new_theta, Pnx, Pnz
             history.append(fx)
-        L *= 0.8  # halving made nearly every iteration backtrack once (2 oracle calls)
+        L *= _DECAY
         if callback is not None and callback(Progress(t, history[-1], a)):
             break
         if _converged(history, tol):
             break
-    return _theta_from_marginals(bp.tree, x), history
+    return _theta_from_marginals(bp.tree, bp.split(x)), history
 
 
 def _subgradient(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):

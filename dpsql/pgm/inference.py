@@ -12,6 +12,16 @@ The schedule is compiled once per tree: every array is laid out in canonical
 attribute order, so a separator message broadcasts into either endpoint clique with
 a plain reshape, and each step is a handful of numpy calls with no Python objects
 built in the loop.
+
+The estimator's loop calls :meth:`BeliefPropagation.flat_marginals`, which does the same two
+passes in probability space on one flat array of all cliques' tables: each potential is
+exponentiated once (shifted by its clique's maximum), so a message costs a sum, a product and a
+division on separator-sized arrays instead of a log-sum-exp over the clique, and a separator
+that is empty carries no message at all (every clique is normalised to the total at the end).
+Messages are kept at maximum 1; a pass whose scales leave the safe range (a message or belief
+whose maximum falls below 10⁻¹⁵⁰, where underflow could cost precision) is redone in log space,
+so the result is the log-space result to rounding either way (``tests/pgm/test_pgm_inference.py``).
+On the 40-query adult dashboard's 12-clique tree this halved the oracle's time (issue 17).
 """
 
 from __future__ import annotations
@@ -25,9 +35,14 @@ from dpsql.pgm.junction_tree import JunctionTree
 
 __all__ = ["BeliefPropagation"]
 
+#: A message or belief scaled below this is recomputed in log space (see the module docstring).
+SAFE_SCALE = 1e-150
+
 _max = np.maximum.reduce
 _sum = np.add.reduce
 _exp, _log = np.exp, np.log
+_maximum = np.maximum
+_TINY = np.finfo(float).tiny
 
 
 def _lse(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -66,6 +81,70 @@ class BeliefPropagation:
             self.down_axes[c] = tuple(i for i, a in enumerate(par) if a not in sep)
             self.up_shape[c] = tuple(tree.sizes[a] if a in sep else 1 for a in par)
             self.down_shape[c] = tuple(tree.sizes[a] if a in sep else 1 for a in child)
+        # The flat layout: clique i's table is flat[offsets[i]:offsets[i + 1]] (C order).
+        self.counts = np.array([int(np.prod(s, dtype=np.int64)) for s in self.shapes], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self.size = int(self.offsets[-1])
+        self._starts = self.offsets[:-1].copy()
+        self._bounds = [(int(a), int(b)) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+        # Edges with a non-empty separator only: across an empty one the message is a
+        # constant, which the final per-clique normalisation removes.
+        self._up = [(c, self.parent[c], self.up_axes[c], self.up_shape[c]) for c in self.postorder
+                    if tree.separators[(self.parent[c], c)]]
+        self._down = [(c, self.parent[c], self.down_axes[c], self.down_shape[c]) for c in self.preorder[1:]
+                      if tree.separators[(self.parent[c], c)]]
+
+    def split(self, flat: np.ndarray) -> list[np.ndarray]:
+        """The cliques' tables as views into a flat array (canonical shapes)."""
+        return [flat[a:b].reshape(s) for (a, b), s in zip(self._bounds, self.shapes)]
+
+    def flatten(self, tables: Sequence[np.ndarray]) -> np.ndarray:
+        """The cliques' tables as one flat array (a copy)."""
+        return np.concatenate([np.ravel(t) for t in tables]) if tables else np.zeros(0)
+
+    def flat_marginals(self, theta: np.ndarray, total: float = 1.0) -> np.ndarray:
+        """MARGINAL-ORACLE(θ) on the flat layout: ``theta`` is every clique's log-potential
+        concatenated (``split``/``flatten``), and so is the result, each clique's marginal
+        summing to ``total``.  ``theta`` is not modified."""
+        counts = self.counts
+        buf = theta - np.repeat(np.maximum.reduceat(theta, self._starts), counts)
+        _exp(buf, out=buf)
+        out = self._calibrate(buf)
+        if out is None:
+            return self.flatten(self.marginals_log(self.split(theta), total))
+        sums = np.add.reduceat(out, self._starts)
+        low = float(sums.min())
+        if not (low > SAFE_SCALE and float(sums.max()) < np.inf):
+            return self.flatten(self.marginals_log(self.split(theta), total))
+        out *= np.repeat(total / sums, counts)
+        return out
+
+    def _calibrate(self, buf: np.ndarray) -> np.ndarray | None:
+        """Sum-product in probability space, in place on ``buf`` (the exponentiated, shifted
+        potentials); every up message and down message is scaled to maximum 1.  None when a
+        scale falls below SAFE_SCALE (the caller then works in log space)."""
+        views = self.split(buf)
+        up: list[np.ndarray | None] = [None] * len(views)
+        for c, p, axes, shape in self._up:
+            msg = _sum(views[c], axis=axes, keepdims=True)   # the child's shape, 1 off the separator
+            top = _max(msg, axis=None)
+            if not top > SAFE_SCALE:
+                return None
+            msg *= 1.0 / top
+            up[c] = msg
+            views[p] *= msg.reshape(shape)
+        for c, p, axes, shape in self._down:
+            # The parent's separator marginal holds the child's own message as a factor:
+            # dividing it out leaves the message from the rest of the tree.  Where the child's
+            # message is 0, so is that marginal (0/tiny = 0), and so is the child's table.
+            msg = _sum(views[p], axis=axes, keepdims=True).reshape(shape)
+            msg /= _maximum(up[c], _TINY)
+            top = _max(msg, axis=None)
+            if not top > SAFE_SCALE or top == np.inf:
+                return None
+            msg *= 1.0 / top
+            views[c] *= msg
+        return buf
 
     def beliefs(self, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
         """Calibrated log-beliefs b_i (unnormalised) and log Z for potentials ``theta``.
@@ -100,6 +179,10 @@ class BeliefPropagation:
 
     def marginals(self, theta: Sequence[np.ndarray], total: float = 1.0) -> list[np.ndarray]:
         """MARGINAL-ORACLE(θ): clique marginals of p_θ scaled to sum to ``total``."""
+        return self.split(self.flat_marginals(self.flatten(theta), total))
+
+    def marginals_log(self, theta: Sequence[np.ndarray], total: float = 1.0) -> list[np.ndarray]:
+        """The same marginals by the log-space passes (:meth:`beliefs`)."""
         belief, log_z = self.beliefs(theta)
         shift = log_z - log(total)
         return [np.exp(b - shift) for b in belief]

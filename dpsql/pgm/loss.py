@@ -24,17 +24,14 @@ where branches merge, instead of once onto the whole host per group.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dpsql.pgm.junction_tree import JunctionTree
 from dpsql.pgm.measurement import DENSE_LIMIT, Measurement, _Operator, dense
+from dpsql.pgm.sparse import RowMatrix, expand_columns
 
 __all__ = ["MarginalLoss", "SparseLoss", "SPARSE_MAX_NNZ"]
-
-if TYPE_CHECKING:
-    import scipy.sparse as sp
 
 _sum = np.add.reduce
 
@@ -240,56 +237,64 @@ class SparseLoss:
     Projecting each host onto its measured cliques and applying the queries is fused into
     two sparse products per evaluation, instead of a handful of numpy calls per measured
     clique: on small and medium trees (where Python overhead, not arithmetic, dominates the
-    iteration) this is the faster of the two.  :meth:`build` returns None when the matrix
-    would be too large (large queries, or trees of many millions of cells).
+    iteration) this is the faster of the two.  P is a :class:`dpsql.pgm.sparse.RowMatrix`
+    (numpy only: the fit imports no scipy, issue 17); ``P.to_scipy()`` gives it to solvers.
+    :meth:`build` returns None when the matrix would be too large (large queries, or trees
+    of many millions of cells).
     """
 
-    def __init__(self, tree: JunctionTree, P: sp.csr_matrix, weights: np.ndarray,
+    def __init__(self, tree: JunctionTree, P: RowMatrix, weights: np.ndarray,
                  values: np.ndarray) -> None:
         self.tree = tree
         self.norm = "l2"
         self.shapes = [tuple(tree.sizes[a] for a in c) for c in tree.cliques]
         sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.P, self.PT = P, P.T.tocsr()
+        self.P = P
         self.w, self.y = weights, values
-        self.hosts = [i for i in range(len(sizes))
-                      if self.PT.indptr[self.offsets[i + 1]] > self.PT.indptr[self.offsets[i]]]
+        touched = np.bincount(np.searchsorted(self.offsets, P.col, side="right") - 1, minlength=len(sizes))
+        self.hosts = [i for i in range(len(sizes)) if touched[i]]
 
     @classmethod
     def build(cls, tree: JunctionTree, measurements: Sequence[Measurement],
               dense_limit: int = DENSE_LIMIT) -> "SparseLoss | None":
         """None when a query has more than ``dense_limit`` entries (it is densified once) or
         the matrix would exceed ``SPARSE_MAX_NNZ``."""
-        import scipy.sparse as sp   # fitting only: a process answering from a saved model never loads it
-
         position = {a: i for i, a in enumerate(tree.attributes)}
         shapes = [tuple(tree.sizes[a] for a in c) for c in tree.cliques]
         sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         n = int(offsets[-1])
-        blocks, weights, values, nnz = [], [], [], 0
+        rows, cols, data, weights, values, nnz, m0 = [], [], [], [], [], 0, 0
         for meas in measurements:
             m, k = (int(x) for x in meas.query.shape)
             if m * k > dense_limit:
                 return None
-            q = sp.csr_matrix(dense(meas.query))
+            q = dense(meas.query)
             canon = tuple(sorted(meas.clique, key=position.__getitem__))
             h = tree.host(canon)
             host = tree.cliques[h]
-            nnz += int(np.diff(q.tocsc().indptr).mean() * sizes[h]) if q.nnz else 0
-            if nnz > SPARSE_MAX_NNZ:
-                return None
             grid = np.indices(shapes[h]).reshape(len(host), -1)
             given = tuple(tree.sizes[a] for a in meas.clique)
             cell = (np.ravel_multi_index(tuple(grid[host.index(a)] for a in meas.clique), given)
                     if meas.clique else np.zeros(sizes[h], dtype=np.int64))
-            block = q[:, cell].tocoo()   # rows: measured values; columns: the host's cells
-            blocks.append(sp.coo_matrix((block.data, (block.row, block.col + offsets[h])), shape=(m, n)))
+            nnz += int(np.count_nonzero(q, axis=0) @ np.bincount(cell, minlength=k))
+            if nnz > SPARSE_MAX_NNZ:
+                return None
+            r, c, d = expand_columns(q, cell, int(offsets[h]))   # columns: the host's cells
+            rows.append(r + m0)
+            cols.append(c)
+            data.append(d)
+            m0 += m
             weights.append(np.full(m, 1.0 / meas.stddev ** 2))
             values.append(np.asarray(meas.values, dtype=float))
-        P = sp.vstack(blocks).tocsr()
+        P = RowMatrix(np.concatenate(rows), np.concatenate(cols), np.concatenate(data), (m0, n))
         return cls(tree, P, np.concatenate(weights), np.concatenate(values))
+
+    def hessian_nnz_bound(self) -> int:
+        """nnz(PᵀWP) ≤ min(Σ_rows nnz(row)², columns²), without building anything."""
+        per_row = self.P.row_counts().astype(np.int64)
+        return int(min((per_row * per_row).sum(), self.P.shape[1] ** 2))
 
     def _residual(self, mu: Sequence[np.ndarray]) -> np.ndarray:
         return self.P @ np.concatenate([np.ravel(m) for m in mu]) - self.y
@@ -298,10 +303,20 @@ class SparseLoss:
         r = self._residual(mu)
         return float(self.w @ (r * r))
 
+    def flat_value(self, mu: np.ndarray) -> float:
+        """L(μ) for the tables concatenated (``BeliefPropagation.flatten``)."""
+        r = self.P @ mu - self.y
+        return float(self.w @ (r * r))
+
+    def flat_call(self, mu: np.ndarray) -> tuple[float, np.ndarray]:
+        """(L(μ), ∇L(μ)) on the concatenated tables; the gradient is 0 off the measured hosts."""
+        r = self.P @ mu - self.y
+        wr = self.w * r
+        return float(wr @ r), 2.0 * self.P.rmatvec(wr)
+
     def __call__(self, mu: Sequence[np.ndarray]) -> tuple[float, list[np.ndarray | None]]:
-        r = self._residual(mu)
-        g = 2.0 * (self.PT @ (self.w * r))
+        value, g = self.flat_call(np.concatenate([np.ravel(m) for m in mu]))
         grads: list[np.ndarray | None] = [None] * len(self.shapes)
         for i in self.hosts:
             grads[i] = g[self.offsets[i]:self.offsets[i + 1]].reshape(self.shapes[i])
-        return float(self.w @ (r * r)), grads
+        return value, grads

@@ -51,6 +51,52 @@ def test_oracle_is_stable_for_huge_potentials():
         assert np.all(np.isfinite(m)) and m.sum() == pytest.approx(10.0)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_probability_space_passes_equal_the_log_space_passes(seed):
+    # The estimator's oracle (flat layout, probability space, no message across an empty
+    # separator) against the log-space passes and brute force, on trees with disconnected
+    # parts (k up to 7 cliques over 6 attributes leaves some attributes alone).
+    rng = np.random.default_rng(400 + seed)
+    dom = random_domain(rng, 6)
+    cliques = random_cliques(rng, dom, int(rng.integers(1, 8)))
+    tree = JunctionTree(dom.attributes, dict(zip(dom.attributes, dom.shape)), cliques)
+    bp = BeliefPropagation(tree)
+    theta = [rng.normal(scale=5.0, size=s) for s in bp.shapes]
+    flat = bp.flat_marginals(bp.flatten(theta), 123.0)
+    ref = bp.marginals_log(theta, 123.0)
+    model = GraphicalModel(dom, tree, theta, 123.0)
+    p = joint_from_model(model)
+    for clique, got, want in zip(tree.cliques, bp.split(flat), ref):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-12)
+        np.testing.assert_allclose(got, marginal(dom, p, clique), rtol=RTOL, atol=1e-12)
+
+
+def test_probability_space_falls_back_to_log_space_where_it_would_underflow():
+    # θ_AB puts B = 1 at e^-800 below B = 0 and θ_BC puts B = 0 at e^-1600 below B = 1: in
+    # probability space (each clique shifted by its own maximum) every product underflows to
+    # 0; the oracle must notice and answer from the log-space passes (all mass on B = 1).
+    dom = Domain(["A", "B", "C"], [2, 2, 3])
+    tree = JunctionTree(dom.attributes, dict(zip(dom.attributes, dom.shape)), [("A", "B"), ("B", "C")])
+    bp = BeliefPropagation(tree)
+    theta = []
+    for clique, shape in zip(tree.cliques, bp.shapes):
+        t = np.zeros(shape)
+        b = clique.index("B")
+        index = [slice(None)] * len(shape)
+        index[b] = 1 if clique == ("A", "B") else 0
+        t[tuple(index)] = -800.0 if clique == ("A", "B") else -1600.0
+        theta.append(t)
+    shifted = np.concatenate([np.exp(t - t.max()).ravel() for t in theta])
+    assert bp._calibrate(shifted) is None        # the probability-space passes give up
+    got = bp.split(bp.flat_marginals(bp.flatten(theta), 10.0))
+    want = bp.marginals_log(theta, 10.0)
+    for g, w in zip(got, want):
+        assert np.all(np.isfinite(g))
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
+    ab = got[tree.cliques.index(("A", "B"))]
+    np.testing.assert_allclose(ab.sum(axis=0), [0.0, 10.0], atol=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_every_marginal_equals_brute_force(seed):
     model = random_model(seed)

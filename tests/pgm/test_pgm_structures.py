@@ -181,3 +181,51 @@ def test_chain_of_a_thousand_attributes_builds_quickly_with_linear_size():
     tree = JunctionTree(list(sizes), sizes, cliques)
     assert len(tree.cliques) == 998 and tree.size == 998_000
     assert _is_junction_tree(tree)
+
+
+def _networkx_tree(tree):
+    """The junction tree's edges as the estimator built them with networkx (the reference)."""
+    import networkx as nx
+    graph = nx.Graph()
+    graph.add_nodes_from(range(len(tree.cliques)))
+    for members in tree.by_attribute.values():
+        for x, i in enumerate(members):
+            for j in members[x + 1:]:
+                if not graph.has_edge(i, j):
+                    graph.add_edge(i, j, weight=len(tree.clique_sets[i] & tree.clique_sets[j]))
+    span = nx.maximum_spanning_tree(graph, weight="weight")
+    comps = sorted(min(c) for c in nx.connected_components(span))
+    for a, b in zip(comps, comps[1:]):
+        span.add_edge(a, b)
+    parent = [-1] * len(tree.cliques)
+    preorder = [tree.root]
+    for u, v in nx.bfs_edges(span, tree.root):
+        parent[v] = u
+        preorder.append(v)
+    return parent, preorder
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_spanning_tree_without_networkx_is_the_one_networkx_built(seed):
+    # The tree is built in plain Python since issue 17 (networkx's import was a fifth of a
+    # small fit); ties must break as before, so that fits keep their structure.
+    rng = np.random.default_rng(900 + seed)
+    n = int(rng.integers(4, 12))
+    dom = Domain([f"a{i}" for i in range(n)], [int(x) for x in rng.choice([2, 3, 5, 8], n)])
+    cliques = [tuple(str(a) for a in rng.choice(dom.attributes, int(rng.integers(1, 4)), replace=False))
+               for _ in range(int(rng.integers(1, 2 * n)))]
+    tree = JunctionTree(dom.attributes, dict(zip(dom.attributes, dom.shape)), cliques)
+    assert _is_junction_tree(tree)
+    parent, preorder = _networkx_tree(tree)
+    assert (tree.parent, tree.preorder) == (parent, preorder)
+
+
+def test_junction_tree_construction_does_not_import_networkx():
+    import subprocess
+    import sys
+    code = ("import sys\nfrom dpsql.pgm.junction_tree import JunctionTree\n"
+            "t = JunctionTree(['a', 'b', 'c', 'd'], {'a': 2, 'b': 3, 'c': 2, 'd': 4}, "
+            "[('a', 'b'), ('b', 'c'), ('c', 'a'), ('d',)])\n"
+            "assert len(t.cliques) == 2, t.cliques\nprint('networkx' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
