@@ -227,7 +227,13 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                          callback=callback, capacity=capacity, total=total, norm=norm,
                          gap=None if stop else gap,
                          start="least_squares" if gap is not None and not stop else "maxent", **options)
-        note = stopper.note() or _gap_note(model.loss, iters, gap)
+        solved = getattr(model, "solved", None)
+        if solved is not None:
+            note = (f"solved on the joint table of the measured attributes by {solved[0]} active-set "
+                    f"Newton rounds; optimality gap ≤ {solved[1]:.3g} (Frank–Wolfe certificate, in "
+                    f"units of the noise; dpsql.pgm.polish.solve_clique)")
+        else:
+            note = stopper.note() or _gap_note(model.loss, iters, gap)
         polished = getattr(model, "polished", None)
         if polished is not None:
             note += (f"; then solved exactly on its face of the polytope (loss {polished[0]:.6g} → "

@@ -156,3 +156,267 @@ def polish(tree: JunctionTree, P: sp.csr_matrix, w: np.ndarray, y: np.ndarray,
     if not value < base:
         return None
     return [new[offsets[i]:offsets[i + 1]].reshape(shapes[i]) for i in range(len(shapes))]
+
+
+# --- one clique: the whole fit as an active-set Newton method ----------------------------------
+#
+# When the junction tree is a single clique (an OPT_⊗ block over the workload's attributes, as
+# on adult/ranges and nltcs/ranges), the marginal polytope is the scaled simplex
+# {μ ≥ 0, Σμ = N} and Problem 4 (thesis §4.3) with the L2 loss is a quadratic program over it.
+# Its Hessian H = 2 Σ_i QᵢᵀQᵢ/σᵢ² is never formed: a Hessian-vector product is a difference of
+# two gradients of the loss (the loss is quadratic), and a dense Kronecker block's H is itself
+# a Kronecker product of the factors' Gram matrices, so (H + λI)⁻¹ is applied exactly through
+# their eigendecompositions (thesis §3.4: (A⊗B)⁺ = A⁺⊗B⁺).  That inverse is the preconditioner
+# of a conjugate-gradient solve on the face of the simplex, and it gives the start: the least-
+# squares estimate H⁺·2Σ QᵀW y, projected onto the simplex.  A primal active-set loop (cells
+# driven below 0 are fixed at 0; fixed cells whose reduced gradient is negative are released)
+# ends when the Frank–Wolfe gap ⟨∇L, μ⟩ − N·min ∇L, an upper bound on L(μ) − L*, is within the
+# fit's tolerance: a certificate, where the first-order fit only estimates its gap.  Mirror
+# descent needed > 15,000 iterations (> 160 s) for adult/ranges at ε = 100 and stopped at its
+# iteration limit; see bench/RESULTS.md, "Dense-block fits".
+
+#: Single-clique trees up to this many cells are solved by :func:`solve_clique`.
+CLIQUE_MAX_CELLS = 4_000_000
+#: Active-set rounds and conjugate-gradient iterations per round.
+CLIQUE_ROUNDS = 200
+CG_ITERS = 400
+#: Hessian-vector products over all rounds before the solve gives up (the first-order fit then
+#: runs): bounds the time lost where the preconditioner does not fit the problem.
+CG_BUDGET = 4000
+#: Ridge of the preconditioner, relative to its largest eigenvalue: the Gram factors of a
+#: block with fewer rows than cells are singular, and a near-zero ridge amplifies rounding
+#: in their null space by its inverse.
+PRECOND_RIDGE = 1e-6
+
+
+def _kron_parts(query):
+    """(scale, dense factors) of c·(F₁⊗…⊗F_k), or None for other queries."""
+    scale = 1.0
+    q = query
+    while hasattr(q, "weight") and hasattr(q, "base"):
+        scale *= float(q.weight)
+        q = q.base
+    if not hasattr(q, "factors"):
+        return None
+    factors = []
+    for f in q.factors:
+        if hasattr(f, "factors") or (hasattr(f, "weight") and hasattr(f, "base")):
+            return None
+        m, n = (int(x) for x in f.shape)
+        if m * n > (1 << 24):
+            return None
+        factors.append(np.asarray(f.dense(), dtype=float))
+    return scale, factors
+
+
+class _KronInverse:
+    """x ↦ (c·⊗GᵢF + λI)⁻¹x for Gram factors Gᵢ = FᵢᵀFᵢ, on a table in canonical order.
+
+    ``to_given`` permutes canonical axes to the measurement's given order (None: same)."""
+
+    def __init__(self, coef: float, factors, shape, to_given, ridge: float) -> None:
+        self.shape = shape
+        self.to_given = to_given
+        self.to_canon = None if to_given is None else tuple(np.argsort(to_given))
+        eig = []
+        self.U = []
+        for f in factors:
+            e, u = np.linalg.eigh(f.T @ f)
+            eig.append(np.maximum(e, 0.0))
+            self.U.append(u)
+        lam = eig[0]
+        for e in eig[1:]:
+            lam = np.multiply.outer(lam, e)
+        lam = coef * lam
+        self.inv = 1.0 / (lam + ridge * max(float(lam.max()), 1e-300))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        t = x.reshape(self.shape)
+        if self.to_given is not None:
+            t = t.transpose(self.to_given)
+        for axis, u in enumerate(self.U):
+            t = np.moveaxis(np.tensordot(u.T, t, axes=([1], [axis])), 0, axis)
+        t = t * self.inv
+        for axis, u in enumerate(self.U):
+            t = np.moveaxis(np.tensordot(u, t, axes=([1], [axis])), 0, axis)
+        if self.to_canon is not None:
+            t = t.transpose(self.to_canon)
+        return np.ascontiguousarray(t).ravel()
+
+
+def preconditioner(loss, shape):
+    """(H_b + λI)⁻¹ for the heaviest Kronecker measurement b on the whole clique (or None)."""
+    best, strength = None, 0.0
+    for g in loss.groups:
+        if g.sum_axes:
+            continue
+        for t in g.terms:
+            parts = _kron_parts(t.query)
+            if parts is None or len(parts[1]) != len(shape):
+                continue
+            scale, factors = parts
+            s = t.weight * scale * scale * float(np.prod([np.linalg.norm(f, 2) ** 2 for f in factors]))
+            if s > strength:
+                best, strength = (t, scale, factors), s
+    if best is None:
+        return None
+    t, scale, factors = best
+    given_shape = tuple(f.shape[1] for f in factors)
+    if int(np.prod(given_shape)) != int(np.prod(shape)):
+        return None
+    return _KronInverse(2.0 * t.weight * scale * scale, factors, shape, t.to_given, PRECOND_RIDGE)
+
+
+def _simplex(v: np.ndarray, total: float) -> np.ndarray:
+    """Euclidean projection onto {x ≥ 0, Σx = total} (sort-based)."""
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - total
+    k = np.arange(1, v.size + 1)
+    r = np.flatnonzero(u - css / k > 0)[-1]
+    return np.maximum(v - css[r] / (r + 1), 0.0)
+
+
+def _pcg(hvp, precond, rhs, free, iters, rtol):
+    """min ½dᵀHd − rhsᵀd over d with d = 0 off ``free`` and Σd = 0: conjugate gradients in
+    that subspace with the preconditioner Π M⁻¹ Π (Π the orthogonal projector onto it; symmetric
+    and positive definite there, as CG needs)."""
+    n = rhs.size
+    count = max(int(free.sum()), 1)
+
+    def project(x):
+        x = x.copy()
+        x[~free] = 0.0
+        x[free] -= x[free].sum() / count
+        return x
+
+    def apply_p(r):
+        return project(precond(project(r))) if precond is not None else project(r)
+
+    d = np.zeros(n)
+    r = project(rhs)
+    z = apply_p(r)
+    p = z.copy()
+    rz = float(r @ z)
+    first = rz
+    for _ in range(iters):
+        if rz <= rtol * rtol * first or rz <= 0.0:
+            break
+        hp = project(hvp(p))
+        php = float(p @ hp)
+        if php <= 0.0:
+            break
+        a = rz / php
+        d += a * p
+        r -= a * hp
+        z = apply_p(r)
+        new = float(r @ z)
+        p = z + (new / rz) * p
+        rz = new
+    return d
+
+
+def solve_clique(loss, shape: tuple[int, ...], total: float, atol: float, rtol: float,
+                 start: np.ndarray | None = None, precond=None):
+    """Problem 4 on a one-clique tree by active-set Newton steps (see above).
+
+    ``loss``: the :class:`~dpsql.pgm.loss.MarginalLoss` of the fit; ``start``: a table to begin
+    from (else the projected least-squares estimate); ``precond``: :func:`preconditioner`'s
+    result, when the caller has it.  Returns (table, history, certified):
+    the best table found (≥ 0, sum ``total``), the loss after each round, and whether its
+    Frank–Wolfe gap is within atol + rtol·loss."""
+    n = int(np.prod(shape))
+
+    def grad(x):
+        value, g = loss([x.reshape(shape)])
+        return value, (np.zeros(n) if g[0] is None else np.asarray(g[0], dtype=float).ravel())
+
+    _, g0 = grad(np.zeros(n))
+    lam = 0.0
+
+    products = [0]
+
+    def hvp(x):
+        products[0] += 1
+        return grad(x)[1] - g0 + lam * x
+
+    if precond is None:
+        precond = preconditioner(loss, shape)
+    # ridge on the solves: keeps the directions no measurement determines where they are
+    probe = np.zeros(n)
+    probe[0] = 1.0
+    lam = RIDGE * max(abs(float(hvp(probe)[0])), 1e-300)
+    if start is None:
+        guess = precond(-g0) if precond is not None else np.full(n, total / n)
+        v = _simplex(guess, total)
+    else:
+        v = _simplex(np.asarray(start, dtype=float).ravel(), total)
+    value, g = grad(v)
+    history = [value]
+    zero = v <= 0.0
+    # A projected-gradient step of 1/L (L ≥ λ_max(H), by power iteration) always lowers the
+    # loss unless μ is optimal: the fallback when the Newton step's projection does not.
+    x = np.random.default_rng(0).random(n)
+    for _ in range(8):
+        x = hvp(x)
+        x /= max(float(np.linalg.norm(x)), 1e-300)
+    lipschitz = 1.5 * max(float(np.linalg.norm(hvp(x))), 1e-300)
+    certified = False
+    stalled = 0
+    # Inexact Newton: while the face changes, a loose solve is enough to find the next one;
+    # on a fixed face the solve is tightened until the gap certifies the optimum.
+    cg_rtol = 1e-3
+    moved_last = True
+    for _ in range(CLIQUE_ROUNDS):
+        free = ~zero
+        d = _pcg(hvp, precond, -g, free, CG_ITERS, cg_rtol)
+        new = v + d
+        neg = free & (new < 0.0)
+        moved = True
+        if not neg.any():
+            v = np.maximum(new, 0.0)   # a feasible Newton step on the face: the loss drops
+        else:
+            # projected search (Bertsekas 1982): the Newton step projected back onto the
+            # simplex, halved until the loss drops; failing that, re-solve once with the cells
+            # it drove below 0 fixed at 0; failing that too, a projected gradient step
+            cand, cand_value = None, value
+            searches = ((d, 1.0),) if moved_last else ((d, 1.0), (-g, 1.0 / lipschitz))
+            for direction, alpha in searches:
+                for _ in range(12):
+                    trial = _simplex(v + alpha * direction, total)
+                    trial_value = grad(trial)[0]
+                    if trial_value < cand_value:
+                        cand, cand_value = trial, trial_value
+                        break
+                    alpha *= 0.5
+                if cand is not None:
+                    break
+            if cand is not None:
+                v = cand
+                zero = v <= 0.0
+            else:
+                zero |= neg
+                moved = False
+        moved_last = moved
+        value, g = grad(v)
+        if value >= history[-1] * (1.0 - 1e-13) and moved:
+            # no progress at this precision: the face's optimum needs a tighter solve
+            stalled += 1
+            cg_rtol = max(cg_rtol * 1e-3, 1e-12)
+        else:
+            stalled = 0
+        history.append(value)
+        gap = float(g @ v) - total * float(g.min())
+        if gap <= atol + rtol * abs(value):
+            certified = True
+            break
+        if stalled >= 4 or products[0] > CG_BUDGET:
+            break
+        if not neg.any():
+            # on this face's optimum (to the solve's precision): release the fixed cells whose
+            # reduced gradient is negative; with none, the next round refines the solve
+            nu = float(g[~zero].mean()) if (~zero).any() else float(g.min())
+            release = zero & (g < nu - 1e-12 * max(abs(nu), 1.0))
+            if not release.any():
+                cg_rtol = max(cg_rtol * 1e-3, 1e-12)
+            zero &= ~release
+    return v.reshape(shape), history, certified

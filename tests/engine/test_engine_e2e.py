@@ -303,7 +303,8 @@ def test_large_exact_models_stop_at_the_discrepancy_principle(tmp_path, monkeypa
                   workload=["SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income"])
     con.session.measure()
     model, _, _ = con.session.engine.model("adult")
-    # small models run to convergence (issue 17), large ones stop within the noise
+    # small models run to convergence (issue 17) or are solved with a certificate (one block
+    # over the measured attributes, dpsql.pgm.polish.solve_clique); large ones stop within the noise
     assert ("discrepancy principle" in model.stopped) == large
-    assert large or "converged" in model.stopped
+    assert large or "converged" in model.stopped or "certificate" in model.stopped
     assert len(model.model.loss) - 1 < con.session.engine.config.fit_iters

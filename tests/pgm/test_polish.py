@@ -91,12 +91,17 @@ def test_a_query_too_large_for_the_sparse_loss_is_still_polished():
     """A 576 × 576 prefix block (over measurement.DENSE_LIMIT, like adult's 740-cell
     (age, race, sex) prefix block): the first-order fit uses the structured loss; the exact
     step builds its own matrix, and lands on the optimum (brute force)."""
-    dom = Domain(["A", "B"], [64, 9])
+    dom = Domain(["A", "B", "C"], [64, 9, 2])
     rng = np.random.default_rng(11)
     data = random_data(rng, dom, 5_000)
     q = Kron([Prefix(64), Identity(9)])
-    y = np.asarray(q.matvec(data.ravel())) + rng.normal(0, 3.0, q.shape[0])
-    ms = [Measurement(("A", "B"), q, y, 3.0)]
+    ab = marginal(dom, data, ("A", "B")).ravel()
+    y = np.asarray(q.matvec(ab)) + rng.normal(0, 3.0, q.shape[0])
+    # C measured on its own: no block covers the joint table of the measured attributes, so
+    # the one-clique solve (test_dense_block.py) does not apply and the exact step does
+    c = marginal(dom, data, ("C",)).ravel()
+    ms = [Measurement(("A", "B"), q, y, 3.0),
+          Measurement(("C",), Kron([Identity(2)]), c + rng.normal(0, 3.0, 2), 3.0)]
     model = fit(dom, ms, iters=20_000, exact_method="adaptive", gap=(0.5, 1e-6), total=float(data.sum()))
     assert model.polished is not None, model.stopped
     _, best = solve_full(dom, ms, float(data.sum()))
