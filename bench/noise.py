@@ -10,6 +10,12 @@ Target: >= 1,000,000 samples/s for sigma up to 10^4 on one core.  Reference: abo
 installed here, so it is not re-measured).
 
     .venv/bin/python bench/noise.py [--n 2000000] [--append bench/RESULTS.md]
+    .venv/bin/python bench/noise.py --against REV [--n 500000] [--repeats 5]
+
+``--against REV`` times this checkout's samplers and those of ``dpsql/privacy/noise.py`` at
+git revision REV side by side, alternating runs in one process (same tables, same load), and
+prints CPU samples/s of each and their ratio; the common sigma/scale (1 to 10^4) on N samples,
+the large ones (2^30, 2^40: the proposal's geometric split) on 2,000.
 """
 
 from __future__ import annotations
@@ -89,15 +95,58 @@ def section(rows, n: int, repeats: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _module_at(rev: str):
+    """dpsql/privacy/noise.py as it was at git revision ``rev``, as a module."""
+    import types
+    text = subprocess.run(["git", "show", f"{rev}:dpsql/privacy/noise.py"], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    mod = types.ModuleType(f"noise_at_{rev}")
+    exec(compile(text, f"{rev}:dpsql/privacy/noise.py", "exec"), mod.__dict__)
+    return mod
+
+
+def against(rev: str, n: int, repeats: int) -> str:
+    old = _module_at(rev)
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    cases = [("discrete Gaussian", f"sigma = {p}", "discrete_gaussian", Fraction(p * p), n) for p in (1, 10, 100, 10_000)]
+    cases += [("discrete Laplace", f"scale = {p}", "discrete_laplace", Fraction(p), n) for p in (1, 10, 100, 10_000)]
+    cases += [("discrete Gaussian", f"sigma = 2^{e}", "discrete_gaussian", Fraction(1 << (2 * e)), 2000) for e in (30, 40)]
+    cases += [("discrete Laplace", f"scale = 2^{e}", "discrete_laplace", Fraction(1 << e), 2000) for e in (30, 40)]
+    lines = ["", f"### Side by side with `{rev}` (`bench/noise.py --against {rev}`)", "",
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; this checkout {head}; "
+             f"machine: 2-core VM, shared; `uptime`: {load}. CPU samples/s of this process, best of {repeats} "
+             "alternating runs each (tables built before timing).", "",
+             "| sampler | parameter | N | before (CPU/s) | now (CPU/s) | now / before |", "|---|---|---:|---:|---:|---:|"]
+    for kind, label, fn, arg, size in cases:
+        new_fn, old_fn = getattr(noise, fn), getattr(old, fn)
+        new_fn(arg, 1), old_fn(arg, 1)
+        best = {"old": float("inf"), "new": float("inf")}
+        for _ in range(repeats):
+            for name, f in (("old", old_fn), ("new", new_fn)):
+                c0 = time.process_time()
+                f(arg, size)
+                best[name] = min(best[name], time.process_time() - c0)
+        before, now = size / best["old"], size / best["new"]
+        lines.append(f"| {kind} | {label} | {size:,} | {before:,.0f} | {now:,.0f} | {now / before:.2f} |")
+        print(lines[-1], flush=True)
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--append", type=Path, default=None,
                         help="append a markdown section to this results file")
+    parser.add_argument("--against", metavar="REV", default=None,
+                        help="time the samplers of git revision REV side by side with this checkout's")
     args = parser.parse_args()
-    rows = run(args.n, args.repeats)
-    text = section(rows, args.n, args.repeats)
+    if args.against:
+        text = against(args.against, args.n, args.repeats)
+    else:
+        text = section(run(args.n, args.repeats), args.n, args.repeats)
     print(text)
     if args.append is not None:
         if not args.append.exists():

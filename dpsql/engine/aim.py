@@ -146,7 +146,7 @@ class _Driver:
         released = []
         for c in chosen:
             x = self.counts[c]
-            y = (x + noise.discrete_gaussian(rnd.sigma2, x.size)).astype(np.float64)
+            y = noise.add_exact(x, noise.discrete_gaussian(rnd.sigma2, x.size)).astype(np.float64)
             released.append((_block(self.schema.domain, c), y, math.sqrt(float(rnd.sigma2))))
         ledger.record_release(charge.id, key, rel.pack(released))
         self._adopt(key, released)

@@ -259,7 +259,7 @@ def noisy_values(block: LatticeBlock, exact: np.ndarray, param: Fraction, family
         z = _noise.discrete_gaussian(param, exact.shape[0])
     else:
         z = _noise.discrete_laplace(param, exact.shape[0])
-    return (exact + z).astype(np.float64) * block.scale
+    return _noise.add_exact(exact, z).astype(np.float64) * block.scale
 
 
 def stddev(block: LatticeBlock, param: Fraction, family: str) -> float:

@@ -47,12 +47,13 @@ from dpsql.privacy.expbounds import (U64_MAX, exp_neg_bounds, gaussian_acceptanc
 
 __all__ = ["BitSource", "SystemBitSource", "SeededBitSource", "discrete_laplace",
            "discrete_gaussian", "exponential_mechanism", "round_to_grid", "lattice_sensitivity2", "lattice_release",
-           "as_fraction"]
+           "add_exact", "as_fraction"]
 
 _MAX_BLOCK = 1 << 16          # largest table for the uniform part U of G = L*V + U
 _MAX_V_TABLE = 1 << 16        # largest table of thresholds exp(-v L/scale)
 _MAX_GAUSS_TABLE = 1 << 18    # largest acceptance table (16 t up to sigma ~ 16,000)
-_MAX_SCALE = Fraction(1 << 50)  # keeps L*V + U far inside int64
+_MAX_SCALE = Fraction(1 << 50)  # samples then leave int64 with probability ~exp(-8192) at most
+_I64_MAX = (1 << 63) - 1
 
 
 # --- bit sources -------------------------------------------------------------------------
@@ -169,6 +170,61 @@ def _decide(u: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     return success, undecided
 
 
+# --- exact integer arithmetic past int64 ------------------------------------------------
+# A sample is an exact integer whatever its size (docs/privacy.md, "No overflow").  Arrays
+# are int64 whenever every value fits, which is always in practice; the arithmetic that
+# could leave int64 checks first and falls back to numpy object arrays of Python ints, so a
+# value beyond 2^63 is never wrapped into a small one (which the Gaussian's acceptance step
+# could then accept).
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` as int64 when every value fits, else unchanged (an object array)."""
+    if a.dtype != object or a.size == 0 or max(abs(int(v)) for v in a.flat) <= _I64_MAX:
+        return a.astype(np.int64)
+    return a
+
+
+def _scaled_add(v: np.ndarray, scale: int, u: np.ndarray) -> np.ndarray:
+    """``v * scale + u`` exactly, for v, u >= 0 (G = L V + U of CKS20 Alg. 2)."""
+    if v.dtype != object and (v.size == 0 or int(v.max()) <= (_I64_MAX - int(u.max())) // scale):
+        return v * scale + u
+    return _narrow(v.astype(object) * scale + u.astype(object))
+
+
+def _max_abs(a: np.ndarray) -> int:
+    """max |a| as a Python int (np.abs of int64's minimum would wrap)."""
+    return max(int(a.max()), -int(a.min())) if a.size else 0
+
+
+def add_exact(values: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """``values + noise`` for integer arrays, exactly: int64 when every sum fits, else an
+    object array of Python ints (``astype(float)`` then rounds each exact sum once)."""
+    values, noise = np.asarray(values), np.asarray(noise)
+    if values.dtype.kind not in "iuO" or noise.dtype.kind not in "iO":
+        raise TypeError("add_exact adds integer arrays")
+    if values.dtype != object and noise.dtype != object:
+        big = _max_abs(values) + _max_abs(noise)
+        if big <= _I64_MAX:
+            return values.astype(np.int64) + noise
+    return _narrow(values.astype(object) + noise.astype(object))
+
+
+class _Filler:
+    """Collects accepted samples into an int64 array, widened to Python ints only if an
+    accepted sample does not fit."""
+
+    def __init__(self, n: int) -> None:
+        self.out = np.empty(n, dtype=np.int64)
+        self.filled = 0
+
+    def add(self, got: np.ndarray) -> None:
+        got = _narrow(got) if got.dtype == object else got
+        if got.dtype == object and self.out.dtype != object:
+            self.out = self.out.astype(object)
+        self.out[self.filled:self.filled + got.size] = got
+        self.filled += got.size
+
+
 # --- parameters ------------------------------------------------------------------------
 
 def as_fraction(value, name: str) -> Fraction:
@@ -238,7 +294,11 @@ def _block_count(bits: BitSource, plan, num: int, den: int, n: int) -> np.ndarra
     block, v_lo, v_hi, vcap = plan[0], plan[3], plan[4], plan[5]
     total = np.zeros(n, dtype=np.int64)
     active = np.arange(n)
+    rounds = 0
     while active.size:
+        rounds += 1
+        if total.dtype != object and rounds * vcap > _I64_MAX:
+            total = total.astype(object)   # each round adds at most vcap: the sum stays exact
         u = _u64(bits, active.size)
         # number of thresholds surely above V, and number not surely below it
         sure = v_lo.size - np.searchsorted(v_lo, u, side="right")
@@ -257,10 +317,20 @@ def _block_count(bits: BitSource, plan, num: int, den: int, n: int) -> np.ndarra
 
 
 def _geometric(bits: BitSource, num: int, den: int, n: int) -> np.ndarray:
+    """G >= 0 with P(G >= k) = exp(-k den/num): G = L V + U (CKS20 Alg. 2).
+
+    V has P(V >= v) = exp(-v L den/num): it is itself geometric, of scale num/(den L).  When
+    that scale is large (the scale exceeds the largest block L = 2^16) V is drawn by the same
+    split, recursively (each level divides the scale by 2^16: three levels at 2^50), instead
+    of by ~scale/2^32 rounds of the threshold table.  The last level's scale is below 2."""
     plan = _geometric_plan(num, den)
-    v = _block_count(bits, plan, num, den, n)
+    block = plan[0]
+    if num // den > _MAX_BLOCK:
+        v = _geometric(bits, num, den * block, n)
+    else:
+        v = _block_count(bits, plan, num, den, n)
     u = _truncated_part(bits, plan, num, den, n)
-    return v * plan[0] + u
+    return _scaled_add(v, block, u)
 
 
 def _laplace_int(bits: BitSource, num: int, den: int, n: int) -> np.ndarray:
@@ -268,18 +338,15 @@ def _laplace_int(bits: BitSource, num: int, den: int, n: int) -> np.ndarray:
 
     A negative sign with magnitude 0 is rejected so that 0 is not counted twice.
     """
-    out = np.empty(n, dtype=np.int64)
-    filled = 0
-    while filled < n:
-        need = n - filled
+    out = _Filler(n)
+    while out.filled < n:
+        need = n - out.filled
         batch = need + need // 4 + 16
         g = _geometric(bits, num, den, batch)
         neg = _signs(bits, batch)
         keep = ~(neg & (g == 0))
-        y = np.where(neg, -g, g)[keep][:need]
-        out[filled:filled + y.size] = y
-        filled += y.size
-    return out
+        out.add(np.where(neg, -g, g)[keep][:need])
+    return out.out
 
 
 def discrete_laplace(scale, size, *, rng: BitSource | None = None) -> np.ndarray:
@@ -292,7 +359,7 @@ def discrete_laplace(scale, size, *, rng: BitSource | None = None) -> np.ndarray
     b = as_fraction(scale, "scale")
     if b > _MAX_SCALE:
         raise ConfigError(f"discrete Laplace scale {float(b):g} is too large",
-                          hint="scales above 2**50 would overflow int64 noise")
+                          hint="scales above 2**50 are not supported: such noise would not fit int64 counts")
     shape, n = _check_size(size)
     bits = _source(rng)
     return _laplace_int(bits, b.numerator, b.denominator, n).reshape(shape)
@@ -323,22 +390,28 @@ def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarr
     # legitimately needs sigma2 ~ 10^17-10^18 in lattice units, and such draws are as cheap.
     if math.isqrt(a // b) + 1 > _MAX_SCALE:
         raise ConfigError(f"discrete Gaussian sigma2 {float(s2):g} is too large",
-                          hint="sigma above 2**50 would overflow int64 noise")
+                          hint="sigma above 2**50 is not supported: such noise would not fit int64 counts")
     shape, n = _check_size(size)
     bits = _source(rng)
     t, acc_lo, acc_hi = _gaussian_plan(a, b)
     cap = acc_lo.size
     coarse = (cap - 1) * t * b >= a
     denom = 2 * a * b * t * t
-    out = np.empty(n, dtype=np.int64)
-    filled = 0
-    while filled < n:
-        need = n - filled
+    out = _Filler(n)
+    while out.filled < n:
+        need = n - out.filled
         # acceptance is about 0.6-0.75 (CKS20 §5.3); over-draw to avoid many rounds
         batch = need + need // 2 + need // 4 + 16
         y = _laplace_int(bits, t, 1, batch)
         mag = np.abs(y)
         u = _u64(bits, batch)
+        if y.dtype == object:
+            # a proposal beyond int64 (P < exp(-2^13) per draw at t = 2^50): every one of
+            # this batch is decided by the exact comparison, in Python integers
+            ok = np.array([_LazyUniform(u[i], bits).less_than_exp((int(mag[i]) * b * t - a) ** 2, denom)
+                           for i in range(batch)], dtype=bool)
+            out.add(y[ok][:need])
+            continue
         inside = mag < cap
         idx = np.where(inside, mag, cap - 1)
         ok, undecided = _decide(u, acc_lo[idx], acc_hi[idx])
@@ -353,10 +426,8 @@ def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarr
         for i in np.flatnonzero(undecided):
             gamma_num = (int(mag[i]) * b * t - a) ** 2
             ok[i] = _LazyUniform(u[i], bits).less_than_exp(gamma_num, denom)
-        got = y[ok][:need]
-        out[filled:filled + got.size] = got
-        filled += got.size
-    return out.reshape(shape)
+        out.add(y[ok][:need])
+    return out.out.reshape(shape)
 
 
 # --- exponential mechanism ---------------------------------------------------------------
@@ -462,4 +533,4 @@ def lattice_release(values_int, sigma2, *, rng: BitSource | None = None) -> np.n
     if values.dtype.kind not in "iu":
         raise ConfigError("lattice_release needs integer values",
                           hint="measure K x with the integer matrix from round_to_grid")
-    return values.astype(np.int64) + discrete_gaussian(sigma2, values.shape, rng=rng)
+    return add_exact(values.astype(np.int64), discrete_gaussian(sigma2, values.shape, rng=rng))

@@ -82,6 +82,42 @@ def columns_in(node: exp.Expression) -> list[exp.Column]:
     return [c for c in node.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
 
 
+def conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """The terms of a top-level AND chain, parentheses removed, left to right (iteratively:
+    a chain of thousands of ANDs must not recurse)."""
+    out, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, exp.Paren):
+            todo.append(n.this)
+        elif isinstance(n, exp.And):
+            todo.extend([n.expression, n.this])
+        else:
+            out.append(n)
+    return out
+
+
+def canonical(node, column):
+    """Structural key of an expression, equal for expressions that are written alike up to
+    parentheses (how a select item is matched with a GROUP BY key or an aggregate found
+    twice); ``column(col)`` gives a column reference's key."""
+    if isinstance(node, exp.Paren):
+        return canonical(node.this, column)
+    if isinstance(node, exp.Literal):
+        return ("Literal", node.this, node.is_string)
+    if isinstance(node, exp.Column):
+        return column(node)
+    if isinstance(node, exp.Expression):
+        items = []
+        for k in sorted(node.args):
+            v = node.args[k]
+            if v is None or v is False or (isinstance(v, list) and not v):
+                continue
+            items.append((k, tuple(canonical(x, column) for x in v) if isinstance(v, list) else canonical(v, column)))
+        return (type(node).__name__, tuple(items))
+    return node
+
+
 def literal_value(node: exp.Expression) -> tuple[bool, Any]:
     """(is_constant, value) for literals, NULL, booleans, signed numbers and casts of them."""
     if isinstance(node, exp.Paren):

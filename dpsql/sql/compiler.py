@@ -22,12 +22,12 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolationError, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import AggCall, check_argument, is_aggregate, parse_aggregate
 from dpsql.sql.bind import Catalog, Scope, bind_table, table_schema
-from dpsql.sql.cells import WORK_LIMIT, CellEvaluator, columns_in, literal_value, snippet
+from dpsql.sql.cells import WORK_LIMIT, CellEvaluator, canonical, columns_in, literal_value, snippet
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import call_position, parse_statement, written
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
-from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, to_ir
+from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, order_items, to_ir
 from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.stage import compile_stage
@@ -93,27 +93,11 @@ class _Lowering:
         return ev
 
     def canon(self, node):
-        if isinstance(node, exp.Paren):
-            return self.canon(node.this)
-        if isinstance(node, exp.Literal):
-            return ("Literal", node.this, node.is_string)
-        if isinstance(node, exp.Column):
-            body = self.output_alias(node)
-            if body is not None:
-                return self.canon(body)
-            return ("col", self.resolve(node).name)
-        if isinstance(node, exp.Expression):
-            items = []
-            for k in sorted(node.args):
-                v = node.args[k]
-                if v is None or v is False or (isinstance(v, list) and not v):
-                    continue
-                if isinstance(v, list):
-                    items.append((k, tuple(self.canon(x) for x in v)))
-                else:
-                    items.append((k, self.canon(v)))
-            return (type(node).__name__, tuple(items))
-        return node
+        return canonical(node, self._canon_column)
+
+    def _canon_column(self, col: exp.Column):
+        body = self.output_alias(col)
+        return self.canon(body) if body is not None else ("col", self.resolve(col).name)
 
     def output_alias(self, col: exp.Column):
         """The select item an unqualified non-column name refers to, if any."""
@@ -374,7 +358,7 @@ class _Lowering:
         self.aliases = {a.lower(): b for a, b in projections if a}
         having = self.tree.args.get("having")
         having_ir = ir(having.this) if having is not None else None
-        order = self.order_by(projections, columns, ir)
+        order = order_items(self.tree, columns, ir, self.pos)
         limit, offset = limit_clause(self.tree, self.pos)
         distinct = self.tree.args.get("distinct") is not None
         if self.where is not None:
@@ -434,30 +418,6 @@ class _Lowering:
             return "boolean"
         return "double precision"
 
-    def order_by(self, projections, columns, ir):
-        order = self.tree.args.get("order")
-        if order is None:
-            return []
-        out = []
-        names = {c.name.lower(): i for i, c in reversed(list(enumerate(columns)))}
-        for o in order.expressions:
-            node = o.this
-            desc = bool(o.args.get("desc"))
-            nulls_first = o.args.get("nulls_first")
-            if nulls_first is None:
-                nulls_first = desc  # PostgreSQL: NULLs sort as larger than any value
-            ok, v = literal_value(node)
-            if ok and isinstance(v, int) and not isinstance(v, bool):
-                if not 1 <= v <= len(columns):
-                    raise UnsupportedQueryError(f"ORDER BY position {v} is not in select list",
-                                                position=self.pos(node), hint=f"use 1..{len(columns)}")
-                out.append((("out", v - 1), desc, bool(nulls_first)))
-                continue
-            if isinstance(node, exp.Column) and not node.table and node.name.lower() in names:
-                out.append((("out", names[node.name.lower()]), desc, bool(nulls_first)))
-                continue
-            out.append((ir(node), desc, bool(nulls_first)))
-        return out
 
 def _case_children(node_ir):
     _, branches, default = node_ir[0], node_ir[1], node_ir[2]

@@ -27,7 +27,7 @@ from sqlglot import exp
 
 from dpsql.errors import (ProgrammingError, UnknownColumnError, UnknownTableError, UnsupportedQueryError)
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import literal_value, snippet
+from dpsql.sql.cells import conjuncts, literal_value, snippet
 
 __all__ = ["flatten", "is_row_level", "restrictions", "Pending", "limit_clause", "folded", "output_names"]
 
@@ -199,19 +199,6 @@ class Pending:
     node: exp.Expression
 
 
-def _conjuncts(node):
-    out, todo = [], [node]
-    while todo:
-        n = todo.pop()
-        if isinstance(n, exp.Paren):
-            todo.append(n.this)
-        elif isinstance(n, exp.And):
-            todo.extend([n.expression, n.this])
-        else:
-            out.append(n)
-    return out
-
-
 def _strip(node):
     while isinstance(node, exp.Paren):
         node = node.this
@@ -247,10 +234,10 @@ def restrictions(tree: exp.Select, stmt, star_columns) -> tuple[exp.Select, list
         tree.set("joins", None)
     where = tree.args.get("where")
     if where is not None and any(isinstance(n, exp.In) and n.args.get("query") is not None
-                                 for n in _conjuncts(where.this)):
+                                 for n in conjuncts(where.this)):
         tree = tree.copy()
         keep = []
-        for c in _conjuncts(tree.args["where"].this):
+        for c in conjuncts(tree.args["where"].this):
             if isinstance(c, exp.In) and c.args.get("query") is not None:
                 found.append(_in_restriction(c, stmt))
             else:
@@ -304,7 +291,7 @@ def _join_restriction(join: exp.Join, stmt, star_columns) -> Pending:
         on = join.args.get("on")
         if on is None:
             raise UnsupportedQueryError("a join needs ON or USING", position=stmt.pos(join), hint=_TOPN_HINT)
-        for c in _conjuncts(on):
+        for c in conjuncts(on):
             pair = _null_safe_pair(c)
             null_safe = pair is not None
             if pair is None:

@@ -84,6 +84,35 @@ _BINARY = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.IntDiv: "
            exp.And: "and", exp.Or: "or"}
 
 
+def order_items(tree, columns, ir, pos) -> list:
+    """The statement's ORDER BY as ``(ir, desc, nulls_first)`` sort keys: a position or an
+    output column's name sorts by that output (``("out", i)``), anything else by ``ir(node)``.
+    NULLs sort as larger than any value unless NULLS FIRST/LAST says otherwise (PostgreSQL)."""
+    order = tree.args.get("order")
+    if order is None:
+        return []
+    names = {c.name.lower(): i for i, c in reversed(list(enumerate(columns)))}
+    out = []
+    for o in order.expressions:
+        node = o.this
+        desc = bool(o.args.get("desc"))
+        nulls_first = o.args.get("nulls_first")
+        if nulls_first is None:
+            nulls_first = desc
+        ok, v = literal_value(node)
+        if ok and isinstance(v, int) and not isinstance(v, bool):
+            if not 1 <= v <= len(columns):
+                raise UnsupportedQueryError(f"ORDER BY position {v} is not in select list",
+                                            position=pos(node), hint=f"use 1..{len(columns)}")
+            out.append((("out", v - 1), desc, bool(nulls_first)))
+            continue
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in names:
+            out.append((("out", names[node.name.lower()]), desc, bool(nulls_first)))
+            continue
+        out.append((ir(node), desc, bool(nulls_first)))
+    return out
+
+
 def to_ir(node, low):
     """Translate an output expression; aggregates and group keys become leaves."""
     if isinstance(node, exp.Paren):

@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from dpsql.errors import StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import CellEvaluator, columns_in, snippet
+from dpsql.sql.cells import CellEvaluator, columns_in, conjuncts, snippet
 
 __all__ = ["Term", "compile_predicate", "MAX_JOINT_CELLS"]
 
@@ -49,20 +49,6 @@ def _all_of(parts: list[exp.Expression]) -> exp.Expression:
             nxt.append(level[-1])
         level = nxt
     return level[0]
-
-
-def _conjuncts_iter(node: exp.Expression) -> list[exp.Expression]:
-    out, todo = [], [node]
-    while todo:
-        n = todo.pop()
-        if isinstance(n, exp.Paren):
-            todo.append(n.this)
-        elif isinstance(n, exp.And):
-            todo.append(n.expression)
-            todo.append(n.this)
-        else:
-            out.append(n)
-    return out
 
 
 class _Compiler:
@@ -165,7 +151,7 @@ def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos, any_
     if node is None:
         return [{}]
     comp = _Compiler(resolve, evaluator, pos, any_attr)
-    conj = _conjuncts_iter(node)
+    conj = conjuncts(node)
     # Union-find on attributes: conjuncts sharing a column belong to one component.
     parent: dict[str, str] = {}
 

@@ -31,9 +31,9 @@ from sqlglot import exp
 
 from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import literal_value, snippet
+from dpsql.sql.cells import canonical, literal_value, snippet
 from dpsql.sql.derived import folded, limit_clause
-from dpsql.sql.postprocess import int_ir, to_ir
+from dpsql.sql.postprocess import int_ir, order_items, to_ir
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.relation import Evaluator, Relation, V, as_num, as_obj, full_grad, py_value, select_rows, take
 
@@ -95,24 +95,11 @@ class _Lowering:
         return hits[0]
 
     def canon(self, node):
-        if isinstance(node, exp.Paren):
-            return self.canon(node.this)
-        if isinstance(node, exp.Column):
-            body = self.output_alias(node)
-            if body is not None:
-                return self.canon(body)
-            return ("in", self.column(node))
-        if isinstance(node, exp.Literal):
-            return ("Literal", node.this, node.is_string)
-        if isinstance(node, exp.Expression):
-            items = []
-            for k in sorted(node.args):
-                v = node.args[k]
-                if v is None or v is False or (isinstance(v, list) and not v):
-                    continue
-                items.append((k, tuple(self.canon(x) for x in v) if isinstance(v, list) else self.canon(v)))
-            return (type(node).__name__, tuple(items))
-        return node
+        return canonical(node, self._canon_column)
+
+    def _canon_column(self, col: exp.Column):
+        body = self.output_alias(col)
+        return self.canon(body) if body is not None else ("in", self.column(col))
 
     def output_alias(self, col: exp.Column):
         if col.table or not self.aliases:
@@ -374,7 +361,7 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
                     hint="use SUM over the subquery's rows, or GROUP BY every group key of the subquery")
     having = tree.args.get("having")
     having_ir = to_ir(having.this, low) if having is not None else None
-    order = _order(tree, projections, columns, low)
+    order = order_items(tree, columns, lambda node: to_ir(node, low), low.pos)
     limit, offset = limit_clause(tree, stmt.pos)
     ranks = [key_ranks[o[1]] if o[0] == "key" and o[1] < len(key_ranks) else None for o in outputs]
     program = StageProgram(inner=inner, row_mode=low.row_mode, identity=identity, where=where_ir, keys=key_irs,
@@ -453,27 +440,3 @@ def _default_name(body, low: _Lowering) -> str:
     return "?column?"
 
 
-def _order(tree, projections, columns, low: _Lowering) -> list:
-    order = tree.args.get("order")
-    if order is None:
-        return []
-    names = {c.name.lower(): i for i, c in reversed(list(enumerate(columns)))}
-    out = []
-    for o in order.expressions:
-        node = o.this
-        desc = bool(o.args.get("desc"))
-        nulls_first = o.args.get("nulls_first")
-        if nulls_first is None:
-            nulls_first = desc
-        ok, v = literal_value(node)
-        if ok and isinstance(v, int) and not isinstance(v, bool):
-            if not 1 <= v <= len(columns):
-                raise UnsupportedQueryError(f"ORDER BY position {v} is not in select list",
-                                            position=low.pos(node), hint=f"use 1..{len(columns)}")
-            out.append((("out", v - 1), desc, bool(nulls_first)))
-            continue
-        if isinstance(node, exp.Column) and not node.table and node.name.lower() in names:
-            out.append((("out", names[node.name.lower()]), desc, bool(nulls_first)))
-            continue
-        out.append((to_ir(node, low), desc, bool(nulls_first)))
-    return out

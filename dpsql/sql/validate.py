@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
-from dpsql.sql.cells import snippet
+from dpsql.sql.cells import conjuncts, snippet
 from dpsql.sql.parse import Statement
 
 __all__ = ["check_structure"]
@@ -22,19 +22,6 @@ __all__ = ["check_structure"]
 
 def _refuse(stmt: Statement, node, message: str, hint: str) -> None:
     raise UnsupportedQueryError(message, position=stmt.pos(node), hint=hint)
-
-
-def _top_conjuncts(node) -> list:
-    out, todo = [], [node]
-    while todo:
-        n = todo.pop()
-        if isinstance(n, exp.Paren):
-            todo.append(n.this)
-        elif isinstance(n, exp.And):
-            todo.extend([n.expression, n.this])
-        else:
-            out.append(n)
-    return out
 
 
 def check_structure(stmt: Statement, tree: exp.Expression | None = None) -> None:
@@ -63,7 +50,7 @@ def check_structure(stmt: Statement, tree: exp.Expression | None = None) -> None
         allowed.add(id(join.this))
     where = tree.args.get("where")
     if where is not None:
-        for c in _top_conjuncts(where.this):
+        for c in conjuncts(where.this):
             if isinstance(c, exp.In) and c.args.get("query") is not None:
                 allowed.add(id(c.args["query"]))
     stack = list(tree.iter_expressions())

@@ -271,3 +271,79 @@ def test_grid_rounding_and_lattice_release():
         lattice_release(values.astype(float), 50)
     with pytest.raises(ConfigError):
         round_to_grid([[1e12]], Fraction(1, 1000))
+
+
+# --- no int64 overflow, whatever the bits (docs/privacy.md, "No overflow") ---------------
+
+def test_a_laplace_draw_beyond_int64_is_exact_not_wrapped(monkeypatch):
+    """scale (or sigma) up to 2^50: a draw past 2^63 has probability ~exp(-8192) but is
+    possible.  It used to wrap around in int64 (G = L V + U), coming out as a small or
+    negative number; now it is the exact Python integer (an object array).  The rare event
+    is forced: the deepest block count V returns 2^48 (at scale 2^50 the split has levels
+    of blocks 2^16, 2^16, 2^16 and 4, so G = 2^50 V + a part below 2^50)."""
+    forced = 1 << 48
+    monkeypatch.setattr(noise, "_block_count", lambda bits, plan, num, den, n: np.full(n, forced, dtype=np.int64))
+    sample = discrete_laplace(Fraction(1 << 50), 5, rng=SeededBitSource(5))
+    assert sample.dtype == object
+    assert all(isinstance(v, int) and abs(v) >> 50 == forced for v in sample)
+    assert len({abs(v) for v in sample}) == 5          # the low parts are random
+
+
+def test_a_gaussian_proposal_beyond_int64_is_decided_exactly(monkeypatch):
+    """Proposals past int64 are compared exactly and rejected (acceptance below exp(-2^20)),
+    never wrapped into a small value that the acceptance step could take; the batch's other
+    proposals are decided by the same exact comparison."""
+    real = noise._laplace_int
+    calls = []
+
+    def proposals(bits, num, den, n):
+        y = real(bits, num, den, n)
+        if not calls:
+            y = y.astype(object)
+            y[::2] = [(-1) ** i * (1 << 70) for i in range(len(y[::2]))]
+        calls.append(n)
+        return y
+    monkeypatch.setattr(noise, "_laplace_int", proposals)
+    sample = discrete_gaussian(Fraction(1 << 40), 200, rng=SeededBitSource(6))
+    assert sample.dtype == np.int64 and len(calls) >= 1
+    assert np.all(np.abs(sample) < 12 * 2 ** 20)
+
+
+def test_add_exact_and_lattice_release_never_wrap():
+    big = np.array([2 ** 62, -(2 ** 62), 5], dtype=np.int64)
+    total = noise.add_exact(big, np.array([2 ** 62, -(2 ** 62), 1], dtype=np.int64))
+    assert total.dtype == object and list(total) == [2 ** 63, -(2 ** 63), 6]
+    assert noise.add_exact(np.array([1, 2]), np.array([3, -4])).dtype == np.int64
+    assert float(total.astype(np.float64)[0]) == 2.0 ** 63
+    with pytest.raises(TypeError):
+        noise.add_exact(np.array([0.5]), np.array([1]))
+
+
+@pytest.mark.parametrize("scale", [Fraction(3 * 2 ** 20 + 12345, 7), Fraction(2 ** 41 + 3)])
+def test_large_laplace_scales_fit_the_exact_tail(scale):
+    """Scales above the 2^16 block draw V by the same split again (one or two levels here):
+    the tail P(|Y| >= k) = 2 q^k / (1 + q), q = exp(-1/scale), in bins of |Y|/scale."""
+    sample = discrete_laplace(scale, 100_000, rng=SeededBitSource(21))
+    assert sample.dtype == np.int64
+    s = float(scale)
+    mag = np.abs(sample).astype(float)
+    cuts = np.array([1.0, s / 16, s / 4, s / 2, s, 1.5 * s, 2 * s, 3 * s, 5 * s])
+    q = math.exp(-1 / s)
+    tail = np.array([1.0] + [2 * q ** math.ceil(c) / (1 + q) for c in cuts] + [0.0])
+    probs = tail[:-1] - tail[1:]
+    counts = np.histogram(mag, bins=np.concatenate([[0.0], np.ceil(cuts), [np.inf]]))[0]
+    assert stats.chisquare(counts, probs * sample.size).pvalue > ALPHA
+    assert abs(np.mean(sample > 0) - np.mean(sample < 0)) < 4 / math.sqrt(sample.size)
+
+
+def test_large_gaussian_fits_the_normal_cdf():
+    """sigma ~ 7e8 (a residual block in lattice units): the proposal's scale t takes two
+    levels of the geometric split.  At this sigma the discrete Gaussian's cdf equals the
+    normal one to far below the test's resolution."""
+    sigma2 = Fraction(485891705873528600)
+    sample = discrete_gaussian(sigma2, 50_000, rng=SeededBitSource(22)).astype(float)
+    sd = math.sqrt(float(sigma2))
+    edges = np.array([-np.inf, -2.5, -1.5, -1, -0.5, -0.2, 0.2, 0.5, 1, 1.5, 2.5, np.inf])
+    probs = np.diff(stats.norm.cdf(edges))
+    counts = np.histogram(sample / sd, bins=edges)[0]
+    assert stats.chisquare(counts, probs * sample.size).pvalue > ALPHA

@@ -6,6 +6,7 @@ Every client call is bounded: subprocesses get ``timeout=``, psycopg calls run t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -110,29 +111,37 @@ def test_psycopg_parameters_prepared_and_binary(pg):
     assert bounded(lambda: pg.execute("SELECT current_user").fetchone()) == ("alice",)
 
 
-def test_psycopg_cancel_engine_query(pg):
+@contextlib.contextmanager
+def held_engine_query(pg, sql):
+    """``sql`` running on ``pg`` in a thread and held inside the (fake) engine until the block
+    ends; yields the thread and a dict that gets ``"canceled"`` if the query is canceled."""
     import psycopg
     FakeLink.log.clear()
     FakeLink.gate = threading.Event()
-    try:
-        result = {}
+    result = {}
 
-        def run():
-            try:
-                pg.execute("SELECT income, COUNT(*) FROM adult GROUP BY income").fetchall()
-            except psycopg.errors.QueryCanceled as exc:
-                result["canceled"] = exc
+    def run():
+        try:
+            pg.execute(sql).fetchall()
+        except psycopg.errors.QueryCanceled as exc:
+            result["canceled"] = exc
+    try:
         worker = threading.Thread(target=run, daemon=True)
         worker.start()
         deadline = time.monotonic() + 10
         while not any(e[0] == "execute" for e in FakeLink.log) and time.monotonic() < deadline:
             time.sleep(0.01)
-        bounded(lambda: pg.cancel_safe(timeout=5))
-        worker.join(10)
-        assert "canceled" in result
+        yield worker, result
     finally:
         FakeLink.gate.set()
         FakeLink.gate = None
+
+
+def test_psycopg_cancel_engine_query(pg):
+    with held_engine_query(pg, "SELECT income, COUNT(*) FROM adult GROUP BY income") as (worker, result):
+        bounded(lambda: pg.cancel_safe(timeout=5))
+        worker.join(10)
+        assert "canceled" in result
     assert bounded(lambda: pg.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex").fetchall())
 
 
@@ -235,35 +244,20 @@ def test_superset_style_terminate_cancels_own_sessions_only(shadow_server, pg):
     assert pid == pg.info.backend_pid
     other = bounded(lambda: psycopg.connect(host="127.0.0.1", port=shadow_server.port, user="bob", password=PASSWORD,
                                             dbname="dpsql", connect_timeout=10, autocommit=True, sslmode="disable"))
-    FakeLink.log.clear()
-    FakeLink.gate = threading.Event()
+    sql = f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid='{pid}'"
     try:
-        result = {}
-
-        def run():
+        with held_engine_query(pg, "SELECT workclass, COUNT(*) FROM adult GROUP BY workclass") as (worker, result):
+            assert bounded(lambda: other.execute(sql).fetchone()) == (False,)   # bob cannot touch alice
+            same = bounded(lambda: psycopg.connect(host="127.0.0.1", port=shadow_server.port, user="alice",
+                                                   password=PASSWORD, dbname="dpsql", connect_timeout=10,
+                                                   autocommit=True, sslmode="disable"))
             try:
-                pg.execute("SELECT workclass, COUNT(*) FROM adult GROUP BY workclass").fetchall()
-            except psycopg.errors.QueryCanceled as exc:
-                result["canceled"] = exc
-        worker = threading.Thread(target=run, daemon=True)
-        worker.start()
-        deadline = time.monotonic() + 10
-        while not any(e[0] == "execute" for e in FakeLink.log) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        sql = f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid='{pid}'"
-        assert bounded(lambda: other.execute(sql).fetchone()) == (False,)   # bob cannot touch alice
-        same = bounded(lambda: psycopg.connect(host="127.0.0.1", port=shadow_server.port, user="alice",
-                                               password=PASSWORD, dbname="dpsql", connect_timeout=10,
-                                               autocommit=True, sslmode="disable"))
-        try:
-            assert bounded(lambda: same.execute(sql).fetchone()) == (True,)
-        finally:
-            bounded(same.close)
-        worker.join(10)
-        assert "canceled" in result
+                assert bounded(lambda: same.execute(sql).fetchone()) == (True,)
+            finally:
+                bounded(same.close)
+            worker.join(10)
+            assert "canceled" in result
     finally:
-        FakeLink.gate.set()
-        FakeLink.gate = None
         bounded(other.close)
 
 
