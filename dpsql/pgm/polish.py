@@ -54,20 +54,27 @@ RIDGE = 1e-12
 ROUNDS = 6
 
 
-def _marginalise(tree: JunctionTree, h: int, sep: tuple[str, ...]) -> sp.csr_matrix:
-    """The 0/1 matrix summing clique h's table (C order) onto ``sep`` (1 row if sep is empty)."""
+def summing_matrix(attrs: Sequence[str], shape: Sequence[int], onto: Sequence[str],
+                   onto_shape: Sequence[int]) -> sp.csr_matrix:
+    """The 0/1 matrix summing a table over ``attrs`` (C order) onto the sub-table ``onto``
+    (1 row if ``onto`` is empty); the local-consistency constraints of both the junction tree
+    and the relaxed region graph are built from it."""
     import scipy.sparse as sp
-    clique = tree.cliques[h]
-    shape = tuple(tree.sizes[a] for a in clique)
+    attrs = tuple(attrs)
     n = int(np.prod(shape, dtype=np.int64))
-    if sep:
-        grid = np.indices(shape).reshape(len(clique), -1)
-        rows = np.ravel_multi_index(tuple(grid[clique.index(a)] for a in sep),
-                                    tuple(tree.sizes[a] for a in sep))
-        m = int(np.prod([tree.sizes[a] for a in sep], dtype=np.int64))
+    if onto:
+        grid = np.indices(tuple(shape)).reshape(len(attrs), -1)
+        rows = np.ravel_multi_index(tuple(grid[attrs.index(a)] for a in onto), tuple(onto_shape))
+        m = int(np.prod(onto_shape, dtype=np.int64))
     else:
         rows, m = np.zeros(n, dtype=np.int64), 1
     return sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(m, n))
+
+
+def _marginalise(tree: JunctionTree, h: int, sep: tuple[str, ...]) -> sp.csr_matrix:
+    clique = tree.cliques[h]
+    return summing_matrix(clique, [tree.sizes[a] for a in clique], sep,
+                          [tree.sizes[a] for a in sep])
 
 
 def constraints(tree: JunctionTree, offsets: np.ndarray) -> sp.csr_matrix:

@@ -41,6 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from dpsql.pgm.polish import summing_matrix
 from dpsql.pgm.region_graph import RegionGraph
 
 __all__ = ["MAX_CELLS", "MAX_NNZ", "POLISH_DENSE_LIMIT", "active_set_step", "local_constraints",
@@ -131,14 +132,7 @@ def loss_matrix(graph: RegionGraph, measurements
 
 
 def _marginalise(graph: RegionGraph, p: int, t: int) -> sp.csr_matrix:
-    """The 0/1 matrix summing region p's table (C order) onto its sub-region t."""
-    parent, child = graph.regions[p], graph.regions[t]
-    shape = graph.shape(p)
-    n = int(np.prod(shape, dtype=np.int64))
-    grid = np.indices(shape).reshape(len(parent), -1)
-    rows = np.ravel_multi_index(tuple(grid[parent.index(a)] for a in child), graph.shape(t))
-    m = int(np.prod(graph.shape(t), dtype=np.int64))
-    return sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(m, n))
+    return summing_matrix(graph.regions[p], graph.shape(p), graph.regions[t], graph.shape(t))
 
 
 def local_constraints(graph: RegionGraph, total: float) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
