@@ -15,7 +15,8 @@ discrete-Gaussian noise is nearly always 0, so they are weighted by an sd of 10�
 marginals, sums of 74 or 99 slightly biased cells of exactly measured pair tables, came
 out 10× further from the truth than least squares' (bench/RESULTS.md, issue 17).
 
-So, when the problem is small enough to factor (``MAX_CELLS``, ``MAX_NNZ``), the fit ends
+So, when the problem is small enough to factor (its estimated peak memory within
+``memory_limit``; the Hessian at most ``MAX_NNZ`` non-zeros), the fit ends
 with the quadratic program solved exactly from where the first-order fit stopped: a
 primal-dual active-set method (Hintermüller, Ito & Kunisch 2002) on
 
@@ -35,6 +36,7 @@ feasible to rounding and lowers the loss, so it never makes the fit worse.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,15 +46,25 @@ import scipy.sparse.linalg as spla
 from dpsql.pgm.polish import summing_matrix
 from dpsql.pgm.region_graph import RegionGraph
 
-__all__ = ["MAX_CELLS", "MAX_NNZ", "POLISH_DENSE_LIMIT", "active_set_step", "local_constraints",
-           "loss_matrix"]
+__all__ = ["MAX_NNZ", "MEMORY_FRACTION", "POLISH_DENSE_LIMIT", "TooLarge", "active_set_step",
+           "local_constraints", "loss_matrix", "memory_limit", "step_bytes"]
 
-#: The step is tried when the region graph holds at most this many cells and the Hessian
-#: PᵀWP at most ``MAX_NNZ`` non-zeros (adult's 121 marginals: 49,293 cells, 4.4·10⁶
-#: non-zeros, most in the dense blocks of ResidualPlanner's residual queries; one round of
-#: the active-set method takes 1–2 s there).
-MAX_CELLS = 400_000
+#: The step is tried when its estimated peak memory (``step_bytes``) is at most this
+#: fraction of the machine's physical memory (``memory_limit``; a caller may set its own
+#: cap, ``estimate_relaxed(exact_memory=...)``) ...
+MEMORY_FRACTION = 0.25
+#: ... and the Hessian PᵀWP has at most this many non-zeros, a bound ``loss_matrix`` checks
+#: before it builds anything (adult's 121 marginals: 49,293 cells, 4.4·10⁶ non-zeros, most in
+#: the dense blocks of the strategy's Kronecker queries).
 MAX_NNZ = 12_000_000
+#: The step's peak memory above the process's when it starts, per non-zero of the Hessian
+#: (which the ridge makes at least one per cell) and per non-zero of the constraints: the
+#: Hessian and its free block, the equilibrated KKT matrix, its LU factors (1.5–2.4 times the
+#: KKT matrix's non-zeros in a symmetric minimum-degree order) and the refinement's vectors.
+#: Measured by ``bench/relaxed_exact_step.py`` (bench/RESULTS.md, issue 17: ≤ 155 bytes per
+#: Hessian non-zero on ResidualPlanner and OPT_M strategies); set above the largest ratio.
+BYTES_PER_NNZ = 200
+BYTES_PER_CONSTRAINT_NNZ = 200
 #: Queries up to this many entries are densified to build the loss matrix (as
 #: ``dpsql.pgm.polish``).
 POLISH_DENSE_LIMIT = 1 << 22
@@ -68,6 +80,33 @@ FREE_ROUNDS = 30
 #: Steps of iterative refinement per KKT solve (each costs one product and one solve with
 #: the factors already computed).
 REFINE = 20
+
+
+class TooLarge(str):
+    """Why the step was refused for its size: it would be refused again later in the same fit
+    (the first-order fit does not try it a second time)."""
+
+
+def physical_memory() -> int | None:
+    """The machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_limit(max_bytes: int | None = None) -> int:
+    """The memory the step may use: ``max_bytes`` when given, else ``MEMORY_FRACTION`` of the
+    machine's physical memory (2 GB when the OS does not say)."""
+    if max_bytes is not None:
+        return int(max_bytes)
+    total = physical_memory()
+    return int(MEMORY_FRACTION * total) if total else 2 << 30
+
+
+def step_bytes(hessian_nnz: int, constraint_nnz: int) -> int:
+    """The step's estimated peak memory (``BYTES_PER_NNZ``)."""
+    return BYTES_PER_NNZ * int(hessian_nnz) + BYTES_PER_CONSTRAINT_NNZ * int(constraint_nnz)
 
 
 def _sparse_query(q) -> sp.csr_matrix | None:
@@ -207,23 +246,41 @@ def _solve(Hff: sp.csc_matrix, Cf: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray
 
 def active_set_step(graph: RegionGraph, P: sp.csr_matrix, w: np.ndarray, y: np.ndarray,
                     tau: Sequence[np.ndarray], total: float, rounds: int = ROUNDS,
-                    trace=None) -> tuple[list[np.ndarray], int, bool] | str:
+                    trace=None, max_bytes: int | None = None) -> tuple[list[np.ndarray], int, bool] | str:
     """The minimiser of the loss Σ w (Pτ − y)² over L(G) (plus the ridge), from ``tau``.
 
     ``P``, ``w``, ``y``: the loss over the concatenated region tables (:func:`loss_matrix`);
     ``tau``: the first-order fit's tables (counts, each summing to ``total``).  Returns
     (tables, active-set rounds, optimal) — consistent, non-negative, loss below that of
-    ``tau`` — or, when the problem is too large, the solves fail, or the result would not
-    improve the fit, a string saying why.  ``optimal`` is False when the rounds had to stop releasing cells
+    ``tau`` — or, when the solves fail or the result would not improve the fit, a string
+    saying why; a :class:`TooLarge` one when the step's estimated memory (``step_bytes``)
+    exceeds ``memory_limit(max_bytes)`` (checked on the cells before anything is built, and
+    on the Hessian before anything is factored).  ``optimal`` is False when the rounds had to stop releasing cells
     (``FREE_ROUNDS``): the tables are then feasible and better than ``tau`` but some cells
     held at 0 might lower the loss further."""
-    if graph.size > MAX_CELLS:
-        return f"the region graph has {graph.size:,} cells (limit {MAX_CELLS:,})"
+    limit = memory_limit(max_bytes)
+
+    def too_large(need: int, what: str) -> TooLarge | None:
+        if need <= limit:
+            return None
+        return TooLarge(f"it would need about {need / 2 ** 30:.3g} GB of memory ({what}), over its "
+                        f"limit of {limit / 2 ** 30:.3g} GB"
+                        + (" (the caller's)" if max_bytes is not None else
+                           f" ({MEMORY_FRACTION:g} of the machine's memory)"))
+
+    # Cheap first: every cell is a Hessian non-zero (the ridge) and sits in ≥ 1 constraint row.
+    early = too_large(step_bytes(graph.size, graph.size), f"{graph.size:,} region cells")
+    if early is not None:
+        return early
     shapes = [np.shape(t) for t in tau]
     v = np.concatenate([np.ravel(t) for t in tau]).astype(float)
     C, b, offsets = local_constraints(graph, total)
     WP = P.multiply(w[:, None]).tocsr()
     H = (2.0 * (P.T @ WP)).tocsc()
+    late = too_large(step_bytes(H.nnz + v.size, C.nnz),
+                     f"a Hessian with {H.nnz:,} non-zeros over {v.size:,} cells")
+    if late is not None:
+        return late
     lam = RIDGE * max(float(H.diagonal().max()), 1e-300)
     H = (H + lam * sp.identity(v.size, format="csc")).tocsc()
     g = 2.0 * (WP.T @ (P @ v - y))
