@@ -51,20 +51,24 @@ __all__ = ["MAX_NNZ", "MEMORY_FRACTION", "POLISH_DENSE_LIMIT", "TooLarge", "acti
 
 #: The step is tried when its estimated peak memory (``step_bytes``) is at most this
 #: fraction of the machine's physical memory (``memory_limit``; a caller may set its own
-#: cap, ``estimate_relaxed(exact_memory=...)``) ...
-MEMORY_FRACTION = 0.25
+#: cap, ``estimate_relaxed(exact_memory=...)``): on the 24 GB development machine 3 GB, which
+#: admits adult's 121 marginals (estimate 1.0 GB, measured 0.6 GB, ~20 s) and steps of a few
+#: minutes, and refuses the ones whose rounds take tens of minutes (bench/RESULTS.md).
+MEMORY_FRACTION = 0.125
 #: ... and the Hessian PᵀWP has at most this many non-zeros, a bound ``loss_matrix`` checks
 #: before it builds anything (adult's 121 marginals: 49,293 cells, 4.4·10⁶ non-zeros, most in
 #: the dense blocks of the strategy's Kronecker queries).
 MAX_NNZ = 12_000_000
-#: The step's peak memory above the process's when it starts, per non-zero of the Hessian
-#: (which the ridge makes at least one per cell) and per non-zero of the constraints: the
-#: Hessian and its free block, the equilibrated KKT matrix, its LU factors (1.5–2.4 times the
-#: KKT matrix's non-zeros in a symmetric minimum-degree order) and the refinement's vectors.
-#: Measured by ``bench/relaxed_exact_step.py`` (bench/RESULTS.md, issue 17: ≤ 155 bytes per
-#: Hessian non-zero on ResidualPlanner and OPT_M strategies); set above the largest ratio.
-BYTES_PER_NNZ = 200
-BYTES_PER_CONSTRAINT_NNZ = 200
+#: The step's peak memory above the process's when it starts: per non-zero of the Hessian
+#: (the ridge makes it at least one per cell) — the Hessian, its free block, the equilibrated
+#: KKT matrix, their LU factors' share — plus the LU factors' block of the constraints'
+#: multipliers, taken as dense (m² entries of 12 bytes for m constraint rows: eliminating a
+#: cell couples every constraint row it is in, and each pair region's cells couple all the
+#: rows of its two edges).  Fitted above every step measured by bench/relaxed_exact_step.py
+#: (bench/RESULTS.md, issue 17: 67–138 bytes per Hessian non-zero once the dense block is
+#: taken off; the estimate is 1.2–1.6 times the measured peak).
+BYTES_PER_NNZ = 160
+BYTES_PER_DENSE_ENTRY = 12
 #: Queries up to this many entries are densified to build the loss matrix (as
 #: ``dpsql.pgm.polish``).
 POLISH_DENSE_LIMIT = 1 << 22
@@ -104,9 +108,9 @@ def memory_limit(max_bytes: int | None = None) -> int:
     return int(MEMORY_FRACTION * total) if total else 2 << 30
 
 
-def step_bytes(hessian_nnz: int, constraint_nnz: int) -> int:
-    """The step's estimated peak memory (``BYTES_PER_NNZ``)."""
-    return BYTES_PER_NNZ * int(hessian_nnz) + BYTES_PER_CONSTRAINT_NNZ * int(constraint_nnz)
+def step_bytes(hessian_nnz: int, constraint_rows: int) -> int:
+    """The step's estimated peak memory in bytes (``BYTES_PER_NNZ``, ``BYTES_PER_DENSE_ENTRY``)."""
+    return BYTES_PER_NNZ * int(hessian_nnz) + BYTES_PER_DENSE_ENTRY * int(constraint_rows) ** 2
 
 
 def _sparse_query(q) -> sp.csr_matrix | None:
@@ -268,17 +272,18 @@ def active_set_step(graph: RegionGraph, P: sp.csr_matrix, w: np.ndarray, y: np.n
                         + (" (the caller's)" if max_bytes is not None else
                            f" ({MEMORY_FRACTION:g} of the machine's memory)"))
 
-    # Cheap first: every cell is a Hessian non-zero (the ridge) and sits in ≥ 1 constraint row.
-    early = too_large(step_bytes(graph.size, graph.size), f"{graph.size:,} region cells")
+    C, b, offsets = local_constraints(graph, total)
+    # Cheap first (every cell is a Hessian non-zero: the ridge), then with the Hessian built.
+    early = too_large(step_bytes(graph.size, C.shape[0]),
+                      f"{graph.size:,} region cells, {C.shape[0]:,} constraint rows")
     if early is not None:
         return early
     shapes = [np.shape(t) for t in tau]
     v = np.concatenate([np.ravel(t) for t in tau]).astype(float)
-    C, b, offsets = local_constraints(graph, total)
     WP = P.multiply(w[:, None]).tocsr()
     H = (2.0 * (P.T @ WP)).tocsc()
-    late = too_large(step_bytes(H.nnz + v.size, C.nnz),
-                     f"a Hessian with {H.nnz:,} non-zeros over {v.size:,} cells")
+    late = too_large(step_bytes(H.nnz + v.size, C.shape[0]),
+                     f"a Hessian with {H.nnz:,} non-zeros, {C.shape[0]:,} constraint rows")
     if late is not None:
         return late
     lam = RIDGE * max(float(H.diagonal().max()), 1e-300)

@@ -178,6 +178,7 @@ def test_the_memory_estimate_grows_with_the_hessian_and_the_limit_follows_the_ma
     from dpsql.pgm import relaxed_polish as rp
 
     assert rp.step_bytes(2_000_000, 0) == 2 * rp.step_bytes(1_000_000, 0) > 0
+    assert rp.step_bytes(0, 2_000) == 4 * rp.step_bytes(0, 1_000) > 0
     assert rp.memory_limit(123) == 123
     phys = rp.physical_memory()
     if phys is not None:
