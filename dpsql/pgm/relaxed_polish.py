@@ -50,10 +50,13 @@ __all__ = ["MAX_NNZ", "MEMORY_FRACTION", "POLISH_DENSE_LIMIT", "TooLarge", "acti
            "local_constraints", "loss_matrix", "memory_limit", "step_bytes"]
 
 #: The step is tried when its estimated peak memory (``step_bytes``) is at most this
-#: fraction of the machine's physical memory (``memory_limit``; a caller may set its own
-#: cap, ``estimate_relaxed(exact_memory=...)``): on the 24 GB development machine 3 GB, which
-#: admits adult's 121 marginals (estimate 1.0 GB, measured 0.6 GB, ~20 s) and steps of a few
-#: minutes, and refuses the ones whose rounds take tens of minutes (bench/RESULTS.md).
+#: fraction of the machine's physical memory (``memory_limit``; a caller may set its own cap,
+#: ``estimate_relaxed(exact_memory=...)``): 3 GB on the 24 GB development machine, which
+#: admits adult's 121 marginals (estimate 1.0 GB, measured 0.6 GB, ~20 s) and refuses steps
+#: like all pairs of 45 stroke attributes measured directly (351,076 cells, 40,547 constraint
+#: rows: estimate 25 GB; measured 6.1 GB and 6.5 minutes, where the old limit of 400,000 cells
+#: let it run).  Physical memory, not what is free at the moment, so the fit does not depend
+#: on what else the machine runs.
 MEMORY_FRACTION = 0.125
 #: ... and the Hessian PᵀWP has at most this many non-zeros, a bound ``loss_matrix`` checks
 #: before it builds anything (adult's 121 marginals: 49,293 cells, 4.4·10⁶ non-zeros, most in
@@ -61,14 +64,16 @@ MEMORY_FRACTION = 0.125
 MAX_NNZ = 12_000_000
 #: The step's peak memory above the process's when it starts: per non-zero of the Hessian
 #: (the ridge makes it at least one per cell) — the Hessian, its free block, the equilibrated
-#: KKT matrix, their LU factors' share — plus the LU factors' block of the constraints'
-#: multipliers, taken as dense (m² entries of 12 bytes for m constraint rows: eliminating a
-#: cell couples every constraint row it is in, and each pair region's cells couple all the
-#: rows of its two edges).  Fitted above every step measured by bench/relaxed_exact_step.py
-#: (bench/RESULTS.md, issue 17: 67–138 bytes per Hessian non-zero once the dense block is
-#: taken off; the estimate is 1.2–1.6 times the measured peak).
+#: KKT matrix and their share of the LU factors — plus the LU factors' block of the
+#: constraints' multipliers taken as dense (m² entries for m constraint rows: eliminating a
+#: cell couples every constraint row it is in, and a pair region's cells couple all the rows
+#: of its two edges; SuperLU also over-allocates while it factors).  An upper bound fitted on
+#: nine steps measured by bench/relaxed_exact_step.py (ResidualPlanner and OPT_M strategies,
+#: identity-measured pairs; 21,600–351,076 cells): the estimate is 1.13–35 times the measured
+#: peak (loose where attributes are small and the multipliers' block stays sparse), never below
+#: it (bench/RESULTS.md, issue 17).
 BYTES_PER_NNZ = 160
-BYTES_PER_DENSE_ENTRY = 12
+BYTES_PER_DENSE_ENTRY = 16
 #: Queries up to this many entries are densified to build the loss matrix (as
 #: ``dpsql.pgm.polish``).
 POLISH_DENSE_LIMIT = 1 << 22
