@@ -288,13 +288,22 @@ def _solve_joint(domain, tree, bp, measurements, total, gap):
         return None
     jtree = JunctionTree(joint, {a: tree.sizes[a] for a in joint}, [joint])
     loss = MarginalLoss(jtree, measurements)
-    # Only with a Kronecker block over the whole joint table to precondition the solves (the
-    # dense-block case: OPT_⊗ on the workload's attributes); without one, conjugate gradients
-    # on a 65,536-cell joint (nltcs/ranges' 4-way blocks) did not certify in 40 rounds.
+    # With a Kronecker block over the whole joint table, its Gram inverse preconditions an
+    # active-set Newton method (the dense-block case: OPT_⊗ on the workload's attributes).
+    # Without one (nltcs/ranges' 4-way blocks), conjugate gradients did not certify in 40
+    # rounds; there the entropic path of dpsql.pgm.joint_dual solves the problem in the few
+    # Fourier coefficients the measured marginals span.
     precond = preconditioner(loss, shape)
-    if precond is None:
-        return None
-    table, history, certified = solve_clique(loss, shape, total, gap[0], gap[1], precond=precond)
+    if precond is not None:
+        table, history, certified = solve_clique(loss, shape, total, gap[0], gap[1], precond=precond)
+        how = "clique"
+    else:
+        from dpsql.pgm.joint_dual import solve_joint_dual
+        result = solve_joint_dual(joint, shape, measurements, total, gap[0], gap[1])
+        if result is None:
+            return None
+        table, history, certified, info = result
+        how = "dual"
     if not certified:
         return None
     mu = bp.marginals([np.zeros(s) for s in bp.shapes], total)   # unmeasured cliques: uniform
@@ -302,9 +311,11 @@ def _solve_joint(domain, tree, bp, measurements, total, gap):
         if set(clique) <= set(joint):
             axes = tuple(k for k, a in enumerate(joint) if a not in clique)
             mu[i] = table.sum(axis=axes) if axes else table
+    if how == "dual":
+        return _theta_from_marginals(tree, mu), history, (info["steps"], info["gap"], how)
     _, grads = loss([table])
     fw = float(np.vdot(grads[0], table)) - total * float(grads[0].min()) if grads[0] is not None else 0.0
-    return _theta_from_marginals(tree, mu), history, (len(history) - 1, fw)
+    return _theta_from_marginals(tree, mu), history, (len(history) - 1, fw, how)
 
 
 def _polish_step(tree, bp, loss, measurements, theta, total, history):
