@@ -24,10 +24,15 @@ minimisers.  For each τ the concave dual in β ∈ span(H) (a = Re Φβ the neg
 
 is maximised by damped Newton steps: its Hessian −(H⁺ + Σ/τ) is K × K, where Σ = Φᴴ(diag μ −
 μμᵀ/N)Φ is the covariance of the characters, read off one FFT of μ (χ_k χ̄_l = χ_{k−l}).
-After every step the primal μ(β) is feasible, and the fit ends on the Frank–Wolfe certificate
-⟨∇L, μ⟩ − N·min ∇L ≤ atol + rtol·L, an upper bound on L(μ) − L* (as
-:func:`dpsql.pgm.polish.solve_clique`), not on an estimate.  The caller falls back to the
-first-order fit when the certificate is not reached.
+After every step the primal μ(β) is feasible, and the fit ends on a certificate, an upper
+bound on L(μ) − L* (as :func:`dpsql.pgm.polish.solve_clique`, not an estimate): L(μ) minus the
+Lagrange dual of the unregularised problem at the iterate β (weak duality), or the Frank–Wolfe
+gap ⟨∇L, μ⟩ − N·min ∇L, whichever is smaller, within atol + rtol·L.  At a point of the path the
+dual bound is τ Σ μ (log max μ − log μ), so τ shrinks (tenfold per stage, each stage started
+by a tangent predictor) until that is inside the tolerance.  The caller falls back to the
+first-order fit when the certificate is not reached; it uses this solver only where that fit's
+exact last step (:mod:`dpsql.pgm.polish`) would be refused for its size
+(:func:`face_step_refused`).
 """
 
 from __future__ import annotations
@@ -39,12 +44,12 @@ import numpy as np
 
 from dpsql.pgm.measurement import Measurement, dense
 
-__all__ = ["JOINT_MAX_CELLS", "MAX_FEATURES", "solve_joint_dual"]
+__all__ = ["JOINT_MAX_CELLS", "MAX_FEATURES", "face_step_refused", "solve_joint_dual"]
 
-#: Joint tables up to this many cells (one FFT of the table per Newton step).
+#: Joint tables up to this many cells (a few transforms of the table per Newton step).
 JOINT_MAX_CELLS = 1 << 21
 #: Characters (K) up to this many: each step factors a K × K matrix.
-MAX_FEATURES = 1500
+MAX_FEATURES = 1000
 #: Newton steps over all values of τ before the solve gives up.
 MAX_STEPS = 150
 #: τ shrinks by this factor once a Newton step is short (the decrement below the tolerance).
@@ -55,6 +60,32 @@ DECREMENT = 1.0
 RESIDUAL = 1e-4
 #: Queries are densified per measurement: at most this many entries (|rows| × |clique cells|).
 QUERY_LIMIT = 1 << 20
+
+
+def face_step_refused(tree, measurements: Sequence[Measurement]) -> bool:
+    """Whether the first-order fit's exact last step (:func:`dpsql.pgm.polish.polish`) would
+    be refused for its size: the junction tree over ``POLISH_MAX_CELLS`` cells, or the bound
+    Σ_rows nnz(row)² on its Hessian's non-zeros over ``POLISH_MAX_NNZ`` (a measured value on
+    clique C hosted by clique h touches nnz(query row)·|h|/|C| cells of the tree).  Only then is
+    this solver used: elsewhere the first-order fit ends on the exact optimum of its face, and
+    keeps its path (nltcs/ranges: bound 6.7·10⁹)."""
+    from dpsql.pgm.polish import POLISH_MAX_CELLS, POLISH_MAX_NNZ
+
+    if tree.size > POLISH_MAX_CELLS:
+        return True
+    position = {a: i for i, a in enumerate(tree.attributes)}
+    bound = 0
+    for m in measurements:
+        canon = tuple(sorted(m.clique, key=position.__getitem__))
+        cells = prod(tree.sizes[a] for a in canon)
+        spread = tree.clique_size(tree.cliques[tree.host(canon)]) // max(cells, 1)
+        rows, cols = (int(x) for x in m.query.shape)
+        per_row = np.count_nonzero(dense(m.query), axis=1) if rows * cols <= QUERY_LIMIT \
+            else np.full(rows, cols)
+        bound += int(((per_row.astype(np.int64) * spread) ** 2).sum())
+        if min(bound, tree.size ** 2) > POLISH_MAX_NNZ:
+            return True
+    return False
 
 
 class _Problem:
@@ -251,8 +282,10 @@ def _solve(problem: _Problem, N: float, atol: float, rtol: float, max_steps: int
         bound = float(grad @ mu) - N * float(grad.min())
         if u is not None:
             a = problem.cells(E @ u)
-            lower = f_min - float(np.real(np.vdot(e, u))) - 0.5 * float(np.real(np.vdot(u, u))) \
-                + N * float(a.min())
+            terms = (f_min, -float(np.real(np.vdot(e, u))), -0.5 * float(np.real(np.vdot(u, u))),
+                     N * float(a.min()))
+            # the sum's rounding is charged to the bound (terms ~10⁴ on nltcs: ~10⁻¹² units)
+            lower = sum(terms) - 1e-10 * sum(abs(x) for x in terms)
             bound = min(bound, value - lower)
         return value, bound
 
