@@ -161,6 +161,30 @@ def indep(model, truth, refused):
     return with_tables(model, tables)
 
 
+def summary(logs) -> int:
+    """Per ε and variant: RMSE pooled over releases (√ of the mean per-release MSE) by order,
+    and on least squares' cells the wins and paired MSE difference against the model."""
+    runs = [json.loads(line[5:]) for log in logs for line in Path(log).read_text().splitlines()
+            if line.startswith("JSON ")]
+    keys = ["1-way", "2-way", "LS cells", "refused"]
+    for eps in sorted({r["eps"] for r in runs}):
+        rs = [r for r in runs if r["eps"] == eps]
+        print(f"eps={eps:g}: {len(rs)} releases")
+        for name in rs[0]["rows"]:
+            if not all(name in r["rows"] for r in rs):
+                continue
+            cells = []
+            for k in keys:
+                mse = [r["rows"][name][k][0] / r["rows"][name][k][1] for r in rs if k in r["rows"][name]]
+                cells.append(f"{k} {np.sqrt(np.mean(mse)):.4f}" if mse else f"{k} —")
+            d = np.array([r["rows"][name]["LS cells"][0] / r["rows"][name]["LS cells"][1]
+                          - r["rows"]["model"]["LS cells"][0] / r["rows"]["model"]["LS cells"][1] for r in rs])
+            se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+            print(f"   {name:9s} " + "; ".join(cells)
+                  + f"; vs model on LS cells: lower in {(d < 0).sum()}/{len(d)}, MSE diff {d.mean():+.4g} ± {se:.2g}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="+")
@@ -168,7 +192,11 @@ def main() -> int:
     ap.add_argument("--later", type=int, default=1000)
     ap.add_argument("--gamma", type=float, default=100.0)
     ap.add_argument("--variants", default="model,later,indep,wmetric")
+    ap.add_argument("--summary", nargs="+", metavar="LOG",
+                    help="pool the JSON lines of earlier runs' output instead of running")
     args = ap.parse_args()
+    if args.summary:
+        return summary(args.summary)
     variants = args.variants.split(",")
     raw = json.loads(Path(args.raw).read_text())
     truth = suite.truth_for("adult", suite.read_sql(suite.workload_file("adult", "marginals")))
@@ -209,6 +237,7 @@ def main() -> int:
                 else f"{'—':>12s}" for k in keys), flush=True)
         print("   cells     " + "".join(f"{rows['model'][k][1]:12d}" if k in rows["model"] else f"{0:12d}"
                                       for k in keys), flush=True)
+        print("JSON " + json.dumps({"dir": d, "eps": info["eps"], "rows": rows}), flush=True)
     return 0
 
 
