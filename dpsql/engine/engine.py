@@ -62,7 +62,7 @@ Released = tuple[rel.LatticeBlock, np.ndarray, float]
 MODEL_FORMAT = "1"
 #: The estimator's identity: part of every saved model's key, so a fit by an older
 #: estimator is never loaded after the estimator changed.
-ESTIMATOR_VERSION = "pgm-2026-11-dense-block-relaxed-exact-step"
+ESTIMATOR_VERSION = "pgm-2026-11-dense-block-workload-metric"
 
 #: Fits end when the estimated optimality gap is at most atol + rtol·loss (loss in units of
 #: each measurement's σ, so the test is the same at every noise scale; ``fit_iters`` is a
@@ -648,9 +648,27 @@ class Engine:
         else:
             with self._lock:
                 base = _sha(self._state(table).identity.key(), *sorted(release_keys))
+        # the declared workload too: the dense-block fit projects in its metric (_fit)
         ident = _sha(MODEL_FORMAT, ESTIMATOR_VERSION, base, self.config.fit_iters,
-                     self.config.planner.max_model_cells)
+                     self.config.planner.max_model_cells, self.workload_identity())
         return Path(str(self.config.ledger_path) + ".models") / f"{table}-{ident[:40]}.npz"
+
+    def workload_identity(self) -> str:
+        """What of the declared workload the fit depends on (its statements, their weights and
+        the planner's objective, which scales each query's rows), as text: no compiling, so a
+        process loading a saved model stays fast."""
+        return _sha(tuple(self.config.workload), tuple(self.config.workload_weights),
+                    self.config.planner.objective)
+
+    def fit_workload(self, table: str) -> list:
+        """The declared workload's queries on ``table`` as the planner scores them (rows scaled
+        for the objective, ``workload_for``), for the fit's metric; empty when none."""
+        if not self.config.workload:
+            return []
+        try:
+            return [self.workload_for(table)[0].matrix]
+        except ProgrammingError:     # no workload query on this table
+            return []
 
     def _load_or_fit(self, table: str, state: "TableState", released, keys, previous):
         path = self.model_path(table, keys)
@@ -752,8 +770,9 @@ class Engine:
         # One BLAS thread, as the planner: on the loaded 2-core machine the 40-query
         # dashboard's exact fit took 1.70 s against 1.81 s, 300 iterations of the 55-marginal
         # relaxed fit 7.9 s against 9.3 s (bench/trust.py --parts blas, bench/RESULTS.md).
+        workload = self.fit_workload(table) or None
         with one_blas_thread():
-            model = fit(domain, measurements, iters=iters, warm_start=previous,
+            model = fit(domain, measurements, iters=iters, warm_start=previous, workload=workload,
                         capacity=self.config.planner.max_model_cells, exact_method="adaptive",
                         stop="discrepancy", stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP,
                         callback=callback if self._listeners else None)
