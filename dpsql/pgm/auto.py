@@ -236,9 +236,7 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                     f"Newton rounds; optimality gap ≤ {solved[1]:.3g} (Frank–Wolfe certificate, in "
                     f"units of the noise; dpsql.pgm.polish.solve_clique)")
             metric = getattr(model, "metric", None)
-            note += ("; in the measurements' metric" if metric is None else
-                     f"; in the workload's metric ({metric[1]:,} workload rows at weight {metric[0]:g} "
-                     f"beside the measurements, dpsql.pgm.workload_fit)")
+            note += "; in the measurements' metric" if metric is None else f"; {metric.describe()}"
         else:
             note = stopper.note() or _gap_note(model.loss, iters, gap)
         polished = getattr(model, "polished", None)

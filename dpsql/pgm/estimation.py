@@ -286,8 +286,9 @@ def _solve_joint(domain, tree, bp, measurements, total, gap, workload=None):
     (potentials, loss history, (rounds, Frank–Wolfe gap)) when the solve certifies the
     optimum within the gap tolerance, else None (the first-order fit then runs as before).
     With a ``workload`` whose rows over the joint table are small enough, the fit is the
-    projection in the workload's metric (:mod:`dpsql.pgm.workload_fit`), started from the
-    measurement-metric fit; the fourth element is then (weight, workload rows, κ), else None."""
+    projection in the workload's metric is computed too (:mod:`dpsql.pgm.workload_fit`) and kept
+    when Stein's estimate of the workload's error is lower; the fourth element is then the
+    ``MetricChoice``, else None."""
     from dpsql.pgm.polish import CLIQUE_MAX_CELLS, preconditioner, solve_clique   # fitting only
 
     position = {a: i for i, a in enumerate(tree.attributes)}
@@ -305,18 +306,15 @@ def _solve_joint(domain, tree, bp, measurements, total, gap, workload=None):
         return None
     W = None
     if workload is not None:
-        from dpsql.pgm.workload_fit import WORKLOAD_WEIGHT, joint_workload, solve_in_workload_metric
+        from dpsql.pgm.workload_fit import choose_fit, joint_workload
         W = joint_workload(domain, workload, joint)
     table, history, certified = solve_clique(loss, shape, total, gap[0], gap[1], precond=precond)
     if not certified:
         return None
     metric = None
-    if W is not None:   # from the measurement-metric fit; kept only when certified too
-        wtable, whistory, wcertified, wloss = solve_in_workload_metric(
-            loss, shape, total, W, gap[0], gap[1], precond, start=table)
-        if wcertified:
-            table, history, loss = wtable, whistory, wloss
-            metric = (WORKLOAD_WEIGHT, int(W.shape[0]), wloss.kappa)
+    if W is not None:   # the fit in the workload's metric, kept when its error estimate is lower
+        table, history, loss, metric = choose_fit(loss, shape, total, W, gap[0], gap[1], precond,
+                                                  table, history)
     mu = bp.marginals([np.zeros(s) for s in bp.shapes], total)   # unmeasured cliques: uniform
     for i, clique in enumerate(tree.cliques):
         if set(clique) <= set(joint):

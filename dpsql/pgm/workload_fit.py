@@ -28,14 +28,15 @@ attributes (the dense-block path of :func:`dpsql.pgm.estimation.estimate`, solve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from dpsql.domain import Domain
 from dpsql.pgm.measurement import dense
 
-__all__ = ["WORKLOAD_WEIGHT", "WORKLOAD_MAX_ENTRIES", "joint_workload", "WorkloadLoss",
-           "solve_in_workload_metric"]
+__all__ = ["WORKLOAD_WEIGHT", "WORKLOAD_MAX_ENTRIES", "MetricChoice", "WorkloadLoss", "choose_fit",
+           "joint_workload", "solve_in_workload_metric", "workload_risks"]
 
 #: W's term against the measurements', in the spectral norms of their Hessians.  Chosen on
 #: simulated releases of adult's prefix and ranges blocks (bench/RESULTS.md, "The fit in the
@@ -212,7 +213,7 @@ def solve_in_workload_metric(loss, shape, total: float, W: np.ndarray, atol: flo
     ``precond``: the block's Kronecker Gram inverse (``polish.preconditioner``); ``start``: a
     table to begin from (the measurement-metric fit: its face is nearly this one's, which
     halves the active-set rounds on adult/ranges), else x̂.  Returns (table, history,
-    certified, workload loss) with ``solve_clique``'s first three."""
+    certified, workload loss, x̂) with ``solve_clique``'s first three."""
     from dpsql.pgm.polish import solve_clique   # fitting only: polish imports scipy lazily
 
     xhat, top = least_squares(loss, shape, precond)
@@ -222,4 +223,100 @@ def solve_in_workload_metric(loss, shape, total: float, W: np.ndarray, atol: flo
     wloss = WorkloadLoss(loss, W, W @ xhat, kappa, shape)
     table, history, certified = solve_clique(wloss, shape, total, atol, rtol,
                                              start=xhat if start is None else start, precond=precond)
-    return table, history, certified, wloss
+    return table, history, certified, wloss, xhat
+
+
+#: Random sign probes of the trace estimate in :func:`workload_risks` (common to every fit).
+RISK_PROBES = 16
+#: Conjugate-gradient iterations and relative tolerance of each probe's solve on a face.
+RISK_CG_ITERS = 200
+RISK_CG_RTOL = 1e-4
+
+
+def _hvp(loss, shape):
+    n = int(np.prod(shape))
+
+    def grad(x):
+        _, g = loss([x.reshape(shape)])
+        return np.zeros(n) if g[0] is None else np.asarray(g[0], dtype=float).ravel()
+
+    g0 = grad(np.zeros(n))
+    return lambda x: grad(x) - g0
+
+
+def workload_risks(loss, shape, xhat: np.ndarray, W: np.ndarray, fits, precond,
+                   probes: int = RISK_PROBES, seed: int = 0) -> list[float]:
+    """Stein's unbiased estimates of E‖W(μ − μ*)‖² for each of ``fits`` (pairs (table, the loss
+    it minimises)), up to a constant common to all.
+
+    x̂ ~ N(μ*, Σ) with Σ = 2H⁻¹ (H: the measurement loss's Hessian), and a fit is a projection of
+    x̂, Lipschitz and locally affine: on its face (free cells, total 1ᵀx̂) its Jacobian D sends u
+    to the M-nearest point of the face's directions, one conjugate-gradient solve.  Stein's lemma
+    gives E‖W(μ − μ*)‖² = E‖W(μ − x̂)‖² + 2 tr(W D Σ Wᵀ) − tr(W Σ Wᵀ); the trace is estimated
+    with random sign probes (Hutchinson), the same for every fit so that their difference is
+    estimated more closely than either.  The probes are public randomness of a post-processing
+    step: numpy's generator, seeded, is fine here (no privacy noise is drawn)."""
+    from dpsql.pgm.polish import _pcg
+
+    n = int(np.prod(shape))
+    h_meas = _hvp(loss, shape)
+    top = _power(h_meas, n)
+    ridge = LS_RIDGE * max(top, 1e-300)
+
+    def cov(v):
+        return 2.0 * _cg(lambda x: h_meas(x) + ridge * x, precond, v, LS_ITERS, LS_RTOL)
+
+    rng = np.random.default_rng(seed)
+    Z = rng.choice([-1.0, 1.0], size=(probes, W.shape[0]))
+    U = [cov(W.T @ z) for z in Z]
+    risks = []
+    for table, fit_loss in fits:
+        table = np.ravel(table)
+        hv = _hvp(fit_loss, shape)
+        free = table > 0.0
+        count = max(int(free.sum()), 1)
+        trace = 0.0
+        for z, u in zip(Z, U):
+            base = np.where(free, u.sum() / count, 0.0)
+            d = _pcg(hv, precond, hv(u - base), free, RISK_CG_ITERS, RISK_CG_RTOL)
+            trace += float(z @ (W @ (base + d)))
+        r = W @ (table - xhat)
+        risks.append(float(r @ r) + 2.0 * trace / probes)
+    return risks
+
+
+@dataclass(frozen=True)
+class MetricChoice:
+    """Which fit :func:`choose_fit` kept, and why (``model.metric``; public: a function of the
+    released values and the declared workload)."""
+
+    weight: float          # WORKLOAD_WEIGHT
+    rows: int              # workload rows over the joint table
+    kappa: float
+    risk_measurement: float   # Stein estimates of ‖W(μ − μ*)‖², up to a common constant
+    risk_workload: float
+    workload: bool         # True: the workload-metric fit was kept
+
+    def describe(self) -> str:
+        gain = (self.risk_measurement - self.risk_workload) / max(self.rows, 1)
+        which = "the workload's metric" if self.workload else "the measurements' metric"
+        return (f"in {which}: Stein's estimate of the workload's mean squared error is "
+                f"{abs(gain):.3g} per row {'lower' if gain > 0 else 'higher'} in the workload's "
+                f"metric ({self.rows:,} rows at weight {self.weight:g}; dpsql.pgm.workload_fit)")
+
+
+def choose_fit(loss, shape, total: float, W: np.ndarray, atol: float, rtol: float, precond,
+               table: np.ndarray, history):
+    """The measurement-metric fit ``table`` (certified) or the workload-metric fit, whichever has
+    the smaller estimate of the workload's error (:func:`workload_risks`).  Returns (table,
+    history, the loss it minimises, MetricChoice or None when the workload fit did not certify)."""
+    wtable, whistory, certified, wloss, xhat = solve_in_workload_metric(
+        loss, shape, total, W, atol, rtol, precond, start=table)
+    if not certified:
+        return table, history, loss, None
+    risks = workload_risks(loss, shape, xhat, wloss.W, [(table, loss), (wtable, wloss)], precond)
+    keep = risks[1] < risks[0]
+    choice = MetricChoice(WORKLOAD_WEIGHT, int(W.shape[0]), wloss.kappa, risks[0], risks[1], keep)
+    if keep:
+        return wtable, whistory, wloss, choice
+    return table, history, loss, choice
