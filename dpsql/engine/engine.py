@@ -37,7 +37,7 @@ from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.reports import MeasureReport, PlanReport, QueryReport, ReleaseInfo, SpendPreview
 from dpsql.engine.variance import SupportBlock, VarianceModel
-from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
+from dpsql.errors import BudgetExhaustedError, Error, OperationalError, ProgrammingError
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.measure.counting import Backend
 from dpsql.measure.router import open_backend
@@ -561,7 +561,7 @@ class Engine:
             return []
         try:
             return [self.workload_for(table)[0].matrix]
-        except ProgrammingError:     # no workload query on this table
+        except Error:   # no workload query on this table, or one no longer compiles: no metric
             return []
 
     def _load_or_fit(self, table: str, state: "TableState", released, keys, previous):

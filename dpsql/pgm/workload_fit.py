@@ -227,10 +227,10 @@ def solve_in_workload_metric(loss, shape, total: float, W: np.ndarray, atol: flo
 
 
 #: Random sign probes of the trace estimate in :func:`workload_risks` (common to every fit).
-RISK_PROBES = 16
+RISK_PROBES = 8
 #: Conjugate-gradient iterations and relative tolerance of each probe's solve on a face.
-RISK_CG_ITERS = 200
-RISK_CG_RTOL = 1e-4
+RISK_CG_ITERS = 100
+RISK_CG_RTOL = 1e-3
 
 
 def _hvp(loss, shape):
