@@ -23,15 +23,15 @@ where branches merge, instead of once onto the whole host per group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from dpsql.pgm.junction_tree import JunctionTree
-from dpsql.pgm.measurement import DENSE_LIMIT, Measurement, _Operator, dense
+from dpsql.pgm.measurement import DENSE_LIMIT, Entries, Measurement, _Operator, dense_entries
 from dpsql.pgm.sparse import RowMatrix, expand_columns
 
-__all__ = ["MarginalLoss", "SparseLoss", "SPARSE_MAX_NNZ"]
+__all__ = ["MarginalLoss", "SparseLoss", "SPARSE_MAX_NNZ", "measurement_matrix"]
 
 _sum = np.add.reduce
 
@@ -226,6 +226,59 @@ class MarginalLoss:
         return total, grads
 
 
+
+def measurement_matrix(measurements: Sequence[Measurement], attributes: Sequence[str],
+                       sizes: Mapping[str, int], tables: Sequence[tuple[str, ...]],
+                       host: Callable[[tuple[str, ...]], int],
+                       entries: Callable[[object], Entries | None], *, max_nnz: int | None = None,
+                       max_hessian_nnz: int | None = None
+                       ) -> tuple[RowMatrix, np.ndarray, np.ndarray] | None:
+    """(P, w, y) with the L2 loss Σ w (Pτ − y)² over the concatenated ``tables`` (C order,
+    each table's attributes in ``attributes`` order), each measurement placed on the table
+    ``host`` picks for its clique: a junction tree's smallest maximal clique holding it
+    (:class:`SparseLoss`) or a region graph's smallest region
+    (:func:`dpsql.pgm.relaxed_polish.loss_matrix`).  Row r of P is a measured value, weighted
+    by w = 1/σ²; its columns are the host cells that add up to the marginal cells the query
+    reads.  ``entries`` gives a query's non-zeros (``dense_entries``, ``structured_entries``)
+    or None when it cannot.  None, before anything is expanded, when ``entries`` refuses a
+    query, P would have more than ``max_nnz`` non-zeros, or Σ_measurements min(Σ_rows
+    nnz(query row)², host cells²), a bound on the Hessian PᵀWP's non-zeros, would exceed
+    ``max_hessian_nnz``."""
+    position = {a: i for i, a in enumerate(attributes)}
+    shapes = [tuple(sizes[a] for a in t) for t in tables]
+    cells = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
+    rows, cols, data, weights, values, nnz, hnnz, m0 = [], [], [], [], [], 0, 0, 0
+    for meas in measurements:
+        e = entries(meas.query)
+        if e is None:
+            return None
+        i, j, v, (m, k) = e
+        h = host(tuple(sorted(meas.clique, key=position.__getitem__)))
+        table = tables[h]
+        grid = np.indices(shapes[h]).reshape(len(table), -1)
+        given = tuple(sizes[a] for a in meas.clique)
+        cell = (np.ravel_multi_index(tuple(grid[table.index(a)] for a in meas.clique), given)
+                if meas.clique else np.zeros(cells[h], dtype=np.int64))
+        if max_nnz is not None:
+            nnz += int(np.bincount(j, minlength=k) @ np.bincount(cell, minlength=k))
+            if nnz > max_nnz:
+                return None
+        if max_hessian_nnz is not None:
+            per_row = np.bincount(i, minlength=m).astype(np.int64)
+            hnnz += int(min((per_row * per_row).sum(), cells[h] ** 2))
+            if hnnz > max_hessian_nnz:
+                return None
+        r, c, d = expand_columns(i, j, v, k, cell, int(offsets[h]))   # columns: the host's cells
+        rows.append(r + m0)
+        cols.append(c)
+        data.append(d)
+        m0 += m
+        weights.append(np.full(m, 1.0 / meas.stddev ** 2))
+        values.append(np.asarray(meas.values, dtype=float))
+    P = RowMatrix(np.concatenate(rows), np.concatenate(cols), np.concatenate(data), (m0, int(offsets[-1])))
+    return P, np.concatenate(weights), np.concatenate(values)
+
 #: The sparse loss is used when its matrix has at most this many non-zeros (~200 MB).
 SPARSE_MAX_NNZ = 12_000_000
 
@@ -260,36 +313,9 @@ class SparseLoss:
               dense_limit: int = DENSE_LIMIT, max_nnz: int = SPARSE_MAX_NNZ) -> "SparseLoss | None":
         """None when a query has more than ``dense_limit`` entries (it is densified once) or
         the matrix would have more than ``max_nnz`` non-zeros."""
-        position = {a: i for i, a in enumerate(tree.attributes)}
-        shapes = [tuple(tree.sizes[a] for a in c) for c in tree.cliques]
-        sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        n = int(offsets[-1])
-        rows, cols, data, weights, values, nnz, m0 = [], [], [], [], [], 0, 0
-        for meas in measurements:
-            m, k = (int(x) for x in meas.query.shape)
-            if m * k > dense_limit:
-                return None
-            q = dense(meas.query)
-            canon = tuple(sorted(meas.clique, key=position.__getitem__))
-            h = tree.host(canon)
-            host = tree.cliques[h]
-            grid = np.indices(shapes[h]).reshape(len(host), -1)
-            given = tuple(tree.sizes[a] for a in meas.clique)
-            cell = (np.ravel_multi_index(tuple(grid[host.index(a)] for a in meas.clique), given)
-                    if meas.clique else np.zeros(sizes[h], dtype=np.int64))
-            nnz += int(np.count_nonzero(q, axis=0) @ np.bincount(cell, minlength=k))
-            if nnz > max_nnz:
-                return None
-            r, c, d = expand_columns(q, cell, int(offsets[h]))   # columns: the host's cells
-            rows.append(r + m0)
-            cols.append(c)
-            data.append(d)
-            m0 += m
-            weights.append(np.full(m, 1.0 / meas.stddev ** 2))
-            values.append(np.asarray(meas.values, dtype=float))
-        P = RowMatrix(np.concatenate(rows), np.concatenate(cols), np.concatenate(data), (m0, n))
-        return cls(tree, P, np.concatenate(weights), np.concatenate(values))
+        built = measurement_matrix(measurements, tree.attributes, tree.sizes, tree.cliques, tree.host,
+                                   lambda q: dense_entries(q, dense_limit), max_nnz=max_nnz)
+        return None if built is None else cls(tree, *built)
 
     def hessian_nnz_bound(self) -> int:
         """nnz(PᵀWP) ≤ min(Σ_rows nnz(row)², columns²), without building anything."""

@@ -108,6 +108,53 @@ def dense(q) -> np.ndarray:
     return q if isinstance(q, np.ndarray) else np.asarray(q.dense(), dtype=float)
 
 
+
+#: A query's non-zeros: (row, column, value) arrays and its shape.
+Entries = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]
+
+
+def dense_entries(q, limit: int = DENSE_LIMIT) -> Entries | None:
+    """The non-zeros of ``q`` from its dense form (row-major order); None when that has more
+    than ``limit`` entries."""
+    m, n = _shape(q)
+    if m * n > limit:
+        return None
+    d = dense(q)
+    i, j = np.nonzero(d)
+    return i, j, d[i, j], (m, n)
+
+
+def structured_entries(q, limit: int = DENSE_LIMIT) -> Entries | None:
+    """The non-zeros of ``q`` with Kronecker factors kept apart until the end (a 7,326-cell
+    identity marginal is 7,326 non-zeros, not a 54-million-entry dense array), in no
+    particular order; None when a factor that is neither structured nor at most ``limit``
+    entries would have to be densified."""
+    if isinstance(q, np.ndarray) or not (_is(q, "Identity") or hasattr(q, "factors")
+                                         or (hasattr(q, "weight") and hasattr(q, "base"))):
+        return dense_entries(q, limit)
+    if _is(q, "Identity"):
+        n = int(q.shape[0])
+        i = np.arange(n)
+        return i, i.copy(), np.ones(n), (n, n)
+    if hasattr(q, "factors"):
+        out = None
+        for f in q.factors:
+            e = structured_entries(f, limit)
+            if e is None:
+                return None
+            out = e if out is None else _kron(out, e)
+        return out
+    e = structured_entries(q.base, limit)
+    return None if e is None else (e[0], e[1], float(q.weight) * e[2], e[3])
+
+
+def _kron(a: Entries, b: Entries) -> Entries:
+    """The non-zeros of A ⊗ B: entry (i, j) of A times entry (k, l) of B at (i·m_B + k, j·n_B + l)."""
+    (ia, ja, va, (ma, na)), (ib, jb, vb, (mb, nb)) = a, b
+    rows = (ia[:, None] * mb + ib[None, :]).ravel()
+    cols = (ja[:, None] * nb + jb[None, :]).ravel()
+    return rows, cols, (va[:, None] * vb[None, :]).ravel(), (ma * mb, na * nb)
+
 class _Operator:
     """Fast ``Q x`` / ``Qᵀ y`` for one query: scaled identity, dense BLAS, or structured."""
 

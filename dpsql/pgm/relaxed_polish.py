@@ -41,6 +41,8 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from dpsql.pgm.loss import measurement_matrix
+from dpsql.pgm.measurement import Entries, structured_entries
 from dpsql.pgm.polish import summing_matrix
 from dpsql.pgm.region_graph import RegionGraph
 
@@ -70,65 +72,27 @@ FREE_ROUNDS = 30
 REFINE = 20
 
 
-def _sparse_query(q) -> sp.csr_matrix | None:
-    """``q`` as a sparse matrix, Kronecker factors kept apart until the end (a 7,326-cell
-    identity marginal is 7,326 non-zeros, not a 54-million-entry dense array); None when a
-    factor that is neither structured nor small would have to be densified."""
-    if isinstance(q, np.ndarray):
-        return sp.csr_matrix(q) if q.size <= POLISH_DENSE_LIMIT else None
-    kind = type(q).__name__
-    if kind == "Identity":
-        return sp.identity(int(q.shape[0]), format="csr")
-    if hasattr(q, "factors"):
-        out = None
-        for f in q.factors:
-            m = _sparse_query(f)
-            if m is None:
-                return None
-            out = m if out is None else sp.kron(out, m, format="csr")
-        return out
-    if hasattr(q, "weight") and hasattr(q, "base"):
-        m = _sparse_query(q.base)
-        return None if m is None else (float(q.weight) * m).tocsr()
-    rows, cols = (int(x) for x in q.shape)
-    if rows * cols > POLISH_DENSE_LIMIT:
-        return None
-    return sp.csr_matrix(np.asarray(q.dense(), dtype=float))
+def _entries(q) -> Entries | None:
+    """A query's non-zeros for the loss matrix, Kronecker factors kept apart; None when it
+    cannot be made sparse or has more than ``MAX_NNZ`` of them."""
+    e = structured_entries(q, POLISH_DENSE_LIMIT)
+    return None if e is None or e[2].size > MAX_NNZ else e
 
 
 def loss_matrix(graph: RegionGraph, measurements
                 ) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
     """(P, w, y) with the L2 loss Σ w (Pτ − y)² over the concatenated region tables (C order,
     canonical attribute order), each measurement on the smallest region holding its clique
-    (the host the first-order loss uses); None when a query cannot be made sparse or the
-    Hessian PᵀWP could have more than ``MAX_NNZ`` non-zeros (each measurement adds at most
-    min(Σ_rows nnz(row)², cells(host)²))."""
-    position = {a: i for i, a in enumerate(graph.attributes)}
-    sizes = [int(np.prod(graph.shape(i), dtype=np.int64)) for i in range(len(graph.regions))]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    n = int(offsets[-1])
-    blocks, weights, values, hnnz = [], [], [], 0
-    for meas in measurements:
-        q = _sparse_query(meas.query)
-        if q is None or q.nnz > MAX_NNZ:
-            return None
-        canon = tuple(sorted(meas.clique, key=position.__getitem__))
-        h = graph.host(canon)
-        host = graph.regions[h]
-        grid = np.indices(graph.shape(h)).reshape(len(host), -1)
-        given = tuple(graph.sizes[a] for a in meas.clique)
-        cell = (np.ravel_multi_index(tuple(grid[host.index(a)] for a in meas.clique), given)
-                if meas.clique else np.zeros(sizes[h], dtype=np.int64))
-        per_row = np.diff(q.indptr).astype(np.int64)
-        hnnz += int(min((per_row * per_row).sum(), sizes[h] ** 2))
-        if hnnz > MAX_NNZ:
-            return None
-        block = q.tocsc()[:, cell].tocoo()   # rows: measured values; columns: the host's cells
-        blocks.append(sp.coo_matrix((block.data, (block.row, block.col + offsets[h])),
-                                    shape=(q.shape[0], n)))
-        weights.append(np.full(q.shape[0], 1.0 / meas.stddev ** 2))
-        values.append(np.asarray(meas.values, dtype=float))
-    return sp.vstack(blocks).tocsr(), np.concatenate(weights), np.concatenate(values)
+    (the host the first-order loss uses), P as a scipy matrix for the solves; None when a
+    query cannot be made sparse or the Hessian PᵀWP could have more than ``MAX_NNZ``
+    non-zeros.  The matrix is :func:`dpsql.pgm.loss.measurement_matrix`'s, the junction
+    tree's builder with the region graph's hosts."""
+    built = measurement_matrix(measurements, graph.attributes, graph.sizes, graph.regions, graph.host,
+                               _entries, max_hessian_nnz=MAX_NNZ)
+    if built is None:
+        return None
+    P, w, y = built
+    return P.to_scipy(), w, y
 
 
 def _marginalise(graph: RegionGraph, p: int, t: int) -> sp.csr_matrix:

@@ -59,14 +59,20 @@ class RowMatrix:
         self.col = np.asarray(col, dtype=np.int64)
         self.data = np.asarray(data, dtype=float)
         self.nnz = int(self.data.size)
-        self._forward = _Reducer(self.row, self.col, self.data, m)
-        self._backward = _Reducer(self.col, self.row, self.data, n)
+        # Built on first use: a matrix that only goes to scipy (the relaxed fit's exact step)
+        # never sorts its non-zeros here.
+        self._forward: _Reducer | None = None
+        self._backward: _Reducer | None = None
 
     def __matmul__(self, v: np.ndarray) -> np.ndarray:
+        if self._forward is None:
+            self._forward = _Reducer(self.row, self.col, self.data, self.shape[0])
         return self._forward(np.asarray(v, dtype=float))
 
     def rmatvec(self, u: np.ndarray) -> np.ndarray:
         """Pᵀu."""
+        if self._backward is None:
+            self._backward = _Reducer(self.col, self.row, self.data, self.shape[1])
         return self._backward(np.asarray(u, dtype=float))
 
     def row_counts(self) -> np.ndarray:
@@ -83,20 +89,20 @@ class RowMatrix:
         return sp.csr_matrix((self.data, (self.row, self.col)), shape=self.shape)
 
 
-def expand_columns(q: np.ndarray, cell: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def expand_columns(row: np.ndarray, col: np.ndarray, vals: np.ndarray, k: int, cell: np.ndarray,
+                   offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The non-zeros of ``q[:, cell]`` as (row, column + offset, value), never densified.
 
-    ``q`` (m × k, dense) acts on a marginal of k cells and ``cell[x]`` is the marginal cell of
-    host cell x: column x of the result is column ``cell[x]`` of ``q``.  Each non-zero q[i, j] is
-    repeated once per host cell of marginal cell j (a ragged range per non-zero)."""
-    i, j = np.nonzero(q)
-    vals = q[i, j]
-    counts = np.bincount(cell, minlength=q.shape[1]) if cell.size else np.zeros(q.shape[1], dtype=np.int64)
+    ``q`` (m × k) is given by its non-zeros (``row``, ``col``, ``vals``) and acts on a marginal
+    of k cells; ``cell[x]`` is the marginal cell of host cell x: column x of the result is
+    column ``cell[x]`` of ``q``.  Each non-zero q[i, j] is repeated once per host cell of
+    marginal cell j (a ragged range per non-zero), in the order the non-zeros are given."""
+    counts = np.bincount(cell, minlength=k) if cell.size else np.zeros(k, dtype=np.int64)
     order = np.argsort(cell, kind="stable")          # host cells grouped by marginal cell
     first = np.cumsum(counts) - counts                # where marginal cell j's group starts
-    lengths = counts[j]
+    lengths = counts[col]
     total = int(lengths.sum())
     ends = np.cumsum(lengths)
     within = np.arange(total, dtype=np.int64) - np.repeat(ends - lengths, lengths)
-    cols = order[np.repeat(first[j], lengths) + within] + offset
-    return np.repeat(i, lengths), cols, np.repeat(vals, lengths)
+    cols = order[np.repeat(first[col], lengths) + within] + offset
+    return np.repeat(row, lengths), cols, np.repeat(vals, lengths)

@@ -27,7 +27,8 @@ from sqlglot import exp
 
 from dpsql.errors import DataError, DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 
-__all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "snippet"]
+__all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "position_literal",
+           "snippet"]
 
 
 class _Other:
@@ -144,6 +145,21 @@ def literal_value(node: exp.Expression) -> tuple[bool, Any]:
             return True, _cast(v, node.to.this)
     return False, None
 
+
+
+def position_literal(node: exp.Expression, n: int, clause: str, pos: Callable) -> int | None:
+    """The select-list position an integer literal names in ``clause`` (``ORDER BY 2``,
+    ``GROUP BY 1``: 1-based, as written), or None when ``node`` is not an integer literal
+    (a column, an expression, or a constant such as ``1.5`` or ``'a'``, which the caller
+    treats as an expression).  A position outside 1..``n`` is refused, as PostgreSQL does;
+    ``pos(node)`` gives the error's character position."""
+    ok, v = literal_value(node)
+    if not (ok and isinstance(v, int) and not isinstance(v, bool)):
+        return None
+    if not 1 <= v <= n:
+        raise UnsupportedQueryError(f"{clause} position {v} is not in select list",
+                                    position=pos(node), hint=f"use 1..{n}")
+    return v
 
 def _cast(v, dtype):
     if v is None:

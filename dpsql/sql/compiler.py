@@ -22,7 +22,8 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolationError, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import AggCall, check_argument, is_aggregate, parse_aggregate
 from dpsql.sql.bind import Catalog, Scope, bind_table, table_schema
-from dpsql.sql.cells import WORK_LIMIT, CellEvaluator, canonical, columns_in, literal_value, snippet
+from dpsql.sql.cells import (WORK_LIMIT, CellEvaluator, canonical, columns_in, literal_value,
+                             position_literal, snippet)
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import call_position, parse_statement, written
@@ -180,12 +181,8 @@ class _Lowering:
             items = [b.copy() for _, b in projections if not any(is_aggregate(n) for n in b.walk())]
         for item in items:
             node = item
-            ok, v = literal_value(item)
-            if ok and isinstance(v, int) and not isinstance(v, bool):
-                if not 1 <= v <= len(projections):
-                    raise UnsupportedQueryError(f"GROUP BY position {v} is not in select list",
-                                                position=self.pos(item),
-                                                hint=f"use 1..{len(projections)}")
+            v = position_literal(item, len(projections), "GROUP BY", self.pos)
+            if v is not None:
                 node = projections[v - 1][1]
             elif isinstance(item, exp.Column) and not item.table and item.name.lower() not in columns \
                     and item.name.lower() in aliases:

@@ -36,7 +36,7 @@ from sqlglot import exp
 
 from dpsql.errors import DataError, InterfaceError, PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import columns_in, literal_value, snippet
+from dpsql.sql.cells import columns_in, literal_value, position_literal, snippet
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
 
 __all__ = ["AggPlan", "Program", "Restriction", "to_ir", "int_ir", "run_program", "evaluate_program",
@@ -99,11 +99,8 @@ def order_items(tree, columns, ir, pos) -> list:
         nulls_first = o.args.get("nulls_first")
         if nulls_first is None:
             nulls_first = desc
-        ok, v = literal_value(node)
-        if ok and isinstance(v, int) and not isinstance(v, bool):
-            if not 1 <= v <= len(columns):
-                raise UnsupportedQueryError(f"ORDER BY position {v} is not in select list",
-                                            position=pos(node), hint=f"use 1..{len(columns)}")
+        v = position_literal(node, len(columns), "ORDER BY", pos)
+        if v is not None:
             out.append((("out", v - 1), desc, bool(nulls_first)))
             continue
         if isinstance(node, exp.Column) and not node.table and node.name.lower() in names:
