@@ -187,10 +187,10 @@ def summary(logs) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("dirs", nargs="*")
     ap.add_argument("--raw", default=str(suite.OUT / "raw" / "dpsql-adult-marginals.json"))
     ap.add_argument("--later", type=int, default=1000)
-    ap.add_argument("--gamma", type=float, default=100.0)
+    ap.add_argument("--gamma", default="100", help="comma-separated γ (one wmetric variant each)")
     ap.add_argument("--variants", default="model,later,indep,wmetric")
     ap.add_argument("--summary", nargs="+", metavar="LOG",
                     help="pool the JSON lines of earlier runs' output instead of running")
@@ -221,14 +221,15 @@ def main() -> int:
         if "indep" in variants:
             rows["indep"] = errors(answers(indep(model, truth, refused), truth), truth, refused)
         if "wmetric" in variants:
-            wm, note, s3, xhat = wmetric(model, ms, truth, refused, args.gamma)
+            for gamma in (float(g) for g in args.gamma.split(",")):
+                wm, note, s3, xhat = wmetric(model, ms, truth, refused, gamma)
+                print(f"   wmetric γ={gamma:g}: {note} ({s3:.1f} s)", flush=True)
+                if wm is not None:
+                    rows[f"wmetric{gamma:g}"] = errors(answers(wm, truth), truth, refused)
             shapes = [t.shape for t in tables_of(model)]
             ends = np.cumsum([int(np.prod(sh)) for sh in shapes])
             split = [xhat[e - int(np.prod(sh)):e].reshape(sh) for sh, e in zip(shapes, ends)]
             rows["xhat"] = errors(answers(with_tables(model, split), truth), truth, refused)
-            print(f"   wmetric: {note} ({s3:.1f} s)", flush=True)
-            if wm is not None:
-                rows["wmetric"] = errors(answers(wm, truth), truth, refused)
         keys = ["0-way", "1-way", "2-way", "LS cells", "refused"]
         print("   RMSE      " + "".join(f"{k:>12s}" for k in keys))
         for name, acc in rows.items():
