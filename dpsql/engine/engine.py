@@ -62,7 +62,7 @@ Released = tuple[rel.LatticeBlock, np.ndarray, float]
 MODEL_FORMAT = "1"
 #: The estimator's identity: part of every saved model's key, so a fit by an older
 #: estimator is never loaded after the estimator changed.
-ESTIMATOR_VERSION = "pgm-2026-11-dense-block-relaxed-exact-step"
+ESTIMATOR_VERSION = "pgm-2026-11-dense-block-relaxed-exact-step-joint-dual"
 
 #: Fits end when the estimated optimality gap is at most atol + rtol·loss (loss in units of
 #: each measurement's σ, so the test is the same at every noise scale; ``fit_iters`` is a

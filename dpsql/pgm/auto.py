@@ -228,7 +228,11 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                          gap=None if stop else gap,
                          start="least_squares" if gap is not None and not stop else "maxent", **options)
         solved = getattr(model, "solved", None)
-        if solved is not None:
+        if solved is not None and solved[2] == "dual":
+            note = (f"solved on the joint table of the measured attributes by {solved[0]} Newton "
+                    f"steps along the entropic path; optimality gap ≤ {solved[1]:.3g} (duality "
+                    f"certificate, in units of the noise; dpsql.pgm.joint_dual)")
+        elif solved is not None:
             note = (f"solved on the joint table of the measured attributes by {solved[0]} active-set "
                     f"Newton rounds; optimality gap ≤ {solved[1]:.3g} (Frank–Wolfe certificate, in "
                     f"units of the noise; dpsql.pgm.polish.solve_clique)")

@@ -277,8 +277,10 @@ def _solve_joint(domain, tree, bp, measurements, total, gap):
     function of the measured marginals; the junction tree's clique tables are the joint's
     marginals (consistent by construction) and the potentials reproduce them (thesis §4.2:
     the model is the maximum-entropy distribution with those marginals).  Returns
-    (potentials, loss history, (rounds, Frank–Wolfe gap)) when the solve certifies the
-    optimum within the gap tolerance, else None (the first-order fit then runs as before)."""
+    (potentials, loss history, (rounds or steps, gap bound, "clique" | "dual")) when the solve
+    (``solve_clique``, or :func:`dpsql.pgm.joint_dual.solve_joint_dual` without a covering
+    Kronecker block) certifies the optimum within the gap tolerance, else None (the first-order
+    fit then runs as before)."""
     from dpsql.pgm.polish import CLIQUE_MAX_CELLS, preconditioner, solve_clique   # fitting only
 
     position = {a: i for i, a in enumerate(tree.attributes)}
@@ -288,13 +290,25 @@ def _solve_joint(domain, tree, bp, measurements, total, gap):
         return None
     jtree = JunctionTree(joint, {a: tree.sizes[a] for a in joint}, [joint])
     loss = MarginalLoss(jtree, measurements)
-    # Only with a Kronecker block over the whole joint table to precondition the solves (the
-    # dense-block case: OPT_⊗ on the workload's attributes); without one, conjugate gradients
-    # on a 65,536-cell joint (nltcs/ranges' 4-way blocks) did not certify in 40 rounds.
+    # With a Kronecker block over the whole joint table, its Gram inverse preconditions an
+    # active-set Newton method (the dense-block case: OPT_⊗ on the workload's attributes).
+    # Without one (nltcs/ranges' 4-way blocks), conjugate gradients did not certify in 40
+    # rounds; there, when the first-order fit's exact last step would be refused for its size,
+    # the entropic path of dpsql.pgm.joint_dual solves the problem in the few Fourier
+    # coefficients the measured marginals span.
     precond = preconditioner(loss, shape)
-    if precond is None:
-        return None
-    table, history, certified = solve_clique(loss, shape, total, gap[0], gap[1], precond=precond)
+    if precond is not None:
+        table, history, certified = solve_clique(loss, shape, total, gap[0], gap[1], precond=precond)
+        how = "clique"
+    else:
+        from dpsql.pgm.joint_dual import face_step_refused, solve_joint_dual
+        if not face_step_refused(tree, measurements):
+            return None
+        result = solve_joint_dual(joint, shape, measurements, total, gap[0], gap[1])
+        if result is None:
+            return None
+        table, history, certified, info = result
+        how = "dual"
     if not certified:
         return None
     mu = bp.marginals([np.zeros(s) for s in bp.shapes], total)   # unmeasured cliques: uniform
@@ -302,9 +316,11 @@ def _solve_joint(domain, tree, bp, measurements, total, gap):
         if set(clique) <= set(joint):
             axes = tuple(k for k, a in enumerate(joint) if a not in clique)
             mu[i] = table.sum(axis=axes) if axes else table
+    if how == "dual":
+        return _theta_from_marginals(tree, mu), history, (info["steps"], info["gap"], how)
     _, grads = loss([table])
     fw = float(np.vdot(grads[0], table)) - total * float(grads[0].min()) if grads[0] is not None else 0.0
-    return _theta_from_marginals(tree, mu), history, (len(history) - 1, fw)
+    return _theta_from_marginals(tree, mu), history, (len(history) - 1, fw, how)
 
 
 def _polish_step(tree, bp, loss, measurements, theta, total, history):
