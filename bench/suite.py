@@ -393,6 +393,11 @@ def dpsql_job(spec: dict) -> dict:
             except Exception as e:
                 trial = {"error": f"{type(e).__name__}: {e}"[:2000]}
             finally:
+                if spec.get("keep"):
+                    # the ledger, its releases and the saved model, for replaying the fit
+                    dest = Path(spec["keep"]) / f"eps{eps:g}-trial{len(trials)}"
+                    shutil.rmtree(dest, ignore_errors=True)
+                    shutil.copytree(tmp, dest)
                 shutil.rmtree(tmp, ignore_errors=True)
             trials.append(trial)
         out["runs"].append({"epsilon": eps, "trials": trials})
@@ -401,9 +406,10 @@ def dpsql_job(spec: dict) -> dict:
 
 
 def run_dpsql(table: str, name: str, queries: list[str], eps, trials: int, timeout: float,
-              fit_iters: int | None = None) -> dict:
+              fit_iters: int | None = None, keep: str | None = None) -> dict:
     spec = {"config": str(TABLES[table]["config"]), "table": table, "queries": queries, "eps": list(eps),
-            "trials": trials, "delta": DELTA, "cache_dir": str(OUT / "cache"), "fit_iters": fit_iters}
+            "trials": trials, "delta": DELTA, "cache_dir": str(OUT / "cache"), "fit_iters": fit_iters,
+            "keep": str(Path(keep) / f"{table}-{name}") if keep else None}
     stem = f"dpsql{SUFFIX(fit_iters)}-{table}-{name}"
     job = OUT / "raw" / f"{stem}.job.json"
     job.write_text(json.dumps(spec))
@@ -533,6 +539,9 @@ def main(argv=None) -> int:
                     help="recompute the summary from the raw answers in bench/out/eval/raw (no runs)")
     ap.add_argument("--fit-iters", type=int,
                     help="diagnostic: override dpsql's fit_iters; results are stored as dpsql_it<N>")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep each dpsql trial's ledger and releases in DIR/<table>-<workload>/eps<ε>-trial<i> "
+                         "(to replay its fit)")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     ap.add_argument("--job-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -566,7 +575,7 @@ def main(argv=None) -> int:
         system, (table, name, queries) = item
         t0 = time.perf_counter()
         if system == "dpsql":
-            res = run_dpsql(table, name, queries, eps, trials, args.timeout, args.fit_iters)
+            res = run_dpsql(table, name, queries, eps, trials, args.timeout, args.fit_iters, args.keep)
         else:
             res = run_smartnoise(table, name, queries, eps, sn_trials, args.timeout)
         print(f"{system:10s} {table}/{name}: {'ERROR ' + res['error'][-300:] if 'error' in res else 'ok'}"

@@ -35,8 +35,9 @@ from dpsql import linalg
 from dpsql.domain import TableSchema
 from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
+from dpsql.engine.reports import MeasureReport, PlanReport, QueryReport, ReleaseInfo, SpendPreview
 from dpsql.engine.variance import SupportBlock, VarianceModel
-from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
+from dpsql.errors import BudgetExhaustedError, Error, OperationalError, ProgrammingError
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.measure.counting import Backend
 from dpsql.measure.router import open_backend
@@ -62,7 +63,7 @@ Released = tuple[rel.LatticeBlock, np.ndarray, float]
 MODEL_FORMAT = "1"
 #: The estimator's identity: part of every saved model's key, so a fit by an older
 #: estimator is never loaded after the estimator changed.
-ESTIMATOR_VERSION = "pgm-2026-11-dense-block-relaxed-exact-step-joint-dual"
+ESTIMATOR_VERSION = "pgm-2026-11-dense-block-joint-dual-workload-metric"
 
 #: Fits end when the estimated optimality gap is at most atol + rtol·loss (loss in units of
 #: each measurement's σ, so the test is the same at every noise scale; ``fit_iters`` is a
@@ -91,113 +92,6 @@ class TableState:
     bounds: BoundsModel | None = None  # ranges of unsupported values, per model version
     fit_lock: threading.Lock = field(default_factory=threading.Lock)  # one fit at a time
     pending: Future | None = None      # a background fit started by Engine.prepare
-
-
-@dataclass(frozen=True)
-class ReleaseInfo:
-    """One release in the ledger, and whether the engine uses it (public)."""
-
-    key: str
-    table: str
-    seq: int
-    rho: float
-    purpose: str
-    current: bool
-    reasons: tuple[str, ...]   # why it is stale (empty when current)
-
-
-@dataclass(frozen=True)
-class QueryReport:
-    """What one workload query gets from the plan, at the plan's budget.
-
-    ``stderr`` is the root-mean-square expected standard error over the query's rows,
-    ``baseline`` that of the per-query mechanism (each query measured on its own, the
-    budget split evenly), ``floor`` the SVD bound of the query alone (no unbiased answer
-    does better even with the whole budget; None when not computable)."""
-
-    sql: str
-    aggregate: str
-    rows: int
-    weight: float
-    stderr: float
-    baseline: float
-    floor: float | None
-
-    @property
-    def ratio(self) -> float:
-        return self.stderr / self.baseline if self.baseline > 0 else math.inf
-
-    @property
-    def flagged(self) -> bool:
-        """Expected error above the query's own per-query baseline."""
-        return self.ratio > 1.0 + 1e-9
-
-
-@dataclass(frozen=True)
-class PlanReport:
-    table: str
-    strategy: Strategy
-    queries: int
-    rows: int
-    rho: float
-    rmse: float              # expected RMSE per workload row at rho
-    baseline_rmse: float     # per-query mechanism, budget split evenly
-    seconds: float
-    # No strategy can beat this RMSE with unbiased (least-squares) answers: the SVD bound
-    # (thesis Def. 12 / Prop. 10), of the whole workload when ``bound_exact``, else of its
-    # marginal queries only (still a valid floor).  None when not computable.
-    bound_rmse: float | None = None
-    bound_exact: bool = False
-    objective: str = "relative"
-    per_query: tuple[QueryReport, ...] = ()
-    # AIM or HDMM for this workload and budget (dpsql.plan.aim.advise; public information)
-    advice: str | None = None
-
-    @property
-    def flagged(self) -> tuple[QueryReport, ...]:
-        return tuple(q for q in self.per_query if q.flagged)
-
-    def per_query_lines(self, width: int = 60) -> list[str]:
-        """The per-query table the CLI and the shell print: expected standard error, the
-        per-query baseline, their ratio, the SVD floor of the query alone, the weight."""
-        if not self.per_query:
-            return []
-        out = [f"objective: {self.objective} (each query against its per-query baseline)"
-               if self.objective == "relative" else "objective: absolute (total squared error)",
-               f"{'std err':>10} {'baseline':>10} {'ratio':>6} {'floor':>9} {'weight':>6}  query"]
-        for q in self.per_query:
-            text = " ".join(w for line in q.sql.splitlines()
-                            if not line.strip().startswith("--") for w in line.split())
-            label = f"{text} [{q.aggregate}]" if q.aggregate and q.aggregate not in text else text
-            if len(label) > width:
-                label = label[:width - 1] + "…"
-            floor = "-" if q.floor is None else f"{q.floor:,.2f}"
-            flag = "  ABOVE BASELINE" if q.flagged else ""
-            out.append(f"{q.stderr:>10,.2f} {q.baseline:>10,.2f} {q.ratio:>6.2f} {floor:>9} "
-                       f"{q.weight:>6g}  {label}{flag}")
-        if self.flagged:
-            out.append(f"{len(self.flagged)} quer{'y is' if len(self.flagged) == 1 else 'ies are'} "
-                       "expected to be less accurate than measured on its own")
-        return out
-
-
-@dataclass(frozen=True)
-class SpendPreview:
-    """What measuring a strategy would charge now (0 when already released), and what the
-    principal has left."""
-
-    rho: float
-    remaining: float
-
-
-@dataclass(frozen=True)
-class MeasureReport:
-    table: str
-    rho: float               # spent by this call (0 when re-used)
-    reused: bool
-    blocks: int
-    cells: int
-    seconds: float
 
 
 def _sha(*parts) -> str:
@@ -648,9 +542,27 @@ class Engine:
         else:
             with self._lock:
                 base = _sha(self._state(table).identity.key(), *sorted(release_keys))
+        # the declared workload too: the dense-block fit projects in its metric (_fit)
         ident = _sha(MODEL_FORMAT, ESTIMATOR_VERSION, base, self.config.fit_iters,
-                     self.config.planner.max_model_cells)
+                     self.config.planner.max_model_cells, self.workload_identity())
         return Path(str(self.config.ledger_path) + ".models") / f"{table}-{ident[:40]}.npz"
+
+    def workload_identity(self) -> str:
+        """What of the declared workload the fit depends on (its statements, their weights and
+        the planner's objective, which scales each query's rows), as text: no compiling, so a
+        process loading a saved model stays fast."""
+        return _sha(tuple(self.config.workload), tuple(self.config.workload_weights),
+                    self.config.planner.objective)
+
+    def fit_workload(self, table: str) -> list:
+        """The declared workload's queries on ``table`` as the planner scores them (rows scaled
+        for the objective, ``workload_for``), for the fit's metric; empty when none."""
+        if not self.config.workload:
+            return []
+        try:
+            return [self.workload_for(table)[0].matrix]
+        except Error:   # no workload query on this table, or one no longer compiles: no metric
+            return []
 
     def _load_or_fit(self, table: str, state: "TableState", released, keys, previous):
         path = self.model_path(table, keys)
@@ -752,8 +664,9 @@ class Engine:
         # One BLAS thread, as the planner: on the loaded 2-core machine the 40-query
         # dashboard's exact fit took 1.70 s against 1.81 s, 300 iterations of the 55-marginal
         # relaxed fit 7.9 s against 9.3 s (bench/trust.py --parts blas, bench/RESULTS.md).
+        workload = self.fit_workload(table) or None
         with one_blas_thread():
-            model = fit(domain, measurements, iters=iters, warm_start=previous,
+            model = fit(domain, measurements, iters=iters, warm_start=previous, workload=workload,
                         capacity=self.config.planner.max_model_cells, exact_method="adaptive",
                         stop="discrepancy", stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP,
                         callback=callback if self._listeners else None)

@@ -167,7 +167,7 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
         method: str = "auto", exact_method: str = "md", region_graph: str = "saturated",
         total: float | None = None, norm: str = "l2", stop: str | None = None,
         stop_above: int = 0, gap: tuple[float, float] | None = None,
-        **options) -> ExactModel | RelaxedModel:
+        workload=None, **options) -> ExactModel | RelaxedModel:
     """Fit a model to ``measurements``: exact if JT-SIZE ≤ ``capacity`` cells, else relaxed.
 
     ``method`` is "auto" (default), "exact" (raises ModelTooLargeError beyond
@@ -181,8 +181,10 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
     triangulation, so callers need not triangulate twice).  ``gap = (atol, rtol)`` ends
     either estimator once the estimated optimality gap is at most atol + rtol·loss
     (``dpsql.pgm.estimation.estimated_gap``; scale-free: the loss is in units of each
-    measurement's σ); ``iters`` is then only a limit.
-    Remaining ``options``
+    measurement's σ); ``iters`` is then only a limit.  ``workload``: the query matrices the
+    answers are scored on (over the whole domain); an exact fit solved on the joint table of
+    the measured attributes then projects in their metric (``dpsql.pgm.workload_fit``), other
+    fits ignore it.  Remaining ``options``
     go to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).
     """
     if method not in ("auto", "exact", "relaxed"):
@@ -226,7 +228,8 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
         model = estimate(domain, measurements, iters=iters, method=exact_method, warm_start=ws,
                          callback=callback, capacity=capacity, total=total, norm=norm,
                          gap=None if stop else gap,
-                         start="least_squares" if gap is not None and not stop else "maxent", **options)
+                         start="least_squares" if gap is not None and not stop else "maxent",
+                         workload=workload, **options)
         solved = getattr(model, "solved", None)
         if solved is not None and solved[2] == "dual":
             note = (f"solved on the joint table of the measured attributes by {solved[0]} Newton "
@@ -236,6 +239,8 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
             note = (f"solved on the joint table of the measured attributes by {solved[0]} active-set "
                     f"Newton rounds; optimality gap ≤ {solved[1]:.3g} (Frank–Wolfe certificate, in "
                     f"units of the noise; dpsql.pgm.polish.solve_clique)")
+            metric = getattr(model, "metric", None)
+            note += "; in the measurements' metric" if metric is None else f"; {metric.describe()}"
         else:
             note = stopper.note() or _gap_note(model.loss, iters, gap)
         polished = getattr(model, "polished", None)

@@ -174,7 +174,8 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
              callback: Callable[[Progress], bool | None] | None = None,
              capacity: int = DEFAULT_CAPACITY, total: float | None = None,
              norm: str = "l2", stepsize: float | None = None,
-             gap: tuple[float, float] | None = None, start: str = "maxent") -> GraphicalModel:
+             gap: tuple[float, float] | None = None, start: str = "maxent",
+             workload: Sequence | None = None) -> GraphicalModel:
     """Fit a graphical model to ``measurements`` (thesis Algorithm 2 or 3).
 
     ``method`` is "md" (Algorithm 2, default), "accelerated" (Algorithm 3) or
@@ -193,7 +194,10 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     on) or "least_squares" (:func:`_least_squares_start`; used when no ``warm_start`` is
     given).  ``capacity`` bounds the junction tree in cells;
     beyond it ModelTooLargeError is raised before any work.  ``norm`` is "l2"
-    (default; Gaussian likelihood) or "l1" (Laplace; md only).
+    (default; Gaussian likelihood) or "l1" (Laplace; md only).  ``workload``: the query
+    matrices (over the whole domain) the answers are scored on; where the fit is solved on the
+    joint table of the measured attributes, it is then solved in the workload's metric
+    (:mod:`dpsql.pgm.workload_fit`; ``model.metric`` says which metric was used).
     """
     measurements = list(measurements)
     _check(domain, measurements)
@@ -227,13 +231,14 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
         tol = _GapTest(*gap)
     solved = None
     if gap is not None and norm == "l2":
-        solved = _solve_joint(domain, tree, bp, measurements, total, gap)
+        solved = _solve_joint(domain, tree, bp, measurements, total, gap, workload)
     if solved is not None:
-        theta, history, certificate = solved
+        theta, history, certificate, metric = solved
         model = GraphicalModel(domain, tree, theta, total,
                                measured=[m.clique for m in measurements], loss=history)
         model.polished = None
         model.solved = certificate
+        model.metric = metric
         return model
     if method == "md" and norm == "l1":
         theta, history = _subgradient(bp, loss, theta, total, measurements, iters, tol,
@@ -252,6 +257,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
                            measured=[m.clique for m in measurements], loss=history)
     model.polished = polished
     model.solved = None
+    model.metric = None
     return model
 
 
@@ -268,7 +274,7 @@ def choose_loss(tree: JunctionTree, measurements: Sequence[Measurement], norm: s
     return MarginalLoss(tree, measurements, norm)
 
 
-def _solve_joint(domain, tree, bp, measurements, total, gap):
+def _solve_joint(domain, tree, bp, measurements, total, gap, workload=None):
     """Problem 4 solved directly on the joint table of the measured attributes, when that
     table is small (:func:`dpsql.pgm.polish.solve_clique`; ``polish.CLIQUE_MAX_CELLS``).
 
@@ -277,10 +283,13 @@ def _solve_joint(domain, tree, bp, measurements, total, gap):
     function of the measured marginals; the junction tree's clique tables are the joint's
     marginals (consistent by construction) and the potentials reproduce them (thesis §4.2:
     the model is the maximum-entropy distribution with those marginals).  Returns
-    (potentials, loss history, (rounds or steps, gap bound, "clique" | "dual")) when the solve
-    (``solve_clique``, or :func:`dpsql.pgm.joint_dual.solve_joint_dual` without a covering
+    (potentials, loss history, (rounds or steps, gap bound, "clique" | "dual"), metric) when the
+    solve (``solve_clique``, or :func:`dpsql.pgm.joint_dual.solve_joint_dual` without a covering
     Kronecker block) certifies the optimum within the gap tolerance, else None (the first-order
-    fit then runs as before)."""
+    fit then runs as before).  On the "clique" path, with a ``workload`` whose rows over the
+    joint table are small enough, the fit in the workload's metric is computed too
+    (:mod:`dpsql.pgm.workload_fit`) and kept when Stein's estimate of the workload's error is
+    lower; ``metric`` is then the ``MetricChoice``, else None."""
     from dpsql.pgm.polish import CLIQUE_MAX_CELLS, preconditioner, solve_clique   # fitting only
 
     position = {a: i for i, a in enumerate(tree.attributes)}
@@ -311,16 +320,24 @@ def _solve_joint(domain, tree, bp, measurements, total, gap):
         how = "dual"
     if not certified:
         return None
+    metric = None
+    if how == "clique" and workload is not None:
+        # the fit in the workload's metric, kept when its error estimate is lower
+        from dpsql.pgm.workload_fit import choose_fit, joint_workload
+        W = joint_workload(domain, workload, joint)
+        if W is not None:
+            table, history, loss, metric = choose_fit(loss, shape, total, W, gap[0], gap[1],
+                                                      precond, table, history)
     mu = bp.marginals([np.zeros(s) for s in bp.shapes], total)   # unmeasured cliques: uniform
     for i, clique in enumerate(tree.cliques):
         if set(clique) <= set(joint):
             axes = tuple(k for k, a in enumerate(joint) if a not in clique)
             mu[i] = table.sum(axis=axes) if axes else table
     if how == "dual":
-        return _theta_from_marginals(tree, mu), history, (info["steps"], info["gap"], how)
+        return _theta_from_marginals(tree, mu), history, (info["steps"], info["gap"], how), None
     _, grads = loss([table])
     fw = float(np.vdot(grads[0], table)) - total * float(grads[0].min()) if grads[0] is not None else 0.0
-    return _theta_from_marginals(tree, mu), history, (len(history) - 1, fw, how)
+    return _theta_from_marginals(tree, mu), history, (len(history) - 1, fw, how), metric
 
 
 def _polish_step(tree, bp, loss, measurements, theta, total, history):

@@ -226,7 +226,8 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
                      final_sweeps: int = 2000, polish: int | None = None,
                      callback: Callable[[Progress], bool | None] | None = None,
                      gap: tuple[float, float] | None = None,
-                     exact_after: int | None = EXACT_AFTER) -> RelaxedFit:
+                     exact_after: int | None = EXACT_AFTER,
+                     exact_memory: int | None = None) -> RelaxedFit:
     """Solve Problem 2 by Prox-PGM with warm-started CONVEX-GBP (see the module docstring).
 
     ``region_graph`` is "saturated" (default), "capped" (needs ``region_capacity``
@@ -237,8 +238,9 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
     ``polish`` more exact-prox iterations.  With ``gap`` and the L2 loss the fit ends with
     Problem 2 solved exactly (:mod:`dpsql.pgm.relaxed_polish`) where the graph is small
     enough: first after ``exact_after`` iterations (None: only at the end), and if that step
-    is refused, the first-order fit goes on to its stop and the step is tried again.
-    Returns a :class:`RelaxedFit`.
+    is refused, the first-order fit goes on to its stop and the step is tried again (unless
+    it was refused for its size).  ``exact_memory`` caps the step's memory in bytes (default
+    ``relaxed_polish.MEMORY_FRACTION`` of the machine's).  Returns a :class:`RelaxedFit`.
     """
     measurements = list(measurements)
     _check(domain, measurements)
@@ -314,11 +316,13 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
             break
         if exact and it == exact_after and it < iters:
             final = oracle.run(theta, total, lam, sweeps=final_sweeps, tol=gbp_tol)
-            tables, polished = _exact_step(graph, measurements, final.marginals, total)
+            tables, polished = _exact_step(graph, measurements, final.marginals, total, exact_memory)
             if not isinstance(polished, str):
                 early = (tables, polished, final.messages)
                 break
             refused = f"after {it} iterations: {polished}"
+            if getattr(polished, "too_large", False):
+                exact = False   # its size does not change: the first-order fit goes on alone
     if early is not None:
         tables, polished, messages = early
         history.append(polished[0])
@@ -328,7 +332,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
         history.append(loss.value(tables))
         polished = None
         if exact:
-            tables, polished = _exact_step(graph, measurements, tables, total)
+            tables, polished = _exact_step(graph, measurements, tables, total, exact_memory)
             if isinstance(polished, str):
                 refused = "; ".join(x for x in (refused, f"at the end: {polished}") if x)
                 polished = None
@@ -340,19 +344,32 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
                       oracle.violation(probs), it, kappa, damping, polished, refused)
 
 
-def _exact_step(graph, measurements, tables, total):
+class _Refusal(str):
+    """Why the exact step was not taken; ``too_large``: for the problem's size, which the
+    first-order iterations do not change (so it is not tried again)."""
+    too_large = False
+
+
+def _refusal(text: str, too_large: bool) -> _Refusal:
+    out = _Refusal(text)
+    out.too_large = too_large
+    return out
+
+
+def _exact_step(graph, measurements, tables, total, max_bytes=None):
     """Problem 2 solved exactly from the first-order fit (:mod:`dpsql.pgm.relaxed_polish`):
     (tables, (loss before, loss after, rounds, certified)), or the fit's own tables and why
-    the step was refused."""
-    from dpsql.pgm.relaxed_polish import active_set_step, loss_matrix  # scipy: fitting only
+    the step was refused (a :class:`_Refusal`)."""
+    from dpsql.pgm.relaxed_polish import MAX_NNZ, TooLarge, active_set_step, loss_matrix  # scipy: fitting only
 
     built = loss_matrix(graph, measurements)
     if built is None:
-        return tables, "a query is too large to write as a sparse matrix, or the Hessian would be"
+        return tables, _refusal("a query is too large to write as a sparse matrix, or the Hessian "
+                                f"would have more than {MAX_NNZ:,} non-zeros", True)
     P, w, y = built
-    step = active_set_step(graph, P, w, y, tables, total)
+    step = active_set_step(graph, P, w, y, tables, total, max_bytes=max_bytes)
     if isinstance(step, str):
-        return tables, step
+        return tables, _refusal(step, isinstance(step, TooLarge))
     new, rounds, optimal = step
 
     def value(t):

@@ -15,7 +15,8 @@ discrete-Gaussian noise is nearly always 0, so they are weighted by an sd of 10�
 marginals, sums of 74 or 99 slightly biased cells of exactly measured pair tables, came
 out 10× further from the truth than least squares' (bench/RESULTS.md, issue 17).
 
-So, when the problem is small enough to factor (``MAX_CELLS``, ``MAX_NNZ``), the fit ends
+So, when the problem is small enough to factor (its estimated peak memory within
+``memory_limit``; the Hessian at most ``MAX_NNZ`` non-zeros), the fit ends
 with the quadratic program solved exactly from where the first-order fit stopped: a
 primal-dual active-set method (Hintermüller, Ito & Kunisch 2002) on
 
@@ -35,6 +36,7 @@ feasible to rounding and lowers the loss, so it never makes the fit worse.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,15 +48,34 @@ from dpsql.pgm.measurement import Entries, structured_entries
 from dpsql.pgm.polish import summing_matrix
 from dpsql.pgm.region_graph import RegionGraph
 
-__all__ = ["MAX_CELLS", "MAX_NNZ", "POLISH_DENSE_LIMIT", "active_set_step", "local_constraints",
-           "loss_matrix"]
+__all__ = ["MAX_NNZ", "MEMORY_FRACTION", "POLISH_DENSE_LIMIT", "TooLarge", "active_set_step",
+           "local_constraints", "loss_matrix", "memory_limit", "step_bytes"]
 
-#: The step is tried when the region graph holds at most this many cells and the Hessian
-#: PᵀWP at most ``MAX_NNZ`` non-zeros (adult's 121 marginals: 49,293 cells, 4.4·10⁶
-#: non-zeros, most in the dense blocks of ResidualPlanner's residual queries; one round of
-#: the active-set method takes 1–2 s there).
-MAX_CELLS = 400_000
+#: The step is tried when its estimated peak memory (``step_bytes``) is at most this
+#: fraction of the machine's physical memory (``memory_limit``; a caller may set its own cap,
+#: ``estimate_relaxed(exact_memory=...)``): 3 GB on the 24 GB development machine, which
+#: admits adult's 121 marginals (estimate 1.0 GB, measured 0.6 GB, ~20 s) and refuses steps
+#: like all pairs of 45 stroke attributes measured directly (351,076 cells, 40,547 constraint
+#: rows: estimate 25 GB; measured 6.1 GB and 6.5 minutes, where the old limit of 400,000 cells
+#: let it run).  Physical memory, not what is free at the moment, so the fit does not depend
+#: on what else the machine runs.
+MEMORY_FRACTION = 0.125
+#: ... and the Hessian PᵀWP has at most this many non-zeros, a bound ``loss_matrix`` checks
+#: before it builds anything (adult's 121 marginals: 49,293 cells, 4.4·10⁶ non-zeros, most in
+#: the dense blocks of the strategy's Kronecker queries).
 MAX_NNZ = 12_000_000
+#: The step's peak memory above the process's when it starts: per non-zero of the Hessian
+#: (the ridge makes it at least one per cell) — the Hessian, its free block, the equilibrated
+#: KKT matrix and their share of the LU factors — plus the LU factors' block of the
+#: constraints' multipliers taken as dense (m² entries for m constraint rows: eliminating a
+#: cell couples every constraint row it is in, and a pair region's cells couple all the rows
+#: of its two edges; SuperLU also over-allocates while it factors).  An upper bound fitted on
+#: nine steps measured by bench/relaxed_exact_step.py (ResidualPlanner and OPT_M strategies,
+#: identity-measured pairs; 21,600–351,076 cells): the estimate is 1.13–35 times the measured
+#: peak (loose where attributes are small and the multipliers' block stays sparse), never below
+#: it (bench/RESULTS.md, issue 17).
+BYTES_PER_NNZ = 160
+BYTES_PER_DENSE_ENTRY = 16
 #: Queries up to this many entries are densified to build the loss matrix (as
 #: ``dpsql.pgm.polish``).
 POLISH_DENSE_LIMIT = 1 << 22
@@ -70,6 +91,33 @@ FREE_ROUNDS = 30
 #: Steps of iterative refinement per KKT solve (each costs one product and one solve with
 #: the factors already computed).
 REFINE = 20
+
+
+class TooLarge(str):
+    """Why the step was refused for its size: it would be refused again later in the same fit
+    (the first-order fit does not try it a second time)."""
+
+
+def physical_memory() -> int | None:
+    """The machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_limit(max_bytes: int | None = None) -> int:
+    """The memory the step may use: ``max_bytes`` when given, else ``MEMORY_FRACTION`` of the
+    machine's physical memory (2 GB when the OS does not say)."""
+    if max_bytes is not None:
+        return int(max_bytes)
+    total = physical_memory()
+    return int(MEMORY_FRACTION * total) if total else 2 << 30
+
+
+def step_bytes(hessian_nnz: int, constraint_rows: int) -> int:
+    """The step's estimated peak memory in bytes (``BYTES_PER_NNZ``, ``BYTES_PER_DENSE_ENTRY``)."""
+    return BYTES_PER_NNZ * int(hessian_nnz) + BYTES_PER_DENSE_ENTRY * int(constraint_rows) ** 2
 
 
 def _entries(q) -> Entries | None:
@@ -171,23 +219,42 @@ def _solve(Hff: sp.csc_matrix, Cf: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray
 
 def active_set_step(graph: RegionGraph, P: sp.csr_matrix, w: np.ndarray, y: np.ndarray,
                     tau: Sequence[np.ndarray], total: float, rounds: int = ROUNDS,
-                    trace=None) -> tuple[list[np.ndarray], int, bool] | str:
+                    trace=None, max_bytes: int | None = None) -> tuple[list[np.ndarray], int, bool] | str:
     """The minimiser of the loss Σ w (Pτ − y)² over L(G) (plus the ridge), from ``tau``.
 
     ``P``, ``w``, ``y``: the loss over the concatenated region tables (:func:`loss_matrix`);
     ``tau``: the first-order fit's tables (counts, each summing to ``total``).  Returns
     (tables, active-set rounds, optimal) — consistent, non-negative, loss below that of
-    ``tau`` — or, when the problem is too large, the solves fail, or the result would not
-    improve the fit, a string saying why.  ``optimal`` is False when the rounds had to stop releasing cells
+    ``tau`` — or, when the solves fail or the result would not improve the fit, a string
+    saying why; a :class:`TooLarge` one when the step's estimated memory (``step_bytes``)
+    exceeds ``memory_limit(max_bytes)`` (checked on the cells before anything is built, and
+    on the Hessian before anything is factored).  ``optimal`` is False when the rounds had to stop releasing cells
     (``FREE_ROUNDS``): the tables are then feasible and better than ``tau`` but some cells
     held at 0 might lower the loss further."""
-    if graph.size > MAX_CELLS:
-        return f"the region graph has {graph.size:,} cells (limit {MAX_CELLS:,})"
+    limit = memory_limit(max_bytes)
+
+    def too_large(need: int, what: str) -> TooLarge | None:
+        if need <= limit:
+            return None
+        return TooLarge(f"it would need about {need / 2 ** 30:.3g} GB of memory ({what}), over its "
+                        f"limit of {limit / 2 ** 30:.3g} GB"
+                        + (" (the caller's)" if max_bytes is not None else
+                           f" ({MEMORY_FRACTION:g} of the machine's memory)"))
+
+    C, b, offsets = local_constraints(graph, total)
+    # Cheap first (every cell is a Hessian non-zero: the ridge), then with the Hessian built.
+    early = too_large(step_bytes(graph.size, C.shape[0]),
+                      f"{graph.size:,} region cells, {C.shape[0]:,} constraint rows")
+    if early is not None:
+        return early
     shapes = [np.shape(t) for t in tau]
     v = np.concatenate([np.ravel(t) for t in tau]).astype(float)
-    C, b, offsets = local_constraints(graph, total)
     WP = P.multiply(w[:, None]).tocsr()
     H = (2.0 * (P.T @ WP)).tocsc()
+    late = too_large(step_bytes(H.nnz + v.size, C.shape[0]),
+                     f"a Hessian with {H.nnz:,} non-zeros, {C.shape[0]:,} constraint rows")
+    if late is not None:
+        return late
     lam = RIDGE * max(float(H.diagonal().max()), 1e-300)
     H = (H + lam * sp.identity(v.size, format="csc")).tocsc()
     g = 2.0 * (WP.T @ (P @ v - y))

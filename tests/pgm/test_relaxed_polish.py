@@ -143,3 +143,43 @@ def test_constraints_vanish_exactly_on_consistent_tables():
     assert np.abs(C @ tau - b).max() == 0.0
     tau[offsets[1]] += 1.0   # one cell of one region moved: some row must see it
     assert np.abs(C @ tau - b).max() > 0.5
+
+
+def test_a_step_over_its_memory_limit_is_refused_and_the_summary_says_so():
+    """The exact step's size limit is its estimated peak memory (``relaxed_polish.step_bytes``,
+    measured by bench/relaxed_exact_step.py).  Over the limit the first-order fit goes on to
+    its own stop, the model is still consistent and non-negative, the step is not tried a
+    second time, and the model's summary says why."""
+    from dpsql.pgm import relaxed_polish
+
+    dom = Domain(list("ABCD"), [4, 3, 3, 2])
+    rng = np.random.default_rng(5)
+    data = random_data(rng, dom, 300)
+    ms = _pairs(dom, data, [0.5, 2.0, 1.0, 0.05, 1.0, 3.0], rng)
+    total = float(data.sum())
+    small = relaxed_polish.step_bytes(dom.size(("A", "B")), 0) - 1   # below even the cells' bound
+    model = fit(dom, ms, method="relaxed", iters=2000, gap=(0.5, 1e-6), total=total,
+                exact_after=50, exact_memory=small)
+    assert model.fit.polished is None
+    assert model.fit.iterations > 50       # refused after 50, the first-order fit went on to its stop
+    summary = model.summary()
+    assert "the exact step was refused (after 50 iterations: it would need" in summary, summary
+    assert "GB of memory" in summary and "the caller's" in summary, summary
+    assert "at the end" not in summary, summary   # refused once: its size does not change
+    # the first-order fit's own consistency: Convex-GBP run to its final tolerance or sweep limit
+    assert model.fit.violation < 1e-4
+    assert min(float(t.min()) for t in model.fit.probs) >= 0.0
+    # With room, the same release takes the step (the limit is what refused it).
+    roomy = fit(dom, ms, method="relaxed", iters=2000, gap=(0.5, 1e-6), total=total, exact_after=50)
+    assert roomy.fit.polished is not None, roomy.stopped
+
+
+def test_the_memory_estimate_grows_with_the_hessian_and_the_limit_follows_the_machine():
+    from dpsql.pgm import relaxed_polish as rp
+
+    assert rp.step_bytes(2_000_000, 0) == 2 * rp.step_bytes(1_000_000, 0) > 0
+    assert rp.step_bytes(0, 2_000) == 4 * rp.step_bytes(0, 1_000) > 0
+    assert rp.memory_limit(123) == 123
+    phys = rp.physical_memory()
+    if phys is not None:
+        assert rp.memory_limit() == int(rp.MEMORY_FRACTION * phys)
