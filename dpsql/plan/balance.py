@@ -29,7 +29,7 @@ import numpy as np
 from dpsql.plan.marginals import MarginalSpace, opt_marginals_theta, strategy_kappa
 from dpsql.plan.workload import WorkloadTerms
 
-__all__ = ["query_caps", "baseline_shares", "balanced_theta", "MARGIN"]
+__all__ = ["query_caps", "cap_score", "baseline_shares", "balanced_theta", "MARGIN"]
 
 #: Caps are tightened by this factor, so rounding factors to the grid cannot push a
 #: query that was planned at its cap over it.
@@ -49,6 +49,17 @@ def query_caps(terms: WorkloadTerms, noise: str) -> tuple[np.ndarray, np.ndarray
                     for p in terms.parts])
     return owner, cap
 
+
+
+def cap_score(owner: np.ndarray, cap: np.ndarray) -> Callable[[np.ndarray], tuple[float, bool]]:
+    """The ``score`` of :func:`balanced_theta` and ``residual.balanced_mu`` for a workload judged
+    by its own caps (:func:`query_caps`): per-term losses ↦ (their sum, whether every query's
+    loss — the sum over the terms it owns — is within its cap)."""
+    def score(losses: np.ndarray) -> tuple[float, bool]:
+        lq = np.zeros(cap.size)
+        np.add.at(lq, owner, losses)
+        return float(losses.sum()), bool(np.all(lq <= cap))
+    return score
 
 def baseline_shares(terms: WorkloadTerms, noise: str, parts_terms: list[list[int]],
                     term_loss: np.ndarray) -> np.ndarray | None:

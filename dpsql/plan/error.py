@@ -102,14 +102,20 @@ def _algebra(terms: WorkloadTerms, blocks: Sequence[KronBlock]):
     return form
 
 
-def _dense_traces(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> np.ndarray:
-    n = terms.size
+def _dense_gram(blocks: Sequence[KronBlock], n: int) -> np.ndarray:
+    """AᵀA of a union of weighted Kronecker blocks on n cells, dense: Σ_b w_b² ⊗_i F_iᵀF_i."""
     X = np.zeros((n, n))
     for b in blocks:
         G = np.ones((1, 1))
         for F in b.factors:
             G = np.kron(G, F.T @ F)
         X += b.weight ** 2 * G
+    return X
+
+
+def _dense_traces(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> np.ndarray:
+    n = terms.size
+    X = _dense_gram(blocks, n)
     w, P = np.linalg.eigh(X)
     keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-10 * n
     Pk = P[:, keep]
@@ -274,13 +280,7 @@ def per_query_variance(W: Any, A: Any, noise: str = "gaussian", epsilon: float =
             raise UnsupportedQueryError(
                 "per-query variance of a union strategy needs a small domain",
                 hint="use the graphical-model path for standard errors")
-        X = np.zeros((terms.size, terms.size))
-        for b in blocks:
-            G = np.ones((1, 1))
-            for F in b.factors:
-                G = np.kron(G, F.T @ F)
-            X += b.weight ** 2 * G
-        Xp = pinv_psd(X)[0]
+        Xp = pinv_psd(_dense_gram(blocks, terms.size))[0]
         for w, factors in flat:
             Wd = np.ones((1, 1))
             for f in factors:

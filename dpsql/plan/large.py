@@ -31,11 +31,10 @@ import math
 
 import numpy as np
 import scipy.linalg as sla
-import scipy.optimize as so
 
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.gram import LowRankGram, column_classes
-from dpsql.plan.opt0 import FactorResult, Progress
+from dpsql.plan.opt0 import FactorResult, Progress, dual_ascent
 
 __all__ = ["row_basis", "opt0_large"]
 
@@ -103,10 +102,6 @@ def _sym_power(X: np.ndarray, power: float) -> np.ndarray:
         return (P * np.where(w > 0, w ** power, 0.0)) @ P.T
 
 
-class _Converged(Exception):
-    pass
-
-
 def _gaussian(Wt: np.ndarray, T: np.ndarray, *, maxiter: int = 200, gap_tol: float = 5e-4,
               progress: Progress | None = None) -> tuple[np.ndarray, float, float]:
     """(C, loss, dual bound) for min tr(W̃ X⁻¹) s.t. t_aᵀXt_a ≤ 1 (columns t_a of T)."""
@@ -129,30 +124,9 @@ def _gaussian(Wt: np.ndarray, T: np.ndarray, *, maxiter: int = 200, gap_tol: flo
         it[0] += 1
         if progress is not None:
             progress("opt0-large", it[0], best["loss"])
-        return tr, diag
+        return diag, tr
 
-    lam = np.ones(r)
-    for _ in range(2):
-        tr, diag = evaluate(lam)
-        lam = lam * (diag / diag.mean()) ** 2
-    tr, diag = evaluate(lam)
-    lam = lam * (tr / lam.sum()) ** 2
-
-    def neg(eta):
-        lam_ = np.exp(eta)
-        tr_, diag_ = evaluate(lam_)
-        if best["loss"] - best["dual"] <= gap_tol * best["loss"]:
-            raise _Converged
-        return -(2.0 * tr_ - lam_.sum()), -(lam_ * (diag_ - 1.0))
-
-    if best["loss"] - best["dual"] > gap_tol * best["loss"]:
-        eta0 = np.log(lam)
-        try:
-            so.minimize(neg, eta0, jac=True, method="L-BFGS-B",
-                        bounds=list(zip(eta0 - 30.0, eta0 + 30.0)),
-                        options=dict(maxiter=maxiter, maxcor=20, ftol=1e-12, gtol=1e-10))
-        except _Converged:
-            pass
+    dual_ascent(evaluate, r, best, fixed_point_steps=2, maxiter=maxiter, gap_tol=gap_tol)
     C = _sym_power(best["X"], 0.5)
     return C, best["loss"], best["dual"]
 

@@ -33,7 +33,7 @@ import scipy.optimize as so
 
 from dpsql.plan.gram import FactorPinv, column_classes, pinv_psd
 
-__all__ = ["FactorResult", "factor_loss", "sensitivity", "gaussian_dual", "gaussian_primal_loss",
+__all__ = ["FactorResult", "factor_loss", "sensitivity", "dual_ascent", "gaussian_dual", "gaussian_primal_loss",
            "pidentity_loss", "pidentity", "projected_lbfgs", "opt0", "semiseparable_right", "Progress"]
 
 #: progress(operator, iteration, loss): loss is the operator's current ‖A‖²·tr(WᵀW(AᵀA)⁺),
@@ -107,6 +107,42 @@ class _Converged(Exception):
     """Raised inside the dual objective once the duality gap certifies the tolerance."""
 
 
+def dual_ascent(evaluate: Callable[[np.ndarray], tuple[np.ndarray, float]], r: int, best: dict, *,
+                fixed_point_steps: int, maxiter: int, gap_tol: float, refine: bool = True) -> None:
+    """Maximise the dual g(λ) = 2·tr(M(λ)^½) − 1ᵀλ of OPT_0's Gaussian problem over λ ≥ 0.
+
+    ``evaluate(λ)`` returns (x, tr(M^½)) with x_a = t_aᵀ X t_a the primal point's column
+    loads, and records that point and the dual bound in ``best`` (keys "loss" and "dual").
+    A few multiplicative fixed-point steps λ ← λ·(x/mean x)², the best point of the ray
+    through λ (see :func:`gaussian_dual`), then, when ``refine``, L-BFGS-B in η = log λ,
+    stopped as soon as the gap between them is within ``gap_tol`` (relative)."""
+    lam = np.ones(r)
+    for _ in range(max(fixed_point_steps, 0)):
+        x, tr = evaluate(lam)
+        lam = lam * (x / x.mean()) ** 2
+    x, tr = evaluate(lam)
+    lam = lam * (tr / lam.sum()) ** 2    # the best point of the ray
+
+    def neg_dual(eta):
+        lam_ = np.exp(eta)
+        x_, tr_ = evaluate(lam_)
+        if best["loss"] - best["dual"] <= gap_tol * best["loss"]:
+            raise _Converged
+        return -(2.0 * tr_ - lam_.sum()), -(lam_ * (x_ - 1.0))
+
+    if refine and best["loss"] - best["dual"] > gap_tol * best["loss"]:
+        # A box of e^±30 around the fixed-point start keeps a long L-BFGS step from
+        # overflowing exp(η) (inf entries make the eigendecomposition fail); the optimum
+        # lies well inside it for any workload whose gram is finite.
+        eta0 = np.log(lam)
+        try:
+            so.minimize(neg_dual, eta0, jac=True, method="L-BFGS-B",
+                        bounds=list(zip(eta0 - 30.0, eta0 + 30.0)),
+                        options=dict(maxiter=maxiter, maxcor=20, ftol=1e-12, gtol=1e-10))
+        except _Converged:
+            pass
+
+
 def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 2,
                   gap_tol: float = 5e-4, progress: Progress | None = None) -> FactorResult:
     """OPT_0 for Gaussian noise via the dual of Definition 13 (see module docstring).
@@ -134,34 +170,13 @@ def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 
         if progress is not None:
             progress("opt0-gaussian", it[0], best["loss"])
 
-    lam = np.ones(Va.shape[0])
-    for _ in range(max(fixed_point_steps, 0)):
+    def evaluate(lam):
         x, tr, root, P = _dual_eval(Va, lam)
         record(lam, x, tr, root, P)
-        lam = lam * (x / x.mean()) ** 2
-    x, tr, root, P = _dual_eval(Va, lam)
-    record(lam, x, tr, root, P)
-    lam = lam * (tr / lam.sum()) ** 2    # the best point of the ray (see record)
+        return x, tr
 
-    def neg_dual(eta):
-        lam_ = np.exp(eta)
-        x_, tr_, root_, P_ = _dual_eval(Va, lam_)
-        record(lam_, x_, tr_, root_, P_)
-        if best["loss"] - best["dual"] <= gap_tol * best["loss"]:
-            raise _Converged
-        return -(2.0 * tr_ - lam_.sum()), -(lam_ * (x_ - 1.0))
-
-    if maxiter > 0 and Va.shape[0] > 1 and best["loss"] - best["dual"] > gap_tol * best["loss"]:
-        # A box of e^±30 around the fixed-point start keeps a long L-BFGS step from
-        # overflowing exp(η) (inf entries make the eigendecomposition fail); the optimum
-        # lies well inside it for any workload whose gram is finite.
-        eta0 = np.log(lam)
-        try:
-            so.minimize(neg_dual, eta0, jac=True, method="L-BFGS-B",
-                        bounds=list(zip(eta0 - 30.0, eta0 + 30.0)),
-                        options=dict(maxiter=maxiter, maxcor=20, ftol=1e-12, gtol=1e-10))
-        except _Converged:
-            pass
+    dual_ascent(evaluate, Va.shape[0], best, fixed_point_steps=fixed_point_steps, maxiter=maxiter,
+                gap_tol=gap_tol, refine=maxiter > 0 and Va.shape[0] > 1)
     Aa = _dual_strategy(best["lam"], best["root"], best["P"])
     A = np.zeros((Aa.shape[0], n))
     A[:, active] = Aa

@@ -40,7 +40,7 @@ from dpsql.plan.opt0 import Progress
 from dpsql.plan.strategy import (
     KronBlock, Strategy, eye_factor, factor_kind, ones_factor, round_blocks, union_sensitivity,
 )
-from dpsql.plan.balance import balanced_theta, baseline_shares, query_caps
+from dpsql.plan.balance import balanced_theta, baseline_shares, cap_score, query_caps
 from dpsql.plan.union import group_by_support, union_strategy, union_weights
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
@@ -187,14 +187,9 @@ def opt_marginals(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
                                        progress=progress)
     else:
         owner, cap = caps
-
-        def score(losses):
-            lq = np.zeros(cap.size)
-            np.add.at(lq, owner, losses)
-            return float(losses.sum()), bool(np.all(lq <= cap))
-
-        theta = balanced_theta(space, _term_kappas(space, terms), owner, cap, noise, score,
-                               restarts=restarts, rng=_rng(seed), progress=progress)
+        theta = balanced_theta(space, _term_kappas(space, terms), owner, cap, noise,
+                               cap_score(owner, cap), restarts=restarts, rng=_rng(seed),
+                               progress=progress)
     return _marginal_strategy(terms, space, theta, noise)
 
 
@@ -237,13 +232,7 @@ def opt_residual(W: Any, noise: str = "gaussian", *, restarts: int = 1, seed=0,
         mu = residual_mu(space, workload_kappa(space, terms))
     else:
         owner, cap = caps
-
-        def score(losses):
-            lq = np.zeros(cap.size)
-            np.add.at(lq, owner, losses)
-            return float(losses.sum()), bool(np.all(lq <= cap))
-
-        mu = balanced_mu(space, _term_kappas(space, terms), owner, cap, score)
+        mu = balanced_mu(space, _term_kappas(space, terms), owner, cap, cap_score(owner, cap))
     blocks = _residual_part(space, mu, terms.shape)
     sens = union_sensitivity(blocks, terms.shape, 2)
     blocks = [replace(b, weight=b.weight / sens) for b in blocks]

@@ -428,8 +428,10 @@ def encode_notice_fields(kind: bytes, fields: dict[str, str]) -> bytes:
     return message(kind, body + b"\0")
 
 
-def encode_error(sqlstate: str, msg: str, *, severity: str = "ERROR", hint: str | None = None,
-                 position: int | None = None, detail: str | None = None) -> bytes:
+def error_fields(sqlstate: str, msg: str, *, severity: str = "ERROR", hint: str | None = None,
+                 position: int | None = None, detail: str | None = None) -> dict[str, str]:
+    """An ErrorResponse's fields by their one-letter codes (severity, SQLSTATE, message, and
+    detail, hint and position where given)."""
     fields = {"S": severity, "V": severity, "C": sqlstate, "M": msg}
     if detail:
         fields["D"] = detail
@@ -437,7 +439,13 @@ def encode_error(sqlstate: str, msg: str, *, severity: str = "ERROR", hint: str 
         fields["H"] = hint
     if position:
         fields["P"] = str(position)
-    return encode_notice_fields(b"E", fields)
+    return fields
+
+
+def encode_error(sqlstate: str, msg: str, *, severity: str = "ERROR", hint: str | None = None,
+                 position: int | None = None, detail: str | None = None) -> bytes:
+    return encode_notice_fields(b"E", error_fields(sqlstate, msg, severity=severity, hint=hint,
+                                                   position=position, detail=detail))
 
 
 # -- backend decoders (used by the shadow client and by tests) -----------------------------

@@ -20,13 +20,7 @@ class QueryError(Exception):
                  position: int | None = None, detail: str | None = None, fields: dict | None = None) -> None:
         super().__init__(message)
         if fields is None:
-            fields = {"S": "ERROR", "V": "ERROR", "C": sqlstate, "M": message}
-            if detail:
-                fields["D"] = detail
-            if hint:
-                fields["H"] = hint
-            if position:
-                fields["P"] = str(position)
+            fields = codec.error_fields(sqlstate, message, hint=hint, position=position, detail=detail)
         self.fields = fields
 
     @classmethod

@@ -213,3 +213,14 @@ def test_laplace_kron_strategy_for_disjoint_range_filters_is_finite():
         assert float(np.sum(kron_loss(block, terms))) == pytest.approx(loss, rel=1e-6)
         s = optimize(W, noise, restarts=1, seed=0, grid=None)
         assert supports(W.matrix.dense(), s.dense())
+
+
+def test_cap_score_sums_each_querys_terms_against_its_cap():
+    # the score both capped planners (OPT_M and ResidualPlanner) hand to their balancers
+    from dpsql.plan.balance import cap_score
+
+    owner = np.array([0, 0, 1, 2, 1])
+    score = cap_score(owner, np.array([3.0, 2.0, np.inf]))
+    assert score(np.array([1.0, 2.0, 0.5, 100.0, 1.5])) == (105.0, True)        # loads 3, 2, 100
+    assert score(np.array([1.0, 2.0 + 1e-9, 0.5, 100.0, 1.5]))[1] is False     # query 0 over its cap
+    assert score(np.array([0.0, 0.0, 1.0, 0.0, 1.0 + 1e-9]))[1] is False       # query 1 over its cap

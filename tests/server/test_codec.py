@@ -76,3 +76,19 @@ def test_backend_messages_roundtrip():
     assert codec.decode_parameter_description(codec.encode_parameter_description([0, 23])[5:]) == (0, 23)
     nego = codec.encode_negotiate_version(0, ["_pq_.x"])
     assert nego[5:9] == struct.pack("!i", 196608)
+
+
+@pytest.mark.parametrize("extra", [{}, {"hint": "aggregate"}, {"position": 8}, {"detail": "why"},
+                                   {"hint": "h", "position": 3, "detail": "d"}, {"position": 0, "hint": ""}])
+def test_error_fields_are_what_goes_on_the_wire_and_what_a_query_error_carries(extra):
+    # one set of ErrorResponse fields: the encoder's and QueryError's (server.results)
+    from dpsql.server.results import QueryError
+
+    fields = codec.error_fields("42601", "bad statement", **extra)
+    want = {"S": "ERROR", "V": "ERROR", "C": "42601", "M": "bad statement"}
+    want.update({code: str(extra[key]) for key, code in (("detail", "D"), ("hint", "H"), ("position", "P"))
+                 if extra.get(key)})
+    assert fields == want
+    assert codec.decode_fields(codec.encode_error("42601", "bad statement", **extra)[5:]) == want
+    assert QueryError("42601", "bad statement", **extra).fields == want
+    assert codec.error_fields("08P01", "x", severity="FATAL")["V"] == "FATAL"

@@ -42,9 +42,28 @@ def config(tmp_path):
     return config
 
 
-def serve(config, *args, wait_ready=True):
+@pytest.fixture
+def private_tmp():
+    """A temporary directory of this test's own for the servers' catalog directories.
+
+    The startup sweep removes every catalog directory of this user whose server is gone, in
+    the machine's shared temporary directory: a server started by another test run at the same
+    time (parallel suites on a shared machine) removes the one a test crashed on purpose before
+    the test can look at it.  Here only this test's servers sweep, and what a failed test
+    leaves is swept at teardown."""
+    private = tempfile.mkdtemp(prefix="dpsql-t-", dir="/tmp")
+    os.chmod(private, 0o711)      # PostgreSQL runs as `postgres` when the tests run as root
+    try:
+        yield private
+    finally:
+        catalogdb.sweep_stale(private)
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def serve(config, *args, wait_ready=True, tmpdir=None):
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": tmpdir}
     proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "--config", str(config), "--port", "0",
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if not wait_ready:
         return proc, None
     ready, _, _ = select.select([proc.stdout], [], [], 120)
@@ -59,10 +78,10 @@ def serve(config, *args, wait_ready=True):
     return proc, int(match.group(1))
 
 
-def catalog_dirs(pid: int) -> list[str]:
+def catalog_dirs(pid: int, tmpdir: str | None = None) -> list[str]:
     """The catalog directories whose owner is server process ``pid``."""
     out = []
-    for d in glob.glob(os.path.join(tempfile.gettempdir(), catalogdb.DIR_PREFIX + "*")):
+    for d in glob.glob(os.path.join(tmpdir or tempfile.gettempdir(), catalogdb.DIR_PREFIX + "*")):
         try:
             with open(os.path.join(d, catalogdb.OWNER_FILE)) as fh:
                 if json.load(fh)["pid"] == pid:
@@ -72,8 +91,8 @@ def catalog_dirs(pid: int) -> list[str]:
     return out
 
 
-def running_catalog(pid: int) -> tuple[str, int]:
-    dirs = catalog_dirs(pid)
+def running_catalog(pid: int, tmpdir: str | None = None) -> tuple[str, int]:
+    dirs = catalog_dirs(pid, tmpdir)
     assert len(dirs) == 1, dirs
     postmaster = catalogdb.postmaster_pid(dirs[0])
     assert postmaster is not None
@@ -134,16 +153,16 @@ def test_failed_start_leaves_nothing(config):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def test_crash_is_cleaned_up_by_the_reaper_then_by_the_sweep(config):
+def test_crash_is_cleaned_up_by_the_reaper_then_by_the_sweep(config, private_tmp):
     # SIGKILL of the server alone: the reaper sees the pipe close and cleans up
-    proc, _ = serve(config)
-    directory, postmaster = running_catalog(proc.pid)
+    proc, _ = serve(config, tmpdir=private_tmp)
+    directory, postmaster = running_catalog(proc.pid, private_tmp)
     proc.kill()
     proc.wait(10)
     assert gone(directory, postmaster), "the reaper did not stop the catalog PostgreSQL"
     # SIGKILL of the server and its reaper: the next server's startup sweep cleans up
-    proc, _ = serve(config)
-    directory, postmaster = running_catalog(proc.pid)
+    proc, _ = serve(config, tmpdir=private_tmp)
+    directory, postmaster = running_catalog(proc.pid, private_tmp)
     reapers = [p for p in map(int, filter(str.isdigit, os.listdir("/proc")))
                if catalogdb._cmdline(p)[1:] == ["-m", "dpsql.server.reaper", directory]]
     assert len(reapers) == 1
@@ -152,7 +171,7 @@ def test_crash_is_cleaned_up_by_the_reaper_then_by_the_sweep(config):
     proc.wait(10)
     time.sleep(0.5)
     assert os.path.isdir(directory) and catalogdb._alive(postmaster)    # left behind, for now
-    second, _ = serve(config)
+    second, _ = serve(config, tmpdir=private_tmp)
     try:
         assert gone(directory, postmaster, within=1.0), "the startup sweep did not clean up"
     finally:
