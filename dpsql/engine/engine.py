@@ -664,9 +664,9 @@ class Engine:
         # One BLAS thread, as the planner: on the loaded 2-core machine the 40-query
         # dashboard's exact fit took 1.70 s against 1.81 s, 300 iterations of the 55-marginal
         # relaxed fit 7.9 s against 9.3 s (bench/trust.py --parts blas, bench/RESULTS.md).
-        workload = self.fit_workload(table) or None
         with one_blas_thread():
-            model = fit(domain, measurements, iters=iters, warm_start=previous, workload=workload,
+            model = fit(domain, measurements, iters=iters, warm_start=previous,
+                        workload=lambda: self.fit_workload(table),
                         capacity=self.config.planner.max_model_cells, exact_method="adaptive",
                         stop="discrepancy", stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP,
                         callback=callback if self._listeners else None)

@@ -182,7 +182,8 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
     either estimator once the estimated optimality gap is at most atol + rtol·loss
     (``dpsql.pgm.estimation.estimated_gap``; scale-free: the loss is in units of each
     measurement's σ); ``iters`` is then only a limit.  ``workload``: the query matrices the
-    answers are scored on (over the whole domain); an exact fit solved on the joint table of
+    answers are scored on (over the whole domain), or a function returning them, called only
+    when they are used; an exact fit solved on the joint table of
     the measured attributes then projects in their metric (``dpsql.pgm.workload_fit``), other
     fits ignore it.  Remaining ``options``
     go to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).

@@ -195,8 +195,9 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     given).  ``capacity`` bounds the junction tree in cells;
     beyond it ModelTooLargeError is raised before any work.  ``norm`` is "l2"
     (default; Gaussian likelihood) or "l1" (Laplace; md only).  ``workload``: the query
-    matrices (over the whole domain) the answers are scored on; where the fit is solved on the
-    joint table of the measured attributes, it is then solved in the workload's metric
+    matrices (over the whole domain) the answers are scored on, or a function returning them
+    (called only where they are used); where the fit is solved on the joint table of the
+    measured attributes, it is then solved in the workload's metric
     (:mod:`dpsql.pgm.workload_fit`; ``model.metric`` says which metric was used).
     """
     measurements = list(measurements)
@@ -321,6 +322,10 @@ def _solve_joint(domain, tree, bp, measurements, total, gap, workload=None):
     if not certified:
         return None
     metric = None
+    if how == "clique" and callable(workload):
+        # Compiled only here: the engine's workload costs the planner's imports (scipy) and
+        # ~0.2 s, which fits off this path never need (bench/trust.py --parts fit).
+        workload = workload() or None
     if how == "clique" and workload is not None:
         # the fit in the workload's metric, kept when its error estimate is lower
         from dpsql.pgm.workload_fit import choose_fit, joint_workload

@@ -44,3 +44,27 @@ def test_the_dense_block_fit_sees_the_workload_and_the_key_follows_it(tmp_path):
     # the releases are the same (measured once), the model is fitted again for this workload
     answer = Session(other, "ana").execute(PREFIX[0])
     assert len(answer.rows) == 2 and other_path.exists()
+
+
+def _refit(tmp: Path, workload):
+    """A fresh engine's model of releases measured (and perhaps fitted) before: the saved model
+    is removed so that the fit runs."""
+    Session(Engine(_config(tmp, workload)), "op").measure()
+    engine = Engine(_config(tmp, workload))
+    engine.model_path("adult").unlink(missing_ok=True)
+    return engine.model("adult")[0]
+
+
+def test_the_workload_is_compiled_only_for_the_fit_that_uses_it(tmp_path, monkeypatch):
+    # Two one-way marginals: no one block covers their joint table, so the fit never reaches
+    # the workload's metric and must not pay for compiling the workload (the planner's
+    # imports and ~0.2 s on the 40-query dashboard; bench/trust.py --parts fit).
+    calls = []
+    real = Engine.fit_workload
+    monkeypatch.setattr(Engine, "fit_workload", lambda self, t: calls.append(t) or real(self, t))
+    model = _refit(tmp_path / "m", ["SELECT sex, COUNT(*) FROM adult GROUP BY sex",
+                                    "SELECT race, COUNT(*) FROM adult GROUP BY race"])
+    assert model.metric is None and calls == [], (calls, model.stopped)
+    calls.clear()
+    model = _refit(tmp_path / "p", PREFIX)
+    assert model.metric is not None and calls == ["adult"], (calls, model.stopped)
