@@ -235,12 +235,8 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
         solved = _solve_joint(domain, tree, bp, measurements, total, gap, workload)
     if solved is not None:
         theta, history, certificate, metric = solved
-        model = GraphicalModel(domain, tree, theta, total,
-                               measured=[m.clique for m in measurements], loss=history)
-        model.polished = None
-        model.solved = certificate
-        model.metric = metric
-        return model
+        return _fitted(domain, tree, theta, total, measurements, history, solved=certificate,
+                       metric=metric)
     if method == "md" and norm == "l1":
         theta, history = _subgradient(bp, loss, theta, total, measurements, iters, tol,
                                       callback, stepsize)
@@ -254,11 +250,18 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     polished = None
     if gap is not None and norm == "l2":
         theta, polished = _polish_step(tree, bp, loss, measurements, theta, total, history)
+    return _fitted(domain, tree, theta, total, measurements, history, polished=polished)
+
+
+def _fitted(domain, tree, theta, total, measurements, history, polished=None, solved=None,
+            metric=None) -> GraphicalModel:
+    """The fitted model with how its fit ended: ``polished`` (the exact face step's report),
+    ``solved`` (the direct solve's certificate), ``metric`` (the workload-metric choice)."""
     model = GraphicalModel(domain, tree, theta, total,
                            measured=[m.clique for m in measurements], loss=history)
     model.polished = polished
-    model.solved = None
-    model.metric = None
+    model.solved = solved
+    model.metric = metric
     return model
 
 

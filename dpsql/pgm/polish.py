@@ -283,18 +283,40 @@ def _simplex(v: np.ndarray, total: float) -> np.ndarray:
     return np.maximum(v - css[r] / (r + 1), 0.0)
 
 
+def top_eigenvalue(apply, n: int, iters: int) -> float:
+    """‖apply(x)‖ after ``iters`` power iterations from a fixed start: the largest eigenvalue
+    of a symmetric PSD operator, approached from below (callers add their margin).  The start
+    vector is the optimizer's, not noise: seeded numpy is fine here."""
+    x = np.random.default_rng(0).random(n)
+    x /= np.linalg.norm(x)
+    value = 0.0
+    for _ in range(iters):
+        y = apply(x)
+        value = float(np.linalg.norm(y))
+        if value <= 0.0:
+            return 0.0
+        x = y / value
+    return value
+
+
 def _pcg(hvp, precond, rhs, free, iters, rtol):
     """min ½dᵀHd − rhsᵀd over d with d = 0 off ``free`` and Σd = 0: conjugate gradients in
     that subspace with the preconditioner Π M⁻¹ Π (Π the orthogonal projector onto it; symmetric
-    and positive definite there, as CG needs)."""
+    and positive definite there, as CG needs).  ``free=None``: over all of ℝⁿ (Π = I), plain
+    preconditioned CG.  Stops when the preconditioned residual rᵀM⁻¹r falls to rtol² of its
+    start."""
     n = rhs.size
-    count = max(int(free.sum()), 1)
+    if free is None:
+        def project(x):
+            return x.copy()   # the loop updates r in place: never the caller's rhs
+    else:
+        count = max(int(free.sum()), 1)
 
-    def project(x):
-        x = x.copy()
-        x[~free] = 0.0
-        x[free] -= x[free].sum() / count
-        return x
+        def project(x):
+            x = x.copy()
+            x[~free] = 0.0
+            x[free] -= x[free].sum() / count
+            return x
 
     def apply_p(r):
         return project(precond(project(r))) if precond is not None else project(r)
@@ -362,11 +384,7 @@ def solve_clique(loss, shape: tuple[int, ...], total: float, atol: float, rtol: 
     zero = v <= 0.0
     # A projected-gradient step of 1/L (L ≥ λ_max(H), by power iteration) always lowers the
     # loss unless μ is optimal: the fallback when the Newton step's projection does not.
-    x = np.random.default_rng(0).random(n)
-    for _ in range(8):
-        x = hvp(x)
-        x /= max(float(np.linalg.norm(x)), 1e-300)
-    lipschitz = 1.5 * max(float(np.linalg.norm(hvp(x))), 1e-300)
+    lipschitz = 1.5 * max(top_eigenvalue(hvp, n, 9), 1e-300)
     certified = False
     stalled = 0
     # Inexact Newton: while the face changes, a loose solve is enough to find the next one;

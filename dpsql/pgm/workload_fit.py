@@ -34,6 +34,7 @@ import numpy as np
 
 from dpsql.domain import Domain
 from dpsql.pgm.measurement import dense
+from dpsql.pgm.polish import _pcg, solve_clique, top_eigenvalue
 
 __all__ = ["WORKLOAD_WEIGHT", "WORKLOAD_MAX_ENTRIES", "MetricChoice", "WorkloadLoss", "choose_fit",
            "joint_workload", "solve_in_workload_metric", "workload_risks"]
@@ -52,6 +53,8 @@ LS_RTOL = 1e-10
 #: Ridge of the least-squares solve, relative to the Hessian's largest eigenvalue: where the
 #: measurements do not determine x̂ it stays near the minimum-norm solution.
 LS_RIDGE = 1e-12
+#: Power iterations for the largest eigenvalues (of H and of WᵀW) that scale the ridge and κ.
+POWER_ITERS = 30
 
 
 def _terms(query, coef: float = 1.0):
@@ -137,62 +140,13 @@ class WorkloadLoss:
         return value + self.kappa * float(r @ r), [g.reshape(self.shape)]
 
 
-def _power(apply, n: int, iters: int = 30) -> float:
-    """Largest eigenvalue of a symmetric PSD operator (power iteration, 1.5x margin-free)."""
-    x = np.random.default_rng(0).random(n)
-    x /= np.linalg.norm(x)
-    value = 0.0
-    for _ in range(iters):
-        y = apply(x)
-        value = float(np.linalg.norm(y))
-        if value <= 0.0:
-            return 0.0
-        x = y / value
-    return value
-
-
-def _cg(apply, precond, rhs: np.ndarray, iters: int, rtol: float) -> np.ndarray:
-    """Preconditioned conjugate gradients for apply(x) = rhs (symmetric positive definite)."""
-    x = np.zeros_like(rhs)
-    r = rhs.copy()
-    z = precond(r) if precond is not None else r.copy()
-    p = z.copy()
-    rz = float(r @ z)
-    stop = rtol * rtol * max(float(rhs @ rhs), 1e-300)
-    for _ in range(iters):
-        if float(r @ r) <= stop or rz <= 0.0:
-            break
-        ap = apply(p)
-        pap = float(p @ ap)
-        if pap <= 0.0:
-            break
-        a = rz / pap
-        x += a * p
-        r -= a * ap
-        z = precond(r) if precond is not None else r
-        new = float(r @ z)
-        p = z + (new / rz) * p
-        rz = new
-    return x
-
-
 def least_squares(loss, shape, precond) -> tuple[np.ndarray, float]:
     """(x̂, λ_max of L's Hessian): a minimiser of L over all tables (no constraints), by
     conjugate gradients preconditioned by the block's Kronecker Gram inverse."""
-    n = int(np.prod(shape))
-
-    def grad(x):
-        _, g = loss([x.reshape(shape)])
-        return np.zeros(n) if g[0] is None else np.asarray(g[0], dtype=float).ravel()
-
-    g0 = grad(np.zeros(n))
-
-    def hvp(x):
-        return grad(x) - g0
-
-    top = _power(hvp, n)
+    hvp, g0 = _hvp(loss, shape)
+    top = top_eigenvalue(hvp, g0.size, POWER_ITERS)
     ridge = LS_RIDGE * max(top, 1e-300)
-    xhat = _cg(lambda x: hvp(x) + ridge * x, precond, -g0, LS_ITERS, LS_RTOL)
+    xhat = _pcg(lambda x: hvp(x) + ridge * x, precond, -g0, None, LS_ITERS, LS_RTOL)
     return xhat, top
 
 
@@ -214,11 +168,9 @@ def solve_in_workload_metric(loss, shape, total: float, W: np.ndarray, atol: flo
     table to begin from (the measurement-metric fit: its face is nearly this one's, which
     halves the active-set rounds on adult/ranges), else x̂.  Returns (table, history,
     certified, workload loss, x̂) with ``solve_clique``'s first three."""
-    from dpsql.pgm.polish import solve_clique   # fitting only: polish imports scipy lazily
-
     xhat, top = least_squares(loss, shape, precond)
     W = _compress(np.asarray(W, dtype=float))
-    w_top = _power(lambda v: W.T @ (W @ v), W.shape[1])
+    w_top = top_eigenvalue(lambda v: W.T @ (W @ v), W.shape[1], POWER_ITERS)
     kappa = weight * top / (2.0 * w_top) if w_top > 0.0 else 0.0
     wloss = WorkloadLoss(loss, W, W @ xhat, kappa, shape)
     table, history, certified = solve_clique(wloss, shape, total, atol, rtol,
@@ -234,6 +186,7 @@ RISK_CG_RTOL = 1e-3
 
 
 def _hvp(loss, shape):
+    """(H·, ∇L(0)) of the quadratic loss on one table: Hx = ∇L(x) − ∇L(0)."""
     n = int(np.prod(shape))
 
     def grad(x):
@@ -241,7 +194,7 @@ def _hvp(loss, shape):
         return np.zeros(n) if g[0] is None else np.asarray(g[0], dtype=float).ravel()
 
     g0 = grad(np.zeros(n))
-    return lambda x: grad(x) - g0
+    return (lambda x: grad(x) - g0), g0
 
 
 def workload_risks(loss, shape, xhat: np.ndarray, W: np.ndarray, fits, precond,
@@ -256,15 +209,12 @@ def workload_risks(loss, shape, xhat: np.ndarray, W: np.ndarray, fits, precond,
     with random sign probes (Hutchinson), the same for every fit so that their difference is
     estimated more closely than either.  The probes are public randomness of a post-processing
     step: numpy's generator, seeded, is fine here (no privacy noise is drawn)."""
-    from dpsql.pgm.polish import _pcg
-
-    n = int(np.prod(shape))
-    h_meas = _hvp(loss, shape)
-    top = _power(h_meas, n)
+    h_meas, g0 = _hvp(loss, shape)
+    top = top_eigenvalue(h_meas, g0.size, POWER_ITERS)
     ridge = LS_RIDGE * max(top, 1e-300)
 
     def cov(v):
-        return 2.0 * _cg(lambda x: h_meas(x) + ridge * x, precond, v, LS_ITERS, LS_RTOL)
+        return 2.0 * _pcg(lambda x: h_meas(x) + ridge * x, precond, v, None, LS_ITERS, LS_RTOL)
 
     rng = np.random.default_rng(seed)
     Z = rng.choice([-1.0, 1.0], size=(probes, W.shape[0]))
@@ -272,7 +222,7 @@ def workload_risks(loss, shape, xhat: np.ndarray, W: np.ndarray, fits, precond,
     risks = []
     for table, fit_loss in fits:
         table = np.ravel(table)
-        hv = _hvp(fit_loss, shape)
+        hv, _ = _hvp(fit_loss, shape)
         free = table > 0.0
         count = max(int(free.sum()), 1)
         trace = 0.0
