@@ -302,21 +302,15 @@ def top_eigenvalue(apply, n: int, iters: int) -> float:
 def _pcg(hvp, precond, rhs, free, iters, rtol):
     """min ½dᵀHd − rhsᵀd over d with d = 0 off ``free`` and Σd = 0: conjugate gradients in
     that subspace with the preconditioner Π M⁻¹ Π (Π the orthogonal projector onto it; symmetric
-    and positive definite there, as CG needs).  ``free=None``: over all of ℝⁿ (Π = I), plain
-    preconditioned CG.  Stops when the preconditioned residual rᵀM⁻¹r falls to rtol² of its
-    start."""
+    and positive definite there, as CG needs)."""
     n = rhs.size
-    if free is None:
-        def project(x):
-            return x.copy()   # the loop updates r in place: never the caller's rhs
-    else:
-        count = max(int(free.sum()), 1)
+    count = max(int(free.sum()), 1)
 
-        def project(x):
-            x = x.copy()
-            x[~free] = 0.0
-            x[free] -= x[free].sum() / count
-            return x
+    def project(x):
+        x = x.copy()
+        x[~free] = 0.0
+        x[free] -= x[free].sum() / count
+        return x
 
     def apply_p(r):
         return project(precond(project(r))) if precond is not None else project(r)
