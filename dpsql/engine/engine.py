@@ -126,11 +126,13 @@ class Engine:
         # whole source to know that its releases still apply (issue 17)
         self.backend = backend if backend is not None else open_backend(
             config.sources, fingerprint_store=Path(str(config.ledger_path) + ".sources.json"))
-        per_user = None
-        if config.user_budgets or config.default_user_budget:
-            # users without their own entry fall back to the default, or to the global cap
-            default = config.default_user_budget or config.budget
-            per_user = {"*": default.rho, **{u: b.rho for u, b in config.user_budgets.items()}}
+        # A user without their own entry gets the declared default, else 0 (docs/config.md,
+        # "Budgets"): falling back to the global total let any unlisted analyst drain it
+        # under the `measure` policy (issue 34).  Only the engine's "@" principals (the
+        # operator's workload) are bounded by the total alone.
+        per_user: dict = {u: b.rho for u, b in config.user_budgets.items()}
+        if config.default_user_budget is not None:
+            per_user["*"] = config.default_user_budget.rho
         self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho, per_user_rho=per_user)
         self._listeners: list[Callable[[str, dict], None]] = [progress] if progress else []
         # True (servers): fit in a background thread as soon as a release arrives

@@ -55,6 +55,9 @@ cache_dir = "cache"
 epsilon = 1e9
 delta = 1e-6
 
+[budget.per_user]
+epsilon = 1e9
+
 [tables.t]
 domain = "d.toml"
 {unit}
