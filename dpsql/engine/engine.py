@@ -218,6 +218,10 @@ class Engine:
             if identity != state.identity:
                 state.released, state.release_keys = [], set()
                 state.model = state.variance = state.model_last = None
+                if state.identity is not None:
+                    # sessions cache answers per model version: the old identity's answers
+                    # must not outlive its releases (docs/privacy.md §7.3, issue 34)
+                    state.model_version += 1
                 state.identity = identity
             state.content = content
         prefix = state.identity.key() + ":"
