@@ -53,10 +53,11 @@ SCHEMA: dict[str, Any] = {
     "model": {"iters": None},
     # read by the wire server (dpsql/server/config.py, which also checks the values)
     "server": {"max_statement_bytes": None, "max_user_statements": None, "max_connections": None,
+               "max_user_connections": None,
                "max_unauthenticated": None, "auth_timeout": None, "catalog_timeout": None, "query_log": None,
                "users": "server_users"},
     "server_users": {"*": "server_user"},
-    "server_user": {"error_columns": None, "estimator": None},
+    "server_user": {"error_columns": None, "estimator": None, "connection_limit": None},
 }
 
 

@@ -17,6 +17,9 @@ Limits (``ServerOptions``):
   4 x ``max_unauthenticated`` may wait, further ones are closed at once);
 * frontend messages longer than ``max_statement`` are answered 54000 and discarded as they
   arrive, never buffered or parsed; beyond ``max_message`` the connection is broken (08P01);
+* each user holds at most ``max_user_connections`` of the ``max_connections`` authenticated
+  connections (default half; a per-user ``connection_limit`` overrides it), PostgreSQL's
+  per-role CONNECTION LIMIT, so one analyst cannot take every slot (53300 for them only);
 * each user runs at most ``max_user_statements`` statements at once; more wait their turn;
 * a delay before reporting a failed authentication, doubling per recent failure from the
   same address; backpressure through ``drain()``.
@@ -81,6 +84,8 @@ class ServerOptions:
     port: int = 5432
     database: str = "dpsql"
     max_connections: int = 100               # authenticated connections
+    max_user_connections: int | None = None  # of them one user's (default: half of max_connections)
+    user_connection_limits: dict = field(default_factory=dict)   # user -> their own limit (overrides)
     max_unauthenticated: int = 32            # connections still authenticating (see the module doc)
     unauthenticated_idle: float = 1.0        # idle this long, an unauthenticated connection may be dropped
     auth_timeout: float = 5.0                # admitted → authenticated
@@ -156,6 +161,7 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._conns: dict[int, _Conn] = {}
         self._active = 0
+        self._per_user: dict[str, int] = {}           # user -> authenticated connections
         self._unauth: dict[asyncio.Task, _Unauthenticated] = {}
         self._unauth_left: asyncio.Condition | None = None
         self._waiting = 0
@@ -265,7 +271,11 @@ class Server:
             user, params = result
             if self._active >= self.options.max_connections:
                 raise Fatal("53300", "sorry, too many clients already")
+            if self._per_user.get(user, 0) >= self.user_connection_limit(user):
+                raise Fatal("53300", f'too many connections for role "{user}"',
+                            hint="close some of this user's connections, or raise max_user_connections")
             self._active += 1
+            self._per_user[user] = self._per_user.get(user, 0) + 1
             counted = True
             conn = self._register()
             conn.user = user
@@ -311,6 +321,9 @@ class Server:
                 self._conns.pop(conn.pid, None)
             if counted:
                 self._active -= 1
+                left = self._per_user.pop(conn.user) - 1
+                if left:
+                    self._per_user[conn.user] = left
             if link is not None:
                 try:
                     await loop.run_in_executor(self.executor, link.close)
@@ -348,6 +361,13 @@ class Server:
         if self._unauth.pop(task, None) is not None and self._unauth_left is not None:
             async with self._unauth_left:
                 self._unauth_left.notify()
+
+    def user_connection_limit(self, user: str) -> int:
+        """PostgreSQL's per-role CONNECTION LIMIT: the user's own, else ``max_user_connections``,
+        else half of ``max_connections`` (so one analyst never holds every slot)."""
+        opts = self.options
+        limit = opts.user_connection_limits.get(user, opts.max_user_connections)
+        return max(1, opts.max_connections // 2) if limit is None else limit
 
     def _limiter(self, user: str) -> asyncio.Semaphore:
         limiter = self._limiters.get(user)
