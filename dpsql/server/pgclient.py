@@ -53,6 +53,7 @@ class ShadowClient:
         self._writer: asyncio.StreamWriter | None = None
         self.broken = False
         self.role = ""
+        self.user = ""          # the analyst a pooled connection serves (shadow.py)
 
     @classmethod
     async def connect(cls, socket_path: str, database: str, user: str) -> ShadowClient:
@@ -98,7 +99,7 @@ class ShadowClient:
         assert self._writer is not None
         self._writer.write(payload)
         await self._writer.drain()
-        replies = []
+        replies: list = []
         while True:
             kind, body = await self._read()
             if kind == b"Z":
