@@ -5,7 +5,7 @@
     max_user_statements = 2          # statements one user may run at once (more wait their turn)
     max_connections = 100            # authenticated connections (53300 beyond)
     max_user_connections = 50        # of them one user's (default: half of max_connections; 53300 beyond)
-    max_unauthenticated = 32         # connections still authenticating; the idlest is dropped beyond
+    max_unauthenticated = 256        # connections still authenticating; the most stalled gives way beyond
     auth_timeout = 5.0               # seconds to finish authenticating
     catalog_timeout = 10.0           # statement timeout of catalog queries, enforced per role
     query_log = "queries.jsonl"      # JSON lines, one per statement; "-" for stderr
@@ -42,7 +42,7 @@ class ServerConfig:
     max_user_statements: int = 2
     max_connections: int = 100
     max_user_connections: int | None = None   # None: half of max_connections
-    max_unauthenticated: int = 32
+    max_unauthenticated: int = 256
     auth_timeout: float = 5.0
     catalog_timeout: float = 10.0
     query_log: str | None = None          # a path, or "-" for stderr
