@@ -122,7 +122,9 @@ def read_sql(sql: str, con: "Connection", params: Sequence[Any] | None = None, *
     result = cur.result
     if result is None or not result.columns:
         raise errors_mod.ProgrammingError("read_sql needs a statement that returns rows")
-    names = [c.name for c in result.columns]
+    # the columns SET dpsql.error_columns appended are left out: the frame carries the errors
+    # and ranges in its own columns, named by ``errors``
+    names = [c.name for c in result.columns[:len(result.columns) - result.appended]]
     scale = Z95 if errors == "ci95" else 1.0
     data: dict[str, list] = {}
     valued = [j for j in range(len(names)) if any(r[j] is not None for r in result.stderr)]

@@ -104,6 +104,26 @@ def test_read_sql_returns_values_errors_ranges_and_flags(measured):
     con.cursor().execute("RESET dpsql.policy")
 
 
+def test_read_sql_after_set_error_columns(measured):
+    """Issue 29 item 7: the README's DB-API example ends with SET dpsql.error_columns; read_sql
+    then raised IndexError (the appended columns had no standard-error entry)."""
+    pytest.importorskip("pandas")
+    con, _ = measured
+    cur = con.cursor()
+    cur.execute("SET dpsql.error_columns = 'ci95'")
+    try:
+        frame = dpsql.read_sql("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex", con)
+        assert list(frame.columns) == ["sex", "n", "n_stderr", "n_lower", "n_upper", "inferred"]
+        assert (frame["n_stderr"] > 0).all()
+        # the cursor's errors stay aligned with its (longer) rows
+        cur.execute("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex")
+        assert [d[0] for d in cur.description] == ["sex", "n", "n_ci95"]
+        assert all(len(e) == len(r) == 3 for e, r in zip(cur.stderr, cur.fetchall()))
+        assert all(e[2] is None for e in cur.stderr)
+    finally:
+        cur.execute("RESET dpsql.error_columns")
+
+
 def test_ranges_always_contain_the_truth_and_intervals_cover(measured):
     """Calibration on held-out queries (none is in the workload): every inferred range holds
     the true value, and the 95% intervals of supported values cover at least 90%."""
