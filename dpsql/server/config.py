@@ -61,7 +61,8 @@ def parse_server_section(section, where: str = "[server]", base: Path | None = N
     for key, kind in _NUMBERS.items():
         if key in section:
             value = section[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or (kind is int and not isinstance(value, int))):
                 raise ConfigError(f"{where}: {key} must be a{'n integer' if kind is int else ' number'}")
             if value <= 0:
                 raise ConfigError(f"{where}: {key} must be positive")

@@ -52,7 +52,7 @@ from dpsql.server import codec, scram
 from dpsql.server.backend import Dispatcher, DpsqlLink
 from dpsql.server.config import DEFAULT_MAX_STATEMENT
 from dpsql.server.gate import Gate, Pending
-from dpsql.server.gucs import Settings, parse_options
+from dpsql.server.gucs import Settings
 from dpsql.server.protocol import FatalError, QueryProtocol
 from dpsql.server.querylog import QueryLog
 from dpsql.server.results import QueryError
@@ -118,7 +118,8 @@ class _Conn:
 
 class Server:
     def __init__(self, config, *, users_file=None, overrides: dict | None = None, link_factory=None,
-                 catalog=None, options: ServerOptions | None = None, shadow_cluster: ShadowCluster | None = None) -> None:
+                 catalog=None, options: ServerOptions | None = None,
+                 shadow_cluster: ShadowCluster | None = None) -> None:
         """``shadow_cluster``: an already started shadow to share (the caller stops it)."""
         self.config = config
         self.options = options or ServerOptions()
@@ -536,7 +537,7 @@ class ServerThread:
             await self.server.close()
         asyncio.run(main())
 
-    def start(self, timeout: float = 120) -> "ServerThread":
+    def start(self, timeout: float = 120) -> ServerThread:
         self._thread.start()
         if not self._ready.wait(timeout):
             raise TimeoutError("server did not start")
