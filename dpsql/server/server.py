@@ -18,6 +18,9 @@ Limits (``ServerOptions``):
 * each user holds at most ``max_user_connections`` of the ``max_connections`` authenticated
   connections (default half; a per-user ``connection_limit`` overrides it), PostgreSQL's
   per-role CONNECTION LIMIT, so one analyst cannot take every slot (53300 for them only);
+* one connection holds at most ``max_session_memory`` bytes of prepared statements, portals
+  and the reply being built (engine rows, a catalog reply, checked before a catalog message's
+  body is read); 53200 beyond (``protocol.py``);
 * each user runs at most ``max_user_statements`` statements at once; more wait their turn;
 * a delay before reporting a failed authentication, doubling per recent failure from the
   same address; backpressure through ``drain()``.
@@ -91,6 +94,7 @@ class ServerOptions:
     startup_timeout: float = 30.0            # authenticated → ReadyForQuery (opens the engine session)
     max_message: int = codec.DEFAULT_MAX_MESSAGE
     max_statement: int = DEFAULT_MAX_STATEMENT
+    max_session_memory: int = 64 * 1024 * 1024   # one connection's statements, portals and reply; 53200
     max_user_statements: int = 2             # below ``workers``: one analyst cannot take every engine thread
     auth_failure_delay: float = 0.2          # doubled per recent failure from the same address, up to 5 s
     auth_method: str = "scram-sha-256"      # or "password" (cleartext; TLS only)
@@ -102,6 +106,8 @@ class ServerOptions:
     shadow_pool: int = 16                    # catalog connections in all
     catalog_timeout: float = 10.0            # statement timeout of catalog queries (per role)
     query_log: object = None                 # a path, "-" (stderr) or a text stream
+    query_log_max_bytes: int = 64 * 1024 * 1024   # a path is rotated beyond this size
+    query_log_files: int = 4                 # rotated files kept (PATH.1 … PATH.4)
     user_settings: dict = field(default_factory=dict)   # user -> {"dpsql.error_columns": "ci95", …}
     server_version: str = ""                 # default: the shadow's version (psql picks \d SQL by it)
 
@@ -145,7 +151,8 @@ class Server:
         self._starting: asyncio.Future | None = None
         self._keepalive = None
         self.shadow: ShadowPool | None = None
-        self.query_log = QueryLog(opts.query_log) if opts.query_log is not None else None
+        self.query_log = QueryLog(opts.query_log, max_bytes=opts.query_log_max_bytes, keep=opts.query_log_files) \
+            if opts.query_log is not None else None
         self._server: asyncio.base_events.Server | None = None
         self._conns: dict[int, _Conn] = {}
         self._active = 0
@@ -269,6 +276,7 @@ class Server:
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
                                             executor=self.executor, parse_executor=self.parse_executor,
                                             limiter=self._limiter(user), query_log=self.query_log,
+                                            max_reply=self.options.max_session_memory,
                                             dpsql_version=_version(),
                                             signal=lambda pid, user=user: self._signal(pid, user))
                     conn.dispatcher = dispatcher
@@ -280,7 +288,7 @@ class Server:
                 return
             frames.max_message = self.options.max_message
             frames.max_statement = min(self.options.max_statement, self.options.max_message)
-            await self._serve(reader, writer, frames, QueryProtocol(dispatcher))
+            await self._serve(reader, writer, frames, QueryProtocol(dispatcher, self.options.max_session_memory))
         except Fatal as exc:
             await self._send_fatal(writer, exc)
         except codec.ProtocolViolation as exc:

@@ -3,6 +3,10 @@
 6. Slowloris before authentication: sockets sending one byte every 0.5-0.9 s cannot keep anyone
    from logging in (the whole handshake has ``auth_timeout``; bytes that complete no message are
    no progress, and such sockets give their place to newcomers: ``gate.py``).
+11. Bounded memory and disk: the query log is rotated by size and keeps at most
+    ``query_log_files`` old files, statements in it are cut to 16 KiB; one connection's prepared
+    statements, portals and reply (engine rows, catalog reply) hold at most
+    ``max_session_memory`` bytes (53200 beyond, and the connection goes on);
 9. Per-user connection limits: one analyst cannot take every connection slot (53300 for them,
    not for everyone else); ``max_user_connections`` defaults to half of ``max_connections``, and
    ``[server.users.NAME] connection_limit`` overrides it per user.
@@ -10,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 import time
 
@@ -19,6 +24,7 @@ from dpsql.errors import ConfigError
 from dpsql.server import codec
 from dpsql.server.config import load_server_config
 from dpsql.server.gate import Gate
+from dpsql.server.querylog import STATEMENT_CHARS
 from dpsql.server.server import Server, ServerOptions, ServerThread
 
 from server_fakes import ADULT_CONFIG, PASSWORD, FakeLink
@@ -171,6 +177,72 @@ def test_negotiation_requests_are_not_endless_progress(users_file):
         c.send(struct.pack("!ii", 8, codec.SSL_REQUEST))
         fields = error_fields(c.until(b"E"))
         assert fields["C"] == "08P01" and "duplicate SSL" in fields["M"]
+        c.close()
+    finally:
+        server.stop()
+
+
+# -- 11. bounded memory and disk -------------------------------------------------------------------
+
+def test_query_log_is_rotated_by_size(users_file, tmp_path):
+    log = tmp_path / "queries.jsonl"
+    server = start(users_file, query_log=str(log), query_log_max_bytes=100_000, query_log_files=2)
+    try:
+        c, msgs = login(server.port, "alice")
+        assert msgs[-1][0] == b"Z"
+        statement = "SELECT 1 -- " + "x" * 60_000           # a large statement, as an attacker would send
+        for _ in range(40):
+            c.send(codec.encode_query(statement))
+            assert c.until(b"Z")[-1][0] == b"Z"
+        c.close()
+    finally:
+        server.stop()
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["queries.jsonl", "queries.jsonl.1", "queries.jsonl.2"]
+    assert all(f.stat().st_size <= 100_000 for f in files)   # 40 x 60 kB were sent; 3 x 100 kB at most kept
+    entries = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    assert len(entries) >= 3 and all(e["user"] == "alice" for e in entries)
+    assert all(len(e["statement"]) == STATEMENT_CHARS and e["statement_chars"] == len(statement) for e in entries)
+
+
+def test_portals_are_bounded_per_connection(users_file):
+    server = start(users_file, max_session_memory=1_000_000)
+    try:
+        c, msgs = login(server.port, "alice")
+        c.send(codec.encode_query("BEGIN"))             # portals then outlive Sync
+        assert c.until()[-1] == (b"Z", b"T")
+        c.send(codec.encode_parse("s", "SELECT sex, COUNT(*) FROM adult WHERE workclass = $1 GROUP BY sex", [25])
+               + codec.SYNC)
+        assert not error_fields(c.until())
+        outcomes = []
+        for i in range(30):                               # 30 portals of 100 kB of parameters: 3 MB
+            c.send(codec.encode_bind(f"p{i}", "s", [0], [b"x" * 100_000], []) + codec.SYNC)
+            outcomes.append(error_fields(c.until()).get("C", "ok"))
+            if outcomes[-1] != "ok":
+                c.send(codec.encode_query("ROLLBACK; BEGIN"))
+                assert c.until()[-1] == (b"Z", b"T")
+                break
+        assert outcomes[:9] == ["ok"] * 9 and outcomes[-1] == "53200", outcomes
+        # the refused portal was dropped: a small one still fits, and a suspended portal is held
+        c.send(codec.encode_bind("q", "s", [0], [b"Private"], []) + codec.encode_execute("q", 1) + codec.SYNC)
+        msgs = c.until()
+        assert not error_fields(msgs) and [k for k, _ in msgs][-2:] == [b"s", b"Z"]   # suspended, held
+        c.close()
+    finally:
+        server.stop()
+
+
+def test_a_large_catalog_reply_is_refused_before_it_is_read(users_file, shadow_cluster):
+    server = ServerThread(Server(ADULT_CONFIG, users_file=users_file, link_factory=FakeLink, catalog=FakeLink.catalog,
+                                 options=ServerOptions(port=0, max_session_memory=1_000_000),
+                                 shadow_cluster=shadow_cluster)).start()
+    try:
+        c, msgs = login(server.port, "alice")
+        c.send(codec.encode_query("SELECT repeat('x', 5000000) FROM pg_catalog.pg_class LIMIT 1"))
+        assert error_fields(c.until())["C"] == "53200"
+        c.send(codec.encode_query("SELECT relname FROM pg_catalog.pg_class WHERE relname = 'adult'"))
+        msgs = c.until()
+        assert not error_fields(msgs) and any(k == b"D" for k, _ in msgs)   # the connection goes on
         c.close()
     finally:
         server.stop()
