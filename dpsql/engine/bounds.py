@@ -23,7 +23,7 @@ Everything here is post-processing of released measurements: it costs no budget.
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

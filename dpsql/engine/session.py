@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,9 @@ class Result:
     model_version: int = 0
     model: str = ""      # which model answered: "exact junction tree" or "relaxed region graph"
     bounds: list[tuple] = field(default_factory=list)
+    # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
+    # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
+    appended: int = 0
 
 
 @dataclass(frozen=True)
@@ -505,7 +509,7 @@ class Session:
                      if any(r[j] is not None for r in result.stderr)] if result.stderr else []
         for name in error_column_names([result.columns[j].name for j in value_idx], mode):
             cols.append(Column(name, "double"))
-        rows = []
+        rows, stderr, bounds = [], [], []
         for i, row in enumerate(result.rows):
             extra = []
             for j in value_idx:
@@ -518,7 +522,14 @@ class Session:
                     b = result.bounds[i][j] if i < len(result.bounds) and result.bounds[i] else None
                     extra += [_finite(b[0]), _finite(b[1])] if b is not None else [None, None]
             rows.append(tuple(row) + tuple(extra))
-        return replace(result, columns=cols, rows=rows)
+            # keep stderr and bounds aligned with the longer rows (stderr[i][j] for rows[i][j])
+            pad = (None,) * len(extra)
+            if i < len(result.stderr):
+                stderr.append(tuple(result.stderr[i]) + pad)
+            if i < len(result.bounds):
+                bounds.append(tuple(result.bounds[i]) + pad if result.bounds[i] else result.bounds[i])
+        return replace(result, columns=cols, rows=rows, stderr=stderr, bounds=bounds,
+                       appended=len(cols) - len(result.columns))
 
 
 def error_column_names(value_columns: Sequence[str], mode: str) -> list[str]:

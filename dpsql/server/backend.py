@@ -315,7 +315,8 @@ class Dispatcher:
             stmt.description = self._engine_description(compiled.columns, ())
         elif route.kind == "session":
             cmd = parse_command(route)
-            stmt.description = text_description([cmd.name]) if cmd.kind == "show" and not cmd.name.startswith("dpsql.") else None
+            show = cmd.kind == "show" and not cmd.name.startswith("dpsql.")
+            stmt.description = text_description([cmd.name]) if show else None
         elif route.kind == "local":
             stmt.description = self._local_description(route, ())
         stmt.described = True

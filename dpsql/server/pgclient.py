@@ -55,7 +55,7 @@ class ShadowClient:
         self.role = ""
 
     @classmethod
-    async def connect(cls, socket_path: str, database: str, user: str) -> "ShadowClient":
+    async def connect(cls, socket_path: str, database: str, user: str) -> ShadowClient:
         self = cls()
         self.role = user
         self._reader, self._writer = await asyncio.open_unix_connection(socket_path)

@@ -24,7 +24,7 @@ class QueryError(Exception):
         self.fields = fields
 
     @classmethod
-    def relayed(cls, fields: dict) -> "QueryError":
+    def relayed(cls, fields: dict) -> QueryError:
         """An error reported by the shadow catalog, passed on field by field."""
         return cls(fields.get("C", "XX000"), fields.get("M", ""), fields=dict(fields))
 
