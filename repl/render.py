@@ -15,7 +15,8 @@ from __future__ import annotations
 import csv
 import math
 import numbers
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from dpsql.display import (ERROR_MODES, INFERRED_MARK, INFERRED_NOTE, NULL_TEXT, Z95, cells,  # noqa: F401
                            format_cell, round_error, round_range, rounded_rows, table_lines)

@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -293,7 +294,8 @@ class Session:
                 continue
             what = "not supported by a measurement"
             if ranges is not None and not ranges.informed(lq.attributes):
-                what += " and " + _never_text(ranges.never_together(lq.attributes))
+                what += " and " + _never_text(ranges.never_together(lq.attributes),
+                                              ranges.measured_coarsely(lq.attributes))
             lines.append(f"{lq.name}: {what}; policy {self.policy!r}: {self._policy_effect(lq, ranges)}")
         return "\n".join(lines)
 
@@ -352,16 +354,18 @@ class Session:
         bad = [lq for lq in unsupported if not ranges.informed(lq.attributes)]
         if not bad:
             return
-        never = []
+        never, coarse = [], []
         for lq in bad:
             for item in ranges.never_together(lq.attributes):
                 if item not in never:
                     never.append(item)
-        example = _example_query(compiled.table, never)
+            coarse += [a for a in ranges.measured_coarsely(lq.attributes) if a not in coarse]
+        example = _example_query(compiled.table, never + [(a,) for a in coarse])
         qb = self.engine.config.query_budget
         raise UnsupportedQueryError(
-            f"no released measurement informs this answer: {_never_text(never)}, so the model "
-            "could only return its prior (an assumption of independence, not information)",
+            f"no released measurement informs this answer: {_never_text(never, coarse)}, so the "
+            "model could only return its prior (an assumption of independence or of evenly spread "
+            "values, not information)",
             hint=(f"add a query such as `{example}` to the workload and measure it "
                   "(`dpsql measure --increment`)"
                   + (", or SET dpsql.policy = 'measure' to measure it now (spends budget)" if qb else "")
@@ -543,7 +547,7 @@ def _finite(x):
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
-def _never_text(items: list[tuple[str, ...]]) -> str:
+def _never_text(items: list[tuple[str, ...]], coarse: Sequence[str] = ()) -> str:
     alone = [i[0] for i in items if len(i) == 1]
     pairs = [f"{a} and {b}" for a, b in (i for i in items if len(i) == 2)]
     parts = []
@@ -551,6 +555,9 @@ def _never_text(items: list[tuple[str, ...]]) -> str:
         parts.append(", ".join(alone) + (" was" if len(alone) == 1 else " were") + " never measured")
     if pairs:
         parts.append("; ".join(pairs) + " were never measured together")
+    if coarse:
+        parts.append(", ".join(coarse) + (" was" if len(coarse) == 1 else " were") + " measured only "
+                     "through coarser queries (a range, a threshold or a sum), never value by value")
     return "; ".join(parts) or "its attributes were never measured together"
 
 

@@ -85,7 +85,7 @@ def test_inferred_values_carry_their_range_to_the_cursor(measured):
     # nothing touches native_country: the range is [0, N], N from the measured total
     assert lo == 0 and abs(hi - n) < 200 and lo <= value <= hi and lo <= truth <= hi
     cur.execute(AVG_AGE_BY_RACE)
-    for (race, avg), bound in zip(cur.fetchall(), cur.bounds):
+    for (_, avg), bound in zip(cur.fetchall(), cur.bounds):
         lo, hi = bound[1]
         assert 17 - 1e-6 <= lo <= avg <= hi <= 90 + 1e-6   # the declared range of age
     cur.execute("RESET dpsql.policy")
