@@ -53,7 +53,8 @@ SCHEMA: dict[str, Any] = {
     "model": {"iters": None},
     # read by the wire server (dpsql/server/config.py, which also checks the values)
     "server": {"max_statement_bytes": None, "max_user_statements": None, "max_connections": None,
-               "max_user_connections": None,
+               "max_user_connections": None, "query_log_max_bytes": None, "query_log_files": None,
+               "max_session_memory": None,
                "max_unauthenticated": None, "auth_timeout": None, "catalog_timeout": None, "query_log": None,
                "users": "server_users"},
     "server_users": {"*": "server_user"},
