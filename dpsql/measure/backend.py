@@ -24,7 +24,7 @@ import duckdb
 import numpy as np
 
 from dpsql.domain import TableSchema
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.scratch import Scratch, sweep, user_root
 from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend, changed_error, check_cliques,
