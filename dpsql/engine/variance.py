@@ -23,7 +23,7 @@ so q G⁺ qᵀ factors attribute by attribute (thesis §3.4: (A⊗B)⁺ = A⁺�
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class RowBlock:
 
 
 def _is_total(f: np.ndarray) -> bool:
-    return f.shape[0] == 1 and np.all(f == f[0, 0]) and f[0, 0] != 0
+    return bool(f.shape[0] == 1 and np.all(f == f[0, 0]) and f[0, 0] != 0)
 
 
 def decompose(matrix: QueryMatrix, attributes: Sequence[str]) -> list[RowBlock]:

@@ -32,7 +32,8 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Protocol, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -169,9 +170,9 @@ def changed_error(table: str, while_reading: bool) -> OperationalError:
 class Read(Protocol):
     """One consistent read of a source (see the module doc)."""
 
-    scan: exp.Expression
+    scan: exp.Expr
 
-    def run(self, query: exp.Expression, key: str | None = None, what: str = "") -> list[tuple]: ...
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "") -> list[tuple]: ...
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ class SqlBackend(ABC):
     def _fingerprint(self, source: Source) -> dict:
         ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         pass
 
     # -- metadata -----------------------------------------------------------------------------
@@ -276,7 +277,7 @@ class SqlBackend(ABC):
         return columns
 
     # -- the measurement statement -------------------------------------------------------------
-    def cells_query(self, schema: TableSchema, columns: Mapping[str, str], scan: exp.Expression,
+    def cells_query(self, schema: TableSchema, columns: Mapping[str, str], scan: exp.Expr,
                     bounded: bool = True) -> exp.Select:
         """Every record's cells, bounded per privacy unit when ``bounded``."""
         source = self._source(schema.name)
@@ -289,7 +290,7 @@ class SqlBackend(ABC):
         return cells
 
     def measurement_query(self, schema: TableSchema, cliques: Sequence[Clique], columns: Mapping[str, str],
-                          scan: exp.Expression) -> tuple[exp.Select, list[str], list[Clique]]:
+                          scan: exp.Expr) -> tuple[exp.Select, list[str], list[Clique]]:
         """(the one counting statement, the used attributes in result order, the maximal
         cliques it counts)."""
         domain = schema.domain

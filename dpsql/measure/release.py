@@ -30,7 +30,8 @@ import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -117,7 +118,7 @@ class _Basis:
         return self.coef @ self.basis
 
 
-def _factor(f: QueryMatrix) -> "np.ndarray | _Basis":
+def _factor(f: QueryMatrix) -> np.ndarray | _Basis:
     from dpsql.linalg import Explicit, Product
     if isinstance(f, Product) and isinstance(f.left, Explicit) and isinstance(f.right, Explicit):
         s = np.asarray(f.right.array, dtype=np.float64)
@@ -175,7 +176,7 @@ def _real_sensitivity(clique, query, p: int) -> float:
 
 
 def lattice_blocks(blocks, rho: float, *, family: str = "gaussian",
-                   unit_rows: int = 1) -> tuple[list[LatticeBlock], "NoisePlan"]:
+                   unit_rows: int = 1) -> tuple[list[LatticeBlock], NoisePlan]:
     """Lattice versions of planner blocks ``(clique, query, weight)`` and their noise plan.
 
     The noise each block will get (in query units) is estimated from the real strategy;
@@ -234,7 +235,7 @@ def calibrate(blocks: Sequence[LatticeBlock], rho: float, *, family: str = "gaus
         total = sum(k2 * s * e * e for s, e in zip(sens, eff))
         sigma2 = total / (2.0 * rho)
         params = []
-        for s, e in zip(sens, eff):
+        for e in eff:
             # float → exact rational, nudged up so the rational cost cannot exceed rho
             params.append(Fraction(sigma2 / (e * e) * (1 + 1e-9)))
         cost = sum((Fraction(k2 * s) / (2 * p) for s, p in zip(sens, params)), Fraction(0))
@@ -339,7 +340,8 @@ def lattice_keeps_rank(blocks, rho: float, *, family: str = "gaussian", unit_row
 
 def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
     """Serialize released (noisy) measurements; only noisy values and public structure."""
-    arrays, meta = {}, []
+    arrays: dict[str, Any] = {}     # Any: numpy's savez stub would read a key as allow_pickle
+    meta = []
     for i, (block, values, sd) in enumerate(released):
         for j, f in enumerate(block.factors):
             arrays[f"b{i}f{j}"] = f

@@ -170,7 +170,8 @@ class SparkBackend(SqlBackend):
 
     def _remote_stat(self, uris: list[str]) -> list[tuple[str, int, int]]:
         spark = self.session()
-        jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if not self._master.startswith("sc://") else None
+        jvm = (getattr(getattr(spark, "sparkContext", None), "_jvm", None)
+               if not self._master.startswith("sc://") else None)
         if jvm is None:
             raise ConfigError("under Spark Connect dpsql cannot read the sizes and times of remote files",
                               hint="declare source.data_version (and bump it when the data changes)")
@@ -208,10 +209,10 @@ def _base_path(location: str) -> str:
 
 
 class _SparkRead:
-    def __init__(self, spark, scan: exp.Expression, secret: str | None) -> None:
+    def __init__(self, spark, scan: exp.Expr, secret: str | None) -> None:
         self.spark, self.scan, self.secret = spark, scan, secret
 
-    def run(self, query: exp.Expression, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
         try:
             frame = self.spark.sql(query.sql("spark"), args={"dpsql_key": key} if key is not None else None)
             return [tuple(r) for r in frame.collect()]

@@ -60,7 +60,7 @@ class GraphicalModel:
     def from_parts(cls, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray], total: float,
                    probs: Sequence[np.ndarray], log_partition: float, *,
                    measured: Iterable[Sequence[str]] = (), loss: Sequence[float] = (),
-                   query_capacity: int = DEFAULT_QUERY_CAPACITY) -> "GraphicalModel":
+                   query_capacity: int = DEFAULT_QUERY_CAPACITY) -> GraphicalModel:
         """A model from stored parts: the calibrated clique probabilities ``probs`` (as
         computed for ``theta``) are taken as given, so no belief propagation runs
         (``dpsql.pgm.store`` loads saved models this way)."""
@@ -152,7 +152,8 @@ class GraphicalModel:
         if len(factors) != len(self.domain.attributes):
             raise ValueError(f"answer: Kron has {len(factors)} factors for "
                              f"{len(self.domain.attributes)} attributes")
-        roles, matrices = [], {}
+        roles: list[tuple[str, str | int]] = []
+        matrices: dict[str, np.ndarray] = {}
         for a, n, f in zip(self.domain.attributes, self.domain.shape, factors):
             rows, cols = (int(s) for s in f.shape)
             if cols != n:

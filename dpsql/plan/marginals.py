@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import scipy.linalg as sla
@@ -61,7 +61,7 @@ class MarginalSpace:
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, shape: Sequence[int], cliques: Iterable[Iterable[int]]) -> "MarginalSpace":
+    def of(cls, shape: Sequence[int], cliques: Iterable[Iterable[int]]) -> MarginalSpace:
         """The space of the cliques' downward closure (the last few are kept, so repeated
         evaluations of one workload share their cached matrices)."""
         shape = tuple(int(n) for n in shape)
@@ -188,10 +188,10 @@ def strategy_kappa(space: MarginalSpace, u: np.ndarray, cliques: Sequence[frozen
                     out[k] += cb
             continue
         for r in range(len(members) + 1):
-            for a in combinations(members, r):
-                k = index.get(frozenset(a))
-                if k is not None:
-                    out[k] += cb
+            for subset in combinations(members, r):
+                slot = index.get(frozenset(subset))
+                if slot is not None:
+                    out[slot] += cb
     return out
 
 
