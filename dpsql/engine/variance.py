@@ -101,7 +101,7 @@ class _Prepared:
     def __init__(self, block: SupportBlock) -> None:
         self.block = block
         self.joint = len(block.factors) == 1 and len(block.clique) != 1
-        self._parts = None
+        self._parts: list[GramPinv] | None = None
 
     @property
     def ginv(self) -> list[GramPinv]:
