@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-report bi-check clean
+.PHONY: demo test lint bench bench-report bi-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ $(LOW)/.stamp: | $(PY)
 test: $(STAMP) $(LOW)/.stamp
 	$(PY) -m pytest
 	PYTHONPATH=$(LOW) $(PY) -m pytest -p no:cacheprovider tests/measure/test_neighbours.py tests/measure/test_reader.py
+
+# Static checks (rules in pyproject.toml); .ci/run runs them before the tests.
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -251,7 +251,7 @@ def environment() -> dict:
             return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         except OSError:
             return ""
-    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": git("rev-parse", "--short", "HEAD"),
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git("rev-parse", "--short", "HEAD"),
             "machine": f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_version()}",
             "load": os.getloadavg()[0]}
 

@@ -92,8 +92,8 @@ def main(argv=None) -> int:
     for eps in (float(e) for e in args.eps.split(",")):
         for name, checkout in checkouts.items():
             env = {**os.environ, "PYTHONPATH": str(checkout)}
-            r = subprocess.run([sys.executable, __file__, "--one", repr(eps)], env=env, cwd=checkout, capture_output=True,
-                               text=True, timeout=3600)
+            r = subprocess.run([sys.executable, __file__, "--one", repr(eps)], env=env, cwd=checkout,
+                               capture_output=True, text=True, timeout=3600)
             if r.returncode != 0:
                 print(f"| {name} | {eps:g} | failed: {r.stderr.strip().splitlines()[-1]} |", flush=True)
                 continue

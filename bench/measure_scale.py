@@ -250,7 +250,8 @@ def main() -> None:
     if args.child:
         duck_child(*args.child)
         return
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True).stdout.strip()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {rev}; {os.cpu_count()} cores; "
           f"load {load()}", flush=True)
     lines = []
@@ -261,7 +262,8 @@ def main() -> None:
         before = load()
         res = {"duckdb": bench_duckdb, "postgres": bench_postgres, "spark": bench_spark}[engine](rows, args.reps)
         lines.append(report(engine, rows, res, engine == "duckdb") + f" {before} / {load()} |")
-    print("| engine | rows | hand-written s | dpsql s | dpsql / hand (best) | dpsql peak memory | load before / after |")
+    print("| engine | rows | hand-written s | dpsql s | dpsql / hand (best) | dpsql peak memory "
+          "| load before / after |")
     print("|---|---:|---|---|---:|---|---|")
     print("\n".join(lines))
 

@@ -72,7 +72,7 @@ def run(n: int, repeats: int) -> list[tuple]:
 
 def section(rows, n: int, repeats: int) -> str:
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "",
         "## Exact discrete noise samplers (`bench/noise.py`)",
@@ -110,15 +110,18 @@ def against(rev: str, n: int, repeats: int) -> str:
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    cases = [("discrete Gaussian", f"sigma = {p}", "discrete_gaussian", Fraction(p * p), n) for p in (1, 10, 100, 10_000)]
+    cases = [("discrete Gaussian", f"sigma = {p}", "discrete_gaussian", Fraction(p * p), n)
+             for p in (1, 10, 100, 10_000)]
     cases += [("discrete Laplace", f"scale = {p}", "discrete_laplace", Fraction(p), n) for p in (1, 10, 100, 10_000)]
-    cases += [("discrete Gaussian", f"sigma = 2^{e}", "discrete_gaussian", Fraction(1 << (2 * e)), 2000) for e in (30, 40)]
+    cases += [("discrete Gaussian", f"sigma = 2^{e}", "discrete_gaussian", Fraction(1 << (2 * e)), 2000)
+              for e in (30, 40)]
     cases += [("discrete Laplace", f"scale = 2^{e}", "discrete_laplace", Fraction(1 << e), 2000) for e in (30, 40)]
     lines = ["", f"### Side by side with `{rev}` (`bench/noise.py --against {rev}`)", "",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; this checkout {head}; "
+             f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}; this checkout {head}; "
              f"machine: 2-core VM, shared; `uptime`: {load}. CPU samples/s of this process, best of {repeats} "
              "alternating runs each (tables built before timing).", "",
-             "| sampler | parameter | N | before (CPU/s) | now (CPU/s) | now / before |", "|---|---|---:|---:|---:|---:|"]
+             "| sampler | parameter | N | before (CPU/s) | now (CPU/s) | now / before |",
+             "|---|---|---:|---:|---:|---:|"]
     for kind, label, fn, arg, size in cases:
         new_fn, old_fn = getattr(noise, fn), getattr(old, fn)
         new_fn(arg, 1), old_fn(arg, 1)

@@ -41,17 +41,17 @@ def paired(truth: list[dict], trials: list[dict], table: str) -> dict:
         ls = suite.vectorise(table, truth, t["least_squares"], missing_is_zero=False)
         per = {}   # order -> [sq model, sq LS, cells]
         all_sq, all_n = 0.0, 0
-        for q, m, l in zip(truth, model, ls):
+        for q, m, ls_q in zip(truth, model, ls):
             if m is None:
                 continue
             tr = np.asarray(q["truth"])
             all_sq += float(np.sum((m - tr) ** 2))
             all_n += len(tr)
-            if l is None:
+            if ls_q is None:
                 continue
             acc = per.setdefault(len(q["attrs"]), [0.0, 0.0, 0])
             acc[0] += float(np.sum((m - tr) ** 2))
-            acc[1] += float(np.sum((l - tr) ** 2))
+            acc[1] += float(np.sum((ls_q - tr) ** 2))
             acc[2] += len(tr)
         rows.append({"per": per, "all": all_sq / max(all_n, 1), "fit_s": t["fit_s"]})
     return rows
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
             print(f"   {order}-way ({o['cells']:,} cells): model {o['model']:.4f} vs LS {o['ls']:.4f};"
                   f" wins {o['wins']}/{o['trials']}; paired diff {o['diff']:+.4g} ± {o['se']:.2g}"
                   f" ({o['diff'] / se:+.1f} SE)")
-        print(f"   per trial (MSE model, MSE LS): "
+        print("   per trial (MSE model, MSE LS): "
               + ", ".join(f"({sum(r['per'][k][0] for k in r['per']) / sum(r['per'][k][2] for k in r['per']):.3f},"
                           f" {sum(r['per'][k][1] for k in r['per']) / sum(r['per'][k][2] for k in r['per']):.3f})"
                           for r in rows))

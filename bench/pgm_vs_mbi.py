@@ -71,7 +71,9 @@ def workload(attrs, sizes, data):
 
 def errors(marginal_of, attrs, sizes, data, cliques):
     n = len(data)
-    err = lambda c: float(np.abs(counts(data, attrs, sizes, c) - marginal_of(c)).sum() / n)
+    def err(c):
+        return float(np.abs(counts(data, attrs, sizes, c) - marginal_of(c)).sum() / n)
+
     two = [err(p) for p in itertools.combinations(attrs, 2)]
     return {"err_measured_mean": float(np.mean([err(c) for c in cliques])),
             "err_measured_max": float(np.max([err(c) for c in cliques])),

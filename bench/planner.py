@@ -127,8 +127,8 @@ def part_mixed(args) -> None:
     n = len(counts.per_query)
     c_counts, c_mixed = cells_rmse(counts.per_query), cells_rmse(mixed.per_query[:n])
     print("\n## mixed: adult dashboard (30 counts) vs + 8 SUM/AVG/quantile queries, ε = 1, δ = 1e-6")
-    print(f"| workload | linear queries | strategy | count cells' RMSE | expected RMSE | baseline RMSE "
-          f"| above baseline | max ratio | plan s |")
+    print("| workload | linear queries | strategy | count cells' RMSE | expected RMSE | baseline RMSE "
+          "| above baseline | max ratio | plan s |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for label, r, t, c in (("count-only", counts, t_counts, c_counts),
                            ("mixed", mixed, t_mixed, c_mixed)):

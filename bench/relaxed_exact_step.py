@@ -191,7 +191,7 @@ def main() -> int:
         print(json.dumps(run(args.configs[0], args.eps)))
         return 0
     with open("/proc/meminfo") as fh:
-        total_gb = int(next(l for l in fh if l.startswith("MemTotal")).split()[1]) / 2 ** 20
+        total_gb = int(next(line for line in fh if line.startswith("MemTotal")).split()[1]) / 2 ** 20
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, MemTotal {total_gb:.1f} GB, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     for spec in args.configs:

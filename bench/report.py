@@ -168,7 +168,8 @@ def full_table(entry: dict) -> list[str]:
             setup = (m["measure_s"] + m["fit_s"]) if "measure_s" in m else None
             extra = f" ({m['mechanism']})" if "mechanism" in m else ""
             lines.append(f"| {SHORT.get(system, system)}{extra} | {eps} | {fmt(m['rmse'])} | {fmt(m['mre100'], 'pct')} "
-                         f"| {fmt(m['refused'], 'pct')} | {fmt(m['negative'], 'pct')} | {fmt(m['inconsistent'], 'pct')} "
+                         f"| {fmt(m['refused'], 'pct')} | {fmt(m['negative'], 'pct')} "
+                         f"| {fmt(m['inconsistent'], 'pct')} "
                          f"| {fmt(1000 * m['query_s'], 's') if 'query_s' in m else '–'} | {fmt(setup, 's')} "
                          f"| {fmt(m.get('total_s'), 's')} | {fmt(m.get('peak_mb'), 's')} | {m['trials']} |")
     return lines
@@ -228,8 +229,9 @@ def generated_block(summary: dict, images: list[str]) -> str:
               + ("none." if not worse else ""), ""] + [f"- {w}" for w in worse] + [""]
     lines += ["### Every workload and ε", ""]
     for key, entry in results.items():
+        dates = ", ".join(entry.get("dates", [entry.get("date", "?")]))
         lines += [f"**{key}** — {entry['queries']} queries, {entry['cells']:,} answer cells, "
-                  f"{entry['relations']:,} checkable relations (runs {', '.join(entry.get('dates', [entry.get('date', '?')]))})", ""]
+                  f"{entry['relations']:,} checkable relations (runs {dates})", ""]
         lines += full_table(entry) + [""]
     lines.append(END)
     return "\n".join(lines)

@@ -23,7 +23,6 @@ one.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import statistics
 import sys
@@ -311,6 +310,7 @@ def record(args, result, before, after) -> None:
     text = path.read_text() if path.exists() else "# Benchmark results\n"
     ledger = "" if before is None else (f" Ledger: rho {before:.6g} before the load and {after:.6g} after "
                                         "(the mix is answered from released measurements; repeats cost nothing).")
+    double = "the deterministic test double (protocol and catalog cost only, no DP engine)"
     text += (f"\n## Wire server load (`bench/server_load.py --link {args.link}`)\n\n"
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: 2-core AMD EPYC VM, 24 GB; "
              f"Python {sys.version.split()[0]}; `uptime`: {uptime}\n\n"
@@ -321,7 +321,7 @@ def record(args, result, before, after) -> None:
              "| queries | failures | wall s | queries/s | p50 ms | p95 ms |\n|---:|---:|---:|---:|---:|---:|\n"
              f"| {result['completed']} | {len(result['failures'])} | {result['wall']:.2f} | {result['qps']:.0f} | "
              f"{result['p50'] * 1000:.1f} | {result['p95'] * 1000:.1f} |\n\n"
-             + (f"Link: {'the DP engine' if args.link == 'engine' else 'the deterministic test double (protocol and catalog cost only, no DP engine)'}."
+             + (f"Link: {'the DP engine' if args.link == 'engine' else double}."
                 f"{ledger}\n"))
     path.write_text(text)
 

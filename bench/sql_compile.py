@@ -68,7 +68,7 @@ def measure(repeat: int):
 
 def report(rows) -> list[str]:
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     med_wall = statistics.median(r[1] for r in rows)
     med_cpu = statistics.median(r[2] for r in rows)
     lines = [

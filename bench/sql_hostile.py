@@ -103,7 +103,7 @@ def measure(repeat: int):
 
 def report(rows, regex) -> list[str]:
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=ROOT).stdout.strip()

@@ -45,7 +45,7 @@ import tempfile
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import numpy as np
@@ -513,7 +513,7 @@ def environment() -> dict:
             return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         except OSError:
             return ""
-    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": git("rev-parse", "--short", "HEAD"),
             "dirty": bool(git("status", "--porcelain", "--", "dpsql")),
             "python": platform.python_version(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -534,7 +534,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("DPSQL_DATA", "/work/shared/data"))
     ap.add_argument("--jobs", type=int, default=2, help="parallel system runs")
     ap.add_argument("--timeout", type=float, default=900,
-                    help="seconds per system run (default 900; nltcs marginals and ranges need more: their model fits take up to 5 min per trial and ε)")
+                    help="seconds per system run (default 900; nltcs marginals and ranges need more: their model "
+                         "fits take up to 5 min per trial and ε)")
     ap.add_argument("--from-raw", action="store_true",
                     help="recompute the summary from the raw answers in bench/out/eval/raw (no runs)")
     ap.add_argument("--fit-iters", type=int,
@@ -568,7 +569,8 @@ def main(argv=None) -> int:
     for table, name, queries in units:
         t0 = time.perf_counter()
         truths[(table, name)] = truth_for(table, queries)
-        print(f"truth {table}/{name}: {len(queries)} queries, {sum(len(q['truth']) for q in truths[(table, name)])} cells"
+        cells = sum(len(q["truth"]) for q in truths[(table, name)])
+        print(f"truth {table}/{name}: {len(queries)} queries, {cells} cells"
               f" ({time.perf_counter() - t0:.1f} s)", flush=True)
 
     def work(item):
@@ -604,7 +606,8 @@ def main(argv=None) -> int:
         truth = truths[(table, name)]
         rels = relations(table, truth)
         key = f"{table}/{name}"
-        entry = summary["results"].setdefault(key, {"queries": len(queries), "cells": sum(len(q["truth"]) for q in truth),
+        entry = summary["results"].setdefault(key, {"queries": len(queries),
+                                                    "cells": sum(len(q["truth"]) for q in truth),
                                                     "relations": len(rels), "systems": {}})
         entry.update({"queries": len(queries), "relations": len(rels), "date": env["date"]})
         if not args.from_raw:
@@ -632,7 +635,8 @@ def main(argv=None) -> int:
                               "measure_s": float(np.mean([t["measure_s"] for t in run["trials"]])),
                               "fit_s": float(np.mean([t["fit_s"] for t in run["trials"]])),
                               "peak_mb": res["peak_rss_kb"] / 1024,
-                              "inferred": float(np.mean([a.get("inferred", 0) > 0 for t in run["trials"] for a in t[est]]))})
+                              "inferred": float(np.mean([a.get("inferred", 0) > 0
+                                                         for t in run["trials"] for a in t[est]]))})
                     m["total_s"] = m["measure_s"] + m["fit_s"] + m["query_s"] * len(queries)
                     m["errors"] = sorted({a["error"] for t in run["trials"] for a in t[est] if a["error"]})[:5]
                     entry["systems"].setdefault(system, {})[ekey] = m

@@ -87,7 +87,7 @@ def run_cli(checkout: Path, *args, timeout=3600) -> tuple[float, subprocess.Comp
 
 
 def part_query(checkouts: dict[str, Path], repeat: int) -> None:
-    print(f"\n## query: a new process answers on the measured 55-marginal workload (ε = 1)")
+    print("\n## query: a new process answers on the measured 55-marginal workload (ε = 1)")
     print(f"`{QUERY}` (one measured block supports it) and `{JOINT_QUERY}` (only residual and marginal "
           "blocks together do: joint standard errors).  `measure` is `dpsql measure --yes`, which since "
           "issue 17 also fits and saves the model; the first process after it loads the model where "
@@ -245,7 +245,8 @@ def main(argv=None) -> int:
     checkouts = {"this commit": ROOT}
     if args.old:
         checkouts[f"old ({args.old.name})"] = args.old.resolve()
-    print(f"# bench/trust.py  load average {os.getloadavg()[0]:.2f}  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+    now = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+    print(f"# bench/trust.py  load average {os.getloadavg()[0]:.2f}  ({now})")
     parts = {"query": part_query, "wire": part_wire, "fit": part_fit, "blas": part_blas}
     for p in args.parts.split(","):
         parts[p](checkouts, args.repeat)

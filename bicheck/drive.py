@@ -122,7 +122,7 @@ class Superset:
                         break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if self.proc.poll() is not None:
-                    raise SystemExit(f"Superset exited; see {self.out / 'web.log'}")
+                    raise SystemExit(f"Superset exited; see {self.out / 'web.log'}") from None
                 time.sleep(1)
         else:
             raise SystemExit("Superset did not answer /health within 300 s")
@@ -223,7 +223,7 @@ PROBES = [
 ]
 
 
-def run_probes(superset: "Superset", dataset_id: int, log_path: Path) -> list[dict]:
+def run_probes(superset: Superset, dataset_id: int, log_path: Path) -> list[dict]:
     out = []
     for name, query, result_type, expected in PROBES:
         ctx = {"datasource": {"id": dataset_id, "type": "table"}, "force": True, "queries": [query],
@@ -248,7 +248,9 @@ def run_probes(superset: "Superset", dataset_id: int, log_path: Path) -> list[di
         entry["dpsql"] = [{k: e[k] for k in ("statement", "outcome", "sqlstate", "message") if k in e}
                           for e in statements]
         entry["answered"] = "error" not in entry and entry.get("rows", 0) > 0
-        log(f"probe {name}: {'answered, ' + str(entry['rows']) + ' rows' if entry['answered'] else 'refused: ' + entry.get('error', '')[:200]}")
+        outcome = (f"answered, {entry['rows']} rows" if entry["answered"]
+                   else "refused: " + entry.get("error", "")[:200])
+        log(f"probe {name}: {outcome}")
         out.append(entry)
     return out
 

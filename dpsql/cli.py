@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import math
 import os
 import sys
 import time
@@ -379,7 +378,7 @@ def cmd_measure(args) -> int:
     return _prepare_model(engine, table, status)
 
 
-def _prepare_model(engine, table: str, status: "StatusLine") -> int:
+def _prepare_model(engine, table: str, status: StatusLine) -> int:
     """Fit the model of the table's releases now and save it next to the ledger
     (``Engine.model``), so that the first query of a later process loads it instead of
     fitting (issue 17: 27.9 s on a 55-marginal workload).  The release is already made

@@ -20,7 +20,8 @@ import threading
 import weakref
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from dpsql import errors
 from dpsql import errors as errors_mod
@@ -74,11 +75,11 @@ def Binary(value):  # noqa: N802
     return bytes(value)
 
 
-_engines: "weakref.WeakValueDictionary[str, Engine]" = weakref.WeakValueDictionary()
+_engines: weakref.WeakValueDictionary[str, Engine] = weakref.WeakValueDictionary()
 _engines_lock = threading.Lock()
 # The engines used last stay alive between connections (a server's clients come and go):
 # their fitted models are reused instead of being loaded again for each new connection.
-_recent: "collections.OrderedDict[str, Engine]" = collections.OrderedDict()
+_recent: collections.OrderedDict[str, Engine] = collections.OrderedDict()
 _RECENT = 4
 
 
@@ -98,7 +99,7 @@ def _engine_for(config, overrides) -> Engine:
         return engine
 
 
-def read_sql(sql: str, con: "Connection", params: Sequence[Any] | None = None, *,
+def read_sql(sql: str, con: Connection, params: Sequence[Any] | None = None, *,
              errors: str = "stderr"):
     """A pandas DataFrame of the answer with what is known about each value.
 
@@ -123,7 +124,9 @@ def read_sql(sql: str, con: "Connection", params: Sequence[Any] | None = None, *
     result = cur.result
     if result is None or not result.columns:
         raise errors_mod.ProgrammingError("read_sql needs a statement that returns rows")
-    names = [c.name for c in result.columns]
+    # the columns SET dpsql.error_columns appended are left out: the frame carries the errors
+    # and ranges in its own columns, named by ``errors``
+    names = [c.name for c in result.columns[:len(result.columns) - result.appended]]
     scale = Z95 if errors == "ci95" else 1.0
     data: dict[str, list] = {}
     valued = [j for j in range(len(names)) if any(r[j] is not None for r in result.stderr)]
@@ -139,7 +142,7 @@ def read_sql(sql: str, con: "Connection", params: Sequence[Any] | None = None, *
     return pd.DataFrame(data)
 
 
-def connect(config: str | Path | Mapping, user: str | None = None, **overrides: Any) -> "Connection":
+def connect(config: str | Path | Mapping, user: str | None = None, **overrides: Any) -> Connection:
     """Open a connection; ``config`` is a ``dpsql.toml`` path or an equivalent dict."""
     return Connection(_engine_for(config, overrides), user)
 
@@ -171,7 +174,7 @@ class Connection:
     def closed(self) -> bool:
         return self._session is None
 
-    def cursor(self) -> "Cursor":
+    def cursor(self) -> Cursor:
         return Cursor(self)
 
     def close(self) -> None:
@@ -180,13 +183,13 @@ class Connection:
             self._session = None
 
     def commit(self) -> None:
-        self.session  # raises on a closed connection
+        _ = self.session  # raises on a closed connection
 
     def rollback(self) -> None:
         raise errors.NotSupportedError("rollback is not supported: released answers cannot be taken back",
                                        hint="queries never write, so there is nothing to roll back")
 
-    def __enter__(self) -> "Connection":
+    def __enter__(self) -> Connection:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -242,14 +245,14 @@ class Cursor:
     def result(self) -> Result | None:
         return self._result
 
-    def execute(self, operation: str, parameters: Sequence[Any] | None = None) -> "Cursor":
+    def execute(self, operation: str, parameters: Sequence[Any] | None = None) -> Cursor:
         self._check()
         self._result = None
         self._result = self.connection.session.execute(operation, parameters)
         self._pos = 0
         return self
 
-    def executemany(self, operation: str, seq_of_parameters) -> "Cursor":
+    def executemany(self, operation: str, seq_of_parameters) -> Cursor:
         for params in seq_of_parameters:
             self.execute(operation, params)
         return self
@@ -289,7 +292,7 @@ class Cursor:
         while (row := self.fetchone()) is not None:
             yield row
 
-    def __enter__(self) -> "Cursor":
+    def __enter__(self) -> Cursor:
         return self
 
     def __exit__(self, *exc) -> None:

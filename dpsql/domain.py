@@ -27,7 +27,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, NoReturn, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -86,7 +87,7 @@ class Domain:
         return (Domain, (self._attributes, self._shape))
 
     @classmethod
-    def from_sizes(cls, sizes: Mapping[str, int]) -> "Domain":
+    def from_sizes(cls, sizes: Mapping[str, int]) -> Domain:
         return cls(list(sizes.keys()), list(sizes.values()))
 
     @property
@@ -121,11 +122,11 @@ class Domain:
         sizes = self._shape if attrs is None else [self[a] for a in attrs]
         return math.prod(sizes)  # Python int: never overflows for huge cross products
 
-    def project(self, attrs: Iterable[str]) -> "Domain":
+    def project(self, attrs: Iterable[str]) -> Domain:
         attrs = tuple(attrs)
         return Domain(attrs, [self[a] for a in attrs])
 
-    def merge(self, other: "Domain") -> "Domain":
+    def merge(self, other: Domain) -> Domain:
         """This domain's attributes, then ``other``'s new ones; shared ones must agree in size."""
         for a in other.attributes:
             if a in self and self[a] != other[a]:

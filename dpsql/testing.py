@@ -16,7 +16,8 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["ADULT", "write_config", "copy_adult_example", "toml_value"]
 

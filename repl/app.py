@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import IO, Callable, TypeVar
+from collections.abc import Callable
+from typing import IO, TypeVar
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.enums import EditingMode
@@ -262,7 +263,8 @@ class Shell:
                 self.session.approve = approve
             try:
                 label = "fitting the model and answering" if self.model_note else "answering"
-                result = self.work(lambda: cursor.execute(sql).result, label)
+                # this iteration's cursor, bound now: a cancelled run's thread must not pick up the next one
+                result = self.work(lambda cur=cursor: cur.execute(sql).result, label)
                 break
             except _NeedsApproval as ask:
                 self.note(self._spend_note(ask.request))

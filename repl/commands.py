@@ -13,7 +13,8 @@ import textwrap
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from dpsql import errors
 from dpsql.privacy.accountant import format_rho
@@ -62,9 +63,11 @@ COMMANDS = [
     Command("d", "\\d [TABLE]", "list tables, or a table's columns, types and declared domains", "table"),
     Command("budget", "\\budget", "budget spent and remaining (you, all users, per user) and ledger entries", None),
     Command("explain", "\\explain SQL", "compiled factors, supporting measurements, expected error, cost", "sql"),
-    Command("workload", "\\workload [FILE]", "load the SQL statements to plan from FILE (show them without FILE)", "file"),
+    Command("workload", "\\workload [FILE]", "load the SQL statements to plan from FILE (show them without FILE)",
+            "file"),
     Command("plan", "\\plan [TABLE]", "plan a measurement strategy for the workload (spends nothing)", "table"),
-    Command("measure", "\\measure [-y] [TABLE]", "measure the planned strategy (states the cost and asks first)", "table"),
+    Command("measure", "\\measure [-y] [TABLE]", "measure the planned strategy (states the cost and asks first)",
+            "table"),
     Command("synth", "\\synth [-n ROWS] [--values] [--seed S] FILE",
             "write synthetic rows from the model to FILE (.csv or .parquet; spends nothing)", "file"),
     Command("timing", "\\timing [on|off]", "show how long each statement took", None),
@@ -151,7 +154,8 @@ class MetaCommands:
         name = arg.strip().strip('"').rstrip(";")
         if not name:
             rows = [(t, str(len(s.column_names)), f"{s.domain.size():,}") for t, s in sorted(catalog.items())]
-            self.shell.emit(["Private tables"] + render.grid_lines(["table", "columns", "domain cells"], rows, right=(1, 2)))
+            self.shell.emit(["Private tables"]
+                            + render.grid_lines(["table", "columns", "domain cells"], rows, right=(1, 2)))
             return True
         if name not in catalog:
             raise errors.UnknownTableError(f"table {name!r} is not a private table of this configuration",
@@ -219,7 +223,8 @@ class MetaCommands:
     def do_explain(self, arg: str) -> bool:
         sql = arg.strip().rstrip(";").strip()
         if not sql:
-            raise errors.ProgrammingError("\\explain needs a query", hint="e.g. \\explain SELECT sex, COUNT(*) FROM adult GROUP BY sex")
+            raise errors.ProgrammingError(
+                "\\explain needs a query", hint="e.g. \\explain SELECT sex, COUNT(*) FROM adult GROUP BY sex")
         try:
             text = self.shell.work(lambda: self.shell.session.explain(sql), "explaining")
         except errors.Error as exc:

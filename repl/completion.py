@@ -9,7 +9,7 @@ being compared, never values read from the rows, so completing them reveals noth
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from prompt_toolkit.completion import Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document

@@ -10,7 +10,7 @@ words, and is shared with completion.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from prompt_toolkit.document import Document
 from prompt_toolkit.formatted_text import StyleAndTextTuples

@@ -14,7 +14,8 @@ from __future__ import annotations
 import csv
 import math
 import numbers
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from dpsql.engine.variance import Z95
 

@@ -19,7 +19,8 @@ import asyncio
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from prompt_toolkit.application import Application
 from prompt_toolkit.input.typeahead import get_typeahead, store_typeahead

@@ -17,7 +17,8 @@ def test_write_config_round_trips_through_toml(tmp_path):
     assert doc["workload"]["queries"][1] == odd
     assert doc["budget"] == {"rho": 0.25, "delta": 1e-6, "per_user": {"epsilon": 0.5}}
     assert doc["tables"]["adult"] == {"domain": str(ADULT / "adult.toml"), "source": {"csv": str(ADULT / "adult.csv")}}
-    assert doc["dpsql"] == {"ledger": str(tmp_path / "dpsql.ledger"), "cache_dir": str(tmp_path / "cache"), "fit_iters": 7}
+    assert doc["dpsql"] == {"ledger": str(tmp_path / "dpsql.ledger"), "cache_dir": str(tmp_path / "cache"),
+                            "fit_iters": 7}
     assert doc["planner"] == {"mode": "aim", "restarts": 2} and doc["policy"] == {"allow_spend": True}
 
 

@@ -5,8 +5,12 @@ the CLI, repl/app.py and repl/commands.py imported each other)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FRONT_ENDS = ("dpsql.cli", "dpsql.dbapi", "dpsql.server", "dpsql.demo", "dpsql.draft", "repl")
@@ -84,3 +88,15 @@ def test_sqlglot_is_imported_only_in_the_sql_package():
     bad = sorted(str(p.relative_to(ROOT)) for p in [*(ROOT / "dpsql").rglob("*.py"), *(ROOT / "repl").rglob("*.py")]
                  if p.parent != ROOT / "dpsql" / "sql" and any(m.split(".")[0] == "sqlglot" for m in _imports(p)))
     assert not bad, bad
+
+
+def test_every_name_the_package_uses_is_defined():
+    """Annotations inside functions are never evaluated (``from __future__ import
+    annotations``), so a name missing from the imports there fails no run; engine.py annotated
+    ``_strategy_cache`` with ``StrategyCache`` without importing it (issue 28).  pyflakes'
+    undefined-name checks (ruff F821, F822) see it; ``make lint`` runs the whole rule set."""
+    pytest.importorskip("ruff")
+    run = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated",
+                          "--select", "F821,F822", "--target-version", "py311", "dpsql", "repl"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr

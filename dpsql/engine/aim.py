@@ -27,7 +27,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -202,7 +202,7 @@ def _block(domain, clique) -> rel.LatticeBlock:
     return rel.LatticeBlock(tuple(clique), factors, 1.0, 1.0)
 
 
-_WORKLOADS: "weakref.WeakKeyDictionary[Engine, dict]" = weakref.WeakKeyDictionary()
+_WORKLOADS: weakref.WeakKeyDictionary[Engine, dict] = weakref.WeakKeyDictionary()
 
 
 def _setup(engine: Engine, table: str, rho=None):

@@ -17,7 +17,8 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dpsql.domain import TableSchema, check_keys, load_domain
 from dpsql.errors import ConfigError
@@ -47,16 +48,18 @@ SCHEMA: dict[str, Any] = {
     "privacy_unit": {"id": None, "max_rows": None, "hash_key_file": None},
     "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
     "policy": {"unsupported": None, "allow_spend": None, **{k: None for k in _BUDGET}},
-    "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None, "mode": None, "aim_max_model_cells": None,
-                "objective": None},
+    "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None, "mode": None,
+                "aim_max_model_cells": None, "objective": None},
     "query": {"sql": None, "weight": None},   # an inline [workload] queries entry
     "model": {"iters": None},
     # read by the wire server (dpsql/server/config.py, which also checks the values)
     "server": {"max_statement_bytes": None, "max_user_statements": None, "max_connections": None,
+               "max_user_connections": None, "query_log_max_bytes": None, "query_log_files": None,
+               "max_session_memory": None,
                "max_unauthenticated": None, "auth_timeout": None, "catalog_timeout": None, "query_log": None,
                "users": "server_users"},
     "server_users": {"*": "server_user"},
-    "server_user": {"error_columns": None, "estimator": None},
+    "server_user": {"error_columns": None, "estimator": None, "connection_limit": None},
 }
 
 
@@ -89,7 +92,7 @@ class BudgetSpec:
     delta: float
 
     @staticmethod
-    def parse(spec: Any, where: str, default_delta: float) -> "BudgetSpec":
+    def parse(spec: Any, where: str, default_delta: float) -> BudgetSpec:
         if isinstance(spec, (int, float)) and not isinstance(spec, bool):
             return BudgetSpec(_rho(spec, where), default_delta)
         if not isinstance(spec, Mapping):

@@ -27,7 +27,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,7 +52,7 @@ from dpsql.privacy.ledger import Ledger
 
 if TYPE_CHECKING:
     from dpsql.pgm import GraphicalModel
-    from dpsql.plan import Strategy, Workload
+    from dpsql.plan import Strategy, StrategyCache, Workload
 
 # The planner (dpsql.plan: scipy.optimize, scipy.linalg) is imported where a
 # workload is planned, not here: a process that answers from a saved model never plans
@@ -567,7 +568,7 @@ class Engine:
         except Error:   # no workload query on this table, or one no longer compiles: no metric
             return []
 
-    def _load_or_fit(self, table: str, state: "TableState", released, keys, previous):
+    def _load_or_fit(self, table: str, state: TableState, released, keys, previous):
         path = self.model_path(table, keys)
         dom = state.schema.domain
         if path.exists():

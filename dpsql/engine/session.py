@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +68,9 @@ class Result:
     model_version: int = 0
     model: str = ""      # which model answered: "exact junction tree" or "relaxed region graph"
     bounds: list[tuple] = field(default_factory=list)
+    # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
+    # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
+    appended: int = 0
 
 
 @dataclass(frozen=True)
@@ -293,7 +297,8 @@ class Session:
                 continue
             what = "not supported by a measurement"
             if ranges is not None and not ranges.informed(lq.attributes):
-                what += " and " + _never_text(ranges.never_together(lq.attributes))
+                what += " and " + _never_text(ranges.never_together(lq.attributes),
+                                              ranges.measured_coarsely(lq.attributes))
             lines.append(f"{lq.name}: {what}; policy {self.policy!r}: {self._policy_effect(lq, ranges)}")
         return "\n".join(lines)
 
@@ -353,16 +358,18 @@ class Session:
         bad = [lq for lq in unsupported if not ranges.informed(lq.attributes)]
         if not bad:
             return
-        never = []
+        never, coarse = [], []
         for lq in bad:
             for item in ranges.never_together(lq.attributes):
                 if item not in never:
                     never.append(item)
-        example = _example_query(compiled.table, never)
+            coarse += [a for a in ranges.measured_coarsely(lq.attributes) if a not in coarse]
+        example = _example_query(compiled.table, never + [(a,) for a in coarse])
         qb = self.engine.config.query_budget
         raise UnsupportedQueryError(
-            f"no released measurement informs this answer: {_never_text(never)}, so the model "
-            "could only return its prior (an assumption of independence, not information)",
+            f"no released measurement informs this answer: {_never_text(never, coarse)}, so the "
+            "model could only return its prior (an assumption of independence or of evenly spread "
+            "values, not information)",
             hint=(f"add a query such as `{example}` to the workload and measure it "
                   "(`dpsql measure --increment`)"
                   + (", or SET dpsql.policy = 'measure' to measure it now (spends budget)" if qb else "")
@@ -507,7 +514,7 @@ class Session:
                      if any(r[j] is not None for r in result.stderr)] if result.stderr else []
         for name in error_column_names([result.columns[j].name for j in value_idx], mode):
             cols.append(Column(name, "double"))
-        rows = []
+        rows, stderr, bounds = [], [], []
         for i, row in enumerate(result.rows):
             extra = []
             for j in value_idx:
@@ -520,7 +527,14 @@ class Session:
                     b = result.bounds[i][j] if i < len(result.bounds) and result.bounds[i] else None
                     extra += [_finite(b[0]), _finite(b[1])] if b is not None else [None, None]
             rows.append(tuple(row) + tuple(extra))
-        return replace(result, columns=cols, rows=rows)
+            # keep stderr and bounds aligned with the longer rows (stderr[i][j] for rows[i][j])
+            pad = (None,) * len(extra)
+            if i < len(result.stderr):
+                stderr.append(tuple(result.stderr[i]) + pad)
+            if i < len(result.bounds):
+                bounds.append(tuple(result.bounds[i]) + pad if result.bounds[i] else result.bounds[i])
+        return replace(result, columns=cols, rows=rows, stderr=stderr, bounds=bounds,
+                       appended=len(cols) - len(result.columns))
 
 
 def error_column_names(value_columns: Sequence[str], mode: str) -> list[str]:
@@ -538,7 +552,7 @@ def _finite(x):
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
-def _never_text(items: list[tuple[str, ...]]) -> str:
+def _never_text(items: list[tuple[str, ...]], coarse: Sequence[str] = ()) -> str:
     alone = [i[0] for i in items if len(i) == 1]
     pairs = [f"{a} and {b}" for a, b in (i for i in items if len(i) == 2)]
     parts = []
@@ -546,6 +560,9 @@ def _never_text(items: list[tuple[str, ...]]) -> str:
         parts.append(", ".join(alone) + (" was" if len(alone) == 1 else " were") + " never measured")
     if pairs:
         parts.append("; ".join(pairs) + " were never measured together")
+    if coarse:
+        parts.append(", ".join(coarse) + (" was" if len(coarse) == 1 else " were") + " measured only "
+                     "through coarser queries (a range, a threshold or a sum), never value by value")
     return "; ".join(parts) or "its attributes were never measured together"
 
 

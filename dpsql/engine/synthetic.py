@@ -10,8 +10,9 @@ safe for exactly that reason: its input is already private (``docs/privacy.md`` 
 Cells become values through the declared domain only (``docs/domains.md``): a categorical
 cell is its label (``"(other)"`` for the other cell), NULL cells are ``None``.  Binned
 numbers are written either as their bin (``numbers="label"``: the integer itself for a
-column of one-value bins, else every bin's label such as ``"[20, 29]"`` and ``"17"``) or as a value drawn uniformly inside
-the bin (``numbers="value"``: an integer in [lo, hi], a real in [lo, hi)).
+column of one-value bins, else every bin's label such as ``"[20, 29]"`` and ``"17"``) or as
+a value drawn uniformly inside the bin (``numbers="value"``: an integer in [lo, hi], a real
+in [lo, hi)).
 """
 
 from __future__ import annotations

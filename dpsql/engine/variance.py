@@ -23,7 +23,7 @@ so q G⁺ qᵀ factors attribute by attribute (thesis §3.4: (A⊗B)⁺ = A⁺�
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpsql.errors import ProgrammingError
-from dpsql.linalg.base import Explicit, Product, QueryMatrix, Weighted, _pnorm
+from dpsql.linalg.base import Explicit, Product, QueryMatrix, Weighted
 
 __all__ = ["Identity", "Ones", "Total", "Values", "Indicator", "Bucket", "Diagonal",
            "Explicit"]

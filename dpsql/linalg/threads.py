@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 __all__ = ["one_blas_thread"]
 

@@ -20,13 +20,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import duckdb
 import numpy as np
 
 from dpsql.domain import TableSchema
-from dpsql.errors import ConfigError, OperationalError
+from dpsql.errors import ConfigError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend, changed_error, check_cliques,
                                     consistent_files, decode, engine_error, project_counts, reduce_cliques,

@@ -12,7 +12,7 @@ each source column; ``tests/test_domain_sql.py`` checks it against ``index_of`` 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 from dpsql.domain import Attribute

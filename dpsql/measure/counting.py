@@ -32,7 +32,8 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Protocol, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -221,7 +222,7 @@ class SqlBackend(ABC):
     def _fingerprint(self, source: Source) -> dict:
         ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         pass
 
     # -- metadata -----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import csv
 import os
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from dpsql.errors import ProgrammingError
 

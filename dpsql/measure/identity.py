@@ -48,7 +48,7 @@ class TableIdentity:
     noise: str
 
     @staticmethod
-    def of(schema: TableSchema, source: Source, content: dict, noise: str) -> "TableIdentity":
+    def of(schema: TableSchema, source: Source, content: dict, noise: str) -> TableIdentity:
         """Identity of ``schema`` read from ``source`` whose content fingerprint is ``content``
         (``Source.fingerprint()`` or what the reader hashed)."""
         unit = ("row" if source.id_column is None
@@ -63,7 +63,7 @@ class TableIdentity:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def differences(self, other: "TableIdentity | dict | None") -> list[str]:
+    def differences(self, other: TableIdentity | dict | None) -> list[str]:
         """Why a release under ``other`` is not usable now (plain words, public)."""
         if other is None:
             return ["measured before releases carried an identity"]

@@ -33,17 +33,16 @@ also has a *status* twin for ``dpsql check`` (:data:`STATUSES`).
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from dpsql.domain import Attribute, TableSchema
+from dpsql.domain import Attribute
 from dpsql.errors import ConfigError
 from dpsql.measure.cellsql import bins_sql, index_sql, is_nan
 from dpsql.measure.source import CsvDialect, Source
@@ -601,5 +600,6 @@ def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
 
 
 __all__ = ["normalise_csv", "split_fields", "unquote", "line_scan", "csv_fields", "convert_text",
-           "typed_column", "label_index_sql", "integer_value_sql", "uniform_bins_sql", "accepts", "accepts_id", "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",
+           "typed_column", "label_index_sql", "integer_value_sql", "uniform_bins_sql", "accepts", "accepts_id",
+           "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",
            "PROBLEMS", "Framed", "record_grammar"]

@@ -30,7 +30,7 @@ import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -117,7 +117,7 @@ class _Basis:
         return self.coef @ self.basis
 
 
-def _factor(f: QueryMatrix) -> "np.ndarray | _Basis":
+def _factor(f: QueryMatrix) -> np.ndarray | _Basis:
     from dpsql.linalg import Explicit, Product
     if isinstance(f, Product) and isinstance(f.left, Explicit) and isinstance(f.right, Explicit):
         s = np.asarray(f.right.array, dtype=np.float64)
@@ -175,7 +175,7 @@ def _real_sensitivity(clique, query, p: int) -> float:
 
 
 def lattice_blocks(blocks, rho: Fraction | float, *, family: str = "gaussian",
-                   unit_rows: int = 1) -> tuple[list[LatticeBlock], "NoisePlan"]:
+                   unit_rows: int = 1) -> tuple[list[LatticeBlock], NoisePlan]:
     """Lattice versions of planner blocks ``(clique, query, weight)`` and their noise plan.
 
     The noise each block will get (in query units) is estimated from the real strategy;
@@ -238,7 +238,7 @@ def calibrate(blocks: Sequence[LatticeBlock], rho: Fraction | float, *, family: 
         total = sum(k2 * s * e * e for s, e in zip(sens, eff))
         sigma2 = total / (2.0 * rho)
         params = []
-        for s, e in zip(sens, eff):
+        for e in eff:
             # float → exact rational, nudged up so the rational cost cannot exceed rho
             params.append(Fraction(sigma2 / (e * e) * (1 + 1e-9)))
         cost = sum((Fraction(k2 * s) / (2 * p) for s, p in zip(sens, params)), Fraction(0))

@@ -9,7 +9,7 @@ extra).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

@@ -19,7 +19,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from dpsql.domain import check_keys
@@ -65,7 +66,7 @@ class CsvDialect:
     max_record_bytes: int = 4 << 20   # longer records are read as malformed
 
     @staticmethod
-    def from_spec(spec: Mapping[str, Any], where: str) -> "CsvDialect":
+    def from_spec(spec: Mapping[str, Any], where: str) -> CsvDialect:
         kw: dict[str, Any] = {}
         for key in ("delimiter", "quote", "escape"):
             if key in spec:
@@ -151,7 +152,7 @@ class Source:
     conf: tuple = ()                # spark: ((key, value), ...) session settings
 
     @staticmethod
-    def from_config(spec: Mapping, base: Path, where: str = "source") -> "Source":
+    def from_config(spec: Mapping, base: Path, where: str = "source") -> Source:
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{where}: source must be a table", hint='e.g. source = { csv = "adult.csv" }')
         if "spark" in spec:

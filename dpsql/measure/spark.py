@@ -170,7 +170,8 @@ class SparkBackend(SqlBackend):
 
     def _remote_stat(self, uris: list[str]) -> list[tuple[str, int, int]]:
         spark = self.session()
-        jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if not self._master.startswith("sc://") else None
+        jvm = (getattr(getattr(spark, "sparkContext", None), "_jvm", None)
+               if not self._master.startswith("sc://") else None)
         if jvm is None:
             raise ConfigError("under Spark Connect dpsql cannot read the sizes and times of remote files",
                               hint="declare source.data_version (and bump it when the data changes)")

@@ -16,7 +16,7 @@ Only portable constructs are emitted so that another engine can run the same AST
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 
 from dpsql.domain import TableSchema

@@ -30,12 +30,12 @@ class CliqueVector(Mapping):
                 raise ValueError(f"CliqueVector: factor over {f.attributes} stored under clique {c}")
 
     @classmethod
-    def zeros(cls, domain: Domain, cliques: Iterable[Sequence[str]]) -> "CliqueVector":
+    def zeros(cls, domain: Domain, cliques: Iterable[Sequence[str]]) -> CliqueVector:
         return cls({tuple(c): Factor.zeros(domain.project(c)) for c in cliques})
 
     @classmethod
     def uniform(cls, domain: Domain, cliques: Iterable[Sequence[str]],
-                total: float = 1.0) -> "CliqueVector":
+                total: float = 1.0) -> CliqueVector:
         return cls({tuple(c): Factor.uniform(domain.project(c), total) for c in cliques})
 
     def __getitem__(self, clique) -> Factor:
@@ -51,7 +51,7 @@ class CliqueVector(Mapping):
     def cliques(self) -> list[tuple[str, ...]]:
         return list(self._factors)
 
-    def _zip(self, other: "CliqueVector", op) -> "CliqueVector":
+    def _zip(self, other: CliqueVector, op) -> CliqueVector:
         if set(self._factors) != set(other._factors):
             raise ValueError("CliqueVector: operands are over different clique sets")
         return CliqueVector({c: op(f, other[c]) for c, f in self._factors.items()})
@@ -68,7 +68,7 @@ class CliqueVector(Mapping):
             return self._zip(other, lambda a, b: a - b)
         return CliqueVector({c: f - other for c, f in self._factors.items()})
 
-    def __mul__(self, scalar: float) -> "CliqueVector":
+    def __mul__(self, scalar: float) -> CliqueVector:
         return CliqueVector({c: f * float(scalar) for c, f in self._factors.items()})
 
     __rmul__ = __mul__
@@ -76,13 +76,13 @@ class CliqueVector(Mapping):
     def __neg__(self):
         return self * -1.0
 
-    def dot(self, other: "CliqueVector") -> float:
+    def dot(self, other: CliqueVector) -> float:
         """⟨self, other⟩ = Σ_r ⟨self_r, other_r⟩ (the pairing μᵀθ of thesis §4.3.2)."""
         if set(self._factors) != set(other._factors):
             raise ValueError("CliqueVector.dot: operands are over different clique sets")
         return sum(f.dot(other[c]) for c, f in self._factors.items())
 
-    def expand(self, domain: Domain, cliques: Iterable[Sequence[str]]) -> "CliqueVector":
+    def expand(self, domain: Domain, cliques: Iterable[Sequence[str]]) -> CliqueVector:
         """Potentials onto ``cliques``: each factor is added to one clique that contains it.
 
         Σ_r θ_r(x_r) is unchanged, so the distribution p_θ is the same.
@@ -95,7 +95,7 @@ class CliqueVector(Mapping):
             out[host] = out[host] + f
         return CliqueVector(out)
 
-    def project(self, cliques: Iterable[Sequence[str]]) -> "CliqueVector":
+    def project(self, cliques: Iterable[Sequence[str]]) -> CliqueVector:
         """Marginals onto ``cliques``, each summed down from a factor that contains it."""
         out = {}
         for d in (tuple(c) for c in cliques):

@@ -146,7 +146,7 @@ class ConvexGBP:
         lam = self.initial_messages() if messages is None else [np.array(m, dtype=float) for m in messages]
         psi = self._exponents(theta, lam)
         change, done = np.inf, 0
-        for done in range(1, sweeps + 1):
+        for done in range(1, sweeps + 1):  # noqa: B007 - the sweeps run, read after the loop
             change = self._sweep(psi, lam)
             if change <= tol:
                 break
@@ -169,7 +169,7 @@ class ConvexGBP:
                 ) -> tuple[int, float]:
         """Run up to ``sweeps`` sweeps in place; returns (sweeps run, last change)."""
         change, done = np.inf, 0
-        for done in range(1, sweeps + 1):
+        for done in range(1, sweeps + 1):  # noqa: B007 - the sweeps run, read after the loop
             change = self._sweep(psi, lam)
             if change <= tol:
                 break

@@ -159,7 +159,7 @@ def _theta_from_marginals(tree: JunctionTree, mu: Sequence[np.ndarray]) -> list[
     """Potentials of p = Π_C μ_C / Π_S μ_S, whose clique marginals are ``mu`` (calibrated)."""
     tiny = np.finfo(float).tiny
     theta = [np.log(np.maximum(m, tiny)) for m in mu]
-    for (p, c), sep in tree.separators.items():
+    for (_, c), sep in tree.separators.items():
         if not sep:
             continue
         clique = tree.cliques[c]

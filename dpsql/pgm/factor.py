@@ -61,15 +61,15 @@ class Factor:
 
     # --- construction ------------------------------------------------------------------
     @classmethod
-    def zeros(cls, domain: Domain) -> "Factor":
+    def zeros(cls, domain: Domain) -> Factor:
         return cls(domain, np.zeros(domain.shape))
 
     @classmethod
-    def ones(cls, domain: Domain) -> "Factor":
+    def ones(cls, domain: Domain) -> Factor:
         return cls(domain, np.ones(domain.shape))
 
     @classmethod
-    def uniform(cls, domain: Domain, total: float = 1.0) -> "Factor":
+    def uniform(cls, domain: Domain, total: float = 1.0) -> Factor:
         return cls(domain, np.full(domain.shape, total / domain.size()))
 
     @property
@@ -77,14 +77,14 @@ class Factor:
         return self.domain.attributes
 
     # --- axis bookkeeping --------------------------------------------------------------
-    def transpose(self, attrs: Sequence[str]) -> "Factor":
+    def transpose(self, attrs: Sequence[str]) -> Factor:
         """The same factor with axes in the order ``attrs`` (a permutation)."""
         attrs = tuple(attrs)
         if set(attrs) != set(self.attributes) or len(attrs) != len(self.attributes):
             raise ValueError(f"transpose: {attrs} is not a permutation of {self.attributes}")
         return Factor(self.domain.project(attrs), np.transpose(self.values, self.domain.axes(attrs)))
 
-    def expand(self, domain: Domain) -> "Factor":
+    def expand(self, domain: Domain) -> Factor:
         """Broadcast to the larger ``domain`` (constant along the new attributes)."""
         missing = [a for a in self.attributes if a not in domain]
         if missing:
@@ -99,21 +99,21 @@ class Factor:
         return self.domain.axes(a for a in self.attributes if a not in out), out
 
     # --- reductions --------------------------------------------------------------------
-    def sum(self, attrs: Iterable[str] | None = None) -> "Factor | float":
+    def sum(self, attrs: Iterable[str] | None = None) -> Factor | float:
         """Sum out ``attrs`` (all attributes when None, giving a float)."""
         if attrs is None:
             return float(self.values.sum())
         axes, keep = self._reduce_axes(attrs)
         return Factor(self.domain.project(keep), self.values.sum(axis=axes))
 
-    def logsumexp(self, attrs: Iterable[str] | None = None) -> "Factor | float":
+    def logsumexp(self, attrs: Iterable[str] | None = None) -> Factor | float:
         """``log Σ exp`` over ``attrs`` (all when None): sum-out in log space."""
         if attrs is None:
             return float(logsumexp(self.values, tuple(range(self.values.ndim))))
         axes, keep = self._reduce_axes(attrs)
         return Factor(self.domain.project(keep), logsumexp(self.values, axes))
 
-    def project(self, attrs: Sequence[str], log: bool = False) -> "Factor":
+    def project(self, attrs: Sequence[str], log: bool = False) -> Factor:
         """Marginal over ``attrs`` in the given order (log-space sum-out when ``log``)."""
         attrs = tuple(attrs)
         drop = [a for a in self.attributes if a not in attrs]
@@ -121,7 +121,7 @@ class Factor:
         return out.transpose(attrs)
 
     # --- arithmetic --------------------------------------------------------------------
-    def _binary(self, other, op) -> "Factor":
+    def _binary(self, other, op) -> Factor:
         if isinstance(other, Factor):
             domain = self.domain.merge(other.domain)
             return Factor(domain, op(self.expand(domain).values, other.expand(domain).values))
@@ -153,18 +153,18 @@ class Factor:
     def __neg__(self):
         return Factor(self.domain, -self.values)
 
-    def exp(self) -> "Factor":
+    def exp(self) -> Factor:
         return Factor(self.domain, np.exp(self.values))
 
-    def log(self) -> "Factor":
+    def log(self) -> Factor:
         with np.errstate(divide="ignore"):
             return Factor(self.domain, np.log(self.values))
 
-    def dot(self, other: "Factor") -> float:
+    def dot(self, other: Factor) -> float:
         other = other.transpose(self.attributes) if other.attributes != self.attributes else other
         return float(np.vdot(self.values, other.values))
 
-    def normalize(self, total: float = 1.0, log: bool = False) -> "Factor":
+    def normalize(self, total: float = 1.0, log: bool = False) -> Factor:
         """Scale to sum ``total`` (or shift log values so that ``exp`` sums to ``total``)."""
         if log:
             return Factor(self.domain, self.values - self.logsumexp() + np.log(total))

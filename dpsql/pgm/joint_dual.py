@@ -317,12 +317,12 @@ def _solve(problem: _Problem, N: float, atol: float, rtol: float, max_steps: int
         try:
             factor = cho_factor(M)
 
-            def solve(r):
+            def solve(r, factor=factor, M=M):   # this iteration's M, bound now
                 x = cho_solve(factor, r)
                 # one round of iterative refinement: M's condition grows as 1/τ
                 return x + cho_solve(factor, r - M @ x)
         except np.linalg.LinAlgError:
-            def solve(r):
+            def solve(r, M=M):
                 return np.linalg.lstsq(M, r, rcond=None)[0]
         delta = solve(g)
         decrement = float(np.real(np.vdot(g, delta)))

@@ -224,7 +224,7 @@ class JunctionTree:
     @classmethod
     def from_structure(cls, attributes: Sequence[str], sizes: dict[str, int] | Sequence[int],
                        cliques: Sequence[Sequence[str]], parent: Sequence[int],
-                       preorder: Sequence[int], order: Sequence[str]) -> "JunctionTree":
+                       preorder: Sequence[int], order: Sequence[str]) -> JunctionTree:
         """The tree a fit built, from its stored cliques, parent links, visiting order and
         elimination order (``dpsql.pgm.store``): loading a saved model neither triangulates
         again (issue 17: a new process answers in ≤ 1 s).  Raises

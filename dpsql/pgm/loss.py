@@ -310,7 +310,7 @@ class SparseLoss:
 
     @classmethod
     def build(cls, tree: JunctionTree, measurements: Sequence[Measurement],
-              dense_limit: int = DENSE_LIMIT, max_nnz: int = SPARSE_MAX_NNZ) -> "SparseLoss | None":
+              dense_limit: int = DENSE_LIMIT, max_nnz: int = SPARSE_MAX_NNZ) -> SparseLoss | None:
         """None when a query has more than ``dense_limit`` entries (it is densified once) or
         the matrix would have more than ``max_nnz`` non-zeros."""
         built = measurement_matrix(measurements, tree.attributes, tree.sizes, tree.cliques, tree.host,

@@ -60,7 +60,7 @@ class GraphicalModel:
     def from_parts(cls, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray], total: float,
                    probs: Sequence[np.ndarray], log_partition: float, *,
                    measured: Iterable[Sequence[str]] = (), loss: Sequence[float] = (),
-                   query_capacity: int = DEFAULT_QUERY_CAPACITY) -> "GraphicalModel":
+                   query_capacity: int = DEFAULT_QUERY_CAPACITY) -> GraphicalModel:
         """A model from stored parts: the calibrated clique probabilities ``probs`` (as
         computed for ``theta``) are taken as given, so no belief propagation runs
         (``dpsql.pgm.store`` loads saved models this way)."""

@@ -72,7 +72,7 @@ def consistency_targets(graph: RegionGraph, probs: Sequence[np.ndarray], clique:
 def _objective(tau: np.ndarray, targets) -> tuple[float, np.ndarray]:
     value = 0.0
     grad = np.zeros_like(tau)
-    for axes, kd, w, b in targets:
+    for axes, _, w, b in targets:
         proj = tau.sum(axis=axes, keepdims=True) if axes else tau
         r = proj - b
         value += w * float(np.vdot(r, r))

@@ -137,7 +137,7 @@ class RegionGraph:
     # --- construction ------------------------------------------------------------------
     @classmethod
     def saturated(cls, attributes: Sequence[str], sizes, cliques: Iterable[Sequence[str]]
-                  ) -> "RegionGraph":
+                  ) -> RegionGraph:
         """The fully saturated region graph of ``cliques`` (Figure 1c; K&F §11.3)."""
         attributes = tuple(attributes)
         position = {a: i for i, a in enumerate(attributes)}
@@ -159,7 +159,7 @@ class RegionGraph:
 
     @classmethod
     def capped(cls, attributes: Sequence[str], sizes, cliques: Iterable[Sequence[str]],
-               capacity: int) -> "RegionGraph":
+               capacity: int) -> RegionGraph:
         """A saturated region graph over junction-tree cliques that fit, plus the rest.
 
         The maximal cliques of the junction tree of ``cliques`` are kept, smallest
@@ -190,7 +190,7 @@ class RegionGraph:
 
     @classmethod
     def factor_graph(cls, attributes: Sequence[str], sizes, cliques: Iterable[Sequence[str]]
-                     ) -> "RegionGraph":
+                     ) -> RegionGraph:
         """Cliques plus all singletons, with edges clique → each of its attributes (Figure 1b)."""
         attributes = tuple(attributes)
         position = {a: i for i, a in enumerate(attributes)}
@@ -201,7 +201,7 @@ class RegionGraph:
 
     @classmethod
     def build(cls, kind: str, attributes: Sequence[str], sizes, cliques,
-              capacity: int | None = None) -> "RegionGraph":
+              capacity: int | None = None) -> RegionGraph:
         if kind == "capped":
             if capacity is None:
                 raise ValueError("a capped region graph needs a capacity (cells)")

@@ -38,7 +38,8 @@ import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -155,7 +156,7 @@ def scaled_l1(counts: np.ndarray, model_marginal: np.ndarray) -> int:
     return total
 
 
-def exact_scores(round_: "Round", counts: Sequence[np.ndarray],
+def exact_scores(round_: Round, counts: Sequence[np.ndarray],
                  model_marginals: Sequence[np.ndarray]) -> list[Fraction]:
     """q_r = w_r (‖M_r(D) − M_r(p̂)‖₁ − √(2/π)·σ_t·n_r) for the round's candidates, exactly."""
     scale = Fraction(1 << SCORE_GRID_BITS)

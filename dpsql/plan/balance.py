@@ -22,7 +22,7 @@ query's own baseline where they can:
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -20,7 +20,8 @@ and ``per_query_variance`` gives the variance of each workload answer (for stand
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -113,7 +113,7 @@ class FactorPinv:
     trivial: bool          # every cell its own class: U = I
 
     @classmethod
-    def of(cls, F: np.ndarray) -> "FactorPinv | ThinPinv":
+    def of(cls, F: np.ndarray) -> FactorPinv | ThinPinv:
         F = np.atleast_2d(np.asarray(F, dtype=float))
         m, n = F.shape
         if n > LARGE_CELLS and m < n:
@@ -237,12 +237,12 @@ class LowRankGram:
     def shape(self) -> tuple[int, int]:
         return (self.n, self.n)
 
-    def scaled(self, s2: float) -> "LowRankGram":
+    def scaled(self, s2: float) -> LowRankGram:
         """s²·V."""
         return LowRankGram(self.n, s2 * self.c, math.sqrt(s2) * self.rows)
 
     @staticmethod
-    def combine(grams, coeffs2) -> "LowRankGram":
+    def combine(grams, coeffs2) -> LowRankGram:
         """Σ_j coeffs2_j · grams_j (grams of one attribute)."""
         n = grams[0].n
         c = sum(w * g.c for g, w in zip(grams, coeffs2))

@@ -57,7 +57,7 @@ class JointSupport:
         return got
 
     @classmethod
-    def build(cls, attributes, sizes, released) -> "JointSupport | None":
+    def build(cls, attributes, sizes, released) -> JointSupport | None:
         """``released``: (clique, integer factors per clique attribute, scale, σ) per block."""
         marg, resid, rfac = [], {}, {}
         for clique, factors, scale, sigma in released:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import scipy.linalg as sla
@@ -61,7 +61,7 @@ class MarginalSpace:
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, shape: Sequence[int], cliques: Iterable[Iterable[int]]) -> "MarginalSpace":
+    def of(cls, shape: Sequence[int], cliques: Iterable[Iterable[int]]) -> MarginalSpace:
         """The space of the cliques' downward closure (the last few are kept, so repeated
         evaluations of one workload share their cached matrices)."""
         shape = tuple(int(n) for n in shape)

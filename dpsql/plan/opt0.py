@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import scipy.linalg as sla
 import scipy.optimize as so
 
-from dpsql.plan.gram import FactorPinv, column_classes, pinv_psd
+from dpsql.plan.gram import FactorPinv, column_classes
 
 __all__ = ["FactorResult", "factor_loss", "sensitivity", "dual_ascent", "gaussian_dual", "gaussian_primal_loss",
            "pidentity_loss", "pidentity", "projected_lbfgs", "opt0", "semiseparable_right", "Progress"]
@@ -304,7 +304,8 @@ def projected_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: n
             q += (a - r * float(yF @ q)) * sF
         dF = -q
         if float(gF @ dF) >= 0.0:    # the metric lost positivity on the free set: restart
-            S.clear(); Y.clear()
+            S.clear()
+            Y.clear()
             dF = -gF / max(float(np.linalg.norm(gF)), 1e-300)
         xF = x[idx]
         t = 1.0
@@ -319,9 +320,11 @@ def projected_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: n
         else:
             break
         s, y = xn - x, gn - g
-        S.append(s); Y.append(y)
+        S.append(s)
+        Y.append(y)
         if len(S) > memory:
-            S.pop(0); Y.pop(0)
+            S.pop(0)
+            Y.pop(0)
         done = (f - fn) <= ftol * max(abs(f), abs(fn), 1.0)
         x, f, g = xn, fn, gn
         if callback is not None:

@@ -21,13 +21,14 @@ import contextvars
 import math
 from itertools import combinations
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
 from dpsql.linalg.threads import one_blas_thread
-from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, strategy_tse, term_errors
+from dpsql.plan.error import _unit_variance, kron_loss, noise_norm, term_errors
 from dpsql.plan.kron import kron_strategy
 from dpsql.plan.gram import LowRankGram
 from dpsql.plan.marginals import (
@@ -53,7 +54,8 @@ __all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_q
 DEFAULT_GRID = 2.0 ** -10
 
 #: Part of the strategy-cache key: bump it when the same options yield a different strategy
-#: (2: OPT_M drops negligible weights; 4: ResidualPlanner meets per-query caps by its dual), so that stale cached strategies are not reused.
+#: (2: OPT_M drops negligible weights; 4: ResidualPlanner meets per-query caps by its dual), so
+#: that stale cached strategies are not reused.
 PLANNER_VERSION = 4
 
 

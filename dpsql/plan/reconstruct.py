@@ -18,7 +18,8 @@ Answers are unbiased whenever the strategy supports the workload, with the varia
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse.linalg as spla

@@ -30,14 +30,14 @@ evaluated exactly (``algebra.AlgebraForm``), within ~10⁻⁶ of the certificate
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import scipy.optimize as so
 import scipy.sparse as sp
 
 from dpsql.plan.algebra import residual_factor
-from dpsql.plan.marginals import MarginalSpace, workload_kappa
+from dpsql.plan.marginals import MarginalSpace
 from dpsql.plan.strategy import KronBlock, eye_factor, ones_factor
 
 __all__ = ["residual_mu", "split_marginal_residual", "residual_blocks", "balanced_mu"]

@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ __all__ = ["KronBlock", "MeasurementBlock", "Strategy", "factor_kind", "block_se
            "union_sensitivity", "round_blocks"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def eye_factor(n: int) -> np.ndarray:
     """A shared read-only n×n identity (marginal blocks reuse it: ``factor_kind`` and the
     column norms recognise it by identity instead of comparing n² entries)."""
@@ -40,7 +41,7 @@ def eye_factor(n: int) -> np.ndarray:
     return E
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ones_factor(n: int) -> np.ndarray:
     """A shared read-only 1×n row of ones (a Total factor)."""
     T = np.ones((1, n))

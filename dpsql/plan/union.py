@@ -15,7 +15,6 @@ of bounded size (plan/large.py).
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from dataclasses import replace
 
@@ -32,7 +31,7 @@ __all__ = ["union_strategy", "group_by_support", "union_weights"]
 
 
 def group_by_support(terms: WorkloadTerms) -> list[list[int]]:
-    groups: "OrderedDict[tuple, list[int]]" = OrderedDict()
+    groups: OrderedDict[tuple, list[int]] = OrderedDict()
     for j, t in enumerate(terms.terms):
         # Counts and SUMs over a large attribute go to different blocks (plan/large.py).
         groups.setdefault((t.support, t.large_kinds), []).append(j)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -41,14 +42,14 @@ class Workload:
 
     @classmethod
     def of_queries(cls, domain: Any, queries, noise: str = "gaussian",
-                   objective: str = "relative") -> "Workload":
+                   objective: str = "relative") -> Workload:
         """A workload of queries (``objective.QuerySpec``) scaled for the planner's
         objective (:mod:`dpsql.plan.objective`); ``parts`` locate each query's terms."""
         mats, parts = query_parts(list(queries), noise, objective)
         return cls(domain, Union(mats), tuple(parts))
 
     @cached_property
-    def terms(self) -> "WorkloadTerms":
+    def terms(self) -> WorkloadTerms:
         names = [p.name for p in self.parts for _ in range(p.num_terms)] if self.parts else None
         t = _extract(self.matrix, tuple(self.domain.attributes), tuple(self.domain.shape), names)
         if self.parts:
@@ -153,7 +154,7 @@ class WorkloadTerms:
     def num_queries(self) -> int:
         return int(sum(t.num_queries for t in self.terms))
 
-    def select(self, indices: Sequence[int]) -> "WorkloadTerms":
+    def select(self, indices: Sequence[int]) -> WorkloadTerms:
         """The sub-workload of the terms at ``indices`` (same attributes and shape)."""
         return WorkloadTerms(self.attributes, self.shape, tuple(self.terms[j] for j in indices))
 

@@ -264,11 +264,11 @@ class Budget:
         object.__setattr__(self, "rho", to_rho(self.rho))
 
     @classmethod
-    def from_rho(cls, rho) -> "Budget":
+    def from_rho(cls, rho) -> Budget:
         return cls(to_rho(rho))
 
     @classmethod
-    def from_epsilon_delta(cls, epsilon, delta) -> "Budget":
+    def from_epsilon_delta(cls, epsilon, delta) -> Budget:
         """The largest rho-zCDP budget that implies (epsilon, delta)-DP (Prop. 7)."""
         return cls(epsilon_delta_to_rho(epsilon, delta), float(epsilon), float(delta))
 

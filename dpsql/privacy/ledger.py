@@ -38,7 +38,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from fractions import Fraction
 from pathlib import Path
 
@@ -144,7 +144,7 @@ def _entry_hash(prev_hash: str, fields: list) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _user_spec(per_user_rho) -> dict:

@@ -39,8 +39,8 @@ from typing import Any
 from dpsql import errors
 from dpsql.server import codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
-from dpsql.server.results import Outcome, Portal, Prepared, QueryError
-from dpsql.server.shadow import ShadowError, ShadowUnavailable
+from dpsql.server.results import Outcome, Portal, Prepared, QueryError, out_of_memory
+from dpsql.server.shadow import ShadowError, ShadowReplyTooLarge, ShadowUnavailable
 from dpsql.sql.split import split_statements
 
 INFERRED = "inferred"
@@ -111,10 +111,17 @@ def _row_description(columns, formats) -> bytes:
     return codec.encode_row_description(fields)
 
 
-def _data_rows(rows, oids, formats) -> list[bytes]:
-    """DataRow messages: value j of each row encoded as ``oids[j]`` in its result format."""
-    return [codec.encode_data_row([pgtypes.encode_value(v, oids[i], _format(formats, i))
-                                   for i, v in enumerate(row)]) for row in rows]
+def _data_rows(rows, oids, formats, limit: int | None = None) -> list[bytes]:
+    """DataRow messages: value j of each row encoded as ``oids[j]`` in its result format; 53200
+    once they pass ``limit`` bytes (a reply is built whole before it is sent)."""
+    out, size = [], 0
+    for row in rows:
+        out.append(codec.encode_data_row([pgtypes.encode_value(v, oids[i], _format(formats, i))
+                                          for i, v in enumerate(row)]))
+        size += len(out[-1])
+        if limit is not None and size > limit:
+            raise out_of_memory(size, limit, "this reply")
+    return out
 
 
 def _shadow_outcome(res) -> Outcome:
@@ -132,7 +139,7 @@ def from_engine_error(exc: errors.Error, *, keep_position: bool = True) -> Query
 class Dispatcher:
     def __init__(self, link, shadow, settings: Settings, *, pid: int, database: str, executor,
                  dpsql_version: str = "", signal=None, parse_executor=None, limiter=None,
-                 query_log=None) -> None:
+                 query_log=None, max_reply: int | None = None) -> None:
         self.link = link
         self.shadow = shadow
         self.settings = settings
@@ -142,6 +149,7 @@ class Dispatcher:
         self.parse_executor = parse_executor or executor
         self.limiter = limiter          # the user's statement slots (asyncio.Semaphore) or None
         self.query_log = query_log
+        self.max_reply = max_reply      # bytes of one reply (engine rows or a catalog reply); 53200 beyond
         self.dpsql_version = dpsql_version
         self.signal = signal            # cancels another session of the same user by pid
         self._tables = tuple(link.catalog)
@@ -269,9 +277,13 @@ class Dispatcher:
                 raise QueryError("57014", "canceling statement due to user request")
             self._running = client
             try:
+                if method == "execute":
+                    return await client.execute(*args, max_bytes=self.max_reply)
                 return await getattr(client, method)(*args)
             except ShadowError as exc:
                 raise QueryError.relayed(exc.fields) from None
+            except ShadowReplyTooLarge as exc:     # the client is broken: the pool closes it
+                raise out_of_memory(exc.size, exc.limit, "this catalog reply") from None
             except (ShadowUnavailable, OSError) as exc:
                 client.broken = True
                 raise QueryError("58000", f"catalog backend unavailable: {exc}") from None
@@ -315,7 +327,8 @@ class Dispatcher:
             stmt.description = self._engine_description(compiled.columns, ())
         elif route.kind == "session":
             cmd = parse_command(route)
-            stmt.description = text_description([cmd.name]) if cmd.kind == "show" and not cmd.name.startswith("dpsql.") else None
+            show = cmd.kind == "show" and not cmd.name.startswith("dpsql.")
+            stmt.description = text_description([cmd.name]) if show else None
         elif route.kind == "local":
             stmt.description = self._local_description(route, ())
         stmt.described = True
@@ -407,7 +420,7 @@ class Dispatcher:
         oids = [pgtypes.oid_for(t) for _, t in columns]
         tag = "SELECT" if route.tag == "SELECT" else route.tag
         return Outcome(description=self._engine_description(columns, formats),
-                       rows=_data_rows(rows, oids, formats), tag=tag)
+                       rows=_data_rows(rows, oids, formats, self.max_reply), tag=tag)
 
     @staticmethod
     def _engine_description(columns, formats) -> bytes:

@@ -58,8 +58,12 @@ def _run(run, config, args, context, server_cfg, pick) -> int:
                database=args.database, ssl_context=context, insecure=args.insecure, auth_method=args.auth,
                shadow=not args.no_catalog, workers=args.workers,
                max_connections=pick(args.max_connections, server_cfg.max_connections),
+               max_user_connections=server_cfg.max_user_connections,
+               user_connection_limits=server_cfg.user_connection_limits,
                max_statement=pick(args.max_statement_bytes, server_cfg.max_statement_bytes),
                query_log=pick(args.query_log, server_cfg.query_log),
+               query_log_max_bytes=server_cfg.query_log_max_bytes, query_log_files=server_cfg.query_log_files,
+               max_session_memory=server_cfg.max_session_memory,
                max_user_statements=server_cfg.max_user_statements,
                max_unauthenticated=server_cfg.max_unauthenticated, auth_timeout=server_cfg.auth_timeout,
                catalog_timeout=server_cfg.catalog_timeout, user_settings=server_cfg.user_settings)

@@ -4,13 +4,18 @@
     max_statement_bytes = 262144     # larger frontend messages are answered 54000 and discarded
     max_user_statements = 2          # statements one user may run at once (more wait their turn)
     max_connections = 100            # authenticated connections (53300 beyond)
-    max_unauthenticated = 32         # connections still authenticating; the idlest is dropped beyond
+    max_user_connections = 50        # of them one user's (default: half of max_connections; 53300 beyond)
+    max_session_memory = 67108864    # bytes one connection holds: statements, portals, a reply (53200)
+    max_unauthenticated = 256        # connections still authenticating; the most stalled gives way beyond
     auth_timeout = 5.0               # seconds to finish authenticating
     catalog_timeout = 10.0           # statement timeout of catalog queries, enforced per role
     query_log = "queries.jsonl"      # JSON lines, one per statement; "-" for stderr
+    query_log_max_bytes = 67108864   # rotated beyond this size (queries.jsonl.1, .2, …)
+    query_log_files = 4              # rotated files kept
     [server.users.alice]             # defaults of one user's sessions (startup options override)
     error_columns = "ci95"           # dpsql.error_columns: off | stderr | ci95
     estimator = "pgm"                # dpsql.estimator: pgm | least_squares
+    connection_limit = 80            # this user's own connection limit (PostgreSQL's CONNECTION LIMIT)
 
 Unknown keys and bad values are refused, naming the key.  Command-line options of
 ``dpsql serve`` override the file.
@@ -28,7 +33,10 @@ from dpsql.errors import ConfigError
 DEFAULT_MAX_STATEMENT = 256 * 1024
 USER_SETTINGS = {"error_columns": ("dpsql.error_columns", ("off", "stderr", "ci95", "bounds")),
                  "estimator": ("dpsql.estimator", ("pgm", "least_squares"))}
+USER_LIMITS = ("connection_limit",)     # per-user keys that are server limits, not session settings
 _NUMBERS = {"max_statement_bytes": int, "max_user_statements": int, "max_connections": int,
+            "max_user_connections": int, "query_log_max_bytes": int, "query_log_files": int,
+            "max_session_memory": int,
             "max_unauthenticated": int, "auth_timeout": float, "catalog_timeout": float}
 
 
@@ -37,11 +45,16 @@ class ServerConfig:
     max_statement_bytes: int = DEFAULT_MAX_STATEMENT
     max_user_statements: int = 2
     max_connections: int = 100
-    max_unauthenticated: int = 32
+    max_user_connections: int | None = None   # None: half of max_connections
+    max_unauthenticated: int = 256
     auth_timeout: float = 5.0
     catalog_timeout: float = 10.0
     query_log: str | None = None          # a path, or "-" for stderr
+    query_log_max_bytes: int = 64 * 1024 * 1024
+    max_session_memory: int = 64 * 1024 * 1024
+    query_log_files: int = 4
     user_settings: dict[str, dict[str, str]] = field(default_factory=dict)   # user -> {dpsql.x: value}
+    user_connection_limits: dict[str, int] = field(default_factory=dict)     # user -> connection_limit
 
 
 def parse_server_section(section, where: str = "[server]", base: Path | None = None) -> ServerConfig:
@@ -55,7 +68,8 @@ def parse_server_section(section, where: str = "[server]", base: Path | None = N
     for key, kind in _NUMBERS.items():
         if key in section:
             value = section[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or (kind is int and not isinstance(value, int))):
                 raise ConfigError(f"{where}: {key} must be a{'n integer' if kind is int else ' number'}")
             if value <= 0:
                 raise ConfigError(f"{where}: {key} must be positive")
@@ -72,16 +86,23 @@ def parse_server_section(section, where: str = "[server]", base: Path | None = N
         here = f"{where}.users.{user}"
         if not isinstance(settings, dict):
             raise ConfigError(f"{here} must be a table")
-        bad = sorted(set(settings) - set(USER_SETTINGS))
+        bad = sorted(set(settings) - set(USER_SETTINGS) - set(USER_LIMITS))
         if bad:
-            raise ConfigError(f"{here}: unknown key(s) {bad}", hint=f"allowed keys: {', '.join(USER_SETTINGS)}")
+            raise ConfigError(f"{here}: unknown key(s) {bad}",
+                              hint=f"allowed keys: {', '.join([*USER_SETTINGS, *USER_LIMITS])}")
         out = {}
         for key, value in settings.items():
+            if key == "connection_limit":
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    raise ConfigError(f"{here}: connection_limit must be a positive integer")
+                cfg.user_connection_limits[user] = value
+                continue
             name, values = USER_SETTINGS[key]
             if value not in values:
                 raise ConfigError(f"{here}: {key} must be one of {', '.join(values)}")
             out[name] = value
-        cfg.user_settings[user] = out
+        if out:
+            cfg.user_settings[user] = out
     return cfg
 
 

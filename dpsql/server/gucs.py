@@ -100,7 +100,8 @@ def parse_command(route) -> Command:
         values = [t for t in tokens[j:] if t.token_type != TokenType.COMMA]
         if not name or not values:
             raise QueryError("42601", "syntax error in SET", hint="SET name = value")
-        if len(values) == 1 and values[0].text.upper() in ("DEFAULT", "LOCAL") and values[0].token_type != TokenType.STRING:
+        if (len(values) == 1 and values[0].text.upper() in ("DEFAULT", "LOCAL")
+                and values[0].token_type != TokenType.STRING):
             return Command("reset", name)
         value = ", ".join(_token_text(t) for t in values)
         return Command("set", name, value)
@@ -254,7 +255,8 @@ class Settings:
 
 
 def text_description(names, formats=()) -> bytes:
-    fields = [codec.Field(n, pgtypes.TEXT, -1, -1, formats[i] if i < len(formats) else (formats[0] if len(formats) == 1 else 0))
+    fields = [codec.Field(n, pgtypes.TEXT, -1, -1,
+                          formats[i] if i < len(formats) else (formats[0] if len(formats) == 1 else 0))
               for i, n in enumerate(names)]
     return codec.encode_row_description(fields)
 

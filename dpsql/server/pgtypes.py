@@ -79,7 +79,8 @@ def encode_text(value, oid: int) -> bytes | None:
 
 def _numeric_binary(value) -> bytes:
     try:
-        dec = value if isinstance(value, Decimal) else Decimal(repr(float(value)) if isinstance(value, float) else str(value))
+        dec = value if isinstance(value, Decimal) else Decimal(
+            repr(float(value)) if isinstance(value, float) else str(value))
     except InvalidOperation:
         raise ParameterError(f"not a number: {value!r}") from None
     if dec.is_nan():

@@ -156,7 +156,7 @@ class ScramExchange:
         if not hmac.compare_digest(attrs.get("r", "").encode(), self._nonce.encode()):
             raise AuthFailure("nonce mismatch")
         proof = _unb64(proof_text)
-        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode("utf-8")
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         signature = _hmac(self._stored_key, auth_message)
         if len(proof) != len(signature):
             raise AuthFailure("bad proof length")
@@ -164,7 +164,7 @@ class ScramExchange:
         ok = hmac.compare_digest(hashlib.sha256(client_key).digest(), self._stored_key)
         if not (ok and self._known):
             raise AuthFailure("password authentication failed")
-        return f"v={_b64(_hmac(self._server_key, auth_message))}".encode("utf-8")
+        return f"v={_b64(_hmac(self._server_key, auth_message))}".encode()
 
 
 # -- the users file ---------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def load_users(path: str | os.PathLike) -> dict[str, str]:
         return {}
     data = json.loads(path.read_text(encoding="utf-8"))
     users = data.get("users", {}) if isinstance(data, dict) else {}
-    for name, verifier in users.items():
+    for verifier in users.values():
         parse_verifier(verifier)
     return dict(users)
 

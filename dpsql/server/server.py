@@ -7,16 +7,20 @@ pool, both bounded, each connection with its own engine session (``backend.Dpsql
 
 Limits (``ServerOptions``):
 
-* connections that have not authenticated have their own small budget
-  (``max_unauthenticated``) and a short deadline (``auth_timeout``), and never count against
-  ``max_connections`` (53300).  When the budget is full, a newcomer drops one that sent
-  nothing for ``unauthenticated_idle`` seconds — the least advanced in the handshake, then
-  the idlest — and otherwise waits for a place; so sockets held open without progress cannot
-  keep anyone from logging in, while a burst of real logins only queues (for at most
-  ``admission_timeout``; the deadline to authenticate starts once admitted; at most
-  4 x ``max_unauthenticated`` may wait, further ones are closed at once);
+* a login must finish within ``auth_timeout`` of accept, the whole handshake (PostgreSQL's
+  ``authentication_timeout``); connections still authenticating never count against
+  ``max_connections`` and have their own budget (``max_unauthenticated``): each is read from
+  accept, and when the budget is full a newcomer displaces the one stalled longest on a
+  handshake message, where bytes that do not complete a message are no progress
+  (``gate.py``), so slowloris sockets cannot keep anyone from logging in;
 * frontend messages longer than ``max_statement`` are answered 54000 and discarded as they
   arrive, never buffered or parsed; beyond ``max_message`` the connection is broken (08P01);
+* each user holds at most ``max_user_connections`` of the ``max_connections`` authenticated
+  connections (default half; a per-user ``connection_limit`` overrides it), PostgreSQL's
+  per-role CONNECTION LIMIT, so one analyst cannot take every slot (53300 for them only);
+* one connection holds at most ``max_session_memory`` bytes of prepared statements, portals
+  and the reply being built (engine rows, a catalog reply, checked before a catalog message's
+  body is read); 53200 beyond (``protocol.py``);
 * each user runs at most ``max_user_statements`` statements at once; more wait their turn;
 * a delay before reporting a failed authentication, doubling per recent failure from the
   same address; backpressure through ``drain()``.
@@ -50,7 +54,8 @@ from dpsql import errors
 from dpsql.server import codec, scram
 from dpsql.server.backend import Dispatcher, DpsqlLink
 from dpsql.server.config import DEFAULT_MAX_STATEMENT
-from dpsql.server.gucs import Settings, parse_options
+from dpsql.server.gate import Gate, Pending
+from dpsql.server.gucs import Settings
 from dpsql.server.protocol import FatalError, QueryProtocol
 from dpsql.server.querylog import QueryLog
 from dpsql.server.results import QueryError
@@ -81,13 +86,15 @@ class ServerOptions:
     port: int = 5432
     database: str = "dpsql"
     max_connections: int = 100               # authenticated connections
-    max_unauthenticated: int = 32            # connections still authenticating (see the module doc)
-    unauthenticated_idle: float = 1.0        # idle this long, an unauthenticated connection may be dropped
-    auth_timeout: float = 5.0                # admitted → authenticated
-    admission_timeout: float = 30.0          # accept → admitted among the unauthenticated
+    max_user_connections: int | None = None  # of them one user's (default: half of max_connections)
+    user_connection_limits: dict = field(default_factory=dict)   # user -> their own limit (overrides)
+    max_unauthenticated: int = 256           # connections still authenticating (see the module doc)
+    auth_stall: float = 1.0                  # stalled this long on one handshake message: dropped first
+    auth_timeout: float = 5.0                # accept → authenticated (the whole handshake)
     startup_timeout: float = 30.0            # authenticated → ReadyForQuery (opens the engine session)
     max_message: int = codec.DEFAULT_MAX_MESSAGE
     max_statement: int = DEFAULT_MAX_STATEMENT
+    max_session_memory: int = 64 * 1024 * 1024   # one connection's statements, portals and reply; 53200
     max_user_statements: int = 2             # below ``workers``: one analyst cannot take every engine thread
     auth_failure_delay: float = 0.2          # doubled per recent failure from the same address, up to 5 s
     auth_method: str = "scram-sha-256"      # or "password" (cleartext; TLS only)
@@ -99,6 +106,8 @@ class ServerOptions:
     shadow_pool: int = 16                    # catalog connections in all
     catalog_timeout: float = 10.0            # statement timeout of catalog queries (per role)
     query_log: object = None                 # a path, "-" (stderr) or a text stream
+    query_log_max_bytes: int = 64 * 1024 * 1024   # a path is rotated beyond this size
+    query_log_files: int = 4                 # rotated files kept (PATH.1 … PATH.4)
     user_settings: dict = field(default_factory=dict)   # user -> {"dpsql.error_columns": "ci95", …}
     server_version: str = ""                 # default: the shadow's version (psql picks \d SQL by it)
 
@@ -113,19 +122,10 @@ class _Conn:
         self.user = ""
 
 
-class _Unauthenticated:
-    """A connection still authenticating: how far it got, when it last sent something, and how
-    to drop it."""
-
-    def __init__(self, writer, now: float) -> None:
-        self.writer = writer
-        self.last = now
-        self.messages = 0
-
-
 class Server:
     def __init__(self, config, *, users_file=None, overrides: dict | None = None, link_factory=None,
-                 catalog=None, options: ServerOptions | None = None, shadow_cluster: ShadowCluster | None = None) -> None:
+                 catalog=None, options: ServerOptions | None = None,
+                 shadow_cluster: ShadowCluster | None = None) -> None:
         """``shadow_cluster``: an already started shadow to share (the caller stops it)."""
         self.config = config
         self.options = options or ServerOptions()
@@ -151,13 +151,15 @@ class Server:
         self._starting: asyncio.Future | None = None
         self._keepalive = None
         self.shadow: ShadowPool | None = None
-        self.query_log = QueryLog(opts.query_log) if opts.query_log is not None else None
+        self.query_log = QueryLog(opts.query_log, max_bytes=opts.query_log_max_bytes, keep=opts.query_log_files) \
+            if opts.query_log is not None else None
         self._server: asyncio.base_events.Server | None = None
         self._conns: dict[int, _Conn] = {}
         self._active = 0
-        self._unauth: dict[asyncio.Task, _Unauthenticated] = {}
-        self._unauth_left: asyncio.Condition | None = None
-        self._waiting = 0
+        self._per_user: dict[str, int] = {}           # user -> authenticated connections
+        self._gate = Gate(self.options.max_unauthenticated, self.options.auth_stall)
+        self._writers: dict[asyncio.Task, asyncio.StreamWriter] = {}    # of the connections in the gate
+        self._delaying = 0                            # failed logins waiting out their delay outside it
         self._limiters: dict[str, asyncio.Semaphore] = {}
         self._failures: dict[str, list[float]] = {}   # peer address -> recent failure times
         self._tasks: set[asyncio.Task] = set()
@@ -242,29 +244,27 @@ class Server:
         counted = False
         loop = asyncio.get_running_loop()
         try:
+            if not self._admit(task, writer):
+                return     # every place is busy on the server's side: close at once
             try:
-                if len(self._unauth) >= self.options.max_unauthenticated \
-                        and self._waiting >= 4 * self.options.max_unauthenticated:
-                    return     # a flood of connections: close at once
-                self._waiting += 1
-                try:
-                    async with asyncio.timeout(self.options.admission_timeout):
-                        await self._admit(task, writer)
-                finally:
-                    self._waiting -= 1
                 async with asyncio.timeout(self.options.auth_timeout):
-                    result = await self._startup(reader, writer, frames, self._unauth[task])
+                    result = await self._startup(reader, writer, frames, self._gate.pending[task])
             except TimeoutError:
                 await self._send_fatal(writer, Fatal("08P01", "authentication timed out"))
                 return
             finally:
-                await self._leave(task)
+                self._gate.leave(task)
+                self._writers.pop(task, None)
             if result is None:
                 return  # a cancel request: no reply, just close
             user, params = result
             if self._active >= self.options.max_connections:
                 raise Fatal("53300", "sorry, too many clients already")
+            if self._per_user.get(user, 0) >= self.user_connection_limit(user):
+                raise Fatal("53300", f'too many connections for role "{user}"',
+                            hint="close some of this user's connections, or raise max_user_connections")
             self._active += 1
+            self._per_user[user] = self._per_user.get(user, 0) + 1
             counted = True
             conn = self._register()
             conn.user = user
@@ -276,6 +276,7 @@ class Server:
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
                                             executor=self.executor, parse_executor=self.parse_executor,
                                             limiter=self._limiter(user), query_log=self.query_log,
+                                            max_reply=self.options.max_session_memory,
                                             dpsql_version=_version(),
                                             signal=lambda pid, user=user: self._signal(pid, user))
                     conn.dispatcher = dispatcher
@@ -287,7 +288,7 @@ class Server:
                 return
             frames.max_message = self.options.max_message
             frames.max_statement = min(self.options.max_statement, self.options.max_message)
-            await self._serve(reader, writer, frames, QueryProtocol(dispatcher))
+            await self._serve(reader, writer, frames, QueryProtocol(dispatcher, self.options.max_session_memory))
         except Fatal as exc:
             await self._send_fatal(writer, exc)
         except codec.ProtocolViolation as exc:
@@ -310,6 +311,9 @@ class Server:
                 self._conns.pop(conn.pid, None)
             if counted:
                 self._active -= 1
+                left = self._per_user.pop(conn.user) - 1
+                if left:
+                    self._per_user[conn.user] = left
             if link is not None:
                 try:
                     await loop.run_in_executor(self.executor, link.close)
@@ -321,32 +325,23 @@ class Server:
                 pass
             self._tasks.discard(task)
 
-    async def _admit(self, task, writer) -> None:
-        """Count a new unauthenticated connection (see the module doc for the policy)."""
-        loop = asyncio.get_running_loop()
-        if self._unauth_left is None:
-            self._unauth_left = asyncio.Condition()
-        grace = self.options.unauthenticated_idle
-        async with self._unauth_left:
-            while len(self._unauth) >= self.options.max_unauthenticated:
-                now = loop.time()
-                idle = [t for t, u in self._unauth.items() if now - u.last >= grace]
-                if idle:
-                    victim = min(idle, key=lambda t: (self._unauth[t].messages, self._unauth[t].last))
-                    self._unauth.pop(victim).writer.transport.abort()
-                    break
-                wait = grace - (now - min(u.last for u in self._unauth.values()))
-                try:
-                    async with asyncio.timeout(max(wait, 0.01)):
-                        await self._unauth_left.wait()
-                except TimeoutError:
-                    pass
-            self._unauth[task] = _Unauthenticated(writer, loop.time())
+    def _admit(self, task, writer) -> bool:
+        """Enter the gate of connections still authenticating, displacing one if it is full."""
+        peer = writer.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) and peer else "?"
+        admitted, victim = self._gate.admit(task, host, asyncio.get_running_loop().time())
+        if victim is not None:
+            self._writers.pop(victim).transport.abort()
+        if admitted:
+            self._writers[task] = writer
+        return admitted
 
-    async def _leave(self, task) -> None:
-        if self._unauth.pop(task, None) is not None and self._unauth_left is not None:
-            async with self._unauth_left:
-                self._unauth_left.notify()
+    def user_connection_limit(self, user: str) -> int:
+        """PostgreSQL's per-role CONNECTION LIMIT: the user's own, else ``max_user_connections``,
+        else half of ``max_connections`` (so one analyst never holds every slot)."""
+        opts = self.options
+        limit = opts.user_connection_limits.get(user, opts.max_user_connections)
+        return max(1, opts.max_connections // 2) if limit is None else limit
 
     def _limiter(self, user: str) -> asyncio.Semaphore:
         limiter = self._limiters.get(user)
@@ -365,18 +360,18 @@ class Server:
             except errors.Error as exc:
                 raise Fatal("22023", f'invalid value for parameter "{name}": "{value}"', hint=exc.hint) from None
 
-    async def _read(self, reader, frames: codec.FrameReader, typed: bool, progress: _Unauthenticated | None = None):
+    async def _read(self, reader, frames: codec.FrameReader, typed: bool, progress: Pending | None = None):
         while True:
             msg = frames.next_message() if typed else frames.next_startup()
             if msg is not None:
                 if progress is not None:
-                    progress.messages += 1
+                    progress.progressed()
                 return msg
+            if progress is not None:
+                progress.waiting(asyncio.get_running_loop().time())
             data = await reader.read(65536)
             if not data:
                 raise _Closed()
-            if progress is not None:
-                progress.last = asyncio.get_running_loop().time()
             frames.feed(data)
 
     async def _send_raw(self, writer, data: bytes) -> None:
@@ -391,8 +386,14 @@ class Server:
 
     async def _startup(self, reader, writer, frames, progress):
         tls = False
+        negotiated: set[str] = set()
         while True:
             packet = codec.decode_startup(await self._read(reader, frames, False, progress))
+            if packet in ("ssl", "gssenc"):
+                # one of each, as PostgreSQL: otherwise a stream of them would be endless progress
+                if packet in negotiated:
+                    raise Fatal("08P01", f"duplicate {'SSL' if packet == 'ssl' else 'GSSAPI'} negotiation request")
+                negotiated.add(packet)
             if packet == "ssl":
                 if self.options.ssl_context is None or tls:
                     writer.write(b"N")
@@ -402,6 +403,7 @@ class Server:
                     raise Fatal("08P01", "received unencrypted data after SSL request")
                 writer.write(b"S")
                 await writer.drain()
+                progress.waiting(asyncio.get_running_loop().time())    # the TLS handshake is the client's move
                 await writer.start_tls(self.options.ssl_context)
                 tls = True
                 continue
@@ -433,12 +435,29 @@ class Server:
             try:
                 reply, done = auth.step(body)
             except (scram.AuthFailure, codec.ProtocolViolation):
-                await asyncio.sleep(self._failure_delay(writer))
+                await self._delay_failure(writer)
                 raise Fatal("28P01", f'password authentication failed for user "{user}"') from None
             writer.write(reply)
             await writer.drain()
             if done:
                 return
+
+    async def _delay_failure(self, writer) -> None:
+        """Wait out the failure delay outside the gate (the login has failed: its place goes to
+        others, so failing logins cannot hold every place), for at most ``max_unauthenticated``
+        connections at once; beyond that the delay is spent in the gate, as a busy place."""
+        delay = self._failure_delay(writer)
+        task = asyncio.current_task()
+        if self._delaying < self.options.max_unauthenticated:
+            self._gate.leave(task)
+            self._writers.pop(task, None)
+            self._delaying += 1
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._delaying -= 1
+        else:
+            await asyncio.sleep(delay)
 
     def _failure_delay(self, writer) -> float:
         """Escalating delay per peer address, so password guessing slows down exponentially."""
@@ -526,7 +545,7 @@ class ServerThread:
             await self.server.close()
         asyncio.run(main())
 
-    def start(self, timeout: float = 120) -> "ServerThread":
+    def start(self, timeout: float = 120) -> ServerThread:
         self._thread.start()
         if not self._ready.wait(timeout):
             raise TimeoutError("server did not start")

@@ -23,10 +23,10 @@ import secrets
 from dpsql.server import codec
 from dpsql.server.catalogdb import (SHADOW_ROLE, CatalogCluster, ShadowUnavailable, find_bindir, ident,
                                     role_name, role_sql)
-from dpsql.server.pgclient import ShadowClient, ShadowError, ShadowResult
+from dpsql.server.pgclient import ShadowClient, ShadowError, ShadowReplyTooLarge
 
-__all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "ShadowUnavailable", "find_bindir",
-           "schema_ddl", "catalog_type"]
+__all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "ShadowReplyTooLarge", "ShadowUnavailable",
+           "find_bindir", "schema_ddl", "catalog_type"]
 
 
 def catalog_type(attribute) -> str:
@@ -136,7 +136,7 @@ class ShadowPool:
 
     async def _evict(self) -> None:
         """Close one idle connection (some analyst's) to stay within ``size``."""
-        for role, idle in self._idle.items():
+        for idle in self._idle.values():
             if idle:
                 self._open -= 1
                 await idle.pop(0).close()

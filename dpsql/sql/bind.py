@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sqlglot import exp
 

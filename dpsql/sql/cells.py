@@ -20,7 +20,8 @@ import math
 import operator
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from sqlglot import exp

@@ -7,14 +7,15 @@ queries (``aggregates.py``, ``predicates.py``, ``lower.py``).
 
 Privacy: every decision here (accept, refuse, which groups exist) reads only the SQL and
 the declared schema: groups are the buckets of the declared domain, less those that no
-cell can put under the WHERE clause (``Grouping.restrict``).  In particular a bare private column in the output is refused with
-42501 because it would print individual rows; the one exception is a schema probe
-(``LIMIT 0`` or a constant-false WHERE), which returns no rows at all.
+cell can put under the WHERE clause (``Grouping.restrict``).  In particular a bare private
+column in the output is refused with 42501 because it would print individual rows; the one
+exception is a schema probe (``LIMIT 0`` or a constant-false WHERE), which returns no rows at all.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from sqlglot import exp
@@ -223,8 +224,8 @@ class _Lowering:
             shown = pred
             if call.arg is not None:
                 pred = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
-            plan = AggPlan("count", label, [self.spec("linear", pred, f"COUNT({snippet(call.arg) if call.arg else '*'})",
-                                                      shown=shown)])
+            shown_sql = f"COUNT({snippet(call.arg) if call.arg else '*'})"
+            plan = AggPlan("count", label, [self.spec("linear", pred, shown_sql, shown=shown)])
         elif call.func in ("variance", "stddev"):
             weights = self.weights(call, attr)
             notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))

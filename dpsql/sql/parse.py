@@ -16,7 +16,8 @@ import decimal
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import sqlglot
 from sqlglot import exp

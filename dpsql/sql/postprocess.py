@@ -73,7 +73,7 @@ class Program:
     # mimic SQL's omission of empty groups.
     where_terms: list = field(default_factory=lambda: [{}])
 
-    def evaluate(self, cq, answers, stderrs, present=None) -> "Relation":
+    def evaluate(self, cq, answers, stderrs, present=None) -> Relation:
         return evaluate_program(self, cq, answers, stderrs, present)
 
 

@@ -17,7 +17,7 @@ excludes the NULL cell of ``a``, as in SQL.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from sqlglot import exp

@@ -94,7 +94,7 @@ class CompiledQuery:
     linear_queries: list[LinearQuery]
     is_schema_probe: bool = False
     is_explain: bool = False
-    inner: "CompiledQuery | None" = None
+    inner: CompiledQuery | None = None
     # The post-processing program (postprocess.Program); kept opaque to callers.
     program: Any = None
     schema: Any = None

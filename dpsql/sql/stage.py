@@ -64,7 +64,7 @@ class _Lowering:
         self.agg_index: dict = {}
         self.aliases: dict = {}
         self.row_mode = True
-        self.rows: "_Lowering | None" = None
+        self.rows: _Lowering | None = None
 
     def pos(self, node, name=None):
         return self.stmt.pos(node, name)
@@ -217,7 +217,7 @@ class StageProgram:
                 variances = base
             else:
                 aggs, extra = [], []
-                for (func, _, _), a in zip(self.aggs, args):
+                for a in args:
                     val, var = _sum(a, members, [v[sel] for v in variances])
                     extra.append(var)
                     aggs.append(V(val, {len(base) + len(extra) - 1: np.ones(m)}))
@@ -296,7 +296,7 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
     low.rows = rows
     rows.rows = rows
     inner_types = [c.type for c in inner.columns]
-    for j, c in enumerate(inner.columns):
+    for j in range(len(inner.columns)):
         rows.key_index[("in", j)] = j
         rows.keys.append(_Key(inner_types[j], _rank(inner, j)))
     projections = []

@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
@@ -77,7 +76,10 @@ def test_one_fit_for_all_concurrent_sessions_and_a_background_fit(tmp_path):
     server.fit_in_background = True
     events = _events(server)
     done = []
-    threads = [threading.Thread(target=lambda: done.append(Session(server, f"u{i}").execute(QUERY)))
+    # the user is an argument: a lambda would read the loop variable late, and all four
+    # threads would be "u3"
+    threads = [threading.Thread(target=lambda user: done.append(Session(server, user).execute(QUERY)),
+                                args=(f"u{i}",))
                for i in range(4)]
     for t in threads:
         t.start()

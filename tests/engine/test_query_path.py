@@ -48,7 +48,8 @@ def _cli(*args):
 ANSWER = """
 import json, sys
 read = set()
-sys.addaudithook(lambda event, args: read.add(str(args[0])) if event == "open" and str(args[0]).endswith(".csv") else None)
+sys.addaudithook(lambda event, args: read.add(str(args[0]))
+                 if event == "open" and str(args[0]).endswith(".csv") else None)
 from dpsql.cli import main
 for sql in json.loads(sys.argv[2]):
     assert main(["query", "--config", sys.argv[1], sql]) == 0

@@ -85,7 +85,7 @@ def test_inferred_values_carry_their_range_to_the_cursor(measured):
     # nothing touches native_country: the range is [0, N], N from the measured total
     assert lo == 0 and abs(hi - n) < 200 and lo <= value <= hi and lo <= truth <= hi
     cur.execute(AVG_AGE_BY_RACE)
-    for (race, avg), bound in zip(cur.fetchall(), cur.bounds):
+    for (_, avg), bound in zip(cur.fetchall(), cur.bounds):
         lo, hi = bound[1]
         assert 17 - 1e-6 <= lo <= avg <= hi <= 90 + 1e-6   # the declared range of age
     cur.execute("RESET dpsql.policy")
@@ -102,6 +102,26 @@ def test_read_sql_returns_values_errors_ranges_and_flags(measured):
     frame = dpsql.read_sql("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex", con, errors="ci95")
     assert not frame["inferred"].any() and (frame["n_ci95"] > 0).all() and frame["n_lower"].isna().all()
     con.cursor().execute("RESET dpsql.policy")
+
+
+def test_read_sql_after_set_error_columns(measured):
+    """Issue 29 item 7: the README's DB-API example ends with SET dpsql.error_columns; read_sql
+    then raised IndexError (the appended columns had no standard-error entry)."""
+    pytest.importorskip("pandas")
+    con, _ = measured
+    cur = con.cursor()
+    cur.execute("SET dpsql.error_columns = 'ci95'")
+    try:
+        frame = dpsql.read_sql("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex", con)
+        assert list(frame.columns) == ["sex", "n", "n_stderr", "n_lower", "n_upper", "inferred"]
+        assert (frame["n_stderr"] > 0).all()
+        # the cursor's errors stay aligned with its (longer) rows
+        cur.execute("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex")
+        assert [d[0] for d in cur.description] == ["sex", "n", "n_ci95"]
+        assert all(len(e) == len(r) == 3 for e, r in zip(cur.stderr, cur.fetchall()))
+        assert all(e[2] is None for e in cur.stderr)
+    finally:
+        cur.execute("RESET dpsql.error_columns")
 
 
 def test_ranges_always_contain_the_truth_and_intervals_cover(measured):

@@ -36,7 +36,7 @@ class PgServer:
     def url(self) -> str:
         return f"postgresql://dpsql@/dpsql?host={self.dir}&port=5432"
 
-    def start(self) -> "PgServer":
+    def start(self) -> PgServer:
         if self.bindir is None:
             raise RuntimeError("PostgreSQL server binaries not installed (apt-get install postgresql)")
         self.dir = tempfile.mkdtemp(prefix="dpsql-test-pg-")

@@ -5,7 +5,6 @@ Attribute.index_of after the documented text conversions."""
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import tomllib
 
 import duckdb
-import pytest
 
 from dpsql.cli import main
 from dpsql.engine.config import load_config

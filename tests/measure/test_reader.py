@@ -172,8 +172,8 @@ def test_typed_integer_columns_of_every_width_land_as_index_of(tmp_path, kind):
     values = {}
     for t, bits in types.items():
         lo, hi = (0, 2 ** bits - 1) if t.startswith("U") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-        values[t] = [None, lo, hi, lo + 1, hi - 1] + [v for v in (-8, -7, -4, -3, -1, 0, 1, 3, 9, 10, 20, 21, 255,
-                                                                  2 ** 61, 2 ** 61 + 1, -(2 ** 61) - 1) if lo <= v <= hi]
+        probes = (-8, -7, -4, -3, -1, 0, 1, 3, 9, 10, 20, 21, 255, 2 ** 61, 2 ** 61 + 1, -(2 ** 61) - 1)
+        values[t] = [None, lo, hi, lo + 1, hi - 1] + [v for v in probes if lo <= v <= hi]
     rows = max(len(v) for v in values.values())
     attributes, columns = [], []
     for t in types:
@@ -190,7 +190,8 @@ def test_typed_integer_columns_of_every_width_land_as_index_of(tmp_path, kind):
     if kind == "parquet":
         source = Source("parquet", tmp_path / "t.parquet")
         con.execute(f"COPY t TO '{source.path}' (FORMAT parquet)")
-        types_read = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{source.path}')").fetchall()}
+        described = con.execute(f"DESCRIBE SELECT * FROM read_parquet('{source.path}')").fetchall()
+        types_read = {r[0]: r[1] for r in described}
     else:
         source = Source("duckdb", tmp_path / "db.duckdb", table="t")
         types_read = {r[0]: r[1] for r in con.execute("DESCRIBE t").fetchall()}

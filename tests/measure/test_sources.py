@@ -7,15 +7,12 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pytest
 
 import dpsql
-import engines
 from dpsql.domain import Categorical, IntegerRange, Numeric, TableSchema
 from dpsql.engine.config import load_config
 from dpsql.errors import ConfigError, OperationalError
@@ -223,8 +220,8 @@ def test_postgres_types_checked_from_the_catalog(pg_server, tmp_path):
         backend(id_column="pid").count_marginals(ok, [("name",)])
     assert int(backend(id_column="uid").count_marginals(ok, [("name",)])[("name",)][0]) == 1
     with pytest.raises(ConfigError, match="no table 'nope'"):
-        PostgresBackend({"n": Source.from_config({"postgres": pg_server.url, "table": "nope", "data_version": 1},
-                                                 tmp_path)}).count_marginals(TableSchema("n", (ok.attributes[0],)), [()])
+        source = Source.from_config({"postgres": pg_server.url, "table": "nope", "data_version": 1}, tmp_path)
+        PostgresBackend({"n": source}).count_marginals(TableSchema("n", (ok.attributes[0],)), [()])
 
 
 def test_postgres_version_query_makes_releases_stale(pg_server, tmp_path):
@@ -264,7 +261,8 @@ def test_postgres_data_check(pg_server, tmp_path):
     pg_server.execute("DROP TABLE IF EXISTS checked",
                       "CREATE TABLE checked (pid int, age text, sex text)",
                       "INSERT INTO checked VALUES (1, '30', 'F'), (1, 'abc', 'X'), (2, NULL, 'M'), (NULL, '200', 'F')")
-    schema = TableSchema("checked", (IntegerRange("age", 0, 99, nullable=True), Categorical("sex", ["F", "M"], closed=True)))
+    schema = TableSchema("checked", (IntegerRange("age", 0, 99, nullable=True),
+                                     Categorical("sex", ["F", "M"], closed=True)))
     backend = open_backend({"checked": Source.from_config({"postgres": pg_server.url, "table": "checked",
                                                            "data_version": 1, "id_column": "pid"}, tmp_path)})
     report = backend.data_check(schema)

@@ -1,6 +1,5 @@
 """Shared small workloads for the planner tests (dense-checkable sizes)."""
 
-import numpy as np
 import pytest
 
 from dpsql.domain import Domain

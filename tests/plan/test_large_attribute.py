@@ -122,6 +122,6 @@ def test_errors_name_the_column_and_the_query():
     buckets = Bucket(n, np.arange(n) // 50)
     q = [QuerySpec("SELECT income / 50, COUNT(*) FROM t GROUP BY 1", Kron([buckets, Total(2)]))]
     with pytest.raises(UnsupportedQueryError) as err:
-        Workload.of_queries(D, q).terms
+        _ = Workload.of_queries(D, q).terms
     assert "'income'" in err.value.message and "GROUP BY 1" in err.value.message
     assert err.value.hint

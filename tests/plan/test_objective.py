@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 
 from dpsql.domain import Domain
-from dpsql.linalg import Identity, Kron, Total, Union, Values, Weighted, Indicator
+from dpsql.linalg import Identity, Kron, Total, Values, Indicator
 from dpsql.plan import (
     QuerySpec, Workload, opt_per_query, optimize, query_errors, term_errors,
 )
-from dpsql.plan.objective import baseline_variance
 from dpsql.plan.union import union_weights
 
 D = Domain(["age", "hours", "sex", "edu"], [8, 6, 2, 4])

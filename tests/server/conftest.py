@@ -46,7 +46,8 @@ def shadow_cluster():
 @pytest.fixture(scope="session")
 def fake_server(users_file):
     thread = _start(users_file, FakeLink, FakeLink.catalog, shadow=False, auth_failure_delay=0.05,
-                    auth_timeout=2.0, max_message=1 << 20, max_connections=20)
+                    auth_timeout=2.0, max_message=1 << 20, max_connections=20,
+                    max_user_connections=20)
     yield thread
     thread.stop()
 

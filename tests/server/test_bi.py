@@ -113,9 +113,9 @@ def test_per_user_defaults_from_the_config(users_file, engine_overrides, tmp_pat
             load_server_config(config)
     # the engine's strict config schema knows the same keys (a dpsql.toml with [server] loads everywhere)
     from dpsql.engine.config import SCHEMA
-    from dpsql.server.config import USER_SETTINGS, _NUMBERS
+    from dpsql.server.config import USER_LIMITS, USER_SETTINGS, _NUMBERS
     assert set(SCHEMA["server"]) == set(_NUMBERS) | {"query_log", "users"}
-    assert set(SCHEMA["server_user"]) == set(USER_SETTINGS)
+    assert set(SCHEMA["server_user"]) == set(USER_SETTINGS) | set(USER_LIMITS)
     server = ServerThread(Server(ADULT_CONFIG, users_file=users_file, overrides=overrides,
                                  options=ServerOptions(port=0, shadow=False, user_settings=cfg.user_settings))).start()
     try:
@@ -138,7 +138,8 @@ def test_query_log_records_statements_without_values(users_file, shadow_cluster,
     ledger = tmp_path / "log.ledger"
     overrides = {"ledger": str(ledger), "policy": {"unsupported": "measure", "epsilon": 0.3, "allow_spend": True},
                  "budget": {"epsilon": 1e6, "delta": 1e-6}}
-    server = ServerThread(Server(ADULT_CONFIG, users_file=users_file, overrides=overrides, shadow_cluster=shadow_cluster,
+    server = ServerThread(Server(ADULT_CONFIG, users_file=users_file, overrides=overrides,
+                                 shadow_cluster=shadow_cluster,
                                  options=ServerOptions(port=0, query_log=str(log)))).start()
     answers = []
     try:

@@ -267,7 +267,8 @@ def test_shadow_runs_client_sql_without_superuser_powers(pg):
         bounded(lambda: pg.execute("SELECT pg_read_file('/etc/hostname')"))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         bounded(lambda: pg.execute("SELECT pg_ls_dir('.')"))
-    assert bounded(lambda: pg.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()) == (False,)
+    rolsuper = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+    assert bounded(lambda: pg.execute(rolsuper).fetchone()) == (False,)
     # the public tables are visible (information_schema lists only what the role may read) and empty
     assert bounded(lambda: pg.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'adult'")
                    .fetchall()) == [(0,)]

@@ -41,8 +41,10 @@ def test_message_size_limit_is_checked_from_the_header():
 
 def test_extended_messages_roundtrip():
     frames = codec.FrameReader()
-    frames.feed(codec.encode_parse("s1", "SELECT $1", [23]) + codec.encode_bind("p", "s1", [1], [b"\x00\x00\x00\x07", None], [1, 0])
-                + codec.encode_describe("P", "p") + codec.encode_execute("p", 5) + codec.encode_close("S", "s1") + codec.SYNC)
+    frames.feed(codec.encode_parse("s1", "SELECT $1", [23])
+                + codec.encode_bind("p", "s1", [1], [b"\x00\x00\x00\x07", None], [1, 0])
+                + codec.encode_describe("P", "p") + codec.encode_execute("p", 5) + codec.encode_close("S", "s1")
+                + codec.SYNC)
     kind, body = frames.next_message()
     assert kind == b"P" and codec.decode_parse(body) == codec.Parse("s1", "SELECT $1", (23,))
     kind, body = frames.next_message()
@@ -72,7 +74,8 @@ def test_backend_messages_roundtrip():
     row = codec.encode_data_row([b"Male", None])
     assert codec.decode_data_row(row[5:]) == [b"Male", None]
     err = codec.encode_error("42501", "no", hint="aggregate", position=8)
-    assert codec.decode_fields(err[5:]) == {"S": "ERROR", "V": "ERROR", "C": "42501", "M": "no", "H": "aggregate", "P": "8"}
+    assert codec.decode_fields(err[5:]) == {"S": "ERROR", "V": "ERROR", "C": "42501", "M": "no", "H": "aggregate",
+                                            "P": "8"}
     assert codec.decode_parameter_description(codec.encode_parameter_description([0, 23])[5:]) == (0, 23)
     nego = codec.encode_negotiate_version(0, ["_pq_.x"])
     assert nego[5:9] == struct.pack("!i", 196608)

@@ -286,7 +286,7 @@ def test_per_user_statement_limit(users_file):
 # -- 4. unauthenticated sockets ------------------------------------------------------------------
 
 def test_unauthenticated_sockets_do_not_lock_out_analysts(users_file):
-    server = start(users_file, max_connections=5, max_unauthenticated=4, auth_timeout=3.0)
+    server = start(users_file, max_connections=5, max_user_connections=5, max_unauthenticated=4, auth_timeout=3.0)
     held = []
     try:
         for i in range(12):   # more than max_connections and max_unauthenticated together

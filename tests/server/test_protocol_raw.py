@@ -56,8 +56,8 @@ def test_ssl_and_gssenc_refused_without_tls_then_plain_startup(client):
 
 def test_protocol_minor_and_pq_options_get_negotiation(fake_server):
     c = RawClient(fake_server.port)
-    body = struct.pack("!i", (3 << 16) | 2) + b"".join(codec.cstr(x) for x in
-                                                         ("user", "alice", "database", "dpsql", "_pq_.frob", "1")) + b"\0"
+    params = ("user", "alice", "database", "dpsql", "_pq_.frob", "1")
+    body = struct.pack("!i", (3 << 16) | 2) + b"".join(codec.cstr(x) for x in params) + b"\0"
     c.send(struct.pack("!i", len(body) + 4) + body)
     kind, msg = c.read()
     assert kind == b"v"

@@ -111,7 +111,8 @@ def test_dpsql_serve_command(tmp_path):
         ready, _, _ = select.select([proc.stdout], [], [], 90)
         assert ready, "dpsql serve printed no banner"
         banner = proc.stdout.readline()
-        assert banner.startswith("dpsql: ready on 127.0.0.1:"), banner + proc.stderr.read() if proc.poll() is not None else banner
+        assert banner.startswith("dpsql: ready on 127.0.0.1:"), (
+            banner + proc.stderr.read() if proc.poll() is not None else banner)
         port = banner.split("127.0.0.1:")[1].split()[0]
         env = dict(os.environ, PGPASSWORD="pw-erin", PGCONNECT_TIMEOUT="10", PGSSLMODE="disable")
         r = subprocess.run(["psql", "-X", "-h", "127.0.0.1", "-p", port, "-U", "erin", "-d", "dpsql", "-At", "-c",

@@ -85,10 +85,13 @@ def test_token_soup_without_spaces(catalog, tokens):
     _check(catalog, "SELECT " + "".join(tokens), None)
 
 
-TEMPLATES = ["SELECT {} FROM adult", "SELECT COUNT(*) FROM adult WHERE {}", "SELECT sex, COUNT(*) FROM adult GROUP BY {}",
-             "SELECT * FROM (SELECT {} FROM adult GROUP BY sex) AS t", "SELECT COUNT(*) FROM (SELECT {} FROM adult) AS v",
-             "SELECT race, COUNT(*) FROM adult JOIN (SELECT race AS r, {} FROM adult GROUP BY race LIMIT 2) AS s ON race = r "
-             "GROUP BY race", "SELECT COUNT(*) FROM adult WHERE race IN (SELECT {} FROM adult GROUP BY race)"]
+TEMPLATES = ["SELECT {} FROM adult", "SELECT COUNT(*) FROM adult WHERE {}",
+             "SELECT sex, COUNT(*) FROM adult GROUP BY {}",
+             "SELECT * FROM (SELECT {} FROM adult GROUP BY sex) AS t",
+             "SELECT COUNT(*) FROM (SELECT {} FROM adult) AS v",
+             "SELECT race, COUNT(*) FROM adult JOIN (SELECT race AS r, {} FROM adult GROUP BY race LIMIT 2) AS s "
+             "ON race = r GROUP BY race",
+             "SELECT COUNT(*) FROM adult WHERE race IN (SELECT {} FROM adult GROUP BY race)"]
 
 
 @SETTINGS
