@@ -67,7 +67,8 @@ def run_demo(args) -> int:
     m = session.measure("adult")
     spent = m.rho
     print(f"counted {m.blocks} marginals ({m.cells:,} cells) in one scan and added discrete Gaussian "
-          f"noise: spent rho = {format_rho(spent, 'up', 5)} (epsilon = {rho_to_epsilon(spent, delta):.4g} at delta = {delta:g}) "
+          f"noise: spent rho = {format_rho(spent, 'up', 5)} "
+          f"(epsilon = {rho_to_epsilon(spent, delta):.4g} at delta = {delta:g}) "
           f"in {time.perf_counter() - t0:.1f} s")
 
     _rule("3. answers (from one consistent graphical model; no further budget)")
