@@ -31,7 +31,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsql import errors
-from dpsql.display import Z95, describe_progress, format_value  # noqa: F401  (part of this module's API)
+from dpsql.display import (INFERRED_NOTE, Z95, describe_progress, format_value,  # noqa: F401  (part of this module's API)
+                           table_lines)
 from dpsql.privacy.accountant import format_rho
 
 DEFAULT_CONFIG = "dpsql.toml"
@@ -55,29 +56,16 @@ def _print_error(exc: errors.Error) -> None:
 
 
 def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
+    """The shell's table (``dpsql.display.table_lines``: one display rule everywhere)."""
     if result.message and not result.columns:
         print(result.message, file=out)
         return
-    headers = [c.name for c in result.columns]
-    body = []
-    bounds = getattr(result, "bounds", None) or []
-    for i, row in enumerate(result.rows):
-        errs = result.stderr[i] if i < len(result.stderr) else (None,) * len(row)
-        rng = bounds[i] if i < len(bounds) else (None,) * len(row)
-        cells = [format_value(v, e, mode, b) for v, e, b in zip(row, errs, rng)]
-        if i < len(result.inferred) and result.inferred[i]:
-            cells[-1] += " *"
-        body.append(cells)
-    widths = [max([len(h)] + [len(r[j]) for r in body]) for j, h in enumerate(headers)]
-    print(" | ".join(h.ljust(w) for h, w in zip(headers, widths)), file=out)
-    print("-+-".join("-" * w for w in widths), file=out)
-    for r in body:
-        print(" | ".join(c.rjust(w) if j >= 1 else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))),
-              file=out)
-    print(f"({len(body)} row{'s' if len(body) != 1 else ''})", file=out)
+    for line in table_lines(result, mode):
+        print(line, file=out)
+    n = len(result.rows)
+    print(f"({n} row{'s' if n != 1 else ''})", file=out)
     if any(result.inferred):
-        print("* inferred by the model without a supporting measurement: no standard error; "
-              "[lower, upper] is the range the released measurements allow", file=out)
+        print(INFERRED_NOTE, file=out)
 
 
 # -- progress ------------------------------------------------------------------------------

@@ -103,6 +103,17 @@ def _type_name(pg_type: str) -> str:
     return "text"
 
 
+#: Values (rows x columns) one session keeps in its answer cache, oldest answers dropped first
+#: (issue 34 item 11: each cached large answer held ~200 MB, without bound).  Dropping one is
+#: safe for privacy and budget: asked again, it is recomputed from the same release (the cache
+#: is keyed by model version), identically and at no cost.
+CACHE_CELLS = 200_000
+
+
+def _cells(result) -> int:
+    return len(result.rows) * max(1, len(result.columns))
+
+
 class Session:
     """``approve`` is called with a :class:`SpendRequest` before an on-demand measurement
     (policy "measure"): interactive front ends ask the user; without it (and without ``SET
@@ -215,7 +226,7 @@ class Session:
         result = Result(columns, list(rows), cleaned, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version,
                         model=_model_kind(model), bounds=ranges)
-        self._cache[key] = result
+        self._remember(key, result)
         return self._with_error_columns(result)
 
     def plan(self, table: str | None = None, queries: Sequence[str] | None = None) -> PlanReport:
@@ -304,6 +315,17 @@ class Session:
 
     def close(self) -> None:
         self._cache.clear()
+
+    def _remember(self, key, result) -> None:
+        """Cache an answer within ``CACHE_CELLS``, dropping the oldest (one larger than the
+        whole cache is not kept)."""
+        self._cache.pop(key, None)
+        if _cells(result) > CACHE_CELLS:
+            return
+        self._cache[key] = result
+        total = sum(map(_cells, self._cache.values()))
+        while total > CACHE_CELLS:
+            total -= _cells(self._cache.pop(next(iter(self._cache))))
 
     # -- internals ---------------------------------------------------------------------------
     def _policy_effect(self, lq, ranges) -> str:

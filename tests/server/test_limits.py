@@ -246,3 +246,23 @@ def test_a_large_catalog_reply_is_refused_before_it_is_read(users_file, shadow_c
         c.close()
     finally:
         server.stop()
+
+
+def test_the_engine_answer_cache_is_bounded_and_refilled_identically(engine_overrides, monkeypatch):
+    import dpsql
+    from dpsql.engine import session as engine_session
+    monkeypatch.setattr(engine_session, "CACHE_CELLS", 12)
+    overrides, _ = engine_overrides
+    conn = dpsql.connect(ADULT_CONFIG, user="bob", **overrides)
+    try:
+        session = conn.session
+        queries = ["SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income",     # 4 x 3 cells
+                   "SELECT race, COUNT(*) FROM adult GROUP BY race",                   # 5 x 2
+                   "SELECT sex, COUNT(*) FROM adult GROUP BY sex"]                     # 2 x 2
+        first = [session.execute(q) for q in queries]
+        assert sum(len(r.rows) * len(r.columns) for r in session._cache.values()) <= 12
+        assert queries[0] not in {k[0] for k in session._cache}       # the oldest answer was dropped
+        again = session.execute(queries[0])
+        assert again.rows == first[0].rows and again.cost == 0.0      # recomputed from the same release
+    finally:
+        conn.close()
