@@ -195,10 +195,10 @@ def format_cell(value, stderr, mode: str = "ci95", bound=None) -> tuple[str, str
     if _is_nan(stderr):
         if bound is None or mode == "off":
             return plain(value), "", True
-        d = min(range_decimals(bound), MAX_TEXT_DECIMALS)
+        places = min(range_decimals(bound) or 0, MAX_TEXT_DECIMALS)   # an int: bound is not None
         lo, hi = round_range(bound)
-        side = ["?" if not math.isfinite(float(x)) else _fixed(x, d) for x in (lo, hi)]
-        return _fixed(round_value(value, stderr, bound), d), f"in [{side[0]}, {side[1]}]", True
+        side = ["?" if not math.isfinite(float(x)) else _fixed(x, places) for x in (lo, hi)]
+        return _fixed(round_value(value, stderr, bound), places), f"in [{side[0]}, {side[1]}]", True
     se = float(stderr)
     d = value_decimals(se)
     if d is None:   # an exact value (zero error)

@@ -47,7 +47,7 @@ class RowBlock:
 
 
 def _is_total(f: np.ndarray) -> bool:
-    return f.shape[0] == 1 and np.all(f == f[0, 0]) and f[0, 0] != 0
+    return bool(f.shape[0] == 1 and np.all(f == f[0, 0]) and f[0, 0] != 0)
 
 
 def decompose(matrix: QueryMatrix, attributes: Sequence[str]) -> list[RowBlock]:

@@ -74,7 +74,7 @@ class DuckDBBackend(SqlBackend):
             self._workdir = tempfile.mkdtemp(prefix="dpsql-reader-")  # mode 0700
         return Path(self._workdir)
 
-    def _typed_scan(self, source: Source, files: Sequence[Path] | None = None) -> exp.Expression:
+    def _typed_scan(self, source: Source, files: Sequence[Path] | None = None) -> exp.Expr:
         """The FROM expression of a typed source.  Every read_parquet option is given (none
         is detected from the files): ``union_by_name`` (a column missing from a file reads
         as NULL), ``hive_partitioning`` as declared, partition values always text."""
@@ -283,10 +283,10 @@ class DuckDBBackend(SqlBackend):
 
 
 class _DuckRead:
-    def __init__(self, backend: DuckDBBackend, scan: exp.Expression) -> None:
+    def __init__(self, backend: DuckDBBackend, scan: exp.Expr) -> None:
         self.backend, self.scan = backend, scan
 
-    def run(self, query: exp.Expression, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
         return self.backend._run(query.sql("duckdb"), [key] if key is not None else [], what=what,
                                  secret=key).fetchall()
 

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -343,7 +344,8 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
 
 def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
     """Serialize released (noisy) measurements; only noisy values and public structure."""
-    arrays, meta = {}, []
+    arrays: dict[str, Any] = {}     # Any: numpy's savez stub would read a key as allow_pickle
+    meta = []
     for i, (block, values, sd) in enumerate(released):
         for j, f in enumerate(block.factors):
             arrays[f"b{i}f{j}"] = f

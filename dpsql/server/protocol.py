@@ -83,6 +83,7 @@ class QueryProtocol:
 
     def _hold(self, name: str, portal: Portal) -> None:
         """Account a portal's materialised reply."""
+        assert portal.outcome is not None   # called once the portal has run
         size = sum(len(p) for p in portal.params if p is not None) + portal.outcome.nbytes
         if self.portals.get(name) is portal and size != portal.nbytes:
             self.portals.resize(name, size)

@@ -72,7 +72,7 @@ class _Lowering:
         self.agg_index: dict[Any, int] = {}
         self.specs: dict[Any, QuerySpec] = {}
         self._terms: dict[Any, list[dict]] = {}
-        self.aliases: dict[str, exp.Expression] = {}
+        self.aliases: dict[str, exp.Expr] = {}
         self.where = self.tree.args["where"].this if self.tree.args.get("where") is not None else None
 
     # --- helpers -----------------------------------------------------------------------
@@ -118,7 +118,7 @@ class _Lowering:
         return list(seen.values())
 
     # --- the statement -----------------------------------------------------------------
-    def projections(self) -> list[tuple[str | None, exp.Expression]]:
+    def projections(self) -> list[tuple[str | None, exp.Expr]]:
         out = []
         for e in self.tree.expressions:
             if isinstance(e, exp.Alias):
