@@ -18,8 +18,10 @@ connection (a cancelled call is awaited before the next one starts, because a se
 not shared between threads).  Each statement holds one of its user's statement slots
 (``limiter``: ``max_user_statements``) while it works, so one analyst cannot take every
 thread.  A cancel answers 57014 at once, also while waiting for a slot; an engine call
-finishes in the background, and any release it made is cached, so repeating the query costs
-nothing.
+finishes in the background (the engine has no point at which to stop it safely), and any
+release it made is cached, so repeating the query costs nothing.  Until that call ends it
+keeps its user's slot (issue 34 item 7: cancelling freed the slot while the work ran on, so
+one analyst could fill every engine thread by cancelling and asking again).
 
 With error columns on (``dpsql.error_columns``), engine answers also carry a boolean
 ``inferred`` column: true where a value came from the model without a supporting
@@ -158,6 +160,7 @@ class Dispatcher:
         self._cancel = asyncio.Event()
         self._running: Any = None
         self._held = 0
+        self._orphan: asyncio.Future | None = None    # a cancelled engine call still running
         self._cost = 0.0
         self.tx_status = "I"   # kept current by the protocol; BEGIN/COMMIT depend on it
         self._keep_position = True
@@ -201,7 +204,12 @@ class Dispatcher:
             yield
         finally:
             self._held -= 1
-            self.limiter.release()
+            orphan, self._orphan = self._orphan, None
+            if orphan is not None and not orphan.done():
+                # the statement was cancelled but its engine call runs on: the slot is its until then
+                orphan.add_done_callback(lambda f: self.limiter.release())
+            else:
+                self.limiter.release()
 
     # -- routing (off the event loop: sqlglot costs ~40 µs per byte) ---------------------------
     async def _parse_call(self, fn, *args):
@@ -237,6 +245,7 @@ class Dispatcher:
             # the abandoned call's outcome is dropped; fetching its exception keeps asyncio from
             # logging it as "never retrieved"
             fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._orphan = fut
             raise QueryError("57014", "canceling statement due to user request")
         try:
             return fut.result()

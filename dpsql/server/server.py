@@ -144,6 +144,10 @@ class Server:
         self._catalog = catalog
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=opts.workers or max(4, 2 * (os.cpu_count() or 1)), thread_name_prefix="dpsql-query")
+        # opening and closing engine sessions (logins) has threads of its own: analysts' statements
+        # filling the engine pool must not keep anyone from logging in (issue 34 item 7)
+        self.session_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-session")
         self.parse_executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=opts.parse_workers or max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-parse")
         self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
@@ -233,6 +237,7 @@ class Server:
             self._keepalive = None
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.parse_executor.shutdown(wait=False, cancel_futures=True)
+        self.session_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- connection lifecycle ---------------------------------------------------------------
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -271,7 +276,7 @@ class Server:
             try:
                 async with asyncio.timeout(self.options.startup_timeout):
                     settings = Settings(self.server_version, user, params)
-                    link = await loop.run_in_executor(self.executor, self.link_factory, user)
+                    link = await loop.run_in_executor(self.session_executor, self.link_factory, user)
                     await self._apply_settings(link, user, settings.engine_settings)
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
                                             executor=self.executor, parse_executor=self.parse_executor,
@@ -315,8 +320,15 @@ class Server:
                 if left:
                     self._per_user[conn.user] = left
             if link is not None:
+                pending = conn.dispatcher._pending if conn is not None and conn.dispatcher is not None else None
+                if pending is not None and not pending.done():
+                    # a cancelled engine call may still use the session: close it after that
+                    try:
+                        await asyncio.wait([pending])
+                    except asyncio.CancelledError:
+                        pass
                 try:
-                    await loop.run_in_executor(self.executor, link.close)
+                    await loop.run_in_executor(self.session_executor, link.close)
                 except (asyncio.CancelledError, RuntimeError):
                     link.close()  # server shutting down: close inline rather than leak the session
             try:
@@ -356,7 +368,7 @@ class Server:
         for name, value in wanted.items():
             sql = f"SET {name} = '" + value.replace("'", "''") + "'"
             try:
-                await loop.run_in_executor(self.executor, link.execute, sql, None)
+                await loop.run_in_executor(self.session_executor, link.execute, sql, None)
             except errors.Error as exc:
                 raise Fatal("22023", f'invalid value for parameter "{name}": "{value}"', hint=exc.hint) from None
 

@@ -7,6 +7,8 @@
     ``query_log_files`` old files, statements in it are cut to 16 KiB; one connection's prepared
     statements, portals and reply (engine rows, catalog reply) hold at most
     ``max_session_memory`` bytes (53200 beyond, and the connection goes on);
+7. A cancelled statement keeps its user's statement slot until its engine work stops, and
+   logins do not need engine threads (they have their own).
 9. Per-user connection limits: one analyst cannot take every connection slot (53300 for them,
    not for everyone else); ``max_user_connections`` defaults to half of ``max_connections``, and
    ``[server.users.NAME] connection_limit`` overrides it per user.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 import time
 
 import pytest
@@ -266,3 +269,64 @@ def test_the_engine_answer_cache_is_bounded_and_refilled_identically(engine_over
         assert again.rows == first[0].rows and again.cost == 0.0      # recomputed from the same release
     finally:
         conn.close()
+
+
+# -- 7. cancel keeps the slot until the work stops; logins have their own threads --------------------
+
+def _blocked_query(port, user, n):
+    """A raw client whose engine statement is now blocked in FakeLink (the gate is closed)."""
+    c, msgs = login(port, user)
+    key = next(body for kind, body in msgs if kind == b"K")
+    sql = f"SELECT sex, COUNT(*) FROM adult WHERE age > {n} GROUP BY sex"
+    c.send(codec.encode_query(sql))
+    assert wait_until(lambda: any(e[0] == "execute" and e[2] == sql for e in FakeLink.log), 30)
+    return c, key, sql
+
+
+def test_a_cancelled_statement_keeps_its_slot_until_its_work_stops(users_file):
+    server = start(users_file, workers=4, max_user_statements=1)
+    FakeLink.log.clear()
+    FakeLink.gate = threading.Event()
+    clients = []
+    try:
+        a, key, _ = _blocked_query(server.port, "alice", 1)
+        clients.append(a)
+        canceller = RawClient(server.port)
+        canceller.send(codec.encode_cancel_request(struct.unpack("!i", key[:4])[0], key[4:]))
+        assert error_fields(a.until())["C"] == "57014"                  # answered at once
+        b, msgs = login(server.port, "alice")
+        clients.append(b)
+        pid = struct.unpack("!i", next(body for kind, body in msgs if kind == b"K")[:4])[0]
+        second = "SELECT sex, COUNT(*) FROM adult WHERE age > 2 GROUP BY sex"
+        b.send(codec.encode_query(second))
+        # her cancelled statement still runs: the new one waits for her slot, it does not start
+        assert wait_until(lambda: server.server._conns[pid].dispatcher._running == "queued")
+        assert not any(e[0] == "execute" and e[2] == second for e in FakeLink.log)
+        FakeLink.gate.set()                                            # the first one's work ends
+        msgs = b.until()
+        assert not error_fields(msgs) and any(k == b"D" for k, _ in msgs)
+    finally:
+        FakeLink.gate.set()
+        FakeLink.gate = None
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def test_logins_do_not_need_engine_threads(users_file):
+    server = start(users_file, workers=2, max_user_statements=1)
+    FakeLink.log.clear()
+    FakeLink.gate = threading.Event()
+    clients = []
+    try:
+        for n, user in enumerate(("alice", "bob")):                   # both engine threads busy
+            clients.append(_blocked_query(server.port, user, n)[0])
+        c, msgs = login(server.port, "load")                          # still logs in
+        clients.append(c)
+        assert msgs and msgs[-1][0] == b"Z" and not FakeLink.gate.is_set()
+    finally:
+        FakeLink.gate.set()
+        FakeLink.gate = None
+        for c in clients:
+            c.close()
+        server.stop()
