@@ -123,3 +123,4 @@ class MeasureReport:
     blocks: int
     cells: int
     seconds: float
+    completed: bool = False  # released under an earlier charge a crash left unreleased (rho 0)
