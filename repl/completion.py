@@ -124,7 +124,7 @@ class SqlCompleter(Completer):
     @staticmethod
     def _labels(attribute) -> list[str]:
         """Declared labels of a categorical attribute, without its NULL and other cells."""
-        if getattr(attribute, "kind", None) != "categorical":
+        if attribute.kind != "categorical":
             return []
         skip = {attribute.null_index, attribute.other_index}
         return [str(lab) for i, lab in enumerate(attribute.labels()) if i not in skip and lab is not None]
@@ -150,6 +150,8 @@ class SqlCompleter(Completer):
     # -- meta-commands -------------------------------------------------------------------
     def _meta(self, text: str, document: Document, complete_event) -> Iterable[Completion]:
         m = re.match(r"\\(\S*)(\s+)?(.*)$", text, re.S)
+        if m is None:   # not a meta-command
+            return
         name, space, arg = m.group(1), m.group(2), m.group(3)
         if not space:
             for cmd in sorted(self.meta_commands):

@@ -16,6 +16,7 @@ belief propagation), so
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,12 @@ class GraphicalModel:
     ``theta[i]`` is the log-potential of ``tree.cliques[i]`` (canonical axis order).
     ``measured`` records the measured cliques and ``loss`` the loss per iteration.
     """
+
+    # How a fit ended (set by dpsql.pgm.estimation; None for a model built otherwise): the
+    # exact face step's report, the direct solve's certificate, the workload-metric choice.
+    polished: tuple | None = None
+    solved: tuple | None = None
+    metric: Any = None
 
     def __init__(self, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray],
                  total: float, *, measured: Iterable[Sequence[str]] = (),
@@ -152,7 +159,8 @@ class GraphicalModel:
         if len(factors) != len(self.domain.attributes):
             raise ValueError(f"answer: Kron has {len(factors)} factors for "
                              f"{len(self.domain.attributes)} attributes")
-        roles, matrices = [], {}
+        roles: list[tuple[str, str | int]] = []
+        matrices: dict[str, np.ndarray] = {}
         for a, n, f in zip(self.domain.attributes, self.domain.shape, factors):
             rows, cols = (int(s) for s in f.shape)
             if cols != n:

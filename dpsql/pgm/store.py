@@ -22,6 +22,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,7 @@ def _header_common(model, kind: str, domain: Domain) -> dict:
     return {"format": FORMAT, "kind": kind, "attributes": list(domain.attributes),
             "shape": [int(s) for s in domain.shape], "total": float(model.total),
             "measured": [list(c) for c in model.measured], "loss": [float(x) for x in model.loss[-200:]],
+            # a bare GraphicalModel has no fit report: only ExactModel and RelaxedModel do
             "reason": getattr(model, "reason", ""), "seconds": getattr(model, "seconds", None),
             "stopped": getattr(model, "stopped", None)}
 
@@ -59,7 +61,7 @@ def _header_common(model, kind: str, domain: Domain) -> dict:
 def save_model(model, path: str | os.PathLike) -> None:
     """Write ``model`` (an ExactModel, GraphicalModel or RelaxedModel) to ``path``."""
     path = Path(path)
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}     # ndarrays; Any: numpy's savez stub would read a key as allow_pickle
     if isinstance(model, RelaxedModel):
         fit = model.fit
         header = _header_common(model, "relaxed", model.domain)

@@ -63,6 +63,7 @@ class ShadowClient:
         self._writer: asyncio.StreamWriter | None = None
         self.broken = False
         self.role = ""
+        self.user = ""          # the analyst a pooled connection serves (shadow.py)
         self._limit: int | None = None      # bytes the current reply may take (``execute``)
         self._taken = 0
 
@@ -116,7 +117,7 @@ class ShadowClient:
         assert self._writer is not None
         self._writer.write(payload)
         await self._writer.drain()
-        replies = []
+        replies: list = []
         while True:
             kind, body = await self._read()
             if kind == b"Z":

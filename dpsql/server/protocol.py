@@ -64,7 +64,7 @@ class QueryProtocol:
             self.status = "E"
 
     def _check_aborted(self, route) -> None:
-        if self.status == "E" and not (getattr(route, "kind", "") == "session" and route.words
+        if self.status == "E" and not (route.kind == "session" and route.words
                                        and route.words[0] in _TX_END):
             raise QueryError("25P02", "current transaction is aborted, commands ignored until end of "
                              "transaction block", hint="send ROLLBACK")
@@ -83,6 +83,7 @@ class QueryProtocol:
 
     def _hold(self, name: str, portal: Portal) -> None:
         """Account a portal's materialised reply."""
+        assert portal.outcome is not None   # called once the portal has run
         size = sum(len(p) for p in portal.params if p is not None) + portal.outcome.nbytes
         if self.portals.get(name) is portal and size != portal.nbytes:
             self.portals.resize(name, size)

@@ -58,7 +58,7 @@ class QueryLog:
     def __init__(self, target, *, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP) -> None:
         """``target``: a path (rotated by size), ``"-"`` (stderr) or a writable text stream."""
         self._own = False
-        self.path = None
+        self.path: str | None = None
         self.max_bytes = max_bytes
         self.keep = keep
         self._size = 0
@@ -71,12 +71,14 @@ class QueryLog:
             self._out = target
 
     def _open(self) -> None:
+        assert self.path is not None   # only a log written to a file is (re)opened
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._size = os.fstat(fd).st_size
         self._out = os.fdopen(fd, "a", buffering=1, encoding="utf-8")
         self._own = True
 
     def _rotate(self) -> None:
+        assert self.path is not None   # only a log written to a file rotates
         self._out.close()
         for n in range(self.keep, 0, -1):          # PATH.keep is overwritten: the oldest goes
             older = f"{self.path}.{n - 1}" if n > 1 else self.path

@@ -4,7 +4,6 @@ Each test reproduces a reported failure on the adult example or a synthetic tabl
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
