@@ -94,6 +94,17 @@ class TableState:
     bounds: BoundsModel | None = None  # ranges of unsupported values, per model version
     fit_lock: threading.Lock = field(default_factory=threading.Lock)  # one fit at a time
     pending: Future | None = None      # a background fit started by Engine.prepare
+    # (model, variance, version) fitted to an earlier set of this identity's releases: it answers
+    # while the model of the current set is fitted (``Engine.model(stale_ok=True)``, issue 34 item 8)
+    stale: tuple | None = None
+
+
+def _retire_model(state: TableState) -> None:
+    """New releases arrived: the model is refitted, and until then the previous one (of the
+    same identity, a post-processing of earlier releases) may still answer."""
+    if state.model is not None:
+        state.stale = (state.model, state.variance, state.model_version)
+    state.model = None
 
 
 def _sha(*parts) -> str:
@@ -217,7 +228,7 @@ class Engine:
             identity = TableIdentity.of(state.schema, self.config.sources[table], content, self.config.noise)
             if identity != state.identity:
                 state.released, state.release_keys = [], set()
-                state.model = state.variance = state.model_last = None
+                state.model = state.variance = state.model_last = state.stale = None
                 state.identity = identity
             state.content = content
         prefix = state.identity.key() + ":"
@@ -225,7 +236,7 @@ class Engine:
             if entry.key.startswith(prefix) and entry.key not in state.release_keys:
                 state.released.extend(rel.unpack(self.ledger.release(entry.key)))
                 state.release_keys.add(entry.key)
-                state.model = None  # refit lazily with a warm start
+                _retire_model(state)  # refit lazily with a warm start
         return state
 
     def releases(self) -> list[ReleaseInfo]:
@@ -456,7 +467,7 @@ class Engine:
             self.ledger.record_release(charge.id, key, rel.pack(released))
             state.released.extend(released)
             state.release_keys.add(key)
-            state.model = None  # refit lazily with a warm start
+            _retire_model(state)  # refit lazily with a warm start
         self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells, "done": True})
         if self.fit_in_background:
             self.prepare(table)
@@ -502,11 +513,16 @@ class Engine:
                                      "workload-increment", requested_by)
 
     # -- model -------------------------------------------------------------------------------
-    def model(self, table: str) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
+    def model(self, table: str, stale_ok: bool = False) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
         """The model of the table's current releases: loaded from its saved file when a
         process fitted it before (``model_path``), else fitted (warm-started from the
         previous model) and saved.  One fit per table at a time: concurrent callers (server
-        connections) wait for it instead of fitting again."""
+        connections) wait for it instead of fitting again.
+
+        With ``stale_ok``, while that model is not ready the previous one of the same release
+        identity answers (its own variance and version) and the fit runs in the background
+        (``prepare``): a refit no longer blocks every query on the table (issue 34 item 8).
+        ``model_is_current`` tells the caller which one it got."""
         state = self._state(table)
         while True:
             with self._lock:
@@ -515,6 +531,10 @@ class Engine:
                     return None, None, state.model_version
                 if state.model is not None:
                     return state.model, state.variance, state.model_version
+                stale = state.stale if stale_ok else None
+            if stale is not None:
+                self.prepare(table)
+                return stale
             with state.fit_lock:
                 with self._lock:
                     if state.model is not None:
@@ -533,8 +553,15 @@ class Engine:
                                                    [SupportBlock(b.clique, b.factors, sd, b.scale, values)
                                                     for b, values, sd in released])
                     state.bounds = None
+                    state.stale = None
                     state.model_version += 1
                     return state.model, state.variance, state.model_version
+
+    def model_is_current(self, table: str, version: int) -> bool:
+        """Whether ``version`` is the model of the table's current releases (not a stale one)."""
+        state = self._state(table)
+        with self._lock:
+            return state.model is not None and state.model_version == version
 
     def model_path(self, table: str, release_keys=None) -> Path:
         """Where the model of a set of releases is saved: next to the ledger, keyed by the
