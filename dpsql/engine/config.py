@@ -159,7 +159,13 @@ class Config:
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
 
     def user_budget(self, user: str) -> BudgetSpec | None:
+        """The user's cap: their own entry, else the declared default; None means 0 (an
+        unlisted user may spend nothing, docs/config.md "Budgets")."""
         return self.user_budgets.get(user, self.default_user_budget)
+
+    def uncapped(self, users) -> list[str]:
+        """Those of ``users`` with no cap declared (who can therefore spend nothing)."""
+        return sorted(u for u in users if self.user_budget(u) is None)
 
 
 def _read(config: str | os.PathLike | Mapping) -> tuple[dict, Path | None]:

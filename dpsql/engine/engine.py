@@ -139,11 +139,13 @@ class Engine:
         # whole source to know that its releases still apply (issue 17)
         self.backend = backend if backend is not None else open_backend(
             config.sources, fingerprint_store=Path(str(config.ledger_path) + ".sources.json"))
-        per_user = None
-        if config.user_budgets or config.default_user_budget:
-            # users without their own entry fall back to the default, or to the global cap
-            default = config.default_user_budget or config.budget
-            per_user = {"*": default.rho, **{u: b.rho for u, b in config.user_budgets.items()}}
+        # A user without their own entry gets the declared default, else 0 (docs/config.md,
+        # "Budgets"): falling back to the global total let any unlisted analyst drain it
+        # under the `measure` policy (issue 34).  Only the engine's "@" principals (the
+        # operator's workload) are bounded by the total alone.
+        per_user: dict = {u: b.rho for u, b in config.user_budgets.items()}
+        if config.default_user_budget is not None:
+            per_user["*"] = config.default_user_budget.rho
         self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho, per_user_rho=per_user)
         self._listeners: list[Callable[[str, dict], None]] = [progress] if progress else []
         # True (servers): fit in a background thread as soon as a release arrives
@@ -191,8 +193,7 @@ class Engine:
 
     # -- release identity and persisted releases ---------------------------------------------
     def _content(self, table: str) -> dict:
-        fp = getattr(self.backend, "fingerprint", None)
-        return fp(table) if fp is not None else self.config.sources[table].fingerprint()
+        return self.backend.fingerprint(table)
 
     def identity(self, table: str) -> TableIdentity:
         """The release identity of ``table`` now (hashes the source only when its size,
@@ -229,6 +230,10 @@ class Engine:
             if identity != state.identity:
                 state.released, state.release_keys = [], set()
                 state.model = state.variance = state.model_last = state.stale = None
+                if state.identity is not None:
+                    # sessions cache answers per model version: the old identity's answers
+                    # must not outlive its releases (docs/privacy.md §7.3, issue 34)
+                    state.model_version += 1
                 state.identity = identity
             state.content = content
         prefix = state.identity.key() + ":"
