@@ -141,7 +141,7 @@ def from_engine_error(exc: errors.Error, *, keep_position: bool = True) -> Query
 
 class Dispatcher:
     def __init__(self, link, shadow, settings: Settings, *, pid: int, database: str, executor,
-                 dpsql_version: str = "", signal=None, parse_executor=None, limiter=None,
+                 dpsql_version: str = "", signal=None, parse_executor=None, limiter=None, parse_limiter=None,
                  query_log=None, max_reply: int | None = None) -> None:
         self.link = link
         self.shadow = shadow
@@ -151,6 +151,7 @@ class Dispatcher:
         self.executor = executor
         self.parse_executor = parse_executor or executor
         self.limiter = limiter          # the user's statement slots (asyncio.Semaphore) or None
+        self.parse_limiter = parse_limiter   # the user's share of the parse pool (asyncio.Semaphore) or None
         self.query_log = query_log
         self.max_reply = max_reply      # bytes of one reply (engine rows or a catalog reply); 53200 beyond
         self.dpsql_version = dpsql_version
@@ -215,7 +216,12 @@ class Dispatcher:
     async def _parse_call(self, fn, *args):
         async with self._slot():
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.parse_executor, fn, *args)
+            if self.parse_limiter is None:
+                return await loop.run_in_executor(self.parse_executor, fn, *args)
+            # a user's parses take at most their share of the parse pool (issue 34 item 10: two
+            # statements near 256 KiB took both threads for ~10 s, and every other analyst waited)
+            async with self.parse_limiter:
+                return await loop.run_in_executor(self.parse_executor, fn, *args)
 
     async def split(self, sql: str) -> list[str]:
         return await self._parse_call(split_statements, sql)
@@ -414,13 +420,18 @@ class Dispatcher:
         return await self._run_simple(portal.statement.sql, route, portal.result_formats)
 
     async def _run_engine(self, route, sql: str, params: tuple, formats, described=None) -> Outcome:
-        result, mode, self._cost = await self._engine(self._answer, route, sql, params)
+        outcome, self._cost = await self._engine(self._answer_outcome, route, sql, params, formats, described)
+        return outcome
+
+    def _answer_outcome(self, route, sql: str, params: tuple, formats, described) -> tuple[Outcome, float]:
+        """On an engine thread: answer, then encode the reply there too (issue 34 item 10: encoding
+        a large answer on the event loop stalled every connection for seconds); the statement
+        keeps its user's slot meanwhile, so the work stays bounded per user."""
+        result, mode, cost = self._answer(route, sql, params)
         columns = [_column(c) for c in result.columns]
         if not columns:
-            return Outcome(tag=result.message or "SELECT")
-        # values at their error's precision, as every front end shows them (dpsql.display):
-        # a parseable number, never float noise such as 58640.60093598821 or 2.2e-308
-        rows = rounded_rows(result)
+            return Outcome(tag=result.message or "SELECT"), cost
+        rows = result.rows
         if mode != "off" and route.tag == "SELECT" and not getattr(result, "message", None) \
                 and INFERRED not in (name for name, _ in columns):
             flags = list(getattr(result, "inferred", []) or [])
@@ -432,7 +443,7 @@ class Dispatcher:
         oids = [pgtypes.oid_for(t) for _, t in columns]
         tag = "SELECT" if route.tag == "SELECT" else route.tag
         return Outcome(description=self._engine_description(columns, formats),
-                       rows=_data_rows(rows, oids, formats, self.max_reply), tag=tag)
+                       rows=_data_rows(rows, oids, formats, self.max_reply), tag=tag), cost
 
     @staticmethod
     def _engine_description(columns, formats) -> bytes:

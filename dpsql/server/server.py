@@ -2,8 +2,9 @@
 
 One task per client connection; protocol logic lives in the sans-IO modules (``codec``,
 ``startup``, ``protocol``) and statement work in ``backend.Dispatcher``.  Nothing CPU-bound
-runs on the event loop: parsing goes to a parse pool, compiling and answering to an engine
-pool, both bounded, each connection with its own engine session (``backend.DpsqlLink``).
+runs on the event loop: parsing goes to a parse pool (one user: at most half its threads),
+compiling, answering and encoding the reply to an engine pool, opening engine sessions to a
+session pool, all bounded, each connection with its own engine session (``backend.DpsqlLink``).
 
 Limits (``ServerOptions``):
 
@@ -148,8 +149,9 @@ class Server:
         # filling the engine pool must not keep anyone from logging in (issue 34 item 7)
         self.session_executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-session")
-        self.parse_executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=opts.parse_workers or max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-parse")
+        self._parse_threads = opts.parse_workers or max(2, os.cpu_count() or 1)
+        self.parse_executor = concurrent.futures.ThreadPoolExecutor(max_workers=self._parse_threads,
+                                                                    thread_name_prefix="dpsql-parse")
         self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
         self._shared_cluster = shadow_cluster
         self._starting: asyncio.Future | None = None
@@ -165,6 +167,7 @@ class Server:
         self._writers: dict[asyncio.Task, asyncio.StreamWriter] = {}    # of the connections in the gate
         self._delaying = 0                            # failed logins waiting out their delay outside it
         self._limiters: dict[str, asyncio.Semaphore] = {}
+        self._parse_limiters: dict[str, asyncio.Semaphore] = {}
         self._failures: dict[str, list[float]] = {}   # peer address -> recent failure times
         self._tasks: set[asyncio.Task] = set()
         self.server_version = opts.server_version or "15.0"
@@ -280,7 +283,8 @@ class Server:
                     await self._apply_settings(link, user, settings.engine_settings)
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
                                             executor=self.executor, parse_executor=self.parse_executor,
-                                            limiter=self._limiter(user), query_log=self.query_log,
+                                            limiter=self._limiter(user), parse_limiter=self._parse_limiter(user),
+                                            query_log=self.query_log,
                                             max_reply=self.options.max_session_memory,
                                             dpsql_version=_version(),
                                             signal=lambda pid, user=user: self._signal(pid, user))
@@ -354,6 +358,13 @@ class Server:
         opts = self.options
         limit = opts.user_connection_limits.get(user, opts.max_user_connections)
         return max(1, opts.max_connections // 2) if limit is None else limit
+
+    def _parse_limiter(self, user: str) -> asyncio.Semaphore:
+        """A user's share of the parse pool: half of its threads (at least one)."""
+        limiter = self._parse_limiters.get(user)
+        if limiter is None:
+            limiter = self._parse_limiters[user] = asyncio.Semaphore(max(1, self._parse_threads // 2))
+        return limiter
 
     def _limiter(self, user: str) -> asyncio.Semaphore:
         limiter = self._limiters.get(user)

@@ -9,6 +9,8 @@
     ``max_session_memory`` bytes (53200 beyond, and the connection goes on);
 7. A cancelled statement keeps its user's statement slot until its engine work stops, and
    logins do not need engine threads (they have their own).
+10. Parse and encode work is bounded per user and off the event loop: one user's parses take at
+    most half the parse pool, and engine replies are encoded on the engine thread that answered.
 9. Per-user connection limits: one analyst cannot take every connection slot (53300 for them,
    not for everyone else); ``max_user_connections`` defaults to half of ``max_connections``, and
    ``[server.users.NAME] connection_limit`` overrides it per user.
@@ -327,6 +329,65 @@ def test_logins_do_not_need_engine_threads(users_file):
     finally:
         FakeLink.gate.set()
         FakeLink.gate = None
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+# -- 10. parse/encode work off the event loop and bounded per user -------------------------------------
+
+def test_engine_replies_are_encoded_off_the_event_loop(users_file, monkeypatch):
+    from dpsql.server import backend
+    threads = []
+    encode = backend._data_rows
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return encode(*args, **kwargs)
+    monkeypatch.setattr(backend, "_data_rows", recording)
+    server = start(users_file)
+    try:
+        c, _ = login(server.port, "alice")
+        for _ in range(2):                                   # simple, then extended protocol
+            c.send(codec.encode_query("SELECT sex, COUNT(*) FROM adult GROUP BY sex"))
+            assert not error_fields(c.until())
+        c.send(codec.encode_parse("", "SELECT race, COUNT(*) FROM adult GROUP BY race") + codec.encode_bind("", "", [], [], [])
+               + codec.encode_execute("") + codec.SYNC)
+        assert not error_fields(c.until())
+        c.close()
+    finally:
+        server.stop()
+    assert threads and all(name.startswith("dpsql-query") for name in threads), threads
+
+
+def test_one_users_parses_take_at_most_half_the_parse_pool(users_file, monkeypatch):
+    from dpsql.server import backend
+    gate = threading.Event()
+    split = backend.split_statements
+    started = []
+
+    def slow_split(sql):
+        if "/*slow*/" in sql:                               # stands in for a statement near 256 KiB
+            started.append(sql)
+            gate.wait(30)
+        return split(sql)
+    monkeypatch.setattr(backend, "split_statements", slow_split)
+    server = start(users_file, parse_workers=2, max_user_statements=2)
+    clients = []
+    try:
+        for n in range(2):                                   # alice: two huge statements at once
+            c, _ = login(server.port, "alice")
+            clients.append(c)
+            c.send(codec.encode_query(f"SELECT {n} /*slow*/"))
+        assert wait_until(lambda: len(started) >= 1)
+        bob, _ = login(server.port, "bob")
+        clients.append(bob)
+        bob.send(codec.encode_query("SELECT current_user"))   # needs the parse pool too
+        msgs = bob.until()
+        assert [codec.decode_data_row(b) for k, b in msgs if k == b"D"] == [[b"bob"]]
+        assert len(started) == 1 and not gate.is_set()        # alice's second parse waits for her first
+    finally:
+        gate.set()
         for c in clients:
             c.close()
         server.stop()
