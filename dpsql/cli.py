@@ -46,7 +46,7 @@ def _print_error(exc: errors.Error) -> None:
     print(f"ERROR [{exc.sqlstate}]: {exc.message}", file=sys.stderr)
     if exc.detail:
         print(f"DETAIL: {exc.detail}", file=sys.stderr)
-    operator = getattr(exc, "operator_detail", None)
+    operator = getattr(exc, "operator_detail", None)   # set on source errors only (measure/counting.py)
     if operator:
         # The command line is the operator's own (docs/privacy.md, threat model): a source
         # error's own message is shown here, never to analysts over the wire.
@@ -198,7 +198,7 @@ def cmd_plan(args) -> int:
     s = report.strategy
     print(f"table {report.table}: {report.queries} workload queries, {report.rows} linear query rows")
     print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
-    if getattr(s, "explanation", None):
+    if s.explanation:
         print(s.explanation)
     for line in report.unit_lines():
         print(line)
@@ -211,7 +211,7 @@ def cmd_plan(args) -> int:
               f"({where}SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
     for line in report.per_query_lines():
         print(line)
-    if getattr(report, "advice", None):
+    if report.advice:
         print(f"AIM or HDMM: {report.advice}")
     if con.session.engine.config.planner.mode == "aim":
         _print_aim_plan(con.session, report.table)

@@ -183,8 +183,7 @@ class Engine:
 
     # -- release identity and persisted releases ---------------------------------------------
     def _content(self, table: str) -> dict:
-        fp = getattr(self.backend, "fingerprint", None)
-        return fp(table) if fp is not None else self.config.sources[table].fingerprint()
+        return self.backend.fingerprint(table)
 
     def identity(self, table: str) -> TableIdentity:
         """The release identity of ``table`` now (hashes the source only when its size,

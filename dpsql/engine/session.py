@@ -136,7 +136,7 @@ class Session:
         cfg = self.engine.config
         return {"dpsql.error_columns": cfg.error_columns, "dpsql.estimator": "pgm",
                 "dpsql.policy": cfg.policy,
-                "dpsql.allow_spend": "on" if getattr(cfg, "allow_spend", False) else "off"}
+                "dpsql.allow_spend": "on" if cfg.allow_spend else "off"}
 
     #: Every setting a session understands and its allowed values.
     ALLOWED = {"dpsql.error_columns": ("off", "stderr", "ci95", "bounds"),
@@ -158,7 +158,7 @@ class Session:
         if command is not None:
             return self._session_command(command, t0)
         compiled = compile_sql(sql, self.engine.catalog, params=params)
-        if getattr(compiled, "is_explain", False):
+        if compiled.is_explain:
             return Result([Column("QUERY PLAN", "text")],
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
@@ -292,7 +292,7 @@ class Session:
 
     def explain_compiled(self, compiled) -> str:
         lines = [compiled.explain()]
-        if getattr(compiled, "is_explain", False):
+        if compiled.is_explain:
             compiled = compiled.inner
         self.engine.refresh()
         model, variance, _ = self.engine.model(compiled.table)

@@ -351,8 +351,8 @@ def test_engine_replies_are_encoded_off_the_event_loop(users_file, monkeypatch):
         for _ in range(2):                                   # simple, then extended protocol
             c.send(codec.encode_query("SELECT sex, COUNT(*) FROM adult GROUP BY sex"))
             assert not error_fields(c.until())
-        c.send(codec.encode_parse("", "SELECT race, COUNT(*) FROM adult GROUP BY race") + codec.encode_bind("", "", [], [], [])
-               + codec.encode_execute("") + codec.SYNC)
+        c.send(codec.encode_parse("", "SELECT race, COUNT(*) FROM adult GROUP BY race")
+               + codec.encode_bind("", "", [], [], []) + codec.encode_execute("") + codec.SYNC)
         assert not error_fields(c.until())
         c.close()
     finally:
