@@ -36,7 +36,8 @@ from dpsql import linalg
 from dpsql.domain import TableSchema
 from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
-from dpsql.engine.reports import MeasureReport, PlanReport, QueryReport, ReleaseInfo, SpendPreview
+from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
+                                   SpendPreview, unit_of, units_of)
 from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, Error, OperationalError, ProgrammingError
 from dpsql.linalg.threads import one_blas_thread
@@ -292,7 +293,7 @@ class Engine:
             for lq in cq.linear_queries:
                 blocks.append(lq.matrix)
                 specs.append(QuerySpec(f"{sql} [{lq.description}]", lq.matrix, weight))
-                labels.append((sql, lq.description))
+                labels.append((sql, lq.description, unit_of(lq.kind, lq.description)))
             names.append(sql)
         if not blocks:
             raise ProgrammingError(f"the workload has no queries on table {table!r}",
@@ -315,12 +316,13 @@ class Engine:
         m = sum(b.shape[0] for b in blocks)
         s2 = gaussian_sigma2_unit(float(rho))   # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
         per_query = []
-        for part, (sql, aggregate), (tse, base_tse, floor) in zip(
+        for part, (sql, aggregate, unit), (tse, base_tse, floor) in zip(
                 workload.parts, labels, query_errors(strategy)):
             per_query.append(QueryReport(
                 sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows),
                 math.sqrt(base_tse * s2 / part.rows),
-                None if floor is None else math.sqrt(floor * s2 / part.rows)))
+                None if floor is None else math.sqrt(floor * s2 / part.rows), unit))
+        units = units_of(per_query)
         if per_query:
             rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in per_query) / m)
             baseline = math.sqrt(sum(q.baseline ** 2 * q.rows for q in per_query) / m)
@@ -330,16 +332,20 @@ class Engine:
         raw = Workload(workload.domain, linalg.Union(blocks))
         bound = svd_lower_bound(raw) if self.config.noise == "gaussian" else None
         advice = None
-        if self.config.noise == "gaussian":
+        # AIM's advantage is judged in rows of the table: from the counts' error, never from
+        # an average that mixes in a SUM's minutes (issue 29 item 6: 5,083 for 9.71)
+        by_unit = {u.unit: u.rmse for u in units}
+        count_rmse = by_unit.get(COUNTS, by_unit.get(QUANTILES))
+        if self.config.noise == "gaussian" and (count_rmse is not None or not per_query):
             from dpsql.plan.aim import advise
             with self._lock:
                 fitted = self._state(table).model
-            advice = advise(raw, raw.domain, rmse,
+            advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
                             total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * s2 / m),
                           bool(bound and bound[1]), self.config.planner.objective,
-                          tuple(per_query), advice)
+                          tuple(per_query), advice, units)
 
     def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
