@@ -200,11 +200,15 @@ def cmd_plan(args) -> int:
     print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
     if s.explanation:
         print(s.explanation)
-    print(f"expected RMSE per query row at rho = {report.rho:.4g}: {report.rmse:,.2f} "
-          f"(per-query baseline: {report.baseline_rmse:,.2f})")
+    for line in report.unit_lines():
+        print(line)
     if report.bound_rmse is not None:
+        # the SVD bound is over every row of the workload, like the planner's objective: a
+        # figure in one unit only when the workload has one
+        mixed = len(report.units) > 1
+        where = f"over all {report.rows:,} rows, units mixed: planned {report.rmse:,.2f}; " if mixed else ""
         print(f"no strategy can do better than {report.bound_rmse:,.2f} with unbiased answers "
-              f"(SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
+              f"({where}SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
     for line in report.per_query_lines():
         print(line)
     if report.advice:

@@ -430,7 +430,9 @@ class Dispatcher:
         columns = [_column(c) for c in result.columns]
         if not columns:
             return Outcome(tag=result.message or "SELECT"), cost
-        rows = result.rows
+        # values at their error's precision, as every front end shows them (dpsql.display):
+        # a parseable number, never float noise such as 58640.60093598821 or 2.2e-308
+        rows = rounded_rows(result)
         if mode != "off" and route.tag == "SELECT" and not getattr(result, "message", None) \
                 and INFERRED not in (name for name, _ in columns):
             flags = list(getattr(result, "inferred", []) or [])
