@@ -70,7 +70,7 @@ class AIMReport:
 def aim_options(engine: Engine, table: str) -> AIMOptions:
     opts = engine.config.planner
     cap = min(opts.aim_max_model_cells, opts.max_model_cells)
-    return AIMOptions(max_model_cells=int(cap), unit_rows=engine.config.sources[table].max_rows_per_id)
+    return AIMOptions(max_model_cells=int(cap), unit_rows=engine.config.sources[table].unit_rows)
 
 
 def _run_key(engine: Engine, table: str, weights: dict, rho: Fraction, options: AIMOptions) -> str:
