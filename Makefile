@@ -38,6 +38,7 @@ test: $(STAMP) $(LOW)/.stamp
 # Static checks (rules in pyproject.toml); .ci/run runs them before the tests.
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -27,10 +27,13 @@ import importlib
 import os
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 from dpsql import errors
-from dpsql.display import Z95, describe_progress, format_value  # noqa: F401  (part of this module's API)
+from dpsql.display import (INFERRED_NOTE, Z95, describe_progress, format_value,  # noqa: F401  (part of this module's API)
+                           table_lines)
+from dpsql.privacy.accountant import format_rho
 
 DEFAULT_CONFIG = "dpsql.toml"
 
@@ -53,29 +56,16 @@ def _print_error(exc: errors.Error) -> None:
 
 
 def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
+    """The shell's table (``dpsql.display.table_lines``: one display rule everywhere)."""
     if result.message and not result.columns:
         print(result.message, file=out)
         return
-    headers = [c.name for c in result.columns]
-    body = []
-    bounds = getattr(result, "bounds", None) or []
-    for i, row in enumerate(result.rows):
-        errs = result.stderr[i] if i < len(result.stderr) else (None,) * len(row)
-        rng = bounds[i] if i < len(bounds) else (None,) * len(row)
-        cells = [format_value(v, e, mode, b) for v, e, b in zip(row, errs, rng)]
-        if i < len(result.inferred) and result.inferred[i]:
-            cells[-1] += " *"
-        body.append(cells)
-    widths = [max([len(h)] + [len(r[j]) for r in body]) for j, h in enumerate(headers)]
-    print(" | ".join(h.ljust(w) for h, w in zip(headers, widths)), file=out)
-    print("-+-".join("-" * w for w in widths), file=out)
-    for r in body:
-        print(" | ".join(c.rjust(w) if j >= 1 else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))),
-              file=out)
-    print(f"({len(body)} row{'s' if len(body) != 1 else ''})", file=out)
+    for line in table_lines(result, mode):
+        print(line, file=out)
+    n = len(result.rows)
+    print(f"({n} row{'s' if n != 1 else ''})", file=out)
     if any(result.inferred):
-        print("* inferred by the model without a supporting measurement: no standard error; "
-              "[lower, upper] is the range the released measurements allow", file=out)
+        print(INFERRED_NOTE, file=out)
 
 
 # -- progress ------------------------------------------------------------------------------
@@ -235,10 +225,11 @@ def _ask(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _spend_text(rho: float, delta: float) -> str:
+def _spend_text(rho, delta: float) -> str:
+    """A cost: ρ rounded up (exact in, never shown as less than it is)."""
     from dpsql.privacy.accountant import rho_to_epsilon
     eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
-    return f"rho = {rho:.6g} (epsilon = {eps:.4g} at delta = {delta:g})"
+    return f"rho = {format_rho(rho, 'up')} (epsilon = {eps:.4g} at delta = {delta:g})"
 
 
 def _print_aim_plan(session, table) -> None:
@@ -348,10 +339,10 @@ def cmd_measure(args) -> int:
         cost = session.measure_cost(args.table, mode=mode)
         status.clear()
         what = "the workload" if mode != "aim" else "the workload by AIM's adaptive rounds"
-    left = float(engine.ledger.remaining(None))
+    left = engine.ledger.remaining(None)
     if not args.yes and cost > 0:
-        if not _ask(f"Measuring {what} spends {_spend_text(cost, delta)} of the rho = {left:.6g} "
-                    "left. Continue? [y/N] "):
+        if not _ask(f"Measuring {what} spends {_spend_text(cost, delta)} of the rho = "
+                    f"{format_rho(left, 'down')} left. Continue? [y/N] "):
             print("nothing measured, nothing spent (scripts confirm with --yes)")
             return 1
     if args.increment:
@@ -400,18 +391,20 @@ def _prepare_model(engine, table: str, status: StatusLine) -> int:
     return 0
 
 
-def _increment_rho(args, engine) -> float:
-    from dpsql.privacy.accountant import epsilon_delta_to_rho
+def _increment_rho(args, engine) -> Fraction:
+    """The increment's exact ρ: --rho (read toward privacy, as the configuration's), --epsilon
+    at the configured δ (rounded down), or the workload budget capped by what is left."""
+    from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
     if args.rho is not None:
-        return float(args.rho)
+        return budget_rho(args.rho)
     if args.epsilon is not None:
-        return float(epsilon_delta_to_rho(args.epsilon, engine.config.budget.delta))
-    left = float(engine.ledger.remaining(None))
+        return epsilon_delta_to_rho(args.epsilon, engine.config.budget.delta)
+    left = engine.ledger.remaining(None)
     rho = min(engine.workload_rho(), left)
     if rho <= 0:
         raise errors.BudgetExhaustedError("no budget is left for an increment",
                                           hint="the operator grants a new budget (a new ledger)",
-                                          requested_rho=0.0, remaining_rho=left)
+                                          requested_rho=0.0, remaining_rho=float(left))
     return rho
 
 
@@ -465,15 +458,15 @@ def cmd_budget(args) -> int:
     for label, spent, remaining in (("user " + b["user"], b["spent_rho"], b["remaining_rho"]),
                                     ("total", b["total_spent_rho"], b["total_remaining_rho"])):
         eps = rho_to_epsilon(remaining, delta) if remaining > 0 else 0.0
-        print(f"{label}: spent rho = {spent:.6g}, remaining rho = {remaining:.6g} "
-              f"(epsilon = {eps:.4g} at delta = {delta:g})")
-    print(f"workload measurements (operator): spent rho = {b['workload_spent_rho']:.6g}")
+        print(f"{label}: spent rho = {format_rho(spent, 'up')}, remaining rho = "
+              f"{format_rho(remaining, 'down')} (epsilon = {eps:.4g} at delta = {delta:g})")
+    print(f"workload measurements (operator): spent rho = {format_rho(b['workload_spent_rho'], 'up')}")
     releases = con.session.engine.releases()
     if releases:
         print(f"releases: {sum(r.current for r in releases)} in use, {sum(not r.current for r in releases)} stale")
         for r in releases:
             state = "in use" if r.current else "STALE (" + "; ".join(r.reasons) + ")"
-            print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {r.rho:.6g}, {state}")
+            print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {format_rho(r.rho, 'up')}, {state}")
     return 0
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
@@ -46,7 +46,7 @@ PREDICATE_OPS = ("=", "!=", "<>", "<", "<=", ">", ">=")
 MAX_CELLS = 100_000
 
 
-def check_keys(spec: Mapping, allowed: Iterable[str], where: str) -> None:
+def check_keys(spec: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
     """Strict configuration: an unknown key is a ConfigError naming it and the closest valid
     key (a typo such as ``nulable`` or ``privacy_unt`` must never be silently ignored)."""
     allowed = list(allowed)
@@ -64,6 +64,9 @@ class Domain:
     """Ordered attribute names with their cell counts; frozen, equal and hashed by value."""
 
     __slots__ = ("_attributes", "_shape", "_index")
+    _attributes: tuple[str, ...]
+    _shape: tuple[int, ...]
+    _index: dict[str, int]
 
     def __init__(self, attributes: Sequence[str], shape: Sequence[int]) -> None:
         attributes = tuple(attributes)
@@ -80,10 +83,11 @@ class Domain:
         object.__setattr__(self, "_shape", shape)
         object.__setattr__(self, "_index", {a: i for i, a in enumerate(attributes)})
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Domain is immutable")
 
-    def __reduce__(self):  # pickling/copying must not go through the blocked __setattr__
+    # pickling/copying must not go through the blocked __setattr__
+    def __reduce__(self) -> tuple[type[Domain], tuple[tuple[str, ...], tuple[int, ...]]]:
         return (Domain, (self._attributes, self._shape))
 
     @classmethod
@@ -228,7 +232,7 @@ class Attribute(ABC):
         return self.null_index if self.null_index is not None else self.invalid_index
 
     @abstractmethod
-    def labels(self) -> list:
+    def labels(self) -> list[Any]:
         """One output label per cell: None for NULL, OTHER_LABEL for the other cell."""
 
     @abstractmethod
@@ -254,7 +258,7 @@ class Attribute(ABC):
     def cell_values(self) -> np.ndarray | None:
         return None
 
-    def bin_bounds(self) -> list | None:
+    def bin_bounds(self) -> list[Any] | None:
         return None
 
     def _check_common(self) -> None:
@@ -278,13 +282,13 @@ class Categorical(Attribute):
     nullable, else cell 0; ``dpsql check`` reports it, ``docs/domains.md``).
     """
 
-    labels_: tuple = ()
+    labels_: tuple[Any, ...] = ()
     closed: bool = False
-    _lookup: dict = field(default=None, init=False, repr=False, compare=False, hash=False)
+    _lookup: dict[Any, int] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     kind = "categorical"
 
-    def __init__(self, name: str, labels: Sequence, nullable: bool = False, closed: bool = False) -> None:
+    def __init__(self, name: str, labels: Sequence[Any], nullable: bool = False, closed: bool = False) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "labels_", tuple(labels) if not isinstance(labels, (str, bytes)) else labels)
         object.__setattr__(self, "nullable_", nullable)
@@ -330,7 +334,7 @@ class Categorical(Attribute):
         """Cell for values that match no label: the other cell, else the invalid place."""
         return self.invalid_index
 
-    def labels(self) -> list:
+    def labels(self) -> list[Any]:
         out = list(self.labels_)
         if not self.closed:
             out.append(OTHER_LABEL)
@@ -379,7 +383,8 @@ class Categorical(Attribute):
         return frozenset(cells), exact
 
 
-def _interval_predicate(lo, hi, op: str, v, *, integer: bool, closed_right: bool) -> tuple[bool, bool]:
+def _interval_predicate(lo: float, hi: float, op: str, v: float, *, integer: bool, closed_right: bool
+                        ) -> tuple[bool, bool]:
     """(all, any): do all / any values of the cell satisfy ``x <op> v``?
 
     Integer cells hold the integers ``lo..hi``; real cells hold ``[lo, hi)`` or, for the
@@ -409,13 +414,15 @@ def _interval_predicate(lo, hi, op: str, v, *, integer: bool, closed_right: bool
 class _Binned(Attribute):
     """Shared machinery of ordered numeric attributes: cells chosen by ``x < t`` thresholds."""
 
+    _integral: ClassVar[bool]      # cells hold integers only (IntegerRange)
+
     @abstractmethod
-    def thresholds(self) -> tuple:
+    def thresholds(self) -> tuple[float, ...]:
         """Bin starts after the first: the bin of ``x`` is ``bisect_right(thresholds, x)``
         (in SQL the chain of ``x < t`` tests of ``dpsql.measure.cellsql.bins_sql``)."""
 
     @abstractmethod
-    def _bounds(self) -> list[tuple]:
+    def _bounds(self) -> list[tuple[Any, Any]]:
         """Implemented by each kind."""
 
     @abstractmethod
@@ -430,11 +437,11 @@ class _Binned(Attribute):
     def size(self) -> int:
         return self._nbins() + (1 if self.nullable else 0)
 
-    def bin_bounds(self) -> list:
+    def bin_bounds(self) -> list[Any]:
         """Per cell: inclusive ``(lo, hi)`` integers / half-open ``[lo, hi)`` reals; None for NULL."""
         return self._bounds() + ([None] if self.nullable else [])
 
-    def labels(self) -> list:
+    def labels(self) -> list[Any]:
         return self._value_labels() + ([None] if self.nullable else [])
 
     def cell_values(self) -> np.ndarray:
@@ -450,7 +457,7 @@ class _Binned(Attribute):
         if self._integral and not float(value).is_integer():
             return False
         bounds = self._bounds()
-        return bounds[0][0] <= value <= bounds[-1][1]
+        return bool(bounds[0][0] <= value <= bounds[-1][1])
 
     def index_of(self, value: Any) -> int:
         if value is None:
@@ -459,7 +466,7 @@ class _Binned(Attribute):
             return self.invalid_index
         return bisect.bisect_right(self.thresholds(), self._py_value(value))
 
-    def _py_value(self, value):
+    def _py_value(self, value: Any) -> Any:
         """The value as the SQL compares it (``dpsql.measure.cellsql``)."""
         return value
 
@@ -506,8 +513,8 @@ class IntegerRange(_Binned):
     lo: int = 0
     hi: int = 0
     bin_width: int = 1
-    edges: tuple | None = None
-    _starts: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
+    edges: tuple[int, ...] | None = None
+    _starts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False, hash=False)
 
     kind = "integer"
     _integral = True
@@ -524,7 +531,7 @@ class IntegerRange(_Binned):
         object.__setattr__(self, "nullable_", nullable)
         object.__setattr__(self, "_starts", self._validate())
 
-    def _validate(self) -> tuple:
+    def _validate(self) -> tuple[int, ...]:
         self._check_common()
         for key in ("lo", "hi"):
             v = getattr(self, key)
@@ -555,7 +562,7 @@ class IntegerRange(_Binned):
                        "use a wider bin_width or explicit edges")
         return tuple(range(self.lo, self.hi + 1, w))
 
-    def thresholds(self) -> tuple:
+    def thresholds(self) -> tuple[float, ...]:
         return self._starts[1:]
 
     def _nbins(self) -> int:
@@ -578,7 +585,7 @@ class Numeric(_Binned):
     DECIMAL columns and decimal literals such as 0.1 compare exactly as Python floats do.
     """
 
-    edges: tuple = ()
+    edges: tuple[float, ...] = ()
 
     kind = "numeric"
     _integral = False
@@ -604,7 +611,7 @@ class Numeric(_Binned):
         if len(e) - 1 > MAX_CELLS:
             self._fail(f"{len(e) - 1} bins exceed the limit of {MAX_CELLS}", "use fewer edges")
 
-    def thresholds(self) -> tuple:
+    def thresholds(self) -> tuple[float, ...]:
         return self.edges[1:-1]
 
     def _nbins(self) -> int:
@@ -613,7 +620,7 @@ class Numeric(_Binned):
     def _bounds(self) -> list[tuple[float, float]]:
         return list(zip(self.edges, self.edges[1:]))
 
-    def _py_value(self, value):
+    def _py_value(self, value: Any) -> float:
         return float(value)  # mirrors CAST(x AS DOUBLE): Decimal('0.1') becomes the double 0.1
 
     def _value_labels(self) -> list[str]:
@@ -631,7 +638,7 @@ class TableSchema:
 
     name: str
     attributes: tuple[Attribute, ...]
-    source: dict | None = field(default=None, compare=False, hash=False)
+    source: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", tuple(self.attributes))
@@ -688,7 +695,7 @@ def _build_attribute(name: str, spec: Mapping[str, Any]) -> Attribute:
     return Numeric(name, spec["edges"], nullable=nullable)
 
 
-def _resolve_source(spec: Any, base: Path) -> dict:
+def _resolve_source(spec: Any, base: Path) -> dict[str, Any]:
     """Copy of the source table with file paths made absolute (relative to the TOML file)."""
     if not isinstance(spec, dict):
         raise ConfigError("source must be a table", hint='e.g. source = { csv = "adult.csv" }')

@@ -13,6 +13,9 @@ error; see ``docs/privacy.md`` ("Errors").
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 __all__ = [
     "Error",
     "Warning",
@@ -61,11 +64,11 @@ class Error(Exception):
             text += f"\nHINT: {self.hint}"
         return text
 
-    def __reduce__(self):  # keep hint/position across pickling (multiprocessing)
+    def __reduce__(self) -> tuple[Any, ...]:  # keep hint/position across pickling (multiprocessing)
         return (_rebuild, (type(self), self.message, self.hint, self.position, self.detail))
 
 
-def _rebuild(cls, message, hint, position, detail):
+def _rebuild(cls: type[Error], message: str, hint: str | None, position: int | None, detail: str | None) -> Error:
     return cls(message, hint=hint, position=position, detail=detail)
 
 
@@ -153,7 +156,7 @@ class BudgetExhaustedError(OperationalError):
     sqlstate = "53400"
 
     def __init__(self, message: str, *, requested_rho: float | None = None,
-                 remaining_rho: float | None = None, **kw) -> None:
+                 remaining_rho: float | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.requested_rho = requested_rho
         self.remaining_rho = remaining_rho
@@ -164,7 +167,7 @@ class ModelTooLargeError(OperationalError):
 
     sqlstate = "54000"
 
-    def __init__(self, message: str, *, cliques=None, size: int | None = None, **kw) -> None:
+    def __init__(self, message: str, *, cliques: Any = None, size: int | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.cliques = cliques
         self.size = size
@@ -187,7 +190,7 @@ class QueryCanceledError(OperationalError):
     sqlstate = "57014"
 
 
-def _all_subclasses(cls):
+def _all_subclasses(cls: type[Error]) -> Iterator[type[Error]]:
     for sub in cls.__subclasses__():
         yield sub
         yield from _all_subclasses(sub)

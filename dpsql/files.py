@@ -23,7 +23,7 @@ def atomic_write(path: str | os.PathLike, write: Callable, *, text: bool = False
     try:
         if mode is not None:
             os.fchmod(fd, mode)
-        with os.fdopen(fd, "w" if text else "wb", **({"encoding": "utf-8"} if text else {})) as fh:
+        with (os.fdopen(fd, "w", encoding="utf-8") if text else os.fdopen(fd, "wb")) as fh:
             write(fh)
         os.replace(tmp, path)
     except BaseException:

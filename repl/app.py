@@ -25,6 +25,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
 from dpsql import errors
+from dpsql.privacy.accountant import format_rho
 from repl import render, work
 from repl.commands import MetaCommands, completion_table
 from repl.completion import SqlCompleter
@@ -146,7 +147,7 @@ class Shell:
 
         try:
             b = self.session.budget()
-            rho, delta = float(b["remaining_rho"]), float(b["delta"])
+            rho, delta = b["remaining_rho"], float(b["delta"])   # ρ exact (a Fraction)
             self._budget = (rho, delta, rho_to_epsilon(rho, delta) if rho > 0 else 0.0)
         except errors.Error:
             self._budget = None
@@ -159,7 +160,7 @@ class Shell:
             rho, delta, eps = self._budget
             style = "class:bottom-toolbar.warn" if rho <= 0 else ""
             parts += [("class:bottom-toolbar.key", "  left "),
-                      (style, f"ε={eps:.4g} (δ={delta:g}) ρ={rho:.4g}")]
+                      (style, f"ε={eps:.4g} (δ={delta:g}) ρ={format_rho(rho, 'down', 4)}")]
         model = f"v{self.model_version}" if self.model_version else "none yet"
         if self.model_kind:
             model += f" {self.model_kind}"
@@ -241,12 +242,12 @@ class Shell:
                         status=self._status)
 
     def _spend_note(self, request) -> str:
-        return (f"Answering needs a new measurement of {request.what} that spends ρ = {request.rho:.6g} "
-                f"(ε = {request.epsilon:.4g} at δ = {request.delta:g}) of your remaining ρ = "
-                f"{request.remaining_rho:.6g}.")
+        return (f"Answering needs a new measurement of {request.what} that spends ρ = "
+                f"{format_rho(request.rho, 'up')} (ε = {request.epsilon:.4g} at δ = {request.delta:g}) "
+                f"of your remaining ρ = {format_rho(request.remaining_rho, 'down')}.")
 
     def run_sql(self, sql: str, where: str | None = None) -> bool:
-        approved: list[float] = []
+        approved: list = []   # the ρ the user agreed to (exact)
 
         def approve(request) -> bool:
             # runs in the work thread: the question is asked by the main thread (the spinner

@@ -150,6 +150,8 @@ class SqlCompleter(Completer):
     # -- meta-commands -------------------------------------------------------------------
     def _meta(self, text: str, document: Document, complete_event) -> Iterable[Completion]:
         m = re.match(r"\\(\S*)(\s+)?(.*)$", text, re.S)
+        if m is None:   # not a meta-command
+            return
         name, space, arg = m.group(1), m.group(2), m.group(3)
         if not space:
             for cmd in sorted(self.meta_commands):

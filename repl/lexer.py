@@ -89,7 +89,7 @@ def tokens(text: str) -> list[tuple[str, str]]:
         else:
             style = {"comment": "class:sql.comment", "string": "class:sql.string",
                      "ident": "class:sql.identifier", "number": "class:sql.number",
-                     "param": "class:sql.param", "op": "class:sql.operator"}.get(kind, "")
+                     "param": "class:sql.param", "op": "class:sql.operator"}.get(kind or "", "")
         out.append((style, value))
         if kind == "op" and value == ";":
             at_start = True

@@ -56,7 +56,7 @@ def start(work: Callable[[], T]) -> Future:
     return fut
 
 
-def wait_blocking(fut: Future) -> T:
+def wait_blocking(fut: Future[T]) -> T:
     """Wait without a terminal UI; SIGINT (Ctrl-C) cancels the wait."""
     try:
         return fut.result()
@@ -115,7 +115,7 @@ def _spin(fut: Future, label: str, input, output, status=None) -> bool:
             await asyncio.wrap_future(fut)
         except BaseException:  # noqa: BLE001 - the caller reads the outcome from fut
             pass
-        if app.is_running and not app.future.done():
+        if app.is_running and app.future is not None and not app.future.done():
             app.exit(result=True)
 
     def pre_run() -> None:

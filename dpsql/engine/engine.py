@@ -47,6 +47,7 @@ from dpsql.measure.identity import TableIdentity
 from dpsql.pgm.measurement import Measurement, estimate_total
 from dpsql.pgm.auto import fit
 from dpsql.pgm.store import load_model, save_model
+from dpsql.privacy.accountant import format_rho
 from dpsql.privacy.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -127,11 +128,13 @@ class Engine:
         # whole source to know that its releases still apply (issue 17)
         self.backend = backend if backend is not None else open_backend(
             config.sources, fingerprint_store=Path(str(config.ledger_path) + ".sources.json"))
-        per_user = None
-        if config.user_budgets or config.default_user_budget:
-            # users without their own entry fall back to the default, or to the global cap
-            default = config.default_user_budget or config.budget
-            per_user = {"*": default.rho, **{u: b.rho for u, b in config.user_budgets.items()}}
+        # A user without their own entry gets the declared default, else 0 (docs/config.md,
+        # "Budgets"): falling back to the global total let any unlisted analyst drain it
+        # under the `measure` policy (issue 34).  Only the engine's "@" principals (the
+        # operator's workload) are bounded by the total alone.
+        per_user: dict = {u: b.rho for u, b in config.user_budgets.items()}
+        if config.default_user_budget is not None:
+            per_user["*"] = config.default_user_budget.rho
         self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho, per_user_rho=per_user)
         self._listeners: list[Callable[[str, dict], None]] = [progress] if progress else []
         # True (servers): fit in a background thread as soon as a release arrives
@@ -217,6 +220,10 @@ class Engine:
             if identity != state.identity:
                 state.released, state.release_keys = [], set()
                 state.model = state.variance = state.model_last = None
+                if state.identity is not None:
+                    # sessions cache answers per model version: the old identity's answers
+                    # must not outlive its releases (docs/privacy.md §7.3, issue 34)
+                    state.model_version += 1
                 state.identity = identity
             state.content = content
         prefix = state.identity.key() + ":"
@@ -249,7 +256,7 @@ class Engine:
                     if not ok and not reasons:
                         reasons = ("measured under another identity",)
                 out.append(ReleaseInfo(entry.key, table, entry.seq,
-                                       float(charge.rho) if charge is not None and charge.rho else 0.0,
+                                       charge.rho if charge is not None and charge.rho else Fraction(0),
                                        str(mech.get("purpose", "")), not reasons, reasons))
             return out
 
@@ -285,18 +292,18 @@ class Engine:
         return workload, names, blocks, labels
 
     def plan(self, table: str, queries: Sequence[str] | None = None,
-             rho: float | None = None) -> PlanReport:
+             rho: Fraction | float | None = None) -> PlanReport:
         from dpsql.plan import Workload, query_errors, svd_lower_bound
 
         t0 = time.perf_counter()
         workload, names, blocks, labels = self.workload_for(table, queries)
-        rho = rho if rho is not None else self.workload_rho()
+        rho = Fraction(rho) if rho is not None else self.workload_rho()
         strategy = self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id)
         with self._lock:
             state = self._state(table)
             state.strategy = strategy
         m = sum(b.shape[0] for b in blocks)
-        s2 = gaussian_sigma2_unit(rho)    # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
+        s2 = gaussian_sigma2_unit(float(rho))   # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
         per_query = []
         for part, (sql, aggregate), (tse, base_tse, floor) in zip(
                 workload.parts, labels, query_errors(strategy)):
@@ -319,12 +326,12 @@ class Engine:
                 fitted = self._state(table).model
             advice = advise(raw, raw.domain, rmse,
                             total=None if fitted is None else float(fitted.total)).text
-        return PlanReport(table, strategy, len(names), m, rho, rmse, baseline, time.perf_counter() - t0,
+        return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * s2 / m),
                           bool(bound and bound[1]), self.config.planner.objective,
                           tuple(per_query), advice)
 
-    def optimize(self, workload: Workload, rho: float, unit_rows: int = 1) -> Strategy:
+    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
 
         A strategy whose real-valued factors cannot be put on the measurement lattice at
@@ -348,7 +355,7 @@ class Engine:
                                 if workload.parts else ("OPT_+", "OPT_M"), **kwargs)
         return strategy
 
-    def optimize_counted(self, workload: Workload, rho: float, unit_rows: int = 1,
+    def optimize_counted(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
                          released: Sequence[Measurement] = ()) -> Strategy:
         """``optimize``, then make sure the number of records is determined.
 
@@ -374,11 +381,12 @@ class Engine:
             state = self._sync(table)
             return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in state.released]
 
-    def workload_rho(self) -> float:
+    def workload_rho(self) -> Fraction:
+        """The exact ρ one workload measurement is given (``[workload]`` or the total)."""
         return (self.config.workload_budget or self.config.budget).rho
 
     # -- measurement -------------------------------------------------------------------------
-    def _release_plan(self, table: str, strategy: Strategy, rho: float, purpose: str):
+    def _release_plan(self, table: str, strategy: Strategy, rho: Fraction, purpose: str):
         """Lattice blocks, calibrated noise and the release key (all public): the table's
         release identity, then what this release measures and how (blocks, lattice, σ)."""
         state = self._state(table)
@@ -390,7 +398,7 @@ class Engine:
             *[(b.clique, b.scale, b.weight) for b in blocks], *[f for b in blocks for f in b.factors])
         return blocks, plan, key
 
-    def measure_cost(self, table: str, rho: float | None = None) -> float:
+    def measure_cost(self, table: str, rho: Fraction | None = None) -> Fraction:
         """ρ the workload measurement would charge now: 0 when it was already released."""
         state = self._state(table)
         if state.strategy is None:
@@ -399,18 +407,18 @@ class Engine:
             self._sync(table)
             _, plan, key = self._release_plan(table, state.strategy,
                                               rho if rho is not None else self.workload_rho(), "workload")
-            return 0.0 if key in state.release_keys else _round_up(plan.rho)
+            return Fraction(0) if key in state.release_keys else plan.rho
 
-    def spend_preview(self, table: str, strategy: Strategy, rho: float, principal: str,
+    def spend_preview(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
                       purpose: str) -> SpendPreview:
         """What ``measure_strategy`` with the same arguments would charge now (public)."""
         with self._lock:
             state = self._sync(table)
             _, plan, key = self._release_plan(table, strategy, rho, purpose)
-            cost = 0.0 if key in state.release_keys else _round_up(plan.rho)
-        return SpendPreview(cost, float(self.ledger.remaining(principal)))
+            cost = Fraction(0) if key in state.release_keys else plan.rho
+        return SpendPreview(cost, self.ledger.remaining(principal))
 
-    def measure_strategy(self, table: str, strategy: Strategy, rho: float, principal: str,
+    def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
                          purpose: str, requested_by: str | None = None) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
         t0 = time.perf_counter()
@@ -422,17 +430,18 @@ class Engine:
             blocks, plan, key = self._release_plan(table, strategy, rho, purpose)
             cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
             if key in state.release_keys:
-                return MeasureReport(table, 0.0, True, len(blocks), cells, time.perf_counter() - t0)
-            cost = _round_up(plan.rho)
+                return MeasureReport(table, Fraction(0), True, len(blocks), cells, time.perf_counter() - t0)
+            cost = plan.rho     # exact: the ledger sums Fractions
             view = self.ledger.preview(principal, cost)
             if not view.fits:
                 remaining = float(view.remaining)
                 raise BudgetExhaustedError(
-                    f"measuring this needs rho = {cost:.6g} but only rho = {remaining:.6g} remains"
+                    f"measuring this needs rho = {format_rho(cost, 'up')} but only rho = "
+                    f"{format_rho(view.remaining, 'down')} remains"
                     + (f" for {principal!r}" if view.remaining_user is not None
                        and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
-                    requested_rho=cost, remaining_rho=remaining)
+                    requested_rho=float(cost), remaining_rho=remaining)
             cliques = [b.clique for b in blocks]
             self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells})
             if hasattr(self.backend, "fingerprint"):
@@ -459,7 +468,7 @@ class Engine:
             self.prepare(table)
         return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0)
 
-    def measure(self, table: str, rho: float | None = None, *,
+    def measure(self, table: str, rho: Fraction | None = None, *,
                 requested_by: str | None = None) -> MeasureReport:
         """The workload measurement, charged to the workload principal."""
         state = self._state(table)
@@ -476,7 +485,7 @@ class Engine:
             return list(blocks)
         return [b for b in blocks if not variance.analyse(b)[1].all()]
 
-    def increment_strategy(self, table: str, rho: float, queries: Sequence[str] | None = None):
+    def increment_strategy(self, table: str, rho: Fraction, queries: Sequence[str] | None = None):
         """A strategy for only the workload queries no release supports yet (an increment
         that re-uses every earlier measurement), or None when everything is supported."""
         missing = self.unsupported_workload(table, queries)
@@ -488,7 +497,7 @@ class Engine:
         return self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id,
                                      self.released_measurements(table))
 
-    def measure_increment(self, table: str, rho: float, queries: Sequence[str] | None = None, *,
+    def measure_increment(self, table: str, rho: Fraction, queries: Sequence[str] | None = None, *,
                           requested_by: str | None = None) -> MeasureReport | None:
         """Measure the workload queries the releases do not support yet, at cost ≤ ``rho``,
         charged to the workload principal (docs/engine.md, "Extending a workload")."""
@@ -684,12 +693,6 @@ class Engine:
 
     def close(self) -> None:
         self.backend.close()
-
-
-def _round_up(x: Fraction) -> float:
-    """A float ≥ the exact rational (charges round toward more spending)."""
-    f = float(x)
-    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
 __all__ = ["Engine", "PlanReport", "QueryReport", "MeasureReport", "ReleaseInfo"]

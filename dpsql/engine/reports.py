@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ class ReleaseInfo:
     key: str
     table: str
     seq: int
-    rho: float
+    rho: Fraction            # charged for it (exact)
     purpose: str
     current: bool
     reasons: tuple[str, ...]   # why it is stale (empty when current)
@@ -108,16 +109,16 @@ class PlanReport:
 @dataclass(frozen=True)
 class SpendPreview:
     """What measuring a strategy would charge now (0 when already released), and what the
-    principal has left."""
+    principal has left (both exact)."""
 
-    rho: float
-    remaining: float
+    rho: Fraction
+    remaining: Fraction
 
 
 @dataclass(frozen=True)
 class MeasureReport:
     table: str
-    rho: float               # spent by this call (0 when re-used)
+    rho: Fraction            # spent by this call, exact (0 when re-used)
     reused: bool
     blocks: int
     cells: int

@@ -26,12 +26,14 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
 from dpsql.engine.variance import Z95, interval_stderr
+from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
                           PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
@@ -60,7 +62,7 @@ class Result:
     rows: list[tuple]
     stderr: list[tuple] = field(default_factory=list)
     inferred: list[bool] = field(default_factory=list)
-    cost: float = 0.0
+    cost: Fraction = Fraction(0)   # ρ this statement spent, exact
     message: str | None = None   # e.g. "SET" for session commands, EXPLAIN text
     seconds: float = 0.0
     model_version: int = 0
@@ -75,12 +77,12 @@ class Result:
 class SpendRequest:
     """What a statement would spend, shown to the user before anything is charged."""
 
-    rho: float
+    rho: Fraction      # exact
     epsilon: float
     delta: float
     table: str
     what: str          # the queries to be measured
-    remaining_rho: float
+    remaining_rho: Fraction
 
 
 def _model_kind(model) -> str:
@@ -99,6 +101,17 @@ def _type_name(pg_type: str) -> str:
     if t in ("double precision", "numeric", "real", "float8", "double"):
         return "double"
     return "text"
+
+
+#: Values (rows x columns) one session keeps in its answer cache, oldest answers dropped first
+#: (issue 34 item 11: each cached large answer held ~200 MB, without bound).  Dropping one is
+#: safe for privacy and budget: asked again, it is recomputed from the same release (the cache
+#: is keyed by model version), identically and at no cost.
+CACHE_CELLS = 200_000
+
+
+def _cells(result) -> int:
+    return len(result.rows) * max(1, len(result.columns))
 
 
 class Session:
@@ -161,8 +174,8 @@ class Session:
         model, variance, version = self.engine.model(compiled.table)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
-            return self._with_error_columns(replace(cached, cost=0.0))  # a repeat is free
-        cost = 0.0
+            return self._with_error_columns(replace(cached, cost=Fraction(0)))  # a repeat is free
+        cost = Fraction(0)
         policy = self.policy
         if model is None and policy != "measure":
             raise OperationalError(
@@ -213,7 +226,7 @@ class Session:
         result = Result(columns, list(rows), cleaned, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version,
                         model=_model_kind(model), bounds=ranges)
-        self._cache[key] = result
+        self._remember(key, result)
         return self._with_error_columns(result)
 
     def plan(self, table: str | None = None, queries: Sequence[str] | None = None) -> PlanReport:
@@ -230,7 +243,7 @@ class Session:
                                progress=progress)
         return self.engine.measure(self._table(table), requested_by=self.user)
 
-    def measure_cost(self, table: str | None = None, mode: str | None = None) -> float:
+    def measure_cost(self, table: str | None = None, mode: str | None = None) -> Fraction:
         """ρ that ``measure`` would spend (0 if that release already exists); plans the
         workload if needed (public, free)."""
         if self._mode(mode) == "aim":
@@ -261,14 +274,15 @@ class Session:
         return mode
 
     def budget(self) -> dict:
+        """Spent and remaining ρ, exact (Fractions from the ledger): front ends display
+        them with ``format_rho``, remaining rounded down and spent rounded up."""
         led = self.engine.ledger
         cfg = self.engine.config
-        workload_spent = float(led.spent(self.engine.WORKLOAD_PRINCIPAL))
-        return {"user": self.user, "spent_rho": float(led.spent(self.user)),
-                "remaining_rho": float(led.remaining(self.user)),
-                "total_spent_rho": float(led.spent(None)),
-                "total_remaining_rho": float(led.remaining(None)),
-                "workload_spent_rho": workload_spent,
+        return {"user": self.user, "spent_rho": led.spent(self.user),
+                "remaining_rho": led.remaining(self.user),
+                "total_spent_rho": led.spent(None),
+                "total_remaining_rho": led.remaining(None),
+                "workload_spent_rho": led.spent(self.engine.WORKLOAD_PRINCIPAL),
                 "total_rho": cfg.budget.rho, "delta": cfg.budget.delta,
                 "entries": len(led.entries())}
 
@@ -302,12 +316,24 @@ class Session:
     def close(self) -> None:
         self._cache.clear()
 
+    def _remember(self, key, result) -> None:
+        """Cache an answer within ``CACHE_CELLS``, dropping the oldest (one larger than the
+        whole cache is not kept)."""
+        self._cache.pop(key, None)
+        if _cells(result) > CACHE_CELLS:
+            return
+        self._cache[key] = result
+        total = sum(map(_cells, self._cache.values()))
+        while total > CACHE_CELLS:
+            total -= _cells(self._cache.pop(next(iter(self._cache))))
+
     # -- internals ---------------------------------------------------------------------------
     def _policy_effect(self, lq, ranges) -> str:
         policy = self.policy
         if policy == "measure":
             qb = self.engine.config.query_budget
-            return f"answering would measure it at rho = {qb.rho:.4g}" if qb else "measured on demand"
+            return f"answering would measure it at rho = {format_rho(qb.rho, 'down', 4)}" if qb \
+                else "measured on demand"
         if policy == "refuse" or (policy == "informed" and ranges is not None
                                   and not ranges.informed(lq.attributes)):
             return "refused"
@@ -420,10 +446,11 @@ class Session:
         preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
         if preview.rho > preview.remaining:
             raise BudgetExhaustedError(
-                f"answering needs a new measurement of rho = {preview.rho:.6g} but only rho = "
-                f"{preview.remaining:.6g} remains for {self.user!r}; nothing was spent",
+                f"answering needs a new measurement of rho = {format_rho(preview.rho, 'up')} but only "
+                f"rho = {format_rho(preview.remaining, 'down')} remains for {self.user!r}; nothing was spent",
                 hint="answer from existing measurements (SET dpsql.policy = 'informed'), or ask the "
-                     "operator for more budget", requested_rho=preview.rho, remaining_rho=preview.remaining)
+                     "operator for more budget", requested_rho=float(preview.rho),
+                remaining_rho=float(preview.remaining))
         if preview.rho > 0:
             self._confirm_spend(preview, table, ", ".join(lq.description for lq in unsupported))
         return self.engine.measure_strategy(table, strategy, rho, self.user, purpose)
@@ -435,7 +462,7 @@ class Session:
                                preview.remaining)
         if self.settings["dpsql.allow_spend"] == "on":
             return
-        cost = f"rho = {request.rho:.6g} (epsilon = {request.epsilon:.4g} at delta = {delta:g})"
+        cost = f"rho = {format_rho(request.rho, 'up')} (epsilon = {request.epsilon:.4g} at delta = {delta:g})"
         if self.approve is None:
             raise PrivacyViolationError(
                 f"answering needs a new measurement that spends {cost}; nothing was spent",
@@ -495,11 +522,11 @@ class Session:
             raise PrivacyViolationError(
                 "policy 'measure' is not available: the configuration sets no per-query budget",
                 hint='the operator enables it with [policy] unsupported = "measure", epsilon = ...')
-        remaining = float(self.engine.ledger.remaining(self.user))
+        remaining = self.engine.ledger.remaining(self.user)
         if qb.rho > remaining:
             raise PrivacyViolationError(
-                f"policy 'measure' would spend rho = {qb.rho:.6g} per query, more than the "
-                f"rho = {remaining:.6g} left to {self.user!r}",
+                f"policy 'measure' would spend rho = {format_rho(qb.rho, 'up')} per query, more than "
+                f"the rho = {format_rho(remaining, 'down')} left to {self.user!r}",
                 hint="answer from existing measurements (policy 'informed'), or ask the operator "
                      "for more budget")
 

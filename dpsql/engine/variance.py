@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpsql.linalg import Kron, QueryMatrix, Sum, Union, Weighted
+from dpsql.linalg.rowscaled import GramPinv
 from dpsql.plan.joint import JointSupport
 
 # The two-sided 95% normal quantile: a standard error times Z95 is the half-width of the
@@ -49,7 +50,7 @@ class RowBlock:
 
 
 def _is_total(f: np.ndarray) -> bool:
-    return f.shape[0] == 1 and np.all(f == f[0, 0]) and f[0, 0] != 0
+    return bool(f.shape[0] == 1 and np.all(f == f[0, 0]) and f[0, 0] != 0)
 
 
 def decompose(matrix: QueryMatrix, attributes: Sequence[str]) -> list[RowBlock]:
@@ -94,100 +95,28 @@ class SupportBlock:
 
 
 class _Prepared:
-    """One block's factors in query units: M, pinv of its gram, and the row-space projector,
-    computed on first use (a query touches few of a large workload's blocks: a new process
-    answering one query on 55 marginals spent 2.4 s here preparing all of them)."""
+    """One block's factors in query units: M and the factorisation of its gram (``GramPinv``:
+    G⁺ = L Lᵀ and the row space), computed on first use (a query touches few of a large
+    workload's blocks: a new process answering one query on 55 marginals spent 2.4 s here
+    preparing all of them)."""
 
     def __init__(self, block: SupportBlock) -> None:
         self.block = block
         self.joint = len(block.factors) == 1 and len(block.clique) != 1
-        self._parts = None
+        self._parts: list[GramPinv] | None = None
 
     @property
-    def mats(self) -> list:
-        return self._build()[0]
-
-    @property
-    def ginv(self) -> list:
-        return self._build()[1]
-
-    @property
-    def proj(self) -> list:
-        return self._build()[2]
-
-    def _build(self):
-        if self._parts is not None:
-            return self._parts
-        block = self.block
-        mats, ginv, proj = [], [], []
-        for f in block.factors:
-            m = f.astype(np.float64) * (block.scale if not ginv else 1.0)
-            if m.shape[1] > _WIDE and m.shape[0] < m.shape[1]:
-                thin = _Thin(m)        # a large attribute: never an n×n matrix
-                mats.append(m)
-                ginv.append(thin)
-                proj.append(thin)
-                continue
-            # G⁺ = M⁺ M⁺ᵀ from the SVD of M: pinv(MᵀM) squares M's condition number and
-            # truncated the small lattice rows' eigenvalues (their variance came out tiny).
-            mp = np.linalg.pinv(m)
-            gi = mp @ mp.T
-            mats.append(m)
-            ginv.append(gi)
-            proj.append(_row_space_projector(m))
-        self._parts = (mats, ginv, proj)
+    def ginv(self) -> list[GramPinv]:
+        if self._parts is None:
+            block = self.block
+            # a lattice block's rows are up to 2²² and more apart in weight: the SVD of M
+            # (pinv) or of MᵀM loses the light rows' directions by ε·(d_max/d_min)², by an
+            # amount that depends on the BLAS kernel (issue 28); GramPinv works on the unit
+            # rows, applies the weights exactly, and never forms an n×n matrix.  The scale
+            # goes on the first factor (measured row = scale · (⊗ factors) x).
+            self._parts = [GramPinv(f.astype(np.float64) * (block.scale if i == 0 else 1.0))
+                           for i, f in enumerate(block.factors)]
         return self._parts
-
-
-#: Factors over more cells than this with fewer rows than cells (the planner's thin
-#: factors on large attributes, plan/large.py) are handled through their k×k row gram.
-_WIDE = 4096
-
-
-class _Thin:
-    """G⁺ = mᵀ(mmᵀ)⁺²m and the row-space projector mᵀ(mmᵀ)⁺m of a thin m (k × n), kept as
-    m and (mmᵀ)⁺ so that nothing n×n is formed."""
-
-    def __init__(self, m: np.ndarray) -> None:
-        self.m = m
-        w, P = np.linalg.eigh(m @ m.T)
-        keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-12 * m.shape[0]
-        self.gp = (P[:, keep] / w[keep]) @ P[:, keep].T
-
-    def coords(self, q: np.ndarray) -> np.ndarray:
-        return (q @ self.m.T) @ self.gp
-
-
-def _project(q: np.ndarray, pr) -> np.ndarray:
-    return pr.coords(q) @ pr.m if isinstance(pr, _Thin) else q @ pr
-
-
-def _quad(qa: np.ndarray, gi, qb: np.ndarray) -> np.ndarray:
-    """diag(qa G⁺ qbᵀ)."""
-    if isinstance(gi, _Thin):
-        return np.einsum("ij,ij->i", gi.coords(qa), gi.coords(qb))
-    return np.einsum("ij,jk,ik->i", qa, gi, qb)
-
-
-def _estimator(qa: np.ndarray, gi, m: np.ndarray) -> np.ndarray:
-    """qa G⁺ mᵀ (local least squares, applied to the measured values)."""
-    return gi.coords(qa) if isinstance(gi, _Thin) else qa @ gi @ m.T
-
-
-def _row_space_projector(m: np.ndarray) -> np.ndarray:
-    """Orthogonal projector onto the row space of ``m``, from its rows scaled to unit norm.
-
-    Scaling rows does not change the row space, but it does change the conditioning: a
-    lattice block mixes rows of weight 4096 with rows of weight 4 (2⁻¹⁰ after rounding), and
-    pinv(MᵀM)·MᵀM then misses the small rows by more than the support check's tolerance, so a
-    measured query was reported unsupported (issue 21)."""
-    norms = np.linalg.norm(m, axis=1)
-    keep = norms > 0
-    if not keep.any():
-        return np.zeros((m.shape[1], m.shape[1]))
-    u = m[keep] / norms[keep, None]
-    g = u.T @ u
-    return np.linalg.pinv(g, hermitian=True) @ g
 
 
 def _lift(term_factors: dict[str, np.ndarray], clique: Sequence[str], sizes: dict[str, int]):
@@ -217,13 +146,13 @@ def row_variances(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]
         lifted.append((coef, lf))
     if prepared.joint:
         q = sum(c * _kron_all(lf) for c, lf in lifted)
-        gi, pr = prepared.ginv[0], prepared.proj[0]
-        if not np.allclose(q @ pr, q, atol=1e-8 * max(1.0, np.abs(q).max())):
+        gi = prepared.ginv[0]
+        if not np.allclose(gi.project(q), q, atol=1e-8 * max(1.0, np.abs(q).max())):
             return None
-        return block.stddev ** 2 * np.einsum("ij,jk,ik->i", q, gi, q)
+        return block.stddev ** 2 * gi.quad(q, q)
     for _, lf in lifted:
-        for qa, pr in zip(lf, prepared.proj):
-            if not np.allclose(_project(qa, pr), qa, atol=1e-8 * max(1.0, np.abs(qa).max())):
+        for qa, gi in zip(lf, prepared.ginv):
+            if not np.allclose(gi.project(qa), qa, atol=1e-8 * max(1.0, np.abs(qa).max())):
                 return None
     total = None
     for c1, lf1 in lifted:
@@ -232,7 +161,7 @@ def row_variances(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]
             for qa, qb, gi in zip(lf1, lf2, prepared.ginv):
                 if qa.shape[0] != qb.shape[0]:
                     return None
-                diag = np.kron(diag, _quad(qa, gi, qb))
+                diag = np.kron(diag, gi.quad(qa, qb))
             part = c1 * c2 * diag
             total = part if total is None else total + part
     if total is None or total.shape[0] != rowblock.rows:
@@ -261,9 +190,9 @@ def row_estimates(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]
             return None
         if prepared.joint:
             q = _kron_all(lf)
-            out += coef * (q @ (prepared.ginv[0] @ (prepared.mats[0].T @ y)))
+            out += coef * (prepared.ginv[0].estimator(q) @ y)
         else:
-            mats = [_estimator(qa, gi, m) for qa, gi, m in zip(lf, prepared.ginv, prepared.mats)]
+            mats = [gi.estimator(qa) for qa, gi in zip(lf, prepared.ginv)]
             out += coef * _kron_apply(mats, y)
     return out
 

@@ -27,7 +27,11 @@ import abc
 import math
 import numbers
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 
@@ -49,7 +53,7 @@ WORK_LIMIT = 1 << 28
 _BLOCK_ENTRIES = 1 << 20
 
 
-def _shape_error(what: str, expected, got) -> ProgrammingError:
+def _shape_error(what: str, expected: tuple[object, ...], got: tuple[int, ...]) -> ProgrammingError:
     return ProgrammingError(
         f"{what}: expected shape {expected}, got {got}",
         hint="the operand must have as many rows as the matrix has columns "
@@ -57,7 +61,7 @@ def _shape_error(what: str, expected, got) -> ProgrammingError:
     )
 
 
-def check_p(p) -> int:
+def check_p(p: object) -> int:
     """Validate a norm order; only p in {1, 2} is meaningful for DP sensitivity."""
     if p not in (1, 2):
         raise ProgrammingError(
@@ -67,7 +71,7 @@ def check_p(p) -> int:
     return int(p)
 
 
-def check_weight(c) -> float:
+def check_weight(c: object) -> float:
     """Validate a block weight: a finite real number, returned as float."""
     if not isinstance(c, numbers.Real) or not math.isfinite(float(c)):
         raise ProgrammingError(f"matrix weight must be a finite real number, got {c!r}",
@@ -105,40 +109,41 @@ class QueryMatrix(abc.ABC):
         return self._shape[0] == self._shape[1]
 
     # ------------------------------------------------------ products (public)
-    def matvec(self, x) -> np.ndarray:
+    def matvec(self, x: npt.ArrayLike) -> np.ndarray:
         """``A x`` for a 1-D vector ``x`` of length ``shape[1]``."""
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 1 or x.shape[0] != self._shape[1]:
             raise _shape_error("matvec", (self._shape[1],), x.shape)
         return self._matmat(x[:, None])[:, 0]
 
-    def rmatvec(self, y) -> np.ndarray:
+    def rmatvec(self, y: npt.ArrayLike) -> np.ndarray:
         """``Aᵀ y`` for a 1-D vector ``y`` of length ``shape[0]``."""
         y = np.asarray(y, dtype=np.float64)
         if y.ndim != 1 or y.shape[0] != self._shape[0]:
             raise _shape_error("rmatvec", (self._shape[0],), y.shape)
         return self._rmatmat(y[:, None])[:, 0]
 
-    def matmat(self, X) -> np.ndarray:
+    def matmat(self, X: npt.ArrayLike) -> np.ndarray:
         """``A X`` for a 2-D array with ``shape[1]`` rows."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[0] != self._shape[1]:
             raise _shape_error("matmat", (self._shape[1], "k"), X.shape)
         return self._matmat(X)
 
-    def rmatmat(self, Y) -> np.ndarray:
+    def rmatmat(self, Y: npt.ArrayLike) -> np.ndarray:
         """``Aᵀ Y`` for a 2-D array with ``shape[0]`` rows."""
         Y = np.asarray(Y, dtype=np.float64)
         if Y.ndim != 2 or Y.shape[0] != self._shape[0]:
             raise _shape_error("rmatmat", (self._shape[0], "k"), Y.shape)
         return self._rmatmat(Y)
 
+    # positional-only: a symmetric matrix sets ``_rmatmat = _matmat``
     @abc.abstractmethod
-    def _matmat(self, X: np.ndarray) -> np.ndarray:
+    def _matmat(self, X: np.ndarray, /) -> np.ndarray:
         """A X for 2-D float64 X with shape[1] rows (shape already checked)."""
 
     @abc.abstractmethod
-    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
+    def _rmatmat(self, Y: np.ndarray, /) -> np.ndarray:
         """Aᵀ Y for 2-D float64 Y with shape[0] rows (shape already checked)."""
 
     def _matmat_rows(self, Z: np.ndarray) -> np.ndarray:
@@ -247,7 +252,8 @@ class QueryMatrix(abc.ABC):
         return np.ascontiguousarray(self._rmatmat(np.eye(m)).T)
 
     # ----------------------------------------------------------- operators
-    def __matmul__(self, other):
+    # Any: a QueryMatrix for a matrix operand, an ndarray for an array (NotImplemented else)
+    def __matmul__(self, other: object) -> Any:
         if isinstance(other, QueryMatrix):
             if self._shape[1] != other.shape[0]:
                 raise _shape_error("matrix product", (self._shape[1], "k"), other.shape)
@@ -260,7 +266,7 @@ class QueryMatrix(abc.ABC):
     def _compose(self, other: QueryMatrix) -> QueryMatrix:
         return Product(self, other)
 
-    def __rmatmul__(self, other):
+    def __rmatmul__(self, other: object) -> Any:
         # y @ A == (Aᵀ yᵀ)ᵀ: rows of `other` are combined with the rows of A.
         if isinstance(other, (np.ndarray, list, tuple)):
             arr = np.asarray(other, dtype=np.float64)
@@ -269,14 +275,14 @@ class QueryMatrix(abc.ABC):
             return self.rmatmat(arr.T).T
         return NotImplemented
 
-    def __mul__(self, c):
+    def __mul__(self, c: object) -> Any:
         if isinstance(c, numbers.Real):
             return _scale(check_weight(c), self)
         return NotImplemented
 
     __rmul__ = __mul__
 
-    def __truediv__(self, c):
+    def __truediv__(self, c: object) -> Any:
         if isinstance(c, numbers.Real):
             c = check_weight(c)
             if c == 0.0:
@@ -285,7 +291,7 @@ class QueryMatrix(abc.ABC):
             return _scale(1.0 / c, self)
         return NotImplemented
 
-    def __neg__(self):
+    def __neg__(self) -> QueryMatrix:
         return _scale(-1.0, self)
 
     def __repr__(self) -> str:
@@ -307,7 +313,7 @@ class QueryMatrix(abc.ABC):
                      "norms and diagonals are computed factor by factor",
             )
 
-    def _column_blocks(self):
+    def _column_blocks(self) -> Iterator[tuple[int, int, np.ndarray]]:
         """Yield (lo, hi, A[:, lo:hi]) computed as A times slices of the identity."""
         m, n = self._shape
         width = max(1, _BLOCK_ENTRIES // max(m, n, 1))
@@ -345,42 +351,42 @@ class Transpose(QueryMatrix):
         self._shape = (base.shape[1], base.shape[0])
         self._slab_hint = base._slab_hint
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.base._rmatmat(X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.base._matmat(Y)
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return self.base
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         return Product(self.base, self.base.T)
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         # (Aᵀ)⁺ = (A⁺)ᵀ
         return self.base.pinv().T
 
-    def _trace(self):
+    def _trace(self) -> float:
         return self.base._trace()
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return self.base._diag()
 
-    def _sum(self):
+    def _sum(self) -> float:
         return self.base._sum()
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.ascontiguousarray(self.base._dense().T)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Transpose({self.base!r})"
 
 
 class Weighted(QueryMatrix):
     """c·A: a block of queries scaled by one weight (thesis eq. 3.3, w_j 𝕎_j)."""
 
-    def __init__(self, weight, base: QueryMatrix) -> None:
+    def __init__(self, weight: float, base: QueryMatrix) -> None:
         if not isinstance(base, QueryMatrix):
             raise ProgrammingError(f"Weighted needs a QueryMatrix, got {type(base).__name__}",
                                    hint="wrap arrays in Explicit(...)")
@@ -389,42 +395,42 @@ class Weighted(QueryMatrix):
         self._shape = base.shape
         self._slab_hint = base._slab_hint
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.weight * self.base._matmat(X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.weight * self.base._rmatmat(Y)
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return Weighted(self.weight, self.base.T)
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         return Weighted(self.weight ** 2, self.base.gram())
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         if self.weight == 0.0:
             return Weighted(0.0, self.base.T)
         return Weighted(1.0 / self.weight, self.base.pinv())
 
-    def _sensitivity(self, p):
+    def _sensitivity(self, p: int) -> float:
         return abs(self.weight) * self.base._sensitivity(p)
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         return abs(self.weight) * self.base._column_norms(p)
 
-    def _trace(self):
+    def _trace(self) -> float:
         return self.weight * self.base._trace()
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return self.weight * self.base._diag()
 
-    def _sum(self):
+    def _sum(self) -> float:
         return self.weight * self.base._sum()
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return self.weight * self.base._dense()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Weighted({self.weight!r}, {self.base!r})"
 
 
@@ -442,38 +448,38 @@ class Product(QueryMatrix):
         self._shape = (left.shape[0], right.shape[1])
         self._slab_hint = min(left._slab_hint, right._slab_hint)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.left._matmat(self.right._matmat(X))
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.right._rmatmat(self.left._rmatmat(Y))
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return Product(self.right.T, self.left.T)
 
     def _is_gram(self) -> bool:
         return isinstance(self.left, Transpose) and self.left.base is self.right
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         # diag(AᵀA) holds the squared column 2-norms of A, which leaves know in
         # closed form.
         if self._is_gram():
             return self.right._column_norms(2) ** 2
         return super()._diag()
 
-    def _trace(self):
+    def _trace(self) -> float:
         if self._is_gram():
             return float((self.right._column_norms(2) ** 2).sum())
         return super()._trace()
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         lm, ln = self.left.shape
         rm, rn = self.right.shape
         if lm * ln <= DENSE_LIMIT and rm * rn <= DENSE_LIMIT:
             return self.left._dense() @ self.right._dense()
         return super()._dense()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Product({self.left!r}, {self.right!r})"
 
 
@@ -489,7 +495,7 @@ class Explicit(QueryMatrix):
     # which spared 2-4x CPU lost to spinning threads on a loaded 2-core machine.
     _slab_hint = 1 << 13
 
-    def __init__(self, array) -> None:
+    def __init__(self, array: npt.ArrayLike) -> None:
         a = np.asarray(array)
         if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
             raise ProgrammingError(f"Explicit needs a non-empty 2-D array, got shape {a.shape}",
@@ -507,39 +513,39 @@ class Explicit(QueryMatrix):
         self._shape = (int(a.shape[0]), int(a.shape[1]))
         self._f64 = a if a.dtype == np.float64 else a.astype(np.float64)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self._f64 @ X
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self._f64.T @ Y
 
-    def _matmat_rows(self, Z):
+    def _matmat_rows(self, Z: np.ndarray) -> np.ndarray:
         return Z @ self._f64.T
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return Explicit(self.array.T)
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         return Explicit(self._f64.T @ self._f64)
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         return Explicit(np.linalg.pinv(self._f64))
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         return _pnorm(self._f64, p, axis=0)
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(np.trace(self._f64))
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return np.diag(self._f64).copy()
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(self._f64.sum())
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return self._f64.copy()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         m, n = self._shape
         return f"Explicit({m}x{n})"

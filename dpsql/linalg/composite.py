@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from functools import reduce
 from itertools import accumulate
+from typing import cast
 
 import numpy as np
 
@@ -36,7 +38,7 @@ EXACT_SENSITIVITY_LIMIT = 1 << 22
 _SLAB_ENTRIES = 1 << 18
 _MIN_SLAB_COLS = 128
 
-def max_column_sum(scales, vectors, limit: int) -> float | None:
+def max_column_sum(scales: Sequence[float], vectors: Sequence[Sequence[np.ndarray]], limit: int) -> float | None:
     """max over cells x of Σ_b scales[b]·Π_i vectors[b][i][x_i], or None when the
     attributes whose vectors vary across cells span more than ``limit`` cells.
 
@@ -45,7 +47,7 @@ def max_column_sum(scales, vectors, limit: int) -> float | None:
     d = len(vectors[0])
     seen: dict[int, bool] = {}
 
-    def varies(x) -> bool:
+    def varies(x: np.ndarray) -> bool:
         out = seen.get(id(x))
         if out is None:
             hi, lo = float(np.max(x)), float(np.min(x))
@@ -65,7 +67,7 @@ def max_column_sum(scales, vectors, limit: int) -> float | None:
     return float(acc.max())
 
 
-def _check_blocks(items, what: str) -> list[QueryMatrix]:
+def _check_blocks(items: Iterable[QueryMatrix], what: str) -> list[QueryMatrix]:
     items = list(items)
     if not items:
         raise ProgrammingError(f"{what} needs at least one matrix",
@@ -147,63 +149,63 @@ def kron_matmat(factors: list[QueryMatrix], X: np.ndarray) -> np.ndarray:
 class Kron(QueryMatrix):
     """Q_1 ⊗ … ⊗ Q_d (thesis Definition 18); factor i acts on attribute i."""
 
-    def __init__(self, factors) -> None:
+    def __init__(self, factors: Iterable[QueryMatrix]) -> None:
         self.factors = tuple(_check_blocks(factors, "Kron"))
         self._shape = (math.prod(f.shape[0] for f in self.factors),
                        math.prod(f.shape[1] for f in self.factors))
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return kron_matmat(list(self.factors), X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return kron_matmat([f.T for f in self.factors], Y)
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return Kron([f.T for f in self.factors])
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         return Kron([f.gram() for f in self.factors])
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         return Kron([f.pinv() for f in self.factors])
 
-    def _compose(self, other):
+    def _compose(self, other: QueryMatrix) -> QueryMatrix:
         # Mixed product (Prop. 11): (A⊗B)(C⊗D) = AC ⊗ BD when the factors chain.
         if (isinstance(other, Kron) and len(other.factors) == len(self.factors)
                 and all(a.shape[1] == b.shape[0] for a, b in zip(self.factors, other.factors))):
             return Kron([a @ b for a, b in zip(self.factors, other.factors)])
         return Product(self, other)
 
-    def _sensitivity(self, p):
+    def _sensitivity(self, p: int) -> float:
         # Column (x_1..x_d) has entries Π Q_i(z_i, x_i), so its p-norm is the
         # product of the factor column norms and the max factors too.
         return math.prod(f._sensitivity(p) for f in self.factors)
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         _check_vector_size(self._shape[1], "column norms")
         return reduce(np.kron, [f._column_norms(p) for f in self.factors])
 
-    def _all_square(self):
+    def _all_square(self) -> bool:
         return all(f.is_square for f in self.factors)
 
-    def _trace(self):
+    def _trace(self) -> float:
         if self._all_square():
             return math.prod(f._trace() for f in self.factors)
         return super()._trace()
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         if self._all_square():
             _check_vector_size(self._shape[1], "diagonal")
             return reduce(np.kron, [f._diag() for f in self.factors])
         return super()._diag()
 
-    def _sum(self):
+    def _sum(self) -> float:
         return math.prod(f._sum() for f in self.factors)
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return reduce(np.kron, [f._dense() for f in self.factors])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Kron([" + ", ".join(repr(f) for f in self.factors) + "])"
 
 
@@ -216,7 +218,7 @@ def _check_vector_size(n: int, what: str) -> None:
 class Union(QueryMatrix):
     """Vertical stack [B_1; …; B_k] of blocks over one domain (thesis eq. 3.3)."""
 
-    def __init__(self, blocks) -> None:
+    def __init__(self, blocks: Iterable[QueryMatrix]) -> None:
         self.blocks = tuple(_check_blocks(blocks, "Union"))
         n = self.blocks[0].shape[1]
         for b in self.blocks:
@@ -228,31 +230,32 @@ class Union(QueryMatrix):
         self._offsets = list(accumulate([b.shape[0] for b in self.blocks], initial=0))
         self._shape = (self._offsets[-1], n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         out = np.empty((self._shape[0], X.shape[1]))
         for b, lo, hi in zip(self.blocks, self._offsets, self._offsets[1:]):
             out[lo:hi] = b._matmat(X)
         return out
 
-    def _rmatmat(self, Y):
-        out = None
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
+        out: np.ndarray | None = None
         for b, lo, hi in zip(self.blocks, self._offsets, self._offsets[1:]):
             part = b._rmatmat(Y[lo:hi])
             out = part if out is None else out + part
+        assert out is not None  # a Union has at least one block (_check_blocks)
         return out
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         # [B_1; …; B_k]ᵀ[B_1; …; B_k] = Σ_b B_bᵀB_b
         if len(self.blocks) == 1:
             return self.blocks[0].gram()
         return Sum([b.gram() for b in self.blocks])
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         if len(self.blocks) == 1:
             return self.blocks[0].pinv()
         return super().pinv()
 
-    def _sensitivity(self, p):
+    def _sensitivity(self, p: int) -> float:
         """Exact from per-cell column norms when the domain has at most
         EXACT_SENSITIVITY_LIMIT cells; otherwise the upper bound (Σ_b s_b^p)^(1/p),
         which is exact whenever every block's column norms are constant across
@@ -267,11 +270,12 @@ class Union(QueryMatrix):
             return exact
         return float(sum(b._sensitivity(p) ** p for b in self.blocks) ** (1.0 / p))
 
-    def _kron_sensitivity(self, p):
+    def _kron_sensitivity(self, p: int) -> float | None:
         """Exact for a union of (weighted) Krons over a large domain: only attributes on
         which some block's column norms vary need enumerating (an OR split into
         disjoint blocks touches two or three), the rest contribute constants."""
-        scales, vectors = [], []
+        scales: list[float] = []
+        vectors: list[list[np.ndarray]] = []
         for b in self.blocks:
             w = 1.0
             while isinstance(b, Weighted):
@@ -288,25 +292,25 @@ class Union(QueryMatrix):
         total = max_column_sum(scales, vectors, EXACT_SENSITIVITY_LIMIT)
         return None if total is None else float(total ** (1.0 / p))
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         # A column's p-th power norm is the sum over blocks of its blocks' p-th powers.
         total = sum(b._column_norms(p) ** p for b in self.blocks)
         return total ** (1.0 / p)
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(sum(b._sum() for b in self.blocks))
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.vstack([b._dense() for b in self.blocks])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Union([" + ", ".join(repr(b) for b in self.blocks) + "])"
 
 
 class Sum(QueryMatrix):
     """A_1 + … + A_k for same-shape terms (e.g. the Gram of a union)."""
 
-    def __init__(self, terms) -> None:
+    def __init__(self, terms: Iterable[QueryMatrix]) -> None:
         self.terms = tuple(_check_blocks(terms, "Sum"))
         shape = self.terms[0].shape
         for t in self.terms:
@@ -316,32 +320,32 @@ class Sum(QueryMatrix):
                                        hint="to stack queries vertically use Union")
         self._shape = shape
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         out = self.terms[0]._matmat(X)
         for t in self.terms[1:]:
             out = out + t._matmat(X)
         return out
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         out = self.terms[0]._rmatmat(Y)
         for t in self.terms[1:]:
             out = out + t._rmatmat(Y)
         return out
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return Sum([t.T for t in self.terms])
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(sum(t._trace() for t in self.terms))
 
-    def _diag(self):
-        return sum(t._diag() for t in self.terms)
+    def _diag(self) -> np.ndarray:
+        return cast(np.ndarray, sum(t._diag() for t in self.terms))  # at least one term
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(sum(t._sum() for t in self.terms))
 
-    def _dense(self):
-        return sum(t._dense() for t in self.terms)
+    def _dense(self) -> np.ndarray:
+        return cast(np.ndarray, sum(t._dense() for t in self.terms))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Sum([" + ", ".join(repr(t) for t in self.terms) + "])"

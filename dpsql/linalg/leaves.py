@@ -12,7 +12,11 @@ pseudo-inverse where one exists; the range leaves (P and friends) are in
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from dpsql.errors import ProgrammingError
 from dpsql.linalg.base import Explicit, Product, QueryMatrix, Weighted
@@ -21,14 +25,14 @@ __all__ = ["Identity", "Ones", "Total", "Values", "Indicator", "Bucket", "Diagon
            "Explicit"]
 
 
-def _check_size(n, what: str = "n") -> int:
+def _check_size(n: object, what: str = "n") -> int:
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ProgrammingError(f"{what} must be a positive integer, got {n!r}",
                                hint="domain sizes count cells and are at least 1")
     return int(n)
 
 
-def _finite_vector(values, n: int, what: str) -> np.ndarray:
+def _finite_vector(values: npt.ArrayLike, n: int, what: str) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64)
     if v.shape != (n,):
         raise ProgrammingError(f"{what} must have length {n}, got shape {v.shape}",
@@ -47,39 +51,39 @@ class Identity(QueryMatrix):
         self.n = _check_size(n)
         self._shape = (self.n, self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.array(X, dtype=np.float64, copy=True)
 
     _rmatmat = _matmat
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return self
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         return self
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         return self
 
-    def _sensitivity(self, p):
+    def _sensitivity(self, p: int) -> float:
         return 1.0
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         return np.ones(self.n)
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(self.n)
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return np.ones(self.n)
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(self.n)
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.eye(self.n)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Identity({self.n})"
 
 
@@ -89,47 +93,47 @@ class Ones(QueryMatrix):
     def __init__(self, m: int, n: int) -> None:
         self._shape = (_check_size(m, "m"), _check_size(n))
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         s = X.sum(axis=0, keepdims=True)
         return np.repeat(s, self._shape[0], axis=0)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         s = Y.sum(axis=0, keepdims=True)
         return np.repeat(s, self._shape[1], axis=0)
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         m, n = self._shape
         return self if m == n else Ones(n, m)
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         m, n = self._shape
         return Ones(n, n) if m == 1 else Weighted(float(m), Ones(n, n))
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         # 1_m 1_nᵀ has the single singular value sqrt(mn); its pseudo-inverse is
         # 1_n 1_mᵀ / (mn).
         m, n = self._shape
         return Weighted(1.0 / (m * n), Ones(n, m))
 
-    def _sensitivity(self, p):
+    def _sensitivity(self, p: int) -> float:
         return float(self._shape[0]) ** (1.0 / p)
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         return np.full(self._shape[1], self._sensitivity(p))
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(self._shape[0])
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return np.ones(self._shape[0])
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(self._shape[0] * self._shape[1])
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.ones(self._shape)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         m, n = self._shape
         return f"Ones({m}, {n})"
 
@@ -141,53 +145,53 @@ class Total(Ones):
         super().__init__(1, n)
         self.n = self._shape[1]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Total({self.n})"
 
 
 class Values(QueryMatrix):
     """E (1×n): one query weighting cell a by ``values[a]`` ("reduce to mean", Table 2)."""
 
-    def __init__(self, n: int, values) -> None:
+    def __init__(self, n: int, values: npt.ArrayLike) -> None:
         self.n = _check_size(n)
         self.values = _finite_vector(values, self.n, "values")
         self.values.flags.writeable = False
         self._shape = (1, self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return (self.values @ X)[None, :]
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return np.outer(self.values, Y[0])
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         return Product(self.T, self)
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         # A non-zero row v has v⁺ = vᵀ / |v|²; the zero row's pseudo-inverse is 0.
         sq = float(self.values @ self.values)
         return Weighted(0.0 if sq == 0.0 else 1.0 / sq, self.T)
 
-    def _sensitivity(self, p):
+    def _sensitivity(self, p: int) -> float:
         return float(np.abs(self.values).max())
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         return np.abs(self.values)
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(self.values.sum())
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return self.values[None, :].copy()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Values({self.n}, ...)"
 
 
 class Indicator(Values):
     """e_S (1×n): counts the cells in S ("inject evidence (disjuncts)", Table 2)."""
 
-    def __init__(self, n: int, cells) -> None:
+    def __init__(self, n: int, cells: Iterable[int] | npt.ArrayLike) -> None:
         n = _check_size(n)
         if isinstance(cells, (set, frozenset)):
             cells = sorted(cells)
@@ -209,10 +213,10 @@ class Indicator(Values):
         super().__init__(n, values)
         self.cells = tuple(int(i) for i in idx)
 
-    def _sensitivity(self, p):
+    def _sensitivity(self, p: int) -> float:
         return 1.0 if self.cells else 0.0
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Indicator({self.n}, {list(self.cells)!r})"
 
 
@@ -223,7 +227,7 @@ class Bucket(QueryMatrix):
     matrix so products cost O(n·k) whatever the number of buckets.
     """
 
-    def __init__(self, n: int, mapping, buckets: int | None = None) -> None:
+    def __init__(self, n: int, mapping: npt.ArrayLike, buckets: int | None = None) -> None:
         self.n = _check_size(n)
         f = np.asarray(mapping)
         if f.shape != (self.n,) or not np.issubdtype(f.dtype, np.integer):
@@ -248,7 +252,7 @@ class Bucket(QueryMatrix):
         self._counts = np.bincount(f[keep], minlength=r).astype(np.float64)
 
     @property
-    def _matrix(self):
+    def _matrix(self) -> Any:  # a scipy.sparse CSR matrix
         # Built on first product: compiling a query with a bucketed column needs none, and
         # scipy.sparse is then never imported by a process that only answers (issue 17).
         if self._sparse is None:
@@ -257,38 +261,38 @@ class Bucket(QueryMatrix):
             self._sparse = sp.csr_matrix((np.ones(keep.size), (self.mapping[keep], keep)), shape=self._shape)
         return self._sparse
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self._matrix @ X, dtype=np.float64)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return np.asarray(self._matrix.T @ Y, dtype=np.float64)
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         # R Rᵀ = diag(bucket sizes), so R⁺ = Rᵀ (R Rᵀ)⁺ with empty buckets giving 0.
         inv = np.divide(1.0, self._counts, out=np.zeros_like(self._counts),
                         where=self._counts > 0)
         return Product(self.T, Diagonal(inv))
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         return (self.mapping >= 0).astype(np.float64)
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(self._counts.sum())
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         out = np.zeros(self._shape)
         keep = np.flatnonzero(self.mapping >= 0)
         out[self.mapping[keep], keep] = 1.0
         return out
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Bucket({self.n}, buckets={self.buckets})"
 
 
 class Diagonal(QueryMatrix):
     """diag(d): per-row weights, e.g. 1/σ_i for unequal noise (ICML appendix C.2)."""
 
-    def __init__(self, values) -> None:
+    def __init__(self, values: npt.ArrayLike) -> None:
         d = np.asarray(values, dtype=np.float64)
         if d.ndim != 1 or d.size == 0 or not np.all(np.isfinite(d)):
             raise ProgrammingError("Diagonal needs a non-empty 1-D vector of finite values",
@@ -297,35 +301,35 @@ class Diagonal(QueryMatrix):
         self.values.flags.writeable = False
         self._shape = (d.size, d.size)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.values[:, None] * X
 
     _rmatmat = _matmat
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return self
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         return Diagonal(self.values ** 2)
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         d = self.values
         return Diagonal(np.divide(1.0, d, out=np.zeros_like(d), where=d != 0))
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         return np.abs(self.values)
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(self.values.sum())
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return self.values.copy()
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(self.values.sum())
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.diag(self.values)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Diagonal({self.values.size})"

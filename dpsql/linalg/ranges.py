@@ -18,7 +18,10 @@ AllRange⁺ = (AᵀA)⁻¹Aᵀ cost O(n) per column for any n.
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
+import numpy.typing as npt
 
 from dpsql.errors import ProgrammingError
 from dpsql.linalg.base import DENSE_LIMIT, Product, QueryMatrix
@@ -75,71 +78,75 @@ class _RunningSum(QueryMatrix):
         self.n = _check_size(n)
         self._shape = (self.n, self.n)
 
-    def _column_norms(self, p):
+    @abc.abstractmethod
+    def _rows_per_cell(self) -> np.ndarray:
+        """How many rows hold each cell."""
+
+    def _column_norms(self, p: int) -> np.ndarray:
         return self._rows_per_cell() ** (1.0 / p)
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(self.n)
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return np.ones(self.n)
 
-    def _sum(self):
+    def _sum(self) -> float:
         return self.n * (self.n + 1) / 2.0
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}({self.n})"
 
 
 class Prefix(_RunningSum):
     """P (n×n): row b sums cells 0..b ("transform into CDF", ICML Table 2)."""
 
-    def _rows_per_cell(self):
+    def _rows_per_cell(self) -> np.ndarray:
         return self.n - np.arange(self.n, dtype=np.float64)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return _cumsum_rows(X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return _rcumsum(Y)
 
-    def _matmat_rows(self, Z):
+    def _matmat_rows(self, Z: np.ndarray) -> np.ndarray:
         return np.cumsum(Z, axis=1)
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         # Cells i and j are both in row b iff b >= max(i, j): n - max(i, j) rows.
         return Semiseparable(np.ones(self.n), self._rows_per_cell())
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         return Difference(self.n)
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.tril(np.ones((self.n, self.n)))
 
 
 class Suffix(_RunningSum):
     """Pᵀ (n×n): row b sums cells b..n-1 (the complementary CDF)."""
 
-    def _rows_per_cell(self):
+    def _rows_per_cell(self) -> np.ndarray:
         return np.arange(1, self.n + 1, dtype=np.float64)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return _rcumsum(X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return _cumsum_rows(Y)
 
-    def _matmat_rows(self, Z):
+    def _matmat_rows(self, Z: np.ndarray) -> np.ndarray:
         return np.cumsum(Z[:, ::-1], axis=1)[:, ::-1]
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         # Cells i and j are both in row b iff b <= min(i, j): min(i, j) + 1 rows.
         return Semiseparable(self._rows_per_cell(), np.ones(self.n))
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         return Difference(self.n).T
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.triu(np.ones((self.n, self.n)))
 
 
@@ -150,37 +157,37 @@ class Difference(QueryMatrix):
         self.n = _check_size(n)
         self._shape = (self.n, self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         out = np.array(X, dtype=np.float64, copy=True)
         out[1:] -= X[:-1]
         return out
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         out = np.array(Y, dtype=np.float64, copy=True)
         out[:-1] -= Y[1:]
         return out
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         return Prefix(self.n)
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         norms = np.full(self.n, 2.0 ** (1.0 / p))
         norms[-1] = 1.0
         return norms
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(self.n)
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return np.ones(self.n)
 
-    def _sum(self):
+    def _sum(self) -> float:
         return 1.0
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.eye(self.n) - np.eye(self.n, k=-1)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Difference({self.n})"
 
 
@@ -191,7 +198,7 @@ class Semiseparable(QueryMatrix):
     is two running sums: (Gx)_i = a_i Σ_{j≥i} b_j x_j + b_i Σ_{j<i} a_j x_j, O(n).
     """
 
-    def __init__(self, a, b) -> None:
+    def __init__(self, a: npt.ArrayLike, b: npt.ArrayLike) -> None:
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
         if a.ndim != 1 or a.shape != b.shape or a.size == 0 or not (
@@ -202,29 +209,29 @@ class Semiseparable(QueryMatrix):
         self.n = a.size
         self._shape = (self.n, self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         upper = _rcumsum(self.b[:, None] * X)           # Σ_{j≥i} b_j x_j
         lower = _cumsum0(self.a[:, None] * X)[:-1]      # Σ_{j<i} a_j x_j
         return self.a[:, None] * upper + self.b[:, None] * lower
 
     _rmatmat = _matmat
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return self
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(self.a @ self.b)
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return self.a * self.b
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         i = np.arange(self.n)
         lo = np.minimum(i[:, None], i[None, :])
         hi = np.maximum(i[:, None], i[None, :])
         return self.a[lo] * self.b[hi]
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         """Tridiagonal inverse when G is non-singular, else a dense pseudo-inverse.
 
         With d_i = a_{i+1} b_i - a_i b_{i+1}, det G = a_0 b_{n-1} Π d_i and
@@ -253,7 +260,7 @@ class Semiseparable(QueryMatrix):
             return Explicit(np.linalg.pinv(self._dense(), hermitian=True))
         return super().pinv()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Semiseparable({self.n})"
 
 
@@ -263,7 +270,7 @@ class Tridiagonal(QueryMatrix):
     Arises as the inverse of the range Gram matrices (see :class:`Semiseparable`).
     """
 
-    def __init__(self, diag, off) -> None:
+    def __init__(self, diag: npt.ArrayLike, off: npt.ArrayLike) -> None:
         d = np.asarray(diag, dtype=np.float64)
         e = np.asarray(off, dtype=np.float64)
         if d.ndim != 1 or d.size == 0 or e.shape != (d.size - 1,) or not (
@@ -275,7 +282,7 @@ class Tridiagonal(QueryMatrix):
         self.n = d.size
         self._shape = (self.n, self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         out = self.diag_values[:, None] * X
         out[:-1] += self.off[:, None] * X[1:]
         out[1:] += self.off[:, None] * X[:-1]
@@ -283,22 +290,22 @@ class Tridiagonal(QueryMatrix):
 
     _rmatmat = _matmat
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return self
 
-    def _trace(self):
+    def _trace(self) -> float:
         return float(self.diag_values.sum())
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         return self.diag_values.copy()
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(self.diag_values.sum() + 2.0 * self.off.sum())
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         return np.diag(self.diag_values) + np.diag(self.off, 1) + np.diag(self.off, -1)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Tridiagonal({self.n})"
 
 
@@ -312,19 +319,19 @@ class AllRange(QueryMatrix):
     def __init__(self, n: int) -> None:
         self.n = _check_size(n)
         self._shape = (self.n * (self.n + 1) // 2, self.n)
-        self._rows = None
+        self._rows: tuple[np.ndarray, np.ndarray] | None = None
 
-    def _intervals(self):
+    def _intervals(self) -> tuple[np.ndarray, np.ndarray]:
         if self._rows is None:
             self._rows = np.triu_indices(self.n)  # (i, j) pairs, i <= j, row-major
         return self._rows
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         i, j = self._intervals()
         c = _cumsum0(X)
         return c[j + 1] - c[i]
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         # (Aᵀy)_a = Σ_{i≤a} Σ_{j≥a} y[i, j].  Rows with left end i are one contiguous
         # run (j = i..n-1), whose reverse running sums give Σ_{j≥a} y[i, j] for every
         # a ≥ i: n vectorised steps, O(rows·k) time and O(n·k) scratch.
@@ -337,31 +344,31 @@ class AllRange(QueryMatrix):
             start += n - i
         return out
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         # Intervals covering i ≤ j: (i + 1) left ends times (n - j) right ends.
         ar = np.arange(self.n, dtype=np.float64)
         return Semiseparable(ar + 1.0, self.n - ar)
 
-    def pinv(self):
+    def pinv(self) -> QueryMatrix:
         # Full column rank (the width-1 intervals are I), so A⁺ = (AᵀA)⁻¹Aᵀ, and
         # (AᵀA)⁻¹ is tridiagonal: O(rows) per column for any n.
         return Product(self.gram().pinv(), self.T)
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         ar = np.arange(self.n, dtype=np.float64)
         return ((ar + 1.0) * (self.n - ar)) ** (1.0 / p)
 
-    def _sum(self):
+    def _sum(self) -> float:
         ar = np.arange(self.n, dtype=np.float64)
         return float(((ar + 1.0) * (self.n - ar)).sum())
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         i, j = self._intervals()
         cells = np.arange(self.n)
         return ((cells[None, :] >= i[:, None]) & (cells[None, :] <= j[:, None])).astype(
             np.float64)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"AllRange({self.n})"
 
 
@@ -377,36 +384,36 @@ class WidthRange(QueryMatrix):
         self.w = w
         self._shape = (self.n - w + 1, self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         c = _cumsum0(X)
         return c[self.w:] - c[:-self.w]
 
-    def _window_span(self):
+    def _window_span(self) -> tuple[np.ndarray, np.ndarray]:
         """For each cell a, the first and last window containing it."""
         a = np.arange(self.n)
         return np.maximum(0, a - self.w + 1), np.minimum(a, self._shape[0] - 1)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         lo, hi = self._window_span()
         c = _cumsum0(Y)
         return c[hi + 1] - c[lo]
 
-    def gram(self):
+    def gram(self) -> QueryMatrix:
         return WidthRangeGram(self.n, self.w)
 
-    def _column_norms(self, p):
+    def _column_norms(self, p: int) -> np.ndarray:
         lo, hi = self._window_span()
         return (hi - lo + 1).astype(np.float64) ** (1.0 / p)
 
-    def _sum(self):
+    def _sum(self) -> float:
         return float(self._shape[0] * self.w)
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         r = np.arange(self._shape[0])[:, None]
         a = np.arange(self.n)[None, :]
         return ((a >= r) & (a < r + self.w)).astype(np.float64)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"WidthRange({self.n}, {self.w})"
 
 
@@ -424,23 +431,23 @@ class WidthRangeGram(QueryMatrix):
         self.n, self.w = self.base.n, self.base.w
         self._shape = (self.n, self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.base._rmatmat(self.base._matmat(X))
 
     _rmatmat = _matmat
 
-    def _transpose(self):
+    def _transpose(self) -> QueryMatrix:
         return self
 
-    def _diag(self):
+    def _diag(self) -> np.ndarray:
         lo, hi = self.base._window_span()
         return (hi - lo + 1).astype(np.float64)
 
-    def _sum(self):
+    def _sum(self) -> float:
         # 1ᵀWᵀW1 = |W1|² and every window sums w ones.
         return float(self.base._shape[0] * self.w * self.w)
 
-    def _dense(self):
+    def _dense(self) -> np.ndarray:
         i = np.arange(self.n)
         lo = np.minimum(i[:, None], i[None, :])
         hi = np.maximum(i[:, None], i[None, :])
@@ -448,5 +455,5 @@ class WidthRangeGram(QueryMatrix):
         return np.maximum(0, np.minimum(lo, last) - np.maximum(0, hi - self.w + 1) + 1
                           ).astype(np.float64)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"WidthRangeGram({self.n}, {self.w})"

@@ -16,6 +16,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["one_blas_thread"]
 
@@ -24,7 +25,7 @@ _controller = None
 _scipy_blas = False
 
 
-def _blas_controller():
+def _blas_controller() -> Any:  # a threadpoolctl.ThreadpoolController (imported when first needed)
     global _controller, _scipy_blas
     loaded = "scipy.linalg" in sys.modules
     with _lock:

@@ -10,7 +10,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
 
 from dpsql.errors import ProgrammingError, UnknownColumnError
 from dpsql.linalg.base import QueryMatrix, Weighted, check_weight
@@ -19,8 +22,12 @@ from dpsql.linalg.leaves import Identity, Total, _check_size
 
 __all__ = ["Marginals", "kron_terms", "is_kron_union", "dense_factors", "to_dense_factors"]
 
+# A Domain (by duck typing: linalg must not import dpsql.domain), a mapping from names to
+# sizes, or (name, size) pairs in domain order.
+DomainSizes = Any
 
-def _domain_pairs(domain_sizes) -> list[tuple[str, int]]:
+
+def _domain_pairs(domain_sizes: DomainSizes) -> list[tuple[str, int]]:
     # Accept a dsql.domain.Domain by duck typing: linalg sits beside domain in the
     # import order and must not import it.
     if hasattr(domain_sizes, "attributes") and hasattr(domain_sizes, "shape"):
@@ -36,7 +43,8 @@ def _domain_pairs(domain_sizes) -> list[tuple[str, int]]:
     return [(str(name), _check_size(size, f"size of {name!r}")) for name, size in pairs]
 
 
-def Marginals(domain_sizes, cliques, weights=None) -> Union:  # noqa: N802 - a constructor
+def Marginals(domain_sizes: DomainSizes, cliques: Iterable[Iterable[str]],  # noqa: N802 - a constructor
+              weights: Iterable[float] | None = None) -> Union:
     """Union over cliques of ``Weighted(w, Kron([I or Total per attribute]))``.
 
     ``domain_sizes``: dict or sequence of (name, size) pairs in domain order (a
@@ -111,7 +119,7 @@ def _flatten_kron(node: Kron) -> tuple[float, list[QueryMatrix]]:
     return scale, factors
 
 
-def is_kron_union(M: QueryMatrix, attribute_sizes=None) -> bool:
+def is_kron_union(M: QueryMatrix, attribute_sizes: Iterable[int] | None = None) -> bool:
     """True iff ``kron_terms(M)`` is a union of Krons with aligned factors.
 
     Aligned means every term has the same number of factors with the same column
@@ -129,7 +137,7 @@ def is_kron_union(M: QueryMatrix, attribute_sizes=None) -> bool:
     return True
 
 
-def dense_factors(M: QueryMatrix):
+def dense_factors(M: QueryMatrix) -> list[tuple[float, list[np.ndarray]]]:
     """``kron_terms`` with every factor materialised: [(w, [ndarray, …]), …]."""
     return [(w, [f.dense() for f in factors]) for w, factors in kron_terms(M)]
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from collections.abc import Mapping, Sequence
 
@@ -26,8 +24,9 @@ import duckdb
 import numpy as np
 
 from dpsql.domain import TableSchema
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
+from dpsql.measure.scratch import Scratch, sweep, user_root
 from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend, changed_error, check_cliques,
                                     consistent_files, decode, engine_error, project_counts, reduce_cliques,
                                     spread)
@@ -59,7 +58,14 @@ class DuckDBBackend(SqlBackend):
             self._con.execute("SET memory_limit = ?", [memory_limit])
         self._encoded: dict[str, tuple[str, dict]] = {}
         self._sql_cache: dict[tuple, str] = {}
-        self._workdir: str | None = None
+        # copies of private rows (the framed records, DuckDB's spills) only in a private
+        # directory removed on exit; a start removes what crashed processes left (issue 34)
+        self._scratch = Scratch()
+        self._scratch_set: Path | None = None
+        try:
+            sweep(user_root())
+        except OperationalError:
+            pass      # an unsafe directory is reported when something is to be written there
 
     # -- sources ---------------------------------------------------------------------------
     def fingerprint(self, table: str) -> dict:
@@ -70,11 +76,15 @@ class DuckDBBackend(SqlBackend):
         return source.fingerprint()
 
     def _tmp(self) -> Path:
-        if self._workdir is None or not os.path.isdir(self._workdir):
-            self._workdir = tempfile.mkdtemp(prefix="dpsql-reader-")  # mode 0700
-        return Path(self._workdir)
+        path = self._scratch.path
+        if self._scratch_set != path:
+            # DuckDB spills large temp tables (the encoded cells) to its temp_directory,
+            # by default ./.tmp under whatever the working directory is
+            self._run("SET temp_directory = ?", [str(path / "duckdb")], what="setting up the scratch directory")
+            self._scratch_set = path
+        return path
 
-    def _typed_scan(self, source: Source, files: Sequence[Path] | None = None) -> exp.Expression:
+    def _typed_scan(self, source: Source, files: Sequence[Path] | None = None) -> exp.Expr:
         """The FROM expression of a typed source.  Every read_parquet option is given (none
         is detected from the files): ``union_by_name`` (a column missing from a file reads
         as NULL), ``hive_partitioning`` as declared, partition values always text."""
@@ -278,15 +288,14 @@ class DuckDBBackend(SqlBackend):
 
     def close(self) -> None:
         self._con.close()
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        self._scratch.close()
 
 
 class _DuckRead:
-    def __init__(self, backend: DuckDBBackend, scan: exp.Expression) -> None:
+    def __init__(self, backend: DuckDBBackend, scan: exp.Expr) -> None:
         self.backend, self.scan = backend, scan
 
-    def run(self, query: exp.Expression, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
         return self.backend._run(query.sql("duckdb"), [key] if key is not None else [], what=what,
                                  secret=key).fetchall()
 

@@ -25,7 +25,7 @@ __all__ = ["index_sql", "bins_sql", "is_nan", "column_expr"]
 _FLAT_CASE_LIMIT = 16
 
 
-def column_expr(column) -> exp.Expression:
+def column_expr(column) -> exp.Expr:
     """A column name (quoted: declared names keep their case) or an expression as given."""
     if isinstance(column, exp.Expression):
         return column
@@ -34,17 +34,17 @@ def column_expr(column) -> exp.Expression:
     raise TypeError(f"index_sql expects a column name or a sqlglot expression, got {type(column).__name__}")
 
 
-def is_nan(x: exp.Expression) -> exp.Expression:
+def is_nan(x: exp.Expr) -> exp.Expr:
     """``x`` is NaN, on every engine: DuckDB, PostgreSQL and Spark all hold NaN = NaN true
     (PostgreSQL has no isnan)."""
     return exp.EQ(this=exp.cast(x.copy(), "DOUBLE"), expression=exp.cast(exp.Literal.string("NaN"), "DOUBLE"))
 
 
-def _when(case: exp.Case, condition: exp.Expression, cell: int) -> exp.Case:
+def _when(case: exp.Case, condition: exp.Expr, cell: int) -> exp.Case:
     return case.when(condition, exp.Literal.number(cell), copy=False)  # no copy: O(n) not O(n^2)
 
 
-def _threshold_case(x, thresholds: Sequence, literal, first: int) -> exp.Expression:
+def _threshold_case(x, thresholds: Sequence, literal, first: int) -> exp.Expr:
     """CASE giving ``first + bisect_right(thresholds, x)`` using only ``x < t`` tests.
 
     NaN fails every ``<`` test on every engine we target, so it takes the ELSE path down to
@@ -67,7 +67,7 @@ def _threshold_case(x, thresholds: Sequence, literal, first: int) -> exp.Express
                            copy=False).else_(right, copy=False)
 
 
-def _numeric_value(att: Attribute, x: exp.Expression) -> exp.Expression:
+def _numeric_value(att: Attribute, x: exp.Expr) -> exp.Expr:
     """The value as the bins compare it: a numeric attribute compares ``CAST(x AS DOUBLE)``
     with ``CAST(edge AS DOUBLE)`` so that float32 or DECIMAL columns and decimal literals
     such as 0.1 compare exactly as Python floats do (``Numeric._py_value``)."""
@@ -80,7 +80,7 @@ def _threshold_literal(att: Attribute):
     return exp.Literal.number
 
 
-def bins_sql(att: Attribute, column) -> exp.Expression:
+def bins_sql(att: Attribute, column) -> exp.Expr:
     """The bin of a value that is neither NULL nor NaN (the ``x < t`` chain of
     :func:`index_sql` without its NULL and NaN branches), for a binned attribute: for a
     reader that knows from the column's declared type that neither can occur
@@ -90,7 +90,7 @@ def bins_sql(att: Attribute, column) -> exp.Expression:
     return _threshold_case(_numeric_value(att, column_expr(column)), att.thresholds(), _threshold_literal(att), 0)
 
 
-def index_sql(att: Attribute, column) -> exp.Expression:
+def index_sql(att: Attribute, column) -> exp.Expr:
     """sqlglot expression computing ``att.index_of`` inside the database; never NULL.
 
     Categorical: NULL → :attr:`~Attribute.null_place`, each label by exact equality, else

@@ -170,9 +170,9 @@ def changed_error(table: str, while_reading: bool) -> OperationalError:
 class Read(Protocol):
     """One consistent read of a source (see the module doc)."""
 
-    scan: exp.Expression
+    scan: exp.Expr
 
-    def run(self, query: exp.Expression, key: str | None = None, what: str = "") -> list[tuple]: ...
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "") -> list[tuple]: ...
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ class SqlBackend(ABC):
         return columns
 
     # -- the measurement statement -------------------------------------------------------------
-    def cells_query(self, schema: TableSchema, columns: Mapping[str, str], scan: exp.Expression,
+    def cells_query(self, schema: TableSchema, columns: Mapping[str, str], scan: exp.Expr,
                     bounded: bool = True) -> exp.Select:
         """Every record's cells, bounded per privacy unit when ``bounded``."""
         source = self._source(schema.name)
@@ -290,7 +290,7 @@ class SqlBackend(ABC):
         return cells
 
     def measurement_query(self, schema: TableSchema, cliques: Sequence[Clique], columns: Mapping[str, str],
-                          scan: exp.Expression) -> tuple[exp.Select, list[str], list[Clique]]:
+                          scan: exp.Expr) -> tuple[exp.Select, list[str], list[Clique]]:
         """(the one counting statement, the used attributes in result order, the maximal
         cliques it counts)."""
         domain = schema.domain

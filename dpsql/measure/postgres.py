@@ -141,10 +141,10 @@ class PostgresBackend(SqlBackend):
 
 
 class _PgRead:
-    def __init__(self, conn: psycopg.Connection, scan: exp.Expression) -> None:
+    def __init__(self, conn: psycopg.Connection, scan: exp.Expr) -> None:
         self.conn, self.scan, self._n = conn, scan, 0
 
-    def run(self, query: exp.Expression, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
         if key is not None:
             with self.conn.cursor() as cur:
                 cur.execute("SELECT set_config('dpsql.hash_key', %s, true)", [key])

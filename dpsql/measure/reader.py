@@ -147,7 +147,21 @@ def _normalise(data: bytes, encoding: str) -> bytes:
 
 
 def normalise_csv(source: Source, workdir: Path) -> Framed:
-    """Stage 1 (module doc): frame, decode and hash the file; write the normalised copy."""
+    """Stage 1 (module doc): frame, decode and hash the file; write the normalised copy (a
+    copy of private rows: ``workdir`` is private, ``dpsql.measure.scratch``, and a partial
+    copy is removed when framing fails)."""
+    out_path = Path(workdir) / f"records-{os.getpid()}-{id(source)}.txt"
+    try:
+        return _normalise_csv(source, out_path)
+    except BaseException:
+        try:
+            os.unlink(out_path)
+        except OSError:
+            pass
+        raise
+
+
+def _normalise_csv(source: Source, out_path: Path) -> Framed:
     d = source.dialect
     path = source.path
     try:
@@ -156,7 +170,6 @@ def normalise_csv(source: Source, workdir: Path) -> Framed:
         raise ConfigError(f"source file not found: {path}",
                           hint="fix the path in the configuration") from None
     stat_key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-    out_path = Path(workdir) / f"records-{os.getpid()}-{id(source)}.txt"
     digest = hashlib.sha256()
     limit = d.max_record_bytes
     header: list = [None if d.header else tuple(d.columns)]
@@ -244,7 +257,7 @@ def parse_header(line: str, d: CsvDialect, source: Source) -> tuple[str, ...]:
     return names
 
 
-def line_scan(path: Path, dialect: CsvDialect) -> exp.Expression:
+def line_scan(path: Path, dialect: CsvDialect) -> exp.Expr:
     """DuckDB ``read_csv`` of a normalised file, one VARCHAR per line, every option given."""
     def opt(name, value):
         return exp.EQ(this=exp.column(name), expression=value)
@@ -279,7 +292,7 @@ def record_grammar(dialect: CsvDialect, nfields: int, wanted) -> tuple[str, str]
     return valid, "^" + delim.join(parts) + "$"
 
 
-def csv_fields(scan: exp.Expression, dialect: CsvDialect, header: Sequence[str],
+def csv_fields(scan: exp.Expr, dialect: CsvDialect, header: Sequence[str],
                names: Sequence[str]) -> exp.Select:
     """SELECT line, ``__ok`` (well formed), and one raw text column per wanted field name.
 
@@ -316,7 +329,7 @@ def csv_fields(scan: exp.Expression, dialect: CsvDialect, header: Sequence[str],
     return exp.select(*cols).from_(exp.alias_(exp.Subquery(this=mid), "__fields"))
 
 
-def _unquote_sql(x: exp.Expression, d: CsvDialect) -> exp.Expression:
+def _unquote_sql(x: exp.Expr, d: CsvDialect) -> exp.Expr:
     if not d.quote:
         return x
     inner = exp.Substring(this=x.copy(), start=exp.Literal.number(2),
@@ -328,7 +341,7 @@ def _unquote_sql(x: exp.Expression, d: CsvDialect) -> exp.Expression:
     return exp.Case().when(exp.func("starts_with", x.copy(), _s(d.quote)), body).else_(x.copy())
 
 
-def number_sql(text: exp.Expression) -> exp.Expression:
+def number_sql(text: exp.Expr) -> exp.Expr:
     """DOUBLE from text accepted by the number grammar, else NULL; never raises, on any
     engine.  ``translate`` first removes every character the grammar may use: whatever
     remains (a line break in particular, before which java.util.regex's ``$`` would also
@@ -356,7 +369,7 @@ def _lit(n: int) -> exp.Literal:
     return exp.Literal.number(n)
 
 
-def _bin_status(att: Attribute, x: exp.Expression) -> exp.Expression:
+def _bin_status(att: Attribute, x: exp.Expr) -> exp.Expr:
     """Status of a non-NULL, non-NaN number: below/above range, not an integer, or value."""
     bounds = att.bin_bounds()
     lo = bounds[0][0]
@@ -378,12 +391,12 @@ class Converted:
     the record's ``__ok``) never repeat the parsing inside every CASE branch."""
 
     pre: list
-    cell: exp.Expression     # cell index, never NULL
-    status: exp.Expression   # one of STATUSES
+    cell: exp.Expr     # cell index, never NULL
+    status: exp.Expr   # one of STATUSES
     pre2: list = None        # a second layer (over ``pre``'s aliases)
 
 
-def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
+def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
                  d: CsvDialect | None, tag: str, dialect: str) -> Converted:
     """Cell and status of a text value; ``raw`` is the field as read (NULL = SQL NULL),
     ``ok`` is False for a malformed record; ``d`` the CSV dialect (None: typed VARCHAR);
@@ -419,7 +432,7 @@ def convert_text(att: Attribute, raw: exp.Expression, ok: exp.Expression,
     return Converted(pre, cell, status, pre2)
 
 
-def label_index_sql(att: Attribute, text: exp.Expression, dialect: str) -> exp.Expression:
+def label_index_sql(att: Attribute, text: exp.Expr, dialect: str) -> exp.Expr:
     """Cell of a non-NULL text value for a categorical with string labels.
 
     In DuckDB one hash lookup: ``TRY_CAST`` to an ENUM of the labels (exact byte equality,
@@ -453,7 +466,7 @@ def _within_bound(att: Attribute) -> bool:
     return att.kind == "categorical" and all(-_ARITHMETIC_BOUND < v < _ARITHMETIC_BOUND for v in att.labels_)
 
 
-def integer_value_sql(att: Attribute, x: exp.Expression, sql_type: str, dialect: str) -> exp.Expression | None:
+def integer_value_sql(att: Attribute, x: exp.Expr, sql_type: str, dialect: str) -> exp.Expr | None:
     """A non-NULL value of an integer-typed column as an expression that lands in the same
     cell and every value of which is a BIGINT; None where there is none (``accepts``
     refuses such a column from its type, before anything is counted).
@@ -472,7 +485,7 @@ def integer_value_sql(att: Attribute, x: exp.Expression, sql_type: str, dialect:
         return None
     dtype = exp.DataType.build(sql_type, dialect=dialect)
 
-    def bound(v: int) -> exp.Expression:
+    def bound(v: int) -> exp.Expr:
         return exp.cast(_lit(v), dtype.copy())
     clamped = exp.Anonymous(this="least", expressions=[x.copy(), bound(_ARITHMETIC_BOUND)])
     if not name.startswith("U"):
@@ -480,7 +493,7 @@ def integer_value_sql(att: Attribute, x: exp.Expression, sql_type: str, dialect:
     return exp.cast(clamped, "BIGINT")
 
 
-def uniform_bins_sql(att: Attribute, x: exp.Expression, dialect: str) -> exp.Expression | None:
+def uniform_bins_sql(att: Attribute, x: exp.Expr, dialect: str) -> exp.Expr | None:
     """The bin of ``x`` (never NULL, every value a BIGINT: :func:`integer_value_sql`) by
     arithmetic, for an integer attribute with uniform bins:
     ``(LEAST(GREATEST(CAST(x AS BIGINT), lo), hi) - lo) DIV w``; None for explicit edges
@@ -515,7 +528,7 @@ def uniform_bins_sql(att: Attribute, x: exp.Expression, dialect: str) -> exp.Exp
     return exp.IntDiv(this=offset, expression=_lit(width))   # DuckDB //, Spark DIV
 
 
-def _number_status(att: Attribute, x: exp.Expression) -> exp.Expression:
+def _number_status(att: Attribute, x: exp.Expr) -> exp.Expr:
     if att.kind == "categorical":  # integer labels
         lab = exp.In(this=exp.cast(x.copy(), "DOUBLE"),
                      expressions=[exp.cast(exp.Literal.number(v), "DOUBLE") for v in att.labels_])
@@ -567,7 +580,7 @@ def accepts(att: Attribute, sql_type: str, dialect: str = "duckdb") -> bool:
     return fam in ("float", "decimal")
 
 
-def typed_column(att: Attribute, col: exp.Expression, sql_type: str, tag: str,
+def typed_column(att: Attribute, col: exp.Expr, sql_type: str, tag: str,
                  dialect: str = "duckdb") -> Converted:
     """Cell and status of a typed column (Parquet, DuckDB, PostgreSQL, Spark); call only if
     :func:`accepts`.  Portable: the same AST is rendered for every engine."""

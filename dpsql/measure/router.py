@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dpsql.domain import TableSchema
 from dpsql.errors import ConfigError
 from dpsql.measure.source import FILE_KINDS, Source
+
+if TYPE_CHECKING:
+    from dpsql.measure.counting import Backend
 
 Clique = tuple[str, ...]
 
@@ -32,7 +36,7 @@ class Router:
         self._sources = dict(sources)
         self._fingerprint_store = fingerprint_store
         self._duckdb_options = duckdb_options
-        self._backends: dict[str, object] = {}
+        self._backends: dict[str, Backend] = {}
 
     def backend(self, table: str):
         """The backend reading ``table`` (started on first use)."""

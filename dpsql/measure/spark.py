@@ -209,10 +209,10 @@ def _base_path(location: str) -> str:
 
 
 class _SparkRead:
-    def __init__(self, spark, scan: exp.Expression, secret: str | None) -> None:
+    def __init__(self, spark, scan: exp.Expr, secret: str | None) -> None:
         self.spark, self.scan, self.secret = spark, scan, secret
 
-    def run(self, query: exp.Expression, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
         try:
             frame = self.spark.sql(query.sql("spark"), args={"dpsql_key": key} if key is not None else None)
             return [tuple(r) for r in frame.collect()]

@@ -33,7 +33,7 @@ def cell_type(size: int) -> str:
     return "UTINYINT" if size <= 255 else "USMALLINT" if size <= 65535 else "UINTEGER"
 
 
-def grouping_sets_select(table: str | exp.Expression, columns: Sequence[str],
+def grouping_sets_select(table: str | exp.Expr, columns: Sequence[str],
                          sets: Sequence[Sequence[str]]) -> exp.Select:
     """One GROUP BY GROUPING SETS query counting every requested column subset.  Result
     columns are read by position (engines fold unquoted names differently)."""
@@ -49,7 +49,7 @@ def grouping_sets_select(table: str | exp.Expression, columns: Sequence[str],
 ID = "__id"
 
 
-def layered(rel: exp.Expression, conv: Mapping, extra=()) -> exp.Expression:
+def layered(rel: exp.Expr, conv: Mapping, extra=()) -> exp.Expr:
     """FROM expression with every conversion's ``pre`` (then ``pre2``) columns computed once,
     so the CASE branches of ``cell``/``status`` never repeat the parsing."""
     pre = [exp.alias_(e, n) for c in conv.values() for n, e in c.pre]
@@ -67,14 +67,14 @@ def typed_conversions(schema: TableSchema, columns: Mapping[str, str], dialect: 
             for i, a in enumerate(schema.attributes)}
 
 
-def typed_relation(schema: TableSchema, id_column: str | None, scan: exp.Expression) -> exp.Select:
+def typed_relation(schema: TableSchema, id_column: str | None, scan: exp.Expr) -> exp.Select:
     """``SELECT <declared columns and the id> FROM scan`` (only the columns read)."""
     names = [a.name for a in schema.attributes] + ([id_column] if id_column else [])
     return exp.select(*[exp.column(n, quoted=True) for n in dict.fromkeys(names)]).from_(scan)
 
 
-def cells_select(schema: TableSchema, rel: exp.Expression, conv: Mapping,
-                 id_expr: exp.Expression | None) -> exp.Select:
+def cells_select(schema: TableSchema, rel: exp.Expr, conv: Mapping,
+                 id_expr: exp.Expr | None) -> exp.Select:
     """``SELECT c0, …, ck [, __id] FROM <rel with conversions>``: every record's cells
     (never NULL) and, under a privacy unit, its id (NULL: no id; not counted)."""
     cols = [exp.alias_(conv[a.name].cell, cell_column(i)) for i, a in enumerate(schema.attributes)]
@@ -83,7 +83,7 @@ def cells_select(schema: TableSchema, rel: exp.Expression, conv: Mapping,
     return exp.select(*cols).from_(layered(rel, conv))
 
 
-def key_expression(dialect: str) -> exp.Expression:
+def key_expression(dialect: str) -> exp.Expr:
     """Where the bounding key enters the SQL: always a bind parameter, never a literal
     (DuckDB ``?``; Spark the named marker ``:dpsql_key``; PostgreSQL a transaction-local
     setting bound by ``set_config`` first, so the query itself takes no parameters and
@@ -95,7 +95,7 @@ def key_expression(dialect: str) -> exp.Expression:
     return exp.Placeholder()
 
 
-def sha256_hex(text: exp.Expression, dialect: str) -> exp.Expression:
+def sha256_hex(text: exp.Expr, dialect: str) -> exp.Expr:
     """Lower-case hex SHA-256 of the UTF-8 bytes of ``text``, on each engine."""
     if dialect == "postgres":
         utf8 = exp.Anonymous(this="convert_to", expressions=[text, exp.Literal.string("UTF8")])
@@ -104,11 +104,11 @@ def sha256_hex(text: exp.Expression, dialect: str) -> exp.Expression:
     return exp.SHA2(this=text, length=exp.Literal.number(256))   # DuckDB sha256(x), Spark sha2(x, 256)
 
 
-def row_hash(ncells: int, dialect: str) -> exp.Expression:
+def row_hash(ncells: int, dialect: str) -> exp.Expr:
     """The bounding order of a row: SHA-256 of ``key|id|c0,c1,…`` (the row's cells are its
     fingerprint: text every engine writes alike; rows with equal cells count alike, so
     ties between them cannot change a count)."""
-    parts: list[exp.Expression] = [key_expression(dialect), exp.Literal.string("|"),
+    parts: list[exp.Expr] = [key_expression(dialect), exp.Literal.string("|"),
                                    exp.cast(exp.column(ID), "VARCHAR"), exp.Literal.string("|")]
     for i in range(ncells):
         if i:
@@ -117,7 +117,7 @@ def row_hash(ncells: int, dialect: str) -> exp.Expression:
     return sha256_hex(exp.Concat(expressions=parts), dialect)
 
 
-def bounded(cells: exp.Expression, ncells: int, max_rows: int, dialect: str) -> exp.Select:
+def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str) -> exp.Select:
     """Keep at most ``max_rows`` rows per privacy unit, chosen by the keyed hash; rows
     without an id (``__id`` NULL) are dropped.
 
@@ -142,7 +142,7 @@ def bounded(cells: exp.Expression, ncells: int, max_rows: int, dialect: str) -> 
             .where(exp.LTE(this=exp.column("__dpsql_rank"), expression=exp.Literal.number(max_rows))))
 
 
-def measurement_select(cells: exp.Expression, columns: Sequence[str],
+def measurement_select(cells: exp.Expr, columns: Sequence[str],
                        sets: Sequence[Sequence[str]]) -> exp.Select:
     """The counting query over a cells relation (a SELECT or a table name)."""
     source = exp.alias_(exp.Subquery(this=cells), "__dpsql_counted") if isinstance(cells, exp.Select) else cells

@@ -103,7 +103,7 @@ class Eliminator:
         return top, sorted(members)
 
     # --- planning ------------------------------------------------------------------------
-    def plan(self, roles: tuple[tuple[str, object], ...]) -> _Plan:
+    def plan(self, roles: tuple[tuple[str, str | int], ...]) -> _Plan:
         """Elimination plan for attributes with roles KEEP or a row count (a Q factor).
 
         ``roles`` lists (attribute, KEEP | rows) in domain order; other attributes are
@@ -127,7 +127,7 @@ class Eliminator:
                 var_size[a] = tree.sizes[a]
             factors.append(tuple(clique))
             sources.append(("joint", n) if n == top else ("cond", n))
-        output = []
+        output: list[object] = []
         for a, role in roles:
             if role == KEEP:
                 output.append(a)

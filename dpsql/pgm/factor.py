@@ -118,6 +118,7 @@ class Factor:
         attrs = tuple(attrs)
         drop = [a for a in self.attributes if a not in attrs]
         out = self.logsumexp(drop) if log else self.sum(drop)
+        assert isinstance(out, Factor)  # a list of attributes summed out: a table, not a float
         return out.transpose(attrs)
 
     # --- arithmetic --------------------------------------------------------------------

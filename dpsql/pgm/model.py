@@ -152,7 +152,8 @@ class GraphicalModel:
         if len(factors) != len(self.domain.attributes):
             raise ValueError(f"answer: Kron has {len(factors)} factors for "
                              f"{len(self.domain.attributes)} attributes")
-        roles, matrices = [], {}
+        roles: list[tuple[str, str | int]] = []
+        matrices: dict[str, np.ndarray] = {}
         for a, n, f in zip(self.domain.attributes, self.domain.shape, factors):
             rows, cols = (int(s) for s in f.shape)
             if cols != n:

@@ -22,6 +22,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def _header_common(model, kind: str, domain: Domain) -> dict:
 def save_model(model, path: str | os.PathLike) -> None:
     """Write ``model`` (an ExactModel, GraphicalModel or RelaxedModel) to ``path``."""
     path = Path(path)
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}     # ndarrays; Any: numpy's savez stub would read a key as allow_pickle
     if isinstance(model, RelaxedModel):
         fit = model.fit
         header = _header_common(model, "relaxed", model.domain)

@@ -93,8 +93,8 @@ def joint_workload(domain: Domain, workload: Sequence, joint: Sequence[str]) -> 
     (factors aligned with ``domain.attributes``, weights applied).  None when a query is not a
     Union / Weighted / Kron tree, the rows would exceed ``WORKLOAD_MAX_ENTRIES`` entries, or
     there are none."""
-    joint = set(joint)
-    n = int(np.prod([domain[a] for a in domain.attributes if a in joint], dtype=np.int64))
+    members = set(joint)
+    n = int(np.prod([domain[a] for a in domain.attributes if a in members], dtype=np.int64))
     blocks, entries = [], 0
     for query in workload:
         terms = _terms(query)
@@ -108,13 +108,13 @@ def joint_workload(domain: Domain, workload: Sequence, joint: Sequence[str]) -> 
                 if int(f.shape[1]) != size:
                     return None
                 rows *= int(f.shape[0])
-                mats.append(f if a in joint else None)
+                mats.append(f if a in members else None)
             entries += rows * n
             if entries > WORKLOAD_MAX_ENTRIES:
                 return None
             m = np.full((1, 1), float(coef))
             for a, size, f in zip(domain.attributes, domain.shape, factors):
-                m = np.kron(m, dense(f) if a in joint else _outside(f, size))
+                m = np.kron(m, dense(f) if a in members else _outside(f, size))
             blocks.append(m)
     return np.vstack(blocks) if blocks else None
 
@@ -183,7 +183,8 @@ def _compress(W: np.ndarray) -> np.ndarray:
     needs of W)."""
     if W.shape[0] <= W.shape[1]:
         return W
-    return np.linalg.qr(W, mode="r")
+    R: np.ndarray = np.linalg.qr(W, mode="r")  # type: ignore[assignment]  # numpy's stub: mode="r" gives R only
+    return R
 
 
 def solve_in_workload_metric(loss, shape, total: float, W: np.ndarray, atol: float, rtol: float,

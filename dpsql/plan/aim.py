@@ -146,8 +146,8 @@ def scaled_l1(counts: np.ndarray, model_marginal: np.ndarray) -> int:
     scale = 1 << SCORE_GRID_BITS
     big = float(np.abs(m).max(initial=0.0)) * scale > 2.0**61 or int(x.max(initial=0)) > 1 << 40
     if big:  # never in practice; Python integers keep it exact anyway
-        mi = [int(v) for v in np.rint(m * scale)]
-        return sum(abs(int(a) * scale - b) for a, b in zip(x.tolist(), mi))
+        exact = [int(v) for v in np.rint(m * scale)]
+        return sum(abs(int(a) * scale - b) for a, b in zip(x.tolist(), exact))
     mi = np.rint(m * scale).astype(np.int64)
     diff = np.abs(x.astype(np.int64) * scale - mi)
     total = int(diff.sum(dtype=np.int64))
@@ -396,6 +396,7 @@ def run_aim(domain, workload: Any, rho, *,
         if res.replayed:
             budget.adopt(res)
         chosen = res.selected
+        assert chosen is not None  # a select round always selects
         measurements.extend(res.measured)
         if chosen is not None and frozenset(chosen) not in measured_sets:
             measured_sets.append(frozenset(chosen))

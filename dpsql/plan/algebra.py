@@ -109,7 +109,11 @@ def algebra_form(blocks: Sequence[KronBlock], shape: Sequence[int]) -> AlgebraFo
     """The blocks as an AlgebraForm, or None when some block is neither a marginal (I/1ᵀ
     factors) nor a residual block (one common residual factor per attribute on its clique,
     totals elsewhere)."""
-    cliques, theta2, residual, eig, rfac = [], [], {}, {}, {}
+    cliques: list = []
+    theta2: list = []
+    residual: dict = {}
+    eig: dict = {}
+    rfac: dict = {}
     for b in blocks:
         kinds = [factor_kind(F) for F in b.factors]
         if all(k != "other" for k, _ in kinds):

@@ -67,7 +67,7 @@ class StrategyCache:
     def put(self, terms: WorkloadTerms, noise: str, options: dict[str, Any],
             strategy: Strategy) -> None:
         meta_path, arr_path = self._paths(strategy_key(terms, noise, options))
-        arrays = {f"b{k}_f{i}": F for k, b in enumerate(strategy.kron_blocks)
+        arrays: dict[str, Any] = {f"b{k}_f{i}": F for k, b in enumerate(strategy.kron_blocks)
                   for i, F in enumerate(b.factors)}
         meta = {"format": _FORMAT, "attributes": list(strategy.attributes),
                 "shape": list(strategy.shape), "operator": strategy.operator,

@@ -15,6 +15,8 @@ convention.  Two Gaussian calibrations are offered:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 from scipy.special import log_ndtr, ndtr
@@ -98,6 +100,7 @@ def epsilon_delta_to_rho(epsilon: float, delta: float) -> float:
     the planner and the ledger agree exactly; otherwise bisects the same bound locally.
     """
     _check_budget(epsilon, delta)
+    accountant_rho: Callable[[float, float], Fraction] | None
     try:
         from dpsql.privacy.accountant import epsilon_delta_to_rho as accountant_rho
     except ImportError:

@@ -59,12 +59,14 @@ class JointSupport:
     @classmethod
     def build(cls, attributes, sizes, released) -> JointSupport | None:
         """``released``: (clique, integer factors per clique attribute, scale, σ) per block."""
-        marg, resid, rfac = [], {}, {}
+        marg: list = []
+        resid: dict = {}
+        rfac: dict[str, np.ndarray] = {}
         for clique, factors, scale, sigma in released:
             if len(factors) != len(clique) or not sigma > 0:
                 continue
             w = (scale / sigma) ** 2
-            kinds = []
+            kinds: list[str | None] = []
             for a, F in zip(clique, factors):
                 F = np.asarray(F, dtype=float)
                 n = sizes[a]

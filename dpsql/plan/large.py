@@ -28,6 +28,7 @@ factor round(C)·S is an integer matrix whose row space is still that of S.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
@@ -106,7 +107,7 @@ def _gaussian(Wt: np.ndarray, T: np.ndarray, *, maxiter: int = 200, gap_tol: flo
               progress: Progress | None = None) -> tuple[np.ndarray, float, float]:
     """(C, loss, dual bound) for min tr(W̃ X⁻¹) s.t. t_aᵀXt_a ≤ 1 (columns t_a of T)."""
     k, r = T.shape
-    best = {"loss": math.inf, "X": None, "dual": 0.0}
+    best: dict[str, Any] = {"loss": math.inf, "X": None, "dual": 0.0}
     it = [0]
 
     def evaluate(lam):

@@ -188,10 +188,10 @@ def strategy_kappa(space: MarginalSpace, u: np.ndarray, cliques: Sequence[frozen
                     out[k] += cb
             continue
         for r in range(len(members) + 1):
-            for a in combinations(members, r):
-                k = index.get(frozenset(a))
-                if k is not None:
-                    out[k] += cb
+            for subset in combinations(members, r):
+                slot = index.get(frozenset(subset))
+                if slot is not None:
+                    out[slot] += cb
     return out
 
 

@@ -163,12 +163,14 @@ class Strategy:
 
     @property
     def blocks(self) -> list[MeasurementBlock]:
-        from dpsql.linalg import Explicit, Identity, Kron, Product
+        from dpsql.linalg import Explicit, Identity, Kron, Product, QueryMatrix
 
         out = []
         for b in self.kron_blocks:
             weight = b.weight
-            clique, factors, grid = [], [], 1.0
+            clique: list[str] = []
+            factors: list[QueryMatrix] = []
+            grid = 1.0
             grids = b.grids or (1.0,) * len(b.factors)
             bases = b.bases or (None,) * len(b.factors)
             for attr, F, g, S in zip(self.attributes, b.factors, grids, bases):

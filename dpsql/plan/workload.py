@@ -128,7 +128,7 @@ class KronTerm:
         """Per attribute: None for a small one; on a large one "count" when the factor's
         rows are 0/1 indicators (or constant), "value" otherwise (a SUM's values).  One
         strategy product cannot mix the two on the measurement lattice (plan/large.py)."""
-        out = []
+        out: list[str | None] = []
         for g in self.grams:
             if not isinstance(g, LowRankGram):
                 out.append(None)
@@ -167,7 +167,7 @@ class WorkloadTerms:
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=object))
 
-    def attribute_gram(self, i: int, coeffs: Sequence[float] | None = None) -> np.ndarray:
+    def attribute_gram(self, i: int, coeffs: Sequence[float] | None = None) -> np.ndarray | LowRankGram:
         """sum_j coeffs_j² V_ji: the surrogate gram of Eq. 3.5 (plain w_j² by default)."""
         n = self.shape[i]
         cs = [t.weight if coeffs is None else coeffs[j] for j, t in enumerate(self.terms)]

@@ -21,21 +21,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from decimal import Decimal
 from fractions import Fraction
+from typing import Literal
 
 from dpsql.errors import ConfigError
 
 __all__ = ["rho_gaussian", "rho_gaussian_sq", "rho_pure", "rho_exponential",
            "sigma2_for_rho", "compose", "rho_to_epsilon", "rho_to_delta",
-           "epsilon_delta_to_rho", "simple_rho_to_epsilon", "Budget", "to_rho"]
+           "epsilon_delta_to_rho", "simple_rho_to_epsilon", "Budget", "to_rho", "budget_rho",
+           "format_rho"]
 
 # Relative margin added to every binary64 evaluation of a conversion formula.  The
 # formula has < 20 floating-point operations, each with relative error 2^-53, so the
 # accumulated error is below 10^-14 of the magnitude of its terms; 10^-10 is generous.
 _MARGIN = 1e-10
 
+# A privacy parameter taken at its exact rational value (an int or a float is its exact
+# binary value).
+Rational = Fraction | float | str
 
-def _exact(value, name: str, *, allow_zero: bool = False) -> Fraction:
+
+def _exact(value: Rational, name: str, *, allow_zero: bool = False) -> Fraction:
     try:
         frac = Fraction(value)
     except (TypeError, ValueError, OverflowError):
@@ -47,19 +55,55 @@ def _exact(value, name: str, *, allow_zero: bool = False) -> Fraction:
     return frac
 
 
-def to_rho(value) -> Fraction:
+def to_rho(value: Rational) -> Fraction:
     """Exact non-negative rho from an int/float/Fraction/str."""
     return _exact(value, "rho", allow_zero=True)
 
 
-def rho_gaussian(sensitivity2, sigma) -> Fraction:
+def budget_rho(value: Rational) -> Fraction:
+    """A configured budget rho as an exact Fraction, rounded toward more privacy.
+
+    A float such as ``0.1`` stands for what the operator wrote (the decimal 1/10) but is
+    stored as the nearest binary64, which may lie above it: the budget is the smaller of
+    the two readings, so it is never more than either.
+    """
+    exact = _exact(value, "rho")
+    if isinstance(value, float):
+        return min(exact, Fraction(repr(value)))
+    return exact
+
+
+def format_rho(value: Fraction | float, rounding: Literal["down", "up"], digits: int = 6) -> str:
+    """``value`` in at most ``digits`` significant decimal digits, rounded ``down`` (what
+    is left, a budget) or ``up`` (what is spent, a cost): a displayed number never claims
+    more privacy budget than there is.  Exactly 0 shows as ``0``."""
+    x = Fraction(value)
+    if x < 0:
+        raise ValueError("format_rho needs a non-negative value")
+    if x == 0:
+        return "0"
+    # the exponent of the leading digit, exactly: the float estimate is corrected by at most one
+    exponent = math.floor(math.log10(float(x))) if float(x) > 0 else -400
+    while Fraction(10) ** exponent > x:
+        exponent -= 1
+    while Fraction(10) ** (exponent + 1) <= x:
+        exponent += 1
+    unit = Fraction(10) ** (exponent - digits + 1)
+    scaled = x / unit
+    n = math.floor(scaled) if rounding == "down" else math.ceil(scaled)
+    # n·10^k has at most ``digits`` digits: its nearest float prints back as exactly that
+    # decimal, in the usual ``g`` notation
+    return format(float(Decimal(n).scaleb(exponent - digits + 1)), f".{digits}g")
+
+
+def rho_gaussian(sensitivity2: Rational, sigma: Rational) -> Fraction:
     """Delta^2 / (2 sigma^2) for (discrete) Gaussian noise of std. dev. ``sigma``."""
     delta = _exact(sensitivity2, "sensitivity2", allow_zero=True)
     s = _exact(sigma, "sigma")
     return delta * delta / (2 * s * s)
 
 
-def rho_gaussian_sq(sensitivity2_squared, sigma2) -> Fraction:
+def rho_gaussian_sq(sensitivity2_squared: Rational, sigma2: Rational) -> Fraction:
     """Delta^2 / (2 sigma2) from the *squared* sensitivity and variance parameter.
 
     The form used with ``noise.discrete_gaussian(sigma2)`` and
@@ -69,24 +113,24 @@ def rho_gaussian_sq(sensitivity2_squared, sigma2) -> Fraction:
     return sens / (2 * _exact(sigma2, "sigma2"))
 
 
-def sigma2_for_rho(sensitivity2_squared, rho) -> Fraction:
+def sigma2_for_rho(sensitivity2_squared: Rational, rho: Rational) -> Fraction:
     """The variance parameter that makes a query of squared sensitivity cost ``rho``."""
     return _exact(sensitivity2_squared, "squared sensitivity") / (2 * _exact(rho, "rho"))
 
 
-def rho_pure(epsilon) -> Fraction:
+def rho_pure(epsilon: Rational) -> Fraction:
     """epsilon-DP implies epsilon^2/2-zCDP (thesis Prop. 3; Bun & Steinke 2016 Prop. 1.4)."""
     e = _exact(epsilon, "epsilon", allow_zero=True)
     return e * e / 2
 
 
-def rho_exponential(epsilon) -> Fraction:
+def rho_exponential(epsilon: Rational) -> Fraction:
     """The exponential mechanism with parameter epsilon is epsilon^2/8-zCDP (thesis Prop. 5)."""
     e = _exact(epsilon, "epsilon", allow_zero=True)
     return e * e / 8
 
 
-def compose(rhos) -> Fraction:
+def compose(rhos: Iterable[Rational]) -> Fraction:
     """Adaptive composition (thesis Prop. 6): the exact sum of the costs."""
     return sum((to_rho(r) for r in rhos), Fraction(0))
 
@@ -110,7 +154,7 @@ def _log_delta_at(alpha: float, rho: float, epsilon: float) -> float:
     return value + _MARGIN * sum(abs(t) for t in terms)
 
 
-def _minimise(fn, lo: float = 1e-9, hi: float = 1e9) -> float:
+def _minimise(fn: Callable[[float], float], lo: float = 1e-9, hi: float = 1e9) -> float:
     """Minimum of a unimodal fn(alpha) over alpha = 1 + exp(z), by golden-section on z.
 
     Every alpha yields a *valid* bound, so an imperfect search only costs tightness.
@@ -131,9 +175,9 @@ def _minimise(fn, lo: float = 1e-9, hi: float = 1e9) -> float:
     return min(fc, fd)
 
 
-def _check_delta(delta) -> float:
+def _check_delta(delta: object) -> float:
     try:
-        d = float(delta)
+        d = float(delta)  # type: ignore[arg-type]  # anything float() takes; the rest is refused
     except (TypeError, ValueError):
         d = float("nan")
     if not 0.0 < d < 1.0:
@@ -142,7 +186,7 @@ def _check_delta(delta) -> float:
     return d
 
 
-def rho_to_epsilon(rho, delta) -> float:
+def rho_to_epsilon(rho: Rational, delta: float) -> float:
     """Smallest epsilon certified by thesis Prop. 7 (CKS20) for rho-zCDP at ``delta``.
 
     epsilon = inf over alpha > 1 of alpha rho + (log(1/delta) + (alpha-1) log(1-1/alpha)
@@ -156,7 +200,7 @@ def rho_to_epsilon(rho, delta) -> float:
     return max(0.0, _minimise(lambda alpha: _epsilon_at(alpha, r, lid)))
 
 
-def rho_to_delta(rho, epsilon) -> float:
+def rho_to_delta(rho: Rational, epsilon: float) -> float:
     """Smallest delta certified by thesis Prop. 7 for rho-zCDP at ``epsilon``, rounded up."""
     r = float(to_rho(rho))
     e = float(_exact(epsilon, "epsilon", allow_zero=True))
@@ -166,7 +210,7 @@ def rho_to_delta(rho, epsilon) -> float:
     return min(1.0, math.exp(log_delta) * (1.0 + _MARGIN))
 
 
-def simple_rho_to_epsilon(rho, delta) -> float:
+def simple_rho_to_epsilon(rho: Rational, delta: float) -> float:
     """The looser bound epsilon = rho + 2 sqrt(rho log(1/delta)) (Bun & Steinke Prop. 1.3)."""
     r = float(to_rho(rho))
     lid = -math.log(_check_delta(delta))
@@ -174,7 +218,7 @@ def simple_rho_to_epsilon(rho, delta) -> float:
     return value * (1.0 + _MARGIN)
 
 
-def epsilon_delta_to_rho(epsilon, delta) -> Fraction:
+def epsilon_delta_to_rho(epsilon: Rational, delta: float) -> Fraction:
     """Largest rho (rounded down) whose Prop. 7 conversion is within (epsilon, delta).
 
     Bisection on rho using :func:`rho_to_epsilon`, then a verification that the result
@@ -225,15 +269,15 @@ class Budget:
         object.__setattr__(self, "rho", to_rho(self.rho))
 
     @classmethod
-    def from_rho(cls, rho) -> Budget:
+    def from_rho(cls, rho: Rational) -> Budget:
         return cls(to_rho(rho))
 
     @classmethod
-    def from_epsilon_delta(cls, epsilon, delta) -> Budget:
+    def from_epsilon_delta(cls, epsilon: Rational, delta: float) -> Budget:
         """The largest rho-zCDP budget that implies (epsilon, delta)-DP (Prop. 7)."""
         return cls(epsilon_delta_to_rho(epsilon, delta), float(epsilon), float(delta))
 
-    def epsilon_at(self, delta) -> float:
+    def epsilon_at(self, delta: float) -> float:
         return rho_to_epsilon(self.rho, delta)
 
     def __str__(self) -> str:

@@ -36,11 +36,13 @@ import sqlite3
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, UTC
 from fractions import Fraction
 from pathlib import Path
+from typing import Any, TypeVar
 
 from dpsql.errors import (BudgetExhaustedError, ConfigError, IntegrityError,
                           LedgerCorruptError, OperationalError)
@@ -50,6 +52,8 @@ __all__ = ["Ledger", "Charge", "LedgerEntry", "Preview", "FORMAT", "VERSION"]
 
 FORMAT = "dpsql-ledger"
 VERSION = 1
+RhoLike = Fraction | float | str     # taken at its exact value (accountant.to_rho)
+T = TypeVar("T")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -81,7 +85,7 @@ class Charge:
     principal: str
     rho: Fraction
     fingerprint: str
-    mechanism: dict
+    mechanism: dict[str, Any]
     created: str
     hash: str
 
@@ -96,7 +100,7 @@ class LedgerEntry:
     principal: str | None
     fingerprint: str | None
     rho: Fraction | None
-    mechanism: dict | None
+    mechanism: dict[str, Any] | None
     charge_id: int | None
     key: str | None
     payload_sha256: str | None
@@ -126,12 +130,12 @@ def _parse_rho(text: str) -> Fraction:
     return value
 
 
-def _canonical(obj) -> str:
+def _canonical(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       allow_nan=False, default=_json_default)
 
 
-def _json_default(obj):
+def _json_default(obj: object) -> Any:
     if isinstance(obj, Fraction):
         return _rho_text(obj)
     if hasattr(obj, "item"):  # numpy scalars
@@ -139,7 +143,7 @@ def _json_default(obj):
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 
 
-def _entry_hash(prev_hash: str, fields: list) -> str:
+def _entry_hash(prev_hash: str, fields: list[Any]) -> str:
     return hashlib.sha256((prev_hash + "\n" + _canonical(fields)).encode()).hexdigest()
 
 
@@ -147,10 +151,10 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _user_spec(per_user_rho) -> dict:
+def _user_spec(per_user_rho: RhoLike | Mapping[str, RhoLike] | None) -> dict[str, Any]:
     if per_user_rho is None:
         return {"kind": "none"}
-    if isinstance(per_user_rho, dict):
+    if isinstance(per_user_rho, Mapping):
         return {"kind": "map",
                 "limits": {str(k): _rho_text(to_rho(v)) for k, v in per_user_rho.items()}}
     return {"kind": "uniform", "limit": _rho_text(to_rho(per_user_rho))}
@@ -165,7 +169,8 @@ class Ledger:
     entry and no default has a limit of 0).  Both are fixed when the file is created.
     """
 
-    def __init__(self, path, *, total_rho, per_user_rho=None, timeout: float = 60.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, total_rho: RhoLike,
+                 per_user_rho: RhoLike | Mapping[str, RhoLike] | None = None, timeout: float = 60.0) -> None:
         self.path = Path(path)
         self.total_rho = to_rho(total_rho)
         if self.total_rho <= 0:
@@ -269,7 +274,7 @@ class Ledger:
         finally:
             conn.close()
 
-    def _check_meta(self, meta: dict) -> None:
+    def _check_meta(self, meta: dict[str, str]) -> None:
         config = meta.get("config")
         if config is None or "genesis" not in meta:
             raise self._fail("missing ledger metadata")
@@ -338,7 +343,8 @@ class Ledger:
         self._verified_seq, self._verified_hash = seq, prev
         self._spent_total, self._spent_by = spent_total, spent_by
 
-    def _append(self, conn: sqlite3.Connection, fields: dict, payload: bytes | None) -> tuple:
+    def _append(self, conn: sqlite3.Connection, fields: dict[str, Any], payload: bytes | None
+                ) -> tuple[list[Any], str]:
         seq = self._verified_seq + 1
         values = [seq, fields["kind"], _now(), fields.get("principal"),
                   fields.get("fingerprint"), fields.get("rho"), fields.get("mechanism"),
@@ -353,7 +359,7 @@ class Ledger:
 
     # --- transactions -----------------------------------------------------------------
 
-    def _run(self, body, *, write: bool):
+    def _run(self, body: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
         """Run body(conn) in one transaction (IMMEDIATE for writes) after a sync."""
         with self._lock:
             conn = self._connect()
@@ -422,13 +428,13 @@ class Ledger:
 
     # --- public API -------------------------------------------------------------------
 
-    def preview(self, principal: str, rho) -> Preview:
+    def preview(self, principal: str, rho: RhoLike) -> Preview:
         """Would ``charge(principal, rho, ...)`` fit right now?  Charges nothing."""
         value = self._check_rho(rho)
         principal = self._check_principal(principal)
         return self._run(lambda conn: self._preview_locked(principal, value), write=False)
 
-    def charge(self, principal: str, rho, fingerprint: str, mechanism: dict) -> Charge:
+    def charge(self, principal: str, rho: RhoLike, fingerprint: str, mechanism: dict[str, Any]) -> Charge:
         """Durably record a charge of ``rho`` or raise BudgetExhaustedError.
 
         Returns only after the charge is committed and fsync'd; nothing noisy may be
@@ -445,7 +451,7 @@ class Ledger:
                               hint="describe the mechanism with str/int/float/Fraction "
                                    "values") from None
 
-        def body(conn):
+        def body(conn: sqlite3.Connection) -> Charge:
             view = self._preview_locked(principal, value)
             if not view.fits:
                 who = "" if view.remaining_user is None or \
@@ -475,7 +481,7 @@ class Ledger:
         data = bytes(payload)
         digest_payload = hashlib.sha256(data).hexdigest()
 
-        def body(conn):
+        def body(conn: sqlite3.Connection) -> None:
             row = conn.execute("SELECT kind FROM entries WHERE seq = ?",
                                (int(charge_id),)).fetchone()
             if row is None or row[0] != "charge":
@@ -498,7 +504,7 @@ class Ledger:
 
     def release(self, key: str) -> bytes | None:
         """The payload recorded under ``key`` (verified against the chain), or None."""
-        def body(conn):
+        def body(conn: sqlite3.Connection) -> bytes | None:
             row = conn.execute("SELECT payload, payload_sha256 FROM entries WHERE "
                                "release_key = ?", (key,)).fetchone()
             if row is None:
@@ -511,7 +517,7 @@ class Ledger:
 
     def spent(self, principal: str | None = None) -> Fraction:
         """Exact rho spent overall, or by one principal."""
-        def body(conn):
+        def body(conn: sqlite3.Connection) -> Fraction:
             if principal is None:
                 return self._spent_total
             return self._spent_by.get(principal, Fraction(0))
@@ -526,7 +532,7 @@ class Ledger:
         return self.preview(principal, 0).remaining
 
     @contextmanager
-    def measurement_lock(self, timeout: float | None = None):
+    def measurement_lock(self, timeout: float | None = None) -> Iterator[None]:
         """Hold the ledger's measurement lock (threads of this process and, through
         ``flock`` on ``<ledger>.lock``, every other process).  A measurement holds it from
         re-reading the ledger to recording its release, so two processes never count and
@@ -553,7 +559,7 @@ class Ledger:
 
     def entries(self, since: int = 0) -> list[LedgerEntry]:
         """Every entry after ``since`` (a seq), verified, oldest first."""
-        def body(conn):
+        def body(conn: sqlite3.Connection) -> list[LedgerEntry]:
             out = []
             for row in conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE seq > ? AND seq <= ? "
                                     "ORDER BY seq", (int(since), self._verified_seq)):
@@ -580,7 +586,7 @@ class Ledger:
     # --- validation -------------------------------------------------------------------
 
     @staticmethod
-    def _check_rho(rho, *, allow_zero: bool = True) -> Fraction:
+    def _check_rho(rho: RhoLike, *, allow_zero: bool = True) -> Fraction:
         value = to_rho(rho)
         if value == 0 and not allow_zero:
             raise ConfigError("a charge must have rho > 0",
@@ -588,7 +594,7 @@ class Ledger:
         return value
 
     @staticmethod
-    def _check_principal(principal) -> str:
+    def _check_principal(principal: object) -> str:
         if not isinstance(principal, str) or not principal:
             raise ConfigError("principal must be a non-empty string",
                               hint="charge on behalf of a named user")

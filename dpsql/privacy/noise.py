@@ -36,10 +36,12 @@ import functools
 import hashlib
 import math
 import os
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from dpsql.errors import ConfigError
 from dpsql.privacy.expbounds import (U64_MAX, exp_neg_bounds, gaussian_acceptance_table,
@@ -54,6 +56,11 @@ _MAX_V_TABLE = 1 << 16        # largest table of thresholds exp(-v L/scale)
 _MAX_GAUSS_TABLE = 1 << 18    # largest acceptance table (16 t up to sigma ~ 16,000)
 _MAX_SCALE = Fraction(1 << 50)  # samples then leave int64 with probability ~exp(-8192) at most
 _I64_MAX = (1 << 63) - 1
+
+# A parameter taken at its exact rational value (an int or a float is its exact binary value).
+Rational = Fraction | float | str
+# (block L, U's acceptance bounds lo and hi, V's thresholds lo and hi, V's cap): _geometric_plan
+_GeometricPlan = tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]
 
 
 # --- bit sources -------------------------------------------------------------------------
@@ -159,7 +166,7 @@ class _LazyUniform:
             self.nbits += 64
 
 
-def _decide(u: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+def _decide(u: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Fast path of V < p with lo <= p 2^64 <= hi: (success, undecided) boolean arrays.
 
     V < p surely when u + 1 <= lo; surely not when u >= hi.  u = 2^64 - 1 is always sent
@@ -187,7 +194,8 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 def _scaled_add(v: np.ndarray, scale: int, u: np.ndarray) -> np.ndarray:
     """``v * scale + u`` exactly, for v, u >= 0 (G = L V + U of CKS20 Alg. 2)."""
     if v.dtype != object and (v.size == 0 or int(v.max()) <= (_I64_MAX - int(u.max())) // scale):
-        return v * scale + u
+        fits: np.ndarray = v * scale + u
+        return fits
     return _narrow(v.astype(object) * scale + u.astype(object))
 
 
@@ -205,7 +213,8 @@ def add_exact(values: np.ndarray, noise: np.ndarray) -> np.ndarray:
     if values.dtype != object and noise.dtype != object:
         big = _max_abs(values) + _max_abs(noise)
         if big <= _I64_MAX:
-            return values.astype(np.int64) + noise
+            fits: np.ndarray = values.astype(np.int64) + noise
+            return fits
     return _narrow(values.astype(object) + noise.astype(object))
 
 
@@ -227,7 +236,7 @@ class _Filler:
 
 # --- parameters ------------------------------------------------------------------------
 
-def as_fraction(value, name: str) -> Fraction:
+def as_fraction(value: Rational, name: str) -> Fraction:
     """Exact rational value of a positive int/float/Fraction/str parameter."""
     try:
         frac = Fraction(value)
@@ -240,8 +249,9 @@ def as_fraction(value, name: str) -> Fraction:
     return frac
 
 
-def _check_size(size) -> tuple[tuple[int, ...], int]:
-    shape = (int(size),) if np.ndim(size) == 0 else tuple(int(s) for s in size)
+def _check_size(size: int | Sequence[int]) -> tuple[tuple[int, ...], int]:
+    # np.ndim, not isinstance: a numpy integer or a 0-d array is a size too
+    shape = (int(cast(int, size)),) if np.ndim(size) == 0 else tuple(int(s) for s in cast(Sequence[int], size))
     if any(s < 0 for s in shape):
         raise ConfigError(f"noise size must be non-negative, got {size!r}")
     return shape, math.prod(shape)
@@ -250,7 +260,7 @@ def _check_size(size) -> tuple[tuple[int, ...], int]:
 # --- geometric and discrete Laplace ----------------------------------------------------
 
 @functools.lru_cache(maxsize=64)
-def _geometric_plan(num: int, den: int):
+def _geometric_plan(num: int, den: int) -> _GeometricPlan:
     """Tables for G >= 0 with P(G >= k) = exp(-k den/num) (scale = num/den).
 
     G = L V + U with U on [0, L) having P(U = u) proportional to exp(-u/scale) and V
@@ -270,7 +280,7 @@ def _geometric_plan(num: int, den: int):
             vcap)
 
 
-def _truncated_part(bits: BitSource, plan, num: int, den: int, n: int) -> np.ndarray:
+def _truncated_part(bits: BitSource, plan: _GeometricPlan, num: int, den: int, n: int) -> np.ndarray:
     """U in [0, L) with P(U = u) proportional to exp(-u den/num): uniform + accept."""
     block, u_lo, u_hi = plan[0], plan[1], plan[2]
     out = np.empty(n, dtype=np.int64)
@@ -289,7 +299,7 @@ def _truncated_part(bits: BitSource, plan, num: int, den: int, n: int) -> np.nda
     return out
 
 
-def _block_count(bits: BitSource, plan, num: int, den: int, n: int) -> np.ndarray:
+def _block_count(bits: BitSource, plan: _GeometricPlan, num: int, den: int, n: int) -> np.ndarray:
     """V >= 0 with P(V >= v) = exp(-v L den/num), by exact inverse comparison."""
     block, v_lo, v_hi, vcap = plan[0], plan[3], plan[4], plan[5]
     total = np.zeros(n, dtype=np.int64)
@@ -349,7 +359,7 @@ def _laplace_int(bits: BitSource, num: int, den: int, n: int) -> np.ndarray:
     return out.out
 
 
-def discrete_laplace(scale, size, *, rng: BitSource | None = None) -> np.ndarray:
+def discrete_laplace(scale: Rational, size: int | Sequence[int], *, rng: BitSource | None = None) -> np.ndarray:
     """Exact samples with P(y) proportional to exp(-|y|/scale), y an integer (int64).
 
     ``scale`` is taken as the exact rational value of the argument (a float is its exact
@@ -368,7 +378,7 @@ def discrete_laplace(scale, size, *, rng: BitSource | None = None) -> np.ndarray
 # --- discrete Gaussian -----------------------------------------------------------------
 
 @functools.lru_cache(maxsize=32)
-def _gaussian_plan(a: int, b: int):
+def _gaussian_plan(a: int, b: int) -> tuple[int, np.ndarray, np.ndarray]:
     """Proposal scale t and acceptance bounds for sigma2 = a/b (CKS20 Alg. 3)."""
     t = math.isqrt(a // b) + 1  # floor(sigma) + 1, as CKS20 recommend
     cap = min(_MAX_GAUSS_TABLE, 16 * t)  # P(|Y| >= 16t) < 2e-7; beyond: see below
@@ -376,7 +386,7 @@ def _gaussian_plan(a: int, b: int):
     return t, np.array(lo, dtype=np.uint64), np.array(hi, dtype=np.uint64)
 
 
-def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarray:
+def discrete_gaussian(sigma2: Rational, size: int | Sequence[int], *, rng: BitSource | None = None) -> np.ndarray:
     """Exact samples with P(y) proportional to exp(-y^2/(2 sigma2)), y an integer (int64).
 
     ``sigma2`` is the exact rational variance parameter.  Adding it to an integer query of
@@ -432,7 +442,7 @@ def discrete_gaussian(sigma2, size, *, rng: BitSource | None = None) -> np.ndarr
 
 # --- exponential mechanism ---------------------------------------------------------------
 
-def _exact_score(value, i: int) -> Fraction:
+def _exact_score(value: Rational, i: int) -> Fraction:
     try:
         frac = Fraction(value)
     except (TypeError, ValueError, OverflowError):
@@ -441,7 +451,8 @@ def _exact_score(value, i: int) -> Fraction:
     return frac
 
 
-def exponential_mechanism(scores, epsilon, sensitivity, *, rng: BitSource | None = None) -> int:
+def exponential_mechanism(scores: Iterable[Rational], epsilon: Rational, sensitivity: Rational, *,
+                          rng: BitSource | None = None) -> int:
     """Index i with probability exactly exp(eps q_i/(2 Delta)) / sum_j exp(eps q_j/(2 Delta)).
 
     The exponential mechanism of the thesis (Def. 8, McSherry & Talwar 2007): for scores
@@ -492,7 +503,7 @@ def exponential_mechanism(scores, epsilon, sensitivity, *, rng: BitSource | None
 
 # --- real-valued strategy rows on a grid -------------------------------------------------
 
-def round_to_grid(matrix_values, grid) -> np.ndarray:
+def round_to_grid(matrix_values: npt.ArrayLike, grid: Rational) -> np.ndarray:
     """Integer matrix K = round(Q / grid); the measured strategy is Q' = grid * K.
 
     Measuring K x (x the integer count vector) with lattice noise and scaling the result
@@ -513,7 +524,7 @@ def round_to_grid(matrix_values, grid) -> np.ndarray:
     return k.astype(np.int64)
 
 
-def lattice_sensitivity2(k_matrix) -> int:
+def lattice_sensitivity2(k_matrix: npt.ArrayLike) -> int:
     """Exact squared L2 sensitivity of an integer matrix: max column sum of squares."""
     k = np.asarray(k_matrix)
     if k.dtype.kind not in "iu":
@@ -523,7 +534,7 @@ def lattice_sensitivity2(k_matrix) -> int:
     return max((sum(int(v) * int(v) for v in col) for col in cols.T), default=0)
 
 
-def lattice_release(values_int, sigma2, *, rng: BitSource | None = None) -> np.ndarray:
+def lattice_release(values_int: npt.ArrayLike, sigma2: Rational, *, rng: BitSource | None = None) -> np.ndarray:
     """Integer answers plus independent discrete Gaussian noise of parameter sigma2.
 
     The caller has already charged Delta^2/(2 sigma2) for Delta^2 =

@@ -18,8 +18,10 @@ connection (a cancelled call is awaited before the next one starts, because a se
 not shared between threads).  Each statement holds one of its user's statement slots
 (``limiter``: ``max_user_statements``) while it works, so one analyst cannot take every
 thread.  A cancel answers 57014 at once, also while waiting for a slot; an engine call
-finishes in the background, and any release it made is cached, so repeating the query costs
-nothing.
+finishes in the background (the engine has no point at which to stop it safely), and any
+release it made is cached, so repeating the query costs nothing.  Until that call ends it
+keeps its user's slot (issue 34 item 7: cancelling freed the slot while the work ran on, so
+one analyst could fill every engine thread by cancelling and asking again).
 
 With error columns on (``dpsql.error_columns``), engine answers also carry a boolean
 ``inferred`` column: true where a value came from the model without a supporting
@@ -37,10 +39,11 @@ import time
 from typing import Any
 
 from dpsql import errors
+from dpsql.display import rounded_rows
 from dpsql.server import codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
-from dpsql.server.results import Outcome, Portal, Prepared, QueryError
-from dpsql.server.shadow import ShadowError, ShadowUnavailable
+from dpsql.server.results import Outcome, Portal, Prepared, QueryError, out_of_memory
+from dpsql.server.shadow import ShadowError, ShadowReplyTooLarge, ShadowUnavailable
 from dpsql.sql.split import split_statements
 
 INFERRED = "inferred"
@@ -111,10 +114,17 @@ def _row_description(columns, formats) -> bytes:
     return codec.encode_row_description(fields)
 
 
-def _data_rows(rows, oids, formats) -> list[bytes]:
-    """DataRow messages: value j of each row encoded as ``oids[j]`` in its result format."""
-    return [codec.encode_data_row([pgtypes.encode_value(v, oids[i], _format(formats, i))
-                                   for i, v in enumerate(row)]) for row in rows]
+def _data_rows(rows, oids, formats, limit: int | None = None) -> list[bytes]:
+    """DataRow messages: value j of each row encoded as ``oids[j]`` in its result format; 53200
+    once they pass ``limit`` bytes (a reply is built whole before it is sent)."""
+    out, size = [], 0
+    for row in rows:
+        out.append(codec.encode_data_row([pgtypes.encode_value(v, oids[i], _format(formats, i))
+                                          for i, v in enumerate(row)]))
+        size += len(out[-1])
+        if limit is not None and size > limit:
+            raise out_of_memory(size, limit, "this reply")
+    return out
 
 
 def _shadow_outcome(res) -> Outcome:
@@ -131,8 +141,8 @@ def from_engine_error(exc: errors.Error, *, keep_position: bool = True) -> Query
 
 class Dispatcher:
     def __init__(self, link, shadow, settings: Settings, *, pid: int, database: str, executor,
-                 dpsql_version: str = "", signal=None, parse_executor=None, limiter=None,
-                 query_log=None) -> None:
+                 dpsql_version: str = "", signal=None, parse_executor=None, limiter=None, parse_limiter=None,
+                 query_log=None, max_reply: int | None = None) -> None:
         self.link = link
         self.shadow = shadow
         self.settings = settings
@@ -141,7 +151,9 @@ class Dispatcher:
         self.executor = executor
         self.parse_executor = parse_executor or executor
         self.limiter = limiter          # the user's statement slots (asyncio.Semaphore) or None
+        self.parse_limiter = parse_limiter   # the user's share of the parse pool (asyncio.Semaphore) or None
         self.query_log = query_log
+        self.max_reply = max_reply      # bytes of one reply (engine rows or a catalog reply); 53200 beyond
         self.dpsql_version = dpsql_version
         self.signal = signal            # cancels another session of the same user by pid
         self._tables = tuple(link.catalog)
@@ -149,6 +161,7 @@ class Dispatcher:
         self._cancel = asyncio.Event()
         self._running: Any = None
         self._held = 0
+        self._orphan: asyncio.Future | None = None    # a cancelled engine call still running
         self._cost = 0.0
         self.tx_status = "I"   # kept current by the protocol; BEGIN/COMMIT depend on it
         self._keep_position = True
@@ -192,13 +205,23 @@ class Dispatcher:
             yield
         finally:
             self._held -= 1
-            self.limiter.release()
+            orphan, self._orphan = self._orphan, None
+            if orphan is not None and not orphan.done():
+                # the statement was cancelled but its engine call runs on: the slot is its until then
+                orphan.add_done_callback(lambda f: self.limiter.release())
+            else:
+                self.limiter.release()
 
     # -- routing (off the event loop: sqlglot costs ~40 µs per byte) ---------------------------
     async def _parse_call(self, fn, *args):
         async with self._slot():
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.parse_executor, fn, *args)
+            if self.parse_limiter is None:
+                return await loop.run_in_executor(self.parse_executor, fn, *args)
+            # a user's parses take at most their share of the parse pool (issue 34 item 10: two
+            # statements near 256 KiB took both threads for ~10 s, and every other analyst waited)
+            async with self.parse_limiter:
+                return await loop.run_in_executor(self.parse_executor, fn, *args)
 
     async def split(self, sql: str) -> list[str]:
         return await self._parse_call(split_statements, sql)
@@ -228,6 +251,7 @@ class Dispatcher:
             # the abandoned call's outcome is dropped; fetching its exception keeps asyncio from
             # logging it as "never retrieved"
             fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._orphan = fut
             raise QueryError("57014", "canceling statement due to user request")
         try:
             return fut.result()
@@ -269,9 +293,13 @@ class Dispatcher:
                 raise QueryError("57014", "canceling statement due to user request")
             self._running = client
             try:
+                if method == "execute":
+                    return await client.execute(*args, max_bytes=self.max_reply)
                 return await getattr(client, method)(*args)
             except ShadowError as exc:
                 raise QueryError.relayed(exc.fields) from None
+            except ShadowReplyTooLarge as exc:     # the client is broken: the pool closes it
+                raise out_of_memory(exc.size, exc.limit, "this catalog reply") from None
             except (ShadowUnavailable, OSError) as exc:
                 client.broken = True
                 raise QueryError("58000", f"catalog backend unavailable: {exc}") from None
@@ -392,10 +420,17 @@ class Dispatcher:
         return await self._run_simple(portal.statement.sql, route, portal.result_formats)
 
     async def _run_engine(self, route, sql: str, params: tuple, formats, described=None) -> Outcome:
-        result, mode, self._cost = await self._engine(self._answer, route, sql, params)
+        outcome, self._cost = await self._engine(self._answer_outcome, route, sql, params, formats, described)
+        return outcome
+
+    def _answer_outcome(self, route, sql: str, params: tuple, formats, described) -> tuple[Outcome, float]:
+        """On an engine thread: answer, then encode the reply there too (issue 34 item 10: encoding
+        a large answer on the event loop stalled every connection for seconds); the statement
+        keeps its user's slot meanwhile, so the work stays bounded per user."""
+        result, mode, cost = self._answer(route, sql, params)
         columns = [_column(c) for c in result.columns]
         if not columns:
-            return Outcome(tag=result.message or "SELECT")
+            return Outcome(tag=result.message or "SELECT"), cost
         rows = result.rows
         if mode != "off" and route.tag == "SELECT" and not getattr(result, "message", None) \
                 and INFERRED not in (name for name, _ in columns):
@@ -408,7 +443,7 @@ class Dispatcher:
         oids = [pgtypes.oid_for(t) for _, t in columns]
         tag = "SELECT" if route.tag == "SELECT" else route.tag
         return Outcome(description=self._engine_description(columns, formats),
-                       rows=_data_rows(rows, oids, formats), tag=tag)
+                       rows=_data_rows(rows, oids, formats, self.max_reply), tag=tag), cost
 
     @staticmethod
     def _engine_description(columns, formats) -> bytes:

@@ -97,7 +97,7 @@ class FrameReader:
         del self._buf[:length]
         return body
 
-    def next_message(self) -> tuple[bytes, bytes] | None:
+    def next_message(self) -> tuple[bytes, bytes | Oversize] | None:
         """``(type, body)`` of the next typed message, or None if incomplete."""
         if len(self._buf) < 5:
             return None

@@ -5,10 +5,13 @@
     max_user_statements = 2          # statements one user may run at once (more wait their turn)
     max_connections = 100            # authenticated connections (53300 beyond)
     max_user_connections = 50        # of them one user's (default: half of max_connections; 53300 beyond)
+    max_session_memory = 67108864    # bytes one connection holds: statements, portals, a reply (53200)
     max_unauthenticated = 256        # connections still authenticating; the most stalled gives way beyond
     auth_timeout = 5.0               # seconds to finish authenticating
     catalog_timeout = 10.0           # statement timeout of catalog queries, enforced per role
     query_log = "queries.jsonl"      # JSON lines, one per statement; "-" for stderr
+    query_log_max_bytes = 67108864   # rotated beyond this size (queries.jsonl.1, .2, …)
+    query_log_files = 4              # rotated files kept
     [server.users.alice]             # defaults of one user's sessions (startup options override)
     error_columns = "ci95"           # dpsql.error_columns: off | stderr | ci95
     estimator = "pgm"                # dpsql.estimator: pgm | least_squares
@@ -32,7 +35,8 @@ USER_SETTINGS = {"error_columns": ("dpsql.error_columns", ("off", "stderr", "ci9
                  "estimator": ("dpsql.estimator", ("pgm", "least_squares"))}
 USER_LIMITS = ("connection_limit",)     # per-user keys that are server limits, not session settings
 _NUMBERS = {"max_statement_bytes": int, "max_user_statements": int, "max_connections": int,
-            "max_user_connections": int,
+            "max_user_connections": int, "query_log_max_bytes": int, "query_log_files": int,
+            "max_session_memory": int,
             "max_unauthenticated": int, "auth_timeout": float, "catalog_timeout": float}
 
 
@@ -46,6 +50,9 @@ class ServerConfig:
     auth_timeout: float = 5.0
     catalog_timeout: float = 10.0
     query_log: str | None = None          # a path, or "-" for stderr
+    query_log_max_bytes: int = 64 * 1024 * 1024
+    max_session_memory: int = 64 * 1024 * 1024
+    query_log_files: int = 4
     user_settings: dict[str, dict[str, str]] = field(default_factory=dict)   # user -> {dpsql.x: value}
     user_connection_limits: dict[str, int] = field(default_factory=dict)     # user -> connection_limit
 

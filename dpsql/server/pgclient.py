@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from dpsql.server import codec
 
-__all__ = ["ShadowClient", "ShadowError", "ShadowResult", "ShadowUnavailable"]
+__all__ = ["ShadowClient", "ShadowError", "ShadowReplyTooLarge", "ShadowResult", "ShadowUnavailable"]
 
 
 class ShadowUnavailable(RuntimeError):
@@ -26,6 +26,16 @@ class ShadowError(Exception):
     def __init__(self, fields: dict[str, str]) -> None:
         super().__init__(fields.get("M", "catalog query failed"))
         self.fields = fields
+
+
+class ShadowReplyTooLarge(Exception):
+    """A catalog reply passed the caller's byte limit; the connection is left broken (closed by
+    the pool: its backend notices at its next write and stops)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"catalog reply of more than {limit} bytes")
+        self.size = size
+        self.limit = limit
 
 
 @dataclass
@@ -53,6 +63,9 @@ class ShadowClient:
         self._writer: asyncio.StreamWriter | None = None
         self.broken = False
         self.role = ""
+        self.user = ""          # the analyst a pooled connection serves (shadow.py)
+        self._limit: int | None = None      # bytes the current reply may take (``execute``)
+        self._taken = 0
 
     @classmethod
     async def connect(cls, socket_path: str, database: str, user: str) -> ShadowClient:
@@ -86,6 +99,12 @@ class ShadowClient:
         try:
             head = await self._reader.readexactly(5)
             length = int.from_bytes(head[1:5], "big")
+            if self._limit is not None:
+                # checked before the body is read: a single 300 MB value never enters memory
+                self._taken += length + 1
+                if self._taken > self._limit:
+                    self.broken = True
+                    raise ShadowReplyTooLarge(self._taken, self._limit)
             body = await self._reader.readexactly(length - 4)
         except (asyncio.IncompleteReadError, ConnectionError):
             self.broken = True
@@ -98,7 +117,7 @@ class ShadowClient:
         assert self._writer is not None
         self._writer.write(payload)
         await self._writer.drain()
-        replies = []
+        replies: list = []
         while True:
             kind, body = await self._read()
             if kind == b"Z":
@@ -135,11 +154,17 @@ class ShadowClient:
                 description = codec.message(b"T", body)
         return oids, description
 
-    async def execute(self, sql: str, param_oids, param_formats, params, result_formats) -> ShadowResult:
+    async def execute(self, sql: str, param_oids, param_formats, params, result_formats,
+                      max_bytes: int | None = None) -> ShadowResult:
+        """Run ``sql``; with ``max_bytes``, ``ShadowReplyTooLarge`` once its reply passes that many bytes."""
         payload = (_RESET + codec.encode_parse("", sql, param_oids)
                    + codec.encode_bind("", "", param_formats, params, result_formats)
                    + codec.encode_describe("P", "") + codec.encode_execute("", 0) + codec.SYNC)
-        replies = await self._roundtrip(payload, syncs=2)
+        self._limit, self._taken = max_bytes, 0
+        try:
+            replies = await self._roundtrip(payload, syncs=2)
+        finally:
+            self._limit = None
         self._raise_error(replies)
         result = ShadowResult(None)
         for kind, body in replies:

@@ -14,12 +14,18 @@ destroys portals outside a transaction block; a Query message destroys the unnam
 statement and portal; ``max_rows`` pages a portal with PortalSuspended.  For differential
 privacy the portal keeps its materialised result, so paging never re-runs (and never
 re-releases) a query: one release per Execute of a fresh portal.
+
+Memory (issue 34 item 11: one connection held 3.4 GB in suspended portals): the bytes of
+every prepared statement and portal (SQL, parameters, the materialised reply) count against
+``max_memory``; a Parse, Bind or Execute that would exceed it is refused with 53200 and what
+it added is dropped (a refused Execute's query was answered: repeating it costs no budget,
+the engine caches its answer).
 """
 
 from __future__ import annotations
 
 from dpsql.server import codec
-from dpsql.server.results import Outcome, Portal, Prepared, QueryError
+from dpsql.server.results import Held, Outcome, Portal, Prepared, QueryError, out_of_memory
 
 _TX_END = ("COMMIT", "END", "ROLLBACK", "ABORT")
 
@@ -34,12 +40,13 @@ class FatalError(Exception):
 
 
 class QueryProtocol:
-    def __init__(self, dispatcher) -> None:
+    def __init__(self, dispatcher, max_memory: int | None = None) -> None:
         self.dispatcher = dispatcher
+        self.max_memory = max_memory
         self.out: list[bytes] = []
         self.status = "I"                   # I idle, T in a transaction block, E failed block
-        self.statements: dict[str, Prepared] = {}
-        self.portals: dict[str, Portal] = {}
+        self.statements: Held = Held()      # name -> Prepared
+        self.portals: Held = Held()         # name -> Portal
         self._skipping = False
 
     # -- helpers -------------------------------------------------------------------------------
@@ -61,6 +68,26 @@ class QueryProtocol:
                                        and route.words[0] in _TX_END):
             raise QueryError("25P02", "current transaction is aborted, commands ignored until end of "
                              "transaction block", hint="send ROLLBACK")
+
+    @property
+    def held(self) -> int:
+        """Bytes held by this connection's prepared statements and portals."""
+        return self.statements.total + self.portals.total
+
+    def _within_memory(self, table: Held, name: str) -> None:
+        """Refuse (53200) and drop ``table[name]`` when it took the connection past its limit."""
+        if self.max_memory is not None and self.held > self.max_memory:
+            needed = self.held
+            table.pop(name, None)
+            raise out_of_memory(needed, self.max_memory, "its prepared statements and portals")
+
+    def _hold(self, name: str, portal: Portal) -> None:
+        """Account a portal's materialised reply."""
+        assert portal.outcome is not None   # called once the portal has run
+        size = sum(len(p) for p in portal.params if p is not None) + portal.outcome.nbytes
+        if self.portals.get(name) is portal and size != portal.nbytes:
+            self.portals.resize(name, size)
+            self._within_memory(self.portals, name)
 
     def _apply(self, outcome: Outcome) -> None:
         self.out.extend(outcome.before)
@@ -162,6 +189,7 @@ class QueryProtocol:
         self._check_aborted(route)
         prepared = await self.dispatcher.prepare(msg.query, route, msg.param_oids)
         self.statements[msg.name] = prepared
+        self._within_memory(self.statements, msg.name)
         self.out.append(codec.PARSE_COMPLETE)
 
     def _statement(self, name: str) -> Prepared:
@@ -189,6 +217,7 @@ class QueryProtocol:
         if len(msg.param_formats) not in (0, 1, len(msg.params)):
             raise QueryError("08P01", "bind message has an invalid number of parameter formats")
         self.portals[msg.portal] = Portal(stmt, msg.params, msg.param_formats, msg.result_formats)
+        self._within_memory(self.portals, msg.portal)
         self.out.append(codec.BIND_COMPLETE)
 
     async def _describe(self, body: bytes) -> None:
@@ -203,6 +232,8 @@ class QueryProtocol:
         portal = self._portal(name)
         self.dispatcher.tx_status = self.status
         description = await self.dispatcher.describe_portal(portal)
+        if portal.outcome is not None:
+            self._hold(name, portal)
         self.out.append(description if description is not None else codec.NO_DATA)
 
     async def _execute(self, body: bytes) -> None:
@@ -213,6 +244,7 @@ class QueryProtocol:
             self.dispatcher.tx_status = self.status
             portal.outcome = await self.dispatcher.execute(portal)
             self._apply(portal.outcome)
+            self._hold(name, portal)
         outcome = portal.outcome
         if outcome.empty:
             self.out.append(codec.EMPTY_QUERY)

@@ -51,6 +51,10 @@ class Outcome:
     def is_select(self) -> bool:
         return self.description is not None
 
+    @property
+    def nbytes(self) -> int:
+        return len(self.description or b"") + sum(map(len, self.rows)) + sum(map(len, self.before))
+
 
 @dataclass
 class Prepared:
@@ -62,6 +66,10 @@ class Prepared:
     description: bytes | None = None     # RowDescription with text formats, or None (NoData)
     described: bool = False
 
+    @property
+    def nbytes(self) -> int:
+        return len(self.sql.encode("utf-8")) + len(self.description or b"")
+
 
 @dataclass
 class Portal:
@@ -72,3 +80,53 @@ class Portal:
     outcome: Outcome | None = None
     sent: int = 0
     row_types: list[str] | None = None   # engine column types announced at Describe
+    nbytes: int = 0                      # accounted in ``Held``: parameters, then also the outcome
+
+    def __post_init__(self) -> None:
+        self.nbytes = sum(len(p) for p in self.params if p is not None)
+
+
+class Held(dict):
+    """Prepared statements or portals by name, keeping the total of their ``nbytes`` (the
+    per-connection memory cap, ``max_session_memory``, is checked against it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+
+    def __setitem__(self, key, value) -> None:
+        old = super().get(key)
+        if old is not None:
+            self.total -= old.nbytes
+        super().__setitem__(key, value)
+        self.total += value.nbytes
+
+    def __delitem__(self, key) -> None:
+        self.total -= self[key].nbytes
+        super().__delitem__(key)
+
+    def pop(self, key, *default):
+        if key in self:
+            value = super().pop(key)
+            self.total -= value.nbytes
+            return value
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+    def clear(self) -> None:
+        super().clear()
+        self.total = 0
+
+    def resize(self, key, nbytes: int) -> None:
+        value = self[key]
+        self.total += nbytes - value.nbytes
+        value.nbytes = nbytes
+
+
+def out_of_memory(needed: int, limit: int, what: str) -> QueryError:
+    """53200, as PostgreSQL reports a request its memory limits refuse."""
+    return QueryError("53200", f"out of memory: {what} would hold {needed} bytes, over this connection's limit "
+                      f"of {limit} bytes",
+                      hint="fetch results to the end, close portals and prepared statements no longer needed, "
+                           "or narrow the query; the operator sets [server] max_session_memory")

@@ -56,11 +56,11 @@ class Route:
     fingerprint: str = field(default="", compare=False)   # for the query log (querylog.fingerprint)
 
 
-def _cte_names(tree: exp.Expression) -> set[str]:
+def _cte_names(tree: exp.Expr) -> set[str]:
     return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 
 
-def _relations(tree: exp.Expression, private: set[str]) -> tuple[set, set, set]:
+def _relations(tree: exp.Expr, private: set[str]) -> tuple[set, set, set]:
     """(private tables, catalog relations, unknown relations) referenced by the statement."""
     ctes = _cte_names(tree)
     found_private, found_catalog, unknown = set(), set(), set()
@@ -227,7 +227,7 @@ def _route(sql: str, private_tables, tokens) -> Route:
     return Route("catalog", tree=tree)
 
 
-def qmark_parameters(tree: exp.Expression) -> tuple[str, list[int]] | None:
+def qmark_parameters(tree: exp.Expr) -> tuple[str, list[int]] | None:
     """Rewrite ``$n`` parameters to ``?`` for the DP compiler.
 
     Returns the SQL and, for each ``?`` in the compiler's binding order (pre-order walk, as

@@ -93,7 +93,7 @@ def check_password(password: str, verifier: str) -> bool:
 
 
 def _attributes(text: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for part in text.split(","):
         if len(part) < 2 or part[1] != "=":
             raise AuthFailure("malformed SCRAM attribute")

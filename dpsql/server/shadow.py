@@ -23,10 +23,10 @@ import secrets
 from dpsql.server import codec
 from dpsql.server.catalogdb import (SHADOW_ROLE, CatalogCluster, ShadowUnavailable, find_bindir, ident,
                                     role_name, role_sql)
-from dpsql.server.pgclient import ShadowClient, ShadowError
+from dpsql.server.pgclient import ShadowClient, ShadowError, ShadowReplyTooLarge
 
-__all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "ShadowUnavailable", "find_bindir",
-           "schema_ddl", "catalog_type"]
+__all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "ShadowReplyTooLarge", "ShadowUnavailable",
+           "find_bindir", "schema_ddl", "catalog_type"]
 
 
 def catalog_type(attribute) -> str:

@@ -40,11 +40,11 @@ class AggCall:
     """One aggregate as written: function, argument, FILTER predicate, quantile level."""
 
     func: str                       # count | sum | avg | variance | stddev | quantile
-    arg: exp.Expression | None      # None for COUNT(*)
-    filter: exp.Expression | None
+    arg: exp.Expr | None      # None for COUNT(*)
+    filter: exp.Expr | None
     q: float | None = None
     method: str | None = None       # cont | disc (quantiles); samp | pop (variance)
-    node: exp.Expression | None = None
+    node: exp.Expr | None = None
     name: str = ""
 
 
@@ -54,7 +54,7 @@ def _anon_name(node) -> str | None:
     return None
 
 
-def is_aggregate(node: exp.Expression) -> bool:
+def is_aggregate(node: exp.Expr) -> bool:
     """True for a node that is itself an aggregate call (incl. FILTER / WITHIN GROUP)."""
     if isinstance(node, (exp.Filter, exp.WithinGroup)):
         return True
@@ -75,7 +75,7 @@ def _quantile_level(node, value_node, pos) -> float:
     return float(q)
 
 
-def parse_aggregate(node: exp.Expression, pos, words=None, call_pos=None) -> AggCall:
+def parse_aggregate(node: exp.Expr, pos, words=None, call_pos=None) -> AggCall:
     """Recognise a supported aggregate or raise UnsupportedQueryError naming it (as the user
     wrote it: ``words(node)`` reads the function's name back from the SQL text)."""
     filt = None

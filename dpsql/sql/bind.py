@@ -121,7 +121,7 @@ def _lookup_table(catalog: Catalog, ident: exp.Identifier):
 _SCHEMAS = ("public", "main")
 
 
-def bind_table(stmt: Statement, catalog: Catalog, tree: exp.Select | None = None) -> Scope:
+def bind_table(stmt: Statement, catalog: Catalog, tree: exp.Expr | None = None) -> Scope:
     """Resolve the FROM clause of ``tree`` (default: the statement's) to one private table
     (subqueries and joins were handled before)."""
     tree = stmt.tree if tree is None else tree

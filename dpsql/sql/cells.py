@@ -59,7 +59,7 @@ _PREDICATES = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.And, exp.O
                exp.In, exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike)
 
 
-def snippet(node: exp.Expression | None, limit: int = 120) -> str:
+def snippet(node: exp.Expr | None, limit: int = 120) -> str:
     """A node's SQL for messages, bounded: generating SQL copies the whole subtree, so a
     100,000-item IN list is summarised instead of printed."""
     if node is None:
@@ -80,11 +80,11 @@ def snippet(node: exp.Expression | None, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def columns_in(node: exp.Expression) -> list[exp.Column]:
+def columns_in(node: exp.Expr) -> list[exp.Column]:
     return [c for c in node.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
 
 
-def conjuncts(node: exp.Expression) -> list[exp.Expression]:
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
     """The terms of a top-level AND chain, parentheses removed, left to right (iteratively:
     a chain of thousands of ANDs must not recurse)."""
     out, todo = [], [node]
@@ -120,7 +120,7 @@ def canonical(node, column):
     return node
 
 
-def literal_value(node: exp.Expression) -> tuple[bool, Any]:
+def literal_value(node: exp.Expr) -> tuple[bool, Any]:
     """(is_constant, value) for literals, NULL, booleans, signed numbers and casts of them."""
     if isinstance(node, exp.Paren):
         return literal_value(node.this)
@@ -148,7 +148,7 @@ def literal_value(node: exp.Expression) -> tuple[bool, Any]:
 
 
 
-def position_literal(node: exp.Expression, n: int, clause: str, pos: Callable) -> int | None:
+def position_literal(node: exp.Expr, n: int, clause: str, pos: Callable) -> int | None:
     """The select-list position an integer literal names in ``clause`` (``ORDER BY 2``,
     ``GROUP BY 1``: 1-based, as written), or None when ``node`` is not an integer literal
     (a column, an expression, or a constant such as ``1.5`` or ``'a'``, which the caller
@@ -197,7 +197,7 @@ def _int_div(a, b):
 class CellEvaluator:
     """Evaluates expressions of a single attribute; ``pos`` maps nodes to SQL positions."""
 
-    def __init__(self, attr, pos: Callable[[exp.Expression], int | None], words=None, meter=None) -> None:
+    def __init__(self, attr, pos: Callable[[exp.Expr], int | None], words=None, meter=None) -> None:
         self.attr = attr
         self.pos = pos
         self.words = words   # node → the function name as the user wrote it
@@ -260,7 +260,7 @@ class CellEvaluator:
                 f"of the declared domain (column '{self.attr.name}' has {self.n:,})", position=self.pos(node),
                 hint="simplify the expressions, or bucket the column more coarsely in the domain declaration")
 
-    def value(self, node: exp.Expression) -> Evaluated:
+    def value(self, node: exp.Expr) -> Evaluated:
         """Per-cell values of a scalar expression (ends of each bin)."""
         if not isinstance(node, (exp.Column, exp.Literal, exp.Paren, exp.Null, exp.Boolean)):
             self._charge(node)      # columns and literals are list copies, not per-cell work
@@ -482,7 +482,7 @@ class CellEvaluator:
         return ev.lo, ev.null
 
     # --- predicates ----------------------------------------------------------------------
-    def truth(self, node: exp.Expression) -> tuple[np.ndarray, np.ndarray]:
+    def truth(self, node: exp.Expr) -> tuple[np.ndarray, np.ndarray]:
         """(TRUE mask, FALSE mask) of a predicate of this attribute over its cells."""
         self._charge(node)
         if isinstance(node, exp.Paren):

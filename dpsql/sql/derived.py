@@ -39,7 +39,7 @@ def folded(ident: exp.Identifier | None) -> str | None:
     return ident.name if ident.args.get("quoted") else ident.name.lower()
 
 
-def _alias_ident(node: exp.Expression) -> exp.Identifier | None:
+def _alias_ident(node: exp.Expr) -> exp.Identifier | None:
     alias = node.args.get("alias")
     if isinstance(alias, exp.TableAlias):
         return alias.this
@@ -48,7 +48,7 @@ def _alias_ident(node: exp.Expression) -> exp.Identifier | None:
     return None
 
 
-def _scoped_nodes(tree: exp.Expression):
+def _scoped_nodes(tree: exp.Expr):
     """Nodes of ``tree``'s own scope: nested SELECTs (other scopes) are not entered."""
     stack = [tree]
     while stack:
@@ -60,7 +60,7 @@ def _scoped_nodes(tree: exp.Expression):
             stack.append(child)
 
 
-def _has_aggregate(node: exp.Expression) -> bool:
+def _has_aggregate(node: exp.Expr) -> bool:
     return any(is_aggregate(n) for n in _scoped_nodes(node))
 
 
@@ -75,10 +75,10 @@ def is_row_level(select: exp.Select) -> bool:
         not any(isinstance(n, exp.Window) for e in select.expressions for n in _scoped_nodes(e))
 
 
-def output_names(select: exp.Select, star_columns) -> list[tuple[str | None, exp.Expression | None]]:
+def output_names(select: exp.Select, star_columns) -> list[tuple[str | None, exp.Expr | None]]:
     """(folded output name, expression) per output column of ``select``; ``*`` and ``t.*``
     expand to ``star_columns(select)`` (declared names, as quoted columns)."""
-    out: list[tuple[str | None, exp.Expression | None]] = []
+    out: list[tuple[str | None, exp.Expr | None]] = []
     for e in select.expressions:
         if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
             out.extend((c.name, c) for c in star_columns(select))
@@ -91,7 +91,7 @@ def output_names(select: exp.Select, star_columns) -> list[tuple[str | None, exp
     return out
 
 
-def _paren(node: exp.Expression) -> exp.Expression:
+def _paren(node: exp.Expr) -> exp.Expr:
     return node if isinstance(node, (exp.Column, exp.Literal, exp.Paren, exp.Null, exp.Boolean)) \
         else exp.Paren(this=node)
 
@@ -100,7 +100,7 @@ def _merge(outer: exp.Select, sub: exp.Subquery, inner: exp.Select, star_columns
     """``outer`` with its FROM subquery ``sub`` (whose SELECT is ``inner``) merged in."""
     alias = folded(_alias_ident(sub))
     names = output_names(inner, star_columns)
-    by_name: dict[str, list[exp.Expression]] = {}
+    by_name: dict[str, list[exp.Expr]] = {}
     for name, e in names:
         if name is not None:
             by_name.setdefault(name, []).append(e)
@@ -193,10 +193,10 @@ class Pending:
     column of the same index in ``inner_cols`` (``null_safe``: NULL matches NULL)."""
 
     select: exp.Select
-    outer: list[exp.Expression]
+    outer: list[exp.Expr]
     inner_cols: list[int]
     null_safe: list[bool]
-    node: exp.Expression
+    node: exp.Expr
 
 
 def _strip(node):
@@ -279,7 +279,7 @@ def _join_restriction(join: exp.Join, stmt, star_columns) -> Pending:
     alias = folded(_alias_ident(sub))
     names = [n for n, _ in output_names(inner, star_columns)]
     using = join.args.get("using")
-    pairs: list[tuple[exp.Expression, int, bool]] = []
+    pairs: list[tuple[exp.Expr, int, bool]] = []
     if using:
         for ident in using:
             name = folded(ident)

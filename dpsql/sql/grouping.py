@@ -42,7 +42,7 @@ class GroupKey:
     """One GROUP BY key: its canonical text, attribute and per-cell value."""
 
     canonical: str
-    node: exp.Expression
+    node: exp.Expr
     attr: object
     values: list
     type: str
@@ -179,7 +179,7 @@ def _hashable(v):
     return "(other)" if v is OTHER else v
 
 
-def build_key(canonical: str, node: exp.Expression, attr, evaluator: CellEvaluator) -> GroupKey:
+def build_key(canonical: str, node: exp.Expr, attr, evaluator: CellEvaluator) -> GroupKey:
     """Evaluate a key expression on the cells of ``attr``."""
     inner = node.this if isinstance(node, exp.Paren) else node
     if isinstance(inner, exp.Column):

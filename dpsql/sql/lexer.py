@@ -228,9 +228,9 @@ def tokenize(sql: str, comments: list | None = None) -> list[Token]:
             j = m.end()
             # An operator never swallows the start of a comment.
             for mark in ("--", "/*"):
-                k = sql.find(mark, i, j)
-                if k > i:
-                    j = k
+                at = sql.find(mark, i, j)
+                if at > i:
+                    j = at
             append(Token(OP, i, j, sql[i:j]))
             i = j
             continue

@@ -67,16 +67,16 @@ class Statement:
     back to the user's text."""
 
     sql: str
-    tree: exp.Expression
+    tree: exp.Expr
     offset: int
     explain: bool
     prepared: Prepared | None = None
 
-    def pos(self, node: exp.Expression | None, name: str | None = None) -> int | None:
+    def pos(self, node: exp.Expr | None, name: str | None = None) -> int | None:
         return position_of(node, self.sql, self.prepared, self.offset, name)
 
 
-def position_of(node: exp.Expression | None, sql: str, prepared: Prepared | None = None, offset: int = 0,
+def position_of(node: exp.Expr | None, sql: str, prepared: Prepared | None = None, offset: int = 0,
                 name: str | None = None) -> int | None:
     """Best 1-based position of ``node`` in the user's SQL.
 
@@ -101,7 +101,7 @@ def position_of(node: exp.Expression | None, sql: str, prepared: Prepared | None
     return None
 
 
-def written(stmt: Statement, node: exp.Expression) -> str:
+def written(stmt: Statement, node: exp.Expr) -> str:
     """The name of a function call as the user wrote it (``string_agg``, not sqlglot's
     GROUP_CONCAT), read back from the SQL text at the call's position."""
     if isinstance(node, exp.Anonymous):
@@ -114,7 +114,7 @@ def written(stmt: Statement, node: exp.Expression) -> str:
     return node.sql_name().lower() if isinstance(node, exp.Func) else type(node).__name__.lower()
 
 
-def call_position(stmt: Statement, node: exp.Expression) -> int | None:
+def call_position(stmt: Statement, node: exp.Expr) -> int | None:
     """1-based position of a function call's name (sqlglot may record only its arguments)."""
     pos = stmt.pos(node)
     if pos is None:
@@ -139,7 +139,7 @@ def _word_at(sql: str, i: int) -> str:
     return sql[i:j]
 
 
-def _is_argument_start(node: exp.Expression, sql: str, i: int) -> bool:
+def _is_argument_start(node: exp.Expr, sql: str, i: int) -> bool:
     """Is offset ``i`` where the first argument of ``node`` begins (not the call's name)?"""
     meta = getattr(node, "_meta", None) or {}
     if meta.get("start") is not None:
@@ -191,7 +191,7 @@ def _line_col_offset(text: str, line: int, col: int) -> int:
 
 # --- parameters ----------------------------------------------------------------------------
 
-def _literal_for(value: Any, label: str, pos: int | None) -> exp.Expression:
+def _literal_for(value: Any, label: str, pos: int | None) -> exp.Expr:
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
@@ -228,9 +228,9 @@ def _literal_for(value: Any, label: str, pos: int | None) -> exp.Expression:
                            hint="pass None, bool, int, float, Decimal, str or a date")
 
 
-def _holes(tree: exp.Expression) -> dict[str, list[exp.Expression]]:
+def _holes(tree: exp.Expr) -> dict[str, list[exp.Expr]]:
     """Parameter nodes by key: "1", "2", … for $n (and the rewritten '?'), names otherwise."""
-    out: dict[str, list[exp.Expression]] = {}
+    out: dict[str, list[exp.Expr]] = {}
     for n in tree.walk():
         key = None
         if isinstance(n, exp.Parameter):
@@ -247,7 +247,7 @@ def _holes(tree: exp.Expression) -> dict[str, list[exp.Expression]]:
     return out
 
 
-def _bind_params(tree: exp.Expression, params: Any, prep: Prepared) -> None:
+def _bind_params(tree: exp.Expr, params: Any, prep: Prepared) -> None:
     if params is not None and isinstance(params, (str, bytes, bytearray)):
         raise ProgrammingError("parameters must be a sequence, not a string", hint="wrap it: (value,)")
     holes = _holes(tree)
@@ -305,7 +305,7 @@ def _bind_params(tree: exp.Expression, params: Any, prep: Prepared) -> None:
 
 # --- shape -------------------------------------------------------------------------------
 
-def _restore_in_lists(tree: exp.Expression, prep: Prepared) -> bool:
+def _restore_in_lists(tree: exp.Expr, prep: Prepared) -> bool:
     """Put the compacted IN lists back, each value once (``x IN (a, a, b)`` is
     ``x IN (a, b)``); False if a placeholder is not where it belongs."""
     if not prep.inlists:
@@ -349,7 +349,7 @@ def _restore_in_lists(tree: exp.Expression, prep: Prepared) -> bool:
     return found == len(prep.inlists)
 
 
-def _balance(tree: exp.Expression) -> exp.Expression:
+def _balance(tree: exp.Expr) -> exp.Expr:
     """Rebalance long AND/OR chains (sqlglot builds them left-deep, one level per term)."""
     stack = [tree]
     while stack:
@@ -377,7 +377,7 @@ def _balance(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def _build(kind, operands: list[exp.Expression]) -> exp.Expression:
+def _build(kind, operands: list[exp.Expr]) -> exp.Expr:
     level = list(operands)
     while len(level) > 1:
         nxt = [kind(this=level[i], expression=level[i + 1]) for i in range(0, len(level) - 1, 2)]
@@ -387,7 +387,7 @@ def _build(kind, operands: list[exp.Expression]) -> exp.Expression:
     return level[0]
 
 
-def _check_depth(tree: exp.Expression, stmt_pos) -> None:
+def _check_depth(tree: exp.Expr, stmt_pos) -> None:
     stack = [(tree, 1)]
     while stack:
         node, d = stack.pop()
@@ -437,7 +437,7 @@ def _first_word(sql: str, start: int) -> str:
     return _word_at(sql, start).upper()
 
 
-def _check_kind(stmt: Statement, tree: exp.Expression, prep: Prepared) -> None:
+def _check_kind(stmt: Statement, tree: exp.Expr, prep: Prepared) -> None:
     word = _first_word(prep.sql, prep.start)
     at = prep.start + 1
     if isinstance(tree, _WRITES) or word in _WRITE_WORDS:

@@ -39,7 +39,7 @@ MAX_JOINT_WORK = 200_000_000
 _PERMUTE_CELLS = 100_000
 
 
-def _all_of(parts: list[exp.Expression]) -> exp.Expression:
+def _all_of(parts: list[exp.Expr]) -> exp.Expr:
     """AND of ``parts`` as a balanced tree (a left-deep chain of thousands of conjuncts would
     recurse once per conjunct when evaluated)."""
     level = list(parts)
@@ -140,7 +140,7 @@ def _fewest_boxes(mask: np.ndarray, names: list[str]) -> list[Term]:
     return best
 
 
-def compile_predicate(node: exp.Expression | None, resolve, evaluator, pos, any_attr) -> list[Term]:
+def compile_predicate(node: exp.Expr | None, resolve, evaluator, pos, any_attr) -> list[Term]:
     """Disjoint terms whose union is the TRUE set of ``node`` (``[{}]`` when no predicate).
 
     ``resolve`` maps a column node to its Attribute, ``evaluator`` an Attribute to its

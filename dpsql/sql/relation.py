@@ -110,6 +110,7 @@ def _kleene(op: str, a: V, b: V | None = None) -> V:
         if op == "not":
             out[i] = None if p is None else not p
             continue
+        assert xb is not None  # "and" and "or" are binary
         q = xb[i]
         if op == "and":
             out[i] = False if (p is False or q is False) else None if (p is None or q is None) else True
@@ -182,7 +183,7 @@ def _fn(name: str, args: list[V], n: int) -> V:
             pick = np.nanargmax(np.where(np.isnan(stack), -np.inf, stack), axis=0) if name == "greatest" \
                 else np.nanargmin(np.where(np.isnan(stack), np.inf, stack), axis=0)
         val = stack[pick, np.arange(n)]
-        grad = {}
+        grad: dict[int, np.ndarray] = {}
         for j, a in enumerate(nums):
             for k, d in a.grad.items():
                 grad[k] = grad.get(k, 0) + np.where(pick == j, d, 0.0)
@@ -242,7 +243,7 @@ class Evaluator:
                 pick = np.where([c is True for c in conds[j]], j, pick)
             if numeric:
                 val = np.full(n, np.nan)
-                grad = {}
+                grad: dict[int, np.ndarray] = {}
                 for j, v in enumerate(vals):
                     sel = pick == j
                     val = np.where(sel, v.val, val)

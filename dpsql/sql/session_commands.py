@@ -21,13 +21,13 @@ from dpsql.sql.lexer import prepare
 SessionCommand = tuple[str, str, str]  # (kind, setting name, value)
 
 
-def _setting_name(node: exp.Expression) -> str:
+def _setting_name(node: exp.Expr) -> str:
     if isinstance(node, exp.Column):
         return ".".join(p.name for p in node.parts).lower()
     return node.name.lower()
 
 
-def _value(node: exp.Expression) -> str:
+def _value(node: exp.Expr) -> str:
     if isinstance(node, (exp.Literal, exp.Var, exp.Identifier)):
         return str(node.name)
     if isinstance(node, exp.Column):

@@ -44,7 +44,7 @@ def tokens(sql: str) -> list[Token] | None:
         return None
 
 
-def parse_statement(sql: str, dialect: str = "postgres") -> exp.Expression | None:
+def parse_statement(sql: str, dialect: str = "postgres") -> exp.Expr | None:
     """The AST of ``sql`` when it is exactly one statement sqlglot can parse, else None
     (no exception for any text; sqlglot's parse warnings are not logged)."""
     logger = logging.getLogger("sqlglot")

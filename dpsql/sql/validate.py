@@ -24,7 +24,7 @@ def _refuse(stmt: Statement, node, message: str, hint: str) -> None:
     raise UnsupportedQueryError(message, position=stmt.pos(node), hint=hint)
 
 
-def check_structure(stmt: Statement, tree: exp.Expression | None = None) -> None:
+def check_structure(stmt: Statement, tree: exp.Expr | None = None) -> None:
     """Raise UnsupportedQueryError for windows, CTEs, ROLLUP and subqueries elsewhere than in
     FROM, a join, or a top-level ``IN (SELECT …)``."""
     tree = stmt.tree if tree is None else tree

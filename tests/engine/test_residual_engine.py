@@ -86,6 +86,8 @@ def test_standard_errors_run_on_one_blas_thread(measured, monkeypatch):
 
     spy("pinv")
     spy("eigh")
+    spy("qr")        # the factor grams' factorisation (linalg/rowscaled.py, issue 28)
+    spy("solve")
     with threadpool_limits(limits=2, user_api="blas"):
         for sql in QUERIES:
             con.session.execute(sql + " -- not the cached answer")

@@ -23,7 +23,7 @@ from driver import ENTER, UP, driven, run_keys
 from fakes import ADULT_CONFIG, ROOT
 
 CSV = ROOT / "examples" / "adult" / "adult.csv"
-HUGE = {"epsilon": 1e7, "delta": 1e-6}
+HUGE = {"epsilon": 1e7, "delta": 1e-6, "per_user": {"epsilon": 1e7}}
 SLOW = 600.0  # planning the dashboard and fitting the model, on a busy 2-core machine
 
 
@@ -108,7 +108,8 @@ def test_values_without_a_supporting_measurement_are_marked(tmp_path):
     assert "ERROR" not in out, out
     assert "inferred by the model without a supporting measurement" in out
     # a count with nothing measured about age: [0, N] (N exact at this budget)
-    assert re.search(r"in \[0, 48,842\] \*", out), out
+    # the range's ends are rounded outward (dpsql.display): the noisy total's 48,842.x shows as 48,843
+    assert re.search(r"in \[0, 48,84\d\] \*", out), out
 
 
 def test_describe_shows_the_declared_domain(measured):

@@ -96,13 +96,15 @@ def test_error_without_position_or_sql():
     assert lines == ["ERROR [53400]: no budget left", "HINT: ask the operator"]
 
 
-def test_csv_has_raw_values_errors_and_the_inferred_flag():
+def test_csv_has_rounded_values_errors_and_the_inferred_flag():
     buf = io.StringIO()
     assert render.write_csv(_result(), buf) == 3
     rows = list(csv.reader(io.StringIO(buf.getvalue())))
     assert rows[0] == ["race", "income", "count", "count_stderr", "count_lower", "count_upper",
                        "avg_age", "avg_age_stderr", "avg_age_lower", "avg_age_upper", "inferred"]
-    assert rows[1] == ["White", ">50K", "12345.4", "107.2", "", "", "38.5816", "0.0102", "", "", "false"]
+    # the numbers the wire sends (dpsql.display): values at their 95% half-width's second
+    # significant digit (whole units at least), standard errors at two significant digits
+    assert rows[1] == ["White", ">50K", "12345", "107", "", "", "38.582", "0.01", "", "", "false"]
     assert rows[2][1] == "" and rows[3][3] == "" and rows[3][-1] == "true"
 
 
@@ -114,7 +116,7 @@ def test_inferred_values_show_the_range_the_measurements_allow():
     buf = io.StringIO()
     render.write_csv(r, buf)
     rows = list(csv.reader(io.StringIO(buf.getvalue())))
-    assert rows[3][4:6] == ["0.0", "48842.0"] and rows[3][8:10] == ["17.0", "90.0"]
+    assert rows[3][4:6] == ["0", "48842"] and rows[3][8:10] == ["17", "90"]
 
 
 def test_grid_lines():

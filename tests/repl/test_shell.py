@@ -144,7 +144,7 @@ def test_display_settings(tmp_path):
     assert " Female | 16,192 ± 12 " in out and "(2 rows)" in out  # stderr, no timing
     assert "(2 rows written to" in out
     rows = list(csv.reader(target.open()))
-    assert rows == [["sex", "count", "count_stderr"], ["Female", "16192.4", "12.1"], ["Male", "32649.7", "15.3"]]
+    assert rows == [["sex", "count", "count_stderr"], ["Female", "16192", "12"], ["Male", "32650", "15"]]
     assert "ERROR [42000]: \\errors takes ci95, stderr or off" in out
 
 

@@ -3,6 +3,14 @@
 6. Slowloris before authentication: sockets sending one byte every 0.5-0.9 s cannot keep anyone
    from logging in (the whole handshake has ``auth_timeout``; bytes that complete no message are
    no progress, and such sockets give their place to newcomers: ``gate.py``).
+11. Bounded memory and disk: the query log is rotated by size and keeps at most
+    ``query_log_files`` old files, statements in it are cut to 16 KiB; one connection's prepared
+    statements, portals and reply (engine rows, catalog reply) hold at most
+    ``max_session_memory`` bytes (53200 beyond, and the connection goes on);
+7. A cancelled statement keeps its user's statement slot until its engine work stops, and
+   logins do not need engine threads (they have their own).
+10. Parse and encode work is bounded per user and off the event loop: one user's parses take at
+    most half the parse pool, and engine replies are encoded on the engine thread that answered.
 9. Per-user connection limits: one analyst cannot take every connection slot (53300 for them,
    not for everyone else); ``max_user_connections`` defaults to half of ``max_connections``, and
    ``[server.users.NAME] connection_limit`` overrides it per user.
@@ -10,7 +18,9 @@
 
 from __future__ import annotations
 
+import json
 import struct
+import threading
 import time
 
 import pytest
@@ -19,6 +29,7 @@ from dpsql.errors import ConfigError
 from dpsql.server import codec
 from dpsql.server.config import load_server_config
 from dpsql.server.gate import Gate
+from dpsql.server.querylog import STATEMENT_CHARS
 from dpsql.server.server import Server, ServerOptions, ServerThread
 
 from server_fakes import ADULT_CONFIG, PASSWORD, FakeLink
@@ -173,4 +184,210 @@ def test_negotiation_requests_are_not_endless_progress(users_file):
         assert fields["C"] == "08P01" and "duplicate SSL" in fields["M"]
         c.close()
     finally:
+        server.stop()
+
+
+# -- 11. bounded memory and disk -------------------------------------------------------------------
+
+def test_query_log_is_rotated_by_size(users_file, tmp_path):
+    log = tmp_path / "queries.jsonl"
+    server = start(users_file, query_log=str(log), query_log_max_bytes=100_000, query_log_files=2)
+    try:
+        c, msgs = login(server.port, "alice")
+        assert msgs[-1][0] == b"Z"
+        statement = "SELECT 1 -- " + "x" * 60_000           # a large statement, as an attacker would send
+        for _ in range(40):
+            c.send(codec.encode_query(statement))
+            assert c.until(b"Z")[-1][0] == b"Z"
+        c.close()
+    finally:
+        server.stop()
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["queries.jsonl", "queries.jsonl.1", "queries.jsonl.2"]
+    assert all(f.stat().st_size <= 100_000 for f in files)   # 40 x 60 kB were sent; 3 x 100 kB at most kept
+    entries = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    assert len(entries) >= 3 and all(e["user"] == "alice" for e in entries)
+    assert all(len(e["statement"]) == STATEMENT_CHARS and e["statement_chars"] == len(statement) for e in entries)
+
+
+def test_portals_are_bounded_per_connection(users_file):
+    server = start(users_file, max_session_memory=1_000_000)
+    try:
+        c, msgs = login(server.port, "alice")
+        c.send(codec.encode_query("BEGIN"))             # portals then outlive Sync
+        assert c.until()[-1] == (b"Z", b"T")
+        c.send(codec.encode_parse("s", "SELECT sex, COUNT(*) FROM adult WHERE workclass = $1 GROUP BY sex", [25])
+               + codec.SYNC)
+        assert not error_fields(c.until())
+        outcomes = []
+        for i in range(30):                               # 30 portals of 100 kB of parameters: 3 MB
+            c.send(codec.encode_bind(f"p{i}", "s", [0], [b"x" * 100_000], []) + codec.SYNC)
+            outcomes.append(error_fields(c.until()).get("C", "ok"))
+            if outcomes[-1] != "ok":
+                c.send(codec.encode_query("ROLLBACK; BEGIN"))
+                assert c.until()[-1] == (b"Z", b"T")
+                break
+        assert outcomes[:9] == ["ok"] * 9 and outcomes[-1] == "53200", outcomes
+        # the refused portal was dropped: a small one still fits, and a suspended portal is held
+        c.send(codec.encode_bind("q", "s", [0], [b"Private"], []) + codec.encode_execute("q", 1) + codec.SYNC)
+        msgs = c.until()
+        assert not error_fields(msgs) and [k for k, _ in msgs][-2:] == [b"s", b"Z"]   # suspended, held
+        c.close()
+    finally:
+        server.stop()
+
+
+def test_a_large_catalog_reply_is_refused_before_it_is_read(users_file, shadow_cluster):
+    server = ServerThread(Server(ADULT_CONFIG, users_file=users_file, link_factory=FakeLink, catalog=FakeLink.catalog,
+                                 options=ServerOptions(port=0, max_session_memory=1_000_000),
+                                 shadow_cluster=shadow_cluster)).start()
+    try:
+        c, msgs = login(server.port, "alice")
+        c.send(codec.encode_query("SELECT repeat('x', 5000000) FROM pg_catalog.pg_class LIMIT 1"))
+        assert error_fields(c.until())["C"] == "53200"
+        c.send(codec.encode_query("SELECT relname FROM pg_catalog.pg_class WHERE relname = 'adult'"))
+        msgs = c.until()
+        assert not error_fields(msgs) and any(k == b"D" for k, _ in msgs)   # the connection goes on
+        c.close()
+    finally:
+        server.stop()
+
+
+def test_the_engine_answer_cache_is_bounded_and_refilled_identically(engine_overrides, monkeypatch):
+    import dpsql
+    from dpsql.engine import session as engine_session
+    monkeypatch.setattr(engine_session, "CACHE_CELLS", 12)
+    overrides, _ = engine_overrides
+    conn = dpsql.connect(ADULT_CONFIG, user="bob", **overrides)
+    try:
+        session = conn.session
+        queries = ["SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income",     # 4 x 3 cells
+                   "SELECT race, COUNT(*) FROM adult GROUP BY race",                   # 5 x 2
+                   "SELECT sex, COUNT(*) FROM adult GROUP BY sex"]                     # 2 x 2
+        first = [session.execute(q) for q in queries]
+        assert sum(len(r.rows) * len(r.columns) for r in session._cache.values()) <= 12
+        assert queries[0] not in {k[0] for k in session._cache}       # the oldest answer was dropped
+        again = session.execute(queries[0])
+        assert again.rows == first[0].rows and again.cost == 0.0      # recomputed from the same release
+    finally:
+        conn.close()
+
+
+# -- 7. cancel keeps the slot until the work stops; logins have their own threads --------------------
+
+def _blocked_query(port, user, n):
+    """A raw client whose engine statement is now blocked in FakeLink (the gate is closed)."""
+    c, msgs = login(port, user)
+    key = next(body for kind, body in msgs if kind == b"K")
+    sql = f"SELECT sex, COUNT(*) FROM adult WHERE age > {n} GROUP BY sex"
+    c.send(codec.encode_query(sql))
+    assert wait_until(lambda: any(e[0] == "execute" and e[2] == sql for e in FakeLink.log), 30)
+    return c, key, sql
+
+
+def test_a_cancelled_statement_keeps_its_slot_until_its_work_stops(users_file):
+    server = start(users_file, workers=4, max_user_statements=1)
+    FakeLink.log.clear()
+    FakeLink.gate = threading.Event()
+    clients = []
+    try:
+        a, key, _ = _blocked_query(server.port, "alice", 1)
+        clients.append(a)
+        canceller = RawClient(server.port)
+        canceller.send(codec.encode_cancel_request(struct.unpack("!i", key[:4])[0], key[4:]))
+        assert error_fields(a.until())["C"] == "57014"                  # answered at once
+        b, msgs = login(server.port, "alice")
+        clients.append(b)
+        pid = struct.unpack("!i", next(body for kind, body in msgs if kind == b"K")[:4])[0]
+        second = "SELECT sex, COUNT(*) FROM adult WHERE age > 2 GROUP BY sex"
+        b.send(codec.encode_query(second))
+        # her cancelled statement still runs: the new one waits for her slot, it does not start
+        assert wait_until(lambda: server.server._conns[pid].dispatcher._running == "queued")
+        assert not any(e[0] == "execute" and e[2] == second for e in FakeLink.log)
+        FakeLink.gate.set()                                            # the first one's work ends
+        msgs = b.until()
+        assert not error_fields(msgs) and any(k == b"D" for k, _ in msgs)
+    finally:
+        FakeLink.gate.set()
+        FakeLink.gate = None
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def test_logins_do_not_need_engine_threads(users_file):
+    server = start(users_file, workers=2, max_user_statements=1)
+    FakeLink.log.clear()
+    FakeLink.gate = threading.Event()
+    clients = []
+    try:
+        for n, user in enumerate(("alice", "bob")):                   # both engine threads busy
+            clients.append(_blocked_query(server.port, user, n)[0])
+        c, msgs = login(server.port, "load")                          # still logs in
+        clients.append(c)
+        assert msgs and msgs[-1][0] == b"Z" and not FakeLink.gate.is_set()
+    finally:
+        FakeLink.gate.set()
+        FakeLink.gate = None
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+# -- 10. parse/encode work off the event loop and bounded per user -------------------------------------
+
+def test_engine_replies_are_encoded_off_the_event_loop(users_file, monkeypatch):
+    from dpsql.server import backend
+    threads = []
+    encode = backend._data_rows
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return encode(*args, **kwargs)
+    monkeypatch.setattr(backend, "_data_rows", recording)
+    server = start(users_file)
+    try:
+        c, _ = login(server.port, "alice")
+        for _ in range(2):                                   # simple, then extended protocol
+            c.send(codec.encode_query("SELECT sex, COUNT(*) FROM adult GROUP BY sex"))
+            assert not error_fields(c.until())
+        c.send(codec.encode_parse("", "SELECT race, COUNT(*) FROM adult GROUP BY race") + codec.encode_bind("", "", [], [], [])
+               + codec.encode_execute("") + codec.SYNC)
+        assert not error_fields(c.until())
+        c.close()
+    finally:
+        server.stop()
+    assert threads and all(name.startswith("dpsql-query") for name in threads), threads
+
+
+def test_one_users_parses_take_at_most_half_the_parse_pool(users_file, monkeypatch):
+    from dpsql.server import backend
+    gate = threading.Event()
+    split = backend.split_statements
+    started = []
+
+    def slow_split(sql):
+        if "/*slow*/" in sql:                               # stands in for a statement near 256 KiB
+            started.append(sql)
+            gate.wait(30)
+        return split(sql)
+    monkeypatch.setattr(backend, "split_statements", slow_split)
+    server = start(users_file, parse_workers=2, max_user_statements=2)
+    clients = []
+    try:
+        for n in range(2):                                   # alice: two huge statements at once
+            c, _ = login(server.port, "alice")
+            clients.append(c)
+            c.send(codec.encode_query(f"SELECT {n} /*slow*/"))
+        assert wait_until(lambda: len(started) >= 1)
+        bob, _ = login(server.port, "bob")
+        clients.append(bob)
+        bob.send(codec.encode_query("SELECT current_user"))   # needs the parse pool too
+        msgs = bob.until()
+        assert [codec.decode_data_row(b) for k, b in msgs if k == b"D"] == [[b"bob"]]
+        assert len(started) == 1 and not gate.is_set()        # alice's second parse waits for her first
+    finally:
+        gate.set()
+        for c in clients:
+            c.close()
         server.stop()

@@ -1,0 +1,108 @@
+"""GramPinv: (MᵀM)⁺ of a matrix whose rows differ widely in scale (issue 28), checked
+against exact rational arithmetic and, for well-scaled matrices, against pinv."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpsql.linalg.rowscaled import GramPinv
+
+
+def exact_quad(m: np.ndarray, q: np.ndarray) -> Fraction:
+    """q (MᵀM)⁺ qᵀ in rationals, for q in M's row space: q·x for any x with MᵀM x = qᵀ
+    (x differs from G⁺qᵀ by a null vector of G, which q annihilates)."""
+    k, n = m.shape
+    rows = [[Fraction(float(v)) for v in row] for row in m]
+    a = [[sum(rows[t][i] * rows[t][j] for t in range(k)) for j in range(n)] + [Fraction(float(q[i]))]
+         for i in range(n)]
+    pivots, r = [], 0
+    for c in range(n):
+        p = next((i for i in range(r, n) if a[i][c] != 0), None)
+        if p is None:
+            continue
+        a[r], a[p] = a[p], a[r]
+        for i in range(n):
+            if i != r and a[i][c] != 0:
+                f = a[i][c] / a[r][c]
+                a[i] = [x - f * y for x, y in zip(a[i], a[r])]
+        pivots.append(c)
+        r += 1
+    assert all(a[i][n] == 0 for i in range(r, n)), "q is not in the row space"
+    return sum(Fraction(float(q[c])) * a[i][n] / a[i][c] for i, c in enumerate(pivots))
+
+
+S, B = 2.0 ** -14, 2.0 ** 8     # light and heavy row weights, 2²² apart
+N = 6
+STIFF = {
+    "heavy total, light identity": np.vstack([B * np.ones((1, N)), S * np.eye(N)]),
+    "light identity, heavy total": np.vstack([S * np.eye(N), B * np.ones((1, N))]),
+    "heavy prefix, light duplicates": np.vstack([B * np.tril(np.ones((N, N))), S * np.eye(N),
+                                                 S * np.eye(N)[:2]]),
+    "graded rows": np.vstack([2.0 ** (-4 * i) * (np.eye(N)[i] + 1) for i in range(N)]
+                             + [2.0 ** -30 * np.ones(N)]),
+    "lattice edge rows": np.vstack([np.r_[S, np.zeros(N - 1)], np.r_[np.zeros(N - 1), S],
+                                    np.r_[0.0, B * np.ones(N - 1)]]),
+    "rank deficient, zero row": np.vstack([B * np.r_[np.ones(3), np.zeros(N - 3)], np.zeros(N),
+                                           S * np.r_[1.0, -1.0, np.zeros(N - 2)],
+                                           S * np.r_[0.0, 1.0, -1.0, np.zeros(N - 3)]]),
+}
+
+
+def _queries(m):
+    """Query rows in m's row space: its rows and a few combinations, exactly (dyadic)."""
+    qs = [row / np.abs(row).max() for row in m if np.any(row)]
+    qs.append(sum(qs))
+    qs.append(qs[0] - 3 * qs[-2])
+    return qs
+
+
+@pytest.mark.parametrize("name", sorted(STIFF))
+def test_stiff_gram_pinv_matches_exact_rationals(name):
+    m = STIFF[name]
+    g = GramPinv(m)
+    for q in _queries(m):
+        exact = float(exact_quad(m, q))
+        assert g.quad(q[None], q[None])[0] == pytest.approx(exact, rel=1e-12, abs=0)
+        assert np.allclose(g.project(q[None])[0], q, rtol=0, atol=1e-13 * np.abs(q).max())
+
+
+def test_the_old_pinv_was_wrong_on_these_cases():
+    """The reference above is not vacuous: the SVD-based pinv misses it (by 1e-3 here)."""
+    m = STIFF["heavy total, light identity"]
+    q = np.ones(N)
+    old = q @ (np.linalg.pinv(m) @ np.linalg.pinv(m).T) @ q
+    assert abs(old / float(exact_quad(m, q)) - 1) > 1e-6
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_well_scaled_matrices_match_pinv(seed):
+    """On well-scaled integer matrices (dependent rows, zero rows, wide and tall) G⁺, the
+    projector and the least-squares estimator agree with pinv to rounding."""
+    rng = np.random.default_rng(seed)
+    k, n = (int(v) for v in rng.integers(2, 30, size=2))
+    m = rng.integers(-3, 4, size=(k, n)).astype(float)
+    m[rng.random(k) < 0.2] = 0
+    if k > 3:
+        m[-1] = m[0] - 2 * m[1]
+    g = GramPinv(m)
+    ref = np.linalg.pinv(m.T @ m)
+    assert g.rank == np.linalg.matrix_rank(m)
+    assert np.allclose(g.dense(), ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+    assert np.allclose(g.project(np.eye(n)), np.linalg.pinv(m) @ m, rtol=0, atol=1e-12)
+    assert np.allclose(g.estimator(np.eye(n)), ref @ m.T, rtol=0, atol=1e-12 * np.abs(ref).max())
+    assert np.allclose(g.orthonormal.T @ g.orthonormal, np.eye(g.rank), atol=1e-13)
+
+
+def test_stiff_estimator_recovers_the_data_exactly():
+    """q G⁺ Mᵀ (M x) = q x for q in the row space, heavy and light rows alike."""
+    m = STIFF["heavy total, light identity"]
+    x = np.arange(1.0, N + 1)
+    g = GramPinv(m)
+    assert np.allclose(g.estimator(np.eye(N)) @ (m @ x), x, rtol=1e-12, atol=0)
+
+
+def test_zero_matrix_has_an_empty_row_space():
+    g = GramPinv(np.zeros((3, 4)))
+    assert g.rank == 0 and g.dense().shape == (4, 4) and not g.dense().any()
+    assert not g.project(np.ones((1, 4))).any()
