@@ -363,6 +363,9 @@ def cmd_measure(args) -> int:
               f"of the run's rho = {report.run_rho:.6g}: {report.rho_select:.4g} selecting, "
               f"{report.rho_measure:.4g} measuring" +
               (f", {report.lost_rho:.4g} lost to an interrupted round" if report.lost_rho else ""))
+    elif getattr(report, "completed", False):
+        print(f"measured {report.blocks} blocks ({report.cells:,} cells) under the charge an interrupted "
+              "run made before it could release them (nothing spent now)")
     else:
         print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent {_spend_text(report.rho, delta)}")
     if args.no_fit:

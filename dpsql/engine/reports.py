@@ -192,3 +192,4 @@ class MeasureReport:
     blocks: int
     cells: int
     seconds: float
+    completed: bool = False  # released under an earlier charge a crash left unreleased (rho 0)
