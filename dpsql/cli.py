@@ -27,11 +27,13 @@ import importlib
 import os
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 from dpsql import errors
 from dpsql.display import (INFERRED_NOTE, Z95, describe_progress, format_value,  # noqa: F401  (part of this module's API)
                            table_lines)
+from dpsql.privacy.accountant import format_rho
 
 DEFAULT_CONFIG = "dpsql.toml"
 
@@ -44,7 +46,7 @@ def _print_error(exc: errors.Error) -> None:
     print(f"ERROR [{exc.sqlstate}]: {exc.message}", file=sys.stderr)
     if exc.detail:
         print(f"DETAIL: {exc.detail}", file=sys.stderr)
-    operator = getattr(exc, "operator_detail", None)
+    operator = getattr(exc, "operator_detail", None)   # set on source errors only (measure/counting.py)
     if operator:
         # The command line is the operator's own (docs/privacy.md, threat model): a source
         # error's own message is shown here, never to analysts over the wire.
@@ -196,16 +198,20 @@ def cmd_plan(args) -> int:
     s = report.strategy
     print(f"table {report.table}: {report.queries} workload queries, {report.rows} linear query rows")
     print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
-    if getattr(s, "explanation", None):
+    if s.explanation:
         print(s.explanation)
-    print(f"expected RMSE per query row at rho = {report.rho:.4g}: {report.rmse:,.2f} "
-          f"(per-query baseline: {report.baseline_rmse:,.2f})")
+    for line in report.unit_lines():
+        print(line)
     if report.bound_rmse is not None:
+        # the SVD bound is over every row of the workload, like the planner's objective: a
+        # figure in one unit only when the workload has one
+        mixed = len(report.units) > 1
+        where = f"over all {report.rows:,} rows, units mixed: planned {report.rmse:,.2f}; " if mixed else ""
         print(f"no strategy can do better than {report.bound_rmse:,.2f} with unbiased answers "
-              f"(SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
+              f"({where}SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
     for line in report.per_query_lines():
         print(line)
-    if getattr(report, "advice", None):
+    if report.advice:
         print(f"AIM or HDMM: {report.advice}")
     if con.session.engine.config.planner.mode == "aim":
         _print_aim_plan(con.session, report.table)
@@ -223,10 +229,11 @@ def _ask(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _spend_text(rho: float, delta: float) -> str:
+def _spend_text(rho, delta: float) -> str:
+    """A cost: ρ rounded up (exact in, never shown as less than it is)."""
     from dpsql.privacy.accountant import rho_to_epsilon
     eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
-    return f"rho = {rho:.6g} (epsilon = {eps:.4g} at delta = {delta:g})"
+    return f"rho = {format_rho(rho, 'up')} (epsilon = {eps:.4g} at delta = {delta:g})"
 
 
 def _print_aim_plan(session, table) -> None:
@@ -336,10 +343,10 @@ def cmd_measure(args) -> int:
         cost = session.measure_cost(args.table, mode=mode)
         status.clear()
         what = "the workload" if mode != "aim" else "the workload by AIM's adaptive rounds"
-    left = float(engine.ledger.remaining(None))
+    left = engine.ledger.remaining(None)
     if not args.yes and cost > 0:
-        if not _ask(f"Measuring {what} spends {_spend_text(cost, delta)} of the rho = {left:.6g} "
-                    "left. Continue? [y/N] "):
+        if not _ask(f"Measuring {what} spends {_spend_text(cost, delta)} of the rho = "
+                    f"{format_rho(left, 'down')} left. Continue? [y/N] "):
             print("nothing measured, nothing spent (scripts confirm with --yes)")
             return 1
     if args.increment:
@@ -356,6 +363,9 @@ def cmd_measure(args) -> int:
               f"of the run's rho = {report.run_rho:.6g}: {report.rho_select:.4g} selecting, "
               f"{report.rho_measure:.4g} measuring" +
               (f", {report.lost_rho:.4g} lost to an interrupted round" if report.lost_rho else ""))
+    elif getattr(report, "completed", False):
+        print(f"measured {report.blocks} blocks ({report.cells:,} cells) under the charge an interrupted "
+              "run made before it could release them (nothing spent now)")
     else:
         print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent {_spend_text(report.rho, delta)}")
     if args.no_fit:
@@ -388,18 +398,20 @@ def _prepare_model(engine, table: str, status: StatusLine) -> int:
     return 0
 
 
-def _increment_rho(args, engine) -> float:
-    from dpsql.privacy.accountant import epsilon_delta_to_rho
+def _increment_rho(args, engine) -> Fraction:
+    """The increment's exact ρ: --rho (read toward privacy, as the configuration's), --epsilon
+    at the configured δ (rounded down), or the workload budget capped by what is left."""
+    from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
     if args.rho is not None:
-        return float(args.rho)
+        return budget_rho(args.rho)
     if args.epsilon is not None:
-        return float(epsilon_delta_to_rho(args.epsilon, engine.config.budget.delta))
-    left = float(engine.ledger.remaining(None))
+        return epsilon_delta_to_rho(args.epsilon, engine.config.budget.delta)
+    left = engine.ledger.remaining(None)
     rho = min(engine.workload_rho(), left)
     if rho <= 0:
         raise errors.BudgetExhaustedError("no budget is left for an increment",
                                           hint="the operator grants a new budget (a new ledger)",
-                                          requested_rho=0.0, remaining_rho=left)
+                                          requested_rho=0.0, remaining_rho=float(left))
     return rho
 
 
@@ -453,15 +465,15 @@ def cmd_budget(args) -> int:
     for label, spent, remaining in (("user " + b["user"], b["spent_rho"], b["remaining_rho"]),
                                     ("total", b["total_spent_rho"], b["total_remaining_rho"])):
         eps = rho_to_epsilon(remaining, delta) if remaining > 0 else 0.0
-        print(f"{label}: spent rho = {spent:.6g}, remaining rho = {remaining:.6g} "
-              f"(epsilon = {eps:.4g} at delta = {delta:g})")
-    print(f"workload measurements (operator): spent rho = {b['workload_spent_rho']:.6g}")
+        print(f"{label}: spent rho = {format_rho(spent, 'up')}, remaining rho = "
+              f"{format_rho(remaining, 'down')} (epsilon = {eps:.4g} at delta = {delta:g})")
+    print(f"workload measurements (operator): spent rho = {format_rho(b['workload_spent_rho'], 'up')}")
     releases = con.session.engine.releases()
     if releases:
         print(f"releases: {sum(r.current for r in releases)} in use, {sum(not r.current for r in releases)} stale")
         for r in releases:
             state = "in use" if r.current else "STALE (" + "; ".join(r.reasons) + ")"
-            print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {r.rho:.6g}, {state}")
+            print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {format_rho(r.rho, 'up')}, {state}")
     return 0
 
 

@@ -18,6 +18,7 @@ import collections
 import datetime
 import threading
 import weakref
+from fractions import Fraction
 from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -232,9 +233,9 @@ class Cursor:
         return [] if self._result is None else self._result.bounds
 
     @property
-    def cost(self) -> float:
-        """ρ spent by the last statement (0 when answered from existing measurements)."""
-        return 0.0 if self._result is None else self._result.cost
+    def cost(self) -> Fraction:
+        """ρ spent by the last statement, exact (0 when answered from existing measurements)."""
+        return Fraction(0) if self._result is None else self._result.cost
 
     @property
     def statusmessage(self) -> str | None:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from dpsql.display import Z95, format_value
+from dpsql.privacy.accountant import format_rho
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adult"
 
@@ -52,7 +53,7 @@ def run_demo(args) -> int:
     s = report.strategy
     print(f"{report.queries} queries -> {report.rows} linear query rows; HDMM chose {s.operator} "
           f"with {len(s.blocks)} measurement blocks in {report.seconds:.1f} s")
-    if getattr(s, "explanation", None):
+    if s.explanation:
         print(s.explanation)
     print(f"expected RMSE per answer: {report.rmse:,.1f}   "
           f"(per-query Gaussian mechanism with the budget split {report.queries} ways: "
@@ -66,7 +67,8 @@ def run_demo(args) -> int:
     m = session.measure("adult")
     spent = m.rho
     print(f"counted {m.blocks} marginals ({m.cells:,} cells) in one scan and added discrete Gaussian "
-          f"noise: spent rho = {spent:.5g} (epsilon = {rho_to_epsilon(spent, delta):.4g} at delta = {delta:g}) "
+          f"noise: spent rho = {format_rho(spent, 'up', 5)} "
+          f"(epsilon = {rho_to_epsilon(spent, delta):.4g} at delta = {delta:g}) "
           f"in {time.perf_counter() - t0:.1f} s")
 
     _rule("3. answers (from one consistent graphical model; no further budget)")
@@ -100,7 +102,8 @@ def run_demo(args) -> int:
     print("every answer came from one model: groups add up to totals and nothing is negative.")
     print(f"intervals are ±{Z95:.2f} standard errors (95%).")
     b = session.budget()
-    print(f"budget left: rho = {b['total_remaining_rho']:.5g} of {session.engine.config.budget.rho:.5g}")
+    print(f"budget left: rho = {format_rho(b['total_remaining_rho'], 'down', 5)} of "
+          f"{format_rho(session.engine.config.budget.rho, 'down', 5)}")
     oracle.close()
     con.close()
     if not args.workdir:

@@ -25,6 +25,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
 from dpsql import errors
+from dpsql.privacy.accountant import format_rho
 from repl import render, work
 from repl.commands import MetaCommands, completion_table
 from repl.completion import SqlCompleter
@@ -87,7 +88,7 @@ class Shell:
         self._budget: tuple[float, float, float] | None = None
         self.commands = MetaCommands(self)
         self._progress: tuple[str, dict] | None = None
-        engine = getattr(self.session, "engine", None)
+        engine = self.session.engine
         self._unlisten = engine.add_listener(self._on_progress) if hasattr(engine, "add_listener") else None
         self._plain_answers()
         self.refresh_status()
@@ -146,7 +147,7 @@ class Shell:
 
         try:
             b = self.session.budget()
-            rho, delta = float(b["remaining_rho"]), float(b["delta"])
+            rho, delta = b["remaining_rho"], float(b["delta"])   # ρ exact (a Fraction)
             self._budget = (rho, delta, rho_to_epsilon(rho, delta) if rho > 0 else 0.0)
         except errors.Error:
             self._budget = None
@@ -159,7 +160,7 @@ class Shell:
             rho, delta, eps = self._budget
             style = "class:bottom-toolbar.warn" if rho <= 0 else ""
             parts += [("class:bottom-toolbar.key", "  left "),
-                      (style, f"ε={eps:.4g} (δ={delta:g}) ρ={rho:.4g}")]
+                      (style, f"ε={eps:.4g} (δ={delta:g}) ρ={format_rho(rho, 'down', 4)}")]
         model = f"v{self.model_version}" if self.model_version else "none yet"
         if self.model_kind:
             model += f" {self.model_kind}"
@@ -241,12 +242,12 @@ class Shell:
                         status=self._status)
 
     def _spend_note(self, request) -> str:
-        return (f"Answering needs a new measurement of {request.what} that spends ρ = {request.rho:.6g} "
-                f"(ε = {request.epsilon:.4g} at δ = {request.delta:g}) of your remaining ρ = "
-                f"{request.remaining_rho:.6g}.")
+        return (f"Answering needs a new measurement of {request.what} that spends ρ = "
+                f"{format_rho(request.rho, 'up')} (ε = {request.epsilon:.4g} at δ = {request.delta:g}) "
+                f"of your remaining ρ = {format_rho(request.remaining_rho, 'down')}.")
 
     def run_sql(self, sql: str, where: str | None = None) -> bool:
-        approved: list[float] = []
+        approved: list = []   # the ρ the user agreed to (exact)
 
         def approve(request) -> bool:
             # runs in the work thread: the question is asked by the main thread (the spinner
@@ -257,7 +258,7 @@ class Shell:
 
         while True:
             cursor = self.connection.cursor()  # a fresh cursor: a cancelled run may still hold the old one
-            previous = getattr(self.session, "approve", None)
+            previous = self.session.approve
             if self.interactive:
                 self.session.approve = approve
             try:
@@ -277,12 +278,12 @@ class Shell:
             finally:
                 if self.interactive:
                     self.session.approve = previous
-        version = getattr(result, "model_version", 0)
+        version = result.model_version
         if version:
             if version != self.model_version:
                 self.model_note = ""
             self.model_version = version
-            self.model_kind = getattr(result, "model", "") or self.model_kind
+            self.model_kind = result.model or self.model_kind
         if self.csv_path and result.columns:
             with open(self.csv_path, "a", encoding="utf-8", newline="") as fh:
                 if fh.tell() > 0:

@@ -8,15 +8,16 @@ spend and asks first, because a privacy charge cannot be taken back.
 
 from __future__ import annotations
 
-import math
 import os
 import textwrap
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from dpsql import errors
+from dpsql.privacy.accountant import format_rho
 from repl import render
 from repl.statements import Meta, split_script
 
@@ -112,15 +113,15 @@ def _num(x) -> str:
 
 def describe_domain(attr) -> list[str]:
     """The declared domain of one attribute as display items (public metadata only)."""
-    kind = getattr(attr, "kind", "?")
+    kind = attr.kind
     if kind == "categorical":
         skip = {attr.null_index, attr.other_index}
         items = [repr(str(lab)) for i, lab in enumerate(attr.labels()) if i not in skip and lab is not None]
         if attr.other_index is not None:
             items.append("(any other value)")
     elif kind == "integer":
-        edges = getattr(attr, "edges", None)
-        w = getattr(attr, "bin_width", 1)
+        edges = attr.edges
+        w = attr.bin_width
         if edges:
             items = [f"{attr.lo}..{attr.hi} in bins starting at {edges[0]}"] + [str(e) for e in edges[1:]]
         else:
@@ -163,7 +164,7 @@ class MetaCommands:
         meta = []
         for col in schema.column_names:
             attr = schema.attribute(col)
-            sql_type = str(getattr(attr, "sql_type", "") or "").lower()
+            sql_type = str(attr.sql_type).lower()
             meta.append(((col, sql_type, attr.kind, "yes" if attr.nullable else "no", f"{attr.size:,}"),
                          describe_domain(attr)))
         # wrap the domain column to what the screen has left beside the other columns
@@ -194,23 +195,24 @@ class MetaCommands:
         lines = [f"Budget (ε at δ = {delta:g})"]
         lines += render.grid_lines(
             ["who", "spent ρ", "remaining ρ", "remaining ε"],
-            [(f"you ({b['user']})", f"{float(b['spent_rho']):.6g}", f"{float(b['remaining_rho']):.6g}",
+            [(f"you ({b['user']})", format_rho(b["spent_rho"], "up"), format_rho(b["remaining_rho"], "down"),
               eps(b["remaining_rho"])),
-             ("all users", f"{float(b['total_spent_rho']):.6g}", f"{float(b['total_remaining_rho']):.6g}",
+             ("all users", format_rho(b["total_spent_rho"], "up"), format_rho(b["total_remaining_rho"], "down"),
               eps(b["total_remaining_rho"]))], right=(1, 2, 3))
         charges = [e for e in self.shell.ledger_entries() if e.kind == "charge"]
         per_user: dict[str, list] = {}
         for e in charges:
-            per_user.setdefault(e.principal or "?", []).append(float(e.rho or 0))
+            per_user.setdefault(e.principal or "?", []).append(Fraction(e.rho or 0))
         if per_user:
             lines += ["", "Spent per user"]
             lines += render.grid_lines(["user", "charges", "spent ρ"],
-                                       [(u, str(len(v)), f"{math.fsum(v):.6g}") for u, v in sorted(per_user.items())],
+                                       [(u, str(len(v)), format_rho(sum(v, Fraction(0)), "up"))
+                                        for u, v in sorted(per_user.items())],
                                        right=(1, 2))
             lines += ["", "Ledger charges"]
             lines += render.grid_lines(
                 ["#", "when", "user", "ρ", "purpose"],
-                [(str(e.seq), str(e.created)[:19], e.principal or "", f"{float(e.rho or 0):.6g}",
+                [(str(e.seq), str(e.created)[:19], e.principal or "", format_rho(Fraction(e.rho or 0), "up"),
                   str((e.mechanism or {}).get("purpose", ""))) for e in charges], right=(0, 3))
         else:
             lines += ["", "The ledger has no charges yet."]
@@ -258,22 +260,29 @@ class MetaCommands:
         queries = self.shell.workload
         report = self.shell.work(lambda: self.shell.session.plan(table, queries=queries), "planning")
         s = report.strategy
-        lines = [f"Strategy for table {report.table}: {getattr(s, 'operator', '?')}, "
+        lines = [f"Strategy for table {report.table}: {s.operator}, "
                  f"{len(s.blocks)} measurement blocks, planned in {render.describe_seconds(report.seconds)}"]
-        if getattr(s, "explanation", None):
+        if s.explanation:
             lines += str(s.explanation).splitlines()
+        units = getattr(report, "units", ())
+        # one line per unit (counts, quantiles, each SUM's column): never an average of
+        # counts with minutes (issue 29 item 6)
+        errors_by_unit = [(f"expected RMSE [{u.unit}]", f"{u.rmse:,.2f} per row over {u.rows:,} rows "
+                           f"(baseline {u.baseline:,.2f}: each query on its own, budget split evenly)")
+                          for u in units] or [
+            ("expected RMSE", f"{report.rmse:,.2f} per query row"),
+            ("baseline RMSE", f"{report.baseline_rmse:,.2f} (each query on its own, budget split evenly)")]
         lines += render.kv_lines([
             ("workload", f"{report.queries} queries, {report.rows:,} linear query rows"),
             ("budget", f"ρ = {report.rho:.6g}"),
-            ("expected RMSE", f"{report.rmse:,.2f} per query row"),
-            ("baseline RMSE", f"{report.baseline_rmse:,.2f} (each query on its own, budget split evenly)"),
-        ] + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
+        ] + errors_by_unit + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
                 + ("" if report.bound_exact else " of the marginal queries alone")
+                + (f", over all rows with units mixed, against {report.rmse:,.2f} planned"
+                   if len(units) > 1 else "")
                 + "; no strategy does better with unbiased answers)")]
-             if getattr(report, "bound_rmse", None) is not None else [])
-            + ([("AIM or HDMM", report.advice)] if getattr(report, "advice", None) else []))
-        per_query = getattr(report, "per_query_lines", None)
-        lines += per_query() if per_query else []
+             if report.bound_rmse is not None else [])
+            + ([("AIM or HDMM", report.advice)] if report.advice else []))
+        lines += report.per_query_lines()
         self.shell.emit(lines)
         return True
 
@@ -285,17 +294,17 @@ class MetaCommands:
         rest = [w for w in words if w not in ("-y", "--yes")]
         table = rest[0] if rest else self.shell.table
         session = self.shell.session
-        rho = float(session.measure_cost(table))
+        rho = Fraction(session.measure_cost(table))
         budget = session.budget()
         delta = float(budget["delta"])
         eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
-        remaining = float(budget["total_remaining_rho"])
-        cost = (f"Measuring the workload spends ρ = {rho:.6g} (ε = {eps:.4g} at δ = {delta:g}) "
-                f"of the ρ = {remaining:.6g} left in total (the workload budget, not your own cap).")
+        remaining = budget["total_remaining_rho"]
+        cost = (f"Measuring the workload spends ρ = {format_rho(rho, 'up')} (ε = {eps:.4g} at δ = {delta:g}) "
+                f"of the ρ = {format_rho(remaining, 'down')} left in total (the workload budget, not your own cap).")
         if not yes:
             if not self.shell.interactive:
                 raise errors.ProgrammingError(
-                    f"\\measure would spend ρ = {rho:.6g}; a script must confirm it explicitly",
+                    f"\\measure would spend ρ = {format_rho(rho, 'up')}; a script must confirm it explicitly",
                     hint="write \\measure -y to spend the budget without asking")
             self.shell.note(cost)
             if not self.shell.confirm("Measure now? [y/N] "):
@@ -306,7 +315,7 @@ class MetaCommands:
             self.shell.note("Already measured: re-using the released measurements (nothing spent).")
         else:
             self.shell.note(f"Measured {report.blocks} blocks ({report.cells:,} cells) on {report.table}: "
-                            f"spent ρ = {float(report.rho):.6g} in {render.describe_seconds(report.seconds)}.")
+                            f"spent ρ = {format_rho(report.rho, 'up')} in {render.describe_seconds(report.seconds)}.")
         self.shell.model_note = "refit on next query"
         # Fit and save the model now (issue 17): later queries here, other shells, server
         # connections and new processes load it instead of fitting.  Ctrl-C leaves the fit

@@ -15,6 +15,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from dpsql.domain import TableSchema, check_keys, load_domain
 from dpsql.errors import ConfigError
 from dpsql.measure.source import Source
-from dpsql.privacy.accountant import epsilon_delta_to_rho
+from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
 
 POLICIES = ("informed", "infer", "measure", "refuse")
 ERROR_COLUMNS = ("off", "stderr", "ci95", "bounds")
@@ -79,31 +80,46 @@ def validate_keys(raw: Mapping, where: str, section: str = "", path: str = "") -
 
 @dataclass(frozen=True)
 class BudgetSpec:
-    """A budget in zCDP ρ; ``delta`` is kept only to display ε at the configured δ."""
+    """A budget in zCDP ρ, exact; ``delta`` is kept only to display ε at the configured δ.
 
-    rho: float
+    ρ is a :class:`~fractions.Fraction` never above what the operator configured: an
+    (ε, δ) budget is the largest ρ certified within it (``epsilon_delta_to_rho``, rounded
+    down), a ρ is the smaller of the float's binary and decimal readings (``budget_rho``).
+    A float rounded to nearest would exceed the exact ρ for most (ε, δ) (docs/privacy.md,
+    "Accounting")."""
+
+    rho: Fraction
     delta: float
 
     @staticmethod
     def parse(spec: Any, where: str, default_delta: float) -> BudgetSpec:
-        if isinstance(spec, (int, float)):
-            return BudgetSpec(float(spec), default_delta)
+        if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+            return BudgetSpec(_rho(spec, where), default_delta)
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{where}: a budget is a table with rho, or epsilon (and delta)",
                               hint='e.g. budget = { epsilon = 1.0, delta = 1e-6 }')
         delta = float(spec.get("delta", default_delta))
         if "rho" in spec:
-            rho = float(spec["rho"])
+            rho = _rho(spec["rho"], where)
         elif "epsilon" in spec:
             eps = float(spec["epsilon"])
             if not (0 < delta < 1):
                 raise ConfigError(f"{where}: delta must be in (0, 1) to convert epsilon to rho, got {delta}")
-            rho = float(epsilon_delta_to_rho(eps, delta))
+            rho = epsilon_delta_to_rho(eps, delta)
         else:
             raise ConfigError(f"{where}: give rho or epsilon", hint='e.g. { epsilon = 1.0, delta = 1e-6 }')
-        if not rho > 0:
-            raise ConfigError(f"{where}: the budget must be positive")
         return BudgetSpec(rho, delta)
+
+
+def _rho(value: Any, where: str) -> Fraction:
+    try:
+        rho = budget_rho(value)
+    except ConfigError:
+        rho = Fraction(0)
+    if not rho > 0:
+        raise ConfigError(f"{where}: the budget must be a positive number, got {value!r}",
+                          hint="e.g. rho = 0.1, or epsilon = 1.0 and delta = 1e-6")
+    return rho
 
 
 PLANNER_MODES = ("hdmm", "aim")
@@ -143,7 +159,13 @@ class Config:
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
 
     def user_budget(self, user: str) -> BudgetSpec | None:
+        """The user's cap: their own entry, else the declared default; None means 0 (an
+        unlisted user may spend nothing, docs/config.md "Budgets")."""
         return self.user_budgets.get(user, self.default_user_budget)
+
+    def uncapped(self, users) -> list[str]:
+        """Those of ``users`` with no cap declared (who can therefore spend nothing)."""
+        return sorted(u for u in users if self.user_budget(u) is None)
 
 
 def _read(config: str | os.PathLike | Mapping) -> tuple[dict, Path | None]:

@@ -26,12 +26,14 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
 from dpsql.engine.variance import Z95
+from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
                           PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
@@ -60,7 +62,7 @@ class Result:
     rows: list[tuple]
     stderr: list[tuple] = field(default_factory=list)
     inferred: list[bool] = field(default_factory=list)
-    cost: float = 0.0
+    cost: Fraction = Fraction(0)   # ρ this statement spent, exact
     message: str | None = None   # e.g. "SET" for session commands, EXPLAIN text
     seconds: float = 0.0
     model_version: int = 0
@@ -75,12 +77,12 @@ class Result:
 class SpendRequest:
     """What a statement would spend, shown to the user before anything is charged."""
 
-    rho: float
+    rho: Fraction      # exact
     epsilon: float
     delta: float
     table: str
     what: str          # the queries to be measured
-    remaining_rho: float
+    remaining_rho: Fraction
 
 
 def _model_kind(model) -> str:
@@ -134,7 +136,7 @@ class Session:
         cfg = self.engine.config
         return {"dpsql.error_columns": cfg.error_columns, "dpsql.estimator": "pgm",
                 "dpsql.policy": cfg.policy,
-                "dpsql.allow_spend": "on" if getattr(cfg, "allow_spend", False) else "off"}
+                "dpsql.allow_spend": "on" if cfg.allow_spend else "off"}
 
     #: Every setting a session understands and its allowed values.
     ALLOWED = {"dpsql.error_columns": ("off", "stderr", "ci95", "bounds"),
@@ -156,7 +158,7 @@ class Session:
         if command is not None:
             return self._session_command(command, t0)
         compiled = compile_sql(sql, self.engine.catalog, params=params)
-        if getattr(compiled, "is_explain", False):
+        if compiled.is_explain:
             return Result([Column("QUERY PLAN", "text")],
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
@@ -169,11 +171,12 @@ class Session:
             if isinstance(params, Mapping) else tuple(params)
         key = (sql, bound, self.settings["dpsql.estimator"], self.policy)
         self.engine.refresh()  # releases made by other processes since the last statement
-        model, variance, version = self.engine.model(compiled.table)
+        # during a refit the previous model answers what it supports (issue 34 item 8)
+        model, variance, version = self.engine.model(compiled.table, stale_ok=True)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
-            return self._with_error_columns(replace(cached, cost=0.0))  # a repeat is free
-        cost = 0.0
+            return self._with_error_columns(replace(cached, cost=Fraction(0)))  # a repeat is free
+        cost = Fraction(0)
         policy = self.policy
         if model is None and policy != "measure":
             raise OperationalError(
@@ -183,6 +186,10 @@ class Session:
         answers, stderrs = {}, {}
         if model is not None:
             answers, stderrs, unsupported = self._answer(compiled, model, variance)
+            if unsupported and not self.engine.model_is_current(compiled.table, version):
+                # the releases being fitted may support it: wait for their model
+                model, variance, version = self.engine.model(compiled.table)
+                answers, stderrs, unsupported = self._answer(compiled, model, variance)
         else:
             unsupported = list(compiled.linear_queries)
         if unsupported:
@@ -241,7 +248,7 @@ class Session:
                                progress=progress)
         return self.engine.measure(self._table(table), requested_by=self.user)
 
-    def measure_cost(self, table: str | None = None, mode: str | None = None) -> float:
+    def measure_cost(self, table: str | None = None, mode: str | None = None) -> Fraction:
         """ρ that ``measure`` would spend (0 if that release already exists); plans the
         workload if needed (public, free)."""
         if self._mode(mode) == "aim":
@@ -272,14 +279,15 @@ class Session:
         return mode
 
     def budget(self) -> dict:
+        """Spent and remaining ρ, exact (Fractions from the ledger): front ends display
+        them with ``format_rho``, remaining rounded down and spent rounded up."""
         led = self.engine.ledger
         cfg = self.engine.config
-        workload_spent = float(led.spent(self.engine.WORKLOAD_PRINCIPAL))
-        return {"user": self.user, "spent_rho": float(led.spent(self.user)),
-                "remaining_rho": float(led.remaining(self.user)),
-                "total_spent_rho": float(led.spent(None)),
-                "total_remaining_rho": float(led.remaining(None)),
-                "workload_spent_rho": workload_spent,
+        return {"user": self.user, "spent_rho": led.spent(self.user),
+                "remaining_rho": led.remaining(self.user),
+                "total_spent_rho": led.spent(None),
+                "total_remaining_rho": led.remaining(None),
+                "workload_spent_rho": led.spent(self.engine.WORKLOAD_PRINCIPAL),
                 "total_rho": cfg.budget.rho, "delta": cfg.budget.delta,
                 "entries": len(led.entries())}
 
@@ -289,7 +297,7 @@ class Session:
 
     def explain_compiled(self, compiled) -> str:
         lines = [compiled.explain()]
-        if getattr(compiled, "is_explain", False):
+        if compiled.is_explain:
             compiled = compiled.inner
         self.engine.refresh()
         model, variance, _ = self.engine.model(compiled.table)
@@ -329,7 +337,8 @@ class Session:
         policy = self.policy
         if policy == "measure":
             qb = self.engine.config.query_budget
-            return f"answering would measure it at rho = {qb.rho:.4g}" if qb else "measured on demand"
+            return f"answering would measure it at rho = {format_rho(qb.rho, 'down', 4)}" if qb \
+                else "measured on demand"
         if policy == "refuse" or (policy == "informed" and ranges is not None
                                   and not ranges.informed(lq.attributes)):
             return "refused"
@@ -439,10 +448,11 @@ class Session:
         preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
         if preview.rho > preview.remaining:
             raise BudgetExhaustedError(
-                f"answering needs a new measurement of rho = {preview.rho:.6g} but only rho = "
-                f"{preview.remaining:.6g} remains for {self.user!r}; nothing was spent",
+                f"answering needs a new measurement of rho = {format_rho(preview.rho, 'up')} but only "
+                f"rho = {format_rho(preview.remaining, 'down')} remains for {self.user!r}; nothing was spent",
                 hint="answer from existing measurements (SET dpsql.policy = 'informed'), or ask the "
-                     "operator for more budget", requested_rho=preview.rho, remaining_rho=preview.remaining)
+                     "operator for more budget", requested_rho=float(preview.rho),
+                remaining_rho=float(preview.remaining))
         if preview.rho > 0:
             self._confirm_spend(preview, table, ", ".join(lq.description for lq in unsupported))
         return self.engine.measure_strategy(table, strategy, rho, self.user, purpose)
@@ -454,7 +464,7 @@ class Session:
                                preview.remaining)
         if self.settings["dpsql.allow_spend"] == "on":
             return
-        cost = f"rho = {request.rho:.6g} (epsilon = {request.epsilon:.4g} at delta = {delta:g})"
+        cost = f"rho = {format_rho(request.rho, 'up')} (epsilon = {request.epsilon:.4g} at delta = {delta:g})"
         if self.approve is None:
             raise PrivacyViolationError(
                 f"answering needs a new measurement that spends {cost}; nothing was spent",
@@ -514,11 +524,11 @@ class Session:
             raise PrivacyViolationError(
                 "policy 'measure' is not available: the configuration sets no per-query budget",
                 hint='the operator enables it with [policy] unsupported = "measure", epsilon = ...')
-        remaining = float(self.engine.ledger.remaining(self.user))
+        remaining = self.engine.ledger.remaining(self.user)
         if qb.rho > remaining:
             raise PrivacyViolationError(
-                f"policy 'measure' would spend rho = {qb.rho:.6g} per query, more than the "
-                f"rho = {remaining:.6g} left to {self.user!r}",
+                f"policy 'measure' would spend rho = {format_rho(qb.rho, 'up')} per query, more than "
+                f"the rho = {format_rho(remaining, 'down')} left to {self.user!r}",
                 hint="answer from existing measurements (policy 'informed'), or ask the operator "
                      "for more budget")
 

@@ -147,7 +147,21 @@ def _normalise(data: bytes, encoding: str) -> bytes:
 
 
 def normalise_csv(source: Source, workdir: Path) -> Framed:
-    """Stage 1 (module doc): frame, decode and hash the file; write the normalised copy."""
+    """Stage 1 (module doc): frame, decode and hash the file; write the normalised copy (a
+    copy of private rows: ``workdir`` is private, ``dpsql.measure.scratch``, and a partial
+    copy is removed when framing fails)."""
+    out_path = Path(workdir) / f"records-{os.getpid()}-{id(source)}.txt"
+    try:
+        return _normalise_csv(source, out_path)
+    except BaseException:
+        try:
+            os.unlink(out_path)
+        except OSError:
+            pass
+        raise
+
+
+def _normalise_csv(source: Source, out_path: Path) -> Framed:
     d = source.dialect
     path = source.path
     try:
@@ -156,7 +170,6 @@ def normalise_csv(source: Source, workdir: Path) -> Framed:
         raise ConfigError(f"source file not found: {path}",
                           hint="fix the path in the configuration") from None
     stat_key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-    out_path = Path(workdir) / f"records-{os.getpid()}-{id(source)}.txt"
     digest = hashlib.sha256()
     limit = d.max_record_bytes
     header: list = [None if d.header else tuple(d.columns)]

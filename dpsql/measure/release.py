@@ -175,7 +175,7 @@ def _real_sensitivity(clique, query, p: int) -> float:
     return out
 
 
-def lattice_blocks(blocks, rho: float, *, family: str = "gaussian",
+def lattice_blocks(blocks, rho: Fraction | float, *, family: str = "gaussian",
                    unit_rows: int = 1) -> tuple[list[LatticeBlock], NoisePlan]:
     """Lattice versions of planner blocks ``(clique, query, weight)`` and their noise plan.
 
@@ -189,10 +189,11 @@ def lattice_blocks(blocks, rho: float, *, family: str = "gaussian",
     blocks = list(blocks)
     p = 2 if family == "gaussian" else 1
     sens = [_real_sensitivity(c, q, p) for c, q, _ in blocks]
+    rho_f = float(rho)   # an estimate of the noise only: calibrate checks the cost exactly
     if family == "gaussian":
-        sigma = math.sqrt(sum((unit_rows * s * w) ** 2 for s, (_, _, w) in zip(sens, blocks)) / (2 * rho))
+        sigma = math.sqrt(sum((unit_rows * s * w) ** 2 for s, (_, _, w) in zip(sens, blocks)) / (2 * rho_f))
     else:
-        sigma = sum(unit_rows * s * w for s, (_, _, w) in zip(sens, blocks)) / math.sqrt(2 * rho) * math.sqrt(2)
+        sigma = sum(unit_rows * s * w for s, (_, _, w) in zip(sens, blocks)) / math.sqrt(2 * rho_f) * math.sqrt(2)
     res = []
     for (clique, query, w) in blocks:
         real = [d for d in _dense_factors(clique, query) if not _is_integer(d)]
@@ -223,11 +224,14 @@ class NoisePlan:
     rho: Fraction               # exact cost
 
 
-def calibrate(blocks: Sequence[LatticeBlock], rho: float, *, family: str = "gaussian",
+def calibrate(blocks: Sequence[LatticeBlock], rho: Fraction | float, *, family: str = "gaussian",
               unit_rows: int = 1) -> NoisePlan:
-    """Per-block noise so that the total zCDP cost is ≤ ``rho`` (exactly computed)."""
+    """Per-block noise so that the total zCDP cost is ≤ ``rho`` (exactly computed: ``rho``
+    may be an exact Fraction; the float arithmetic below only finds the noise, which the
+    1e-9 nudge makes large enough for the exact check to pass)."""
     if not rho > 0:
         raise ValueError("rho must be positive")
+    budget, rho = Fraction(rho), float(rho)
     k2 = unit_rows * unit_rows
     eff = [b.weight * b.scale for b in blocks]
     if family == "gaussian":
@@ -249,7 +253,7 @@ def calibrate(blocks: Sequence[LatticeBlock], rho: float, *, family: str = "gaus
         cost = eps_exact * eps_exact / 2
     else:
         raise ValueError(f"unknown noise family {family!r}")
-    if cost > Fraction(rho):
+    if cost > budget:
         raise AssertionError("calibrated cost exceeds the request")
     return NoisePlan(family, tuple(params), cost)
 
@@ -319,7 +323,7 @@ def fit_stddev(block: LatticeBlock, sd: float, family: str) -> float:
     return max(actual, min(sigma, FIT_STDDEV_FLOOR)) * block.scale
 
 
-def lattice_keeps_rank(blocks, rho: float, *, family: str = "gaussian", unit_rows: int = 1) -> bool:
+def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian", unit_rows: int = 1) -> bool:
     """Whether every real factor keeps its rank once put on the lattice at this budget.
 
     A Kron of many real factors may need a resolution so coarse that a factor collapses

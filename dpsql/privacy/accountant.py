@@ -22,13 +22,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from collections.abc import Callable, Iterable
+from decimal import Decimal
 from fractions import Fraction
+from typing import Literal
 
 from dpsql.errors import ConfigError
 
 __all__ = ["rho_gaussian", "rho_gaussian_sq", "rho_pure", "rho_exponential",
            "sigma2_for_rho", "compose", "rho_to_epsilon", "rho_to_delta",
-           "epsilon_delta_to_rho", "simple_rho_to_epsilon", "Budget", "to_rho"]
+           "epsilon_delta_to_rho", "simple_rho_to_epsilon", "Budget", "to_rho", "budget_rho",
+           "format_rho"]
 
 # Relative margin added to every binary64 evaluation of a conversion formula.  The
 # formula has < 20 floating-point operations, each with relative error 2^-53, so the
@@ -55,6 +58,42 @@ def _exact(value: Rational, name: str, *, allow_zero: bool = False) -> Fraction:
 def to_rho(value: Rational) -> Fraction:
     """Exact non-negative rho from an int/float/Fraction/str."""
     return _exact(value, "rho", allow_zero=True)
+
+
+def budget_rho(value: Rational) -> Fraction:
+    """A configured budget rho as an exact Fraction, rounded toward more privacy.
+
+    A float such as ``0.1`` stands for what the operator wrote (the decimal 1/10) but is
+    stored as the nearest binary64, which may lie above it: the budget is the smaller of
+    the two readings, so it is never more than either.
+    """
+    exact = _exact(value, "rho")
+    if isinstance(value, float):
+        return min(exact, Fraction(repr(value)))
+    return exact
+
+
+def format_rho(value: Fraction | float, rounding: Literal["down", "up"], digits: int = 6) -> str:
+    """``value`` in at most ``digits`` significant decimal digits, rounded ``down`` (what
+    is left, a budget) or ``up`` (what is spent, a cost): a displayed number never claims
+    more privacy budget than there is.  Exactly 0 shows as ``0``."""
+    x = Fraction(value)
+    if x < 0:
+        raise ValueError("format_rho needs a non-negative value")
+    if x == 0:
+        return "0"
+    # the exponent of the leading digit, exactly: the float estimate is corrected by at most one
+    exponent = math.floor(math.log10(float(x))) if float(x) > 0 else -400
+    while Fraction(10) ** exponent > x:
+        exponent -= 1
+    while Fraction(10) ** (exponent + 1) <= x:
+        exponent += 1
+    unit = Fraction(10) ** (exponent - digits + 1)
+    scaled = x / unit
+    n = math.floor(scaled) if rounding == "down" else math.ceil(scaled)
+    # n·10^k has at most ``digits`` digits: its nearest float prints back as exactly that
+    # decimal, in the usual ``g`` notation
+    return format(float(Decimal(n).scaleb(exponent - digits + 1)), f".{digits}g")
 
 
 def rho_gaussian(sensitivity2: Rational, sigma: Rational) -> Fraction:

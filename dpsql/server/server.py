@@ -2,8 +2,9 @@
 
 One task per client connection; protocol logic lives in the sans-IO modules (``codec``,
 ``startup``, ``protocol``) and statement work in ``backend.Dispatcher``.  Nothing CPU-bound
-runs on the event loop: parsing goes to a parse pool, compiling and answering to an engine
-pool, both bounded, each connection with its own engine session (``backend.DpsqlLink``).
+runs on the event loop: parsing goes to a parse pool (one user: at most half its threads),
+compiling, answering and encoding the reply to an engine pool, opening engine sessions to a
+session pool, all bounded, each connection with its own engine session (``backend.DpsqlLink``).
 
 Limits (``ServerOptions``):
 
@@ -144,8 +145,13 @@ class Server:
         self._catalog = catalog
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=opts.workers or max(4, 2 * (os.cpu_count() or 1)), thread_name_prefix="dpsql-query")
-        self.parse_executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=opts.parse_workers or max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-parse")
+        # opening and closing engine sessions (logins) has threads of its own: analysts' statements
+        # filling the engine pool must not keep anyone from logging in (issue 34 item 7)
+        self.session_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-session")
+        self._parse_threads = opts.parse_workers or max(2, os.cpu_count() or 1)
+        self.parse_executor = concurrent.futures.ThreadPoolExecutor(max_workers=self._parse_threads,
+                                                                    thread_name_prefix="dpsql-parse")
         self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
         self._shared_cluster = shadow_cluster
         self._starting: asyncio.Future | None = None
@@ -161,6 +167,7 @@ class Server:
         self._writers: dict[asyncio.Task, asyncio.StreamWriter] = {}    # of the connections in the gate
         self._delaying = 0                            # failed logins waiting out their delay outside it
         self._limiters: dict[str, asyncio.Semaphore] = {}
+        self._parse_limiters: dict[str, asyncio.Semaphore] = {}
         self._failures: dict[str, list[float]] = {}   # peer address -> recent failure times
         self._tasks: set[asyncio.Task] = set()
         self.server_version = opts.server_version or "15.0"
@@ -233,6 +240,7 @@ class Server:
             self._keepalive = None
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.parse_executor.shutdown(wait=False, cancel_futures=True)
+        self.session_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- connection lifecycle ---------------------------------------------------------------
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -271,11 +279,12 @@ class Server:
             try:
                 async with asyncio.timeout(self.options.startup_timeout):
                     settings = Settings(self.server_version, user, params)
-                    link = await loop.run_in_executor(self.executor, self.link_factory, user)
+                    link = await loop.run_in_executor(self.session_executor, self.link_factory, user)
                     await self._apply_settings(link, user, settings.engine_settings)
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
                                             executor=self.executor, parse_executor=self.parse_executor,
-                                            limiter=self._limiter(user), query_log=self.query_log,
+                                            limiter=self._limiter(user), parse_limiter=self._parse_limiter(user),
+                                            query_log=self.query_log,
                                             max_reply=self.options.max_session_memory,
                                             dpsql_version=_version(),
                                             signal=lambda pid, user=user: self._signal(pid, user))
@@ -315,8 +324,15 @@ class Server:
                 if left:
                     self._per_user[conn.user] = left
             if link is not None:
+                pending = conn.dispatcher._pending if conn is not None and conn.dispatcher is not None else None
+                if pending is not None and not pending.done():
+                    # a cancelled engine call may still use the session: close it after that
+                    try:
+                        await asyncio.wait([pending])
+                    except asyncio.CancelledError:
+                        pass
                 try:
-                    await loop.run_in_executor(self.executor, link.close)
+                    await loop.run_in_executor(self.session_executor, link.close)
                 except (asyncio.CancelledError, RuntimeError):
                     link.close()  # server shutting down: close inline rather than leak the session
             try:
@@ -343,6 +359,13 @@ class Server:
         limit = opts.user_connection_limits.get(user, opts.max_user_connections)
         return max(1, opts.max_connections // 2) if limit is None else limit
 
+    def _parse_limiter(self, user: str) -> asyncio.Semaphore:
+        """A user's share of the parse pool: half of its threads (at least one)."""
+        limiter = self._parse_limiters.get(user)
+        if limiter is None:
+            limiter = self._parse_limiters[user] = asyncio.Semaphore(max(1, self._parse_threads // 2))
+        return limiter
+
     def _limiter(self, user: str) -> asyncio.Semaphore:
         limiter = self._limiters.get(user)
         if limiter is None:
@@ -356,7 +379,7 @@ class Server:
         for name, value in wanted.items():
             sql = f"SET {name} = '" + value.replace("'", "''") + "'"
             try:
-                await loop.run_in_executor(self.executor, link.execute, sql, None)
+                await loop.run_in_executor(self.session_executor, link.execute, sql, None)
             except errors.Error as exc:
                 raise Fatal("22023", f'invalid value for parameter "{name}": "{value}"', hint=exc.hint) from None
 

@@ -14,6 +14,7 @@ exception is a schema probe (``LIMIT 0`` or a constant-false WHERE), which retur
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -247,7 +248,9 @@ class _Lowering:
         else:
             values = self.quantile_values(call, attr)
             q = self.spec("quantile", pred, label, quantile_attr=attr)
-            plan = AggPlan("quantile", label, [q], q=call.q, method=call.method, cell_values=values)
+            low, high = self.quantile_ranges(call, attr, values)
+            plan = AggPlan("quantile", label, [q], q=call.q, method=call.method, cell_values=values,
+                           cell_low=low, cell_high=high)
         self.agg_index[key] = len(self.aggs)
         self.aggs.append(plan)
         return self.agg_index[key]
@@ -305,6 +308,18 @@ class _Lowering:
             raise UnsupportedQueryError(f"{snippet(call.node)} is a quantile of text values",
                                         position=self.pos(call.node), hint="use a numeric expression")
         return np.array([np.nan if null[i] or v is None else float(v) for i, v in enumerate(vals)])
+
+    @staticmethod
+    def quantile_ranges(call: AggCall, attr, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The values each cell can hold: a column's bin ``[lo, hi]`` (its interval includes
+        the bin, since the value inside the bin is not measured); an expression is constant
+        on every cell (``quantile_values`` refuses it otherwise), so its value alone."""
+        bounds = attr.bin_bounds() if isinstance(call.arg, exp.Column) else None
+        if bounds is None:
+            return values, values
+        low = np.array([math.nan if b is None else float(b[0]) for b in bounds])
+        high = np.array([math.nan if b is None else float(b[1]) for b in bounds])
+        return low, high
 
     def terms(self, pred) -> list[dict]:
         pkey = self.canon(pred) if pred is not None else None

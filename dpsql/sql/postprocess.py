@@ -21,14 +21,16 @@ block variances; AVG, (1/c)²·var(s) + (s/c²)²·var(c).  An output expression
 aggregates a_i gets var ≈ Σ (∂f/∂a_i)² var(a_i), with the partials propagated forward
 through the arithmetic.  The approximation treats the aggregates as independent and f as
 linear near the estimate; it is poor when a denominator's standard error is comparable to
-the denominator itself.  Quantiles: the delta method through the CDF
-(:func:`quantile_variance`).  Group keys carry no standard error (None).
+the denominator itself.  Quantiles: a 95% interval from the noisy CDF's confidence band,
+inverted and widened to whole bins (:func:`quantile_interval`), reported as the standard
+error whose ±Z95 holds it.  Group keys carry no standard error (None).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -40,7 +42,7 @@ from dpsql.sql.cells import columns_in, literal_value, position_literal, snippet
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
 
 __all__ = ["AggPlan", "Program", "Restriction", "to_ir", "int_ir", "run_program", "evaluate_program",
-           "quantile_from_histogram", "quantile_variance"]
+           "quantile_from_histogram", "quantile_interval", "quantile_variance"]
 
 
 @dataclass
@@ -54,6 +56,9 @@ class AggPlan:
     method: str | None = None
     cell_values: np.ndarray | None = None
     scale: float = 1.0              # SUM(c) of a constant c is c·COUNT(*)
+    # quantiles: the range of values in each cell (its bin), which the interval includes
+    cell_low: np.ndarray | None = None
+    cell_high: np.ndarray | None = None
 
 
 @dataclass
@@ -222,39 +227,82 @@ def quantile_from_histogram(hist: np.ndarray, values: np.ndarray, q: float, meth
     return a if frac == 0 else a + frac * (at(lo + 1) - a)
 
 
-def quantile_variance(hist: np.ndarray, var: np.ndarray, values: np.ndarray, q: float,
-                      x: float) -> float:
-    """Variance of a quantile x read off a noisy histogram (an approximation, documented
-    in docs/engine.md), from the distribution of the cell where the CDF crosses q.
+# The two-sided 95% normal quantile (dpsql.engine.variance.Z95, which front ends multiply a
+# standard error by): each end of a quantile's interval fails with at most 2.5%.
+Z95 = NormalDist().inv_cdf(0.975)
 
-    The estimate is the value of the first cell j whose cumulative count C_j reaches q·N,
-    so it is discrete: a plain delta method through a density would miss the jumps between
-    cells.  With the cells' errors independent with variances ``var``, the crossing
-    statistic D_j = C_j − q·N has variance (1 − q)²·Var(C_j) + q²·Var(N − C_j); with D_j
-    normal around its estimate, P(crossing at or before j) = Φ(D_j / sd_j) (made monotone),
-    its increments give P(estimate = v_j), and the variance is Σ_j P_j (v_j − x)².
-    Infinite when a cell is unsupported (infinite variance), NaN when a variance is unknown.
-    """
+
+def _sorted_cells(hist, var, values, low, high):
     keep = ~np.isnan(values)
-    h = np.clip(np.asarray(hist, dtype=float)[keep], 0.0, None)
-    w = np.asarray(var, dtype=float)[keep]
-    v = values[keep]
+    v = np.asarray(values, dtype=float)[keep]
+    lo = v if low is None else np.asarray(low, dtype=float)[keep]
+    hi = v if high is None else np.asarray(high, dtype=float)[keep]
     order = np.argsort(v, kind="stable")
-    h, w, v = h[order], w[order], v[order]
-    if np.any(np.isinf(w)):
-        return math.inf          # an unsupported cell: the engine marks the value inferred
-    if len(v) == 0 or np.any(np.isnan(w)) or not math.isfinite(x):
-        return math.nan
+    # unclipped: a noisy count's cumulative sums are unbiased only with their negative
+    # values (clipping them to 0, as the point estimate does, inflates the thin tail)
+    h = np.asarray(hist, dtype=float)[keep][order]
+    w = np.asarray(var, dtype=float)[keep][order]
+    return h, w, v[order], lo[order], hi[order]
+
+
+def quantile_interval(hist: np.ndarray, var: np.ndarray, values: np.ndarray, q: float, *,
+                      low: np.ndarray | None = None, high: np.ndarray | None = None,
+                      z: float = Z95) -> tuple[float, float]:
+    """A 95% confidence interval for the q-quantile of the *unbinned* data, from a noisy
+    histogram: the noisy CDF's confidence band inverted, widened to whole cells.
+
+    Cells are ordered by their representative ``values``; cell j holds the values in
+    [``low[j]``, ``high[j]``] (its bin; the value itself for a one-value cell).  The true
+    quantile lies in the cell j* where the true cumulative count C first reaches q·N, or
+    (percentile_cont) between it and a neighbour within one count of that rank.  With the
+    cells' errors independent with variances ``var``, D_j = C_j − q·N has standard deviation
+    sd_j = sqrt((1 − q)²·Var(C_j) + q²·Var(N − C_j)), and
+
+    * j* reaches q·N, so its band reaches it:      D̂_j + z·sd_j ≥ −1  (fails w.p. ≤ 2.5%);
+    * the cell before j* does not, so its band doesn't surely: D̂_{j−1} − z·sd_{j−1} < 1
+      (fails w.p. ≤ 2.5%).
+
+    Every cell passing both is plausible (the ±1 is the one count of slack between a rank
+    and q·N); the interval is [lowest low, highest high] over them, so the bin width is in
+    it and it has width 0 only when a single one-value cell is plausible.  The counts are
+    used as released, negative ones included: their sums are unbiased, which the clipped
+    histogram the point estimate reads is not (under heavy noise it moves a 90th percentile
+    well into the tail; with clipped sums a simulated 95% interval covered 85%).  (−inf, inf) when
+    a cell is unsupported (infinite variance), NaNs when a variance is unknown or N ≤ 0.
+    """
+    h, w, v, lo, hi = _sorted_cells(hist, var, values, low, high)
+    if len(v) and np.any(np.isinf(w)):
+        return -math.inf, math.inf
+    if len(v) == 0 or np.any(np.isnan(w)) or np.clip(h, 0.0, None).sum() <= 0:
+        return math.nan, math.nan
     cum, vcum = np.cumsum(h), np.cumsum(w)
-    total, vtotal = float(cum[-1]), float(vcum[-1])
-    d = cum - q * total
-    sd = np.sqrt((1 - q) ** 2 * vcum + q ** 2 * np.maximum(vtotal - vcum, 0.0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(sd > 0, d / sd, np.where(d >= 0, np.inf, -np.inf))
-    le = np.maximum.accumulate([0.5 * math.erfc(-float(t) / math.sqrt(2.0)) for t in z])
-    le[-1] = 1.0                 # the last cell always reaches q·N
-    p = np.diff(np.concatenate([[0.0], le]))
-    return float(np.sum(p * (v - x) ** 2))
+    d = cum - q * cum[-1]
+    sd = np.sqrt((1 - q) ** 2 * vcum + q ** 2 * np.maximum(vcum[-1] - vcum, 0.0))
+    reaches = d + z * sd >= -1.0
+    surely = d - z * sd >= 1.0
+    before = np.concatenate([[False], surely[:-1]])
+    plausible = np.flatnonzero(reaches & ~before)
+    if len(plausible) == 0:      # not even the last cell (rounding): the whole range
+        return float(np.min(lo)), float(np.max(hi))
+    return float(np.min(lo[plausible])), float(np.max(hi[plausible]))
+
+
+def quantile_variance(hist: np.ndarray, var: np.ndarray, values: np.ndarray, q: float,
+                      x: float, *, low: np.ndarray | None = None,
+                      high: np.ndarray | None = None) -> float:
+    """The squared "standard error" a quantile x reports: (h / Z95)² for the half-width h of
+    the symmetric interval around x that holds :func:`quantile_interval` (so that every
+    front end's ``± Z95·stderr`` is that 95% interval, bin width included).  Infinite when a
+    cell is unsupported, NaN when a variance is unknown."""
+    if not math.isfinite(x):
+        return math.nan
+    a, b = quantile_interval(hist, var, values, q, low=low, high=high)
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if math.isinf(a) or math.isinf(b):
+        return math.inf
+    half = max(x - a, b - x, 0.0)
+    return (half / Z95) ** 2
 
 
 def _answers(lq, answers, stderrs):
@@ -342,7 +390,8 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
             vh = _histograms(lq, var, groups) if var is not None else None
             vals.append(out)
             vars_.append(np.array([np.nan if vh is None or np.isnan(out[g]) else
-                                   quantile_variance(hist[g], vh[g], plan.cell_values, plan.q, out[g])
+                                   quantile_variance(hist[g], vh[g], plan.cell_values, plan.q, out[g],
+                                                     low=plan.cell_low, high=plan.cell_high)
                                    for g in range(groups)]))
     return vals, vars_
 
@@ -484,6 +533,7 @@ def _bound_rows(cq, rel, bounds) -> list[tuple]:
     """Per row and output column of ``rel``: (lower, upper) or None."""
     n, ncol = rel.n, len(rel.cols)
     program = cq.program
+    # group_index is set only on the rows of a grouped query (_group_rows)
     if not isinstance(program, Program) or getattr(rel, "group_index", None) is None:
         return [(None,) * ncol for _ in range(n)]
     groups = program.grouping.size

@@ -199,3 +199,38 @@ def test_init_reads_smartnoise_metadata(tmp_path):
     assert cols["age"] == {"type": "integer", "lo": 0, "hi": 100}
     assert cols["married"]["labels"] == ["false", "true"] and cols["sex"]["type"] == "categorical"
     assert "source" in r.stdout and "'sex' (categorical): labels" in r.stdout
+
+
+def test_serve_warns_about_analysts_without_a_cap_under_the_measure_policy(adult_config, tmp_path):
+    """Issue 34 item 3: an unlisted analyst's cap is 0, not the global budget; `serve` names
+    the analysts who therefore cannot spend under the `measure` policy."""
+    config = adult_config(queries=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                          sections={"policy": {"unsupported": "measure", "epsilon": 0.1},
+                                    "budget.users.alice": {"epsilon": 0.5}})
+    for name in ("alice", "carol"):
+        r = run("user", "add", name, "--config", str(config), "--password-stdin", input="pw-123456\n")
+        assert r.returncode == 0, r.stderr
+    import socket
+    with socket.socket() as busy:    # the warning comes before the port is bound
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = run("serve", "--config", str(config), "--port", str(busy.getsockname()[1]), "--no-catalog")
+    warning = [line for line in r.stderr.splitlines() if "no budget cap" in line]
+    assert len(warning) == 1 and "carol" in warning[0] and "alice" not in warning[0], r.stderr
+
+
+@pytest.mark.parametrize("users", [{}, {"budget.users.alice": {"epsilon": 0.5}}])
+def test_an_unlisted_analyst_may_spend_nothing(adult_config, users):
+    """Issue 34 item 3: without [budget.per_user] an analyst not listed in [budget.users] had
+    the whole global budget under the `measure` policy; now their cap is 0 and nothing is spent."""
+    import dpsql
+    config = adult_config(queries=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                          sections={"policy": {"unsupported": "measure", "epsilon": 0.1,
+                                               "allow_spend": True}, **users})
+    con = dpsql.connect(str(config), user="mallory")
+    assert con.session.engine.ledger.remaining("mallory") == 0
+    if users:
+        assert con.session.engine.ledger.remaining("alice") > 0
+    with pytest.raises(dpsql.Error, match="mallory"):
+        con.cursor().execute("SET dpsql.policy = 'measure'")
+    assert con.session.engine.ledger.spent() == 0

@@ -55,6 +55,9 @@ cache_dir = "cache"
 epsilon = 1e9
 delta = 1e-6
 
+[budget.per_user]
+epsilon = 1e9
+
 [tables.t]
 domain = "d.toml"
 {unit}
@@ -171,6 +174,22 @@ def test_a_changed_source_makes_releases_stale_in_a_running_engine(tmp_path):
     assert con.session.measure_cost() > 0
     con.session.measure()
     assert round(before) == 60 and round(total(con)) == 30  # counted from the new content
+
+
+def test_a_changed_source_invalidates_cached_answers(tmp_path):
+    """Issue 34 item 2: a live session answered a repeated statement from its cache, i.e. from
+    the stale release, after the source changed (the cache was keyed by a model version that
+    only a refit moved)."""
+    path = make(tmp_path)
+    con = dpsql.connect(path)
+    con.session.measure()
+    assert round(total(con)) == 60
+    spent = con.session.engine.ledger.spent(None)
+    (tmp_path / "t.csv").write_text("\n".join([HEADER] + ROWS[:30]) + "\n")
+    cur = con.cursor()
+    cur.execute("SELECT COUNT(*) FROM t")            # policy "measure": the new content is measured
+    assert cur.cost > 0 and round(cur.fetchone()[0]) == 30
+    assert con.session.engine.ledger.spent(None) > spent
 
 
 # -- item 5: no process pays for what another already released --------------------------------------

@@ -101,3 +101,23 @@ def test_budget_value_type_and_errors():
         with pytest.raises(ConfigError):
             rho_to_epsilon(0.1, bad)
     assert rho_to_epsilon(0, 1e-6) == 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(num=st.integers(1, 10**30), den=st.integers(1, 10**30), digits=st.integers(1, 8))
+def test_format_rho_rounds_toward_privacy(num, den, digits):
+    """What is left is never shown as more than it is, what is spent never as less."""
+    from dpsql.privacy.accountant import format_rho
+    value = Fraction(num, den)
+    down, up = format_rho(value, "down", digits), format_rho(value, "up", digits)
+    assert Fraction(down) <= value <= Fraction(up)
+    assert Fraction(up) - Fraction(down) <= value / 10 ** (digits - 1)   # only the last digit differs
+    assert len(down.split("e")[0].replace(".", "").lstrip("0")) <= digits
+
+
+def test_format_rho_shows_zero_and_plain_values():
+    from dpsql.privacy.accountant import format_rho
+    assert format_rho(Fraction(0), "down") == "0" == format_rho(0, "up")
+    assert (format_rho(Fraction(1, 3), "down"), format_rho(Fraction(1, 3), "up")) == ("0.333333", "0.333334")
+    assert format_rho(Fraction(1), "up") == "1" and format_rho(Fraction(10**9 - 1, 10**9), "up") == "1"
+    assert format_rho(Fraction(24, 10**12), "down") == "2.4e-11"

@@ -23,7 +23,7 @@ from driver import ENTER, UP, driven, run_keys
 from fakes import ADULT_CONFIG, ROOT
 
 CSV = ROOT / "examples" / "adult" / "adult.csv"
-HUGE = {"epsilon": 1e7, "delta": 1e-6}
+HUGE = {"epsilon": 1e7, "delta": 1e-6, "per_user": {"epsilon": 1e7}}
 SLOW = 600.0  # planning the dashboard and fitting the model, on a busy 2-core machine
 
 

@@ -137,7 +137,7 @@ def test_query_log_records_statements_without_values(users_file, shadow_cluster,
     log = tmp_path / "queries.jsonl"
     ledger = tmp_path / "log.ledger"
     overrides = {"ledger": str(ledger), "policy": {"unsupported": "measure", "epsilon": 0.3, "allow_spend": True},
-                 "budget": {"epsilon": 1e6, "delta": 1e-6}}
+                 "budget": {"epsilon": 1e6, "delta": 1e-6, "per_user": {"epsilon": 1e6}}}
     server = ServerThread(Server(ADULT_CONFIG, users_file=users_file, overrides=overrides,
                                  shadow_cluster=shadow_cluster,
                                  options=ServerOptions(port=0, query_log=str(log)))).start()

@@ -397,36 +397,3 @@ def test_rounding_keeps_the_standard_error(oracle, catalog):
     answers = exact(oracle, cq)
     _, errs = cq.postprocess(answers, {k: np.full(1, 5.0) for k in answers})
     assert errs[0][0] == pytest.approx(errs[0][1]) and errs[0][0] > 0
-
-
-@pytest.mark.parametrize("method", ["disc", "cont"])
-@pytest.mark.parametrize("q", [0.25, 0.5, 0.9])
-def test_quantile_standard_error_matches_monte_carlo(q, method):
-    """The quantile's standard error agrees with its root-mean-square error over 2,000
-    simulated noisy histograms (test-side simulation only; the product's noise comes
-    from dpsql.privacy).  The noise spreads the estimate over several cells."""
-    from dpsql.sql.postprocess import quantile_variance
-
-    v = np.arange(60, dtype=float)
-    h = 1000.0 * np.exp(-0.5 * ((v - 30) / 9) ** 2)          # smooth, ~22,000 rows
-    sd = 150.0
-    rng = np.random.default_rng(7)
-    x = quantile_from_histogram(h, v, q, method)
-    est = np.array([quantile_from_histogram(h + rng.normal(0, sd, v.size), v, q, method)
-                    for _ in range(2000)])
-    se = math.sqrt(quantile_variance(h, np.full(v.size, sd ** 2), v, q, x))
-    # Monte Carlo RMSE is within ~3% at 2,000 draws; the normal approximation of the
-    # crossing statistic and the clipping of negative cells account for the rest
-    assert math.sqrt(np.mean((est - x) ** 2)) == pytest.approx(se, rel=0.2)
-
-
-def test_quantile_variance_edge_cases():
-    from dpsql.sql.postprocess import quantile_variance
-
-    v = np.arange(5, dtype=float)
-    h = np.array([0.0, 10, 0, 0, 10])
-    assert math.isinf(quantile_variance(h, np.array([1, 1, np.inf, 1, 1.0]), v, 0.5, 1.0))
-    assert math.isnan(quantile_variance(h, np.full(5, np.nan), v, 0.5, 1.0))
-    # exact counts: no uncertainty; overwhelming noise: bounded by the squared range
-    assert quantile_variance(h, np.zeros(5), v, 0.5, 1.0) == 0.0
-    assert 0 < quantile_variance(h, np.full(5, 1e12), v, 0.5, 1.0) <= 4.0 ** 2
