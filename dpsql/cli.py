@@ -200,11 +200,15 @@ def cmd_plan(args) -> int:
     print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
     if s.explanation:
         print(s.explanation)
-    print(f"expected RMSE per query row at rho = {report.rho:.4g}: {report.rmse:,.2f} "
-          f"(per-query baseline: {report.baseline_rmse:,.2f})")
+    for line in report.unit_lines():
+        print(line)
     if report.bound_rmse is not None:
+        # the SVD bound is over every row of the workload, like the planner's objective: a
+        # figure in one unit only when the workload has one
+        mixed = len(report.units) > 1
+        where = f"over all {report.rows:,} rows, units mixed: planned {report.rmse:,.2f}; " if mixed else ""
         print(f"no strategy can do better than {report.bound_rmse:,.2f} with unbiased answers "
-              f"(SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
+              f"({where}SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
     for line in report.per_query_lines():
         print(line)
     if report.advice:
@@ -359,6 +363,9 @@ def cmd_measure(args) -> int:
               f"of the run's rho = {report.run_rho:.6g}: {report.rho_select:.4g} selecting, "
               f"{report.rho_measure:.4g} measuring" +
               (f", {report.lost_rho:.4g} lost to an interrupted round" if report.lost_rho else ""))
+    elif getattr(report, "completed", False):
+        print(f"measured {report.blocks} blocks ({report.cells:,} cells) under the charge an interrupted "
+              "run made before it could release them (nothing spent now)")
     else:
         print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent {_spend_text(report.rho, delta)}")
     if args.no_fit:

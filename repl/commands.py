@@ -265,13 +265,21 @@ class MetaCommands:
                  f"{len(s.blocks)} measurement blocks, planned in {render.describe_seconds(report.seconds)}"]
         if s.explanation:
             lines += str(s.explanation).splitlines()
+        units = getattr(report, "units", ())
+        # one line per unit (counts, quantiles, each SUM's column): never an average of
+        # counts with minutes (issue 29 item 6)
+        errors_by_unit = [(f"expected RMSE [{u.unit}]", f"{u.rmse:,.2f} per row over {u.rows:,} rows "
+                           f"(baseline {u.baseline:,.2f}: each query on its own, budget split evenly)")
+                          for u in units] or [
+            ("expected RMSE", f"{report.rmse:,.2f} per query row"),
+            ("baseline RMSE", f"{report.baseline_rmse:,.2f} (each query on its own, budget split evenly)")]
         lines += render.kv_lines([
             ("workload", f"{report.queries} queries, {report.rows:,} linear query rows"),
             ("budget", f"ρ = {report.rho:.6g}"),
-            ("expected RMSE", f"{report.rmse:,.2f} per query row"),
-            ("baseline RMSE", f"{report.baseline_rmse:,.2f} (each query on its own, budget split evenly)"),
-        ] + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
+        ] + errors_by_unit + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
                 + ("" if report.bound_exact else " of the marginal queries alone")
+                + (f", over all rows with units mixed, against {report.rmse:,.2f} planned"
+                   if len(units) > 1 else "")
                 + "; no strategy does better with unbiased answers)")]
              if report.bound_rmse is not None else [])
             + ([("AIM or HDMM", report.advice)] if report.advice else []))

@@ -171,7 +171,8 @@ class Session:
             if isinstance(params, Mapping) else tuple(params)
         key = (sql, bound, self.settings["dpsql.estimator"], self.policy)
         self.engine.refresh()  # releases made by other processes since the last statement
-        model, variance, version = self.engine.model(compiled.table)
+        # during a refit the previous model answers what it supports (issue 34 item 8)
+        model, variance, version = self.engine.model(compiled.table, stale_ok=True)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
             return self._with_error_columns(replace(cached, cost=Fraction(0)))  # a repeat is free
@@ -185,6 +186,10 @@ class Session:
         answers, stderrs = {}, {}
         if model is not None:
             answers, stderrs, unsupported = self._answer(compiled, model, variance)
+            if unsupported and not self.engine.model_is_current(compiled.table, version):
+                # the releases being fitted may support it: wait for their model
+                model, variance, version = self.engine.model(compiled.table)
+                answers, stderrs, unsupported = self._answer(compiled, model, variance)
         else:
             unsupported = list(compiled.linear_queries)
         if unsupported:

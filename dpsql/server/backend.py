@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from dpsql import errors
+from dpsql.display import rounded_rows
 from dpsql.server import codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
 from dpsql.server.results import Outcome, Portal, Prepared, QueryError, out_of_memory
@@ -430,7 +431,9 @@ class Dispatcher:
         columns = [_column(c) for c in result.columns]
         if not columns:
             return Outcome(tag=result.message or "SELECT"), cost
-        rows = result.rows
+        # values at their error's precision, as every front end shows them (dpsql.display):
+        # a parseable number, never float noise such as 58640.60093598821 or 2.2e-308
+        rows = rounded_rows(result)
         if mode != "off" and route.tag == "SELECT" and not getattr(result, "message", None) \
                 and INFERRED not in (name for name, _ in columns):
             flags = list(getattr(result, "inferred", []) or [])
