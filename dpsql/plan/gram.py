@@ -26,7 +26,7 @@ import numpy as np
 
 from dpsql.linalg.rowscaled import GramPinv
 
-__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "pinv_psd",
+__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "psd_root",
            "class_matrix", "class_sum", "LARGE_CELLS"]
 
 #: Relative tolerance for two workload columns to count as equal.
@@ -89,14 +89,6 @@ def class_sum(M: np.ndarray, labels: np.ndarray, r: int) -> np.ndarray:
         return np.zeros((r,) + M.shape[1:])
     starts = np.flatnonzero(np.r_[True, np.diff(labels[order]) != 0])
     return np.add.reduceat(M[order], starts, axis=0)
-
-
-def pinv_psd(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pseudo-inverse of a PSD matrix and the projector onto its range (eigh, relative cut)."""
-    w, P = np.linalg.eigh(X)
-    keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-10 * X.shape[0]
-    Pk = P[:, keep]
-    return (Pk / w[keep]) @ Pk.T, Pk @ Pk.T
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,7 +170,7 @@ class FactorPinv:
             resid = Vt - (Vt @ self.basis) @ self.basis.T
             if np.abs(resid).max(initial=0.0) > 1e-7 * max(float(np.abs(Vt).max(initial=0.0)), 1e-300):
                 return math.inf
-        R = _psd_root(Vt)
+        R = psd_root(Vt)
         return float(np.sum((R @ self.root) ** 2))
 
     def diag_quadratic(self, Q: np.ndarray) -> np.ndarray | None:
@@ -208,7 +200,7 @@ class FactorPinv:
         return B.T @ self.inv @ B
 
 
-def _psd_root(V: np.ndarray) -> np.ndarray:
+def psd_root(V: np.ndarray) -> np.ndarray:
     """R with RᵀR = V for a PSD V, from eigh.  Eigenvalues within V's own rounding
     (n·ε of the largest) are zero: their eigenvectors are arbitrary, and kept they would
     reach the light directions of a stiff factor's pseudo-inverse."""

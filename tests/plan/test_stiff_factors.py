@@ -8,7 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from dpsql.linalg import Explicit, Indicator, Kron, Total, Union, Weighted
+from dpsql.plan.error import per_query_variance, strategy_blocks, term_errors
 from dpsql.plan.gram import FactorPinv, LowRankGram, ThinPinv
+from dpsql.plan.workload import workload_terms
+from plan_oracles import exact_quad
 
 S, B = 2.0 ** -14, 2.0 ** 8          # light and heavy row weights, 2²² apart
 
@@ -59,3 +63,26 @@ def test_thin_pinv_keeps_the_light_rows_of_a_large_attribute():
     assert np.allclose(P.diag_quadratic(q), want, rtol=1e-9, atol=0)
     assert P.trace(LowRankGram(n, 0.0, q[1:])) == pytest.approx(want[1], rel=1e-9)
     assert math.isinf(P.trace(LowRankGram(n, 0.0, np.eye(n)[1:2])))   # one cell: unsupported
+
+
+def test_union_strategy_with_a_stiff_block():
+    """A union (two blocks) on a small domain: the dense path took the eigenvalues of AᵀA
+    cut at 1e-10·n, which dropped the light rows (2⁻⁴⁴ of the heavy ones there).  The
+    per-query variance of the cells 0..n−2 came out 1e-3 of the truth, and term_errors
+    called that query unsupported (inf)."""
+    n = 12
+    F = _edge_rows(n)
+    A = Union([Kron([Explicit(F)]), Weighted(0.5, Kron([Total(n)]))])
+    Ad = np.vstack([F, 0.5 * np.ones((1, n))])
+    sens2 = float(np.abs(Ad).sum(axis=0).max()) ** 2
+    cells = np.arange(n)
+    qs = [cells >= 1, cells <= n - 2, cells >= 0]
+    exact = [float(exact_quad(Ad, q.astype(float))) for q in qs]
+    for q, want in zip(qs, exact):
+        got = per_query_variance(Kron([Indicator(n, q)]), A, "laplace")[0]
+        assert got == pytest.approx(2.0 * sens2 * want, rel=1e-10)       # Laplace: 2b², b = ‖A‖₁
+    blocks, _ = strategy_blocks(A)
+    W = Union([Kron([Indicator(n, q)]) for q in qs])
+    sens2 = float((Ad * Ad).sum(axis=0).max())
+    assert np.allclose(term_errors(workload_terms(W), blocks, "gaussian"),
+                       sens2 * np.array(exact), rtol=1e-10, atol=0)
