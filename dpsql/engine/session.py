@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
-from dpsql.engine.variance import Z95
+from dpsql.engine.variance import Z95, interval_stderr
 from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
@@ -368,9 +368,12 @@ class Session:
         for lq in compiled.linear_queries:
             if least_squares:
                 answers[lq.name], _ = variance.least_squares(lq.matrix)
+                err, sup = variance.analyse(lq.matrix)
             else:
                 answers[lq.name] = np.asarray(model.answer(lq.matrix), dtype=np.float64)
-            err, sup = variance.analyse(lq.matrix)
+                err, sup, estimate, nonneg = variance.analyse_estimates(lq.matrix)
+                # the model's interval must contain the unbiased one (issue 29: sparse domains)
+                err = np.where(sup, interval_stderr(answers[lq.name], estimate, err, nonneg), err)
             stderrs[lq.name] = err
             if not sup.all():
                 unsupported.append(lq)
