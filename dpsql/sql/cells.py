@@ -21,7 +21,7 @@ import operator
 import re
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from sqlglot import exp
@@ -49,7 +49,7 @@ INT4_MAX = 2 ** 31 - 1
 #: Per-cell evaluations one statement may spend (each ~1-2 µs of Python: about a second).
 WORK_LIMIT = 1_000_000
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
-_OPS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_OPS: dict[type, str] = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
        ">": operator.gt, ">=": operator.ge}
@@ -218,7 +218,8 @@ class CellEvaluator:
             self._lo, self._hi = vals, list(vals)
         else:
             bounds = attr.bin_bounds()
-            lo, hi = [], []
+            lo: list = []
+            hi: list = []
             last = max(i for i in range(n) if bounds[i] is not None)
             for i, b in enumerate(bounds):
                 if b is None:
@@ -234,7 +235,7 @@ class CellEvaluator:
             self._lo, self._hi = lo, hi
 
     # --- errors ------------------------------------------------------------------------
-    def _fail(self, cls, node, message: str, hint: str):
+    def _fail(self, cls, node, message: str, hint: str) -> NoReturn:
         raise cls(message, position=self.pos(node), hint=hint)
 
     def _split_error(self, node, cells) -> None:
@@ -331,7 +332,7 @@ class CellEvaluator:
             null |= a.null
         out = []
         for side in ("lo", "hi"):
-            col = []
+            col: list = []
             for i in range(self.n):
                 vs = [getattr(a, side)[i] for a in args]
                 if null[i] or any(v is None for v in vs):
@@ -392,6 +393,7 @@ class CellEvaluator:
                 args = [Evaluated(["" if v is None else v for v in a.lo], ["" if v is None else v for v in a.hi],
                                   np.zeros(self.n, bool)) for a in args]
             return self._map(node, args, lambda *vs: "".join(str(v) for v in vs), text_ok=True)
+        fn: Callable[[str], object]
         if isinstance(node, exp.Upper):
             fn = str.upper
         elif isinstance(node, exp.Lower):
@@ -418,7 +420,8 @@ class CellEvaluator:
         parts = [node.args.get(k) for k in ("min_value", "max_value", "num_buckets")]
         (lo_ok, lo), (hi_ok, hi), (n_ok, nb) = [literal_value(p) if p is not None else (False, None)
                                                 for p in parts]
-        if not (lo_ok and hi_ok and n_ok) or not isinstance(nb, int) or nb < 1 or lo == hi:
+        if not (lo_ok and hi_ok and n_ok) or lo is None or hi is None or not isinstance(nb, int) \
+                or nb < 1 or lo == hi:
             self._fail(UnsupportedQueryError, node, "width_bucket needs constant bounds and a positive "
                        "bucket count", "e.g. width_bucket(age, 0, 100, 10)")
 
