@@ -329,7 +329,7 @@ class Engine:
         workload, names, blocks, labels = self.workload_for(table, queries)
         configured = rho is None or Fraction(rho) == self.workload_rho()
         rho = Fraction(rho) if rho is not None else self.workload_rho()
-        strategy = self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id)
+        strategy = self.optimize_counted(workload, rho, self.config.sources[table].unit_rows)
         if configured:
             # a plan at another budget (`dpsql plan --epsilon`) is a what-if: `measure` must
             # never run a strategy planned for a budget it is not given
@@ -430,7 +430,7 @@ class Engine:
         state = self._state(table)
         source = self.config.sources[table]
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho,
-                                          family=self.config.noise, unit_rows=source.max_rows_per_id)
+                                          family=self.config.noise, unit_rows=source.unit_rows)
         key = state.identity.key() + ":" + _sha(
             purpose, float(plan.rho), [str(p) for p in plan.params],
             *[(b.clique, b.scale, b.weight) for b in blocks], *[f for b in blocks for f in b.factors])
@@ -557,7 +557,7 @@ class Engine:
         from dpsql.plan import Workload
 
         workload = Workload(self._state(table).schema.domain, linalg.Union(missing))
-        return self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id,
+        return self.optimize_counted(workload, rho, self.config.sources[table].unit_rows,
                                      self.released_measurements(table))
 
     def measure_increment(self, table: str, rho: Fraction, queries: Sequence[str] | None = None, *,

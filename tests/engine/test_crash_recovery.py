@@ -63,13 +63,13 @@ def _make(tmp: Path) -> Path:
     return tmp / "dpsql.toml"
 
 
-def _measure(config: Path, kill_at: str | None = None) -> subprocess.CompletedProcess:
+def _measure(config: Path, kill_at: str | None = None, mode: str = "hdmm") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop(KILL_AT_ENV, None)
     if kill_at:
         env[KILL_AT_ENV] = kill_at
     return subprocess.run([sys.executable, "-m", "dpsql.cli", "measure", "--config", str(config), "--yes",
-                           "--no-fit"], env=env, capture_output=True, text=True, timeout=300)
+                           "--no-fit", "--mode", mode], env=env, capture_output=True, text=True, timeout=300)
 
 
 def _ledger(config: Path):
@@ -110,3 +110,20 @@ def test_a_crash_at_any_step_ends_with_one_charge_and_one_release(tmp_path, step
     third = _measure(config)                            # and from now on it is re-used
     assert third.returncode == 0 and "already measured" in third.stdout, third.stdout
     assert _ledger(config)[2] == spent
+
+
+@pytest.mark.parametrize("step", ["charged", "drawn"])
+def test_aim_completes_the_interrupted_round_under_its_charge(tmp_path, step):
+    """AIM's rounds (``dpsql.engine.aim``): killed after a round's charge, the restarted run
+    replays nothing twice, releases that round under its charge and loses nothing."""
+    config = _make(tmp_path)
+    crashed = _measure(config, kill_at=step, mode="aim")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    charges, releases, _ = _ledger(config)
+    assert len(charges) == 1 and releases == []        # the first round: charged, never released
+    again = _measure(config, mode="aim")
+    assert again.returncode == 0, again.stderr
+    assert "lost" not in again.stdout, again.stdout
+    charges, releases, spent = _ledger(config)
+    assert sorted(r.charge_id for r in releases) == [c.seq for c in charges]   # one release each
+    assert spent == sum(c.rho for c in charges)
