@@ -221,12 +221,12 @@ def _plan_budget(args, config) -> tuple[Fraction | None, str]:
     line = f"budget: {words(configured.rho)}, the workload measurement's ({where})"
     if rho is not None:
         line = (f"budget: {words(rho)}, to compare: the configuration says {words(configured.rho)} "
-                f"({where}); nothing is changed")
+                f"in {where}; nothing is changed")
     return rho, line
 
 
 def cmd_plan(args) -> int:
-    # An engine of its own, not dpsql.connect: planning reads no data and never opens the
+    # An engine of its own, not dpsql.connect: planning counts no rows and never opens the
     # ledger, so it neither creates one nor binds the configured budget to it (issue 35)
     from dpsql.engine.config import load_config
     from dpsql.engine.engine import Engine
@@ -553,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
     p = common(sub.add_parser("plan", help="plan the workload strategy (spends nothing, opens no ledger)",
                               description="Plan the workload's measurement strategy and print the "
-                                          "expected errors.  Free: reads no data, spends nothing and "
+                                          "expected errors.  Free: counts no rows, spends nothing and "
                                           "never creates or opens the ledger, so budgets can be "
                                           "compared before one is fixed."))
     which = p.add_mutually_exclusive_group()
