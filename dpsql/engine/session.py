@@ -234,8 +234,11 @@ class Session:
         self._remember(key, result)
         return self._with_error_columns(result)
 
-    def plan(self, table: str | None = None, queries: Sequence[str] | None = None) -> PlanReport:
-        return self.engine.plan(self._table(table), queries)
+    def plan(self, table: str | None = None, queries: Sequence[str] | None = None,
+             rho: Fraction | None = None) -> PlanReport:
+        """The workload's plan at the workload budget, or at ``rho`` to compare budgets
+        (public and free: planning reads no data and never opens the ledger)."""
+        return self.engine.plan(self._table(table), queries, rho)
 
     def measure(self, table: str | None = None, mode: str | None = None, progress=None):
         """The operator's workload measurement: HDMM's one-shot plan, or AIM's adaptive rounds

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 import numpy as np
 from sqlglot import exp
 
+from dpsql import labels as wording
 from dpsql.errors import DataError, DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 
 __all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "position_literal",
@@ -197,8 +198,10 @@ def _int_div(a, b):
 class CellEvaluator:
     """Evaluates expressions of a single attribute; ``pos`` maps nodes to SQL positions."""
 
-    def __init__(self, attr, pos: Callable[[exp.Expr], int | None], words=None, meter=None) -> None:
+    def __init__(self, attr, pos: Callable[[exp.Expr], int | None], words=None, meter=None,
+                 table: str | None = None) -> None:
         self.attr = attr
+        self.table = table   # only to tell the user where to see every label
         self.pos = pos
         self.words = words   # node → the function name as the user wrote it
         # Cell evaluations left for the whole statement (shared by its evaluators): bounds the
@@ -235,8 +238,26 @@ class CellEvaluator:
             self._lo, self._hi = lo, hi
 
     # --- errors ------------------------------------------------------------------------
-    def _fail(self, cls, node, message: str, hint: str) -> NoReturn:
-        raise cls(message, position=self.pos(node), hint=hint)
+    def _fail(self, cls, node, message: str, hint: str, detail: str | None = None) -> NoReturn:
+        raise cls(message, position=self.pos(node), hint=hint, detail=detail)
+
+    def _not_a_label(self, node, v) -> NoReturn:
+        """A literal that is not a declared label: say where such a value is counted (an
+        open column's (other) cell) and which labels there are, summarised when long."""
+        attr = self.attr
+        message = f"{v!r} is not a declared value of column '{attr.name}'"
+        if wording.is_open(attr):
+            message += f"; {wording.other_cell(attr, v)}"
+        else:
+            message += " (the column is closed: its labels are all its values)"
+        items, more = wording.label_items(attr, wording.REFUSAL_LIMIT)
+        if not more:
+            self._fail(DomainViolationError, node, message, f"allowed values: {', '.join(items)}")
+        close = wording.close_labels(attr, v)
+        hint = (f"compare with a declared label{' (close ones: ' + ', '.join(close) + ')' if close else ''}; "
+                f"{wording.how_to_list(self.table, attr.name)}")
+        self._fail(DomainViolationError, node, message, hint,
+                   detail=f"column '{attr.name}' has {wording.summary(attr, wording.REFUSAL_LIMIT)}")
 
     def _split_error(self, node, cells) -> None:
         bounds = self.attr.bin_bounds()
@@ -654,10 +675,7 @@ class CellEvaluator:
                                f"compare with declared labels, or declare '{attr.name}' closed")
                 return _EMPTY
             if not attr.contains_value(v):
-                shown = ", ".join(repr(x) for x in labels[:50])
-                self._fail(DomainViolationError, node,
-                           f"{v!r} is not a declared value of column '{attr.name}'",
-                           f"allowed values: {shown}")
+                self._not_a_label(node, v)
             return v
         if isinstance(v, str):
             try:

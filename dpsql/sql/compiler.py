@@ -93,7 +93,8 @@ class _Lowering:
     def evaluator(self, attr) -> CellEvaluator:
         ev = self._evaluators.get(attr.name)
         if ev is None:
-            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos, self.written, self.meter)
+            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos, self.written, self.meter,
+                                                                getattr(self.schema, "name", None))
         return ev
 
     def canon(self, node):
