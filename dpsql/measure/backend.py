@@ -26,7 +26,7 @@ import numpy as np
 from dpsql.domain import TableSchema
 from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
-from dpsql.measure.scratch import Scratch, sweep, user_root
+from dpsql.measure.scratch import Scratch, sweep, sweep_legacy, user_root
 from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend, changed_error, check_cliques,
                                     consistent_files, decode, engine_error, project_counts, reduce_cliques,
                                     spread)
@@ -67,6 +67,7 @@ class DuckDBBackend(SqlBackend):
             sweep(user_root())
         except OperationalError:
             pass      # an unsafe directory is reported when something is to be written there
+        sweep_legacy()
 
     # -- sources ---------------------------------------------------------------------------
     def fingerprint(self, table: str) -> dict:
