@@ -31,10 +31,10 @@ $(LOW)/.stamp: | $(PY)
 	$(PY) -m pip install --quiet --target $(LOW) duckdb==$(DUCKDB_LOW)
 	touch $@
 
-# pytest-xdist workers, one per core (`make test WORKERS=1` runs in one process). loadgroup keeps
-# the tests that share one Spark JVM on one worker (tests/conftest.py).
+# pytest-xdist workers, one per core (`make test WORKERS=1` runs in one process); each file's tests
+# on one worker, the files that share the Spark JVM together (tests/conftest.py).
 WORKERS ?= auto
-XDIST := -n $(WORKERS) --dist loadgroup
+XDIST := -n $(WORKERS) --dist loadfile
 
 test: $(STAMP) $(LOW)/.stamp
 	$(PY) -m pytest $(XDIST)

@@ -30,10 +30,30 @@ def adult_config(tmp_path):
     return lambda **options: write_config(tmp_path, **options)
 
 
-def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (``--dist loadgroup``, as ``make test`` runs), every test that uses
-    the Spark session runs on one worker: each worker would otherwise start its own JVM
-    (tests/measure/conftest.py), 20-50 s and 1 GB each on a 2-core machine."""
-    for item in items:
-        if isinstance(item, pytest.Function) and "spark" in item.fixturenames:
-            item.add_marker(pytest.mark.xdist_group("spark"))
+# The files whose tests use the Spark session (tests/measure/conftest.py): one worker runs them
+# all, so that one JVM starts (20-50 s and 1 GB each on the 2-core machine).  Another file that
+# takes the `spark` fixture belongs here too (or it starts a second JVM on the other worker).
+SPARK_FILES = frozenset({"tests/measure/test_engines.py", "tests/measure/test_sources.py",
+                         "tests/measure/test_init_sources.py"})
+
+
+@pytest.hookimpl(optionalhook=True)   # a pytest-xdist hook: without xdist nothing calls it
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (as ``make test`` runs): each file's tests run on one worker, so
+    that a module fixture (a measured model, seeded releases, a loaded lake) is built once,
+    and the Spark files run on one worker together.
+
+    Split by test, two workers built the same module fixture each: tests/engine/test_issue29.py's
+    three seeded releases (150 s at load 10) twice.  ``--dist loadgroup`` with xdist_group marks
+    would say this per test, but with pytest 9.2 it silently groups nothing: xdist 3.8 tags the
+    group onto ``item._nodeid``, which pytest no longer reads (pytest-xdist issue 1386)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "spark" if path in SPARK_FILES else path
+
+    return FileScheduling(config, log)
