@@ -318,6 +318,12 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         src_base = base if spec.get("source") else dpath.parent
         source = Source.from_config(src_spec, src_base, twhere)
         source = _privacy_unit(source, spec.get("privacy_unit"), base, twhere)
+        if source.id_column is not None and source.dialect.max_record_lines != 1:
+            # fragments of a multi-line record carry no readable id and are not counted; the
+            # person's rows are bounded by max_rows alone (docs/privacy.md §2)
+            raise ConfigError(f"{twhere}: source.max_record_lines is for privacy_unit = \"row\"",
+                              hint="with an id column each person's rows are bounded by max_rows; "
+                                   "remove max_record_lines")
         sources[name] = source
 
     budget_spec = raw.get("budget")

@@ -153,7 +153,9 @@ class Engine:
         per_user: dict = {u: b.rho for u, b in config.user_budgets.items()}
         if config.default_user_budget is not None:
             per_user["*"] = config.default_user_budget.rho
-        self.ledger = Ledger(config.ledger_path, total_rho=config.budget.rho, per_user_rho=per_user)
+        self._ledger_args = dict(total_rho=config.budget.rho, per_user_rho=per_user, delta=config.budget.delta)
+        self._ledger: Ledger | None = None
+        self._ledger_lock = threading.Lock()
         self._listeners: list[Callable[[str, dict], None]] = [progress] if progress else []
         # True (servers): fit in a background thread as soon as a release arrives
         self.fit_in_background = False
@@ -163,6 +165,17 @@ class Engine:
         self._seen_seq = 0
         self._charges: dict[int, object] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
+
+    @property
+    def ledger(self) -> Ledger:
+        """The privacy ledger, opened (and created, binding the configured budget to it) on
+        first use.  Planning never uses it, so ``dpsql plan`` is free in every sense: it
+        neither spends nor fixes a budget (issue 35); ``dpsql.connect`` opens it at once."""
+        if self._ledger is None:
+            with self._ledger_lock:
+                if self._ledger is None:
+                    self._ledger = Ledger(self.config.ledger_path, **self._ledger_args)
+        return self._ledger
 
     # -- progress ----------------------------------------------------------------------------
     def add_listener(self, listener: Callable[[str, dict], None]) -> Callable[[], None]:
@@ -314,11 +327,14 @@ class Engine:
 
         t0 = time.perf_counter()
         workload, names, blocks, labels = self.workload_for(table, queries)
+        configured = rho is None or Fraction(rho) == self.workload_rho()
         rho = Fraction(rho) if rho is not None else self.workload_rho()
-        strategy = self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id)
-        with self._lock:
-            state = self._state(table)
-            state.strategy = strategy
+        strategy = self.optimize_counted(workload, rho, self.config.sources[table].unit_rows)
+        if configured:
+            # a plan at another budget (`dpsql plan --epsilon`) is a what-if: `measure` must
+            # never run a strategy planned for a budget it is not given
+            with self._lock:
+                self._state(table).strategy = strategy
         m = sum(b.shape[0] for b in blocks)
         s2 = gaussian_sigma2_unit(float(rho))   # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
         per_query = []
@@ -414,7 +430,7 @@ class Engine:
         state = self._state(table)
         source = self.config.sources[table]
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho,
-                                          family=self.config.noise, unit_rows=source.max_rows_per_id)
+                                          family=self.config.noise, unit_rows=source.unit_rows)
         key = state.identity.key() + ":" + _sha(
             purpose, float(plan.rho), [str(p) for p in plan.params],
             *[(b.clique, b.scale, b.weight) for b in blocks], *[f for b in blocks for f in b.factors])
@@ -541,7 +557,7 @@ class Engine:
         from dpsql.plan import Workload
 
         workload = Workload(self._state(table).schema.domain, linalg.Union(missing))
-        return self.optimize_counted(workload, rho, self.config.sources[table].max_rows_per_id,
+        return self.optimize_counted(workload, rho, self.config.sources[table].unit_rows,
                                      self.released_measurements(table))
 
     def measure_increment(self, table: str, rho: Fraction, queries: Sequence[str] | None = None, *,

@@ -234,8 +234,11 @@ class Session:
         self._remember(key, result)
         return self._with_error_columns(result)
 
-    def plan(self, table: str | None = None, queries: Sequence[str] | None = None) -> PlanReport:
-        return self.engine.plan(self._table(table), queries)
+    def plan(self, table: str | None = None, queries: Sequence[str] | None = None,
+             rho: Fraction | None = None) -> PlanReport:
+        """The workload's plan at the workload budget, or at ``rho`` to compare budgets
+        (public and free: planning reads no data and never opens the ledger)."""
+        return self.engine.plan(self._table(table), queries, rho)
 
     def measure(self, table: str | None = None, mode: str | None = None, progress=None):
         """The operator's workload measurement: HDMM's one-shot plan, or AIM's adaptive rounds
@@ -445,7 +448,7 @@ class Session:
         rho = query_budget.rho
         # optimize_counted adds the total count when nothing released determines it: the
         # first on-demand measurement was charged and then failed to fit (issue 21).
-        strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].max_rows_per_id,
+        strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].unit_rows,
                                                 self.engine.released_measurements(table))
         purpose = "query:" + ";".join(lq.name for lq in unsupported)
         preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
