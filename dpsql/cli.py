@@ -312,6 +312,10 @@ def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
         print(f"table {name}: {report.records:,} records"
               + (f"; {report.dropped:,} not counted (no readable id, or over max_rows per id)"
                  if report.dropped else ""), file=out)
+        if getattr(report, "open_quotes", None):
+            print(f"  ! {report.open_quotes:,} lines leave a quote open: probably quoted fields holding line "
+                  "breaks; every line is a record, so such a person counts as several units. Declare "
+                  "source.max_record_lines (docs/config.md) or use an id privacy unit", file=out)
         for col in report.columns:
             att = schema.attribute(col.name)
             problems = col.problems

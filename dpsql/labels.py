@@ -33,6 +33,27 @@ def declared_labels(attr) -> list[Any]:
             if i not in skip and lab is not None and lab != OTHER_LABEL]
 
 
+def catalog_type(attr) -> str:
+    """A column's SQL type as analysts and their tools see it (the shell's ``\\d``, the wire
+    server's catalog), in PostgreSQL's words: what the column can be aggregated as.
+
+    Integer columns are ``bigint`` however they are binned, numeric columns ``double
+    precision``, categoricals whose labels are all integers ``bigint``, other categoricals
+    ``text``.  The type follows the declared kind, not the bin width, so BI tools offer
+    AVG/SUM on every column the engine averages (issue 33 item 2: ``fnlwgt`` in bins of
+    50,000 was ``text`` and Superset offered only COUNT).  A bare ``GROUP BY`` of a column
+    in wide bins returns the bin's label (``'[1, 50000]'``), which is ``text`` in that
+    result's own row description (``dpsql.sql.grouping.column_key_values``): the value
+    inside a bin is not known.  Public metadata only."""
+    if attr.kind == "categorical":
+        labels = declared_labels(attr)
+        return "bigint" if labels and all(isinstance(x, int) and not isinstance(x, bool) for x in labels) \
+            else "text"
+    if attr.kind == "integer":
+        return "bigint"
+    return "double precision"
+
+
 def is_open(attr) -> bool:
     """Whether the column has an (other) cell for values that are not labels."""
     return getattr(attr, "kind", None) == "categorical" and attr.other_index is not None

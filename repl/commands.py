@@ -177,7 +177,7 @@ class MetaCommands:
         meta = []
         for col in schema.column_names:
             attr = schema.attribute(col)
-            sql_type = str(attr.sql_type).lower()
+            sql_type = wording.catalog_type(attr)   # the wire catalog's type too (one rule)
             meta.append(((col, sql_type, attr.kind, "yes" if attr.nullable else "no", f"{attr.size:,}"),
                          describe_domain(attr, name)))
         # wrap the domain column to what the screen has left beside the other columns
@@ -210,7 +210,7 @@ class MetaCommands:
                                             hint=f"columns: {', '.join(schema.column_names)}")
         attr = schema.attribute(match[0])
         width = max(20, min(100, self.shell.screen_columns() - 1))
-        head = f"Column {attr.name!r} of {table!r}: {str(attr.sql_type).lower()}, {attr.kind}, {attr.size:,} cells"
+        head = f"Column {attr.name!r} of {table!r}: {wording.catalog_type(attr)}, {attr.kind}, {attr.size:,} cells"
         if attr.kind == "categorical":
             head += f", {len(wording.declared_labels(attr)):,} declared labels"
         lines = [head] + ["  " + line for line in _wrap_list(describe_domain(attr, table, limit=None), width - 2)]

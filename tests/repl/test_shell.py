@@ -67,8 +67,10 @@ def test_describe_lists_tables_and_the_declared_domain():
             domains[col] = cells[-1]
         else:  # a long domain continues on the next lines
             domains[col] += " " + cells[-1]
-    assert rows["sex"][1:] == ["varchar", "categorical", "no", "2", "'Female', 'Male'"]
-    assert rows["age"][1:] == ["integer", "integer", "no", "74", "17..90"]
+    # the wire catalog's types (dpsql.labels.catalog_type): what a column can be aggregated as
+    assert rows["sex"][1:] == ["text", "categorical", "no", "2", "'Female', 'Male'"]
+    assert rows["age"][1:] == ["bigint", "integer", "no", "74", "17..90"]
+    assert rows["fnlwgt"][1] == "bigint"   # in bins of 50,000, still averaged as a number
     assert domains["fnlwgt"] == "1..1500000 in bins of 50000"
     assert domains["capital_loss"] == "0..5000 in bins starting at 0, 1, 500, 1000, 1500, 2000, 2500, 3000"
     assert rows["workclass"][3] == "yes" and domains["workclass"].endswith("'Never-worked', NULL")
@@ -102,7 +104,7 @@ def test_describe_summarises_a_long_domain_and_explains_the_other_cell():
     note = " ".join(out.split("(any other value): ", 1)[1].split())
     assert note.startswith("in 'dest', every value that is not a declared label is counted in one (other) cell")
     out = run_keys(FakeConnection(s), "\\d flights dest" + ENTER)
-    assert "Column 'dest' of 'flights': varchar, categorical, 1,460 cells, 1,459 declared labels" in out
+    assert "Column 'dest' of 'flights': text, categorical, 1,460 cells, 1,459 declared labels" in out
     assert "'CDC'" in out and "more" not in out and "(other) cell" in out
     out = run_keys(FakeConnection(s), "\\d flights nosuch" + ENTER)
     assert "ERROR [42703]" in out and "columns: carrier, dest" in out
