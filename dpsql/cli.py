@@ -312,6 +312,10 @@ def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
         print(f"table {name}: {report.records:,} records"
               + (f"; {report.dropped:,} not counted (no readable id, or over max_rows per id)"
                  if report.dropped else ""), file=out)
+        if getattr(report, "open_quotes", None):
+            print(f"  ! {report.open_quotes:,} lines leave a quote open: probably quoted fields holding line "
+                  "breaks; every line is a record, so such a person counts as several units. Declare "
+                  "source.max_record_lines (docs/config.md) or use an id privacy unit", file=out)
         for col in report.columns:
             att = schema.attribute(col.name)
             problems = col.problems
@@ -518,6 +522,14 @@ def cmd_budget(args) -> int:
         for r in releases:
             state = "in use" if r.current else "STALE (" + "; ".join(r.reasons) + ")"
             print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {format_rho(r.rho, 'up')}, {state}")
+    pending = con.session.engine.unreleased_charges()
+    if pending:
+        print(f"charged, not released (a run stopped before recording it): {len(pending)}; the next identical "
+              "measurement (dpsql measure, the same query, AIM's run) releases it without a new charge")
+        for e in pending:
+            mech = e.mechanism if isinstance(e.mechanism, dict) else {}
+            print(f"  #{e.seq} {mech.get('table', '?')} {mech.get('purpose') or 'workload'}: "
+                  f"rho = {format_rho(e.rho, 'up')}")
     return 0
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from dpsql.domain import TableSchema
 from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
-from dpsql.measure.scratch import Scratch, sweep, user_root
+from dpsql.measure.scratch import Scratch, sweep, sweep_legacy, user_root
 from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend, changed_error, check_cliques,
                                     consistent_files, decode, engine_error, project_counts, reduce_cliques,
                                     spread)
@@ -67,6 +67,7 @@ class DuckDBBackend(SqlBackend):
             sweep(user_root())
         except OperationalError:
             pass      # an unsafe directory is reported when something is to be written there
+        sweep_legacy()
 
     # -- sources ---------------------------------------------------------------------------
     def fingerprint(self, table: str) -> dict:
@@ -260,6 +261,15 @@ class DuckDBBackend(SqlBackend):
                 create = exp.Create(this=exp.to_table(base), kind="TABLE", expression=select, replace=True,
                                     properties=exp.Properties(expressions=[exp.TemporaryProperty()]))
                 self._run(create.sql(self.dialect), (), what="checking the rows")
+                open_quotes = None
+                if source.dialect.quote:
+                    # a quoted field holding line breaks leaves lines with an odd number of
+                    # quotes: each is a record, so the person is several units (docs/privacy.md §2)
+                    q = _sql_text(source.dialect.quote)
+                    lines = exp.select("line").from_(exp.alias_(exp.Subquery(this=rel), "__r")).sql(self.dialect)
+                    open_quotes = int(self._run(
+                        f"SELECT count(*) FROM ({lines}) WHERE (length(line) - length(replace(line, '{q}', ''))) % 2 = 1",
+                        (), what="checking the rows").fetchone()[0])
             finally:
                 self._drop_framed()
             total = int(self._run(f"SELECT count(*) FROM {base}").fetchone()[0])
@@ -285,7 +295,7 @@ class DuckDBBackend(SqlBackend):
                 finally:
                     self._drop_framed()
                 dropped = total - kept
-        return DataCheck(schema.name, total, out, dropped)
+        return DataCheck(schema.name, total, out, dropped, open_quotes)
 
     def close(self) -> None:
         self._con.close()

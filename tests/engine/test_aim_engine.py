@@ -38,6 +38,7 @@ def _run_charges(con, key):
             if e.kind == "charge" and (e.mechanism or {}).get("aim_run") == key]
 
 
+@pytest.mark.slow
 def test_every_round_is_charged_before_its_values_are_used(tmp_path, monkeypatch):
     con = connect(tmp_path)
     ledger = con.session.engine.ledger
@@ -141,6 +142,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_loses_no_charge_and_restart_reuses_released_rounds(tmp_path):
     ledger_path = tmp_path / "aim.ledger"
     args = [sys.executable, "-c", _CHILD, str(CONFIG), str(ledger_path), str(tmp_path / "cache"),

@@ -42,6 +42,7 @@ def config(adult_config):
                         sections={"budget.per_user": {"epsilon": 1.0}})
 
 
+@pytest.mark.slow
 def test_plan_measure_query_budget(config):
     r = run("plan", "--config", str(config))
     assert r.returncode == 0, r.stderr
@@ -69,6 +70,7 @@ def _no_traceback(r):
     assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
 
 
+@pytest.mark.slow
 def test_measure_without_a_terminal_asks_nothing_twice_and_never_crashes(config):
     r = run("measure", "--config", str(config), input="")          # stdin at EOF
     _no_traceback(r)
@@ -79,6 +81,7 @@ def test_measure_without_a_terminal_asks_nothing_twice_and_never_crashes(config)
     assert r.returncode == 0 and "already measured" in r.stdout and "Continue?" not in r.stdout
 
 
+@pytest.mark.slow
 def test_query_into_a_closed_pipe_stops_quietly(config):
     assert run("measure", "--config", str(config), "--yes").returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

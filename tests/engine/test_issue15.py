@@ -218,6 +218,7 @@ def test_an_engine_started_earlier_reuses_another_process_release(tmp_path):
     assert round(total(con)) == 60
 
 
+@pytest.mark.slow
 def test_two_processes_measuring_at_once_pay_once(tmp_path):
     path = make(tmp_path)
     procs = [_measure_in_subprocess(path) for _ in range(2)]

@@ -99,3 +99,19 @@ def test_max_record_lines_is_checked(tmp_path):
     with pytest.raises(ConfigError, match='privacy_unit = "row"'):
         _connect(tmp_path / "id", 2, extra=', id_column = "sex", max_rows = 2')
     assert math.isfinite(_connect(tmp_path / "ok", 2).session.measure_cost())
+
+
+def test_check_points_at_quoted_line_breaks(tmp_path, capsys):
+    """The operator's data check says when quoted fields seem to hold line breaks (lines that
+    leave a quote open) and what to declare; a clean file gets no such line."""
+    from dpsql import cli
+    con = _connect(tmp_path, None)
+    path = tmp_path / "dpsql.toml"
+    con.close()
+    assert cli.main(["check", "-C", str(path)]) == 0
+    assert "quote open" not in capsys.readouterr().out
+    with open(tmp_path / "t.csv", "a") as fh:
+        fh.write('40,"Fe\nmale"\n33,"Ma\r\nle"\n')
+    assert cli.main(["check", "-C", str(path)]) == 1         # the fragments are malformed records
+    out = capsys.readouterr().out
+    assert "4 lines leave a quote open" in out and "max_record_lines" in out

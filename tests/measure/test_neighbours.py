@@ -66,6 +66,7 @@ def test_random_single_row_edits(setup, variant):
         assert _l1(counts, clean) <= (2 if op == "replace" else 1), (op, edited)
 
 
+@pytest.mark.slow
 def test_every_hostile_record_appended_and_replaced(setup):
     backend, path = setup
     rows = hostile.clean_rows(30, seed=2)

@@ -112,6 +112,7 @@ def test_a_budget_mismatch_is_told_in_epsilon_and_delta_words(tmp_path):
     assert len(set(shown)) == 2, info.value.message
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(total=st.integers(1, 64), user=st.integers(1, 64),
        ops=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 24)), max_size=14))
@@ -219,6 +220,7 @@ def _process_worker(path: str, principal: str, out) -> None:
     out.put((principal, granted))
 
 
+@pytest.mark.slow
 def test_eight_processes_never_overspend(tmp_path):
     path = str(tmp_path / "l.db")
     Ledger(path, total_rho=1, per_user_rho=Fraction(1, 5))

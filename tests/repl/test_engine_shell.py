@@ -200,6 +200,7 @@ def _wait_screen(socket, needle, limit=240.0):
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_screen_in_tmux(tmp_path):
     socket = f"dpsql-test-{uuid.uuid4().hex[:8]}"

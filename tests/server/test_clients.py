@@ -237,6 +237,7 @@ def check_jdbc_output(lines):
     assert "REFUSED 42501" in lines
 
 
+@pytest.mark.slow
 def test_pgjdbc_metadata_and_prepared_statement(shadow_server, tmp_path):
     check_jdbc_output(run_jdbc_probe(shadow_server.port, tmp_path))
 

@@ -165,6 +165,7 @@ def test_slowloris_does_not_lock_out_logins(users_file):
         server.stop()
 
 
+@pytest.mark.slow
 def test_slowloris_beyond_the_gate_gives_way_to_other_hosts(users_file):
     """More trickling sockets than places (170 > 32), from another address: they churn among
     themselves, and every login from elsewhere gets in."""
