@@ -522,6 +522,14 @@ def cmd_budget(args) -> int:
         for r in releases:
             state = "in use" if r.current else "STALE (" + "; ".join(r.reasons) + ")"
             print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {format_rho(r.rho, 'up')}, {state}")
+    pending = con.session.engine.unreleased_charges()
+    if pending:
+        print(f"charged, not released (a run stopped before recording it): {len(pending)}; the next identical "
+              "measurement (dpsql measure, the same query, AIM's run) releases it without a new charge")
+        for e in pending:
+            mech = e.mechanism if isinstance(e.mechanism, dict) else {}
+            print(f"  #{e.seq} {mech.get('table', '?')} {mech.get('purpose') or 'workload'}: "
+                  f"rho = {format_rho(e.rho, 'up')}")
     return 0
 
 

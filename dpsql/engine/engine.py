@@ -447,6 +447,14 @@ class Engine:
                                               rho if rho is not None else self.workload_rho(), "workload")
             return Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else plan.rho
 
+    def unreleased_charges(self) -> list:
+        """Ledger charges without a release (their process died before recording it); the
+        next request for the same release completes each under its charge (``dpsql budget``)."""
+        with self._lock:
+            self._read_ledger()
+            released = {e.charge_id for e in self._releases}
+            return [e for seq, e in sorted(self._charges.items()) if seq not in released]
+
     def _unreleased_charge(self, key: str):
         """The ledger's charge for release ``key`` that has no release (its process died
         between charging and recording), or None.  Read after ``_sync``."""
