@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 from collections.abc import Callable
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.enums import EditingMode
@@ -88,7 +88,7 @@ class Shell:
         self._budget: tuple[float, float, float] | None = None
         self.commands = MetaCommands(self)
         self._progress: tuple[str, dict] | None = None
-        engine = getattr(self.session, "engine", None)
+        engine = self.session.engine
         self._unlisten = engine.add_listener(self._on_progress) if hasattr(engine, "add_listener") else None
         self._plain_answers()
         self.refresh_status()
@@ -113,7 +113,11 @@ class Shell:
 
     def _make_prompt(self, history: History) -> PromptSession:
         kb = KeyBindings()
-        complete = Condition(lambda: is_complete(self.prompt_session.default_buffer.text))
+        def complete_now() -> bool:
+            assert self.prompt_session is not None   # set to the session built here
+            return is_complete(self.prompt_session.default_buffer.text)
+
+        complete = Condition(complete_now)
 
         @kb.add("enter", filter=completion_is_selected)
         def _take_completion(event) -> None:
@@ -258,13 +262,16 @@ class Shell:
 
         while True:
             cursor = self.connection.cursor()  # a fresh cursor: a cancelled run may still hold the old one
-            previous = getattr(self.session, "approve", None)
+            previous = self.session.approve
             if self.interactive:
                 self.session.approve = approve
             try:
                 label = "fitting the model and answering" if self.model_note else "answering"
                 # this iteration's cursor, bound now: a cancelled run's thread must not pick up the next one
-                result = self.work(lambda cur=cursor: cur.execute(sql).result, label)
+                def execute(cur: Any = cursor) -> Any:
+                    return cur.execute(sql).result
+
+                result = self.work(execute, label)
                 break
             except _NeedsApproval as ask:
                 self.note(self._spend_note(ask.request))
@@ -278,12 +285,12 @@ class Shell:
             finally:
                 if self.interactive:
                     self.session.approve = previous
-        version = getattr(result, "model_version", 0)
+        version = result.model_version
         if version:
             if version != self.model_version:
                 self.model_note = ""
             self.model_version = version
-            self.model_kind = getattr(result, "model", "") or self.model_kind
+            self.model_kind = result.model or self.model_kind
         if self.csv_path and result.columns:
             with open(self.csv_path, "a", encoding="utf-8", newline="") as fh:
                 if fh.tell() > 0:

@@ -163,7 +163,13 @@ class Config:
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
 
     def user_budget(self, user: str) -> BudgetSpec | None:
+        """The user's cap: their own entry, else the declared default; None means 0 (an
+        unlisted user may spend nothing, docs/config.md "Budgets")."""
         return self.user_budgets.get(user, self.default_user_budget)
+
+    def uncapped(self, users) -> list[str]:
+        """Those of ``users`` with no cap declared (who can therefore spend nothing)."""
+        return sorted(u for u in users if self.user_budget(u) is None)
 
 
 def _read(config: str | os.PathLike | Mapping) -> tuple[dict, Path | None]:
@@ -317,6 +323,12 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         src_base = base if spec.get("source") else dpath.parent
         source = Source.from_config(src_spec, src_base, twhere)
         source = _privacy_unit(source, spec.get("privacy_unit"), base, twhere)
+        if source.id_column is not None and source.dialect.max_record_lines != 1:
+            # fragments of a multi-line record carry no readable id and are not counted; the
+            # person's rows are bounded by max_rows alone (docs/privacy.md §2)
+            raise ConfigError(f"{twhere}: source.max_record_lines is for privacy_unit = \"row\"",
+                              hint="with an id column each person's rows are bounded by max_rows; "
+                                   "remove max_record_lines")
         sources[name] = source
         if "rows" in spec:
             rows = spec["rows"]

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
-from dpsql.engine.variance import Z95
+from dpsql.engine.variance import Z95, interval_stderr
 from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
@@ -136,7 +136,7 @@ class Session:
         cfg = self.engine.config
         return {"dpsql.error_columns": cfg.error_columns, "dpsql.estimator": "pgm",
                 "dpsql.policy": cfg.policy,
-                "dpsql.allow_spend": "on" if getattr(cfg, "allow_spend", False) else "off"}
+                "dpsql.allow_spend": "on" if cfg.allow_spend else "off"}
 
     #: Every setting a session understands and its allowed values.
     ALLOWED = {"dpsql.error_columns": ("off", "stderr", "ci95", "bounds"),
@@ -158,7 +158,7 @@ class Session:
         if command is not None:
             return self._session_command(command, t0)
         compiled = compile_sql(sql, self.engine.catalog, params=params)
-        if getattr(compiled, "is_explain", False):
+        if compiled.is_explain:
             return Result([Column("QUERY PLAN", "text")],
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
@@ -171,7 +171,8 @@ class Session:
             if isinstance(params, Mapping) else tuple(params)
         key = (sql, bound, self.settings["dpsql.estimator"], self.policy)
         self.engine.refresh()  # releases made by other processes since the last statement
-        model, variance, version = self.engine.model(compiled.table)
+        # during a refit the previous model answers what it supports (issue 34 item 8)
+        model, variance, version = self.engine.model(compiled.table, stale_ok=True)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
             return self._with_error_columns(replace(cached, cost=Fraction(0)))  # a repeat is free
@@ -185,6 +186,10 @@ class Session:
         answers, stderrs = {}, {}
         if model is not None:
             answers, stderrs, unsupported = self._answer(compiled, model, variance)
+            if unsupported and not self.engine.model_is_current(compiled.table, version):
+                # the releases being fitted may support it: wait for their model
+                model, variance, version = self.engine.model(compiled.table)
+                answers, stderrs, unsupported = self._answer(compiled, model, variance)
         else:
             unsupported = list(compiled.linear_queries)
         if unsupported:
@@ -229,8 +234,11 @@ class Session:
         self._remember(key, result)
         return self._with_error_columns(result)
 
-    def plan(self, table: str | None = None, queries: Sequence[str] | None = None) -> PlanReport:
-        return self.engine.plan(self._table(table), queries)
+    def plan(self, table: str | None = None, queries: Sequence[str] | None = None,
+             rho: Fraction | None = None) -> PlanReport:
+        """The workload's plan at the workload budget, or at ``rho`` to compare budgets
+        (public and free: planning reads no data and never opens the ledger)."""
+        return self.engine.plan(self._table(table), queries, rho)
 
     def measure(self, table: str | None = None, mode: str | None = None, progress=None):
         """The operator's workload measurement: HDMM's one-shot plan, or AIM's adaptive rounds
@@ -292,7 +300,7 @@ class Session:
 
     def explain_compiled(self, compiled) -> str:
         lines = [compiled.explain()]
-        if getattr(compiled, "is_explain", False):
+        if compiled.is_explain:
             compiled = compiled.inner
         self.engine.refresh()
         model, variance, _ = self.engine.model(compiled.table)
@@ -363,9 +371,12 @@ class Session:
         for lq in compiled.linear_queries:
             if least_squares:
                 answers[lq.name], _ = variance.least_squares(lq.matrix)
+                err, sup = variance.analyse(lq.matrix)
             else:
                 answers[lq.name] = np.asarray(model.answer(lq.matrix), dtype=np.float64)
-            err, sup = variance.analyse(lq.matrix)
+                err, sup, estimate, nonneg = variance.analyse_estimates(lq.matrix)
+                # the model's interval must contain the unbiased one (issue 29: sparse domains)
+                err = np.where(sup, interval_stderr(answers[lq.name], estimate, err, nonneg), err)
             stderrs[lq.name] = err
             if not sup.all():
                 unsupported.append(lq)
@@ -437,7 +448,7 @@ class Session:
         rho = query_budget.rho
         # optimize_counted adds the total count when nothing released determines it: the
         # first on-demand measurement was charged and then failed to fit (issue 21).
-        strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].max_rows_per_id,
+        strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].unit_rows,
                                                 self.engine.released_measurements(table))
         purpose = "query:" + ";".join(lq.name for lq in unsupported)
         preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from collections.abc import Mapping, Sequence
 
@@ -26,8 +24,9 @@ import duckdb
 import numpy as np
 
 from dpsql.domain import TableSchema
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
+from dpsql.measure.scratch import Scratch, sweep, sweep_legacy, user_root
 from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend, changed_error, check_cliques,
                                     consistent_files, decode, engine_error, project_counts, reduce_cliques,
                                     spread)
@@ -47,6 +46,7 @@ class DuckDBBackend(SqlBackend):
 
     def __init__(self, sources: Mapping[str, Source], *, threads: int | None = None,
                  memory_limit: str | None = None) -> None:
+        self._framed = None      # the framed copy of a CSV being read (_frame), if any
         super().__init__(sources)
         for name, source in self._sources.items():
             if source.kind not in ("csv", "parquet", "duckdb"):
@@ -59,7 +59,15 @@ class DuckDBBackend(SqlBackend):
             self._con.execute("SET memory_limit = ?", [memory_limit])
         self._encoded: dict[str, tuple[str, dict]] = {}
         self._sql_cache: dict[tuple, str] = {}
-        self._workdir: str | None = None
+        # copies of private rows (the framed records, DuckDB's spills) only in a private
+        # directory removed on exit; a start removes what crashed processes left (issue 34)
+        self._scratch = Scratch()
+        self._scratch_set: Path | None = None
+        try:
+            sweep(user_root())
+        except OperationalError:
+            pass      # an unsafe directory is reported when something is to be written there
+        sweep_legacy()
 
     # -- sources ---------------------------------------------------------------------------
     def fingerprint(self, table: str) -> dict:
@@ -70,9 +78,13 @@ class DuckDBBackend(SqlBackend):
         return source.fingerprint()
 
     def _tmp(self) -> Path:
-        if self._workdir is None or not os.path.isdir(self._workdir):
-            self._workdir = tempfile.mkdtemp(prefix="dpsql-reader-")  # mode 0700
-        return Path(self._workdir)
+        path = self._scratch.path
+        if self._scratch_set != path:
+            # DuckDB spills large temp tables (the encoded cells) to its temp_directory,
+            # by default ./.tmp under whatever the working directory is
+            self._run("SET temp_directory = ?", [str(path / "duckdb")], what="setting up the scratch directory")
+            self._scratch_set = path
+        return path
 
     def _typed_scan(self, source: Source, files: Sequence[Path] | None = None) -> exp.Expr:
         """The FROM expression of a typed source.  Every read_parquet option is given (none
@@ -194,7 +206,7 @@ class DuckDBBackend(SqlBackend):
         return name
 
     def _drop_framed(self) -> None:
-        framed = getattr(self, "_framed", None)
+        framed = self._framed
         if framed is not None:
             try:
                 os.unlink(framed.path)
@@ -249,6 +261,15 @@ class DuckDBBackend(SqlBackend):
                 create = exp.Create(this=exp.to_table(base), kind="TABLE", expression=select, replace=True,
                                     properties=exp.Properties(expressions=[exp.TemporaryProperty()]))
                 self._run(create.sql(self.dialect), (), what="checking the rows")
+                open_quotes = None
+                if source.dialect.quote:
+                    # a quoted field holding line breaks leaves lines with an odd number of
+                    # quotes: each is a record, so the person is several units (docs/privacy.md §2)
+                    q = _sql_text(source.dialect.quote)
+                    lines = exp.select("line").from_(exp.alias_(exp.Subquery(this=rel), "__r")).sql(self.dialect)
+                    open_quotes = int(self._run(
+                        f"SELECT count(*) FROM ({lines}) WHERE (length(line) - length(replace(line, '{q}', ''))) % 2 = 1",
+                        (), what="checking the rows").fetchone()[0])
             finally:
                 self._drop_framed()
             total = int(self._run(f"SELECT count(*) FROM {base}").fetchone()[0])
@@ -274,12 +295,11 @@ class DuckDBBackend(SqlBackend):
                 finally:
                     self._drop_framed()
                 dropped = total - kept
-        return DataCheck(schema.name, total, out, dropped)
+        return DataCheck(schema.name, total, out, dropped, open_quotes)
 
     def close(self) -> None:
         self._con.close()
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        self._scratch.close()
 
 
 class _DuckRead:

@@ -44,6 +44,9 @@ def cmd_serve(args) -> int:
                 hint="give --tls-cert and --tls-key, or --insecure to send query results unencrypted")
         print(f"warning: serving on {args.host} without TLS (--insecure): passwords are never sent in clear "
               "(SCRAM), but query results are", file=sys.stderr)
+    for warning in _budget_warnings(config, _users_file(args)):
+        print(f"warning: {warning}", file=sys.stderr)
+
     def pick(flag, value):
         return value if flag is None else flag
     try:
@@ -67,6 +70,22 @@ def _run(run, config, args, context, server_cfg, pick) -> int:
                max_user_statements=server_cfg.max_user_statements,
                max_unauthenticated=server_cfg.max_unauthenticated, auth_timeout=server_cfg.auth_timeout,
                catalog_timeout=server_cfg.catalog_timeout, user_settings=server_cfg.user_settings)
+
+
+def _budget_warnings(config, users_file) -> list[str]:
+    """What the operator should know about budgets before analysts connect: under the
+    `measure` policy an analyst without a cap ([budget.users.NAME] or [budget.per_user]) can
+    spend nothing, so their on-demand measurements are refused (issue 34)."""
+    from dpsql.engine.config import load_config
+    from dpsql.server import scram
+    cfg = load_config(config)
+    if cfg.query_budget is None and cfg.policy != "measure":
+        return []
+    uncapped = cfg.uncapped(scram.load_users(users_file))
+    if not uncapped:
+        return []
+    return [f"{len(uncapped)} user(s) have no budget cap and can spend nothing under the 'measure' policy: "
+            f"{', '.join(uncapped)}; declare [budget.per_user] or [budget.users.NAME] to let them"]
 
 
 def _read_password(args) -> str:

@@ -2,8 +2,9 @@
 
 One task per client connection; protocol logic lives in the sans-IO modules (``codec``,
 ``startup``, ``protocol``) and statement work in ``backend.Dispatcher``.  Nothing CPU-bound
-runs on the event loop: parsing goes to a parse pool, compiling and answering to an engine
-pool, both bounded, each connection with its own engine session (``backend.DpsqlLink``).
+runs on the event loop: parsing goes to a parse pool (one user: at most half its threads),
+compiling, answering and encoding the reply to an engine pool, opening engine sessions to a
+session pool, all bounded, each connection with its own engine session (``backend.DpsqlLink``).
 
 Limits (``ServerOptions``):
 
@@ -15,6 +16,9 @@ Limits (``ServerOptions``):
   (``gate.py``), so slowloris sockets cannot keep anyone from logging in;
 * frontend messages longer than ``max_statement`` are answered 54000 and discarded as they
   arrive, never buffered or parsed; beyond ``max_message`` the connection is broken (08P01);
+  reading what is discarded still costs the server, so one user's connections together may
+  have ``discard_rate`` bytes per second discarded (a second's worth at once); beyond it
+  their reading pauses (TCP pushes back on the sender);
 * each user holds at most ``max_user_connections`` of the ``max_connections`` authenticated
   connections (default half; a per-user ``connection_limit`` overrides it), PostgreSQL's
   per-role CONNECTION LIMIT, so one analyst cannot take every slot (53300 for them only);
@@ -95,6 +99,7 @@ class ServerOptions:
     max_message: int = codec.DEFAULT_MAX_MESSAGE
     max_statement: int = DEFAULT_MAX_STATEMENT
     max_session_memory: int = 64 * 1024 * 1024   # one connection's statements, portals and reply; 53200
+    discard_rate: int = 1024 * 1024          # bytes/s of over-long statements one user may have dropped
     max_user_statements: int = 2             # below ``workers``: one analyst cannot take every engine thread
     auth_failure_delay: float = 0.2          # doubled per recent failure from the same address, up to 5 s
     auth_method: str = "scram-sha-256"      # or "password" (cleartext; TLS only)
@@ -148,8 +153,9 @@ class Server:
         # filling the engine pool must not keep anyone from logging in (issue 34 item 7)
         self.session_executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-session")
-        self.parse_executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=opts.parse_workers or max(2, os.cpu_count() or 1), thread_name_prefix="dpsql-parse")
+        self._parse_threads = opts.parse_workers or max(2, os.cpu_count() or 1)
+        self.parse_executor = concurrent.futures.ThreadPoolExecutor(max_workers=self._parse_threads,
+                                                                    thread_name_prefix="dpsql-parse")
         self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
         self._shared_cluster = shadow_cluster
         self._starting: asyncio.Future | None = None
@@ -165,6 +171,9 @@ class Server:
         self._writers: dict[asyncio.Task, asyncio.StreamWriter] = {}    # of the connections in the gate
         self._delaying = 0                            # failed logins waiting out their delay outside it
         self._limiters: dict[str, asyncio.Semaphore] = {}
+        self._parse_limiters: dict[str, asyncio.Semaphore] = {}
+        self._discards: dict[str, tuple[float, float]] = {}   # user -> (bytes they may still have discarded, at)
+        self.throttled: dict[str, float] = {}                 # user -> seconds their reading was paused
         self._failures: dict[str, list[float]] = {}   # peer address -> recent failure times
         self._tasks: set[asyncio.Task] = set()
         self.server_version = opts.server_version or "15.0"
@@ -280,7 +289,8 @@ class Server:
                     await self._apply_settings(link, user, settings.engine_settings)
                     dispatcher = Dispatcher(link, self.shadow, settings, pid=conn.pid, database=self.options.database,
                                             executor=self.executor, parse_executor=self.parse_executor,
-                                            limiter=self._limiter(user), query_log=self.query_log,
+                                            limiter=self._limiter(user), parse_limiter=self._parse_limiter(user),
+                                            query_log=self.query_log,
                                             max_reply=self.options.max_session_memory,
                                             dpsql_version=_version(),
                                             signal=lambda pid, user=user: self._signal(pid, user))
@@ -355,6 +365,13 @@ class Server:
         limit = opts.user_connection_limits.get(user, opts.max_user_connections)
         return max(1, opts.max_connections // 2) if limit is None else limit
 
+    def _parse_limiter(self, user: str) -> asyncio.Semaphore:
+        """A user's share of the parse pool: half of its threads (at least one)."""
+        limiter = self._parse_limiters.get(user)
+        if limiter is None:
+            limiter = self._parse_limiters[user] = asyncio.Semaphore(max(1, self._parse_threads // 2))
+        return limiter
+
     def _limiter(self, user: str) -> asyncio.Semaphore:
         limiter = self._limiters.get(user)
         if limiter is None:
@@ -372,9 +389,13 @@ class Server:
             except errors.Error as exc:
                 raise Fatal("22023", f'invalid value for parameter "{name}": "{value}"', hint=exc.hint) from None
 
-    async def _read(self, reader, frames: codec.FrameReader, typed: bool, progress: Pending | None = None):
+    async def _read(self, reader, frames: codec.FrameReader, typed: bool, progress: Pending | None = None,
+                    user: str | None = None):
         while True:
             msg = frames.next_message() if typed else frames.next_startup()
+            if user is not None and frames.discarded:
+                await self._throttle(user, frames.discarded)
+                frames.discarded = 0
             if msg is not None:
                 if progress is not None:
                     progress.progressed()
@@ -385,6 +406,19 @@ class Server:
             if not data:
                 raise _Closed()
             frames.feed(data)
+
+    async def _throttle(self, user: str, nbytes: int) -> None:
+        """Charge ``nbytes`` of discarded over-long statements to ``user``'s token bucket
+        (``discard_rate`` per second, a second's worth of burst); pause when it runs dry."""
+        rate = float(self.options.discard_rate)
+        now = asyncio.get_running_loop().time()
+        tokens, last = self._discards.get(user, (rate, now))
+        tokens = min(rate, tokens + (now - last) * rate) - nbytes
+        self._discards[user] = (tokens, now)
+        if tokens < 0:
+            pause = -tokens / rate
+            self.throttled[user] = self.throttled.get(user, 0.0) + pause
+            await asyncio.sleep(pause)
 
     async def _send_raw(self, writer, data: bytes) -> None:
         try:
@@ -510,7 +544,7 @@ class Server:
 
     async def _serve(self, reader, writer, frames, protocol: QueryProtocol) -> None:
         while True:
-            kind, body = await self._read(reader, frames, typed=True)
+            kind, body = await self._read(reader, frames, typed=True, user=protocol.dispatcher.settings.user)
             try:
                 keep_going = await protocol.handle(kind, body)
             except codec.ProtocolViolation as exc:

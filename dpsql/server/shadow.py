@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 
+from dpsql import labels as wording
 from dpsql.server import codec
 from dpsql.server.catalogdb import (SHADOW_ROLE, CatalogCluster, ShadowUnavailable, find_bindir, ident,
                                     role_name, role_sql)
@@ -30,17 +31,9 @@ __all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "Shadow
 
 
 def catalog_type(attribute) -> str:
-    """The PostgreSQL type of a column in the catalog: the type of the values the engine returns
-    for it, so typed clients decode what they were promised.
-
-    One rule: a column is what ``GROUP BY column`` returns (``dpsql.sql.grouping``).  Integer
-    domains in bins of one value and categorical columns whose labels are all integers are
-    ``bigint``; every other column is ``text`` holding its cell labels (``'[1, 49999]'`` for
-    a wide integer bin, ``'[0.0, 10.0)'`` for a real-valued range), because the value inside a
-    bin is not known."""
-    from dpsql.sql.grouping import column_key_values
-    _, kind = column_key_values(attribute)
-    return {"integer": "bigint", "double precision": "double precision", "boolean": "boolean"}.get(kind, "text")
+    """The PostgreSQL type of a column in the catalog: the one rule of ``dpsql.labels.catalog_type``
+    (what the column can be aggregated as), which the shell's ``\\d`` shows too."""
+    return wording.catalog_type(attribute)
 
 
 def schema_ddl(catalog) -> list[str]:
@@ -49,7 +42,7 @@ def schema_ddl(catalog) -> list[str]:
     for name, schema in sorted(catalog.items()):
         cols = []
         for attr in schema.attributes:
-            null = "" if getattr(attr, "nullable", False) else " NOT NULL"
+            null = "" if attr.nullable else " NOT NULL"
             cols.append(f"{ident(attr.name)} {catalog_type(attr)}{null}")
         out.append(f"CREATE TABLE public.{ident(name)} ({', '.join(cols)})")
         out.append(f"COMMENT ON TABLE public.{ident(name)} IS "

@@ -60,7 +60,7 @@ class _Lowering:
         self.keys: list[_Key] = []
         self.key_index: dict = {}
         self.key_irs: list = []
-        self.aggs: list[tuple[str, Any]] = []
+        self.aggs: list[tuple[str, Any, Any]] = []   # (function, argument IR, node)
         self.agg_index: dict = {}
         self.aliases: dict = {}
         self.row_mode = True
@@ -253,6 +253,7 @@ def _identity(func: str, a: V | None, first: np.ndarray, m: int) -> V:
     has = first >= 0
     if func == "count_star":
         return V(has.astype(float), {})
+    assert a is not None   # every aggregate but COUNT(*) has an argument
     if func == "count":
         vals = as_obj(a)
         return V(np.array([1.0 if h and vals[i] is not None else 0.0 for h, i in zip(has, np.maximum(first, 0))]),
@@ -321,7 +322,8 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
     if group is None and not has_aggs:
         low.row_mode = True
         low.key_index, low.keys = rows.key_index, rows.keys
-        key_irs, key_ranks = [], [k.sort_rank for k in rows.keys]
+        key_irs: list = []
+        key_ranks = [k.sort_rank for k in rows.keys]
     else:
         low.row_mode = False
         items = list(group.expressions) if group is not None else []

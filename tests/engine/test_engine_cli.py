@@ -42,6 +42,7 @@ def config(adult_config):
                         sections={"budget.per_user": {"epsilon": 1.0}})
 
 
+@pytest.mark.slow
 def test_plan_measure_query_budget(config):
     r = run("plan", "--config", str(config))
     assert r.returncode == 0, r.stderr
@@ -69,6 +70,7 @@ def _no_traceback(r):
     assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
 
 
+@pytest.mark.slow
 def test_measure_without_a_terminal_asks_nothing_twice_and_never_crashes(config):
     r = run("measure", "--config", str(config), input="")          # stdin at EOF
     _no_traceback(r)
@@ -79,6 +81,7 @@ def test_measure_without_a_terminal_asks_nothing_twice_and_never_crashes(config)
     assert r.returncode == 0 and "already measured" in r.stdout and "Continue?" not in r.stdout
 
 
+@pytest.mark.slow
 def test_query_into_a_closed_pipe_stops_quietly(config):
     assert run("measure", "--config", str(config), "--yes").returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -199,3 +202,76 @@ def test_init_reads_smartnoise_metadata(tmp_path):
     assert cols["age"] == {"type": "integer", "lo": 0, "hi": 100}
     assert cols["married"]["labels"] == ["false", "true"] and cols["sex"]["type"] == "categorical"
     assert "source" in r.stdout and "'sex' (categorical): labels" in r.stdout
+
+
+def test_serve_warns_about_analysts_without_a_cap_under_the_measure_policy(adult_config, tmp_path):
+    """Issue 34 item 3: an unlisted analyst's cap is 0, not the global budget; `serve` names
+    the analysts who therefore cannot spend under the `measure` policy."""
+    config = adult_config(queries=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                          sections={"policy": {"unsupported": "measure", "epsilon": 0.1},
+                                    "budget.users.alice": {"epsilon": 0.5}})
+    for name in ("alice", "carol"):
+        r = run("user", "add", name, "--config", str(config), "--password-stdin", input="pw-123456\n")
+        assert r.returncode == 0, r.stderr
+    import socket
+    with socket.socket() as busy:    # the warning comes before the port is bound
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = run("serve", "--config", str(config), "--port", str(busy.getsockname()[1]), "--no-catalog")
+    warning = [line for line in r.stderr.splitlines() if "no budget cap" in line]
+    assert len(warning) == 1 and "carol" in warning[0] and "alice" not in warning[0], r.stderr
+
+
+@pytest.mark.parametrize("users", [{}, {"budget.users.alice": {"epsilon": 0.5}}])
+def test_an_unlisted_analyst_may_spend_nothing(adult_config, users):
+    """Issue 34 item 3: without [budget.per_user] an analyst not listed in [budget.users] had
+    the whole global budget under the `measure` policy; now their cap is 0 and nothing is spent."""
+    import dpsql
+    config = adult_config(queries=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                          sections={"policy": {"unsupported": "measure", "epsilon": 0.1,
+                                               "allow_spend": True}, **users})
+    con = dpsql.connect(str(config), user="mallory")
+    assert con.session.engine.ledger.remaining("mallory") == 0
+    if users:
+        assert con.session.engine.ledger.remaining("alice") > 0
+    with pytest.raises(dpsql.Error, match="mallory"):
+        con.cursor().execute("SET dpsql.policy = 'measure'")
+    assert con.session.engine.ledger.spent() == 0
+
+
+# -- issue 35, item 5: planning is free in every sense ----------------------------------------
+
+def test_plan_creates_no_ledger_and_compares_budgets(adult_config, tmp_path):
+    config = adult_config(queries=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                          planner={"restarts": 1, "seed": 0})
+    ledger = tmp_path / "dpsql.ledger"
+    r = run("plan", "--config", str(config))
+    assert r.returncode == 0, r.stderr
+    assert not ledger.exists()                  # planning neither creates nor binds the ledger
+    assert "budget: epsilon = 1 at delta = 1e-06" in r.stdout
+    text = config.read_text()
+    r2 = run("plan", "--config", str(config), "--epsilon", "2")
+    assert r2.returncode == 0, r2.stderr
+    assert "budget: epsilon = 2 at delta = 1e-06" in r2.stdout and "configuration says epsilon = 1" in r2.stdout
+    r3 = run("plan", "--config", str(config), "--epsilon", "1", "--delta", "1e-9")
+    assert r3.returncode == 0 and "epsilon = 1 at delta = 1e-09" in r3.stdout, r3.stderr
+    r4 = run("plan", "--config", str(config), "--rho", "0.5")
+    assert r4.returncode == 0 and "rho = 0.5)" in r4.stdout, r4.stderr
+    # more budget, less noise: the what-if plans really are at the budget asked for
+    assert "at rho = 0.5," in r4.stdout and "at rho = 0.5," not in r.stdout
+    assert r2.stdout != r.stdout and r3.stdout != r.stdout
+    assert config.read_text() == text and not ledger.exists()
+    bad = run("plan", "--config", str(config), "--delta", "1e-9")
+    assert bad.returncode == 2 and "--delta is the δ of --epsilon" in bad.stderr
+    # a ledger bound to another budget does not stop planning at a new one
+    import dpsql
+    dpsql.connect(str(config)).close()
+    assert ledger.exists()
+    config.write_text(text.replace("epsilon = 1.0", "epsilon = 2.0"))
+    r = run("plan", "--config", str(config))
+    assert r.returncode == 0 and "budget: epsilon = 2 at delta" in r.stdout, r.stderr
+    # ...and measuring then says, in epsilon words, what differs and what to change
+    r = run("measure", "--config", str(config), "--yes")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "ε = 1 at δ = 1e-06" in r.stderr and "ε = 2 at δ = 1e-06" in r.stderr
+    assert "total_rho" not in r.stderr and "HINT" in r.stderr and "[budget]" in r.stderr

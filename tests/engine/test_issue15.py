@@ -55,6 +55,9 @@ cache_dir = "cache"
 epsilon = 1e9
 delta = 1e-6
 
+[budget.per_user]
+epsilon = 1e9
+
 [tables.t]
 domain = "d.toml"
 {unit}
@@ -110,7 +113,8 @@ def test_one_malformed_number_never_fails_the_measure_policy(tmp_path, token):
     (b"p1,40,Male,1,Gen\xe8ve,extra,fields", 1),  # an extra field: no longer moves the header/skip
     (b"p1,40,Male", 1),                          # too few fields
     (b'p1,"40,Male,1,', 1),                       # a quote that never closes
-    (b"\xff\xfe\x00\r\r\n", 3),                   # random bytes; \r, \r\n and \n each end a record
+    (b"\xff\xfe\x00\r\r\n", 1),                   # random bytes; \r, \r\n and \n each end a line, and
+                                                 # the two empty lines are no one's record (issue 34)
 ])
 def test_one_hostile_record_moves_only_itself(tmp_path, record, records):
     con = dpsql.connect(make(tmp_path, extra=record + b"\n"))
@@ -173,6 +177,22 @@ def test_a_changed_source_makes_releases_stale_in_a_running_engine(tmp_path):
     assert round(before) == 60 and round(total(con)) == 30  # counted from the new content
 
 
+def test_a_changed_source_invalidates_cached_answers(tmp_path):
+    """Issue 34 item 2: a live session answered a repeated statement from its cache, i.e. from
+    the stale release, after the source changed (the cache was keyed by a model version that
+    only a refit moved)."""
+    path = make(tmp_path)
+    con = dpsql.connect(path)
+    con.session.measure()
+    assert round(total(con)) == 60
+    spent = con.session.engine.ledger.spent(None)
+    (tmp_path / "t.csv").write_text("\n".join([HEADER] + ROWS[:30]) + "\n")
+    cur = con.cursor()
+    cur.execute("SELECT COUNT(*) FROM t")            # policy "measure": the new content is measured
+    assert cur.cost > 0 and round(cur.fetchone()[0]) == 30
+    assert con.session.engine.ledger.spent(None) > spent
+
+
 # -- item 5: no process pays for what another already released --------------------------------------
 
 def _measure_in_subprocess(path: Path) -> subprocess.Popen:
@@ -198,6 +218,7 @@ def test_an_engine_started_earlier_reuses_another_process_release(tmp_path):
     assert round(total(con)) == 60
 
 
+@pytest.mark.slow
 def test_two_processes_measuring_at_once_pay_once(tmp_path):
     path = make(tmp_path)
     procs = [_measure_in_subprocess(path) for _ in range(2)]

@@ -174,7 +174,7 @@ def test_unknown_settings_are_rejected_with_the_valid_names(measured):
 
 def test_set_policy_refuse_is_obeyed_and_spends_nothing(tmp_path):
     con = connect(tmp_path, workload={"queries": MARGINALS[:1], "epsilon": 1.0},
-                  budget={"epsilon": 2.0, "delta": 1e-6},
+                  budget={"epsilon": 2.0, "delta": 1e-6, "per_user": {"epsilon": 2.0}},
                   policy={"unsupported": "measure", "epsilon": 0.5, "allow_spend": True})
     con.session.measure()
     spent = con.session.budget()["total_spent_rho"]

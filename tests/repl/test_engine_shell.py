@@ -23,7 +23,7 @@ from driver import ENTER, UP, driven, run_keys
 from fakes import ADULT_CONFIG, ROOT
 
 CSV = ROOT / "examples" / "adult" / "adult.csv"
-HUGE = {"epsilon": 1e7, "delta": 1e-6}
+HUGE = {"epsilon": 1e7, "delta": 1e-6, "per_user": {"epsilon": 1e7}}
 SLOW = 600.0  # planning the dashboard and fitting the model, on a busy 2-core machine
 
 
@@ -200,6 +200,7 @@ def _wait_screen(socket, needle, limit=240.0):
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_screen_in_tmux(tmp_path):
     socket = f"dpsql-test-{uuid.uuid4().hex[:8]}"

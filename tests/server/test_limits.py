@@ -9,6 +9,12 @@
     ``max_session_memory`` bytes (53200 beyond, and the connection goes on);
 7. A cancelled statement keeps its user's statement slot until its engine work stops, and
    logins do not need engine threads (they have their own).
+10. Parse and encode work is bounded per user and off the event loop: one user's parses take at
+    most half the parse pool, and engine replies are encoded on the engine thread that answered;
+    over-long statements (54000, discarded unread) are read at most ``discard_rate`` bytes per
+    second per user.
+8. A refit does not block everyone: while the model of new releases is fitted, the previous
+   model of the same release identity answers what it supports (the fit runs in the background).
 9. Per-user connection limits: one analyst cannot take every connection slot (53300 for them,
    not for everyone else); ``max_user_connections`` defaults to half of ``max_connections``, and
    ``[server.users.NAME] connection_limit`` overrides it per user.
@@ -159,6 +165,7 @@ def test_slowloris_does_not_lock_out_logins(users_file):
         server.stop()
 
 
+@pytest.mark.slow
 def test_slowloris_beyond_the_gate_gives_way_to_other_hosts(users_file):
     """More trickling sockets than places (170 > 32), from another address: they churn among
     themselves, and every login from elsewhere gets in."""
@@ -329,4 +336,132 @@ def test_logins_do_not_need_engine_threads(users_file):
         FakeLink.gate = None
         for c in clients:
             c.close()
+        server.stop()
+
+
+# -- 10. parse/encode work off the event loop and bounded per user -------------------------------------
+
+def test_engine_replies_are_encoded_off_the_event_loop(users_file, monkeypatch):
+    from dpsql.server import backend
+    threads = []
+    encode = backend._data_rows
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return encode(*args, **kwargs)
+    monkeypatch.setattr(backend, "_data_rows", recording)
+    server = start(users_file)
+    try:
+        c, _ = login(server.port, "alice")
+        for _ in range(2):                                   # simple, then extended protocol
+            c.send(codec.encode_query("SELECT sex, COUNT(*) FROM adult GROUP BY sex"))
+            assert not error_fields(c.until())
+        c.send(codec.encode_parse("", "SELECT race, COUNT(*) FROM adult GROUP BY race")
+               + codec.encode_bind("", "", [], [], []) + codec.encode_execute("") + codec.SYNC)
+        assert not error_fields(c.until())
+        c.close()
+    finally:
+        server.stop()
+    assert threads and all(name.startswith("dpsql-query") for name in threads), threads
+
+
+def test_one_users_parses_take_at_most_half_the_parse_pool(users_file, monkeypatch):
+    from dpsql.server import backend
+    gate = threading.Event()
+    split = backend.split_statements
+    started = []
+
+    def slow_split(sql):
+        if "/*slow*/" in sql:                               # stands in for a statement near 256 KiB
+            started.append(sql)
+            gate.wait(30)
+        return split(sql)
+    monkeypatch.setattr(backend, "split_statements", slow_split)
+    server = start(users_file, parse_workers=2, max_user_statements=2)
+    clients = []
+    try:
+        for n in range(2):                                   # alice: two huge statements at once
+            c, _ = login(server.port, "alice")
+            clients.append(c)
+            c.send(codec.encode_query(f"SELECT {n} /*slow*/"))
+        assert wait_until(lambda: len(started) >= 1)
+        bob, _ = login(server.port, "bob")
+        clients.append(bob)
+        bob.send(codec.encode_query("SELECT current_user"))   # needs the parse pool too
+        msgs = bob.until()
+        assert [codec.decode_data_row(b) for k, b in msgs if k == b"D"] == [[b"bob"]]
+        assert len(started) == 1 and not gate.is_set()        # alice's second parse waits for her first
+    finally:
+        gate.set()
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+# -- 8. a refit does not block everyone ----------------------------------------------------------------
+
+def test_the_old_model_answers_while_the_new_one_is_fitted(tmp_path, monkeypatch):
+    """alice's paid on-demand query makes a release and waits for its refit; meanwhile bob's
+    query, which the previous model supports, is answered from it."""
+    import dpsql
+    from dpsql.engine.engine import Engine
+    overrides = {"ledger": str(tmp_path / "refit.ledger"),
+                 "budget": {"epsilon": 1e6, "delta": 1e-6, "per_user": {"epsilon": 1e4}},
+                 "policy": {"unsupported": "measure", "epsilon": 0.01}}
+    alice = dpsql.connect(ADULT_CONFIG, user="alice", **overrides)
+    bob = dpsql.connect(ADULT_CONFIG, user="bob", **overrides)
+    gate, fitting = threading.Event(), threading.Event()
+    try:
+        alice.session.measure()
+        query = "SELECT race, COUNT(*) FROM adult GROUP BY race"
+        before = bob.session.execute(query)
+        fit = Engine._load_or_fit
+
+        def slow_fit(self, *args, **kwargs):
+            fitting.set()
+            gate.wait(60)
+            return fit(self, *args, **kwargs)
+        monkeypatch.setattr(Engine, "_load_or_fit", slow_fit)
+        for sql in ("SET dpsql.policy = 'measure'", "SET dpsql.allow_spend = 'on'"):
+            alice.session.execute(sql)
+        paid = {}
+        payer = threading.Thread(target=lambda: paid.update(r=alice.session.execute(
+            "SELECT workclass, relationship, race, COUNT(*) FROM adult GROUP BY workclass, relationship, race")),
+            daemon=True)
+        payer.start()
+        assert fitting.wait(60), "the paid query did not start a refit"
+        answered = {}
+        other = threading.Thread(target=lambda: answered.update(r=bob.session.execute(query + " ")), daemon=True)
+        other.start()
+        other.join(60)
+        assert not other.is_alive(), "bob's query waited for alice's refit"
+        assert not gate.is_set() and payer.is_alive()           # the refit is still running
+        assert answered["r"].rows == before.rows and answered["r"].model_version == before.model_version
+        gate.set()
+        payer.join(120)
+        assert paid["r"].cost > 0 and paid["r"].model_version > before.model_version
+        assert bob.session.execute(query + "  ").model_version == paid["r"].model_version   # then the new one
+    finally:
+        gate.set()
+        alice.close()
+        bob.close()
+
+
+def test_discarding_over_long_statements_is_rate_limited_per_user(users_file):
+    server = start(users_file, discard_rate=2_000_000)
+    try:
+        alice, _ = login(server.port, "alice")
+        bob, _ = login(server.port, "bob")
+        statement = codec.encode_query("SELECT 1 -- " + "x" * 1_000_000)
+        for _ in range(6):                                   # 6 MB to discard: 2 MB at once, then 2 MB/s
+            alice.send(statement)
+            assert error_fields(alice.until())["C"] == "54000"
+        bob.send(codec.encode_query("SELECT current_user"))
+        assert [codec.decode_data_row(b) for k, b in bob.until() if k == b"D"] == [[b"bob"]]
+        assert server.server.throttled.get("alice", 0) > 0 and "bob" not in server.server.throttled
+        alice.send(codec.encode_query("SELECT current_user"))  # her connection goes on
+        assert [codec.decode_data_row(b) for k, b in alice.until() if k == b"D"] == [[b"alice"]]
+        alice.close()
+        bob.close()
+    finally:
         server.stop()
