@@ -1,0 +1,154 @@
+"""What an analyst behind ``dpsql serve`` sees of the budget and of hints (issue 33 items 4, 5).
+
+``SHOW dpsql.budget_remaining`` gives the analyst's own remainder, the total remainder and the
+next on-demand measurement's cost, as ``dpsql budget`` prints them for that user, after other
+users spent; never another user's cap.  Hints that name an operator command (``dpsql measure
+--increment``) are worded for the role: the operator in process gets the command, the analyst
+behind the server what to ask the operator for."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import dpsql
+from dpsql.cli import main as cli_main
+from dpsql.server.server import serve
+
+from server_fakes import ADULT_CONFIG, PASSWORD
+from test_clients import bounded
+
+psycopg = pytest.importorskip("psycopg", reason="psycopg not installed (pip install -e '.[dev]')")
+
+ADULT = ADULT_CONFIG.parent
+#: Under "informed", sex and race were never measured together: refused with the increment hint.
+NEVER_TOGETHER = "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race"
+
+
+def _config(tmp_path, policy: str) -> str:
+    """A config file (the CLI reads files only) with per-user caps: alice 2 ε, bob 3 ε."""
+    path = tmp_path / "dpsql.toml"
+    path.write_text(f'''[dpsql]
+ledger = "{tmp_path / 'budget.ledger'}"
+cache_dir = "{ADULT / '.dpsql-cache'}"
+{policy}
+
+[budget]
+epsilon = 10.0
+delta = 1e-6
+
+[budget.per_user]
+epsilon = 2.0
+
+[budget.users.bob]
+epsilon = 3.0
+
+[tables.adult]
+domain = "{ADULT / 'adult.toml'}"
+source = {{ csv = "{ADULT / 'adult.csv'}" }}
+privacy_unit = "row"
+
+[workload]
+files = ["{ADULT / 'dashboard.sql'}"]
+
+[planner]
+restarts = 3
+seed = 0
+''')
+    return str(path)
+
+
+def _connect(port, user):
+    return bounded(lambda: psycopg.connect(host="127.0.0.1", port=port, user=user, password=PASSWORD,
+                                           dbname="dpsql", connect_timeout=10, sslmode="disable", autocommit=True))
+
+
+def _cli_budget(config, user, capsys) -> dict:
+    """``dpsql budget -U user`` parsed: {"user": (rho, eps, delta), "total": (…)}."""
+    capsys.readouterr()
+    assert cli_main(["budget", "-C", config, "-U", user]) == 0
+    out = capsys.readouterr().out
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"(user \S+|total): spent rho = \S+, remaining rho = (\S+) \(epsilon = (\S+) at delta = (\S+)\)",
+                     line)
+        if m:
+            got["total" if m.group(1) == "total" else "user"] = m.group(2, 3, 4)
+    return got
+
+
+def test_analyst_budget_view_matches_dpsql_budget_after_others_spend(users_file, tmp_path, capsys):
+    config = _config(tmp_path, 'policy = "measure"\n\n[policy]\nunsupported = "measure"\nepsilon = 0.5\n'
+                               'allow_spend = true')
+    thread = serve(config, users_file=users_file, shadow=False)
+    try:
+        bob = _connect(thread.port, "bob")
+        try:   # bob measures on demand: charged to his cap and to the total
+            assert bounded(lambda: bob.execute("SELECT race, COUNT(*) FROM adult GROUP BY race").fetchall(),
+                           timeout=300)
+        finally:
+            bob.close()
+        alice = _connect(thread.port, "alice")
+        try:
+            cur = alice.cursor()
+            rows = bounded(lambda: cur.execute("SHOW dpsql.budget_remaining").fetchall())
+            assert [d.name for d in cur.description] == ["budget", "rho", "epsilon", "delta"]
+            with pytest.raises(psycopg.Error, match="read-only"):
+                bounded(lambda: alice.execute("SET dpsql.budget_remaining = '1'"))
+        finally:
+            alice.close()
+    finally:
+        thread.stop()
+    view = {name: (rho, eps, delta) for name, rho, eps, delta in rows}
+    cli = _cli_budget(config, "alice", capsys)
+    assert view["user_remaining"] == cli["user"] and view["total_remaining"] == cli["total"]
+    # bob's spending shows in the total only; alice's own cap (2 ε) is untouched
+    assert float(view["user_remaining"][1]) == pytest.approx(2.0, rel=1e-3)
+    assert float(view["total_remaining"][1]) < 10.0
+    # the next on-demand measurement costs [policy] epsilon = 0.5 (ρ rounded up, ε from it)
+    assert float(view["next_measurement"][1]) == pytest.approx(0.5, rel=1e-3)
+    # bob's cap (3 ε) appears nowhere in alice's view
+    bob_cli = _cli_budget(config, "bob", capsys)
+    assert bob_cli["user"][0] not in {v for row in rows for v in row if v}
+    # in process (the operator's DB-API) the same statement gives the same rows
+    con = dpsql.connect(config, user="alice")
+    try:
+        cur = con.cursor()
+        cur.execute("SHOW dpsql.budget_remaining")
+        assert [tuple(r) for r in cur.fetchall()] == [tuple(r) for r in rows]
+    finally:
+        con.close()
+
+
+def test_hints_by_role(users_file, tmp_path):
+    config = _config(tmp_path, 'policy = "informed"')
+    operator = dpsql.connect(config, user="alice")
+    try:
+        # nothing measured yet: the operator is told the command
+        with pytest.raises(dpsql.OperationalError) as exc:
+            operator.cursor().execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex")
+        assert "`dpsql measure`" in exc.value.hint and "ask your operator" not in exc.value.hint
+        thread = serve(config, users_file=users_file, shadow=False)
+        try:
+            analyst = _connect(thread.port, "alice")
+            try:
+                with pytest.raises(psycopg.Error) as err:
+                    bounded(lambda: analyst.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex"))
+                hint = err.value.diag.message_hint or ""
+                assert hint.startswith("ask your operator to measure the workload first") and "`dpsql" not in hint
+                operator.session.measure()
+                with pytest.raises(psycopg.Error) as err:
+                    bounded(lambda: analyst.execute(NEVER_TOGETHER), timeout=300)
+                hint = err.value.diag.message_hint or ""
+                assert hint.startswith("ask your operator to add a query such as `SELECT")
+                assert "dpsql measure" not in hint
+            finally:
+                analyst.close()
+        finally:
+            thread.stop()
+        with pytest.raises(dpsql.errors.UnsupportedQueryError) as exc:
+            operator.cursor().execute(NEVER_TOGETHER)
+        assert "(`dpsql measure --increment`)" in exc.value.hint and "ask your operator" not in exc.value.hint
+    finally:
+        operator.close()
