@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import zipfile
 from importlib import resources
 from pathlib import Path
@@ -107,12 +108,15 @@ hi = 23
 """
 
 
-def config_toml(epsilon: float = 1.0) -> str:
+def config_toml(epsilon: float = 1.0, ledger: Path | None = None, base: Path | None = None) -> str:
+    """The configuration; ``ledger`` elsewhere than beside it and ``base`` the directory of
+    the table, domain and plan cache when the file is written somewhere else."""
     queries = "\n".join(f'  "{q}",' for q in WORKLOAD)
+    at = (lambda name: json.dumps(str(base / name))) if base is not None else json.dumps
     return f"""[dpsql]
-ledger = "flights.ledger"
+ledger = {json.dumps(str(ledger)) if ledger is not None else '"flights.ledger"'}
 noise = "gaussian"
-cache_dir = ".dpsql-cache"
+cache_dir = {at(".dpsql-cache")}
 policy = "informed"
 
 [budget]
@@ -120,8 +124,8 @@ epsilon = {epsilon}
 delta = 1e-6
 
 [tables.flights]
-domain = "flights.toml"
-source = {{ csv = "flights.csv" }}
+domain = {at("flights.toml")}
+source = {{ csv = {at("flights.csv")} }}
 privacy_unit = "row"
 
 [workload]

@@ -35,6 +35,7 @@ __all__ = [
     "PrivacyViolationError",
     "UnsupportedQueryError",
     "BudgetExhaustedError",
+    "UselessMeasurementError",
     "ModelTooLargeError",
     "LedgerCorruptError",
     "QueryCanceledError",
@@ -93,6 +94,10 @@ class DataError(DatabaseError):
 
 
 class OperationalError(DatabaseError):
+    # a source engine's own message, scrubbed (dpsql.measure.counting.source_error): printed
+    # by the operator's CLI, never sent to analysts
+    operator_detail: str | None = None
+
     sqlstate = "58000"
 
 
@@ -160,6 +165,18 @@ class BudgetExhaustedError(OperationalError):
         super().__init__(message, **kw)
         self.requested_rho = requested_rho
         self.remaining_rho = remaining_rho
+
+
+class UselessMeasurementError(BudgetExhaustedError):
+    """A measurement's budget share is so small that its answers would be noise: refused
+    from public metadata before any data is read (``docs/privacy.md``, "Useless
+    measurements"); ``expected_error`` is the noise standard deviation it would have."""
+
+    sqlstate = "53P01"
+
+    def __init__(self, message: str, *, expected_error: float | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.expected_error = expected_error
 
 
 class ModelTooLargeError(OperationalError):

@@ -341,6 +341,10 @@ class Relation:
     types: list[str]
     names: list[str]
     ranks: list = field(default_factory=list)   # per column: label → sort rank, or None
+    # a grouped query's rows (postprocess._group_rows): the group and the listed key tuple
+    # each row came from, for the rows' ranges; None elsewhere
+    group_index: np.ndarray | None = field(default=None, compare=False, repr=False)
+    key_position: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def n(self) -> int:
