@@ -128,8 +128,10 @@ def summary(attr, limit: int, shown: int = SHOWN) -> str:
 
 
 def how_to_list(table: str | None, column: str) -> str:
-    """Where a user sees every label of a column (the shell lists one column in full)."""
-    return f"\\d {table or 'TABLE'} {column} in dpsql shell lists them all"
+    """Where a user sees every label of a column: the operator's shell lists one column in
+    full; an analyst behind ``dpsql serve`` reads the catalog's ``dpsql_columns`` view (the
+    compiler does not know who asks, so both are named)."""
+    return f"every label: \\d {table or 'TABLE'} {column} in dpsql shell; over dpsql serve, dpsql_columns.labels"
 
 
 def other_cell(attr, value: Any = None) -> str:

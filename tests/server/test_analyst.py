@@ -192,3 +192,21 @@ def test_declared_domains_in_the_catalog(shadow_server):
         assert columns["age"]["comment"] == "declared domain (integer, 74 cells): 17..90"
     finally:
         engine.dispose()
+
+
+def test_a_refusal_says_how_an_analyst_sees_every_label(engine_server):
+    """A value that is not a declared label of a long column is refused with a summary; the hint
+    names the catalog view that lists every label, which an analyst behind the server can read
+    (the shell's \\d it also names is the operator's)."""
+    thread, _ = engine_server
+    conn = _connect(thread.port, "alice")
+    try:
+        with pytest.raises(psycopg.Error) as err:
+            bounded(lambda: conn.execute("SELECT COUNT(*) FROM adult WHERE native_country = 'Germny'"))
+        hint = err.value.diag.message_hint or ""
+        assert "'Germany'" in hint and hint.endswith("over dpsql serve, dpsql_columns.labels")
+        (labels,), = bounded(lambda: conn.execute(
+            "SELECT labels FROM dpsql_columns WHERE table_name = 'adult' AND column_name = 'native_country'").fetchall())
+        assert len(labels) == 41 and "Germany" in labels and "Holand-Netherlands" in labels
+    finally:
+        conn.close()
