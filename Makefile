@@ -31,9 +31,14 @@ $(LOW)/.stamp: | $(PY)
 	$(PY) -m pip install --quiet --target $(LOW) duckdb==$(DUCKDB_LOW)
 	touch $@
 
+# pytest-xdist workers, one per core (`make test WORKERS=1` runs in one process). loadgroup keeps
+# the tests that share one Spark JVM on one worker (tests/conftest.py).
+WORKERS ?= auto
+XDIST := -n $(WORKERS) --dist loadgroup
+
 test: $(STAMP) $(LOW)/.stamp
-	$(PY) -m pytest
-	PYTHONPATH=$(LOW) $(PY) -m pytest -p no:cacheprovider tests/measure/test_neighbours.py tests/measure/test_reader.py
+	$(PY) -m pytest $(XDIST)
+	PYTHONPATH=$(LOW) $(PY) -m pytest $(XDIST) -p no:cacheprovider tests/measure/test_neighbours.py tests/measure/test_reader.py
 
 # Static checks (rules in pyproject.toml); .ci/run runs them before the tests.
 lint: $(STAMP)

@@ -46,7 +46,7 @@ def _print_error(exc: errors.Error) -> None:
     print(f"ERROR [{exc.sqlstate}]: {exc.message}", file=sys.stderr)
     if exc.detail:
         print(f"DETAIL: {exc.detail}", file=sys.stderr)
-    operator = getattr(exc, "operator_detail", None)
+    operator = getattr(exc, "operator_detail", None)   # set on source errors only (measure/counting.py)
     if operator:
         # The command line is the operator's own (docs/privacy.md, threat model): a source
         # error's own message is shown here, never to analysts over the wire.
@@ -198,16 +198,20 @@ def cmd_plan(args) -> int:
     s = report.strategy
     print(f"table {report.table}: {report.queries} workload queries, {report.rows} linear query rows")
     print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
-    if getattr(s, "explanation", None):
+    if s.explanation:
         print(s.explanation)
-    print(f"expected RMSE per query row at rho = {report.rho:.4g}: {report.rmse:,.2f} "
-          f"(per-query baseline: {report.baseline_rmse:,.2f})")
+    for line in report.unit_lines():
+        print(line)
     if report.bound_rmse is not None:
+        # the SVD bound is over every row of the workload, like the planner's objective: a
+        # figure in one unit only when the workload has one
+        mixed = len(report.units) > 1
+        where = f"over all {report.rows:,} rows, units mixed: planned {report.rmse:,.2f}; " if mixed else ""
         print(f"no strategy can do better than {report.bound_rmse:,.2f} with unbiased answers "
-              f"(SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
+              f"({where}SVD bound{'' if report.bound_exact else ' of the marginal queries alone'})")
     for line in report.per_query_lines():
         print(line)
-    if getattr(report, "advice", None):
+    if report.advice:
         print(f"AIM or HDMM: {report.advice}")
     if con.session.engine.config.planner.mode == "aim":
         _print_aim_plan(con.session, report.table)
@@ -359,6 +363,9 @@ def cmd_measure(args) -> int:
               f"of the run's rho = {report.run_rho:.6g}: {report.rho_select:.4g} selecting, "
               f"{report.rho_measure:.4g} measuring" +
               (f", {report.lost_rho:.4g} lost to an interrupted round" if report.lost_rho else ""))
+    elif getattr(report, "completed", False):
+        print(f"measured {report.blocks} blocks ({report.cells:,} cells) under the charge an interrupted "
+              "run made before it could release them (nothing spent now)")
     else:
         print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent {_spend_text(report.rho, delta)}")
     if args.no_fit:

@@ -53,7 +53,7 @@ def run_demo(args) -> int:
     s = report.strategy
     print(f"{report.queries} queries -> {report.rows} linear query rows; HDMM chose {s.operator} "
           f"with {len(s.blocks)} measurement blocks in {report.seconds:.1f} s")
-    if getattr(s, "explanation", None):
+    if s.explanation:
         print(s.explanation)
     print(f"expected RMSE per answer: {report.rmse:,.1f}   "
           f"(per-query Gaussian mechanism with the budget split {report.queries} ways: "

@@ -119,6 +119,7 @@ def rounded_rows(result) -> list[tuple]:
     in the order of ``dpsql.engine.session.error_column_names``) rounded as errors and
     outward as ranges."""
     ncol = len(result.columns)
+    # getattr: any front end's result, also a link's or a test double's without these fields
     extra = getattr(result, "appended", 0) or 0
     base = ncol - extra
     stderr = getattr(result, "stderr", None) or []

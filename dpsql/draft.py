@@ -195,7 +195,8 @@ def _from_smartnoise(path: Path, table: str | None) -> TableDraft:
                     c.missing.append(key)
         elif kind == "float":
             c = ColumnDraft(name, "numeric")
-            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lower, upper)):
+            if (isinstance(lower, (int, float)) and not isinstance(lower, bool)
+                    and isinstance(upper, (int, float)) and not isinstance(upper, bool)):
                 c.spec["edges"] = [float(lower), float(upper)]
                 c.missing.append("edges (finer bins between lower and upper, if wanted)")
             else:

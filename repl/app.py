@@ -88,7 +88,7 @@ class Shell:
         self._budget: tuple[float, float, float] | None = None
         self.commands = MetaCommands(self)
         self._progress: tuple[str, dict] | None = None
-        engine = getattr(self.session, "engine", None)
+        engine = self.session.engine
         self._unlisten = engine.add_listener(self._on_progress) if hasattr(engine, "add_listener") else None
         self._plain_answers()
         self.refresh_status()
@@ -258,7 +258,7 @@ class Shell:
 
         while True:
             cursor = self.connection.cursor()  # a fresh cursor: a cancelled run may still hold the old one
-            previous = getattr(self.session, "approve", None)
+            previous = self.session.approve
             if self.interactive:
                 self.session.approve = approve
             try:
@@ -278,12 +278,12 @@ class Shell:
             finally:
                 if self.interactive:
                     self.session.approve = previous
-        version = getattr(result, "model_version", 0)
+        version = result.model_version
         if version:
             if version != self.model_version:
                 self.model_note = ""
             self.model_version = version
-            self.model_kind = getattr(result, "model", "") or self.model_kind
+            self.model_kind = result.model or self.model_kind
         if self.csv_path and result.columns:
             with open(self.csv_path, "a", encoding="utf-8", newline="") as fh:
                 if fh.tell() > 0:

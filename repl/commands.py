@@ -113,15 +113,15 @@ def _num(x) -> str:
 
 def describe_domain(attr) -> list[str]:
     """The declared domain of one attribute as display items (public metadata only)."""
-    kind = getattr(attr, "kind", "?")
+    kind = attr.kind
     if kind == "categorical":
         skip = {attr.null_index, attr.other_index}
         items = [repr(str(lab)) for i, lab in enumerate(attr.labels()) if i not in skip and lab is not None]
         if attr.other_index is not None:
             items.append("(any other value)")
     elif kind == "integer":
-        edges = getattr(attr, "edges", None)
-        w = getattr(attr, "bin_width", 1)
+        edges = attr.edges
+        w = attr.bin_width
         if edges:
             items = [f"{attr.lo}..{attr.hi} in bins starting at {edges[0]}"] + [str(e) for e in edges[1:]]
         else:
@@ -164,7 +164,7 @@ class MetaCommands:
         meta = []
         for col in schema.column_names:
             attr = schema.attribute(col)
-            sql_type = str(getattr(attr, "sql_type", "") or "").lower()
+            sql_type = str(attr.sql_type).lower()
             meta.append(((col, sql_type, attr.kind, "yes" if attr.nullable else "no", f"{attr.size:,}"),
                          describe_domain(attr)))
         # wrap the domain column to what the screen has left beside the other columns
@@ -260,22 +260,29 @@ class MetaCommands:
         queries = self.shell.workload
         report = self.shell.work(lambda: self.shell.session.plan(table, queries=queries), "planning")
         s = report.strategy
-        lines = [f"Strategy for table {report.table}: {getattr(s, 'operator', '?')}, "
+        lines = [f"Strategy for table {report.table}: {s.operator}, "
                  f"{len(s.blocks)} measurement blocks, planned in {render.describe_seconds(report.seconds)}"]
-        if getattr(s, "explanation", None):
+        if s.explanation:
             lines += str(s.explanation).splitlines()
+        units = getattr(report, "units", ())
+        # one line per unit (counts, quantiles, each SUM's column): never an average of
+        # counts with minutes (issue 29 item 6)
+        errors_by_unit = [(f"expected RMSE [{u.unit}]", f"{u.rmse:,.2f} per row over {u.rows:,} rows "
+                           f"(baseline {u.baseline:,.2f}: each query on its own, budget split evenly)")
+                          for u in units] or [
+            ("expected RMSE", f"{report.rmse:,.2f} per query row"),
+            ("baseline RMSE", f"{report.baseline_rmse:,.2f} (each query on its own, budget split evenly)")]
         lines += render.kv_lines([
             ("workload", f"{report.queries} queries, {report.rows:,} linear query rows"),
             ("budget", f"ρ = {report.rho:.6g}"),
-            ("expected RMSE", f"{report.rmse:,.2f} per query row"),
-            ("baseline RMSE", f"{report.baseline_rmse:,.2f} (each query on its own, budget split evenly)"),
-        ] + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
+        ] + errors_by_unit + ([("lower bound", f"{report.bound_rmse:,.2f} (SVD bound"
                 + ("" if report.bound_exact else " of the marginal queries alone")
+                + (f", over all rows with units mixed, against {report.rmse:,.2f} planned"
+                   if len(units) > 1 else "")
                 + "; no strategy does better with unbiased answers)")]
-             if getattr(report, "bound_rmse", None) is not None else [])
-            + ([("AIM or HDMM", report.advice)] if getattr(report, "advice", None) else []))
-        per_query = getattr(report, "per_query_lines", None)
-        lines += per_query() if per_query else []
+             if report.bound_rmse is not None else [])
+            + ([("AIM or HDMM", report.advice)] if report.advice else []))
+        lines += report.per_query_lines()
         self.shell.emit(lines)
         return True
 

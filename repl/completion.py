@@ -124,7 +124,7 @@ class SqlCompleter(Completer):
     @staticmethod
     def _labels(attribute) -> list[str]:
         """Declared labels of a categorical attribute, without its NULL and other cells."""
-        if getattr(attribute, "kind", None) != "categorical":
+        if attribute.kind != "categorical":
             return []
         skip = {attribute.null_index, attribute.other_index}
         return [str(lab) for i, lab in enumerate(attribute.labels()) if i not in skip and lab is not None]

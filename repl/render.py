@@ -70,8 +70,8 @@ def result_lines(result, mode: str = "ci95", *, expanded: bool = False,
     n = len(result.rows)
     footer = f"({n} row{'' if n == 1 else 's'}"
     if timing:
-        footer += f", {describe_seconds(getattr(result, 'seconds', 0.0))}"
-    cost = getattr(result, "cost", 0.0) or 0.0
+        footer += f", {describe_seconds(result.seconds)}"
+    cost = result.cost or 0.0
     if cost > 0:
         footer += f", spent ρ = {float(cost):.6g}"
     lines.append(footer + ")")
@@ -128,7 +128,7 @@ def write_csv(result, fh: IO[str]) -> int:
     with_err = [j for j in range(ncol)
                 if any(j < len(r) and r[j] is not None for r in result.stderr)]
     flag = has_inferred(result)
-    bounds = getattr(result, "bounds", None) or []
+    bounds = result.bounds or []
     header: list[str] = []
     for j, c in enumerate(result.columns):
         header.append(c.name)

@@ -69,7 +69,7 @@ class AIMReport:
 
 def aim_options(engine: Engine, table: str) -> AIMOptions:
     opts = engine.config.planner
-    cap = min(getattr(opts, "aim_max_model_cells", AIMOptions.max_model_cells), opts.max_model_cells)
+    cap = min(opts.aim_max_model_cells, opts.max_model_cells)
     return AIMOptions(max_model_cells=int(cap), unit_rows=engine.config.sources[table].max_rows_per_id)
 
 

@@ -15,12 +15,18 @@ Order of operations for a measurement (``docs/privacy.md``, "Measurement"):
 4. count the exact marginals (one scan);
 5. ``Ledger.charge``: the spend is made durable (fsync) *before* noise is drawn;
 6. draw noise, ``Ledger.record_release`` the noisy values, and only then use them.
+
+A charge whose process died before step 6 is completed by the next request for the same
+release key: steps 4 and 6 under that charge, no second charge (``_unreleased_charge``;
+docs/privacy.md §6 argues why the lost, never-seen draw may be redrawn).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
+import signal
 import threading
 import time
 from concurrent.futures import Future
@@ -36,7 +42,8 @@ from dpsql import linalg
 from dpsql.domain import TableSchema
 from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
-from dpsql.engine.reports import MeasureReport, PlanReport, QueryReport, ReleaseInfo, SpendPreview
+from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
+                                   SpendPreview, unit_of, units_of)
 from dpsql.engine.variance import SupportBlock, VarianceModel
 from dpsql.errors import BudgetExhaustedError, Error, OperationalError, ProgrammingError
 from dpsql.linalg.threads import one_blas_thread
@@ -94,6 +101,17 @@ class TableState:
     bounds: BoundsModel | None = None  # ranges of unsupported values, per model version
     fit_lock: threading.Lock = field(default_factory=threading.Lock)  # one fit at a time
     pending: Future | None = None      # a background fit started by Engine.prepare
+    # (model, variance, version) fitted to an earlier set of this identity's releases: it answers
+    # while the model of the current set is fitted (``Engine.model(stale_ok=True)``, issue 34 item 8)
+    stale: tuple | None = None
+
+
+def _retire_model(state: TableState) -> None:
+    """New releases arrived: the model is refitted, and until then the previous one (of the
+    same identity, a post-processing of earlier releases) may still answer."""
+    if state.model is not None:
+        state.stale = (state.model, state.variance, state.model_version)
+    state.model = None
 
 
 def _sha(*parts) -> str:
@@ -182,8 +200,7 @@ class Engine:
 
     # -- release identity and persisted releases ---------------------------------------------
     def _content(self, table: str) -> dict:
-        fp = getattr(self.backend, "fingerprint", None)
-        return fp(table) if fp is not None else self.config.sources[table].fingerprint()
+        return self.backend.fingerprint(table)
 
     def identity(self, table: str) -> TableIdentity:
         """The release identity of ``table`` now (hashes the source only when its size,
@@ -219,7 +236,7 @@ class Engine:
             identity = TableIdentity.of(state.schema, self.config.sources[table], content, self.config.noise)
             if identity != state.identity:
                 state.released, state.release_keys = [], set()
-                state.model = state.variance = state.model_last = None
+                state.model = state.variance = state.model_last = state.stale = None
                 if state.identity is not None:
                     # sessions cache answers per model version: the old identity's answers
                     # must not outlive its releases (docs/privacy.md §7.3, issue 34)
@@ -231,7 +248,7 @@ class Engine:
             if entry.key.startswith(prefix) and entry.key not in state.release_keys:
                 state.released.extend(rel.unpack(self.ledger.release(entry.key)))
                 state.release_keys.add(entry.key)
-                state.model = None  # refit lazily with a warm start
+                _retire_model(state)  # refit lazily with a warm start
         return state
 
     def releases(self) -> list[ReleaseInfo]:
@@ -282,7 +299,7 @@ class Engine:
             for lq in cq.linear_queries:
                 blocks.append(lq.matrix)
                 specs.append(QuerySpec(f"{sql} [{lq.description}]", lq.matrix, weight))
-                labels.append((sql, lq.description))
+                labels.append((sql, lq.description, unit_of(lq.kind, lq.description)))
             names.append(sql)
         if not blocks:
             raise ProgrammingError(f"the workload has no queries on table {table!r}",
@@ -305,12 +322,13 @@ class Engine:
         m = sum(b.shape[0] for b in blocks)
         s2 = gaussian_sigma2_unit(float(rho))   # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
         per_query = []
-        for part, (sql, aggregate), (tse, base_tse, floor) in zip(
+        for part, (sql, aggregate, unit), (tse, base_tse, floor) in zip(
                 workload.parts, labels, query_errors(strategy)):
             per_query.append(QueryReport(
                 sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows),
                 math.sqrt(base_tse * s2 / part.rows),
-                None if floor is None else math.sqrt(floor * s2 / part.rows)))
+                None if floor is None else math.sqrt(floor * s2 / part.rows), unit))
+        units = units_of(per_query)
         if per_query:
             rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in per_query) / m)
             baseline = math.sqrt(sum(q.baseline ** 2 * q.rows for q in per_query) / m)
@@ -320,16 +338,20 @@ class Engine:
         raw = Workload(workload.domain, linalg.Union(blocks))
         bound = svd_lower_bound(raw) if self.config.noise == "gaussian" else None
         advice = None
-        if self.config.noise == "gaussian":
+        # AIM's advantage is judged in rows of the table: from the counts' error, never from
+        # an average that mixes in a SUM's minutes (issue 29 item 6: 5,083 for 9.71)
+        by_unit = {u.unit: u.rmse for u in units}
+        count_rmse = by_unit.get(COUNTS, by_unit.get(QUANTILES))
+        if self.config.noise == "gaussian" and (count_rmse is not None or not per_query):
             from dpsql.plan.aim import advise
             with self._lock:
                 fitted = self._state(table).model
-            advice = advise(raw, raw.domain, rmse,
+            advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
                             total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * s2 / m),
                           bool(bound and bound[1]), self.config.planner.objective,
-                          tuple(per_query), advice)
+                          tuple(per_query), advice, units)
 
     def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
@@ -407,7 +429,16 @@ class Engine:
             self._sync(table)
             _, plan, key = self._release_plan(table, state.strategy,
                                               rho if rho is not None else self.workload_rho(), "workload")
-            return Fraction(0) if key in state.release_keys else plan.rho
+            return Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else plan.rho
+
+    def _unreleased_charge(self, key: str):
+        """The ledger's charge for release ``key`` that has no release (its process died
+        between charging and recording), or None.  Read after ``_sync``."""
+        released = {e.charge_id for e in self._releases}
+        for seq, entry in self._charges.items():
+            if entry.fingerprint == key and seq not in released:
+                return entry
+        return None
 
     def spend_preview(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
                       purpose: str) -> SpendPreview:
@@ -415,7 +446,7 @@ class Engine:
         with self._lock:
             state = self._sync(table)
             _, plan, key = self._release_plan(table, strategy, rho, purpose)
-            cost = Fraction(0) if key in state.release_keys else plan.rho
+            cost = Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else plan.rho
         return SpendPreview(cost, self.ledger.remaining(principal))
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
@@ -432,8 +463,16 @@ class Engine:
             if key in state.release_keys:
                 return MeasureReport(table, Fraction(0), True, len(blocks), cells, time.perf_counter() - t0)
             cost = plan.rho     # exact: the ledger sums Fractions
+            # A charge for this very release whose process died before recording it: the
+            # release is completed under that charge, never paid again (docs/privacy.md §6,
+            # "Every charge has exactly one release").
+            unreleased = self._unreleased_charge(key)
+            if unreleased is not None and unreleased.rho != cost:
+                raise OperationalError(
+                    f"the ledger holds an unreleased charge for this measurement of rho = {unreleased.rho}, "
+                    f"but it now costs {cost}", hint="the ledger was edited; start a new ledger")
             view = self.ledger.preview(principal, cost)
-            if not view.fits:
+            if unreleased is None and not view.fits:
                 remaining = float(view.remaining)
                 raise BudgetExhaustedError(
                     f"measuring this needs rho = {format_rho(cost, 'up')} but only rho = "
@@ -450,23 +489,31 @@ class Engine:
             else:
                 counts = self.backend.count_marginals(state.schema, cliques)
             exact = [b.apply(counts[b.clique]) for b in blocks]
-            charge = self.ledger.charge(principal, cost, key, {
-                "purpose": purpose, "table": table, "family": plan.family,
-                **({"requested_by": requested_by} if requested_by else {}),
-                "identity": state.identity.as_dict(), "identity_key": state.identity.key(),
-                "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p)}
-                           for b, p in zip(blocks, plan.params)]})
+            kill_point("counted")
+            if unreleased is None:
+                charge_id = self.ledger.charge(principal, cost, key, {
+                    "purpose": purpose, "table": table, "family": plan.family,
+                    **({"requested_by": requested_by} if requested_by else {}),
+                    "identity": state.identity.as_dict(), "identity_key": state.identity.key(),
+                    "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p)}
+                               for b, p in zip(blocks, plan.params)]}).id
+            else:
+                charge_id, cost = unreleased.seq, Fraction(0)   # this call spends nothing
+            kill_point("charged")
             released = [(b, rel.noisy_values(b, x, p, plan.family), rel.stddev(b, p, plan.family))
                         for b, x, p in zip(blocks, exact, plan.params)]
             del exact, counts
-            self.ledger.record_release(charge.id, key, rel.pack(released))
+            kill_point("drawn")
+            self.ledger.record_release(charge_id, key, rel.pack(released))
+            kill_point("released")
             state.released.extend(released)
             state.release_keys.add(key)
-            state.model = None  # refit lazily with a warm start
+            _retire_model(state)  # refit lazily with a warm start
         self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells, "done": True})
         if self.fit_in_background:
             self.prepare(table)
-        return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0)
+        return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0,
+                             completed=unreleased is not None)
 
     def measure(self, table: str, rho: Fraction | None = None, *,
                 requested_by: str | None = None) -> MeasureReport:
@@ -508,11 +555,16 @@ class Engine:
                                      "workload-increment", requested_by)
 
     # -- model -------------------------------------------------------------------------------
-    def model(self, table: str) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
+    def model(self, table: str, stale_ok: bool = False) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
         """The model of the table's current releases: loaded from its saved file when a
         process fitted it before (``model_path``), else fitted (warm-started from the
         previous model) and saved.  One fit per table at a time: concurrent callers (server
-        connections) wait for it instead of fitting again."""
+        connections) wait for it instead of fitting again.
+
+        With ``stale_ok``, while that model is not ready the previous one of the same release
+        identity answers (its own variance and version) and the fit runs in the background
+        (``prepare``): a refit no longer blocks every query on the table (issue 34 item 8).
+        ``model_is_current`` tells the caller which one it got."""
         state = self._state(table)
         while True:
             with self._lock:
@@ -521,6 +573,10 @@ class Engine:
                     return None, None, state.model_version
                 if state.model is not None:
                     return state.model, state.variance, state.model_version
+                stale = state.stale if stale_ok else None
+            if stale is not None:
+                self.prepare(table)
+                return stale
             with state.fit_lock:
                 with self._lock:
                     if state.model is not None:
@@ -539,8 +595,15 @@ class Engine:
                                                    [SupportBlock(b.clique, b.factors, sd, b.scale, values)
                                                     for b, values, sd in released])
                     state.bounds = None
+                    state.stale = None
                     state.model_version += 1
                     return state.model, state.variance, state.model_version
+
+    def model_is_current(self, table: str, version: int) -> bool:
+        """Whether ``version`` is the model of the table's current releases (not a stale one)."""
+        state = self._state(table)
+        with self._lock:
+            return state.model is not None and state.model_version == version
 
     def model_path(self, table: str, release_keys=None) -> Path:
         """Where the model of a set of releases is saved: next to the ledger, keyed by the
@@ -693,6 +756,17 @@ class Engine:
 
     def close(self) -> None:
         self.backend.close()
+
+
+#: Test hook (tests/engine/test_crash_recovery.py): ``DPSQL_KILL_AT=<step>`` makes the process
+#: SIGKILL itself at that step of a measurement ("counted", "charged", "drawn", "released"), to
+#: check that every charge ends with exactly one release whatever step a crash interrupts.
+KILL_AT_ENV = "DPSQL_KILL_AT"
+
+
+def kill_point(step: str) -> None:
+    if os.environ.get(KILL_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 __all__ = ["Engine", "PlanReport", "QueryReport", "MeasureReport", "ReleaseInfo"]

@@ -15,7 +15,24 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from dpsql.plan import Strategy
 
-__all__ = ["ReleaseInfo", "QueryReport", "PlanReport", "SpendPreview", "MeasureReport"]
+__all__ = ["ReleaseInfo", "QueryReport", "UnitReport", "PlanReport", "SpendPreview", "MeasureReport",
+           "unit_of", "units_of", "COUNTS", "QUANTILES"]
+
+# The units a plan's errors are reported in (issue 29 item 6): counts of rows, the per-cell
+# counts of a quantile's histogram, and each SUM's own column (minutes, dollars, …).  Errors
+# in different units are never averaged together.
+COUNTS, QUANTILES = "counts", "quantiles"
+
+
+def unit_of(kind: str, aggregate: str) -> str:
+    """The unit of one linear query's rows: ``kind`` and ``description`` of the compiled
+    query (``dpsql.sql.LinearQuery``): a COUNT (also COUNT(x) of an AVG, SUM of a constant)
+    counts rows; a SUM's unit is its argument's, named by the aggregate, e.g. ``SUM(x)``."""
+    if kind == "quantile":
+        return QUANTILES
+    if aggregate.strip().upper().startswith("COUNT("):
+        return COUNTS
+    return aggregate
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,7 @@ class QueryReport:
     stderr: float
     baseline: float
     floor: float | None
+    unit: str = COUNTS       # see unit_of
 
     @property
     def ratio(self) -> float:
@@ -59,13 +77,43 @@ class QueryReport:
 
 
 @dataclass(frozen=True)
+class UnitReport:
+    """The plan's expected error over the workload rows of one unit (``unit_of``): the RMSE
+    per row over its linear queries, and that of the per-query baseline."""
+
+    unit: str
+    queries: int             # linear queries (an AVG is a SUM and a COUNT)
+    rows: int
+    rmse: float
+    baseline: float
+
+
+def units_of(per_query) -> tuple[UnitReport, ...]:
+    """Per-unit summaries of per-query reports: counts first, quantiles, then each SUM's
+    unit in the order the workload names it."""
+    order: dict[str, list] = {}
+    for q in per_query:
+        order.setdefault(q.unit, []).append(q)
+    keys = sorted(order, key=lambda u: (u != COUNTS, u != QUANTILES))
+    out = []
+    for u in keys:
+        qs = order[u]
+        rows = sum(q.rows for q in qs)
+        out.append(UnitReport(u, len(qs), rows, math.sqrt(sum(q.stderr ** 2 * q.rows for q in qs) / rows),
+                              math.sqrt(sum(q.baseline ** 2 * q.rows for q in qs) / rows)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class PlanReport:
     table: str
     strategy: Strategy
     queries: int
     rows: int
     rho: float
-    rmse: float              # expected RMSE per workload row at rho
+    # expected RMSE per workload row at rho over *all* rows: the planner's objective, which
+    # mixes units when the workload does (counts with a SUM's minutes); ``units`` has each
+    rmse: float
     baseline_rmse: float     # per-query mechanism, budget split evenly
     seconds: float
     # No strategy can beat this RMSE with unbiased (least-squares) answers: the SVD bound
@@ -75,30 +123,51 @@ class PlanReport:
     bound_exact: bool = False
     objective: str = "relative"
     per_query: tuple[QueryReport, ...] = ()
-    # AIM or HDMM for this workload and budget (dpsql.plan.aim.advise; public information)
+    # AIM or HDMM for this workload and budget (dpsql.plan.aim.advise; public information),
+    # judged from the counts' RMSE
     advice: str | None = None
+    units: tuple[UnitReport, ...] = ()
+
+    @property
+    def count_rmse(self) -> float | None:
+        """Expected RMSE per row of the workload's counts (else of its quantile histograms,
+        also counts of rows); None when it has neither."""
+        by = {u.unit: u for u in self.units}
+        u = by.get(COUNTS) or by.get(QUANTILES)
+        return None if u is None else u.rmse
+
+    def unit_lines(self) -> list[str]:
+        """The expected error per unit, as the CLI and the shell print it."""
+        out = [f"expected RMSE per query row at rho = {self.rho:.4g}, by unit "
+               "(errors in different units are not averaged):"]
+        for u in self.units:
+            n = f"{u.queries} linear quer{'y' if u.queries == 1 else 'ies'}"
+            out.append(f"  {u.unit}: {u.rmse:,.2f} over {u.rows:,} row{'' if u.rows == 1 else 's'} of {n} "
+                       f"(per-query baseline: {u.baseline:,.2f})")
+        return out
 
     @property
     def flagged(self) -> tuple[QueryReport, ...]:
         return tuple(q for q in self.per_query if q.flagged)
 
-    def per_query_lines(self, width: int = 60) -> list[str]:
+    def per_query_lines(self, width: int = 72) -> list[str]:
         """The per-query table the CLI and the shell print: expected standard error, the
         per-query baseline, their ratio, the SVD floor of the query alone, the weight."""
         if not self.per_query:
             return []
         out = [f"objective: {self.objective} (each query against its per-query baseline)"
                if self.objective == "relative" else "objective: absolute (total squared error)",
-               f"{'std err':>10} {'baseline':>10} {'ratio':>6} {'floor':>9} {'weight':>6}  query"]
+               f"{'std err':>12} {'baseline':>12} {'ratio':>6} {'floor':>11} {'weight':>6}  query"]
         for q in self.per_query:
             text = " ".join(w for line in q.sql.splitlines()
                             if not line.strip().startswith("--") for w in line.split())
-            label = f"{text} [{q.aggregate}]" if q.aggregate and q.aggregate not in text else text
-            if len(label) > width:
-                label = label[:width - 1] + "…"
+            # the [SUM(x)]/[COUNT(x)] suffix tells an AVG's two rows apart: cut the SQL, never it
+            suffix = f" [{q.aggregate}]" if q.aggregate and q.aggregate not in text else ""
+            room = max(12, width - len(suffix))
+            label = (text if len(text) <= room else text[:room - 1] + "…") + suffix
             floor = "-" if q.floor is None else f"{q.floor:,.2f}"
             flag = "  ABOVE BASELINE" if q.flagged else ""
-            out.append(f"{q.stderr:>10,.2f} {q.baseline:>10,.2f} {q.ratio:>6.2f} {floor:>9} "
+            out.append(f"{q.stderr:>12,.2f} {q.baseline:>12,.2f} {q.ratio:>6.2f} {floor:>11} "
                        f"{q.weight:>6g}  {label}{flag}")
         if self.flagged:
             out.append(f"{len(self.flagged)} quer{'y is' if len(self.flagged) == 1 else 'ies are'} "
@@ -123,3 +192,4 @@ class MeasureReport:
     blocks: int
     cells: int
     seconds: float
+    completed: bool = False  # released under an earlier charge a crash left unreleased (rho 0)

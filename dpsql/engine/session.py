@@ -136,7 +136,7 @@ class Session:
         cfg = self.engine.config
         return {"dpsql.error_columns": cfg.error_columns, "dpsql.estimator": "pgm",
                 "dpsql.policy": cfg.policy,
-                "dpsql.allow_spend": "on" if getattr(cfg, "allow_spend", False) else "off"}
+                "dpsql.allow_spend": "on" if cfg.allow_spend else "off"}
 
     #: Every setting a session understands and its allowed values.
     ALLOWED = {"dpsql.error_columns": ("off", "stderr", "ci95", "bounds"),
@@ -158,7 +158,7 @@ class Session:
         if command is not None:
             return self._session_command(command, t0)
         compiled = compile_sql(sql, self.engine.catalog, params=params)
-        if getattr(compiled, "is_explain", False):
+        if compiled.is_explain:
             return Result([Column("QUERY PLAN", "text")],
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
@@ -171,7 +171,8 @@ class Session:
             if isinstance(params, Mapping) else tuple(params)
         key = (sql, bound, self.settings["dpsql.estimator"], self.policy)
         self.engine.refresh()  # releases made by other processes since the last statement
-        model, variance, version = self.engine.model(compiled.table)
+        # during a refit the previous model answers what it supports (issue 34 item 8)
+        model, variance, version = self.engine.model(compiled.table, stale_ok=True)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
             return self._with_error_columns(replace(cached, cost=Fraction(0)))  # a repeat is free
@@ -185,6 +186,10 @@ class Session:
         answers, stderrs = {}, {}
         if model is not None:
             answers, stderrs, unsupported = self._answer(compiled, model, variance)
+            if unsupported and not self.engine.model_is_current(compiled.table, version):
+                # the releases being fitted may support it: wait for their model
+                model, variance, version = self.engine.model(compiled.table)
+                answers, stderrs, unsupported = self._answer(compiled, model, variance)
         else:
             unsupported = list(compiled.linear_queries)
         if unsupported:
@@ -292,7 +297,7 @@ class Session:
 
     def explain_compiled(self, compiled) -> str:
         lines = [compiled.explain()]
-        if getattr(compiled, "is_explain", False):
+        if compiled.is_explain:
             compiled = compiled.inner
         self.engine.refresh()
         model, variance, _ = self.engine.model(compiled.table)

@@ -46,6 +46,7 @@ class DuckDBBackend(SqlBackend):
 
     def __init__(self, sources: Mapping[str, Source], *, threads: int | None = None,
                  memory_limit: str | None = None) -> None:
+        self._framed = None      # the framed copy of a CSV being read (_frame), if any
         super().__init__(sources)
         for name, source in self._sources.items():
             if source.kind not in ("csv", "parquet", "duckdb"):
@@ -204,7 +205,7 @@ class DuckDBBackend(SqlBackend):
         return name
 
     def _drop_framed(self) -> None:
-        framed = getattr(self, "_framed", None)
+        framed = self._framed
         if framed is not None:
             try:
                 os.unlink(framed.path)

@@ -95,7 +95,7 @@ class Scratch:
         self._base = base
         self._path: Path | None = None
         self._fd: int | None = None
-        self._finalizer = None
+        self._finalizer: weakref.finalize | None = None
 
     @property
     def path(self) -> Path:

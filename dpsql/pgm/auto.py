@@ -231,7 +231,7 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                          gap=None if stop else gap,
                          start="least_squares" if gap is not None and not stop else "maxent",
                          workload=workload, **options)
-        solved = getattr(model, "solved", None)
+        solved = model.solved
         if solved is not None and solved[2] == "dual":
             note = (f"solved on the joint table of the measured attributes by {solved[0]} Newton "
                     f"steps along the entropic path; optimality gap ≤ {solved[1]:.3g} (duality "
@@ -240,11 +240,11 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
             note = (f"solved on the joint table of the measured attributes by {solved[0]} active-set "
                     f"Newton rounds; optimality gap ≤ {solved[1]:.3g} (Frank–Wolfe certificate, in "
                     f"units of the noise; dpsql.pgm.polish.solve_clique)")
-            metric = getattr(model, "metric", None)
+            metric = model.metric
             note += "; in the measurements' metric" if metric is None else f"; {metric.describe()}"
         else:
             note = stopper.note() or _gap_note(model.loss, iters, gap)
-        polished = getattr(model, "polished", None)
+        polished = model.polished
         if polished is not None:
             note += (f"; then solved exactly on its face of the polytope (loss {polished[0]:.6g} → "
                      f"{polished[1]:.6g}, dpsql.pgm.polish)")

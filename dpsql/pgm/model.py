@@ -16,6 +16,7 @@ belief propagation), so
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,12 @@ class GraphicalModel:
     ``theta[i]`` is the log-potential of ``tree.cliques[i]`` (canonical axis order).
     ``measured`` records the measured cliques and ``loss`` the loss per iteration.
     """
+
+    # How a fit ended (set by dpsql.pgm.estimation; None for a model built otherwise): the
+    # exact face step's report, the direct solve's certificate, the workload-metric choice.
+    polished: tuple | None = None
+    solved: tuple | None = None
+    metric: Any = None
 
     def __init__(self, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray],
                  total: float, *, measured: Iterable[Sequence[str]] = (),

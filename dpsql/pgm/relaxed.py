@@ -321,7 +321,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
                 early = (tables, polished, final.messages)
                 break
             refused = f"after {it} iterations: {polished}"
-            if getattr(polished, "too_large", False):
+            if isinstance(polished, _Refusal) and polished.too_large:
                 exact = False   # its size does not change: the first-order fit goes on alone
     if early is not None:
         tables, polished, messages = early

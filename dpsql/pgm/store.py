@@ -53,6 +53,7 @@ def _header_common(model, kind: str, domain: Domain) -> dict:
     return {"format": FORMAT, "kind": kind, "attributes": list(domain.attributes),
             "shape": [int(s) for s in domain.shape], "total": float(model.total),
             "measured": [list(c) for c in model.measured], "loss": [float(x) for x in model.loss[-200:]],
+            # a bare GraphicalModel has no fit report: only ExactModel and RelaxedModel do
             "reason": getattr(model, "reason", ""), "seconds": getattr(model, "seconds", None),
             "stopped": getattr(model, "stopped", None)}
 

@@ -92,7 +92,7 @@ def workload_marginals(workload: Any) -> dict[Clique, Fraction]:
         terms = workload.terms.terms
         # A workload of queries scales its terms for the planner's objective; AIM's c_s
         # is the user's weight of the query the term belongs to.
-        parts = getattr(workload, "parts", None) or ()
+        parts = workload.parts
         weight = [abs(t.weight) for t in terms]
         for part in parts:
             for j in part.terms:

@@ -39,7 +39,6 @@ import time
 from typing import Any
 
 from dpsql import errors
-from dpsql.display import rounded_rows
 from dpsql.server import codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
 from dpsql.server.results import Outcome, Portal, Prepared, QueryError, out_of_memory
@@ -70,11 +69,11 @@ class DpsqlLink:
             from dpsql.sql.compiler import compile as compile_sql
         compiled = compile_sql(sql, self.catalog, params)
         mode = self.connection.session.settings.get("dpsql.error_columns", "off")
-        if mode == "off" or getattr(compiled, "is_explain", False):
+        if mode == "off" or compiled.is_explain:
             return compiled
         # the session appends one error column per noisy value column (Session._with_error_columns)
         from dpsql.engine.session import error_column_names
-        values = [c.name for c in compiled.columns if getattr(c, "is_aggregate", False)]
+        values = [c.name for c in compiled.columns if c.is_aggregate]
         extra = [(name, "double") for name in error_column_names(values, mode)]
         extra.append((INFERRED, "boolean"))
         return _Described([(c.name, c.type) for c in compiled.columns] + extra, compiled.is_schema_probe)
@@ -380,7 +379,7 @@ class Dispatcher:
         text, qparams = self._engine_sql(route, sql, params)
         self._keep_position = text == sql
         result = self.link.execute(text, qparams)
-        cost = float(getattr(result, "cost", 0.0) or 0.0)
+        cost = float(getattr(result, "cost", 0.0) or 0.0)   # the link may be a deterministic double
         mode = self.link.error_mode() if hasattr(self.link, "error_mode") else "off"
         return result, mode, cost
 
@@ -404,7 +403,7 @@ class Dispatcher:
             raise
         finally:
             self.query_log.write(user=self.settings.user, pid=self.pid, route=route.kind,
-                                 fingerprint=getattr(route, "fingerprint", ""), statement=sql, cost=self._cost,
+                                 fingerprint=route.fingerprint, statement=sql, cost=self._cost,
                                  seconds=time.perf_counter() - t0, error=error)
 
     async def _execute(self, portal: Portal) -> Outcome:
@@ -416,7 +415,7 @@ class Dispatcher:
                                                            portal.result_formats))
         if route.kind == "engine":
             return await self._run_engine(route, portal.statement.sql, self._decode_params(portal),
-                                          portal.result_formats, getattr(portal, "row_types", None))
+                                          portal.result_formats, portal.row_types)
         return await self._run_simple(portal.statement.sql, route, portal.result_formats)
 
     async def _run_engine(self, route, sql: str, params: tuple, formats, described=None) -> Outcome:
@@ -431,7 +430,9 @@ class Dispatcher:
         columns = [_column(c) for c in result.columns]
         if not columns:
             return Outcome(tag=result.message or "SELECT"), cost
-        rows = result.rows
+        # values at their error's precision, as every front end shows them (dpsql.display):
+        # a parseable number, never float noise such as 58640.60093598821 or 2.2e-308
+        rows = rounded_rows(result)
         if mode != "off" and route.tag == "SELECT" and not getattr(result, "message", None) \
                 and INFERRED not in (name for name, _ in columns):
             flags = list(getattr(result, "inferred", []) or [])

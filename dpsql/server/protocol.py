@@ -64,7 +64,7 @@ class QueryProtocol:
             self.status = "E"
 
     def _check_aborted(self, route) -> None:
-        if self.status == "E" and not (getattr(route, "kind", "") == "session" and route.words
+        if self.status == "E" and not (route.kind == "session" and route.words
                                        and route.words[0] in _TX_END):
             raise QueryError("25P02", "current transaction is aborted, commands ignored until end of "
                              "transaction block", hint="send ROLLBACK")

@@ -49,7 +49,7 @@ def schema_ddl(catalog) -> list[str]:
     for name, schema in sorted(catalog.items()):
         cols = []
         for attr in schema.attributes:
-            null = "" if getattr(attr, "nullable", False) else " NOT NULL"
+            null = "" if attr.nullable else " NOT NULL"
             cols.append(f"{ident(attr.name)} {catalog_type(attr)}{null}")
         out.append(f"CREATE TABLE public.{ident(name)} ({', '.join(cols)})")
         out.append(f"COMMENT ON TABLE public.{ident(name)} IS "

@@ -533,6 +533,7 @@ def _bound_rows(cq, rel, bounds) -> list[tuple]:
     """Per row and output column of ``rel``: (lower, upper) or None."""
     n, ncol = rel.n, len(rel.cols)
     program = cq.program
+    # group_index is set only on the rows of a grouped query (_group_rows)
     if not isinstance(program, Program) or getattr(rel, "group_index", None) is None:
         return [(None,) * ncol for _ in range(n)]
     groups = program.grouping.size

@@ -151,6 +151,9 @@ class CountingBackend:
         self.calls += 1
         return self.inner.count_marginals(schema, cliques)
 
+    def fingerprint(self, table):
+        return self.inner.fingerprint(table)
+
     def close(self):
         self.inner.close()
 

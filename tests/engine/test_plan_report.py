@@ -9,6 +9,7 @@ query), "OPT_+: expected error inf", and the counts' intervals went from ±34 to
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,34 @@ def test_absolute_objective_is_still_available(tmp_path):
     report = plan(tmp_path, DASHBOARD[:7] + [AVG], planner={"objective": "absolute"})
     assert report.objective == "absolute"
     assert math.isfinite(report.rmse)
+
+
+def test_the_summary_reports_each_unit_and_advises_from_the_counts(tmp_path):
+    """Issue 29 item 6: a dashboard of counts and AVGs averaged the AVGs' SUM rows (hours,
+    dollars) with the counts into one "expected RMSE per query row", advised AIM from that
+    figure, and the per-query table cut the [SUM…]/[COUNT…] suffix of long AVG queries."""
+    avgs = ["SELECT education_num, AVG(hours_per_week) FROM adult GROUP BY education_num",
+            "SELECT marital_status, sex, AVG(capital_gain) FROM adult GROUP BY marital_status, sex"]
+    report = plan(tmp_path, DASHBOARD[:9] + avgs)
+    units = {u.unit: u for u in report.units}
+    assert list(units) == ["counts", "SUM(hours_per_week)", "SUM(capital_gain)"]
+    counts = [q for q in report.per_query if q.unit == "counts"]
+    assert units["counts"].rows == sum(q.rows for q in counts)
+    assert units["counts"].rmse == pytest.approx(
+        math.sqrt(sum(q.stderr ** 2 * q.rows for q in counts) / sum(q.rows for q in counts)))
+    assert report.count_rmse == units["counts"].rmse < 100 < units["SUM(capital_gain)"].rmse
+    # the mixed figure is the planner's objective only; the lines people read are per unit
+    assert report.rmse > 10 * report.count_rmse
+    lines = report.unit_lines()
+    assert any(line.strip().startswith(f"counts: {report.count_rmse:,.2f} over") for line in lines)
+    assert not any(f"{report.rmse:,.2f}" in line for line in lines)
+    # advice from the counts: HDMM's error per marginal is a few rows, so AIM only pays on a
+    # table of at most a few thousand rows (from the mixed RMSE it said ~20 million)
+    threshold = int(re.search(r"more than about ([\d,]+) rows", report.advice).group(1).replace(",", ""))
+    assert threshold < 10_000, report.advice
+    # an AVG's two rows keep their suffixes, however long the SQL
+    table = report.per_query_lines()
+    for sql in avgs:
+        agg = sql.split("AVG(")[1].split(")")[0]
+        rows = [line for line in table if sql[:20] in line and "AVG(" in line]
+        assert [r.rstrip().rsplit(" [", 1)[1] for r in rows] == [f"SUM({agg})]", f"COUNT({agg})]"], rows

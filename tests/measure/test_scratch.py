@@ -21,6 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostile  # noqa: E402
 
+from dpsql import errors as dpsql_errors  # noqa: E402
 from dpsql.errors import OperationalError  # noqa: E402
 from dpsql.measure.backend import DuckDBBackend  # noqa: E402
 from dpsql.measure.source import Source  # noqa: E402
@@ -96,7 +97,7 @@ def test_every_clean_exit_leaves_nothing(tmp_path, tmpdir):
     empty = tmp_path / "empty.csv"
     empty.write_bytes(b"")
     backend = DuckDBBackend({"t": Source("csv", empty)}, threads=1)
-    with pytest.raises(Exception):
+    with pytest.raises(dpsql_errors.Error):
         backend.count_marginals(hostile.SCHEMA, hostile.CLIQUES)
     assert [p for p in _leftovers(tmpdir) if p.is_file() and p.name != ".lock"] == []
     backend.close()
@@ -108,7 +109,8 @@ def test_every_clean_exit_leaves_nothing(tmp_path, tmpdir):
         from pathlib import Path
         from dpsql.measure.backend import DuckDBBackend
         from dpsql.measure.source import Source
-        DuckDBBackend({{"t": Source("csv", Path({str(csv)!r}))}}, threads=1).count_marginals(hostile.SCHEMA, hostile.CLIQUES)
+        backend = DuckDBBackend({{"t": Source("csv", Path({str(csv)!r}))}}, threads=1)
+        backend.count_marginals(hostile.SCHEMA, hostile.CLIQUES)
     """, tmpdir)
     assert proc.returncode == 0, proc.stderr
     assert _leftovers(tmpdir) == []

@@ -35,6 +35,7 @@ class Result:
     message: str | None = None
     seconds: float = 0.0
     model_version: int = 0
+    model: str = ""
     bounds: list = field(default_factory=list)
 
 
@@ -61,6 +62,7 @@ class FakeSession:
 
     def __init__(self, results=None, *, total_rho=2.0, cost=0.5, block_plan=False) -> None:
         self.user = "alice"
+        self.approve = None
         self.settings = {"dpsql.error_columns": "off"}
         self.engine = SimpleNamespace(catalog=adult_catalog(), ledger=FakeLedger())
         self.results = dict(results or {})
@@ -115,7 +117,8 @@ class FakeSession:
             self.release.wait(60)
         strategy = SimpleNamespace(operator="OPT_⊗", blocks=[1, 2, 3], explanation="three marginals")
         return SimpleNamespace(table="adult", strategy=strategy, queries=len(queries or [1]), rows=42,
-                               rho=0.5, rmse=12.5, baseline_rmse=40.0, seconds=1.5)
+                               rho=0.5, rmse=12.5, baseline_rmse=40.0, seconds=1.5, bound_rmse=None,
+                               bound_exact=False, advice=None, per_query_lines=lambda: [])
 
     def explain(self, sql, params=None):
         if "nope" in sql:

@@ -11,6 +11,8 @@
    logins do not need engine threads (they have their own).
 10. Parse and encode work is bounded per user and off the event loop: one user's parses take at
     most half the parse pool, and engine replies are encoded on the engine thread that answered.
+8. A refit does not block everyone: while the model of new releases is fitted, the previous
+   model of the same release identity answers what it supports (the fit runs in the background).
 9. Per-user connection limits: one analyst cannot take every connection slot (53300 for them,
    not for everyone else); ``max_user_connections`` defaults to half of ``max_connections``, and
    ``[server.users.NAME] connection_limit`` overrides it per user.
@@ -351,8 +353,8 @@ def test_engine_replies_are_encoded_off_the_event_loop(users_file, monkeypatch):
         for _ in range(2):                                   # simple, then extended protocol
             c.send(codec.encode_query("SELECT sex, COUNT(*) FROM adult GROUP BY sex"))
             assert not error_fields(c.until())
-        c.send(codec.encode_parse("", "SELECT race, COUNT(*) FROM adult GROUP BY race") + codec.encode_bind("", "", [], [], [])
-               + codec.encode_execute("") + codec.SYNC)
+        c.send(codec.encode_parse("", "SELECT race, COUNT(*) FROM adult GROUP BY race")
+               + codec.encode_bind("", "", [], [], []) + codec.encode_execute("") + codec.SYNC)
         assert not error_fields(c.until())
         c.close()
     finally:
@@ -391,3 +393,52 @@ def test_one_users_parses_take_at_most_half_the_parse_pool(users_file, monkeypat
         for c in clients:
             c.close()
         server.stop()
+
+
+# -- 8. a refit does not block everyone ----------------------------------------------------------------
+
+def test_the_old_model_answers_while_the_new_one_is_fitted(tmp_path, monkeypatch):
+    """alice's paid on-demand query makes a release and waits for its refit; meanwhile bob's
+    query, which the previous model supports, is answered from it."""
+    import dpsql
+    from dpsql.engine.engine import Engine
+    overrides = {"ledger": str(tmp_path / "refit.ledger"),
+                 "budget": {"epsilon": 1e6, "delta": 1e-6, "per_user": {"epsilon": 1e4}},
+                 "policy": {"unsupported": "measure", "epsilon": 0.01}}
+    alice = dpsql.connect(ADULT_CONFIG, user="alice", **overrides)
+    bob = dpsql.connect(ADULT_CONFIG, user="bob", **overrides)
+    gate, fitting = threading.Event(), threading.Event()
+    try:
+        alice.session.measure()
+        query = "SELECT race, COUNT(*) FROM adult GROUP BY race"
+        before = bob.session.execute(query)
+        fit = Engine._load_or_fit
+
+        def slow_fit(self, *args, **kwargs):
+            fitting.set()
+            gate.wait(60)
+            return fit(self, *args, **kwargs)
+        monkeypatch.setattr(Engine, "_load_or_fit", slow_fit)
+        for sql in ("SET dpsql.policy = 'measure'", "SET dpsql.allow_spend = 'on'"):
+            alice.session.execute(sql)
+        paid = {}
+        payer = threading.Thread(target=lambda: paid.update(r=alice.session.execute(
+            "SELECT workclass, relationship, race, COUNT(*) FROM adult GROUP BY workclass, relationship, race")),
+            daemon=True)
+        payer.start()
+        assert fitting.wait(60), "the paid query did not start a refit"
+        answered = {}
+        other = threading.Thread(target=lambda: answered.update(r=bob.session.execute(query + " ")), daemon=True)
+        other.start()
+        other.join(60)
+        assert not other.is_alive(), "bob's query waited for alice's refit"
+        assert not gate.is_set() and payer.is_alive()           # the refit is still running
+        assert answered["r"].rows == before.rows and answered["r"].model_version == before.model_version
+        gate.set()
+        payer.join(120)
+        assert paid["r"].cost > 0 and paid["r"].model_version > before.model_version
+        assert bob.session.execute(query + "  ").model_version == paid["r"].model_version   # then the new one
+    finally:
+        gate.set()
+        alice.close()
+        bob.close()
