@@ -93,6 +93,10 @@ class DataError(DatabaseError):
 
 
 class OperationalError(DatabaseError):
+    # a source engine's own message, scrubbed (dpsql.measure.counting.source_error): printed
+    # by the operator's CLI, never sent to analysts
+    operator_detail: str | None = None
+
     sqlstate = "58000"
 
 

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 from collections.abc import Callable
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.enums import EditingMode
@@ -113,7 +113,11 @@ class Shell:
 
     def _make_prompt(self, history: History) -> PromptSession:
         kb = KeyBindings()
-        complete = Condition(lambda: is_complete(self.prompt_session.default_buffer.text))
+        def complete_now() -> bool:
+            assert self.prompt_session is not None   # set to the session built here
+            return is_complete(self.prompt_session.default_buffer.text)
+
+        complete = Condition(complete_now)
 
         @kb.add("enter", filter=completion_is_selected)
         def _take_completion(event) -> None:
@@ -264,7 +268,10 @@ class Shell:
             try:
                 label = "fitting the model and answering" if self.model_note else "answering"
                 # this iteration's cursor, bound now: a cancelled run's thread must not pick up the next one
-                result = self.work(lambda cur=cursor: cur.execute(sql).result, label)
+                def execute(cur: Any = cursor) -> Any:
+                    return cur.execute(sql).result
+
+                result = self.work(execute, label)
                 break
             except _NeedsApproval as ask:
                 self.note(self._spend_note(ask.request))

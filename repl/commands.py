@@ -38,6 +38,7 @@ class ShellLike(Protocol):
     errors: str
     done: bool
     model_note: str
+    csv_path: str | None
 
     def note(self, text: str) -> None: ...
     def emit(self, lines: list[str]) -> None: ...
@@ -171,13 +172,13 @@ class MetaCommands:
         used = sum(max(len(h), *(len(m[0][j]) for m in meta)) + 3
                    for j, h in enumerate(["column", "type", "kind", "null", "cells"]))
         width = max(20, min(100, self.shell.screen_columns() - used - 1))
-        rows = []
+        grid: list[tuple[str, ...]] = []
         for cells, domain in meta:
             items = _wrap_list(domain, width)
-            rows.append(cells + (items[0],))
-            rows += [("", "", "", "", "", more) for more in items[1:]]
+            grid.append(cells + (items[0],))
+            grid += [("", "", "", "", "", more) for more in items[1:]]
         lines = [f"Table {name!r}: declared (public) domain of {schema.domain.size():,} cells"]
-        lines += render.grid_lines(["column", "type", "kind", "null", "cells", "domain"], rows, right=(4,))
+        lines += render.grid_lines(["column", "type", "kind", "null", "cells", "domain"], grid, right=(4,))
         self.shell.emit(lines)
         return True
 

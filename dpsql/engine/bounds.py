@@ -85,7 +85,7 @@ class BoundsModel:
     def never_together(self, attrs: Sequence[str]) -> list[tuple[str, ...]]:
         """The attributes (singly) and pairs of ``attrs`` no measured clique contains."""
         attrs = [a for a in self.attributes if a in set(attrs)]
-        alone = [(a,) for a in attrs if not any(a in c for c in self.measured)]
+        alone: list[tuple[str, ...]] = [(a,) for a in attrs if not any(a in c for c in self.measured)]
         pairs = [(a, b) for a, b in combinations(attrs, 2)
                  if (a,) not in alone and (b,) not in alone
                  and not any(a in c and b in c for c in self.measured)]
@@ -112,9 +112,9 @@ class BoundsModel:
     def rows(self, matrix, touched: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) per row of ``matrix`` (a Union/Weighted/Kron over the domain).
         Rows with a signed weight get (−inf, inf): their range is not computed."""
-        touched = set(touched)
+        touched_set = set(touched)
         cands = [m for c in self._candidates
-                 if (not c or touched & set(c)) and (m := self._marginal(c)) is not None]
+                 if (not c or touched_set & set(c)) and (m := self._marginal(c)) is not None]
         lows, highs = [], []
         for rb in decompose(matrix, self.attributes):
             lo = np.zeros(rb.rows)

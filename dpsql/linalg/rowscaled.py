@@ -11,20 +11,23 @@ on how the machine's BLAS kernel rounds (issue 28).
 The stiffness lives in a diagonal: M = D W with D the row norms and W the unit rows, which
 is well scaled.  Everything below is computed from W, with D applied exactly:
 
-1. Rows sorted by decreasing norm; a row is a *pivot* when it is not in the span of the
-   pivots before it (Gram–Schmidt with reorthogonalisation on the unit rows, a residual
+1. Rows sorted by decreasing norm and cut into levels (rows within ``LEVEL`` of the heaviest
+   row not yet seen).  Level by level, the rows are projected off the basis so far and the
+   *pivots* are chosen as in QR with column pivoting (largest residual first, while it is
    above ``RANK_TOL``).  The pivots W_p = T Q_bᵀ (T lower triangular, Q_b orthonormal) span
-   M's row space; every other row is a combination E of *heavier* pivots.
+   M's row space; every other row is a combination E of pivots of its level or heavier ones.
 2. In the pivots' coordinates the non-pivot rows are C·(D_p W_p) with C = D_n E D_p⁻¹, and
-   |C_ij| ≤ |E_ij| because a non-pivot row is lighter than the pivots it combines — C is
-   well scaled.  So MᵀM = (D_p W_p)ᵀ (I + CᵀC) (D_p W_p) = FᵀF with F = R_c D_p W_p, where
-   [I; C] = Q_c R_c is an ordinary QR of a well-scaled matrix.
+   |C_ij| ≤ LEVEL·|E_ij| because a non-pivot row is at most LEVEL times heavier than the
+   pivots it combines — C is well scaled.  So MᵀM = (D_p W_p)ᵀ (I + CᵀC) (D_p W_p) = FᵀF
+   with F = R_c D_p W_p, where [I; C] = Q_c R_c is an ordinary QR of a well-scaled matrix.
 3. G⁺ = F⁺F⁺ᵀ = L Lᵀ with L = Q_b T⁻¹ D_p⁻¹ R_c⁻¹, and M L = Q_c (rows back in M's order).
 
 Each factorisation is of a well-scaled matrix, so the result is accurate to ε times the
 conditioning of W, whatever the spread of D; this is the row-wise stable weighted least
-squares of Powell & Reid (1969) and Cox & Higham (1998), obtained here with BLAS-3 products
-instead of Householder QR with row and column pivoting.  Only the triangular solves touch
+squares of Powell & Reid (1969) and Cox & Higham (1998) (Householder QR with row sorting and
+column pivoting), mostly with BLAS-3 products.  Quadratic forms must be taken as ‖q L‖²: G⁺
+itself has entries ~1/d_min², and q G⁺ qᵀ for a query of the heavy rows cancels them down
+to ~1/d_max², losing everything (``dense`` is for tests).  Only the triangular solves touch
 graded matrices, and they are done by substitution without pivoting (componentwise
 backward stable).
 """
@@ -39,7 +42,11 @@ import numpy as np
 #: value of ~3e-8: the same scale).
 RANK_TOL = 1e-8
 
-_BLOCK = 64  # rows orthogonalised together (BLAS-3), then one by one within the block
+#: Rows within this factor of a level's heaviest row are pivoted together, by residual; a
+#: dependent row then combines pivots at most LEVEL times lighter than itself.
+LEVEL = 256.0
+
+_CLEAR = 0.5  # a leading run of rows with residuals above this is taken without pivoting
 
 
 class GramPinv:
@@ -61,7 +68,7 @@ class GramPinv:
         order = live[np.argsort(-norms[live], kind="stable")]   # heaviest first, ties by index
         d = norms[order]
         w = m[order] / d[:, None]
-        qb, pivot = _pivot_rows(w)
+        qb, piv, known = _pivot_rows(w, d)
         r = qb.shape[1]
         self.rank = r
         self.basis = qb
@@ -70,13 +77,11 @@ class GramPinv:
             self.orthonormal = np.zeros((k, 0))
             return
         y = w @ qb                                   # unit rows in the pivots' orthonormal basis
-        piv = np.flatnonzero(pivot)
-        dep = np.flatnonzero(~pivot)
+        dep = np.setdiff1d(np.arange(len(order)), piv)
         t = np.tril(y[piv])                          # W_p = T Q_bᵀ (upper part: rounding only)
-        # a non-pivot row lies in the span of the pivots before it: its coordinates beyond them
-        # are rounding, and dropping them keeps C's entries bounded (step 2 of the docstring)
-        before = np.cumsum(pivot)[dep]               # pivots preceding each non-pivot row
-        c = np.where(np.arange(r)[None, :] < before[:, None], y[dep], 0.0)
+        # a non-pivot row lies in the span of the pivots of its level and the heavier ones: its
+        # coordinates beyond them are rounding, and dropping them keeps C bounded (step 2)
+        c = np.where(np.arange(r)[None, :] < known[dep][:, None], y[dep], 0.0)
         e = _solve_upper(t.T, c.T).T                 # E T = c (back substitution: zeros stay zero)
         cmat = e * (d[dep][:, None] / d[piv][None, :])
         if dep.size:
@@ -112,42 +117,74 @@ class GramPinv:
         return self.factor @ self.factor.T
 
 
-def _pivot_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy in row order: an orthonormal basis of the rows that are not in the span of the
-    rows before them, and which rows those are.
+def _pivot_rows(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pivot rows of the unit rows ``w`` (sorted by decreasing weight ``d``), level by level.
 
-    A block of rows is projected off the basis so far (twice: classical Gram–Schmidt with
-    reorthogonalisation is as accurate as Householder), then factored by Householder QR of
-    its transpose: while the rows are independent, |R_jj| is row j's distance from the span
-    of everything before it, so the rows up to the first |R_jj| ≤ ``RANK_TOL`` join the
-    basis at once and that row is dependent; the rest of the block goes on the same way."""
+    A level is the heaviest rows not yet seen and every row within ``LEVEL`` of its weight.
+    Its rows are projected off the basis of the heavier levels (twice: classical
+    Gram–Schmidt with reorthogonalisation), then its pivots are chosen as in QR with column
+    pivoting: the row with the largest residual while that is above ``RANK_TOL`` (a leading
+    run of rows with residuals above ``_CLEAR`` is taken at once, from one Householder QR).
+    Choosing by residual keeps T well conditioned; choosing only within a level keeps
+    C = D_n E D_p⁻¹ bounded by LEVEL·|E|.
+
+    Returns the orthonormal basis (n × r), the pivots' positions in the order they were
+    chosen, and for every row how many pivots were chosen by the end of its level."""
     k, n = w.shape
     basis = np.zeros((n, min(k, n)))
-    pivot = np.zeros(k, dtype=bool)
+    piv: list[int] = []
+    known = np.zeros(k, dtype=np.int64)
     s = 0
     start = 0
-    while start < k and s < n:
-        stop = min(k, start + min(_BLOCK, n - s))
-        x = np.array(w[start:stop])
-        if s:
-            b = basis[:, :s]
-            x -= (x @ b) @ b.T
-            x -= (x @ b) @ b.T
-        rows = np.arange(start, stop)
-        while rows.size and s < n:
-            q, r = np.linalg.qr(x.T)
-            small = np.flatnonzero(np.abs(np.diag(r)) <= RANK_TOL)
-            j = int(small[0]) if small.size else rows.size
-            basis[:, s:s + j] = q[:, :j]
-            pivot[rows[:j]] = True
-            s += j
-            x, rows = x[j + 1:], rows[j + 1:]      # row j (if any) is dependent
-            if j and rows.size:
-                b = q[:, :j]
-                x = x - (x @ b) @ b.T
-                x = x - (x @ b) @ b.T
+    while start < k:
+        stop = int(np.searchsorted(-d, -d[start] / LEVEL, side="right"))
+        if s < n:
+            x = np.array(w[start:stop])
+            if s:
+                b = basis[:, :s]
+                x -= (x @ b) @ b.T
+                x -= (x @ b) @ b.T
+            s = _level_pivots(x, start, basis, s, piv)
+        known[start:stop] = s
         start = stop
-    return basis[:, :s], pivot
+    return basis[:, :s], np.asarray(piv, dtype=np.int64), known
+
+
+def _level_pivots(x: np.ndarray, start: int, basis: np.ndarray, s: int, piv: list[int]) -> int:
+    """Pivots among one level's projected rows ``x`` (see ``_pivot_rows``); returns the new
+    basis size."""
+    n = basis.shape[0]
+    rows = np.arange(start, start + x.shape[0])
+    # a leading run of clearly independent rows (identity-like levels) in one BLAS-3 QR
+    m = min(x.shape[0], n - s)
+    if m:
+        q, r = np.linalg.qr(x[:m].T)
+        low = np.flatnonzero(np.abs(np.diag(r)) < _CLEAR)
+        j = int(low[0]) if low.size else m
+        if j:
+            basis[:, s:s + j] = q[:, :j]
+            piv.extend(int(i) for i in rows[:j])
+            s += j
+            x, rows = x[j:], rows[j:]
+            b = q[:, :j]
+            x = x - (x @ b) @ b.T
+            x = x - (x @ b) @ b.T
+    while rows.size and s < n:
+        res = np.sqrt(np.einsum("ij,ij->i", x, x))
+        p = int(np.argmax(res))
+        if res[p] <= RANK_TOL:
+            break
+        v = x[p] / res[p]
+        b = basis[:, :s]
+        v = v - b @ (b.T @ v)                         # its residual can be small: once more
+        v /= np.linalg.norm(v)
+        basis[:, s] = v
+        piv.append(int(rows[p]))
+        s += 1
+        keep = np.arange(rows.size) != p
+        x, rows = x[keep], rows[keep]
+        x -= np.outer(x @ v, v)
+    return s
 
 
 def _solve_upper(u: np.ndarray, b: np.ndarray) -> np.ndarray:

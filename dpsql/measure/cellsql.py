@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-from dpsql.domain import Attribute
+from dpsql.domain import Attribute, Categorical, IntegerRange, Numeric
 from dpsql.sql.syntax import exp
 
 __all__ = ["index_sql", "bins_sql", "is_nan", "column_expr"]
@@ -85,7 +85,7 @@ def bins_sql(att: Attribute, column) -> exp.Expr:
     :func:`index_sql` without its NULL and NaN branches), for a binned attribute: for a
     reader that knows from the column's declared type that neither can occur
     (``dpsql.measure.reader``)."""
-    if att.kind not in ("integer", "numeric"):
+    if not isinstance(att, (IntegerRange, Numeric)):
         raise TypeError(f"bins_sql needs a binned attribute, got {att.kind} column '{att.name}'")
     return _threshold_case(_numeric_value(att, column_expr(column)), att.thresholds(), _threshold_literal(att), 0)
 
@@ -99,7 +99,7 @@ def index_sql(att: Attribute, column) -> exp.Expr:
     DOUBLE)``: DuckDB, PostgreSQL and Spark all hold NaN equal to itself, and PostgreSQL has
     no ``isnan``), else the bin (:func:`bins_sql`)."""
     x = column_expr(column)
-    if att.kind == "categorical":
+    if isinstance(att, Categorical):
         literal = exp.Literal.string if att.python_type is str else exp.Literal.number
         case = _when(exp.Case(), exp.Is(this=x.copy(), expression=exp.Null()), att.null_place)
         for i, label in enumerate(att.labels_):

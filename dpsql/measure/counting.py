@@ -37,7 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dpsql.domain import TableSchema
+from dpsql.domain import Categorical, TableSchema
 from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.source import Source
@@ -62,7 +62,7 @@ def reduce_cliques(cliques: Sequence[Clique]) -> list[Clique]:
     """Maximal cliques only, one per attribute set: a marginal contained in another is
     derived by summing (exact).  Two grouping sets over the same columns would share a NULL
     pattern in the result and be indistinguishable, so sets are deduplicated as sets."""
-    by_set = {}
+    by_set: dict[frozenset[str], Clique] = {}
     for c in cliques:
         by_set.setdefault(frozenset(c), tuple(c))
     unique = list(by_set.values())
@@ -266,7 +266,8 @@ class SqlBackend(ABC):
                 raise ConfigError(
                     f"table {schema.name!r}: column {att.name!r} has type {columns[att.name]} in the "
                     f"source, which a {att.kind} column with "
-                    f"{'text' if att.python_type is str else 'numeric'} values cannot read",
+                    f"{'text' if isinstance(att, Categorical) and att.python_type is str else 'numeric'} "
+                    "values cannot read",
                     hint="declare the column with a matching kind, or convert it in the source "
                          "(CHAR(n), dates and other types: a view casting to text or a number)")
         if source.id_column and not reader.accepts_id(columns[source.id_column], self.dialect):

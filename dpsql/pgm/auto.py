@@ -125,7 +125,9 @@ class _Stopper:
     """Wraps the caller's callback; ends the fit once the loss reaches ``level``."""
 
     def __init__(self, level: float | None, callback) -> None:
-        self.level, self.callback, self.iteration, self.loss = level, callback, None, None
+        self.level, self.callback = level, callback
+        self.iteration: int | None = None
+        self.loss: float | None = None
 
     def __call__(self, progress: Progress) -> bool:
         stop = bool(self.callback(progress)) if self.callback is not None else False
@@ -232,6 +234,7 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                          start="least_squares" if gap is not None and not stop else "maxent",
                          workload=workload, **options)
         solved = model.solved
+        note: str | None
         if solved is not None and solved[2] == "dual":
             note = (f"solved on the joint table of the measured attributes by {solved[0]} Newton "
                     f"steps along the entropic path; optimality gap ≤ {solved[1]:.3g} (duality "
@@ -246,8 +249,9 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
             note = stopper.note() or _gap_note(model.loss, iters, gap)
         polished = model.polished
         if polished is not None:
-            note += (f"; then solved exactly on its face of the polytope (loss {polished[0]:.6g} → "
-                     f"{polished[1]:.6g}, dpsql.pgm.polish)")
+            face = (f"solved exactly on its face of the polytope (loss {polished[0]:.6g} → "
+                    f"{polished[1]:.6g}, dpsql.pgm.polish)")
+            note = f"{note}; then {face}" if note else face
         return ExactModel(model, reason, time.perf_counter() - start, note)
     ws = warm_start.fit if isinstance(warm_start, RelaxedModel) else warm_start
     if isinstance(ws, ExactModel):

@@ -170,7 +170,7 @@ def _theta_from_marginals(tree: JunctionTree, mu: Sequence[np.ndarray]) -> list[
 
 
 def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int = 1000,
-             method: str = "md", warm_start: GraphicalModel | None = None, tol: float = 0.0,
+             method: str = "md", warm_start: GraphicalModel | None = None, tol: float | _GapTest = 0.0,
              callback: Callable[[Progress], bool | None] | None = None,
              capacity: int = DEFAULT_CAPACITY, total: float | None = None,
              norm: str = "l2", stepsize: float | None = None,
@@ -615,10 +615,11 @@ def _accelerated(bp, loss, theta0, total, measurements, iters, tol, callback):
         omega = [(1 - c) * m + c * v for m, v in zip(mu, nu)]
         _, g = loss(omega)
         for h, gh in enumerate(g):
+            prev = gbar[h]
             if gh is not None:
-                gbar[h] = c * gh if gbar[h] is None else (1 - c) * gbar[h] + c * gh
-            elif gbar[h] is not None:
-                gbar[h] = (1 - c) * gbar[h]
+                gbar[h] = c * gh if prev is None else (1 - c) * prev + c * gh
+            elif prev is not None:
+                gbar[h] = (1 - c) * prev
         scale = -t * (t + 1) / (4.0 * K)
         theta = [th if gb is None else th + scale * gb for th, gb in zip(theta0, gbar)]
         nu = bp.marginals(theta, total)

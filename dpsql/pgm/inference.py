@@ -138,7 +138,9 @@ class BeliefPropagation:
             # dividing it out leaves the message from the rest of the tree.  Where the child's
             # message is 0, so is that marginal (0/tiny = 0), and so is the child's table.
             msg = _sum(views[p], axis=axes, keepdims=True).reshape(shape)
-            msg /= _maximum(up[c], _TINY)
+            child = up[c]
+            assert child is not None   # every child sent its message up in the first pass
+            msg /= _maximum(child, _TINY)
             top = _max(msg, axis=None)
             if not top > SAFE_SCALE or top == np.inf:
                 return None

@@ -37,8 +37,10 @@ exact last step (:mod:`dpsql.pgm.polish`) would be refused for its size
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -116,11 +118,11 @@ class _Problem:
         rows, weights, values = [], [], []
         for m, axes in zip(measurements, per_meas):
             grid, flat = cliques[axes]
-            sub = np.array([self.shape[i] for i in axes], dtype=float)
+            sizes = np.array([self.shape[i] for i in axes], dtype=float)
             cells = grid.shape[1]
             # character k restricted to the clique (u and k both over the clique, given order):
             # its marginal onto C is (n / n_C) · exp(2πi k·u / n_C) / √n
-            phase = (grid.T / sub) @ grid if axes else np.zeros((1, 1))
+            phase = (grid.T / sizes) @ grid if axes else np.zeros((1, 1))
             chars = np.exp(2j * np.pi * phase) if not self.real else np.cos(np.pi * 2 * phase)
             chars *= (self.n / cells) / np.sqrt(self.n)
             q = dense(m.query)
@@ -237,6 +239,17 @@ def solve_joint_dual(joint: Sequence[str], shape: Sequence[int], measurements: S
         return _solve(problem, float(total), atol, rtol, max_steps, cho_factor, cho_solve)
 
 
+def _refined_solve(cho_solve: Callable[..., np.ndarray], factor: Any, M: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """M⁻¹r from M's Cholesky factor, with one round of iterative refinement: M's condition
+    grows as 1/τ."""
+    x = cho_solve(factor, r)
+    return x + cho_solve(factor, r - M @ x)
+
+
+def _lstsq_solve(M: np.ndarray, r: np.ndarray) -> np.ndarray:
+    return np.linalg.lstsq(M, r, rcond=None)[0]
+
+
 def _solve(problem: _Problem, N: float, atol: float, rtol: float, max_steps: int, cho_factor, cho_solve):
     n = problem.n
     # β = E u with E = V_r Λ_r^{1/2} over H's range (β = ∇f(c) lies there): the Newton matrix
@@ -269,8 +282,11 @@ def _solve(problem: _Problem, N: float, atol: float, rtol: float, max_steps: int
         return mu, c, spec, dual
 
     # f at the unconstrained least-squares coefficients c₀ = H⁺b: the constant of the dual
-    c0 = V[:, keep] @ ((V[:, keep].conj().T @ problem.b) / lam[keep]) if diagonal is None \
-        else _scatter(problem.K, rows, problem.b[rows] / diagonal ** 2)
+    if diagonal is None:
+        c0 = V[:, keep] @ ((V[:, keep].conj().T @ problem.b) / lam[keep])
+    else:
+        assert rows is not None   # set with diagonal
+        c0 = _scatter(problem.K, rows, problem.b[rows] / diagonal ** 2)
     f_min = problem.loss(c0)[0]
 
     def certificate(mu, c, u=None):
@@ -309,21 +325,17 @@ def _solve(problem: _Problem, N: float, atol: float, rtol: float, max_steps: int
         target = atol + rtol * abs(value)
         cov = spec[problem.diff] / np.sqrt(n) - np.outer(c, c.conj()) / N
         if diagonal is not None:
+            assert rows is not None   # set with diagonal
             G = cov[np.ix_(rows, rows)] * np.outer(diagonal, diagonal)
         else:
             G = E.conj().T @ cov @ E
         M = np.eye(G.shape[0]) + G / tau
         M = 0.5 * (M + M.conj().T)
+        solve: Callable[[np.ndarray], np.ndarray]   # this iteration's M⁻¹, bound now
         try:
-            factor = cho_factor(M)
-
-            def solve(r, factor=factor, M=M):   # this iteration's M, bound now
-                x = cho_solve(factor, r)
-                # one round of iterative refinement: M's condition grows as 1/τ
-                return x + cho_solve(factor, r - M @ x)
+            solve = partial(_refined_solve, cho_solve, cho_factor(M), M)
         except np.linalg.LinAlgError:
-            def solve(r, M=M):
-                return np.linalg.lstsq(M, r, rcond=None)[0]
+            solve = partial(_lstsq_solve, M)
         delta = solve(g)
         decrement = float(np.real(np.vdot(g, delta)))
         # Armijo on the dual; where its change is below the rounding of its value (small τ),

@@ -277,9 +277,9 @@ class JunctionTree:
         self.edges = [(self.parent[v], v) for v in self.preorder[1:]]
         self.separators = {
             (p, c): _canonical(position, sets[p] & sets[c]) for p, c in self.edges}
-        self.children = [[] for _ in self.cliques]
-        for p, c in self.edges:
-            self.children[p].append(c)
+        self.children: list[list[int]] = [[] for _ in self.cliques]
+        for parent, child in self.edges:
+            self.children[parent].append(child)
 
     def _build_tree(self, position: dict[str, int]) -> None:
         """Join the maximal cliques by a maximum-weight spanning tree on separator sizes
@@ -333,9 +333,9 @@ class JunctionTree:
         for i in range(n):
             first.setdefault(find(i), i)     # each component's smallest clique
         firsts = sorted(first.values())
-        for a, b in zip(firsts, firsts[1:]):
-            tree[a].append(b)   # empty separator: independent components
-            tree[b].append(a)
+        for one, other in zip(firsts, firsts[1:]):
+            tree[one].append(other)   # empty separator: independent components
+            tree[other].append(one)
         # Root at the largest clique: the downward pass then starts from the most
         # expensive belief only once.
         self.root = max(range(n), key=lambda i: (self.clique_size(self.cliques[i]), -i))

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 
+from typing import Any
+
 import numpy as np
 
 __all__ = ["Measurement", "estimate_total", "lipschitz"]
@@ -45,7 +47,7 @@ class Measurement:
     """
 
     clique: tuple[str, ...]
-    query: object
+    query: Any          # a QueryMatrix or a 2-D array
     values: np.ndarray
     stddev: float
 
@@ -223,9 +225,10 @@ def subgradient_bound(measurements: Sequence[Measurement]) -> float:
     """
     total = 0.0
     for m in measurements:
-        q = m.query
-        if identity_scale(q) is not None:
-            total += abs(identity_scale(q)) / m.stddev
+        q: Any = m.query
+        scale = identity_scale(q)
+        if scale is not None:
+            total += abs(scale) / m.stddev
         elif isinstance(q, np.ndarray) or _shape(q)[0] * _shape(q)[1] <= DENSE_LIMIT:
             total += float(np.abs(dense(q)).sum(axis=0).max()) / m.stddev
         else:
@@ -243,15 +246,15 @@ def _total_weights(q) -> np.ndarray | None:
         return np.full(m, 1.0 / s)
     if hasattr(q, "factors"):
         parts = [_total_weights(f) for f in q.factors]
-        if any(p is None for p in parts):
-            return None
         v = np.ones(1)
         for p in parts:
+            if p is None:
+                return None
             v = np.multiply.outer(v, p).ravel()
         return v
     if hasattr(q, "weight") and hasattr(q, "base"):
-        v = _total_weights(q.base)
-        return None if v is None else v / float(q.weight)
+        w = _total_weights(q.base)
+        return None if w is None else w / float(q.weight)
     ones = np.ones(n)
     if m * n <= DENSE_LIMIT:
         d = dense(q)

@@ -67,7 +67,7 @@ def _closure(cliques: list[tuple[str, ...]]) -> set[tuple[str, ...]]:
 
 
 def _pairwise_closure(cliques: list[tuple[str, ...]]) -> set[tuple[str, ...]]:
-    order = {}
+    order: dict[str, int] = {}
     for c in cliques:
         for a in c:
             order.setdefault(a, len(order))
@@ -75,9 +75,9 @@ def _pairwise_closure(cliques: list[tuple[str, ...]]) -> set[tuple[str, ...]]:
     frontier = set(found)
     while frontier:
         new = set()
-        for a in frontier:
-            for b in found:
-                s = a & b
+        for one in frontier:
+            for other in found:
+                s = one & other
                 if s and s not in found:
                     new.add(s)
         found |= new
@@ -120,8 +120,8 @@ class RegionGraph:
         self.edges: list[tuple[int, int]] = []
         self.parents: list[list[int]] = [[] for _ in canon]
         self.children: list[list[int]] = [[] for _ in canon]
-        for p, c in edges:
-            pi, ci = self.index[self.canonical(p)], self.index[self.canonical(c)]
+        for parent, child in edges:
+            pi, ci = self.index[self.canonical(parent)], self.index[self.canonical(child)]
             if not set(canon[ci]) < set(canon[pi]):
                 raise ValueError(f"RegionGraph: edge {canon[pi]} → {canon[ci]} is not a strict containment")
             self.children[pi].append(len(self.edges))

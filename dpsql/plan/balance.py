@@ -126,4 +126,5 @@ def balanced_theta(space: MarginalSpace, kt: np.ndarray, owner: np.ndarray, cap:
         u = u * np.maximum(ratio, 1.0) ** 1.5
     # No iterate meets every cap: the unconstrained optimum (it is flagged either way, and
     # competes on the objective with the per-query candidate).
+    assert best is not None and best_key is not None and first is not None   # one round at least
     return best if best_key[0] == 0 else first

@@ -28,7 +28,8 @@ import numpy as np
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.calibration import gaussian_sigma, laplace_scale
 from dpsql.plan.algebra import algebra_form
-from dpsql.plan.gram import FactorPinv, LowRankGram, pinv_psd
+from dpsql.linalg.rowscaled import GramPinv
+from dpsql.plan.gram import FactorPinv, LowRankGram, psd_root
 from dpsql.plan.strategy import KronBlock, Strategy, union_sensitivity
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
@@ -103,34 +104,42 @@ def _algebra(terms: WorkloadTerms, blocks: Sequence[KronBlock]):
     return form
 
 
-def _dense_gram(blocks: Sequence[KronBlock], n: int) -> np.ndarray:
-    """AᵀA of a union of weighted Kronecker blocks on n cells, dense: Σ_b w_b² ⊗_i F_iᵀF_i."""
-    X = np.zeros((n, n))
+def _dense_union(blocks: Sequence[KronBlock]) -> np.ndarray:
+    """The union's rows w_b·⊗_i F_i, dense (small domains)."""
+    rows = []
     for b in blocks:
-        G = np.ones((1, 1))
+        M = np.ones((1, 1))
         for F in b.factors:
-            G = np.kron(G, F.T @ F)
-        X += b.weight ** 2 * G
-    return X
+            M = np.kron(M, F)
+        rows.append(b.weight * M)
+    return np.vstack(rows)
+
+
+def _term_roots(term: Any) -> list[np.ndarray]:
+    """R_i with R_iᵀR_i = V_i per attribute of one workload term (V = w²·⊗_i V_i)."""
+    return [psd_root(g.dense() if isinstance(g, LowRankGram) else g) for g in term.grams]
 
 
 def _dense_traces(terms: WorkloadTerms, blocks: Sequence[KronBlock]) -> np.ndarray:
-    n = terms.size
-    X = _dense_gram(blocks, n)
-    w, P = np.linalg.eigh(X)
-    keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-10 * n
-    Pk = P[:, keep]
-    Xp = (Pk / w[keep]) @ Pk.T
-    # V (PSD) is supported iff it vanishes on null(X), iff tr(V·(I − Π)) = 0 for the
-    # range projector Π: one O(n²) inner product per term instead of V·Π.
-    off = np.eye(n) - Pk @ Pk.T if not keep.all() else None
+    """tr(V_j (AᵀA)⁺) per term for a union strategy on a small domain, as w²‖(⊗R_i) L‖²_F
+    with (AᵀA)⁺ = L Lᵀ from the stacked rows (``GramPinv``).  The eigenvalues of AᵀA cut at
+    1e-10·n dropped a rounded block's light rows (2²² below its heavy ones: 2⁻⁴⁴ in AᵀA) and
+    called the queries they support unsupported, and Σ V∘(AᵀA)⁺ cancels entries ~1/d_min²
+    down to ~1/d_max² (issue 28)."""
+    from dpsql.linalg import Explicit, kron_matmat
+
+    g = GramPinv(_dense_union(blocks))
     out = np.empty(len(terms.terms))
-    for j in range(len(terms.terms)):
-        V = terms.select([j]).dense_gram()
-        if off is not None and float(np.sum(V * off)) > 1e-9 * max(float(np.trace(V)), 1e-300):
+    for j, t in enumerate(terms.terms):
+        roots = _term_roots(t)
+        ops = [Explicit(R) for R in roots]
+        # V is supported iff it vanishes on null(AᵀA), iff ‖R‖² = ‖R Q_b‖² (Q_b: row space)
+        whole = math.prod(float(np.sum(R * R)) for R in roots)
+        inside = float(np.sum(kron_matmat(ops, g.basis) ** 2))
+        if whole - inside > 1e-9 * max(whole, 1e-300):
             out[j] = math.inf
         else:
-            out[j] = float(np.sum(Xp * V))
+            out[j] = t.weight ** 2 * float(np.sum(kron_matmat(ops, g.factor) ** 2))
     return out
 
 
@@ -281,10 +290,10 @@ def per_query_variance(W: Any, A: Any, noise: str = "gaussian", epsilon: float =
             raise UnsupportedQueryError(
                 "per-query variance of a union strategy needs a small domain",
                 hint="use the graphical-model path for standard errors")
-        Xp = pinv_psd(_dense_gram(blocks, terms.size))[0]
+        g = GramPinv(_dense_union(blocks))      # ‖q L‖², see _dense_traces
         for w, factors in flat:
             Wd = np.ones((1, 1))
             for f in factors:
                 Wd = np.kron(Wd, factor_dense(f))
-            out.append(w * w * np.einsum("ij,jk,ik->i", Wd, Xp, Wd))
+            out.append(w * w * g.quad(Wd, Wd))
     return scale * sens * sens * np.concatenate(out)

@@ -23,9 +23,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
 
-__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "pinv_psd",
+from dpsql.linalg.rowscaled import GramPinv
+
+__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "psd_root",
            "class_matrix", "class_sum", "LARGE_CELLS"]
 
 #: Relative tolerance for two workload columns to count as equal.
@@ -90,25 +91,21 @@ def class_sum(M: np.ndarray, labels: np.ndarray, r: int) -> np.ndarray:
     return np.add.reduceat(M[order], starts, axis=0)
 
 
-def pinv_psd(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pseudo-inverse of a PSD matrix and the projector onto its range (eigh, relative cut)."""
-    w, P = np.linalg.eigh(X)
-    keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-10 * X.shape[0]
-    Pk = P[:, keep]
-    return (Pk / w[keep]) @ Pk.T, Pk @ Pk.T
-
-
 @dataclass(frozen=True, eq=False)
 class FactorPinv:
     """(FᵀF)⁺ of one dense factor F, kept on the classes of its distinct non-zero columns.
 
-    ``inv`` is K⁺ for K = D^½AᵀAD^½ (A = the distinct columns, D = class sizes) and
-    ``basis`` an orthonormal basis of range(K) when K is singular (None: full rank).
+    ``root`` is L with K⁺ = L Lᵀ for K = D^½AᵀAD^½ (A = the distinct columns, D = class
+    sizes) and ``basis`` an orthonormal basis of range(K) when K is singular (None: full
+    rank).  Quadratic forms are ‖q L‖², never q K⁺ qᵀ through K⁺ itself: a rounded strategy
+    (round_strategy: the matrix actually measured) has light rows beside heavy ones, K⁺ then
+    has entries ~1/d_light², and q K⁺ qᵀ for a heavy-row query cancels them down to ~1/d_heavy²
+    (issue 28: 0.2-0.4% off at rows 2²² apart).
     """
 
     labels: np.ndarray
     sizes: np.ndarray
-    inv: np.ndarray
+    root: np.ndarray
     basis: np.ndarray | None
     trivial: bool          # every cell its own class: U = I
 
@@ -120,10 +117,10 @@ class FactorPinv:
             return ThinPinv(F)
         c = float(F.flat[0])
         if c != 0.0 and m == n and np.array_equal(F, c * np.eye(n)):       # c·I
-            return cls(np.arange(n), np.ones(n), np.eye(n) / (c * c), None, True)
+            return cls(np.arange(n), np.ones(n), np.eye(n) / abs(c), None, True)
         if c != 0.0 and m == 1 and np.all(F == c):                         # c·1ᵀ
             return cls(np.zeros(n, dtype=np.int64), np.array([float(n)]),
-                       np.array([[1.0 / (c * c * n)]]), None, n == 1)
+                       np.array([[1.0 / (abs(c) * math.sqrt(n))]]), None, n == 1)
         labels, reps = column_classes(F.T)
         r = reps.size
         trivial = r == n and bool(np.all(labels == np.arange(n)))
@@ -131,21 +128,19 @@ class FactorPinv:
         A = F[:, reps] * np.sqrt(sizes)[None, :]
         if r == 0:
             return cls(labels, sizes, np.zeros((0, 0)), None, trivial)
-        K = A.T @ A
-        inv = _cholesky_inverse(K) if A.shape[0] >= r else None
-        if inv is not None:
-            return cls(labels, sizes, inv, None, trivial)
-        # Rank-deficient: the SVD of the (weighted) distinct columns, with numpy's
-        # matrix_rank cutoff, keeps F's numerical rank (an eigh of K would square its
-        # condition number and drop real directions of small columns).
-        _, sv, vt = np.linalg.svd(A, full_matrices=False)
-        keep = sv > sv.max(initial=0.0) * max(A.shape) * np.finfo(float).eps
-        vk = vt[keep].T
-        return cls(labels, sizes, (vk / sv[keep] ** 2) @ vk.T, vk, trivial)
+        # from the unit rows of A with the row weights applied exactly: a Cholesky of AᵀA or
+        # an SVD of A is only accurate relative to the heaviest row (issue 28)
+        g = GramPinv(A)
+        return cls(labels, sizes, g.factor, None if g.rank == r else g.basis, trivial)
 
     @property
     def rank(self) -> int:
-        return self.inv.shape[0] if self.basis is None else self.basis.shape[1]
+        return self.root.shape[0] if self.basis is None else self.basis.shape[1]
+
+    @property
+    def inv(self) -> np.ndarray:
+        """K⁺ (tests: quadratic forms go through ``root``)."""
+        return self.root @ self.root.T
 
     def reduce(self, V: np.ndarray) -> np.ndarray | None:
         """Ṽ = U V Uᵀ, or None when V is not constant on the classes (F cannot support it)."""
@@ -164,7 +159,10 @@ class FactorPinv:
         return VB / root[:, None] / root[None, :]
 
     def trace(self, V: np.ndarray) -> float:
-        """tr(V (FᵀF)⁺), inf when F does not support V."""
+        """tr(V (FᵀF)⁺) = ‖R L‖²_F with Ṽ = RᵀR, inf when F does not support V.
+
+        Through a root of Ṽ, not Σ Ṽ∘K⁺: an error of ε‖V‖ in Ṽ meets K⁺'s light directions
+        at first order, one in R only at second (R L is small there)."""
         Vt = self.reduce(V)
         if Vt is None:
             return math.inf
@@ -172,7 +170,8 @@ class FactorPinv:
             resid = Vt - (Vt @ self.basis) @ self.basis.T
             if np.abs(resid).max(initial=0.0) > 1e-7 * max(float(np.abs(Vt).max(initial=0.0)), 1e-300):
                 return math.inf
-        return float(np.sum(self.inv * Vt))
+        R = psd_root(Vt)
+        return float(np.sum((R @ self.root) ** 2))
 
     def diag_quadratic(self, Q: np.ndarray) -> np.ndarray | None:
         """diag(Q (FᵀF)⁺ Qᵀ) for query rows Q (k × n); None when F does not support Q."""
@@ -190,7 +189,8 @@ class FactorPinv:
             resid = Qt - (Qt @ self.basis) @ self.basis.T
             if np.abs(resid).max(initial=0.0) > 1e-7 * max(float(np.abs(Qt).max(initial=0.0)), 1e-300):
                 return None
-        return np.einsum("ij,jk,ik->i", Qt, self.inv, Qt)
+        c = Qt @ self.root
+        return np.einsum("ij,ij->i", c, c)
 
     def dense(self) -> np.ndarray:
         """(FᵀF)⁺ as an n×n matrix (tests)."""
@@ -200,20 +200,13 @@ class FactorPinv:
         return B.T @ self.inv @ B
 
 
-def _cholesky_inverse(K: np.ndarray) -> np.ndarray | None:
-    """K⁻¹ by Cholesky when K is numerically positive definite, else None.
-
-    The test is on the Cholesky factor's diagonal: a pivot below 1e-6 of the largest (a
-    condition number of K above 1e12) is treated as singular and left to the SVD path.
-    """
-    try:
-        c, low = sla.cho_factor(K, lower=True, check_finite=False)
-    except np.linalg.LinAlgError:
-        return None
-    d = np.abs(np.diag(c))
-    if not d.size or d.min() <= 1e-6 * d.max():
-        return None
-    return sla.cho_solve((c, low), np.eye(K.shape[0]), check_finite=False)
+def psd_root(V: np.ndarray) -> np.ndarray:
+    """R with RᵀR = V for a PSD V, from eigh.  Eigenvalues within V's own rounding
+    (n·ε of the largest) are zero: their eigenvectors are arbitrary, and kept they would
+    reach the light directions of a stiff factor's pseudo-inverse."""
+    w, P = np.linalg.eigh(0.5 * (V + V.T))
+    keep = w > float(w.max(initial=0.0)) * V.shape[0] * np.finfo(float).eps
+    return np.sqrt(w[keep])[:, None] * P[:, keep].T
 
 
 class LowRankGram:
@@ -287,27 +280,28 @@ class LowRankGram:
 
 
 class ThinPinv:
-    """(FᵀF)⁺ = Fᵀ(FFᵀ)⁺²F for a thin factor F (k × n, k ≪ n) on a large attribute:
-    traces and quadratic forms in O(n·k·m), support by projecting onto F's row space."""
+    """(FᵀF)⁺ for a thin factor F (k × n, k ≪ n) on a large attribute: traces and
+    quadratic forms in O(n·k·m), support by projecting onto F's row space.
+
+    Through ``GramPinv`` (unit rows, weights applied exactly): the eigenvalues of FFᵀ cut at
+    1e-12 of the largest dropped a rounded factor's light rows, 2²² below its heavy ones, and
+    the queries they support came out unsupported (issue 28)."""
 
     def __init__(self, F: np.ndarray) -> None:
         self.F = F
-        w, P = np.linalg.eigh(F @ F.T)
-        keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-12 * F.shape[0]
-        self.Ginv = (P[:, keep] / w[keep]) @ P[:, keep].T
-        self.rank = int(keep.sum())
+        self.gram = GramPinv(F)
+        self.rank = self.gram.rank
 
     def _coords(self, Q: np.ndarray) -> np.ndarray | None:
-        """Q Fᵀ G⁺ (so that Q = coords·F when Q lies in F's row space), or None."""
-        QF = Q @ self.F.T
-        coords = QF @ self.Ginv
-        resid = Q - coords @ self.F
+        """Q L with (FᵀF)⁺ = L Lᵀ (so diag(Q (FᵀF)⁺ Qᵀ) is its rows' squared norms), or None
+        when Q is not in F's row space."""
+        resid = Q - self.gram.project(Q)
         if np.abs(resid).max(initial=0.0) > 1e-7 * max(float(np.abs(Q).max(initial=0.0)), 1e-300):
             return None
-        return coords
+        return self.gram.coords(Q)
 
     def trace(self, V: LowRankGram) -> float:
-        """tr(V (FᵀF)⁺) = ‖R Fᵀ G⁺‖²_F for V = RᵀR (R in F's row space), inf otherwise."""
+        """tr(V (FᵀF)⁺) = ‖R L‖²_F for V = RᵀR (R in F's row space), inf otherwise."""
         if V.c > 0:
             return math.inf        # the identity part needs every cell: a thin F cannot
         if not V.rows.size:

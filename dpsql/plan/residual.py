@@ -102,7 +102,8 @@ def balanced_mu(space: MarginalSpace, kt: np.ndarray, owner: np.ndarray, cap: np
         slack = np.where(finite, lq - c, 0.0)
         return -float(np.sum(lq) + np.dot(u, slack)) / scale, -slack / scale
 
-    first = best = None
+    first: np.ndarray | None = None
+    best: np.ndarray | None = None
     best_value = math.inf
 
     def consider(mu: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -115,6 +116,7 @@ def balanced_mu(space: MarginalSpace, kt: np.ndarray, owner: np.ndarray, cap: np
         return lq, feasible
 
     lq, feasible = consider(mu_of(np.zeros(nq)))
+    assert first is not None   # set by the first consider
     if not dual:
         u = np.zeros(nq)
         for _ in range(max(1, rounds) - 1):
@@ -189,15 +191,16 @@ def residual_blocks(space: MarginalSpace, t: np.ndarray, rho: np.ndarray) -> lis
     for s, a in enumerate(space.subsets):
         if rho[s] <= 0:
             continue
-        factors, scale = [], 1.0
+        parts: list[np.ndarray] = []
+        scale = 1.0
         for i, n in enumerate(shape):
             if i in a:
                 if i not in R:
                     R[i] = residual_factor(n)
-                factors.append(R[i])
+                parts.append(R[i])
                 scale *= float(np.sum(R[i] * R[i])) / (n - 1)
             else:
-                factors.append(ones_factor(n))
+                parts.append(ones_factor(n))
         c_a = math.exp(log_c[s])
-        blocks.append(KronBlock(math.sqrt(rho[s] / (c_a * scale)), tuple(factors)))
+        blocks.append(KronBlock(math.sqrt(rho[s] / (c_a * scale)), tuple(parts)))
     return blocks

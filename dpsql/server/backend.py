@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from dpsql import errors
+from dpsql.display import rounded_rows
 from dpsql.server import codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
 from dpsql.server.results import Outcome, Portal, Prepared, QueryError, out_of_memory

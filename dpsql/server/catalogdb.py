@@ -288,6 +288,7 @@ class CatalogCluster:
             self._run_as = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
         os.chmod(self.dir, 0o700)
         data = os.path.join(self.dir, "data")
+        assert self.bindir is not None   # start() checked it
         self._run([str(self.bindir / "initdb"), "-D", data, "-U", SHADOW_ROLE, "--auth=trust",
                    "--encoding=UTF8", "--locale=C", "--no-sync"], timeout=120)
         settings = {"listen_addresses": "", "unix_socket_directories": self.dir, "port": str(self.port),
@@ -311,6 +312,7 @@ class CatalogCluster:
         asyncio.run(self._load())
 
     def _wait_ready(self, data: str, timeout: float) -> None:
+        assert self.proc is not None   # started by _start
         deadline = time.monotonic() + timeout
         pidfile = os.path.join(data, "postmaster.pid")
         while time.monotonic() < deadline:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sqlglot import exp
 
+from dpsql.domain import Attribute
 from dpsql.errors import PrivacyViolationError, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import AggCall, check_argument, is_aggregate, parse_aggregate
 from dpsql.sql.bind import Catalog, Scope, bind_table, table_schema
@@ -112,7 +113,7 @@ class _Lowering:
         return self.aliases.get(name)
 
     def attrs_of(self, node) -> list:
-        seen = {}
+        seen: dict[str, Attribute] = {}
         for c in columns_in(node):
             a = self.resolve(c)
             seen.setdefault(a.name, a)
@@ -120,7 +121,7 @@ class _Lowering:
 
     # --- the statement -----------------------------------------------------------------
     def projections(self) -> list[tuple[str | None, exp.Expr]]:
-        out = []
+        out: list[tuple[str | None, exp.Expr]] = []
         for e in self.tree.expressions:
             if isinstance(e, exp.Alias):
                 out.append((e.alias, e.this))
@@ -228,6 +229,7 @@ class _Lowering:
             shown_sql = f"COUNT({snippet(call.arg) if call.arg else '*'})"
             plan = AggPlan("count", label, [self.spec("linear", pred, shown_sql, shown=shown)])
         elif call.func in ("variance", "stddev"):
+            assert call.arg is not None   # check_argument: these take a column
             weights = self.weights(call, attr)
             notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
             arg = snippet(call.arg)
@@ -237,6 +239,7 @@ class _Lowering:
             plan = AggPlan(call.func, label, [s2, s1, c], method=call.method,
                            halfwidth=float(self.half_widths(call, attr).max()))
         elif call.func in ("sum", "avg"):
+            assert call.arg is not None   # check_argument: these take a column
             weights = self.weights(call, attr)
             s = self.spec("linear", pred, f"SUM({snippet(call.arg)})", attr, weights)
             # over wide bins the midpoints' sum is off by at most Σ rows' half bin widths: that
@@ -506,7 +509,7 @@ def compile(sql: str, catalog: Catalog, params: Sequence[Any] | None = None,
     """Compile one aggregate query (or ``EXPLAIN`` of one) against the catalog's schemas."""
     stmt = parse_statement(sql, params, dialect)
     try:
-        inner = _Compiler(stmt, catalog).select(stmt.tree)
+        inner = _Compiler(stmt, catalog).select(cast(exp.Select, stmt.tree))   # _check_kind lets only a SELECT through
     except RecursionError:
         # The lexer and parser bound nesting; this is the last line of defence.
         raise StatementTooComplexError("statement too complex to compile", position=stmt.offset + 1,

@@ -27,6 +27,7 @@ from itertools import product
 import numpy as np
 from sqlglot import exp
 
+from dpsql.domain import Attribute
 from dpsql.errors import UnsupportedQueryError
 from dpsql.sql.cells import OTHER, CellEvaluator, snippet
 
@@ -43,7 +44,7 @@ class GroupKey:
 
     canonical: str
     node: exp.Expr
-    attr: object
+    attr: Attribute
     values: list
     type: str
     # Wide bins are reported by label; ORDER BY must follow the bins, not the label text.
@@ -54,7 +55,7 @@ class GroupKey:
 class GroupAttr:
     """All keys on one attribute, folded into one bucket mapping."""
 
-    attr: object
+    attr: Attribute
     keys: list[int]             # indices into Grouping.keys
     mapping: np.ndarray          # cell → bucket
     labels: list[tuple]          # bucket → tuple of key values (in ``keys`` order)

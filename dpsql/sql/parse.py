@@ -286,21 +286,21 @@ def _bind_params(tree: exp.Expr, params: Any, prep: Prepared) -> None:
             first = next((m for m in markers if int(m.text[1:]) > len(given)), markers[-1])
             raise ProgrammingError(f"the statement uses parameters up to ${top} but {len(given)} were given",
                                    position=first.start + 1, hint="pass one value per distinct $n, in order")
-        where = {int(m.text[1:]): m.start + 1 for m in reversed(markers)}
+        first_at = {int(m.text[1:]): m.start + 1 for m in reversed(markers)}
     else:
         if len(markers) != len(given):
             at = markers[len(given)].start + 1 if len(markers) > len(given) else None
             raise ProgrammingError(f"the statement has {len(markers)} parameter marker(s) but "
                                    f"{len(given)} parameter(s) were given", position=at,
                                    hint="pass one value per '?' in the SQL")
-        where = {k + 1: m.start + 1 for k, m in enumerate(markers)}
+        first_at = {k + 1: m.start + 1 for k, m in enumerate(markers)}
     for key, nodes in holes.items():
         if not key.isdigit() or not 1 <= int(key) <= len(given):
             raise ProgrammingError(f"parameter ${key} has no value", position=None,
                                    hint="pass one value per marker")
         k = int(key)
         for node in nodes:
-            node.replace(_literal_for(given[k - 1], str(k), where.get(k)))
+            node.replace(_literal_for(given[k - 1], str(k), first_at.get(k)))
 
 
 # --- shape -------------------------------------------------------------------------------
@@ -320,6 +320,7 @@ def _restore_in_lists(tree: exp.Expr, prep: Prepared) -> bool:
             return False
         seen: dict = {}
         for t in items:
+            key: tuple[str, object]
             if t.kind == "str":
                 key = ("s", t.text[1:-1].replace("''", "'"))
             else:
@@ -334,7 +335,7 @@ def _restore_in_lists(tree: exp.Expr, prep: Prepared) -> bool:
                         f"statement too complex: an IN list of more than {MAX_IN_VALUES:,} distinct values",
                         position=prep.orig(prep.text.find(node.name)) + 1,
                         hint="no declared column has that many cells; filter on ranges instead")
-        lits = []
+        lits: list[exp.Expr] = []
         for (kind, value), t in seen.items():
             if kind == "s":
                 lits.append(exp.Literal.string(value))
@@ -356,7 +357,9 @@ def _balance(tree: exp.Expr) -> exp.Expr:
         node = stack.pop()
         if isinstance(node, (exp.And, exp.Or)):
             kind = type(node)
-            operands, todo, length = [], [node], 0
+            operands: list[exp.Expr] = []
+            todo: list[exp.Expr] = [node]
+            length = 0
             while todo:
                 n = todo.pop()
                 if type(n) is kind:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 from sqlglot import exp
 
+from dpsql.domain import Attribute
 from dpsql.errors import StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
 from dpsql.sql.cells import CellEvaluator, columns_in, conjuncts, snippet
@@ -44,7 +45,7 @@ def _all_of(parts: list[exp.Expr]) -> exp.Expr:
     recurse once per conjunct when evaluated)."""
     level = list(parts)
     while len(level) > 1:
-        nxt = [exp.And(this=level[i], expression=level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        nxt: list[exp.Expr] = [exp.And(this=level[i], expression=level[i + 1]) for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             nxt.append(level[-1])
         level = nxt
@@ -52,7 +53,7 @@ def _all_of(parts: list[exp.Expr]) -> exp.Expr:
 
 
 class _Compiler:
-    def __init__(self, resolve: Callable[[exp.Column], object],
+    def __init__(self, resolve: Callable[[exp.Column], Attribute],
                  evaluator: Callable[[object], CellEvaluator], pos, any_attr) -> None:
         self.any_attr = any_attr
         self.resolve = resolve
@@ -60,7 +61,7 @@ class _Compiler:
         self.pos = pos
 
     def attrs(self, node) -> list:
-        seen: dict[str, object] = {}
+        seen: dict[str, Attribute] = {}
         for col in columns_in(node):
             a = self.resolve(col)
             seen.setdefault(a.name, a)
@@ -132,10 +133,10 @@ def _fewest_boxes(mask: np.ndarray, names: list[str]) -> list[Term]:
     """
     if len(names) > 3 or mask.size > _PERMUTE_CELLS:
         return _boxes(mask, names)
-    best = None
-    for order in itertools.permutations(range(len(names))):
+    best: list[Term] = []
+    for order in itertools.permutations(range(len(names))):   # one order at least
         boxes = _boxes(np.transpose(mask, order), [names[i] for i in order])
-        if best is None or len(boxes) < len(best):
+        if not best or len(boxes) < len(best):
             best = boxes
     return best
 

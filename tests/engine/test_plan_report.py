@@ -88,9 +88,11 @@ def test_a_weight_shows_in_the_report_and_buys_accuracy(tmp_path):
          "SELECT sex, COUNT(*) FROM adult GROUP BY sex",
          "SELECT age, COUNT(*) FROM adult GROUP BY age"]
     plain = plan(tmp_path / "a", q)
-    heavy = plan(tmp_path / "b", ["-- weight: 5\n" + q[0]] + q[1:])
-    assert heavy.per_query[0].weight == 5.0
-    assert heavy.per_query[0].stderr < plain.per_query[0].stderr
+    # weight 5 gives this query the same strategy error as weight 1 (7.8280655112711...):
+    # it passed by one unit in the last place, and failed when that rounding changed
+    heavy = plan(tmp_path / "b", ["-- weight: 20\n" + q[0]] + q[1:])
+    assert heavy.per_query[0].weight == 20.0
+    assert heavy.per_query[0].stderr < 0.95 * plain.per_query[0].stderr
 
 
 def test_absolute_objective_is_still_available(tmp_path):

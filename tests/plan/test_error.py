@@ -73,7 +73,7 @@ def _kron_strategy(shape):
 
 
 def _union_strategy(shape):
-    # the union path's dense gram (error._dense_gram, shared with the dense traces)
+    # the union path's stacked rows (error._dense_union, shared with the dense traces)
     rng = np.random.default_rng(2)
     return Union([Weighted(0.5, _random_kron(shape, rng)), Weighted(1.5, _random_kron(shape, rng))])
 

