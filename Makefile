@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-report bi-check clean
+.PHONY: demo test check lint bench bench-report bi-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ XDIST := -n $(WORKERS) --dist loadgroup
 test: $(STAMP) $(LOW)/.stamp
 	$(PY) -m pytest $(XDIST)
 	PYTHONPATH=$(LOW) $(PY) -m pytest $(XDIST) -p no:cacheprovider tests/measure/test_neighbours.py tests/measure/test_reader.py
+
+# The edit loop: the static checks, then every test not marked slow (pyproject.toml's marker).
+check: lint
+	$(PY) -m pytest $(XDIST) -m "not slow"
 
 # Static checks (rules in pyproject.toml); .ci/run runs them before the tests.
 lint: $(STAMP)

@@ -3,7 +3,9 @@
     dpsql init data.csv                 draft a config from the file's *schema* only
     dpsql init --postgres URL --table T / --spark MASTER --table T / 'lake/*.parquet'
                                         the same from a PostgreSQL or Spark catalog
-    dpsql plan    [--config C]          plan the workload's measurement strategy (no budget)
+    dpsql plan    [--config C] [--epsilon E [--delta D] | --rho R]
+                                        plan the workload's measurement strategy (free: spends
+                                        nothing, never creates or opens the ledger)
     dpsql check   [--config C]          operator data check of the sources (local only)
     dpsql measure [--config C] [--yes] [--mode hdmm|aim]
                                         check, measure (spends budget; asks first), then fit
@@ -193,11 +195,53 @@ def _connect(args):
     return con, status
 
 
+def _plan_budget(args, config) -> tuple[Fraction | None, str]:
+    """The ρ to plan at (None: the configured workload budget) and a line naming it in the
+    operator's words: ``--epsilon E [--delta D]`` or ``--rho R``, read as the configuration
+    reads a budget (ρ never above what was asked; ``BudgetSpec``)."""
+    from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho, rho_to_epsilon
+    configured = (config.workload_budget or config.budget)
+    where = "[workload]" if config.workload_budget else "[budget]"
+    if args.delta is not None and args.epsilon is None:
+        raise errors.ProgrammingError("--delta is the δ of --epsilon",
+                                      hint="give --epsilon E --delta D, or --rho R alone")
+    if args.rho is not None:
+        rho, delta = budget_rho(args.rho), configured.delta
+    elif args.epsilon is not None:
+        delta = configured.delta if args.delta is None else args.delta
+        if not (args.epsilon > 0 and 0 < delta < 1):
+            raise errors.ProgrammingError(f"cannot plan at epsilon = {args.epsilon:g}, delta = {delta:g}",
+                                          hint="epsilon must be positive and delta in (0, 1)")
+        rho = epsilon_delta_to_rho(args.epsilon, delta)
+    else:
+        rho, delta = None, configured.delta
+    if rho is not None and not rho > 0:
+        raise errors.ProgrammingError(f"cannot plan at rho = {args.rho!r}", hint="rho must be positive")
+
+    def words(r: Fraction) -> str:
+        return f"epsilon = {rho_to_epsilon(r, delta):.4g} at delta = {delta:g} (rho = {format_rho(r, 'down')})"
+    line = f"budget: {words(configured.rho)}, the workload measurement's ({where})"
+    if rho is not None:
+        line = (f"budget: {words(rho)}, to compare: the configuration says {words(configured.rho)} "
+                f"in {where}; nothing is changed")
+    return rho, line
+
+
 def cmd_plan(args) -> int:
-    con, status = _connect(args)
-    report = con.session.plan(args.table)
+    # An engine of its own, not dpsql.connect: planning counts no rows and never opens the
+    # ledger, so it neither creates one nor binds the configured budget to it (issue 35)
+    from dpsql.engine.config import load_config
+    from dpsql.engine.engine import Engine
+    from dpsql.engine.session import Session
+    engine = Engine(load_config(_config_path(args)))
+    rho, budget_line = _plan_budget(args, engine.config)
+    status = StatusLine()
+    engine.add_listener(status)
+    session = Session(engine, args.user)
+    report = session.plan(args.table, rho=rho)
     status.clear()
     s = report.strategy
+    print(budget_line)
     print(f"table {report.table}: {report.queries} workload queries, {report.rows} linear query rows")
     print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
     if s.explanation:
@@ -215,8 +259,8 @@ def cmd_plan(args) -> int:
         print(line)
     if report.advice:
         print(f"AIM or HDMM: {report.advice}")
-    if con.session.engine.config.planner.mode == "aim":
-        _print_aim_plan(con.session, report.table)
+    if engine.config.planner.mode == "aim":
+        _print_aim_plan(session, report.table, rho)
     return 0
 
 
@@ -238,9 +282,9 @@ def _spend_text(rho, delta: float) -> str:
     return f"rho = {format_rho(rho, 'up')} (epsilon = {eps:.4g} at delta = {delta:g})"
 
 
-def _print_aim_plan(session, table) -> None:
+def _print_aim_plan(session, table, rho=None) -> None:
     from dpsql.engine.aim import aim_summary
-    s = aim_summary(session.engine, table)
+    s = aim_summary(session.engine, table, rho)
     print(f"[planner] mode = \"aim\": adaptive rounds over {s['candidates']} candidate marginals "
           f"(the workload's {s['workload_marginals']} marginals and their subsets), at most "
           f"{s['rounds_bound']} rounds, model capped at {s['max_model_cells']:,} cells")
@@ -270,6 +314,10 @@ def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
         print(f"table {name}: {report.records:,} records"
               + (f"; {report.dropped:,} not counted (no readable id, or over max_rows per id)"
                  if report.dropped else ""), file=out)
+        if getattr(report, "open_quotes", None):
+            print(f"  ! {report.open_quotes:,} lines leave a quote open: probably quoted fields holding line "
+                  "breaks; every line is a record, so such a person counts as several units. Declare "
+                  "source.max_record_lines (docs/config.md) or use an id privacy unit", file=out)
         for col in report.columns:
             att = schema.attribute(col.name)
             problems = col.problems
@@ -476,6 +524,14 @@ def cmd_budget(args) -> int:
         for r in releases:
             state = "in use" if r.current else "STALE (" + "; ".join(r.reasons) + ")"
             print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {format_rho(r.rho, 'up')}, {state}")
+    pending = con.session.engine.unreleased_charges()
+    if pending:
+        print(f"charged, not released (a run stopped before recording it): {len(pending)}; the next identical "
+              "measurement (dpsql measure, the same query, AIM's run) releases it without a new charge")
+        for e in pending:
+            mech = e.mechanism if isinstance(e.mechanism, dict) else {}
+            print(f"  #{e.seq} {mech.get('table', '?')} {mech.get('purpose') or 'workload'}: "
+                  f"rho = {format_rho(e.rho, 'up')}")
     return 0
 
 
@@ -509,7 +565,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_init)
-    common(sub.add_parser("plan", help="plan the workload strategy (spends nothing)")).set_defaults(func=cmd_plan)
+    p = common(sub.add_parser("plan", help="plan the workload strategy (spends nothing, opens no ledger)",
+                              description="Plan the workload's measurement strategy and print the "
+                                          "expected errors.  Free: counts no rows, spends nothing and "
+                                          "never creates or opens the ledger, so budgets can be "
+                                          "compared before one is fixed."))
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--epsilon", type=float,
+                       help="plan at this epsilon instead of the configured workload budget "
+                            "(the configuration is not changed)")
+    which.add_argument("--rho", type=float, help="plan at this rho instead (zCDP)")
+    p.add_argument("--delta", type=float, help="the delta of --epsilon (default: the configured delta)")
+    p.set_defaults(func=cmd_plan)
     p = common(sub.add_parser("measure", help="measure the planned strategy (spends budget)"))
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.add_argument("--increment", action="store_true",

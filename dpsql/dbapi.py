@@ -91,6 +91,9 @@ def _engine_for(config, overrides) -> Engine:
         engine = _engines.get(key)
         if engine is None or engine.config != cfg:
             engine = Engine(cfg)
+            # a connection binds its budget to the ledger at once, so a server or shell whose
+            # configuration does not match its ledger fails at start (only planning is ledger-free)
+            engine.ledger  # noqa: B018 - opens the ledger
             _engines[key] = engine
         _recent[key] = engine
         _recent.move_to_end(key)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from dpsql import errors
+from dpsql import labels as wording
 from dpsql.privacy.accountant import format_rho
 from repl import render
 from repl.statements import Meta, split_script
@@ -61,7 +62,8 @@ class Command:
 
 
 COMMANDS = [
-    Command("d", "\\d [TABLE]", "list tables, or a table's columns, types and declared domains", "table"),
+    Command("d", "\\d [TABLE [COLUMN]]", "list tables, a table's columns, types and declared domains "
+            "(long label lists summarised), or every label of one column", "table"),
     Command("budget", "\\budget", "budget spent and remaining (you, all users, per user) and ledger entries", None),
     Command("explain", "\\explain SQL", "compiled factors, supporting measurements, expected error, cost", "sql"),
     Command("workload", "\\workload [FILE]", "load the SQL statements to plan from FILE (show them without FILE)",
@@ -108,32 +110,10 @@ def _wrap_list(items: list[str], width: int) -> list[str]:
     return textwrap.wrap(", ".join(items), width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
-def _num(x) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
-def describe_domain(attr) -> list[str]:
-    """The declared domain of one attribute as display items (public metadata only)."""
-    kind = attr.kind
-    if kind == "categorical":
-        skip = {attr.null_index, attr.other_index}
-        items = [repr(str(lab)) for i, lab in enumerate(attr.labels()) if i not in skip and lab is not None]
-        if attr.other_index is not None:
-            items.append("(any other value)")
-    elif kind == "integer":
-        edges = attr.edges
-        w = attr.bin_width
-        if edges:
-            items = [f"{attr.lo}..{attr.hi} in bins starting at {edges[0]}"] + [str(e) for e in edges[1:]]
-        else:
-            items = [f"{attr.lo}..{attr.hi}" + (f" in bins of {w}" if w != 1 else "")]
-    elif kind == "numeric":
-        items = [f"bins with edges {_num(attr.edges[0])}"] + [_num(e) for e in attr.edges[1:]]
-    else:
-        items = [str(x) for x in attr.labels()]
-    if attr.nullable:
-        items.append("NULL")
-    return items
+def describe_domain(attr, table: str | None = None, limit: int | None = wording.DESCRIBE_LIMIT) -> list[str]:
+    """The declared domain of one attribute as display items (``dpsql.labels.domain_items``,
+    the words of the wire catalog's column comments too)."""
+    return wording.domain_items(attr, limit, see_all=f"\\d {table or 'TABLE'} {attr.name} lists all")
 
 
 class MetaCommands:
@@ -152,7 +132,10 @@ class MetaCommands:
     # -- catalog -------------------------------------------------------------------------
     def do_d(self, arg: str) -> bool:
         catalog = self.shell.catalog()
-        name = arg.strip().strip('"').rstrip(";")
+        words = [w.strip('"') for w in arg.strip().rstrip(";").split()]
+        name = words[0] if words else ""
+        if len(words) > 2:
+            raise errors.ProgrammingError("\\d takes a table and at most one column", hint="e.g. \\d adult sex")
         if not name:
             rows = [(t, str(len(s.column_names)), f"{s.domain.size():,}") for t, s in sorted(catalog.items())]
             self.shell.emit(["Private tables"]
@@ -162,12 +145,14 @@ class MetaCommands:
             raise errors.UnknownTableError(f"table {name!r} is not a private table of this configuration",
                                            hint=f"tables: {', '.join(sorted(catalog))}")
         schema = catalog[name]
+        if len(words) == 2:
+            return self._describe_column(name, schema, words[1])
         meta = []
         for col in schema.column_names:
             attr = schema.attribute(col)
-            sql_type = str(attr.sql_type).lower()
+            sql_type = wording.catalog_type(attr)   # the wire catalog's type too (one rule)
             meta.append(((col, sql_type, attr.kind, "yes" if attr.nullable else "no", f"{attr.size:,}"),
-                         describe_domain(attr)))
+                         describe_domain(attr, name)))
         # wrap the domain column to what the screen has left beside the other columns
         used = sum(max(len(h), *(len(m[0][j]) for m in meta)) + 3
                    for j, h in enumerate(["column", "type", "kind", "null", "cells"]))
@@ -179,6 +164,31 @@ class MetaCommands:
             grid += [("", "", "", "", "", more) for more in items[1:]]
         lines = [f"Table {name!r}: declared (public) domain of {schema.domain.size():,} cells"]
         lines += render.grid_lines(["column", "type", "kind", "null", "cells", "domain"], grid, right=(4,))
+        open_columns = [c for c in schema.column_names if wording.is_open(schema.attribute(c))]
+        if open_columns:
+            names = ", ".join(repr(c) for c in open_columns)
+            note = (f"(any other value): in {names}, every value that is not a declared label is "
+                    "counted in one (other) cell per column, which no query can split (GROUP BY "
+                    "shows it as '(other)').")
+            lines += [""] + textwrap.wrap(note, max(40, self.shell.screen_columns() - 1))
+        self.shell.emit(lines)
+        return True
+
+    def _describe_column(self, table: str, schema, column: str) -> bool:
+        """``\\d TABLE COLUMN``: one column's whole declared domain, every label listed."""
+        match = [c for c in schema.column_names if c == column] or \
+            [c for c in schema.column_names if c.lower() == column.lower()]
+        if not match:
+            raise errors.UnknownColumnError(f"table {table!r} has no column {column!r}",
+                                            hint=f"columns: {', '.join(schema.column_names)}")
+        attr = schema.attribute(match[0])
+        width = max(20, min(100, self.shell.screen_columns() - 1))
+        head = f"Column {attr.name!r} of {table!r}: {wording.catalog_type(attr)}, {attr.kind}, {attr.size:,} cells"
+        if attr.kind == "categorical":
+            head += f", {len(wording.declared_labels(attr)):,} declared labels"
+        lines = [head] + ["  " + line for line in _wrap_list(describe_domain(attr, table, limit=None), width - 2)]
+        if wording.is_open(attr):
+            lines += [""] + textwrap.wrap(wording.other_cell(attr) + ".", width)
         self.shell.emit(lines)
         return True
 

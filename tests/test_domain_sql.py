@@ -148,6 +148,7 @@ def test_generated_sql_is_portable():
         assert sqlglot.parse_one(tree.sql("postgres"), read="postgres") is not None
 
 
+@pytest.mark.slow
 def test_adult_csv_agrees():
     """Every row of the example data set maps to the same cell in DuckDB and in Python."""
     adult = load_domain(ADULT_TOML)["adult"]

@@ -14,9 +14,10 @@ releases; this module performs them against the table (``docs/engine.md``, "AIM"
 
 A run is identified by the table, its source, the workload's marginals, the budget and
 AIM's options.  Running it again (after a crash, a SIGKILL, or simply twice) replays every
-released round from the ledger without reading the data or paying again, counts charges
-that never reached a release (a crash between 3 and 5) as spent, and continues with fresh
-rounds only for what is left of the run's budget.
+released round from the ledger without reading the data or paying again, completes the round
+a crash interrupted between 3 and 5 under its charge (the same σ and ε, fresh draws nobody
+saw; docs/privacy.md §6), counts any other charge without a release as spent, and continues
+with fresh rounds only for what is left of the run's budget.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dpsql.engine.engine import Engine, _sha
+from dpsql.engine.engine import Engine, _sha, kill_point
 from dpsql.errors import BudgetExhaustedError, OperationalError
 from dpsql.linalg import Identity
 from dpsql.measure import release as rel
 from dpsql.pgm import Measurement
 from dpsql.pgm.auto import fit as pgm_fit
-from dpsql.plan.aim import (AIMOptions, Round, RoundResult, exact_scores, plan_summary,
+from dpsql.plan.aim import (AIMOptions, Round, RoundResult, as_charged, exact_scores, plan_summary,
                             run_aim, workload_marginals)
 from dpsql.privacy import noise
 
@@ -70,7 +71,7 @@ class AIMReport:
 def aim_options(engine: Engine, table: str) -> AIMOptions:
     opts = engine.config.planner
     cap = min(opts.aim_max_model_cells, opts.max_model_cells)
-    return AIMOptions(max_model_cells=int(cap), unit_rows=engine.config.sources[table].max_rows_per_id)
+    return AIMOptions(max_model_cells=int(cap), unit_rows=engine.config.sources[table].unit_rows)
 
 
 def _run_key(engine: Engine, table: str, weights: dict, rho: Fraction, options: AIMOptions) -> str:
@@ -104,7 +105,17 @@ class _Driver:
                 released_charges.add(e.charge_id)
                 self.stored[int(e.key.rsplit(":", 1)[1])] = (e.key, e.charge_id)
         self.charges = charges
-        self.lost = sum((e.rho for s, e in charges.items() if s not in released_charges), Fraction(0))
+        # a charge without a release at a round index no release has is the round a crash
+        # interrupted: the run completes it under that charge (step); any other is lost
+        self.pending: dict[int, object] = {}
+        for seq, e in sorted(charges.items()):
+            r = e.mechanism.get("round")
+            if seq not in released_charges and isinstance(r, int) and r not in self.stored \
+                    and r not in self.pending:
+                self.pending[r] = e
+        pending = {e.seq for e in self.pending.values()}
+        self.lost = sum((e.rho for s, e in charges.items() if s not in released_charges and s not in pending),
+                        Fraction(0))
 
     # -- the private step ----------------------------------------------------------------
     def step(self, rnd: Round, model) -> RoundResult:
@@ -113,12 +124,25 @@ class _Driver:
         # one round at a time across processes: count, charge and release under the
         # ledger's measurement lock (as Engine.measure_strategy does)
         with self.engine.ledger.measurement_lock():
-            return self._fresh(rnd, model)
+            charged = self.pending.pop(rnd.index, None)
+            if charged is not None:
+                m = charged.mechanism
+                rnd = as_charged(rnd, Fraction(m["sigma2"]),
+                                 None if m.get("epsilon") is None else Fraction(m["epsilon"]), charged.rho,
+                                 bool(m.get("final")), dict(zip(self.schema.domain.attributes,
+                                                                (int(n) for n in self.schema.domain.shape))),
+                                 self.options.unit_rows)
+                if rnd is None or m.get("kind") != rnd.kind:
+                    raise OperationalError(
+                        f"AIM round {charged.mechanism.get('round')} was charged but never released, and "
+                        "its charge does not pay for the round this run plans",
+                        hint="the ledger or AIM's code changed since; run AIM with another budget or a new ledger")
+            return self._fresh(rnd, model, charged)
 
-    def _fresh(self, rnd: Round, model) -> RoundResult:
+    def _fresh(self, rnd: Round, model, charged=None) -> RoundResult:
         ledger = self.engine.ledger
         view = ledger.preview(self.principal, rnd.rho)
-        if not view.fits:
+        if charged is None and not view.fits:
             raise BudgetExhaustedError(
                 f"AIM round {rnd.index} needs rho = {float(rnd.rho):.6g} but only "
                 f"rho = {float(view.remaining):.6g} remains",
@@ -134,8 +158,12 @@ class _Driver:
                      "sensitivity": None if rnd.sensitivity is None else str(rnd.sensitivity),
                      "candidates": len(rnd.cliques), "final": rnd.final}
         key = f"{self.prefix}{rnd.index}"
-        charge = ledger.charge(self.principal, rnd.rho, key, mechanism)
-        self.spent += rnd.rho
+        if charged is None:
+            charge_id = ledger.charge(self.principal, rnd.rho, key, mechanism).id
+            self.spent += rnd.rho
+        else:
+            charge_id = charged.seq
+        kill_point("charged")
         if rnd.kind == "init":
             chosen = list(rnd.cliques)
         else:
@@ -148,11 +176,12 @@ class _Driver:
             x = self.counts[c]
             y = noise.add_exact(x, noise.discrete_gaussian(rnd.sigma2, x.size)).astype(np.float64)
             released.append((_block(self.schema.domain, c), y, math.sqrt(float(rnd.sigma2))))
-        ledger.record_release(charge.id, key, rel.pack(released))
+        kill_point("drawn")
+        ledger.record_release(charge_id, key, rel.pack(released))
         self._adopt(key, released)
         return RoundResult(rnd.index, rnd.kind, None if rnd.kind == "init" else chosen[0],
                            tuple((b.clique, y, rnd.sigma2) for b, y, _ in released), rnd.rho,
-                           rnd.sigma2, rnd.epsilon, rnd.final)
+                           rnd.sigma2, rnd.epsilon, rnd.final, completed=charged is not None)
 
     def _replay(self, rnd: Round) -> RoundResult:
         key, charge_id = self.stored[rnd.index]

@@ -39,6 +39,12 @@ from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError
                           PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
 
 POLICIES = ("informed", "infer", "measure", "refuse")
+#: Who a session serves.  In-process front ends (CLI, DB-API, shell) are the operator's, who runs
+#: dpsql's commands; behind ``dpsql serve`` an analyst cannot, so hints name what to ask the
+#: operator for instead of a command (issue 33 item 5).
+ROLES = ("operator", "analyst")
+#: The read-only ``SHOW`` of the budget left (issue 33 item 4; ``Session.budget_rows``).
+BUDGET_SETTING = "dpsql.budget_remaining"
 
 
 @dataclass(frozen=True)
@@ -124,8 +130,11 @@ class Session:
     dpsql.allow_spend = on``) a statement that would spend is refused and spends nothing."""
 
     def __init__(self, engine: Engine, user: str | None = None,
-                 approve: Callable[[SpendRequest], bool] | None = None) -> None:
+                 approve: Callable[[SpendRequest], bool] | None = None, role: str = "operator") -> None:
+        if role not in ROLES:
+            raise InterfaceError(f"unknown session role {role!r}", hint="roles: " + ", ".join(ROLES))
         self.engine = engine
+        self.role = role
         self.user = user or engine.config.default_user
         if self.user.startswith("@"):
             raise InterfaceError(f"user names may not start with '@' ({self.user!r})",
@@ -185,8 +194,8 @@ class Session:
         if model is None and policy != "measure":
             raise OperationalError(
                 f"nothing has been measured on table {compiled.table!r} yet",
-                hint="the operator runs `dpsql measure` first (or SET dpsql.policy = 'measure' "
-                     "to measure queries on demand)")
+                hint=self.operator_step("measure the workload first", "dpsql measure")
+                + " (or SET dpsql.policy = 'measure' to measure queries on demand)")
         answers, stderrs = {}, {}
         if model is not None:
             answers, stderrs, unsupported = self._answer(compiled, model, variance)
@@ -241,8 +250,11 @@ class Session:
         self._remember(key, result)
         return self._with_error_columns(result)
 
-    def plan(self, table: str | None = None, queries: Sequence[str] | None = None) -> PlanReport:
-        return self.engine.plan(self._table(table), queries)
+    def plan(self, table: str | None = None, queries: Sequence[str] | None = None,
+             rho: Fraction | None = None) -> PlanReport:
+        """The workload's plan at the workload budget, or at ``rho`` to compare budgets
+        (public and free: planning reads no data and never opens the ledger)."""
+        return self.engine.plan(self._table(table), queries, rho)
 
     def measure(self, table: str | None = None, mode: str | None = None, progress=None):
         """The operator's workload measurement: HDMM's one-shot plan, or AIM's adaptive rounds
@@ -297,6 +309,35 @@ class Session:
                 "workload_spent_rho": led.spent(self.engine.WORKLOAD_PRINCIPAL),
                 "total_rho": cfg.budget.rho, "delta": cfg.budget.delta,
                 "entries": len(led.entries())}
+
+    def budget_rows(self) -> Result:
+        """``SHOW dpsql.budget_remaining``: this user's remaining budget (their own cap, bounded
+        by the total), the total remainder, and what the next on-demand measurement would
+        cost when the configuration fixes it (``[policy] epsilon``), each in ρ and in ε at the
+        configured δ, rounded as ``dpsql budget`` prints them (remaining down, costs up).
+        Ledger amounts are public metadata; other users' caps and spending are not shown."""
+        from dpsql.privacy.accountant import rho_to_epsilon
+        b = self.budget()
+        delta = b["delta"]
+
+        def row(name, rho, direction):
+            eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
+            return (name, format_rho(rho, direction), f"{eps:.4g}", f"{delta:g}")
+        rows = [row("user_remaining", b["remaining_rho"], "down"),
+                row("total_remaining", b["total_remaining_rho"], "down")]
+        qb = self.engine.config.query_budget
+        # unknown (NULL) without a per-query budget: no on-demand measurement is possible then
+        rows.append(row("next_measurement", qb.rho, "up") if qb is not None
+                    else ("next_measurement", None, None, f"{delta:g}"))
+        return Result([Column("budget", "text"), Column("rho", "text"), Column("epsilon", "text"),
+                       Column("delta", "text")], rows)
+
+    def operator_step(self, request: str, command: str) -> str:
+        """A hint's step that only the operator can take: for the operator the request with
+        its command, for an analyst what to ask the operator for (they cannot run it)."""
+        if self.role == "analyst":
+            return f"ask your operator to {request}"
+        return f"{request} (`{command}`)"
 
     def explain(self, sql: str, params=None) -> str:
         from dpsql.sql import compile as compile_sql
@@ -407,8 +448,8 @@ class Session:
             f"no released measurement informs this answer: {_never_text(never, coarse)}, so the "
             "model could only return its prior (an assumption of independence or of evenly spread "
             "values, not information)",
-            hint=(f"add a query such as `{example}` to the workload and measure it "
-                  "(`dpsql measure --increment`)"
+            hint=(self.operator_step(f"add a query such as `{example}` to the workload and measure it",
+                                     "dpsql measure --increment")
                   + (", or SET dpsql.policy = 'measure' to measure it now (spends budget)" if qb else "")
                   + ", or SET dpsql.policy = 'infer' to see the model's guess with its range"))
 
@@ -452,7 +493,7 @@ class Session:
         rho = query_budget.rho
         # optimize_counted adds the total count when nothing released determines it: the
         # first on-demand measurement was charged and then failed to fit (issue 21).
-        strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].max_rows_per_id,
+        strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].unit_rows,
                                                 self.engine.released_measurements(table))
         purpose = "query:" + ";".join(lq.name for lq in unsupported)
         preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
@@ -488,9 +529,14 @@ class Session:
 
     def _session_command(self, command, t0) -> Result:
         kind, name, value = command
+        if name == BUDGET_SETTING:
+            if kind != "show":
+                raise ProgrammingError(f"{name} is read-only", hint=f"SHOW {name}")
+            return replace(self.budget_rows(), seconds=time.perf_counter() - t0)
         if kind in ("set", "show", "reset") and name.startswith("dpsql.") and name not in self.ALLOWED:
             raise ProgrammingError(f"unrecognized setting {name!r}",
-                                   hint="settings: " + ", ".join(sorted(self.ALLOWED)))
+                                   hint="settings: " + ", ".join(sorted(self.ALLOWED))
+                                   + f"; SHOW {BUDGET_SETTING} shows the budget left")
         if kind == "set":
             allowed = self.ALLOWED.get(name)
             if allowed is not None:

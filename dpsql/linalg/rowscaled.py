@@ -13,8 +13,8 @@ is well scaled.  Everything below is computed from W, with D applied exactly:
 
 1. Rows sorted by decreasing norm and cut into levels (rows within ``LEVEL`` of the heaviest
    row not yet seen).  Level by level, the rows are projected off the basis so far and the
-   *pivots* are chosen as in QR with column pivoting (largest residual first, while it is
-   above ``RANK_TOL``).  The pivots W_p = T Q_bᵀ (T lower triangular, Q_b orthonormal) span
+   *pivots* are chosen as in QR with (threshold) column pivoting: largest residual first,
+   while it is above ``RANK_TOL``.  The pivots W_p = T Q_bᵀ (T lower triangular, Q_b orthonormal) span
    M's row space; every other row is a combination E of pivots of its level or heavier ones.
 2. In the pivots' coordinates the non-pivot rows are C·(D_p W_p) with C = D_n E D_p⁻¹, and
    |C_ij| ≤ LEVEL·|E_ij| because a non-pivot row is at most LEVEL times heavier than the
@@ -46,7 +46,8 @@ RANK_TOL = 1e-8
 #: dependent row then combines pivots at most LEVEL times lighter than itself.
 LEVEL = 256.0
 
-_CLEAR = 0.5  # a leading run of rows with residuals above this is taken without pivoting
+_CLEAR = 1e-3  # a pivot's residual is at least this fraction of the largest remaining one
+_BLOCK = 64    # rows factored together when choosing pivots
 
 
 class GramPinv:
@@ -77,7 +78,9 @@ class GramPinv:
             self.orthonormal = np.zeros((k, 0))
             return
         y = w @ qb                                   # unit rows in the pivots' orthonormal basis
-        dep = np.setdiff1d(np.arange(len(order)), piv)
+        rest = np.ones(len(order), dtype=bool)
+        rest[piv] = False
+        dep = np.flatnonzero(rest)
         t = np.tril(y[piv])                          # W_p = T Q_bᵀ (upper part: rounding only)
         # a non-pivot row lies in the span of the pivots of its level and the heavier ones: its
         # coordinates beyond them are rounding, and dropping them keeps C bounded (step 2)
@@ -122,9 +125,8 @@ def _pivot_rows(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
     A level is the heaviest rows not yet seen and every row within ``LEVEL`` of its weight.
     Its rows are projected off the basis of the heavier levels (twice: classical
-    Gram–Schmidt with reorthogonalisation), then its pivots are chosen as in QR with column
-    pivoting: the row with the largest residual while that is above ``RANK_TOL`` (a leading
-    run of rows with residuals above ``_CLEAR`` is taken at once, from one Householder QR).
+    Gram–Schmidt with reorthogonalisation), then its pivots are chosen as in QR with
+    column pivoting, while the largest residual is above ``RANK_TOL`` (``_level_pivots``).
     Choosing by residual keeps T well conditioned; choosing only within a level keeps
     C = D_n E D_p⁻¹ bounded by LEVEL·|E|.
 
@@ -152,38 +154,38 @@ def _pivot_rows(w: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
 def _level_pivots(x: np.ndarray, start: int, basis: np.ndarray, s: int, piv: list[int]) -> int:
     """Pivots among one level's projected rows ``x`` (see ``_pivot_rows``); returns the new
-    basis size."""
+    basis size.
+
+    Threshold column pivoting, a block at a time: the remaining rows sorted by residual,
+    a Householder QR of the first ``_BLOCK``, and its leading run of rows whose residual
+    stays within ``_CLEAR`` of the largest becomes pivots (at least that largest one).
+    Residuals only shrink, so every pivot is within ``_CLEAR`` of the one QR with column
+    pivoting would take, and a level of independent rows costs a few BLAS-3 steps."""
     n = basis.shape[0]
     rows = np.arange(start, start + x.shape[0])
-    # a leading run of clearly independent rows (identity-like levels) in one BLAS-3 QR
-    m = min(x.shape[0], n - s)
-    if m:
-        q, r = np.linalg.qr(x[:m].T)
-        low = np.flatnonzero(np.abs(np.diag(r)) < _CLEAR)
-        j = int(low[0]) if low.size else m
-        if j:
-            basis[:, s:s + j] = q[:, :j]
-            piv.extend(int(i) for i in rows[:j])
-            s += j
-            x, rows = x[j:], rows[j:]
-            b = q[:, :j]
-            x = x - (x @ b) @ b.T
-            x = x - (x @ b) @ b.T
     while rows.size and s < n:
         res = np.sqrt(np.einsum("ij,ij->i", x, x))
-        p = int(np.argmax(res))
-        if res[p] <= RANK_TOL:
+        top = float(res.max())
+        if top <= RANK_TOL:
             break
-        v = x[p] / res[p]
-        b = basis[:, :s]
-        v = v - b @ (b.T @ v)                         # its residual can be small: once more
-        v /= np.linalg.norm(v)
-        basis[:, s] = v
-        piv.append(int(rows[p]))
-        s += 1
-        keep = np.arange(rows.size) != p
-        x, rows = x[keep], rows[keep]
-        x -= np.outer(x @ v, v)
+        order = np.argsort(-res, kind="stable")
+        x, rows, res = x[order], rows[order], res[order]
+        m = min(rows.size, n - s, _BLOCK)
+        q, r = np.linalg.qr(x[:m].T)
+        low = np.flatnonzero(np.abs(np.diag(r)) < _CLEAR * top)
+        j = int(low[0]) if low.size else m
+        new = q[:, :j]
+        if s:
+            # a small residual leaves the new directions ε/residual off the basis: once more
+            b = basis[:, :s]
+            new = np.linalg.qr(new - b @ (b.T @ new))[0]   # nested spans, so T stays triangular
+        basis[:, s:s + j] = new
+        piv.extend(int(i) for i in rows[:j])
+        s += j
+        x, rows = x[j:], rows[j:]
+        if rows.size:
+            x = x - (x @ new) @ new.T
+            x = x - (x @ new) @ new.T
     return s
 
 

@@ -192,6 +192,7 @@ class DataCheck:
     records: int
     columns: list
     dropped: int | None = None   # records over max_rows per id or without an id
+    open_quotes: int | None = None   # CSV lines with an odd number of quote characters
 
     @property
     def ok(self) -> bool:

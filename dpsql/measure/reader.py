@@ -12,7 +12,8 @@ CSV (declared dialect, never sniffed) in two stages:
    (:func:`line_scan`), can only return it one line per row.  DuckDB's own framing is not
    used because it is not local (a lone ``\\r`` starts records, an unclosed quote swallows
    the rest of the file, some bytes fail the latin-1 decoder; checked on 1.4 and 2.0).
-2. *Fields* (SQL, :func:`csv_fields`).  A line is well formed iff it matches the dialect's
+2. *Fields* (SQL, :func:`csv_fields`).  An empty line is not a record when the header has
+   two or more fields (it could not be one).  A line is well formed iff it matches the dialect's
    field grammar with exactly the header's number of fields: a quoted field is
    ``q([^q]|qq)*q`` (or ``q([^qe]|e.)*q`` with another escape), an unquoted field is empty
    or starts with a non-quote and holds no delimiter.  Fields are cut by one RE2 match;
@@ -320,6 +321,11 @@ def csv_fields(scan: exp.Expr, dialect: CsvDialect, header: Sequence[str],
         ok, parts = split_ok, split
     well = exp.and_(exp.NEQ(this=line.copy(), expression=_s(OVERLONG)), ok)
     inner = exp.select(exp.alias_(exp.func("coalesce", exp.column("line"), _s("")), "line")).from_(scan)
+    if n > 1:
+        # an empty line is no one's record (with two or more fields it cannot be one): a
+        # row-wise filter on the line alone, so a record "\n<row>" is one unit, not two
+        # (issue 34, docs/privacy.md §2).  With one field it is a record whose field is empty.
+        inner = inner.where(exp.func("coalesce", exp.column("line"), _s("")).neq(_s("")))
     mid = exp.select(exp.column("line"), exp.alias_(well, "__ok"), exp.alias_(parts, "__f")) \
         .from_(exp.alias_(exp.Subquery(this=inner), "__lines"))
     cols = [exp.column("line"), exp.column("__ok")]

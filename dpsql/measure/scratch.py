@@ -11,7 +11,9 @@ They live only here:
   on its ``.lock`` file for as long as the process uses it.  The OS drops the lock when the
   process dies, however it dies;
 * every start sweeps the per-user directory: a process directory whose lock can be taken
-  belongs to a process that is gone (SIGKILL, power loss) and is removed with what it holds.
+  belongs to a process that is gone (SIGKILL, power loss) and is removed with what it holds;
+  and the ``dpsql-reader-*`` directories earlier versions left in the temporary directory,
+  when empty or holding only copies of processes that are gone (``sweep_legacy``).
 
 A clean exit removes the process directory (``close``, and a finalizer at interpreter exit);
 the records file itself is unlinked as soon as it has been encoded (``backend._drop_framed``),
@@ -88,6 +90,46 @@ def sweep(root: Path) -> int:
     return removed
 
 
+def sweep_legacy(base: str | os.PathLike | None = None) -> int:
+    """Remove what dpsql versions before the private root left in the temporary directory:
+    ``dpsql-reader-*`` directories of this user, empty or holding only ``records-<pid>-*.txt``
+    copies of processes that are gone (a live pid keeps its directory).  Returns how many."""
+    tmp = Path(base if base is not None else tempfile.gettempdir())
+    removed = 0
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith("dpsql-reader-"):
+            continue
+        path = tmp / name
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            files = os.listdir(path)
+        except OSError:
+            continue
+        if all(_legacy_copy_of_dead_process(f) for f in files):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _legacy_copy_of_dead_process(name: str) -> bool:
+    parts = name.split("-")
+    if len(parts) < 3 or parts[0] != "records" or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False     # alive (another user's pid, or no permission to ask)
+    return False
+
+
 class Scratch:
     """This process's private directory (module doc).  ``path`` is created on first use."""
 
@@ -136,4 +178,4 @@ def _remove(path: Path, fd: int) -> None:
         pass
 
 
-__all__ = ["Scratch", "sweep", "user_root"]
+__all__ = ["Scratch", "sweep", "sweep_legacy", "user_root"]

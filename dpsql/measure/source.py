@@ -31,12 +31,14 @@ from dpsql.files import atomic_write
 #: reader version are stale (their cells may mean something else).  3: the portable number
 #: grammar (at most two exponent digits) and bounding by a SHA-256 of the row's cells.
 READER_VERSION = 3
+MAX_RECORD_LINES = 10_000
 
 KINDS = ("csv", "parquet", "duckdb", "postgres", "spark")
 FILE_KINDS = ("csv", "parquet", "duckdb")
 _COMMON_KEYS = ("data_version", "id_column", "max_rows")
 _KIND_KEYS = {
-    "csv": ("delimiter", "quote", "escape", "header", "encoding", "null", "columns", "max_record_bytes"),
+    "csv": ("delimiter", "quote", "escape", "header", "encoding", "null", "columns", "max_record_bytes",
+            "max_record_lines"),
     "parquet": ("hive_partitioning",),
     "duckdb": ("table",),
     "postgres": ("table", "statement_timeout", "passfile", "version_query"),
@@ -54,7 +56,11 @@ class CsvDialect:
 
     Records are physical lines: they end at ``\\n``, ``\\r\\n`` or a lone ``\\r`` and a
     quoted field never spans lines, so one record can never swallow the next
-    (``dpsql.measure.reader``)."""
+    (``dpsql.measure.reader``).  Empty lines are not records (when there are two or more
+    fields).  ``max_record_lines`` is the operator's bound on the physical lines one
+    person's record may span (RFC 4180 line breaks inside quoted fields): with the row
+    privacy unit every sensitivity is multiplied by it (``Source.unit_rows``,
+    docs/privacy.md §2)."""
 
     delimiter: str = ","
     quote: str = '"'          # "" disables quoting
@@ -64,6 +70,7 @@ class CsvDialect:
     null: tuple[str, ...] = ("",)   # unquoted field texts that mean NULL
     columns: tuple[str, ...] | None = None  # field names when header = false
     max_record_bytes: int = 4 << 20   # longer records are read as malformed
+    max_record_lines: int = 1         # physical lines one person's record may span
 
     @staticmethod
     def from_spec(spec: Mapping[str, Any], where: str) -> CsvDialect:
@@ -109,6 +116,13 @@ class CsvDialect:
             if not isinstance(v, int) or isinstance(v, bool) or not 1024 <= v <= (64 << 20):
                 raise ConfigError(f"{where}: source.max_record_bytes must be an integer in 1024 .. 67108864")
             kw["max_record_bytes"] = v
+        if "max_record_lines" in spec:
+            v = spec["max_record_lines"]
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_RECORD_LINES:
+                raise ConfigError(f"{where}: source.max_record_lines must be an integer in 1 .. {MAX_RECORD_LINES}",
+                                  hint="the most physical lines one person's record spans (line breaks "
+                                       "inside quoted fields); every count's noise grows with it")
+            kw["max_record_lines"] = v
         d = CsvDialect(**kw)
         if not d.header and d.columns is None:
             raise ConfigError(f"{where}: source.header = false needs source.columns",
@@ -124,7 +138,11 @@ class CsvDialect:
         return {"delimiter": self.delimiter, "quote": self.quote, "escape": self.escape,
                 "header": self.header, "encoding": self.encoding, "null": list(self.null),
                 "columns": None if self.columns is None else list(self.columns),
-                "max_record_bytes": self.max_record_bytes}
+                "max_record_bytes": self.max_record_bytes,
+                # what a record is: since issue 34 empty lines are skipped (counts of files
+                # with empty lines changed, so their earlier releases are stale)
+                "records": "lines, empty skipped",
+                **({"max_record_lines": self.max_record_lines} if self.max_record_lines != 1 else {})}
 
 
 @dataclass(frozen=True)
@@ -232,6 +250,13 @@ class Source:
                       dialect=dialect, data_version=None if version is None else str(version), **kw)
 
     # -- identity of the content -------------------------------------------------------------
+    @property
+    def unit_rows(self) -> int:
+        """Rows one privacy unit may add or remove, the factor of every sensitivity: ``max_rows``
+        with an id column, else the lines one record may span (``max_record_lines``; 1 for
+        typed sources, whose rows are records)."""
+        return self.max_rows_per_id if self.id_column is not None else self.dialect.max_record_lines
+
     @property
     def is_glob(self) -> bool:
         """A Parquet source naming several files (a glob or a directory)."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -210,6 +210,25 @@ class RoundResult:
     epsilon: Fraction | None = None
     final: bool = False
     replayed: bool = False
+    completed: bool = False   # released under a charge an interrupted run left without release
+
+
+def as_charged(round_: Round, sigma2: Fraction, epsilon: Fraction | None, rho: Fraction, final: bool,
+               sizes: Mapping[str, int], unit_rows: int) -> Round | None:
+    """``round_`` with the noise a recorded charge paid for (σ², ε, its ρ), or None when that
+    charge cannot pay for this round (its cost at these parameters is not exactly ``rho``).
+    The candidates, their weights and the sensitivity stay the round's own; the penalties
+    follow σ.  Used to complete a round whose process died between charge and release."""
+    k2 = unit_rows * unit_rows
+    n = len(round_.cliques) if round_.kind == "init" else 1
+    cost = n * k2 / (2 * sigma2) + (epsilon * epsilon / 8 if epsilon is not None else 0)
+    if cost != rho or (round_.kind == "init") != (epsilon is None):
+        return None
+    sigma = math.sqrt(float(sigma2))
+    penalties = tuple(Fraction(_SQRT_2_OVER_PI * sigma * _cells(sizes, r)) for r in round_.cliques) \
+        if round_.kind != "init" else round_.penalties
+    return replace(round_, sigma2=sigma2, epsilon=epsilon, rho=rho, penalties=penalties,
+                   final=final or round_.final)
 
 
 @dataclass
@@ -393,7 +412,7 @@ def run_aim(domain, workload: Any, rho, *,
         result.rounds.append(res)
         result.rho_used += res.rho
         final = final or res.final
-        if res.replayed:
+        if res.replayed or res.completed:
             budget.adopt(res)
         chosen = res.selected
         assert chosen is not None  # a select round always selects

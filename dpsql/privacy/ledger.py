@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from dpsql.errors import (BudgetExhaustedError, ConfigError, IntegrityError,
                           LedgerCorruptError, OperationalError)
-from dpsql.privacy.accountant import to_rho
+from dpsql.privacy.accountant import format_rho, rho_to_epsilon, to_rho
 
 __all__ = ["Ledger", "Charge", "LedgerEntry", "Preview", "FORMAT", "VERSION"]
 
@@ -151,6 +151,70 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
+def _budget_words(rho: Fraction, delta: float | None, other: Fraction | None = None) -> str:
+    """A budget as an operator wrote it: ε at the configuration's δ, and ρ as a decimal
+    (rounded down, like every budget shown).  With ``other``, ρ gets as many digits as
+    it takes to tell the two apart (ledgers made before budgets were exact differ from
+    today's reading of the same ε only in the 16th digit, issue 28)."""
+    digits = 6
+    while other is not None and other != rho and digits < 40 and \
+            format_rho(rho, "down", digits) == format_rho(other, "down", digits):
+        digits += 1
+    rho_text = f"ρ = {format_rho(rho, 'down', digits)}"
+    if delta is None or not 0 < delta < 1:
+        return rho_text
+    return f"ε = {rho_to_epsilon(rho, delta):.4g} at δ = {delta:g} ({rho_text})"
+
+
+def _caps_words(spec: Mapping[str, Any], delta: float | None, other: Mapping[str, Any]) -> list[str]:
+    """The per-user caps of a ledger configuration record, one phrase per cap."""
+    kind = spec.get("kind")
+    if kind == "none":
+        return ["no per-user caps"]
+    if kind == "uniform":
+        return [f"every user capped at {_budget_words(_parse_rho(spec['limit']), delta)}"]
+    limits = spec.get("limits", {})
+    theirs = other.get("limits", {}) if other.get("kind") == "map" else {}
+    out = []
+    for name in sorted(limits, key=lambda n: (n != "*", n)):
+        if theirs.get(name) == limits[name]:
+            continue   # the same on both sides: not part of the difference
+        who = "users without their own cap ([budget.per_user])" if name == "*" else f"user {name!r}"
+        other_rho = _parse_rho(theirs[name]) if name in theirs else None
+        out.append(f"{who} capped at {_budget_words(_parse_rho(limits[name]), delta, other_rho)}")
+    missing = sorted(set(theirs) - set(limits))
+    out += [("no default cap (users without their own may spend nothing)" if n == "*"
+             else f"no cap of its own for user {n!r}") for n in missing]
+    return out
+
+
+def _mismatch(path: Path, stored: Mapping[str, Any], current: Mapping[str, Any],
+              delta: float | None) -> ConfigError:
+    """The budget-mismatch error in the words the operator configured (ε, δ; ρ in
+    decimals), naming what differs and what to change; never the raw record."""
+    parts, back = [], []
+    old_total, new_total = _parse_rho(stored["total_rho"]), _parse_rho(current["total_rho"])
+    if old_total != new_total:
+        parts.append(f"the total budget was {_budget_words(old_total, delta, new_total)} when the "
+                     f"ledger was created, the configuration now says {_budget_words(new_total, delta, old_total)}")
+        back.append(f"[budget] to {_budget_words(old_total, delta)}")
+    old_caps, new_caps = stored.get("per_user", {}), current.get("per_user", {})
+    if old_caps != new_caps:
+        was = "; ".join(_caps_words(old_caps, delta, new_caps)) or "the same caps for fewer users"
+        now = "; ".join(_caps_words(new_caps, delta, old_caps)) or "the same caps for fewer users"
+        parts.append(f"per-user caps were: {was}; the configuration now says: {now}")
+        back.append("the per-user caps ([budget.per_user], [budget.users.NAME]) to what they were")
+    if not parts:   # only the record's spelling differs (a different dpsql version wrote it)
+        parts.append("its budget record was written differently (another dpsql version)")
+    note = "" if delta is None else f" (ε shown at the configuration's δ = {delta:g}; the ledger records ρ)"
+    return ConfigError(
+        f"privacy ledger {path} was created with a different budget: " + "; ".join(parts) + note,
+        hint="a ledger's budget is fixed when it is created. To keep using this ledger (and its "
+             "history), set " + (" and ".join(back) or "the budget back to what it was") + "; to start "
+             "over with the new budget, point `ledger =` in [dpsql] at a new file (the old one "
+             "keeps its history). `dpsql plan --epsilon E` compares budgets without a ledger.")
+
+
 def _user_spec(per_user_rho: RhoLike | Mapping[str, RhoLike] | None) -> dict[str, Any]:
     if per_user_rho is None:
         return {"kind": "none"}
@@ -170,8 +234,10 @@ class Ledger:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, total_rho: RhoLike,
-                 per_user_rho: RhoLike | Mapping[str, RhoLike] | None = None, timeout: float = 60.0) -> None:
+                 per_user_rho: RhoLike | Mapping[str, RhoLike] | None = None, timeout: float = 60.0,
+                 delta: float | None = None) -> None:
         self.path = Path(path)
+        self._delta = delta     # only to word a budget mismatch in ε; the ledger keeps ρ
         self.total_rho = to_rho(total_rho)
         if self.total_rho <= 0:
             raise ConfigError("total_rho must be positive", hint="set a positive privacy budget")
@@ -289,11 +355,11 @@ class Ledger:
         if meta["genesis"] != expected:
             raise self._fail("configuration record does not match the chain's genesis")
         if config != self._config_text:
-            raise ConfigError(
-                f"privacy ledger {self.path} was created with budget {config}, but the "
-                f"configuration now says {self._config_text}",
-                hint="budgets are fixed when a ledger is created; to start over, point the "
-                     "configuration at a new ledger file (the old one keeps its history)")
+            try:
+                error = _mismatch(self.path, stored, json.loads(self._config_text), self._delta)
+            except (KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+                raise self._fail("unreadable budget in the configuration record") from None
+            raise error
         self._genesis = meta["genesis"]
 
     def _sync(self, conn: sqlite3.Connection) -> None:

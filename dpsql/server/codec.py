@@ -60,11 +60,13 @@ class FrameReader:
         self.max_message = max_message
         self.max_statement = max_statement
         self._skip = 0
+        self.discarded = 0          # bytes of oversize messages dropped so far (the server throttles them)
 
     def feed(self, data: bytes) -> None:
         if self._skip:
             n = min(self._skip, len(data))
             self._skip -= n
+            self.discarded += n
             data = data[n:]
         self._buf += data
 
@@ -110,6 +112,7 @@ class FrameReader:
             kind = bytes(self._buf[0:1])
             take = min(len(self._buf) - 5, length - 4)
             del self._buf[:5 + take]
+            self.discarded += 5 + take
             self._skip = length - 4 - take
             return kind, Oversize(length - 4, self.max_statement)
         if len(self._buf) < 1 + length:

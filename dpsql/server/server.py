@@ -16,6 +16,9 @@ Limits (``ServerOptions``):
   (``gate.py``), so slowloris sockets cannot keep anyone from logging in;
 * frontend messages longer than ``max_statement`` are answered 54000 and discarded as they
   arrive, never buffered or parsed; beyond ``max_message`` the connection is broken (08P01);
+  reading what is discarded still costs the server, so one user's connections together may
+  have ``discard_rate`` bytes per second discarded (a second's worth at once); beyond it
+  their reading pauses (TCP pushes back on the sender);
 * each user holds at most ``max_user_connections`` of the ``max_connections`` authenticated
   connections (default half; a per-user ``connection_limit`` overrides it), PostgreSQL's
   per-role CONNECTION LIMIT, so one analyst cannot take every slot (53300 for them only);
@@ -96,6 +99,7 @@ class ServerOptions:
     max_message: int = codec.DEFAULT_MAX_MESSAGE
     max_statement: int = DEFAULT_MAX_STATEMENT
     max_session_memory: int = 64 * 1024 * 1024   # one connection's statements, portals and reply; 53200
+    discard_rate: int = 1024 * 1024          # bytes/s of over-long statements one user may have dropped
     max_user_statements: int = 2             # below ``workers``: one analyst cannot take every engine thread
     auth_failure_delay: float = 0.2          # doubled per recent failure from the same address, up to 5 s
     auth_method: str = "scram-sha-256"      # or "password" (cleartext; TLS only)
@@ -168,6 +172,8 @@ class Server:
         self._delaying = 0                            # failed logins waiting out their delay outside it
         self._limiters: dict[str, asyncio.Semaphore] = {}
         self._parse_limiters: dict[str, asyncio.Semaphore] = {}
+        self._discards: dict[str, tuple[float, float]] = {}   # user -> (bytes they may still have discarded, at)
+        self.throttled: dict[str, float] = {}                 # user -> seconds their reading was paused
         self._failures: dict[str, list[float]] = {}   # peer address -> recent failure times
         self._tasks: set[asyncio.Task] = set()
         self.server_version = opts.server_version or "15.0"
@@ -383,9 +389,13 @@ class Server:
             except errors.Error as exc:
                 raise Fatal("22023", f'invalid value for parameter "{name}": "{value}"', hint=exc.hint) from None
 
-    async def _read(self, reader, frames: codec.FrameReader, typed: bool, progress: Pending | None = None):
+    async def _read(self, reader, frames: codec.FrameReader, typed: bool, progress: Pending | None = None,
+                    user: str | None = None):
         while True:
             msg = frames.next_message() if typed else frames.next_startup()
+            if user is not None and frames.discarded:
+                await self._throttle(user, frames.discarded)
+                frames.discarded = 0
             if msg is not None:
                 if progress is not None:
                     progress.progressed()
@@ -396,6 +406,19 @@ class Server:
             if not data:
                 raise _Closed()
             frames.feed(data)
+
+    async def _throttle(self, user: str, nbytes: int) -> None:
+        """Charge ``nbytes`` of discarded over-long statements to ``user``'s token bucket
+        (``discard_rate`` per second, a second's worth of burst); pause when it runs dry."""
+        rate = float(self.options.discard_rate)
+        now = asyncio.get_running_loop().time()
+        tokens, last = self._discards.get(user, (rate, now))
+        tokens = min(rate, tokens + (now - last) * rate) - nbytes
+        self._discards[user] = (tokens, now)
+        if tokens < 0:
+            pause = -tokens / rate
+            self.throttled[user] = self.throttled.get(user, 0.0) + pause
+            await asyncio.sleep(pause)
 
     async def _send_raw(self, writer, data: bytes) -> None:
         try:
@@ -521,7 +544,7 @@ class Server:
 
     async def _serve(self, reader, writer, frames, protocol: QueryProtocol) -> None:
         while True:
-            kind, body = await self._read(reader, frames, typed=True)
+            kind, body = await self._read(reader, frames, typed=True, user=protocol.dispatcher.settings.user)
             try:
                 keep_going = await protocol.handle(kind, body)
             except codec.ProtocolViolation as exc:

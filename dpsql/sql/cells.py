@@ -21,11 +21,12 @@ import operator
 import re
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from sqlglot import exp
 
+from dpsql import labels as wording
 from dpsql.errors import DataError, DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 
 __all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "position_literal",
@@ -49,7 +50,7 @@ INT4_MAX = 2 ** 31 - 1
 #: Per-cell evaluations one statement may spend (each ~1-2 µs of Python: about a second).
 WORK_LIMIT = 1_000_000
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
-_OPS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_OPS: dict[type, str] = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
        ">": operator.gt, ">=": operator.ge}
@@ -197,8 +198,10 @@ def _int_div(a, b):
 class CellEvaluator:
     """Evaluates expressions of a single attribute; ``pos`` maps nodes to SQL positions."""
 
-    def __init__(self, attr, pos: Callable[[exp.Expr], int | None], words=None, meter=None) -> None:
+    def __init__(self, attr, pos: Callable[[exp.Expr], int | None], words=None, meter=None,
+                 table: str | None = None) -> None:
         self.attr = attr
+        self.table = table   # only to tell the user where to see every label
         self.pos = pos
         self.words = words   # node → the function name as the user wrote it
         # Cell evaluations left for the whole statement (shared by its evaluators): bounds the
@@ -218,7 +221,8 @@ class CellEvaluator:
             self._lo, self._hi = vals, list(vals)
         else:
             bounds = attr.bin_bounds()
-            lo, hi = [], []
+            lo: list = []
+            hi: list = []
             last = max(i for i in range(n) if bounds[i] is not None)
             for i, b in enumerate(bounds):
                 if b is None:
@@ -234,8 +238,26 @@ class CellEvaluator:
             self._lo, self._hi = lo, hi
 
     # --- errors ------------------------------------------------------------------------
-    def _fail(self, cls, node, message: str, hint: str):
-        raise cls(message, position=self.pos(node), hint=hint)
+    def _fail(self, cls, node, message: str, hint: str, detail: str | None = None) -> NoReturn:
+        raise cls(message, position=self.pos(node), hint=hint, detail=detail)
+
+    def _not_a_label(self, node, v) -> NoReturn:
+        """A literal that is not a declared label: say where such a value is counted (an
+        open column's (other) cell) and which labels there are, summarised when long."""
+        attr = self.attr
+        message = f"{v!r} is not a declared value of column '{attr.name}'"
+        if wording.is_open(attr):
+            message += f"; {wording.other_cell(attr, v)}"
+        else:
+            message += " (the column is closed: its labels are all its values)"
+        items, more = wording.label_items(attr, wording.REFUSAL_LIMIT)
+        if not more:
+            self._fail(DomainViolationError, node, message, f"allowed values: {', '.join(items)}")
+        close = wording.close_labels(attr, v)
+        hint = (f"compare with a declared label{' (close ones: ' + ', '.join(close) + ')' if close else ''}; "
+                f"{wording.how_to_list(self.table, attr.name)}")
+        self._fail(DomainViolationError, node, message, hint,
+                   detail=f"column '{attr.name}' has {wording.summary(attr, wording.REFUSAL_LIMIT)}")
 
     def _split_error(self, node, cells) -> None:
         bounds = self.attr.bin_bounds()
@@ -331,7 +353,7 @@ class CellEvaluator:
             null |= a.null
         out = []
         for side in ("lo", "hi"):
-            col = []
+            col: list = []
             for i in range(self.n):
                 vs = [getattr(a, side)[i] for a in args]
                 if null[i] or any(v is None for v in vs):
@@ -392,6 +414,7 @@ class CellEvaluator:
                 args = [Evaluated(["" if v is None else v for v in a.lo], ["" if v is None else v for v in a.hi],
                                   np.zeros(self.n, bool)) for a in args]
             return self._map(node, args, lambda *vs: "".join(str(v) for v in vs), text_ok=True)
+        fn: Callable[[str], object]
         if isinstance(node, exp.Upper):
             fn = str.upper
         elif isinstance(node, exp.Lower):
@@ -418,7 +441,8 @@ class CellEvaluator:
         parts = [node.args.get(k) for k in ("min_value", "max_value", "num_buckets")]
         (lo_ok, lo), (hi_ok, hi), (n_ok, nb) = [literal_value(p) if p is not None else (False, None)
                                                 for p in parts]
-        if not (lo_ok and hi_ok and n_ok) or not isinstance(nb, int) or nb < 1 or lo == hi:
+        if not (lo_ok and hi_ok and n_ok) or lo is None or hi is None or not isinstance(nb, int) \
+                or nb < 1 or lo == hi:
             self._fail(UnsupportedQueryError, node, "width_bucket needs constant bounds and a positive "
                        "bucket count", "e.g. width_bucket(age, 0, 100, 10)")
 
@@ -651,10 +675,7 @@ class CellEvaluator:
                                f"compare with declared labels, or declare '{attr.name}' closed")
                 return _EMPTY
             if not attr.contains_value(v):
-                shown = ", ".join(repr(x) for x in labels[:50])
-                self._fail(DomainViolationError, node,
-                           f"{v!r} is not a declared value of column '{attr.name}'",
-                           f"allowed values: {shown}")
+                self._not_a_label(node, v)
             return v
         if isinstance(v, str):
             try:

@@ -21,6 +21,7 @@ from typing import Any, cast
 import numpy as np
 from sqlglot import exp
 
+from dpsql import labels as wording
 from dpsql.domain import Attribute
 from dpsql.errors import PrivacyViolationError, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql.aggregates import AggCall, check_argument, is_aggregate, parse_aggregate
@@ -41,12 +42,10 @@ __all__ = ["compile"]
 
 
 def attribute_type(attr) -> str:
-    if attr.kind == "categorical":
-        labels = [x for x in attr.labels() if x is not None]
-        return "integer" if labels and all(isinstance(x, int) for x in labels) else "text"
-    if attr.kind == "integer":
-        return "integer"
-    return "double precision"
+    """A schema probe's column type: the catalog's (``dpsql.labels.catalog_type``), in the
+    engine's name for it."""
+    kind = wording.catalog_type(attr)
+    return "integer" if kind == "bigint" else kind
 
 
 def _and(a, b):
@@ -93,7 +92,8 @@ class _Lowering:
     def evaluator(self, attr) -> CellEvaluator:
         ev = self._evaluators.get(attr.name)
         if ev is None:
-            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos, self.written, self.meter)
+            ev = self._evaluators[attr.name] = CellEvaluator(attr, self.pos, self.written, self.meter,
+                                                                getattr(self.schema, "name", None))
         return ev
 
     def canon(self, node):

@@ -331,10 +331,10 @@ def _histograms(lq, a: np.ndarray, groups: int) -> np.ndarray:
     names = [n for n, _ in layout.axes]
     sizes = [k for _, k in layout.axes]
     k = names.index(layout.quantile_attr)
-    total = None
+    total = np.zeros(sizes)
     for b in range(lq.blocks):
-        t = a[b].reshape(sizes) * lq.cell_masks[b].reshape([-1 if i == k else 1 for i in range(len(sizes))])
-        total = t if total is None else total + t
+        total = total + a[b].reshape(sizes) * lq.cell_masks[b].reshape(
+            [-1 if i == k else 1 for i in range(len(sizes))])
     t = np.moveaxis(total, k, -1)
     if layout.quantile_group_map is None:
         return t.reshape(groups, sizes[k])
@@ -388,6 +388,8 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
         else:
             lq = program.lq_by_name[plan.queries[0]]
             a, var = got[0]
+            # a quantile's plan carries its cells' values, q and method (_plan_aggregate)
+            assert plan.cell_values is not None and plan.q is not None and plan.method is not None
             hist = _histograms(lq, a, groups)
             out = np.array([np.nan if (r := quantile_from_histogram(hist[g], plan.cell_values, plan.q,
                                                                      plan.method)) is None else r
@@ -600,10 +602,10 @@ def _bound_rows(cq, rel, bounds) -> list[tuple]:
     n, ncol = rel.n, len(rel.cols)
     program = cq.program
     # group_index is set only on the rows of a grouped query (_group_rows)
-    if not isinstance(program, Program) or getattr(rel, "group_index", None) is None:
+    gi, kp = rel.group_index, rel.key_position
+    if not isinstance(program, Program) or gi is None or kp is None:
         return [(None,) * ncol for _ in range(n)]
     groups = program.grouping.size
-    gi, kp = rel.group_index, rel.key_position
     agg_iv = [None if iv is None else (iv[0][gi], iv[1][gi])
               for iv in _aggregate_bounds(program, bounds, groups)]
     tuples = cq.groups
@@ -616,9 +618,9 @@ def _bound_rows(cq, rel, bounds) -> list[tuple]:
                   else (float(iv[0][i]), float(iv[1][i])) for iv in ivs) for i in range(n)]
 
 
-def _aggregate_bounds(program: Program, bounds, groups: int):
+def _aggregate_bounds(program: Program, bounds, groups: int) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """(lower, upper) per group for each aggregate, or None where no range follows."""
-    def get(name):
+    def get(name) -> tuple[np.ndarray, np.ndarray] | None:
         lq = program.lq_by_name[name]
         if lq.always_zero:
             z = np.zeros((lq.blocks, lq.layout.rows))
@@ -629,12 +631,13 @@ def _aggregate_bounds(program: Program, bounds, groups: int):
         shape = (lq.blocks, lq.layout.rows)
         return np.asarray(lo, float).reshape(shape), np.asarray(hi, float).reshape(shape)
 
-    out = []
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
     for plan in program.aggs:
-        got = [get(n) for n in plan.queries]
+        maybe = [get(n) for n in plan.queries]
+        got = [g for g in maybe if g is not None]
         if plan.kind == "avg_const":
             out.append((np.full(groups, plan.scale), np.full(groups, plan.scale)))
-        elif plan.kind == "null" or any(g is None for g in got):
+        elif plan.kind == "null" or len(got) < len(maybe):
             out.append(None)
         elif plan.kind in ("count", "sum"):
             lo, hi = plan.scale * got[0][0].sum(axis=0), plan.scale * got[0][1].sum(axis=0)

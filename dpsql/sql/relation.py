@@ -364,6 +364,10 @@ class Relation:
     ranks: list = field(default_factory=list)   # per column: label → sort rank, or None
     # per independent quantity (as ``variances``): a bound on its binning error, or empty
     biases: list = field(default_factory=list)
+    # a grouped query's rows (postprocess._group_rows): the group and the listed key tuple
+    # each row came from, for the rows' ranges; None elsewhere
+    group_index: np.ndarray | None = field(default=None, compare=False, repr=False)
+    key_position: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def n(self) -> int:

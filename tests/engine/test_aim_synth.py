@@ -110,6 +110,7 @@ def test_decode_handles_null_and_other_cells():
         decode_cells(schema, cells, numbers="codes")
 
 
+@pytest.mark.slow
 def test_cli_measure_aim_then_synth_round_trips_through_duckdb(adult_config, tmp_path, capsys):
     cfg = adult_config(queries=WORKLOAD, ledger="cli.ledger", cache_dir="cache", dpsql={"fit_iters": 300},
                        planner={"mode": "aim"})

@@ -42,6 +42,7 @@ def config(adult_config):
                         sections={"budget.per_user": {"epsilon": 1.0}})
 
 
+@pytest.mark.slow
 def test_plan_measure_query_budget(config):
     r = run("plan", "--config", str(config))
     assert r.returncode == 0, r.stderr
@@ -69,6 +70,7 @@ def _no_traceback(r):
     assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
 
 
+@pytest.mark.slow
 def test_measure_without_a_terminal_asks_nothing_twice_and_never_crashes(config):
     r = run("measure", "--config", str(config), input="")          # stdin at EOF
     _no_traceback(r)
@@ -79,6 +81,7 @@ def test_measure_without_a_terminal_asks_nothing_twice_and_never_crashes(config)
     assert r.returncode == 0 and "already measured" in r.stdout and "Continue?" not in r.stdout
 
 
+@pytest.mark.slow
 def test_query_into_a_closed_pipe_stops_quietly(config):
     assert run("measure", "--config", str(config), "--yes").returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -234,3 +237,41 @@ def test_an_unlisted_analyst_may_spend_nothing(adult_config, users):
     with pytest.raises(dpsql.Error, match="mallory"):
         con.cursor().execute("SET dpsql.policy = 'measure'")
     assert con.session.engine.ledger.spent() == 0
+
+
+# -- issue 35, item 5: planning is free in every sense ----------------------------------------
+
+def test_plan_creates_no_ledger_and_compares_budgets(adult_config, tmp_path):
+    config = adult_config(queries=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                          planner={"restarts": 1, "seed": 0})
+    ledger = tmp_path / "dpsql.ledger"
+    r = run("plan", "--config", str(config))
+    assert r.returncode == 0, r.stderr
+    assert not ledger.exists()                  # planning neither creates nor binds the ledger
+    assert "budget: epsilon = 1 at delta = 1e-06" in r.stdout
+    text = config.read_text()
+    r2 = run("plan", "--config", str(config), "--epsilon", "2")
+    assert r2.returncode == 0, r2.stderr
+    assert "budget: epsilon = 2 at delta = 1e-06" in r2.stdout and "configuration says epsilon = 1" in r2.stdout
+    r3 = run("plan", "--config", str(config), "--epsilon", "1", "--delta", "1e-9")
+    assert r3.returncode == 0 and "epsilon = 1 at delta = 1e-09" in r3.stdout, r3.stderr
+    r4 = run("plan", "--config", str(config), "--rho", "0.5")
+    assert r4.returncode == 0 and "rho = 0.5)" in r4.stdout, r4.stderr
+    # more budget, less noise: the what-if plans really are at the budget asked for
+    assert "at rho = 0.5," in r4.stdout and "at rho = 0.5," not in r.stdout
+    assert r2.stdout != r.stdout and r3.stdout != r.stdout
+    assert config.read_text() == text and not ledger.exists()
+    bad = run("plan", "--config", str(config), "--delta", "1e-9")
+    assert bad.returncode == 2 and "--delta is the δ of --epsilon" in bad.stderr
+    # a ledger bound to another budget does not stop planning at a new one
+    import dpsql
+    dpsql.connect(str(config)).close()
+    assert ledger.exists()
+    config.write_text(text.replace("epsilon = 1.0", "epsilon = 2.0"))
+    r = run("plan", "--config", str(config))
+    assert r.returncode == 0 and "budget: epsilon = 2 at delta" in r.stdout, r.stderr
+    # ...and measuring then says, in epsilon words, what differs and what to change
+    r = run("measure", "--config", str(config), "--yes")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "ε = 1 at δ = 1e-06" in r.stderr and "ε = 2 at δ = 1e-06" in r.stderr
+    assert "total_rho" not in r.stderr and "HINT" in r.stderr and "[budget]" in r.stderr

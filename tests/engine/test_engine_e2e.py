@@ -177,6 +177,7 @@ def test_budget_exhaustion_is_refused_before_data_access(tmp_path):
     engine.close()
 
 
+@pytest.mark.slow
 def test_noise_at_moderate_budget_matches_reported_stderr(tmp_path):
     """At ε = 1 the observed errors of supported counts are consistent with the reported
     standard errors (a coverage check: ≥ 80% of 95% intervals contain the truth)."""
@@ -276,6 +277,7 @@ def test_plan_reports_a_lower_bound_below_its_own_error(tmp_path):
     assert 0 < report.bound_rmse <= report.rmse < report.baseline_rmse
 
 
+@pytest.mark.slow
 def test_quantiles_carry_a_standard_error(tmp_path):
     """A median by group gets a finite standard error, not flagged inferred; at ε = 1 the
     median age stays within a few of its standard errors of the exact binned median."""

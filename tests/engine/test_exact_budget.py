@@ -31,6 +31,7 @@ def _budgets(eps: float, delta: float) -> dict:
                 policy={"unsupported": "measure", "epsilon": eps / 5})
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(eps=st.floats(0.01, 30.0), log10_delta=st.floats(2.0, 14.0))
 def test_configured_rho_never_exceeds_the_exact_conversion(eps, log10_delta):

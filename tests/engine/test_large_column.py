@@ -75,6 +75,7 @@ def people(tmp_path_factory):
     dpsql.dbapi._engines.clear()
 
 
+@pytest.mark.slow
 def test_plan_uses_thin_factors_over_the_large_column(people):
     _, report, _ = people
     assert math.isfinite(report.rmse) and report.rmse < report.baseline_rmse
@@ -83,6 +84,7 @@ def test_plan_uses_thin_factors_over_the_large_column(people):
         assert b.factors[0].shape[0] <= 8          # a few rows over 6,000 cells
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sql", QUERIES[:4])
 def test_answers_equal_duckdb_at_a_huge_budget(people, sql):
     con, _, tmp = people

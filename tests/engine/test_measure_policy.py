@@ -46,6 +46,7 @@ def test_measure_policy_from_nothing_answers_and_keeps_answering(tmp_path, exact
     assert con.session.budget()["spent_rho"] > 0
 
 
+@pytest.mark.slow
 def test_workload_of_filtered_counts_determines_the_total(tmp_path, exact):
     sql = "SELECT COUNT(*) FROM adult WHERE age >= 30"
     con = connect(tmp_path, workload={"queries": [sql], "rho": 1e5}, policy="infer")

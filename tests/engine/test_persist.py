@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
@@ -31,6 +32,7 @@ def _events(engine):
     return seen
 
 
+@pytest.mark.slow
 def test_a_new_engine_loads_the_saved_model_instead_of_fitting(tmp_path):
     cfg = _config(tmp_path)
     first = Engine(cfg)
@@ -67,6 +69,7 @@ def test_a_new_release_changes_the_key_and_a_broken_file_is_refitted(tmp_path):
     assert len(result.rows) == 10 and any("iteration" in info for _, info in events)
 
 
+@pytest.mark.slow
 def test_one_fit_for_all_concurrent_sessions_and_a_background_fit(tmp_path):
     cfg = _config(tmp_path)
     Session(Engine(cfg), "op").measure()

@@ -28,6 +28,8 @@ QUERIES = ["SELECT sex, COUNT(*) FROM adult GROUP BY sex",
            "SELECT COUNT(*) FROM adult WHERE age BETWEEN 25 AND 54 AND income = '>50K'",
            "SELECT income, AVG(age) FROM adult GROUP BY income"]
 
+pytestmark = pytest.mark.slow   # each test measures, then answers in new CLI processes
+
 # Modules a process answering from a saved model must not import: the planner and its
 # numerics, the fit's sparse loss, the junction-tree builder, the source engine, the front
 # ends it does not use, and optional extras.

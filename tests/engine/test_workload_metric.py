@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
 from dpsql.engine.session import Session
@@ -55,6 +57,7 @@ def _refit(tmp: Path, workload):
     return engine.model("adult")[0]
 
 
+@pytest.mark.slow
 def test_the_workload_is_compiled_only_for_the_fit_that_uses_it(tmp_path, monkeypatch):
     # Two one-way marginals: no one block covers their joint table, so the fit never reaches
     # the workload's metric and must not pay for compiling the workload (the planner's

@@ -1,6 +1,6 @@
 """Python twin of the total CSV reader (dpsql.measure.reader), written from its spec:
 records split at \\n, \\r\\n or a lone \\r; decoded with errors="replace"; NUL/U+FFFF read
-as U+FFFD; overlong records malformed; fields by the dialect grammar; values by
+as U+FFFD; overlong records malformed; empty lines skipped (two or more fields); fields by the dialect grammar; values by
 Attribute.index_of after the documented text conversions."""
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ def cells(data: bytes, schema, d: CsvDialect = CsvDialect()) -> list[tuple[int, 
     header = [unquote(f, d) for f in split_fields(lines[0], d)] if d.header else list(d.columns)
     out = []
     for line in lines[1:] if d.header else lines:
+        if line == "" and len(header) > 1:
+            continue            # an empty line is no one's record (docs/privacy.md §2)
         fields = None if line == "\uffff" else split_fields(line, d)
         if fields is not None and len(fields) != len(header):
             fields = None

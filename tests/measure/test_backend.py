@@ -38,6 +38,7 @@ CLIQUES = [("sex",), ("race", "sex"), ("income", "age"), ("workclass", "occupati
            ("fnlwgt",), ("capital_gain", "capital_loss"), ("native_country",), (), ("sex", "race")]
 
 
+@pytest.mark.slow
 def test_grouping_sets_counts_equal_python_mapping(adult):
     schema, backend, rows = adult
     counts = backend.count_marginals(schema, CLIQUES)

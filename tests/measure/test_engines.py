@@ -38,6 +38,8 @@ from dpsql.measure.source import Source
 from dpsql.privacy import noise
 from dpsql.sql.split import split_statements
 
+pytestmark = pytest.mark.slow   # a Spark JVM and a PostgreSQL cluster, each counting adult
+
 ADULT = load_domain(engines.ADULT_DIR / "adult.toml")["adult"]
 KEY = "s3cret-key-of-the-operator"
 

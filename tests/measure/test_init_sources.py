@@ -7,6 +7,7 @@ from __future__ import annotations
 import tomllib
 
 import duckdb
+import pytest
 
 from dpsql.cli import main
 from dpsql.engine.config import load_config
@@ -71,6 +72,7 @@ def test_init_from_a_parquet_glob_with_hive_partitions(tmp_path, capsys):
     assert cfg.sources["people"].hive_partitioning and cfg.sources["people"].is_glob
 
 
+@pytest.mark.slow
 def test_init_from_a_spark_table(spark, tmp_path, capsys):
     con = duckdb.connect()
     path = tmp_path / "people.parquet"

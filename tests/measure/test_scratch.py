@@ -143,3 +143,21 @@ def test_a_scratch_directory_others_can_reach_is_refused(tmp_path, tmpdir, kind)
         backend.close()
     if kind == "symlink":
         assert list((tmp_path / "elsewhere").iterdir()) == []    # nothing written through it
+
+
+def test_what_earlier_versions_left_is_swept(tmp_path, tmpdir):
+    """Before the private root, copies lived in <tmp>/dpsql-reader-*/records-<pid>-<n>.txt and
+    were never removed after a crash, and empty dpsql-reader-* directories piled up."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    crashed = tmpdir / "dpsql-reader-abc"
+    crashed.mkdir(mode=0o700)
+    (crashed / f"records-{dead}-1.txt").write_bytes(SECRET)
+    empty = tmpdir / "dpsql-reader-def"
+    empty.mkdir(mode=0o700)
+    alive = tmpdir / "dpsql-reader-ghi"        # a running process of an earlier version
+    alive.mkdir(mode=0o700)
+    (alive / f"records-{os.getpid()}-1.txt").write_bytes(SECRET)
+    DuckDBBackend({"t": Source("csv", _csv(tmp_path))}, threads=1).close()
+    assert not crashed.exists() and not empty.exists()
+    assert (alive / f"records-{os.getpid()}-1.txt").exists()

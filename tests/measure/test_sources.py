@@ -155,6 +155,7 @@ def test_without_hive_partitioning_the_partition_is_not_a_column(tmp_path):
     backend.close()
 
 
+@pytest.mark.slow
 def test_spark_reads_the_same_lake(tmp_path, spark):
     expected = _write_lake(tmp_path / "lake", age_type="INTEGER")
     from dpsql.measure.spark import SparkBackend

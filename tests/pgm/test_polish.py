@@ -87,6 +87,7 @@ def test_constraints_vanish_exactly_on_consistent_tables():
     assert np.abs((C @ v)[:-1]).max() > 0
 
 
+@pytest.mark.slow
 def test_a_query_too_large_for_the_sparse_loss_is_still_polished():
     """A 576 × 576 prefix block (over measurement.DENSE_LIMIT, like adult's 740-cell
     (age, race, sex) prefix block): the first-order fit uses the structured loss; the exact

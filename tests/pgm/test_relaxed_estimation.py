@@ -65,6 +65,7 @@ def test_junction_tree_shaped_cliques_match_the_exact_estimate():
         assert np.abs(tau - exact.marginal(c).values).max() < 0.05
 
 
+@pytest.mark.slow
 def test_noiseless_measurements_are_reproduced_on_a_loopy_clique_set():
     dom = Domain(list("ABCDE"), [2, 3, 2, 3, 2])
     p = _data(2, dom.shape, 5_000.0, 3.0)

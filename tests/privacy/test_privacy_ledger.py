@@ -85,6 +85,34 @@ def test_budget_is_fixed_at_creation(tmp_path):
         Ledger(path, total_rho=1, per_user_rho=Fraction(1, 2))
 
 
+def test_a_budget_mismatch_is_told_in_epsilon_and_delta_words(tmp_path):
+    """Issue 35 item 5: the refusal named the budgets as the ledger's raw JSON record with
+    rationals ("total_rho": "7020130496958621/288230376151711744"); it now speaks ε at the
+    configured δ, ρ as a decimal, and says what to change."""
+    from dpsql.privacy.accountant import epsilon_delta_to_rho
+    path = tmp_path / "l.db"
+    one, two = epsilon_delta_to_rho(1.0, 1e-6), epsilon_delta_to_rho(2.0, 1e-6)
+    Ledger(path, total_rho=one, per_user_rho={"*": one / 2, "alice": one / 4}, delta=1e-6)
+    with pytest.raises(ConfigError) as info:
+        Ledger(path, total_rho=two, per_user_rho={"*": one / 2, "alice": one / 4}, delta=1e-6)
+    err = info.value
+    assert "ε = 1 at δ = 1e-06" in err.message and "ε = 2 at δ = 1e-06" in err.message
+    assert "ρ = 0.0" in err.message                      # ρ as a decimal, never a ratio
+    assert "/" not in err.message.replace(str(path), "") and "dpsql-ledger" not in err.message
+    assert "alice" not in err.message                    # only what differs is named
+    assert "[budget]" in err.hint and "ε = 1" in err.hint and "ledger =" in err.hint
+    with pytest.raises(ConfigError) as info:
+        Ledger(path, total_rho=one, per_user_rho={"*": one / 2, "alice": one / 2}, delta=1e-6)
+    assert "user 'alice' capped at ε = " in info.value.message and "total" not in info.value.message
+    assert "[budget.users.NAME]" in info.value.hint
+    # issue 28: budgets that differ beyond the 6th digit are still told apart
+    with pytest.raises(ConfigError) as info:
+        Ledger(path, total_rho=one + Fraction(1, 10 ** 12), per_user_rho={"*": one / 2, "alice": one / 4})
+    shown = [w for w in info.value.message.split() if w.startswith("0.0")]
+    assert len(set(shown)) == 2, info.value.message
+
+
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(total=st.integers(1, 64), user=st.integers(1, 64),
        ops=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 24)), max_size=14))
@@ -192,6 +220,7 @@ def _process_worker(path: str, principal: str, out) -> None:
     out.put((principal, granted))
 
 
+@pytest.mark.slow
 def test_eight_processes_never_overspend(tmp_path):
     path = str(tmp_path / "l.db")
     Ledger(path, total_rho=1, per_user_rho=Fraction(1, 5))

@@ -67,8 +67,10 @@ def test_describe_lists_tables_and_the_declared_domain():
             domains[col] = cells[-1]
         else:  # a long domain continues on the next lines
             domains[col] += " " + cells[-1]
-    assert rows["sex"][1:] == ["varchar", "categorical", "no", "2", "'Female', 'Male'"]
-    assert rows["age"][1:] == ["integer", "integer", "no", "74", "17..90"]
+    # the wire catalog's types (dpsql.labels.catalog_type): what a column can be aggregated as
+    assert rows["sex"][1:] == ["text", "categorical", "no", "2", "'Female', 'Male'"]
+    assert rows["age"][1:] == ["bigint", "integer", "no", "74", "17..90"]
+    assert rows["fnlwgt"][1] == "bigint"   # in bins of 50,000, still averaged as a number
     assert domains["fnlwgt"] == "1..1500000 in bins of 50000"
     assert domains["capital_loss"] == "0..5000 in bins starting at 0, 1, 500, 1000, 1500, 2000, 2500, 3000"
     assert rows["workclass"][3] == "yes" and domains["workclass"].endswith("'Never-worked', NULL")
@@ -76,6 +78,36 @@ def test_describe_lists_tables_and_the_declared_domain():
     # wrapped to the (dummy) 80-column screen; only a single label longer than the room may stick out
     table = [line for line in lines if "|" in line and line.split("|")[0].strip() in ("",) + tuple(rows)]
     assert all(len(line.rstrip()) <= 80 or " " not in line.split("|")[-1].strip() for line in table)
+
+
+def _flights():
+    """A table with a 1,459-label open categorical (the FAA airport list's size) and a closed one."""
+    import itertools
+    import string
+    from dpsql.domain import Categorical, TableSchema
+    codes = ["".join(t) for t in itertools.product(string.ascii_uppercase, repeat=3)][:1459]
+    return TableSchema("flights", (Categorical("carrier", ["AA", "DL"], closed=True),
+                                   Categorical("dest", codes)))
+
+
+def test_describe_summarises_a_long_domain_and_explains_the_other_cell():
+    """Issue 33 item 7: ``\\d flights`` printed all 1,459 labels (a 194-line pager)."""
+    s = _session()
+    s.engine.catalog = {"flights": _flights()}
+    out = run_keys(FakeConnection(s), "\\d flights" + ENTER)
+    grid = [line for line in out.splitlines() if "|" in line]
+    dest = " ".join(line.split("|")[-1].strip() for line in grid[grid.index(next(
+        line for line in grid if line.startswith(" dest "))):])
+    assert dest.startswith("'AAA', 'AAB'") and "'CDC'" not in dest
+    assert dest.endswith("… and 1,451 more (1,459 labels; \\d flights dest lists all), (any other value)")
+    assert len(grid) < 10
+    note = " ".join(out.split("(any other value): ", 1)[1].split())
+    assert note.startswith("in 'dest', every value that is not a declared label is counted in one (other) cell")
+    out = run_keys(FakeConnection(s), "\\d flights dest" + ENTER)
+    assert "Column 'dest' of 'flights': text, categorical, 1,460 cells, 1,459 declared labels" in out
+    assert "'CDC'" in out and "more" not in out and "(other) cell" in out
+    out = run_keys(FakeConnection(s), "\\d flights nosuch" + ENTER)
+    assert "ERROR [42703]" in out and "columns: carrier, dest" in out
 
 
 def test_describe_an_unknown_table_is_an_error():

@@ -121,6 +121,7 @@ def test_budget_principal_repeats_and_exhaustion(measure_server):
         bounded(conn.close)
 
 
+@pytest.mark.slow
 def test_load_against_engine_leaves_ledger_consistent(engine_server):
     thread, admin = engine_server
     before = admin.session.budget()["total_spent_rho"]
@@ -130,6 +131,7 @@ def test_load_against_engine_leaves_ledger_consistent(engine_server):
     assert admin.session.budget()["total_spent_rho"] == before
 
 
+@pytest.mark.slow
 def test_pgjdbc_against_engine(engine_server, tmp_path):
     from test_clients import check_jdbc_output, run_jdbc_probe
     thread, _ = engine_server

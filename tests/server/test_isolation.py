@@ -151,6 +151,7 @@ def big_statement(nbytes: int) -> str:
     return f"SELECT relname FROM pg_catalog.pg_class WHERE relname IN ({', '.join(values)})"
 
 
+@pytest.mark.slow
 def test_large_statement_does_not_hold_up_others(users_file):
     server = start(users_file, max_statement=2_000_000)
     try:
@@ -180,6 +181,7 @@ def test_large_statement_does_not_hold_up_others(users_file):
         server.stop()
 
 
+@pytest.mark.slow
 def test_concurrent_routing_does_not_mix_statements():
     """Two parse threads route at once (one statement each): neither sees the other's tokens.
 
@@ -285,6 +287,7 @@ def test_per_user_statement_limit(users_file):
 
 # -- 4. unauthenticated sockets ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_unauthenticated_sockets_do_not_lock_out_analysts(users_file):
     server = start(users_file, max_connections=5, max_user_connections=5, max_unauthenticated=4, auth_timeout=3.0)
     held = []
@@ -344,6 +347,7 @@ def _serve(config: Path):
     return proc, int(match.group(1))
 
 
+@pytest.mark.slow
 def test_unknown_users_salts_survive_restarts(tmp_path):
     copy_adult_example(tmp_path)
     users = tmp_path / "dpsql.users.json"

@@ -30,8 +30,9 @@ from dpsql.testing import copy_adult_example
 
 from server_fakes import PASSWORD
 
-pytestmark = pytest.mark.skipif(catalogdb.find_bindir() is None,
-                                reason="PostgreSQL server binaries not installed: apt-get install postgresql")
+pytestmark = [pytest.mark.slow,   # servers in subprocesses, each with its own PostgreSQL
+              pytest.mark.skipif(catalogdb.find_bindir() is None,
+                                 reason="PostgreSQL server binaries not installed: apt-get install postgresql")]
 
 
 @pytest.fixture

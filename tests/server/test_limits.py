@@ -10,7 +10,9 @@
 7. A cancelled statement keeps its user's statement slot until its engine work stops, and
    logins do not need engine threads (they have their own).
 10. Parse and encode work is bounded per user and off the event loop: one user's parses take at
-    most half the parse pool, and engine replies are encoded on the engine thread that answered.
+    most half the parse pool, and engine replies are encoded on the engine thread that answered;
+    over-long statements (54000, discarded unread) are read at most ``discard_rate`` bytes per
+    second per user.
 8. A refit does not block everyone: while the model of new releases is fitted, the previous
    model of the same release identity answers what it supports (the fit runs in the background).
 9. Per-user connection limits: one analyst cannot take every connection slot (53300 for them,
@@ -163,6 +165,7 @@ def test_slowloris_does_not_lock_out_logins(users_file):
         server.stop()
 
 
+@pytest.mark.slow
 def test_slowloris_beyond_the_gate_gives_way_to_other_hosts(users_file):
     """More trickling sockets than places (170 > 32), from another address: they churn among
     themselves, and every login from elsewhere gets in."""
@@ -442,3 +445,23 @@ def test_the_old_model_answers_while_the_new_one_is_fitted(tmp_path, monkeypatch
         gate.set()
         alice.close()
         bob.close()
+
+
+def test_discarding_over_long_statements_is_rate_limited_per_user(users_file):
+    server = start(users_file, discard_rate=2_000_000)
+    try:
+        alice, _ = login(server.port, "alice")
+        bob, _ = login(server.port, "bob")
+        statement = codec.encode_query("SELECT 1 -- " + "x" * 1_000_000)
+        for _ in range(6):                                   # 6 MB to discard: 2 MB at once, then 2 MB/s
+            alice.send(statement)
+            assert error_fields(alice.until())["C"] == "54000"
+        bob.send(codec.encode_query("SELECT current_user"))
+        assert [codec.decode_data_row(b) for k, b in bob.until() if k == b"D"] == [[b"bob"]]
+        assert server.server.throttled.get("alice", 0) > 0 and "bob" not in server.server.throttled
+        alice.send(codec.encode_query("SELECT current_user"))  # her connection goes on
+        assert [codec.decode_data_row(b) for k, b in alice.until() if k == b"D"] == [[b"alice"]]
+        alice.close()
+        bob.close()
+    finally:
+        server.stop()

@@ -9,6 +9,8 @@ import pytest
 
 from server_fakes import PASSWORD
 
+pytestmark = pytest.mark.slow   # 50 connections x 20 queries (bench/server_load.py)
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "server_load.py"
 
 

@@ -84,6 +84,7 @@ def test_unknown_database_refused(fake_server):
     c.close()
 
 
+@pytest.mark.slow
 def test_startup_timeout_closes_silent_sockets(fake_server):
     s = socket.create_connection(("127.0.0.1", fake_server.port), timeout=10)
     s.sendall(struct.pack("!i", 100))  # a length, then nothing

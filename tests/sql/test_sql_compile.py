@@ -397,3 +397,36 @@ def test_rounding_keeps_the_standard_error(oracle, catalog):
     answers = exact(oracle, cq)
     _, errs = cq.postprocess(answers, {k: np.full(1, 5.0) for k in answers})
     assert errs[0][0] == pytest.approx(errs[0][1]) and errs[0][0] > 0
+
+
+def _airports(n=1458, missing="SJU"):
+    """``n`` three-letter codes in order, without ``missing`` (the FAA list's shape)."""
+    import itertools
+    import string
+    codes = ("".join(t) for t in itertools.product(string.ascii_uppercase, repeat=3))
+    return [c for c in codes if c != missing and c[0] >= "R"][:n]
+
+
+def test_a_value_outside_a_long_open_domain_is_summarised_and_its_other_cell_explained():
+    """Issue 33 item 7: ``dest = 'SJU'`` listed the first 50 of 1,458 labels with no "…"
+    and no word that SJU is counted in the (other) cell."""
+    catalog = {"flights": TableSchema("flights", (Categorical("dest", _airports()),))}
+    with pytest.raises(errors.DomainViolationError) as info:
+        compile_sql("SELECT COUNT(*) FROM flights WHERE dest = 'SJU'", catalog)
+    e = info.value
+    assert "'SJU'" in e.message and "open" in e.message and "(other) cell" in e.message
+    assert "1,458 labels: 'RAA', 'RAB'" in e.detail and "… and 1,450 more" in e.detail
+    assert "\\d flights dest" in e.hint                            # how to see them all
+    assert "(close ones: 'SJA', 'SJB', 'SJC')" in e.hint                # near spellings first
+    assert len(e.detail) + len(e.hint) < 300                     # a summary, not the list
+    with pytest.raises(errors.DomainViolationError) as info:
+        compile_sql("SELECT COUNT(*) FROM flights WHERE dest IN ('SJC', 'sju')", catalog)
+    assert "'sju'" in info.value.message and "'SJC'" in info.value.hint
+
+
+def test_a_closed_domain_says_so_and_lists_its_few_labels(catalog):
+    closed = {"t": TableSchema("t", (Categorical("c", ["a", "b"], closed=True),))}
+    with pytest.raises(errors.DomainViolationError) as info:
+        compile_sql("SELECT COUNT(*) FROM t WHERE c = 'z'", closed)
+    assert "closed" in info.value.message and "(other)" not in info.value.message
+    assert info.value.hint == "allowed values: 'a', 'b'"

@@ -183,6 +183,7 @@ def _select(draw):
     return sql
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(_select())
 def test_random_asts_raise_only_dpsql_errors(catalog, sql):
