@@ -152,3 +152,61 @@ def test_hints_by_role(users_file, tmp_path):
         assert "(`dpsql measure --increment`)" in exc.value.hint and "ask your operator" not in exc.value.hint
     finally:
         operator.close()
+
+
+def test_declared_domains_in_the_catalog(shadow_server):
+    """Issue 33 item 3: ``\\d+`` had no description and labels and bin edges were found only by
+    provoking errors.  Each column's comment gives its declared domain, and ``dpsql_columns``
+    has the same as rows, for BI tools; both come from the public declaration."""
+    conn = _connect(shadow_server.port, "alice")
+    try:
+        rows = bounded(lambda: conn.execute(
+            "SELECT column_name, data_type, kind, is_nullable, cells, lo, hi, bin_width, edges, labels, open "
+            "FROM dpsql_columns WHERE table_name = 'adult' ORDER BY ordinal_position").fetchall())
+        by_name = {r[0]: r[1:] for r in rows}
+        assert [r[0] for r in rows][:3] == ["age", "workclass", "fnlwgt"] and len(rows) == 15
+        assert by_name["fnlwgt"][:7] == ("bigint", "integer", False, 30, 1, 1500000, 50000)
+        assert by_name["capital_loss"][7] == [0, 1, 500, 1000, 1500, 2000, 2500, 3000]
+        assert by_name["sex"][:4] == ("text", "categorical", False, 2) and by_name["sex"][8] == ["Female", "Male"]
+        assert by_name["workclass"][2] is True and by_name["workclass"][9] is False   # nullable, closed
+        # the column comments (psql's \d+ Description, col_description) say the same in words
+        comments = dict(bounded(lambda: conn.execute(
+            "SELECT a.attname, col_description(a.attrelid, a.attnum) FROM pg_attribute a "
+            "WHERE a.attrelid = 'adult'::regclass AND a.attnum > 0").fetchall()))
+        assert comments["fnlwgt"].startswith("declared domain (integer, 30 cells): 1..1500000 in bins of 50000")
+        assert "GROUP BY fnlwgt returns each bin's label (e.g. '[1, 50000]')" in comments["fnlwgt"]
+        assert comments["sex"] == "declared domain (categorical, 2 cells): 'Female', 'Male'"
+        # a private table and the view in one statement: refused, as with any catalog relation
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            bounded(lambda: conn.execute("SELECT COUNT(*) FROM adult, dpsql_columns"))
+    finally:
+        conn.close()
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:{shadow_server.port}/dpsql",
+        connect_args={"connect_timeout": 10, "sslmode": "disable"})
+    try:
+        insp = bounded(lambda: sqlalchemy.inspect(engine))
+        assert bounded(insp.get_table_names) == ["adult"] and bounded(insp.get_view_names) == ["dpsql_columns"]
+        columns = {c["name"]: c for c in bounded(lambda: insp.get_columns("adult"))}
+        assert columns["age"]["comment"] == "declared domain (integer, 74 cells): 17..90"
+    finally:
+        engine.dispose()
+
+
+def test_a_refusal_says_how_an_analyst_sees_every_label(engine_server):
+    """A value that is not a declared label of a long column is refused with a summary; the hint
+    names the catalog view that lists every label, which an analyst behind the server can read
+    (the shell's \\d it also names is the operator's)."""
+    thread, _ = engine_server
+    conn = _connect(thread.port, "alice")
+    try:
+        with pytest.raises(psycopg.Error) as err:
+            bounded(lambda: conn.execute("SELECT COUNT(*) FROM adult WHERE native_country = 'Germny'"))
+        hint = err.value.diag.message_hint or ""
+        assert "'Germany'" in hint and hint.endswith("over dpsql serve, dpsql_columns.labels")
+        (labels,), = bounded(lambda: conn.execute(
+            "SELECT labels FROM dpsql_columns WHERE table_name = 'adult' AND column_name = 'native_country'").fetchall())
+        assert len(labels) == 41 and "Germany" in labels and "Holand-Netherlands" in labels
+    finally:
+        conn.close()
