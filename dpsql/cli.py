@@ -33,7 +33,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsql import errors
-from dpsql.display import (INFERRED_NOTE, Z95, describe_progress, format_value,  # noqa: F401  (part of this module's API)
+from dpsql.display import (BOUNDED_NOTE, INFERRED_NOTE, Z95, has_bounded, describe_progress, format_value,  # noqa: F401  (part of this module's API)
                            table_lines)
 from dpsql.privacy.accountant import format_rho
 
@@ -68,6 +68,8 @@ def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
     print(f"({n} row{'s' if n != 1 else ''})", file=out)
     if any(result.inferred):
         print(INFERRED_NOTE, file=out)
+    if has_bounded(result) and mode != "off":
+        print(BOUNDED_NOTE, file=out)
 
 
 # -- progress ------------------------------------------------------------------------------

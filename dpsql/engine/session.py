@@ -75,6 +75,10 @@ class Result:
     model_version: int = 0
     model: str = ""      # which model answered: "exact junction tree" or "relaxed region graph"
     bounds: list[tuple] = field(default_factory=list)
+    # per cell, the bound on the binning error of SUM/AVG/VARIANCE/STDDEV over wide bins that
+    # ``stderr`` already includes (stderr = σ + bias/Z95, so ± Z95·stderr is the 95% interval
+    # widened by it): such a cell's interval is *bounded*, not a pure 95% CI (None elsewhere)
+    bias: list[tuple] = field(default_factory=list)
     # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
     # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
     appended: int = 0
@@ -222,9 +226,10 @@ class Session:
         # inferred exactly when its standard error comes out infinite, and is reported NaN.
         processed = compiled.postprocess(
             answers, {k: np.where(np.isnan(v), np.inf, v) for k, v in stderrs.items()},
-            **({"bounds": bounds} if bounds is not None else {}))
+            **({"bounds": bounds} if bounds is not None else {}), with_bias=True)
         rows, stderr_rows = processed[0], processed[1]
         bound_rows = processed[2] if bounds is not None else None
+        bias_rows = processed[-1]
         quantile_inferred = any(lq.kind == "quantile" for lq in unsupported)
         inferred, cleaned, ranges = [], [], []
         for i, r in enumerate(stderr_rows):
@@ -241,7 +246,9 @@ class Session:
             ranges.append(tuple(rng))
         result = Result(columns, list(rows), cleaned, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version,
-                        model=_model_kind(model), bounds=ranges)
+                        model=_model_kind(model), bounds=ranges,
+                        bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
+                                    for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
         self._remember(key, result)
         return self._with_error_columns(result)
 
