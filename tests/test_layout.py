@@ -90,6 +90,16 @@ def test_sqlglot_is_imported_only_in_the_sql_package():
     assert not bad, bad
 
 
+def test_plan_does_not_import_pgm():
+    """Issue 36 item 5: the planner took the junction-tree size from dpsql.pgm, a sibling;
+    both now take the triangulation from dpsql/triangulation.py, below them."""
+    bad = sorted((p.relative_to(ROOT).as_posix(), m) for p in (ROOT / "dpsql" / "plan").rglob("*.py")
+                 for m in _imports(p) if m.startswith("dpsql.pgm"))
+    assert not bad, bad
+    assert all(m.startswith("dpsql.triangulation") or not m.startswith("dpsql.")
+               for m in _imports(ROOT / "dpsql" / "triangulation.py"))
+
+
 #: The one place each third-party library is imported (docs/architecture.md): a file, or a
 #: package directory ending in "/".  numpy and scipy are the numeric core, used throughout.
 ONE_PLACE = {

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.triangulation import elimination_order
+
 __all__ = ["AIMOptions", "Round", "RoundResult", "AIMResult", "DEFAULT_MODEL_CELLS",
            "workload_marginals", "downward_closure", "candidate_weights", "scaled_l1",
            "exact_scores", "epsilon_for", "jt_size", "run_aim", "plan_summary", "advise", "Advice"]
@@ -296,7 +298,6 @@ def jt_size(sizes: Mapping[str, int], cliques: Sequence[Clique]) -> int:
     ``cliques``: the same greedy elimination order, summed over its maximal cliques,
     without building the tree itself (half the cost; the filter calls this for every
     candidate of every round)."""
-    from dpsql.pgm.junction_tree import elimination_order
     _, elim = elimination_order(dict(sizes), cliques)
     sets = sorted({frozenset(c) for c in elim}, key=len, reverse=True)
     maximal: list[frozenset] = []

@@ -44,6 +44,7 @@ from dpsql.plan.strategy import (
 from dpsql.plan.balance import balanced_theta, baseline_shares, cap_score, query_caps
 from dpsql.plan.union import group_by_support, union_strategy, union_weights
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
+from dpsql.triangulation import tree_cells
 
 __all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query",
            "opt_residual", "opt_residual_plus", "optimize",
@@ -75,11 +76,7 @@ def _prod(xs) -> int:
 
 def junction_tree_size(attributes, shape, cliques) -> int:
     """Cells of the junction tree for ``cliques`` (attribute-name tuples)."""
-    # A sideways import (pgm/ is not below plan/), kept out of module load: issue 36 item 5.
-    from dpsql.domain import Domain
-    from dpsql.pgm.junction_tree import model_size
-
-    return int(model_size(Domain(attributes, shape), [tuple(c) for c in cliques]))
+    return tree_cells({a: int(n) for a, n in zip(attributes, shape)}, cliques)
 
 
 #: Set by ``optimize`` while it runs operators whose output it rounds (and re-evaluates)

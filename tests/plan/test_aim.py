@@ -19,6 +19,7 @@ from dpsql.linalg import Identity, Marginals, Prefix, Kron, Total, Union, Weight
 from dpsql.pgm import Measurement, estimate
 from dpsql.pgm.junction_tree import model_size as jt_size_reference
 from dpsql.plan import Workload
+from dpsql.plan.planner import junction_tree_size
 from dpsql.plan.aim import (AIMOptions, RoundResult, candidate_weights, downward_closure,
                             epsilon_for, exact_scores, jt_size, plan_summary, run_aim, scaled_l1,
                             workload_marginals)
@@ -126,6 +127,8 @@ def test_jt_size_equals_the_junction_tree_the_estimator_builds():
         k = int(rng.integers(1, 9))
         cliques = [tuple(rng.choice(attrs, int(rng.integers(1, 4)), replace=False)) for _ in range(k)]
         assert jt_size(sizes, cliques) == jt_size_reference(dom, cliques)
+        # the planner's cap (dpsql.triangulation, no pgm import) is the same JT-SIZE
+        assert junction_tree_size(dom.attributes, dom.shape, cliques) == jt_size_reference(dom, cliques)
 
 
 def test_epsilon_is_the_largest_grid_value_within_the_selection_share():
