@@ -41,6 +41,7 @@ from dpsql.pgm.auto import fit as pgm_fit
 from dpsql.plan.aim import (AIMOptions, Round, RoundResult, as_charged, exact_scores, plan_summary,
                             run_aim, workload_marginals)
 from dpsql.privacy import noise
+from dpsql.privacy.accountant import format_rho
 
 __all__ = ["AIMReport", "aim_options", "measure_aim", "aim_cost", "aim_summary"]
 
@@ -144,8 +145,8 @@ class _Driver:
         view = ledger.preview(self.principal, rnd.rho)
         if charged is None and not view.fits:
             raise BudgetExhaustedError(
-                f"AIM round {rnd.index} needs rho = {float(rnd.rho):.6g} but only "
-                f"rho = {float(view.remaining):.6g} remains",
+                f"AIM round {rnd.index} needs rho = {format_rho(rnd.rho, 'up')} but only "
+                f"rho = {format_rho(view.remaining, 'down')} remains",
                 hint="ask the operator for more budget; the rounds already released are kept "
                      "and re-used when the run continues",
                 requested_rho=float(rnd.rho), remaining_rho=float(view.remaining))

@@ -297,6 +297,26 @@ class DuckDBBackend(SqlBackend):
                 dropped = total - kept
         return DataCheck(schema.name, total, out, dropped, open_quotes)
 
+    # -- the exact oracle (dpsql.measure.exact: NON-private, public data only) --------------
+    def create_cells_table(self, name: str, schema: TableSchema, select: Sequence[str]) -> None:
+        """CREATE TABLE ``name`` AS SELECT ``select`` over the cell indices of ``schema``'s
+        rows (columns ``sqlgen.cell_column(i)``), read like a measurement reads them."""
+        source = self._source(schema.name)
+        cols = ", ".join(select)
+        if source.kind == "csv":
+            self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM {self._encode(schema)}')
+            return
+        columns = self.check_schema(schema)
+        with self._read(schema.name, source, None) as rd:
+            query = self.cells_query(schema, columns, rd.scan).sql(self.dialect)
+            self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM ({query}) AS __cells',
+                              [source.hash_key or ""] if source.id_column else [])
+
+    def fetch(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        """Every row of ``sql`` on this backend's connection: the exact oracle's queries over
+        the tables ``create_cells_table`` made (the engine counts through count_marginals)."""
+        return self._con.execute(sql, list(params)).fetchall()
+
     def close(self) -> None:
         self._con.close()
         self._scratch.close()
@@ -367,13 +387,51 @@ def describe_source(path: Path) -> list[tuple[str, str]]:
                           hint="dpsql init reads CSV files with a header row, or Parquet") from None
     finally:
         con.close()
-    out = []
-    for name, dtype, *_ in rows:
-        t = str(dtype).upper()
-        kind = ("integer" if any(k in t for k in ("INT",)) else
-                "numeric" if any(k in t for k in ("DOUBLE", "FLOAT", "DECIMAL", "REAL")) else "text")
-        out.append((name, kind))
-    return out
+    return [(str(name), _coarse_type(dtype)) for name, dtype, *_ in rows]
+
+
+def _coarse_type(dtype) -> str:
+    t = str(dtype).upper()
+    return ("integer" if "INT" in t else
+            "numeric" if any(k in t for k in ("DOUBLE", "FLOAT", "DECIMAL", "REAL")) else "text")
+
+
+def describe_duckdb_table(path: Path, table: str | None) -> tuple[str, list[tuple[str, str]]]:
+    """The table ``table`` (None: the file's only table) of a DuckDB database file, with its
+    column names and coarse types, for ``dpsql init``: catalog metadata only, no rows."""
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise ConfigError(f"cannot open DuckDB database {path}: {exc}") from None
+    try:
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables ORDER BY table_name").fetchall()]
+        if table is None:
+            if len(tables) != 1:
+                raise ConfigError(f"{path} holds {len(tables)} tables; name one with --table",
+                                  hint="tables: " + (", ".join(tables) or "(none)"))
+            table = tables[0]
+        if table not in tables:
+            raise ConfigError(f"{path} has no table {table!r}", hint="tables: " + ", ".join(tables))
+        rows = con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                           "WHERE table_name = ? ORDER BY ordinal_position", [table]).fetchall()
+    finally:
+        con.close()
+    return table, [(str(name), _coarse_type(dtype)) for name, dtype in rows]
+
+
+def csv_to_parquet(src: Path, columns: Sequence[tuple[str, str]], dest: Path) -> None:
+    """Copy the CSV ``src`` (a header, NULL as an empty field) to the Parquet file ``dest``
+    with the DuckDB types of ``columns`` = [(name, SQL type)] (``export.write_rows``)."""
+    types = ", ".join(f"'{_sql_text(name)}': '{sql_type}'" for name, sql_type in columns)
+    con = duckdb.connect()
+    try:
+        con.execute(
+            f"COPY (SELECT * FROM read_csv('{_sql_text(os.fspath(src))}', header = true, "
+            f"columns = {{{types}}}, nullstr = '', quote = '\"')) "
+            f"TO '{_sql_text(os.fspath(dest))}' (FORMAT parquet)")
+    finally:
+        con.close()
 
 
 def brute_force_counts(rows: Sequence[Mapping], schema: TableSchema,

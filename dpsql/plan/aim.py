@@ -273,8 +273,12 @@ class _Budget:
         self.rho_measure *= 4
 
     def last(self, remaining: Fraction) -> None:
+        # the final round spends exactly what is left: ε is rounded down to its grid
+        # (epsilon_for) and the measurement takes the rest, so a full run leaves 0, not a
+        # residue (~1e-13 of the budget) shown as "left" that no measurement can use
         self.rho_select = (1 - self.alpha) * remaining
-        self.rho_measure = self.alpha * remaining
+        eps = epsilon_for(self.rho_select)
+        self.rho_measure = remaining - eps * eps / 8
 
     def adopt(self, result: RoundResult) -> None:
         """Continue from the parameters a replayed round actually used."""

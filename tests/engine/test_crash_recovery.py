@@ -95,6 +95,12 @@ def test_a_crash_at_any_step_ends_with_one_charge_and_one_release(tmp_path, step
     charges, releases, _ = _ledger(config)
     assert len(charges) == (1 if charged_before_crash else 0)
     assert len(releases) == (1 if step == "released" else 0)
+    if step == "charged":     # the operator sees it
+        budget = subprocess.run([sys.executable, "-m", "dpsql.cli", "budget", "--config", str(config)],
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                                timeout=300)
+        assert "charged, not released" in budget.stdout and f"#{charges[0].seq} t workload" in budget.stdout, \
+            budget.stdout
 
     again = _measure(config)
     assert again.returncode == 0, again.stderr
