@@ -46,7 +46,7 @@ class DuckDBBackend(SqlBackend):
 
     def __init__(self, sources: Mapping[str, Source], *, threads: int | None = None,
                  memory_limit: str | None = None) -> None:
-        self._framed = None      # the framed copy of a CSV being read (_frame), if any
+        self._framed: reader.Framed | None = None   # the framed copy of a CSV being read (_frame)
         super().__init__(sources)
         for name, source in self._sources.items():
             if source.kind not in ("csv", "parquet", "duckdb"):
@@ -93,9 +93,9 @@ class DuckDBBackend(SqlBackend):
         if source.kind == "parquet":
             if source.is_glob:
                 files = files if files is not None else parquet_files(source)
-                target = exp.Array(expressions=[exp.Literal.string(str(f)) for f in files])
+                target: exp.Expr = exp.Array(expressions=[exp.Literal.string(str(f)) for f in files])
             else:
-                target = exp.Literal.string(str(source.path))
+                target = exp.Literal.string(str(source.file))
 
             def opt(name, value):
                 return exp.EQ(this=exp.column(name), expression=value)
@@ -114,7 +114,7 @@ class DuckDBBackend(SqlBackend):
         footers, the DuckDB catalog); CSV fields are all VARCHAR."""
         if source.kind == "parquet" and source.is_glob:
             parquet_files(source)  # a glob that matches nothing is a ConfigError
-        elif not source.path.exists():
+        elif not source.file.exists():
             raise ConfigError(f"source file not found: {source.path}",
                               hint="fix the path in the configuration (relative paths are relative to the config file)")
         if source.kind == "csv":
@@ -138,7 +138,7 @@ class DuckDBBackend(SqlBackend):
         self.check_schema(schema)
         framed = reader.normalise_csv(source, self._tmp())
         self._framed = framed
-        remember_fingerprint(source.path, framed.stat_key, framed.fingerprint)
+        remember_fingerprint(source.file, framed.stat_key, framed.fingerprint)
         fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
         return framed, fp
 
@@ -335,9 +335,9 @@ def read_header(source: Source) -> tuple[str, ...]:
     """The field names of a CSV source from its first record only (metadata)."""
     d = source.dialect
     if not d.header:
-        return tuple(d.columns)
+        return d.field_names
     limit = d.max_record_bytes
-    with open(source.path, "rb") as fh:
+    with open(source.file, "rb") as fh:
         head = fh.read(limit + 2)
     if not head:
         raise ConfigError(f"{source.path}: the file is empty but the source declares a header",
