@@ -409,7 +409,7 @@ def cmd_measure(args) -> int:
         print("already measured: re-using the released measurements (nothing spent)")
     elif mode == "aim":
         print(f"AIM: {report.rounds} rounds ({report.replayed} re-used from the ledger), "
-              f"{report.blocks} marginals ({report.cells:,} cells); spent rho = {report.rho:.6g} now; "
+              f"{report.blocks} marginals ({report.cells:,} cells); spent rho = {format_rho(report.rho, 'up')} now; "
               f"of the run's rho = {report.run_rho:.6g}: {report.rho_select:.4g} selecting, "
               f"{report.rho_measure:.4g} measuring" +
               (f", {report.lost_rho:.4g} lost to an interrupted round" if report.lost_rho else ""))

@@ -36,7 +36,8 @@ from dpsql.engine.variance import Z95, interval_stderr
 from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
-                          PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
+                          PrivacyViolationError, ProgrammingError, UnsupportedQueryError,
+                          UselessMeasurementError)
 
 POLICIES = ("informed", "infer", "measure", "refuse")
 #: Who a session serves.  In-process front ends (CLI, DB-API, shell) are the operator's, who runs
@@ -210,8 +211,9 @@ class Session:
                 raise UnsupportedQueryError(
                     "the released measurements do not support this query and the policy refuses "
                     "queries that would need new measurements",
-                    hint="ask the operator to add it to the workload, or aggregate attributes that "
-                         "were measured together")
+                    hint=self.operator_step("add it to the workload and measure it",
+                                            "dpsql measure --increment")
+                    + ", or aggregate attributes that were measured together")
             if policy == "measure":
                 cost = self._measure_for(compiled, unsupported).rho
                 model, variance, version = self.engine.model(compiled.table)
@@ -496,7 +498,13 @@ class Session:
         strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].unit_rows,
                                                 self.engine.released_measurements(table))
         purpose = "query:" + ";".join(lq.name for lq in unsupported)
-        preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
+        try:
+            preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
+        except UselessMeasurementError as exc:
+            if self.role == "analyst":   # the engine's hint names the operator's settings
+                exc.hint = ("ask your operator for a larger per-query budget ([policy] epsilon), or "
+                            "answer from existing measurements (SET dpsql.policy = 'informed')")
+            raise
         if preview.rho > preview.remaining:
             raise BudgetExhaustedError(
                 f"answering needs a new measurement of rho = {format_rho(preview.rho, 'up')} but only "
@@ -579,7 +587,8 @@ class Session:
         if qb is None:
             raise PrivacyViolationError(
                 "policy 'measure' is not available: the configuration sets no per-query budget",
-                hint='the operator enables it with [policy] unsupported = "measure", epsilon = ...')
+                hint=self.operator_step("enable on-demand measurement with a per-query budget",
+                                        '[policy] unsupported = "measure", epsilon = ... in dpsql.toml'))
         remaining = self.engine.ledger.remaining(self.user)
         if qb.rho > remaining:
             raise PrivacyViolationError(

@@ -143,6 +143,15 @@ def test_hints_by_role(users_file, tmp_path):
                 hint = err.value.diag.message_hint or ""
                 assert hint.startswith("ask your operator to add a query such as `SELECT")
                 assert "dpsql measure" not in hint
+                bounded(lambda: analyst.execute("SET dpsql.policy = 'refuse'"))
+                with pytest.raises(psycopg.Error) as err:
+                    bounded(lambda: analyst.execute(NEVER_TOGETHER), timeout=300)
+                assert (err.value.diag.message_hint or "").startswith(
+                    "ask your operator to add it to the workload and measure it, or aggregate")
+                with pytest.raises(psycopg.Error) as err:   # no [policy] budget in this configuration
+                    bounded(lambda: analyst.execute("SET dpsql.policy = 'measure'"))
+                assert (err.value.diag.message_hint or "") == \
+                    "ask your operator to enable on-demand measurement with a per-query budget"
             finally:
                 analyst.close()
         finally:
@@ -150,8 +159,47 @@ def test_hints_by_role(users_file, tmp_path):
         with pytest.raises(dpsql.errors.UnsupportedQueryError) as exc:
             operator.cursor().execute(NEVER_TOGETHER)
         assert "(`dpsql measure --increment`)" in exc.value.hint and "ask your operator" not in exc.value.hint
+        cur = operator.cursor()
+        cur.execute("SET dpsql.policy = 'refuse'")
+        with pytest.raises(dpsql.errors.UnsupportedQueryError) as exc:
+            cur.execute(NEVER_TOGETHER)
+        assert exc.value.hint.startswith("add it to the workload and measure it (`dpsql measure --increment`)")
+        with pytest.raises(dpsql.errors.PrivacyViolationError) as exc:
+            cur.execute("SET dpsql.policy = 'measure'")
+        assert exc.value.hint.endswith('(`[policy] unsupported = "measure", epsilon = ... in dpsql.toml`)')
     finally:
         operator.close()
+
+
+def test_a_useless_on_demand_measurement_hint_by_role(users_file, tmp_path):
+    """A per-query budget so small that its answers would be noise is refused before anything is
+    read; the operator is told the settings to change, the analyst what to ask for."""
+    config = _config(tmp_path, 'policy = "measure"\n\n[policy]\nunsupported = "measure"\nepsilon = 1e-7\n'
+                               'allow_spend = true')
+    operator = dpsql.connect(config, user="alice")
+    try:
+        with pytest.raises(dpsql.errors.UselessMeasurementError) as exc:
+            operator.cursor().execute("SELECT race, COUNT(*) FROM adult GROUP BY race")
+        assert "[policy] epsilon" in exc.value.hint and "ask your operator" not in exc.value.hint
+    finally:
+        operator.close()
+    thread = serve(config, users_file=users_file, shadow=False)
+    try:
+        analyst = _connect(thread.port, "alice")
+        try:
+            with pytest.raises(psycopg.Error) as err:
+                bounded(lambda: analyst.execute("SELECT race, COUNT(*) FROM adult GROUP BY race"), timeout=300)
+            assert err.value.sqlstate == "53P01"
+            assert (err.value.diag.message_hint or "").startswith("ask your operator for a larger per-query budget")
+        finally:
+            analyst.close()
+    finally:
+        thread.stop()
+    check = dpsql.connect(config, user="alice")
+    try:
+        assert check.session.budget()["total_spent_rho"] == 0   # nothing spent
+    finally:
+        check.close()
 
 
 def test_declared_domains_in_the_catalog(shadow_server):
