@@ -63,10 +63,13 @@ con = dpsql.connect(sys.argv[2], user="alice")
 s = con.session
 queries, reps = json.loads(sys.argv[3]), int(sys.argv[4])
 t = time.perf_counter(); s.execute(queries[0][0], queries[0][1][0]); first = time.perf_counter() - t
-out = {"first": first, "warm": {q: [] for q, _ in queries}}
+out = {"first": first, "warm": {q: [] for q, _ in queries}, "cpu": {q: [] for q, _ in queries}}
 for i in range(1, reps + 1):
     for sql, params in queries:
-        t = time.perf_counter(); s.execute(sql, params[i]); out["warm"][sql].append(time.perf_counter() - t)
+        t, c = time.perf_counter(), time.process_time()
+        s.execute(sql, params[i])
+        out["warm"][sql].append(time.perf_counter() - t)
+        out["cpu"][sql].append(time.process_time() - c)
 print(json.dumps(out))
 """
 
@@ -115,11 +118,13 @@ def run_warm(root: Path, config: Path, reps: int) -> dict:
     return json.loads(out.stdout)
 
 
-def run_cli(root: Path, config: Path) -> float:
-    t = time.perf_counter()
+def run_cli(root: Path, config: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of a new process answering ``NEW_PROCESS_SQL``."""
+    t, c = time.perf_counter(), os.times()
     subprocess.run([sys.executable, "-c", CLI_CHILD, str(root), str(config), NEW_PROCESS_SQL],
                    check=True, capture_output=True, cwd=config.parent)
-    return time.perf_counter() - t
+    c1 = os.times()
+    return time.perf_counter() - t, (c1.children_user - c.children_user) + (c1.children_system - c.children_system)
 
 
 def p95(xs: list[float]) -> float:
@@ -142,7 +147,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base_sha = export(args.base, Path(tmp))
         roots = {"base": Path(tmp), "this": ROOT}
-        res: dict[str, dict] = {k: {"first": [], "warm": {}, "cli": []} for k in roots}
+        res: dict[str, dict] = {k: {"first": [], "warm": {}, "cpu": {}, "cli": [], "cli_cpu": []}
+                                for k in roots}
         load0 = os.getloadavg()
         for r in range(args.rounds):
             order = ["base", "this"] if r % 2 == 0 else ["this", "base"]
@@ -151,7 +157,10 @@ def main() -> None:
                 res[name]["first"].append(w["first"])
                 for sql, ts in w["warm"].items():
                     res[name]["warm"].setdefault(sql, []).extend(ts)
-                res[name]["cli"].append(run_cli(roots[name], config))
+                    res[name]["cpu"].setdefault(sql, []).extend(w["cpu"][sql])
+                wall, cpu = run_cli(roots[name], config)
+                res[name]["cli"].append(wall)
+                res[name]["cli_cpu"].append(cpu)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
         load1 = os.getloadavg()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this {head[:7]}"
@@ -162,12 +171,17 @@ def main() -> None:
 
     def line(label, key):
         print(f"{label:58} {key(res['base']):>10.3f} {key(res['this']):>10.3f}")
-    line("new process `dpsql query` GROUP BY dest, median s", lambda d: statistics.median(d["cli"]))
+    line("new process `dpsql query` GROUP BY dest, median wall s", lambda d: statistics.median(d["cli"]))
+    line("new process `dpsql query` GROUP BY dest, median CPU s",
+         lambda d: statistics.median(d["cli_cpu"]))
     line("first execute in a process (prepares factors), median s",
          lambda d: statistics.median(d["first"]))
     for sql, _ in WARM:
         line(f"warm p95 s: {sql[:45]}", lambda d, s=sql: p95(d["warm"][s]))
     line("warm p95 s, all statements", lambda d: p95([t for ts in d["warm"].values() for t in ts]))
+    line("warm p95 CPU s, all statements", lambda d: p95([t for ts in d["cpu"].values() for t in ts]))
+    for sql, _ in WARM[:3]:
+        line(f"warm p95 CPU s: {sql[:41]}", lambda d, s=sql: p95(d["cpu"][s]))
     line("warm median s, all statements",
          lambda d: statistics.median([t for ts in d["warm"].values() for t in ts]))
 

@@ -137,7 +137,28 @@ class GramPinv:
 
     def quad(self, qa: np.ndarray, qb: np.ndarray) -> np.ndarray:
         """diag(qa G⁺ qbᵀ)."""
-        return np.einsum("ij,ij->i", self.coords(qa), self.coords(qb))
+        ca = self.coords(qa)
+        return np.einsum("ij,ij->i", ca, ca if qb is qa else self.coords(qb))
+
+    def spans(self, q: np.ndarray, atol: float) -> bool:
+        """Whether every row of q lies in M's row space: ``np.allclose(project(q), q,
+        atol=atol)``, reading only q's entries in the columns where that can fail (a block
+        whose row space is all of its columns projects q's entries there onto themselves)."""
+        q = np.asarray(q, dtype=np.float64)
+        full = np.zeros(self.shape[1], dtype=bool)
+        partial = []
+        for g in self._groups:
+            if g.basis.shape[1] == g.basis.shape[2]:
+                full[g.col_span or g.cols] = True
+            else:
+                partial.append(g)
+        rest = np.flatnonzero(~full)
+        if rest.size == 0:
+            return True
+        sub = q[:, rest]
+        if not partial:      # the rest are columns no row touches: they project to 0
+            return bool(np.allclose(np.zeros_like(sub), sub, atol=atol))
+        return bool(np.allclose(self.project(q)[:, rest], sub, atol=atol))
 
     def estimator(self, q: np.ndarray) -> np.ndarray:
         """q G⁺ Mᵀ (local least squares), as (q L)(M L)ᵀ, block by block."""

@@ -187,3 +187,22 @@ def test_each_independent_block_is_factored_alone(monkeypatch):
     m[:3, :2], m[3:6, 2:4], m[6:, 4:] = a, 2 * a, 4 * a
     GramPinv(m)
     assert seen == [(3, 2)] * 3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spans_is_the_projection_check(seed):
+    """``spans(q)`` answers as ``allclose(project(q), q)`` while reading only the columns
+    where a row can leave the row space: rows inside it, rows with an entry on a column no
+    row touches, rows off a rank-deficient block's span."""
+    rng = np.random.default_rng(seed)
+    m = _block_structured(rng, graded=seed % 2 == 0)
+    g = GramPinv(m)
+    n = m.shape[1]
+    inside = rng.integers(-2, 3, size=(4, m.shape[0])).astype(float) @ m
+    assert g.spans(inside, atol=1e-8 * np.abs(inside).max())
+    for j in range(n):
+        q = inside.copy()
+        q[1, j] += 1.0
+        expect = np.allclose(g.project(q), q, atol=1e-8 * np.abs(q).max())
+        assert g.spans(q, atol=1e-8 * np.abs(q).max()) == expect
+    assert not g.spans(np.ones((1, n)), atol=1e-8)      # the zero columns are off the span
