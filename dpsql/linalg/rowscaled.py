@@ -35,8 +35,6 @@ backward stable).
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse import csgraph
 
 #: A unit row whose distance from the span of the heavier pivots is at most this is in their
 #: span.  Exact dependencies leave ~1e-15; integer rows that are independent stay far above
@@ -234,26 +232,44 @@ def _span(idx: np.ndarray) -> slice | None:
 
 
 def _blocks(m: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(rows, columns) of the independent blocks of ``m``: the connected components of the
-    graph joining a row to the columns where it is non-zero (zero rows and columns belong to
-    none: they add nothing to the gram)."""
+    """(rows, columns) of the independent blocks of ``m``, by first column: the connected
+    components of the graph joining a row to the columns where it is non-zero (zero rows and
+    columns belong to none: they add nothing to the gram)."""
     nz = m != 0
-    live_rows = np.flatnonzero(nz.any(axis=1))
-    live_cols = np.flatnonzero(nz.any(axis=0))
+    row_nnz, col_nnz = nz.sum(axis=1), nz.sum(axis=0)
+    live_rows, live_cols = np.flatnonzero(row_nnz), np.flatnonzero(col_nnz)
     if live_rows.size == 0:
         return []
-    k, n = m.shape
-    r, c = np.nonzero(nz)
-    # bipartite graph: rows are nodes 0..k-1, columns k..k+n-1
-    graph = sparse.coo_matrix((np.ones(r.size), (r, k + c)), shape=(k + n, k + n))
-    _, label = csgraph.connected_components(graph, directed=False)
-    row_label, col_label = label[:k], label[k:]
+    if row_nnz.max() == live_cols.size:      # a row touching every column: one block
+        return [(live_rows, live_cols)]
+    # Each column's label is the smallest column known to be in its block: a row takes the
+    # least label of its columns, a column the least of its rows', then labels jump to their
+    # label's label (pointer jumping: a path of blocks merges in log rounds, not its length).
+    _, c = np.nonzero(nz)                                   # by row
+    ct, r = np.nonzero(nz.T)                                # by column
+    row_starts = np.concatenate([[0], np.cumsum(row_nnz[live_rows])[:-1]])
+    col_starts = np.concatenate([[0], np.cumsum(col_nnz[live_cols])[:-1]])
+    label = np.arange(m.shape[1])
+    row_label = np.zeros(m.shape[0], dtype=label.dtype)
+    while True:
+        row_label[live_rows] = np.minimum.reduceat(label[c], row_starts)
+        new = label.copy()
+        new[live_cols] = np.minimum(label[live_cols], np.minimum.reduceat(row_label[r], col_starts))
+        while True:
+            jumped = new[new]
+            if np.array_equal(jumped, new):
+                break
+            new = jumped
+        if np.array_equal(new, label):
+            break
+        label = new
+    row_label[live_rows] = label[c[row_starts]]
     rows = live_rows[np.argsort(row_label[live_rows], kind="stable")]
-    cols = live_cols[np.argsort(col_label[live_cols], kind="stable")]
-    labels, row_starts = np.unique(row_label[rows], return_index=True)
-    col_starts = np.searchsorted(col_label[cols], labels)
-    out = list(zip(np.split(rows, row_starts[1:]), np.split(cols, col_starts[1:])))
-    return sorted(out, key=lambda rc: int(rc[1][0]))      # by first column
+    cols = live_cols[np.argsort(label[live_cols], kind="stable")]
+    labels, row_first = np.unique(row_label[rows], return_index=True)
+    col_first = np.searchsorted(label[cols], labels)
+    # a block's label is its smallest column, so sorting by label sorts by first column
+    return list(zip(np.split(rows, row_first[1:]), np.split(cols, col_first[1:])))
 
 
 class _Column:

@@ -206,3 +206,34 @@ def test_spans_is_the_projection_check(seed):
         expect = np.allclose(g.project(q), q, atol=1e-8 * np.abs(q).max())
         assert g.spans(q, atol=1e-8 * np.abs(q).max()) == expect
     assert not g.spans(np.ones((1, n)), atol=1e-8)      # the zero columns are off the span
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_blocks_are_the_connected_components(seed):
+    """``_blocks`` (label propagation with pointer jumping) finds scipy's connected
+    components of the row–column graph: sparse random patterns, a bidiagonal chain (one
+    block however long), zero rows and columns."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from dpsql.linalg.rowscaled import _blocks
+    rng = np.random.default_rng(seed)
+    k, n = (int(v) for v in rng.integers(1, 60, size=2))
+    m = (rng.random((k, n)) < rng.choice([0.01, 0.03, 0.1])).astype(float)
+    if seed == 0:
+        k, n = 80, 81
+        m = np.eye(k, n) + np.eye(k, n, 1)
+    got = _blocks(m)
+    r, c = np.nonzero(m)
+    graph = coo_matrix((np.ones(r.size), (r, k + c)), shape=(k + n, k + n))
+    _, label = connected_components(graph, directed=False)
+    expect = {}
+    for i in np.flatnonzero(m.any(axis=1)):
+        expect.setdefault(label[i], [set(), set()])[0].add(int(i))
+    for j in np.flatnonzero(m.any(axis=0)):
+        expect[label[k + j]][1].add(int(j))
+    assert sorted((sorted(a), sorted(b)) for a, b in expect.values()) == \
+        sorted((sorted(rows.tolist()), sorted(cols.tolist())) for rows, cols in got)
+    assert [int(cols[0]) for _, cols in got] == sorted(int(cols.min()) for _, cols in got)
+    if seed == 0:
+        assert len(got) == 1
