@@ -445,8 +445,8 @@ def _binning_bound(plan: AggPlan, got, bound, groups: int) -> np.ndarray:
         (s2, v2), (s1, v1), (c, vc) = got
         c = c.sum(axis=0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            beta = plan.halfwidth * (np.sqrt(c / np.maximum(c - 1, 1e-300)) if plan.method == "samp" else 1.0)
-            beta = np.where(c > 1, beta, np.inf)
+            scale = np.sqrt(c / np.maximum(c - 1, 1e-300)) if plan.method == "samp" else np.ones_like(c)
+            beta = np.where(c > 1, plan.halfwidth * scale, np.inf)
             if plan.kind == "stddev":
                 return beta
             v, var = _moments(replace(plan, kind="variance"), [(s2, v2), (s1, v1), (c[None], vc)], groups)
@@ -506,6 +506,8 @@ def run_program(cq, answers, stderrs, present=None, bounds=None, with_bias=False
     pass it, to mimic SQL's omission of empty groups from exact counts; the engine never
     does, because which groups are empty is private.
     """
+    # (rows, stderr rows or None[, ranges][, bias]): the tuple grows with what was asked
+    out: tuple[list | None, ...]
     if cq.is_explain:
         lines = cq.explain().split("\n")
         out = [(line,) for line in lines], ([(None,) for _ in lines] if stderrs is not None else None)
