@@ -268,7 +268,8 @@ class DuckDBBackend(SqlBackend):
                     q = _sql_text(source.dialect.quote)
                     lines = exp.select("line").from_(exp.alias_(exp.Subquery(this=rel), "__r")).sql(self.dialect)
                     open_quotes = int(self._run(
-                        f"SELECT count(*) FROM ({lines}) WHERE (length(line) - length(replace(line, '{q}', ''))) % 2 = 1",
+                        f"SELECT count(*) FROM ({lines}) "
+                        f"WHERE (length(line) - length(replace(line, '{q}', ''))) % 2 = 1",
                         (), what="checking the rows").fetchone()[0])
             finally:
                 self._drop_framed()

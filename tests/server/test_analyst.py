@@ -254,7 +254,8 @@ def test_a_refusal_says_how_an_analyst_sees_every_label(engine_server):
         hint = err.value.diag.message_hint or ""
         assert "'Germany'" in hint and hint.endswith("over dpsql serve, dpsql_columns.labels")
         (labels,), = bounded(lambda: conn.execute(
-            "SELECT labels FROM dpsql_columns WHERE table_name = 'adult' AND column_name = 'native_country'").fetchall())
+            "SELECT labels FROM dpsql_columns "
+            "WHERE table_name = 'adult' AND column_name = 'native_country'").fetchall())
         assert len(labels) == 41 and "Germany" in labels and "Holand-Netherlands" in labels
     finally:
         conn.close()

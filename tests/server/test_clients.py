@@ -281,8 +281,9 @@ def test_shadow_runs_client_sql_without_superuser_powers(pg):
     # the public tables are visible (information_schema lists only what the role may read) and empty
     assert bounded(lambda: pg.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'adult'")
                    .fetchall()) == [(0,)]
-    assert sorted(bounded(lambda: pg.execute("SELECT table_name FROM information_schema.tables "
-                                             "WHERE table_schema = 'public'").fetchall())) == [("adult",), ("dpsql_columns",)]
+    tables = bounded(lambda: pg.execute("SELECT table_name FROM information_schema.tables "
+                                        "WHERE table_schema = 'public'").fetchall())
+    assert sorted(tables) == [("adult",), ("dpsql_columns",)]
 
 
 def test_psycopg_protocol_negotiation(shadow_server):
