@@ -50,6 +50,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) bench/run_all.py
 
 # Evaluation suite against SmartNoise SQL (bench/suite.py; creates bench/peers/.venv-smartnoise),

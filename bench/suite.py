@@ -117,7 +117,7 @@ def truth_for(table: str, queries: list[str]) -> list[dict]:
     oracle = ExactOracle({table: schema}, {table: cfg.sources[table]})
     binned = OUT / "data" / f"{table}.binned.csv"
     if not binned.exists():
-        oracle.con.execute(f"COPY \"{table}\" TO '{binned}' (HEADER, DELIMITER ',')")
+        oracle.query(f"COPY \"{table}\" TO '{binned}' (HEADER, DELIMITER ',')")
     out = []
     for sql in queries:
         cq = compile_sql(sql, {table: schema})

@@ -7,7 +7,8 @@ the exception hierarchy.  Everything else is internal and documented in ``docs/`
 from dpsql.errors import (  # noqa: F401  (re-exported, PEP 249)
     BudgetExhaustedError, DataError, DatabaseError, DomainViolationError, Error, IntegrityError,
     InterfaceError, InternalError, ModelTooLargeError, NotSupportedError, OperationalError,
-    PrivacyViolationError, ProgrammingError, StatementTooComplexError, UnsupportedQueryError, Warning,
+    PrivacyViolationError, ProgrammingError, StatementTooComplexError, UnsupportedQueryError,
+    UselessMeasurementError, Warning,
 )
 
 __version__ = "0.1.0"
@@ -30,4 +31,4 @@ __all__ = sorted(_DBAPI) + ["Error", "Warning", "InterfaceError", "DatabaseError
                             "OperationalError", "IntegrityError", "InternalError", "ProgrammingError",
                             "NotSupportedError", "BudgetExhaustedError", "DomainViolationError",
                             "ModelTooLargeError", "PrivacyViolationError", "StatementTooComplexError",
-                            "UnsupportedQueryError"]
+                            "UnsupportedQueryError", "UselessMeasurementError"]

@@ -33,7 +33,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsql import errors
-from dpsql.display import (INFERRED_NOTE, Z95, describe_progress, format_value,  # noqa: F401  (part of this module's API)
+from dpsql.display import (BOUNDED_NOTE, INFERRED_NOTE, Z95, has_bounded, describe_progress, format_value,  # noqa: F401  (part of this module's API)
                            table_lines)
 from dpsql.privacy.accountant import format_rho
 
@@ -68,6 +68,8 @@ def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
     print(f"({n} row{'s' if n != 1 else ''})", file=out)
     if any(result.inferred):
         print(INFERRED_NOTE, file=out)
+    if has_bounded(result) and mode != "off":
+        print(BOUNDED_NOTE, file=out)
 
 
 # -- progress ------------------------------------------------------------------------------
@@ -407,7 +409,7 @@ def cmd_measure(args) -> int:
         print("already measured: re-using the released measurements (nothing spent)")
     elif mode == "aim":
         print(f"AIM: {report.rounds} rounds ({report.replayed} re-used from the ledger), "
-              f"{report.blocks} marginals ({report.cells:,} cells); spent rho = {report.rho:.6g} now; "
+              f"{report.blocks} marginals ({report.cells:,} cells); spent rho = {format_rho(report.rho, 'up')} now; "
               f"of the run's rho = {report.run_rho:.6g}: {report.rho_select:.4g} selecting, "
               f"{report.rho_measure:.4g} measuring" +
               (f", {report.lost_rho:.4g} lost to an interrupted round" if report.lost_rho else ""))
@@ -522,6 +524,14 @@ def cmd_budget(args) -> int:
         for r in releases:
             state = "in use" if r.current else "STALE (" + "; ".join(r.reasons) + ")"
             print(f"  #{r.seq} {r.table} {r.purpose or 'workload'}: rho = {format_rho(r.rho, 'up')}, {state}")
+    pending = con.session.engine.unreleased_charges()
+    if pending:
+        print(f"charged, not released (a run stopped before recording it): {len(pending)}; the next identical "
+              "measurement (dpsql measure, the same query, AIM's run) releases it without a new charge")
+        for e in pending:
+            mech = e.mechanism if isinstance(e.mechanism, dict) else {}
+            print(f"  #{e.seq} {mech.get('table', '?')} {mech.get('purpose') or 'workload'}: "
+                  f"rho = {format_rho(e.rho, 'up')}")
     return 0
 
 

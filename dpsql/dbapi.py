@@ -236,6 +236,14 @@ class Cursor:
         return [] if self._result is None else self._result.bounds
 
     @property
+    def bias(self) -> list[tuple]:
+        """Per row and column: the bound on the binning error of a SUM/AVG/VARIANCE/STDDEV over
+        wide bins that ``stderr`` already includes (stderr = σ + bias/1.96, so the 95%
+        half-width 1.96·stderr is widened by it: a bounded interval, not a pure CI); None
+        elsewhere."""
+        return [] if self._result is None else self._result.bias
+
+    @property
     def cost(self) -> Fraction:
         """ρ spent by the last statement, exact (0 when answered from existing measurements)."""
         return Fraction(0) if self._result is None else self._result.cost

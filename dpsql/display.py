@@ -35,6 +35,9 @@ NULL_TEXT = "(null)"
 INFERRED_MARK = "*"
 INFERRED_NOTE = ("* inferred by the model without a supporting measurement: no standard error; "
                  "[lower, upper] is the range the released measurements allow")
+BOUNDED_MARK = "(binned)"
+BOUNDED_NOTE = ("(binned): the ± also holds a bound on the error of binning (values replaced by their "
+                "bin's midpoint): a bounded interval, not a pure 95% CI (docs/sql.md)")
 ERROR_MODES = ("ci95", "stderr", "off")
 MAX_TEXT_DECIMALS = 6   # text never shows more decimals; programs get the full rounding
 
@@ -247,6 +250,10 @@ def cells(result, mode: str) -> list[list[tuple[str, str, bool]]]:
         rng = bounds[i] if i < len(bounds) and bounds[i] else ()
         row_cells = [format_cell(row[j], errs[j] if j < len(errs) else None, mode,
                                  rng[j] if j < len(rng) else None) for j in range(ncol)]
+        for j in bounded_columns(result, i):
+            v, e, m = row_cells[j]
+            if e:
+                row_cells[j] = (v, f"{e} {BOUNDED_MARK}", m)
         if ncol and i < len(result.inferred) and result.inferred[i] and not any(m for _, _, m in row_cells):
             # the row is flagged but no value says which one: mark the last
             v, e, _ = row_cells[-1]
@@ -254,6 +261,17 @@ def cells(result, mode: str) -> list[list[tuple[str, str, bool]]]:
         for j in range(ncol):
             by_col[j].append(row_cells[j])
     return by_col
+
+
+def bounded_columns(result, i: int) -> list[int]:
+    """Columns of row i whose interval includes a binning bound (``Result.bias``)."""
+    bias = getattr(result, "bias", None) or []
+    row = bias[i] if i < len(bias) and bias[i] else ()
+    return [j for j, b in enumerate(row) if b is not None]
+
+
+def has_bounded(result) -> bool:
+    return any(bounded_columns(result, i) for i in range(len(result.rows)))
 
 
 def table_lines(result, mode: str = "ci95") -> list[str]:
@@ -291,4 +309,5 @@ def describe_progress(stage: str, info: dict) -> str:
 __all__ = ["describe_progress", "format_value", "format_cell", "plain", "table_lines", "cells",
            "round_value", "round_error", "round_range", "rounded_rows", "decimals",
            "value_decimals", "range_decimals", "NULL_TEXT", "INFERRED_MARK", "INFERRED_NOTE",
+           "BOUNDED_MARK", "BOUNDED_NOTE", "bounded_columns", "has_bounded",
            "ERROR_MODES", "Z95"]

@@ -112,30 +112,9 @@ def _from_data(path: Path, kind: str, table: str | None) -> TableDraft:
 
 
 def _from_duckdb(path: Path, table: str | None) -> TableDraft:
-    import duckdb
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as exc:
-        raise ConfigError(f"cannot open DuckDB database {path}: {exc}") from None
-    try:
-        tables = [r[0] for r in con.execute(
-            "SELECT table_name FROM information_schema.tables ORDER BY table_name").fetchall()]
-        if table is None:
-            if len(tables) != 1:
-                raise ConfigError(f"{path} holds {len(tables)} tables; name one with --table",
-                                  hint="tables: " + (", ".join(tables) or "(none)"))
-            table = tables[0]
-        if table not in tables:
-            raise ConfigError(f"{path} has no table {table!r}", hint="tables: " + ", ".join(tables))
-        rows = con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                           "WHERE table_name = ? ORDER BY ordinal_position", [table]).fetchall()
-    finally:
-        con.close()
-    cols = []
-    for name, dtype in rows:
-        t = str(dtype).upper()
-        cols.append(_typed(name, "integer" if "INT" in t else
-                           "numeric" if any(k in t for k in ("DOUBLE", "FLOAT", "DECIMAL", "REAL")) else "text"))
+    from dpsql.measure.backend import describe_duckdb_table
+    table, described = describe_duckdb_table(path, table)
+    cols = [_typed(name, kind) for name, kind in described]
     return TableDraft(table_name(table), {"duckdb": str(path.resolve()), "table": table}, cols,
                       f"table {table} of {path.name}")
 

@@ -6,6 +6,13 @@ wire server and drivers such as psycopg map them sensibly) and every instance ca
 message, a hint telling the user what to change, and, for errors in SQL text, a
 1-based character position.
 
+Registry (as psycopg's ``errors.lookup``): a class that declares a ``sqlstate`` is registered
+under it when it is defined; a code belongs to one class only, and the class must descend
+from the PEP 249 category of the code's SQLSTATE class (``CATEGORIES``, the mapping
+PostgreSQL's classes have in psycopg), so a DB-API user and a psycopg user of ``dpsql serve``
+catch the same category for the same error.  :func:`error_for_sqlstate` looks a code up and
+falls back by its two-character class, then its first character.
+
 Privacy: messages and hints must be built from the SQL text and *public* metadata
 only (declared domains, budgets).  Nothing derived from private rows may appear in an
 error; see ``docs/privacy.md`` ("Errors").
@@ -13,8 +20,7 @@ error; see ``docs/privacy.md`` ("Errors").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "Error",
@@ -35,18 +41,65 @@ __all__ = [
     "PrivacyViolationError",
     "UnsupportedQueryError",
     "BudgetExhaustedError",
+    "UselessMeasurementError",
     "ModelTooLargeError",
     "LedgerCorruptError",
     "QueryCanceledError",
     "StatementTooComplexError",
     "error_for_sqlstate",
+    "category_of",
+    "CATEGORIES",
 ]
+
+#: The PEP 249 category of each SQLSTATE class: the code's first two characters, else its
+#: first one (PostgreSQL's classes, Appendix A, categorised as psycopg's ``errors`` does).
+#: "01" (warnings) and "HY" (misuse of the driver, ODBC's general-error class) are dpsql's
+#: own: PostgreSQL never sends them, and the wire server sends no InterfaceError or Warning.
+CATEGORIES: dict[str, str] = {
+    "01": "Warning", "HY": "InterfaceError",
+    "08": "OperationalError", "0A": "NotSupportedError", "10": "ProgrammingError",
+    "20": "ProgrammingError", "21": "ProgrammingError", "22": "DataError", "23": "IntegrityError",
+    "24": "InternalError", "25": "InternalError", "26": "ProgrammingError", "27": "OperationalError",
+    "28": "OperationalError", "2B": "InternalError", "2D": "InternalError", "2F": "OperationalError",
+    "34": "ProgrammingError", "38": "OperationalError", "39": "OperationalError",
+    "3B": "OperationalError", "3D": "ProgrammingError", "3F": "ProgrammingError",
+    "40": "OperationalError", "42": "ProgrammingError", "44": "ProgrammingError",
+    "53": "OperationalError", "54": "OperationalError", "55": "OperationalError",
+    "57": "OperationalError", "58": "OperationalError",
+    "F": "OperationalError", "H": "OperationalError", "P": "ProgrammingError", "X": "InternalError",
+}
+
+_REGISTRY: dict[str, type[Error]] = {}
+
+
+def category_of(sqlstate: str) -> str:
+    """The PEP 249 category name of ``sqlstate``'s class ("DatabaseError" when unknown)."""
+    return CATEGORIES.get(sqlstate[:2]) or CATEGORIES.get(sqlstate[:1]) or "DatabaseError"
 
 
 class Error(Exception):
-    """Root of every error dpsql raises (PEP 249 ``Error``)."""
+    """Root of every error dpsql raises (PEP 249 ``Error``).
 
-    sqlstate: str = "XX000"
+    ``Error`` and ``DatabaseError`` are abstract categories: they declare no code of their
+    own (their ``sqlstate`` is InternalError's; neither is ever raised as such)."""
+
+    sqlstate: ClassVar[str] = "XX000"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        code = cls.__dict__.get("sqlstate")
+        if code is None:
+            return           # shares its parent's code: lookups find the parent
+        if not (isinstance(code, str) and len(code) == 5 and code.isalnum() and code.upper() == code):
+            raise TypeError(f"{cls.__name__}.sqlstate must be five digits or capital letters, got {code!r}")
+        if code in _REGISTRY:
+            raise TypeError(f"SQLSTATE {code} already belongs to {_REGISTRY[code].__name__}; "
+                            f"give {cls.__name__} a code of its own or none")
+        category = category_of(code)
+        if not any(base.__name__ == category and base.__module__ == __name__ for base in cls.__mro__):
+            raise TypeError(f"{cls.__name__} has SQLSTATE {code}, whose class is a PEP 249 "
+                            f"{category}, but does not derive from {category}")
+        _REGISTRY[code] = cls
 
     def __init__(self, message: str, *, hint: str | None = None,
                  position: int | None = None, detail: str | None = None) -> None:
@@ -79,13 +132,13 @@ class Warning(Error):  # noqa: A001 - PEP 249 name
 
 
 class InterfaceError(Error):
-    """Misuse of the driver itself (closed cursor, fetch before execute, bad config)."""
+    """Misuse of the driver itself (closed cursor, fetch before execute)."""
 
     sqlstate = "HY000"
 
 
 class DatabaseError(Error):
-    sqlstate = "XX000"
+    """PEP 249 ``DatabaseError``: abstract, the parent of every category below."""
 
 
 class DataError(DatabaseError):
@@ -113,13 +166,16 @@ class ProgrammingError(DatabaseError):
 
 
 class NotSupportedError(DatabaseError):
-    sqlstate = "0A000"
+    # 0A000 (feature_not_supported) is what a refused query sends: UnsupportedQueryError's
+    sqlstate = "0AP01"
 
 
 # --- DP-specific and SQL-specific errors ------------------------------------------------
 
-class ConfigError(InterfaceError):
-    """A configuration or domain-declaration file is invalid (names the file and field)."""
+class ConfigError(OperationalError):
+    """A configuration or domain-declaration file is invalid (names the file and field).
+
+    SQLSTATE F0000 (config_file_error): an OperationalError, as psycopg classes it."""
 
     sqlstate = "F0000"
 
@@ -136,8 +192,10 @@ class UnknownColumnError(ProgrammingError):
     sqlstate = "42703"
 
 
-class DomainViolationError(ProgrammingError):
-    """A literal or expression falls outside an attribute's declared (public) domain."""
+class DomainViolationError(DataError):
+    """A literal or expression falls outside an attribute's declared (public) domain.
+
+    SQLSTATE 22023 (invalid_parameter_value), class 22: a PEP 249 DataError."""
 
     sqlstate = "22023"
 
@@ -166,6 +224,18 @@ class BudgetExhaustedError(OperationalError):
         self.remaining_rho = remaining_rho
 
 
+class UselessMeasurementError(BudgetExhaustedError):
+    """A measurement's budget share is so small that its answers would be noise: refused
+    from public metadata before any data is read (``docs/privacy.md``, "Useless
+    measurements"); ``expected_error`` is the noise standard deviation it would have."""
+
+    sqlstate = "53P01"
+
+    def __init__(self, message: str, *, expected_error: float | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.expected_error = expected_error
+
+
 class ModelTooLargeError(OperationalError):
     """The graphical model (junction tree) would exceed the configured capacity."""
 
@@ -184,8 +254,10 @@ class StatementTooComplexError(OperationalError):
     sqlstate = "54001"
 
 
-class LedgerCorruptError(IntegrityError):
-    """The privacy ledger failed its integrity check; no further charges are accepted."""
+class LedgerCorruptError(InternalError):
+    """The privacy ledger failed its integrity check; no further charges are accepted.
+
+    SQLSTATE XX001 (data_corrupted), class XX: a PEP 249 InternalError."""
 
     sqlstate = "XX001"
 
@@ -194,23 +266,12 @@ class QueryCanceledError(OperationalError):
     sqlstate = "57014"
 
 
-def _all_subclasses(cls: type[Error]) -> Iterator[type[Error]]:
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _all_subclasses(sub)
-
-
 def error_for_sqlstate(sqlstate: str) -> type[Error]:
-    """The most specific class registered for ``sqlstate`` (falls back by class, then root)."""
-    best = None
-    for cls in _all_subclasses(Error):
-        if cls.sqlstate == sqlstate:
-            best = cls
-            break
-    if best is None:
-        prefix = sqlstate[:2]
-        by_class = {"22": DataError, "23": IntegrityError, "42": ProgrammingError,
-                    "0A": NotSupportedError, "53": OperationalError, "54": OperationalError,
-                    "57": OperationalError, "58": OperationalError, "XX": InternalError}
-        best = by_class.get(prefix, DatabaseError)
-    return best
+    """The class registered for ``sqlstate``; else the category of its two-character class,
+    then of its first character; else ``DatabaseError`` (as psycopg's lookup)."""
+    code = sqlstate.upper()
+    found = _REGISTRY.get(code)
+    if found is not None:
+        return found
+    category: type[Error] = globals()[category_of(code)]
+    return category

@@ -54,6 +54,57 @@ def catalog_type(attr) -> str:
     return "double precision"
 
 
+def _num(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def domain_items(attr, limit: int | None = DESCRIBE_LIMIT, see_all: str = "") -> list[str]:
+    """The declared domain of one column as display items (the shell's ``\\d``, the wire
+    catalog's column comments); a categorical with more than ``limit`` labels is summarised,
+    ``see_all`` saying where to see every label.  Public metadata only."""
+    kind = attr.kind
+    if kind == "categorical":
+        labels = [str(lab) for lab in declared_labels(attr)]
+        shown = labels if limit is None or len(labels) <= limit else labels[:SHOWN]
+        items = [repr(lab) for lab in shown]
+        if len(shown) < len(labels):
+            where = f"; {see_all}" if see_all else ""
+            items.append(f"… and {len(labels) - len(shown):,} more ({len(labels):,} labels{where})")
+        if attr.other_index is not None:
+            items.append("(any other value)")
+    elif kind == "integer":
+        edges = attr.edges
+        w = attr.bin_width
+        if edges:
+            items = [f"{attr.lo}..{attr.hi} in bins starting at {edges[0]}"] + [str(e) for e in edges[1:]]
+        else:
+            items = [f"{attr.lo}..{attr.hi}" + (f" in bins of {w}" if w != 1 else "")]
+    elif kind == "numeric":
+        items = [f"bins with edges {_num(attr.edges[0])}"] + [_num(e) for e in attr.edges[1:]]
+    else:
+        items = [str(x) for x in attr.labels()]
+    if attr.nullable:
+        items.append("NULL")
+    return items
+
+
+def column_comment(attr, see_all: str = "") -> str:
+    """A column's declared domain in one paragraph, for ``COMMENT ON COLUMN`` (psql's ``\\d+``,
+    BI tools' column descriptions): kind, bounds, bins, labels (summarised when long), what
+    GROUP BY returns for wide bins and what an open column's (other) cell holds."""
+    text = f"declared domain ({attr.kind}, {attr.size:,} cells): " + ", ".join(domain_items(attr, see_all=see_all))
+    if attr.kind != "categorical":
+        bounds = attr.bin_bounds()
+        wide = next((i for i, b in enumerate(bounds) if b is not None and b[0] != b[1]), None)
+        if wide is not None:
+            example = attr.labels()[wide]
+            text += (f". GROUP BY {attr.name} returns each bin's label (e.g. '{example}'): the value "
+                     "inside a bin is not known")
+    elif is_open(attr):
+        text += ". " + other_cell(attr)
+    return text
+
+
 def is_open(attr) -> bool:
     """Whether the column has an (other) cell for values that are not labels."""
     return getattr(attr, "kind", None) == "categorical" and attr.other_index is not None
@@ -77,8 +128,10 @@ def summary(attr, limit: int, shown: int = SHOWN) -> str:
 
 
 def how_to_list(table: str | None, column: str) -> str:
-    """Where a user sees every label of a column (the shell lists one column in full)."""
-    return f"\\d {table or 'TABLE'} {column} in dpsql shell lists them all"
+    """Where a user sees every label of a column: the operator's shell lists one column in
+    full; an analyst behind ``dpsql serve`` reads the catalog's ``dpsql_columns`` view (the
+    compiler does not know who asks, so both are named)."""
+    return f"every label: \\d {table or 'TABLE'} {column} in dpsql shell; over dpsql serve, dpsql_columns.labels"
 
 
 def other_cell(attr, value: Any = None) -> str:

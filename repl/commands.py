@@ -110,37 +110,10 @@ def _wrap_list(items: list[str], width: int) -> list[str]:
     return textwrap.wrap(", ".join(items), width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
-def _num(x) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
 def describe_domain(attr, table: str | None = None, limit: int | None = wording.DESCRIBE_LIMIT) -> list[str]:
-    """The declared domain of one attribute as display items (public metadata only); a
-    categorical with more than ``limit`` labels is summarised (``dpsql.labels``)."""
-    kind = attr.kind
-    if kind == "categorical":
-        labels = [str(lab) for lab in wording.declared_labels(attr)]
-        shown = labels if limit is None or len(labels) <= limit else labels[:wording.SHOWN]
-        items = [repr(lab) for lab in shown]
-        if len(shown) < len(labels):
-            items.append(f"… and {len(labels) - len(shown):,} more ({len(labels):,} labels; "
-                         f"\\d {table or 'TABLE'} {attr.name} lists all)")
-        if attr.other_index is not None:
-            items.append("(any other value)")
-    elif kind == "integer":
-        edges = attr.edges
-        w = attr.bin_width
-        if edges:
-            items = [f"{attr.lo}..{attr.hi} in bins starting at {edges[0]}"] + [str(e) for e in edges[1:]]
-        else:
-            items = [f"{attr.lo}..{attr.hi}" + (f" in bins of {w}" if w != 1 else "")]
-    elif kind == "numeric":
-        items = [f"bins with edges {_num(attr.edges[0])}"] + [_num(e) for e in attr.edges[1:]]
-    else:
-        items = [str(x) for x in attr.labels()]
-    if attr.nullable:
-        items.append("NULL")
-    return items
+    """The declared domain of one attribute as display items (``dpsql.labels.domain_items``,
+    the words of the wire catalog's column comments too)."""
+    return wording.domain_items(attr, limit, see_all=f"\\d {table or 'TABLE'} {attr.name} lists all")
 
 
 class MetaCommands:

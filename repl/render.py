@@ -18,7 +18,7 @@ import numbers
 from collections.abc import Sequence
 from typing import IO
 
-from dpsql.display import (ERROR_MODES, INFERRED_MARK, INFERRED_NOTE, NULL_TEXT, Z95, cells,  # noqa: F401
+from dpsql.display import (BOUNDED_NOTE, has_bounded, ERROR_MODES, INFERRED_MARK, INFERRED_NOTE, NULL_TEXT, Z95, cells,  # noqa: F401
                            format_cell, round_error, round_range, rounded_rows, table_lines)
 
 
@@ -77,6 +77,8 @@ def result_lines(result, mode: str = "ci95", *, expanded: bool = False,
     lines.append(footer + ")")
     if has_inferred(result):
         lines.append(INFERRED_NOTE)
+    if has_bounded(result) and mode != "off":
+        lines.append(BOUNDED_NOTE)
     return lines
 
 

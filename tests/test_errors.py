@@ -13,7 +13,12 @@ def test_single_root_and_pep249_categories():
         assert issubclass(cls, dpsql.Error)
     assert issubclass(errors.BudgetExhaustedError, errors.OperationalError)
     assert issubclass(errors.UnsupportedQueryError, errors.NotSupportedError)
-    assert issubclass(errors.DomainViolationError, errors.ProgrammingError)
+    # the category of the SQLSTATE's class (issue 28): 22023 is a data exception, F0000 a
+    # configuration-file error (operational), XX001 data corruption (internal)
+    assert issubclass(errors.DomainViolationError, errors.DataError)
+    assert not issubclass(errors.DomainViolationError, errors.ProgrammingError)
+    assert issubclass(errors.ConfigError, errors.OperationalError)
+    assert issubclass(errors.LedgerCorruptError, errors.InternalError)
     assert issubclass(errors.ModelTooLargeError, errors.OperationalError)
 
 
@@ -37,6 +42,10 @@ def test_message_hint_position_survive_pickling():
 @pytest.mark.parametrize("state,cls", [("53400", errors.BudgetExhaustedError),
                                        ("42P01", errors.UnknownTableError),
                                        ("22999", errors.DataError),
+                                       ("22023", errors.DomainViolationError),
+                                       ("XX000", errors.InternalError),
+                                       ("XX999", errors.InternalError),
+                                       ("0A000", errors.UnsupportedQueryError),
                                        ("ZZ999", errors.DatabaseError)])
 def test_error_for_sqlstate(state, cls):
     assert errors.error_for_sqlstate(state) is cls

@@ -63,10 +63,10 @@ def test_readme_says_how_to_run_dpsql_and_how_to_get_pandas():
     extras a user can install."""
     readme = (ROOT / "README.md").read_text()
     assert ".venv/bin/dpsql" in readme and ". .venv/bin/activate" in readme
-    assert "dpsql[pandas]" in readme and "dpsql[psycopg]" in readme
+    assert "dpsql[pandas]" in readme and "dpsql[postgres]" in readme
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(d.startswith("pandas") for d in extras["pandas"])
-    assert any(d.startswith("psycopg") for d in extras["psycopg"])
+    assert any(d.startswith("psycopg") for d in extras["postgres"])
     from dpsql.cli import build_parser
     commands = set(build_parser()._subparsers._group_actions[0].choices)
     block = readme.split("activate the environment once per terminal:", 1)[1].split("```", 2)[1]
@@ -88,6 +88,62 @@ def test_sqlglot_is_imported_only_in_the_sql_package():
     bad = sorted(str(p.relative_to(ROOT)) for p in [*(ROOT / "dpsql").rglob("*.py"), *(ROOT / "repl").rglob("*.py")]
                  if p.parent != ROOT / "dpsql" / "sql" and any(m.split(".")[0] == "sqlglot" for m in _imports(p)))
     assert not bad, bad
+
+
+def test_plan_does_not_import_pgm():
+    """Issue 36 item 5: the planner took the junction-tree size from dpsql.pgm, a sibling;
+    both now take the triangulation from dpsql/triangulation.py, below them."""
+    bad = sorted((p.relative_to(ROOT).as_posix(), m) for p in (ROOT / "dpsql" / "plan").rglob("*.py")
+                 for m in _imports(p) if m.startswith("dpsql.pgm"))
+    assert not bad, bad
+    assert all(m.startswith("dpsql.triangulation") or not m.startswith("dpsql.")
+               for m in _imports(ROOT / "dpsql" / "triangulation.py"))
+
+
+#: The one place each third-party library is imported (docs/architecture.md): a file, or a
+#: package directory ending in "/".  numpy and scipy are the numeric core, used throughout.
+ONE_PLACE = {
+    "duckdb": "dpsql/measure/backend.py",
+    "sqlglot": "dpsql/sql/",
+    "psycopg": "dpsql/measure/postgres.py",
+    "pyspark": "dpsql/measure/spark.py",
+    "threadpoolctl": "dpsql/linalg/threads.py",
+    "pandas": "dpsql/dbapi.py",
+    "prompt_toolkit": "repl/",
+}
+NUMERIC_CORE = {"numpy", "scipy"}
+
+
+def _third_party() -> dict[str, set[str]]:
+    """Third-party top-level module -> the package files (relative paths) importing it."""
+    used: dict[str, set[str]] = {}
+    for p in [*(ROOT / "dpsql").rglob("*.py"), *(ROOT / "repl").rglob("*.py")]:
+        for top in {m.split(".")[0] for m in _imports(p)}:
+            if top not in sys.stdlib_module_names and top not in ("dpsql", "repl"):
+                used.setdefault(top, set()).add(p.relative_to(ROOT).as_posix())
+    return used
+
+
+def test_each_third_party_library_is_imported_in_its_one_place():
+    """Issue 36 item 5: duckdb was imported in draft.py and measure/export.py besides the
+    backend; a library of a test or of dead code only (networkx) is no import at all."""
+    bad = []
+    for lib, files in sorted(_third_party().items()):
+        if lib in NUMERIC_CORE:
+            continue
+        place = ONE_PLACE.get(lib)
+        bad += [(f, lib) for f in sorted(files) if place is None
+                or not (f == place or (place.endswith("/") and f.startswith(place)))]
+    assert not bad, bad
+
+
+def test_every_runtime_dependency_is_imported_by_the_package():
+    """A runtime dependency nothing imports (networkx, once only dead code used it) belongs
+    in an extra or nowhere."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {d.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip().replace("-", "_")
+             for d in deps}
+    assert names and not names - set(_third_party()), names - set(_third_party())
 
 
 def test_every_name_the_package_uses_is_defined():

@@ -41,6 +41,7 @@ from dpsql.pgm.auto import fit as pgm_fit
 from dpsql.plan.aim import (AIMOptions, Round, RoundResult, as_charged, exact_scores, plan_summary,
                             run_aim, workload_marginals)
 from dpsql.privacy import noise
+from dpsql.privacy.accountant import format_rho
 
 __all__ = ["AIMReport", "aim_options", "measure_aim", "aim_cost", "aim_summary"]
 
@@ -53,7 +54,7 @@ _ACTIVE_LOCK = threading.Lock()
 @dataclass(frozen=True)
 class AIMReport:
     table: str
-    rho: float                 # spent by this call
+    rho: Fraction              # spent by this call, exact
     reused: bool               # every round came from the ledger
     blocks: int                # noisy marginals released by the run
     cells: int
@@ -144,8 +145,8 @@ class _Driver:
         view = ledger.preview(self.principal, rnd.rho)
         if charged is None and not view.fits:
             raise BudgetExhaustedError(
-                f"AIM round {rnd.index} needs rho = {float(rnd.rho):.6g} but only "
-                f"rho = {float(view.remaining):.6g} remains",
+                f"AIM round {rnd.index} needs rho = {format_rho(rnd.rho, 'up')} but only "
+                f"rho = {format_rho(view.remaining, 'down')} remains",
                 hint="ask the operator for more budget; the rounds already released are kept "
                      "and re-used when the run continues",
                 requested_rho=float(rnd.rho), remaining_rho=float(view.remaining))
@@ -247,14 +248,14 @@ def _setup(engine: Engine, table: str, rho=None):
     return workload, weights, options, rho, _run_key(engine, table, weights, rho, options)
 
 
-def aim_cost(engine: Engine, table: str, rho=None) -> float:
-    """ρ a ``measure_aim`` call would still charge: the run's budget minus what it spent."""
+def aim_cost(engine: Engine, table: str, rho=None) -> Fraction:
+    """ρ a ``measure_aim`` call would still charge, exactly: the run's budget minus what it spent."""
     _, _, options, rho, key = _setup(engine, table, rho)
     spent = sum((e.rho for e in engine.ledger.entries() if e.kind == "charge"
                  and isinstance(e.mechanism, dict) and e.mechanism.get("aim_run") == key), Fraction(0))
     final = any(e.kind == "charge" and isinstance(e.mechanism, dict) and e.mechanism.get("aim_run") == key
                 and e.mechanism.get("final") for e in engine.ledger.entries())
-    return 0.0 if final else float(max(rho - spent, Fraction(0)))
+    return Fraction(0) if final else max(rho - spent, Fraction(0))
 
 
 def aim_summary(engine: Engine, table: str, rho=None) -> dict:
@@ -295,7 +296,7 @@ def measure_aim(engine: Engine, table: str, principal: str, rho=None,
     sel = sum((r.epsilon ** 2 / 8 for r in rounds if r.epsilon is not None), Fraction(0))
     replayed = sum(1 for r in rounds if r.replayed)
     measured = result.measurements
-    return AIMReport(table, float(driver.spent), replayed == len(rounds), len(measured),
+    return AIMReport(table, driver.spent, replayed == len(rounds), len(measured),
                      sum(domain.size(c) for c, _, _ in measured), time.perf_counter() - t0,
                      len(rounds), replayed, [list(c) for c in result.selected], float(rho),
                      float(sel), float(result.rho_used - sel - driver.lost), float(driver.lost), key)

@@ -44,7 +44,8 @@ SCHEMA: dict[str, Any] = {
     "user_budget": {k: None for k in _BUDGET},
     "users": {"*": "user_budget"},
     "tables": {"*": "table"},
-    "table": {"domain": None, "domain_table": None, "source": None, "privacy_unit": "privacy_unit"},
+    "table": {"domain": None, "domain_table": None, "source": None, "privacy_unit": "privacy_unit",
+              "rows": None},
     "privacy_unit": {"id": None, "max_rows": None, "hash_key_file": None},
     "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
     "policy": {"unsupported": None, "allow_spend": None, **{k: None for k in _BUDGET}},
@@ -146,6 +147,9 @@ class Config:
     default_user_budget: BudgetSpec | None   # for users not listed (None: only the global cap)
     workload_budget: BudgetSpec | None       # what one workload measurement round spends
     query_budget: BudgetSpec | None          # per on-demand query (policy "measure")
+    # [tables.NAME] rows: the table's size as publicly known (documentation, not the data);
+    # only judges whether a measurement's noise would drown its answers (Engine._check_useful)
+    table_rows: dict[str, int]
     ledger_path: Path
     cache_dir: Path
     noise: str = "gaussian"
@@ -292,6 +296,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         raise ConfigError(f"{where}: no [tables] declared", hint="declare [tables.NAME] with domain and source")
     tables: dict[str, TableSchema] = {}
     sources: dict[str, Source] = {}
+    table_rows: dict[str, int] = {}
     if not isinstance(tables_spec, Mapping):
         raise ConfigError(f"{where}: tables must be [tables.NAME] sections")
     for name, spec in tables_spec.items():
@@ -325,6 +330,12 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                               hint="with an id column each person's rows are bounded by max_rows; "
                                    "remove max_record_lines")
         sources[name] = source
+        if "rows" in spec:
+            rows = spec["rows"]
+            if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+                raise ConfigError(f"{twhere}: rows must be a positive integer (the table's public size), "
+                                  f"got {rows!r}", hint="e.g. rows = 48842, from the data's documentation")
+            table_rows[name] = rows
 
     budget_spec = raw.get("budget")
     if budget_spec is None:
@@ -394,7 +405,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                                "objective, mode, aim_max_model_cells") from None
     return Config(path=path, tables=tables, sources=sources, budget=budget, user_budgets=users,
                   default_user_budget=default_user_budget, workload_budget=workload_budget,
-                  query_budget=query_budget, ledger_path=ledger_path, cache_dir=cache_dir,
+                  query_budget=query_budget, table_rows=table_rows, ledger_path=ledger_path, cache_dir=cache_dir,
                   noise=noise, policy=policy, workload=tuple(q for q, _ in workload),
                   workload_weights=tuple(w for _, w in workload), planner=planner,
                   fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 20000))),

@@ -45,7 +45,8 @@ from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
                                    SpendPreview, unit_of, units_of)
 from dpsql.engine.variance import SupportBlock, VarianceModel
-from dpsql.errors import BudgetExhaustedError, Error, OperationalError, ProgrammingError
+from dpsql.errors import (BudgetExhaustedError, Error, OperationalError, ProgrammingError,
+                          UselessMeasurementError)
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.measure.counting import Backend
 from dpsql.measure.router import open_backend
@@ -79,6 +80,10 @@ ESTIMATOR_VERSION = "pgm-2026-11-dense-block-joint-dual-workload-metric"
 #: limit).  0.5 bounds every fitted value's distance from the optimum by 0.7 σ in the worst
 #: case and by √(0.5/m) σ ≈ 0.02 σ on average over m ≈ 1,000 noisy values.
 FIT_GAP = (0.5, 1e-6)
+
+#: A table that declares no ``rows``: a measurement given less than 1/USELESS_SHARE of the
+#: total budget is refused (its noise is over √USELESS_SHARE = 1000 times the whole budget's).
+USELESS_SHARE = 10**6
 
 #: Exact models above this many cells stop at the discrepancy principle (see Engine._fit).
 LARGE_EXACT_MODEL = 1_000_000
@@ -443,9 +448,20 @@ class Engine:
             self.plan(table)
         with self._lock:
             self._sync(table)
-            _, plan, key = self._release_plan(table, state.strategy,
-                                              rho if rho is not None else self.workload_rho(), "workload")
-            return Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else plan.rho
+            share = Fraction(rho) if rho is not None else self.workload_rho()
+            blocks, plan, key = self._release_plan(table, state.strategy, share, "workload")
+            if key in state.release_keys or self._unreleased_charge(key):
+                return Fraction(0)
+            self._check_useful(table, blocks, plan, share)
+            return share
+
+    def unreleased_charges(self) -> list:
+        """Ledger charges without a release (their process died before recording it); the
+        next request for the same release completes each under its charge (``dpsql budget``)."""
+        with self._lock:
+            self._read_ledger()
+            released = {e.charge_id for e in self._releases}
+            return [e for seq, e in sorted(self._charges.items()) if seq not in released]
 
     def _unreleased_charge(self, key: str):
         """The ledger's charge for release ``key`` that has no release (its process died
@@ -461,9 +477,38 @@ class Engine:
         """What ``measure_strategy`` with the same arguments would charge now (public)."""
         with self._lock:
             state = self._sync(table)
-            _, plan, key = self._release_plan(table, strategy, rho, purpose)
-            cost = Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else plan.rho
+            blocks, plan, key = self._release_plan(table, strategy, rho, purpose)
+            cost = Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else Fraction(rho)
+            if cost:
+                self._check_useful(table, blocks, plan, cost)
         return SpendPreview(cost, self.ledger.remaining(principal))
+
+    def _check_useful(self, table: str, blocks, plan, share: Fraction) -> None:
+        """Refuse a measurement whose answers would be noise, from public metadata only
+        (docs/privacy.md, "Useless measurements"): its most precise released value would
+        have an expected error (noise standard deviation) above the table's declared
+        ``rows``, or, for a table that declares none, its share is below a millionth of the
+        total budget (noise over 1000 times what the whole budget gives)."""
+        error = min(rel.stddev(b, p, plan.family) for b, p in zip(blocks, plan.params))
+        rows = self.config.table_rows.get(table)
+        total = self.config.budget.rho
+        if rows is not None:
+            if error <= rows:
+                return
+            why = f"more than the {rows:,} rows table {table!r} declares"
+        else:
+            if share * USELESS_SHARE >= total:
+                return
+            why = (f"over {math.isqrt(USELESS_SHARE):,} times the error the whole budget would give "
+                   f"(declare the table's public size as [tables.{table}] rows to judge by it instead)")
+        raise UselessMeasurementError(
+            f"measuring this with rho = {format_rho(share, 'up')} would release values with an expected "
+            f"error of ±{error:,.0f} (noise standard deviation), {why}: the answers would be noise; "
+            "nothing was spent",
+            hint="measure with a larger share of the budget (--epsilon, [workload] or [policy] epsilon), "
+                 "or have the operator grant a new budget (a new ledger)",
+            requested_rho=float(share), remaining_rho=float(self.ledger.remaining(None)),
+            expected_error=error)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
                          purpose: str, requested_by: str | None = None) -> MeasureReport:
@@ -478,7 +523,10 @@ class Engine:
             cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
             if key in state.release_keys:
                 return MeasureReport(table, Fraction(0), True, len(blocks), cells, time.perf_counter() - t0)
-            cost = plan.rho     # exact: the ledger sums Fractions
+            # the share, not the calibrated cost plan.rho (≤ the share by ~1e-9 of it, the
+            # float margin of calibrate): a measurement given the whole remaining budget
+            # leaves exactly 0, never a residue that a later measurement would spend on noise
+            cost = Fraction(rho)
             # A charge for this very release whose process died before recording it: the
             # release is completed under that charge, never paid again (docs/privacy.md §6,
             # "Every charge has exactly one release").
@@ -497,6 +545,8 @@ class Engine:
                        and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
                     requested_rho=float(cost), remaining_rho=remaining)
+            if unreleased is None:
+                self._check_useful(table, blocks, plan, cost)   # before any data is read
             cliques = [b.clique for b in blocks]
             self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells})
             if hasattr(self.backend, "fingerprint"):

@@ -32,7 +32,8 @@ def unit_of(kind: str, aggregate: str) -> str:
         return QUANTILES
     if aggregate.strip().upper().startswith("COUNT("):
         return COUNTS
-    return aggregate
+    # the binning bound of a SUM/AVG over wide bins (docs/sql.md) is in its column's unit
+    return aggregate.replace("SUM(half bin width of ", "SUM(", 1)
 
 
 @dataclass(frozen=True)

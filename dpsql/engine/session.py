@@ -36,9 +36,16 @@ from dpsql.engine.variance import Z95, interval_stderr
 from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
-                          PrivacyViolationError, ProgrammingError, UnsupportedQueryError)
+                          PrivacyViolationError, ProgrammingError, UnsupportedQueryError,
+                          UselessMeasurementError)
 
 POLICIES = ("informed", "infer", "measure", "refuse")
+#: Who a session serves.  In-process front ends (CLI, DB-API, shell) are the operator's, who runs
+#: dpsql's commands; behind ``dpsql serve`` an analyst cannot, so hints name what to ask the
+#: operator for instead of a command (issue 33 item 5).
+ROLES = ("operator", "analyst")
+#: The read-only ``SHOW`` of the budget left (issue 33 item 4; ``Session.budget_rows``).
+BUDGET_SETTING = "dpsql.budget_remaining"
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,10 @@ class Result:
     model_version: int = 0
     model: str = ""      # which model answered: "exact junction tree" or "relaxed region graph"
     bounds: list[tuple] = field(default_factory=list)
+    # per cell, the bound on the binning error of SUM/AVG/VARIANCE/STDDEV over wide bins that
+    # ``stderr`` already includes (stderr = σ + bias/Z95, so ± Z95·stderr is the 95% interval
+    # widened by it): such a cell's interval is *bounded*, not a pure 95% CI (None elsewhere)
+    bias: list[tuple] = field(default_factory=list)
     # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
     # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
     appended: int = 0
@@ -120,8 +131,11 @@ class Session:
     dpsql.allow_spend = on``) a statement that would spend is refused and spends nothing."""
 
     def __init__(self, engine: Engine, user: str | None = None,
-                 approve: Callable[[SpendRequest], bool] | None = None) -> None:
+                 approve: Callable[[SpendRequest], bool] | None = None, role: str = "operator") -> None:
+        if role not in ROLES:
+            raise InterfaceError(f"unknown session role {role!r}", hint="roles: " + ", ".join(ROLES))
         self.engine = engine
+        self.role = role
         self.user = user or engine.config.default_user
         if self.user.startswith("@"):
             raise InterfaceError(f"user names may not start with '@' ({self.user!r})",
@@ -181,8 +195,8 @@ class Session:
         if model is None and policy != "measure":
             raise OperationalError(
                 f"nothing has been measured on table {compiled.table!r} yet",
-                hint="the operator runs `dpsql measure` first (or SET dpsql.policy = 'measure' "
-                     "to measure queries on demand)")
+                hint=self.operator_step("measure the workload first", "dpsql measure")
+                + " (or SET dpsql.policy = 'measure' to measure queries on demand)")
         answers, stderrs = {}, {}
         if model is not None:
             answers, stderrs, unsupported = self._answer(compiled, model, variance)
@@ -197,8 +211,9 @@ class Session:
                 raise UnsupportedQueryError(
                     "the released measurements do not support this query and the policy refuses "
                     "queries that would need new measurements",
-                    hint="ask the operator to add it to the workload, or aggregate attributes that "
-                         "were measured together")
+                    hint=self.operator_step("add it to the workload and measure it",
+                                            "dpsql measure --increment")
+                    + ", or aggregate attributes that were measured together")
             if policy == "measure":
                 cost = self._measure_for(compiled, unsupported).rho
                 model, variance, version = self.engine.model(compiled.table)
@@ -211,9 +226,10 @@ class Session:
         # inferred exactly when its standard error comes out infinite, and is reported NaN.
         processed = compiled.postprocess(
             answers, {k: np.where(np.isnan(v), np.inf, v) for k, v in stderrs.items()},
-            **({"bounds": bounds} if bounds is not None else {}))
+            **({"bounds": bounds} if bounds is not None else {}), with_bias=True)
         rows, stderr_rows = processed[0], processed[1]
         bound_rows = processed[2] if bounds is not None else None
+        bias_rows = processed[-1]
         quantile_inferred = any(lq.kind == "quantile" for lq in unsupported)
         inferred, cleaned, ranges = [], [], []
         for i, r in enumerate(stderr_rows):
@@ -230,7 +246,9 @@ class Session:
             ranges.append(tuple(rng))
         result = Result(columns, list(rows), cleaned, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version,
-                        model=_model_kind(model), bounds=ranges)
+                        model=_model_kind(model), bounds=ranges,
+                        bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
+                                    for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
         self._remember(key, result)
         return self._with_error_columns(result)
 
@@ -293,6 +311,35 @@ class Session:
                 "workload_spent_rho": led.spent(self.engine.WORKLOAD_PRINCIPAL),
                 "total_rho": cfg.budget.rho, "delta": cfg.budget.delta,
                 "entries": len(led.entries())}
+
+    def budget_rows(self) -> Result:
+        """``SHOW dpsql.budget_remaining``: this user's remaining budget (their own cap, bounded
+        by the total), the total remainder, and what the next on-demand measurement would
+        cost when the configuration fixes it (``[policy] epsilon``), each in ρ and in ε at the
+        configured δ, rounded as ``dpsql budget`` prints them (remaining down, costs up).
+        Ledger amounts are public metadata; other users' caps and spending are not shown."""
+        from dpsql.privacy.accountant import rho_to_epsilon
+        b = self.budget()
+        delta = b["delta"]
+
+        def row(name, rho, direction):
+            eps = rho_to_epsilon(rho, delta) if rho > 0 else 0.0
+            return (name, format_rho(rho, direction), f"{eps:.4g}", f"{delta:g}")
+        rows = [row("user_remaining", b["remaining_rho"], "down"),
+                row("total_remaining", b["total_remaining_rho"], "down")]
+        qb = self.engine.config.query_budget
+        # unknown (NULL) without a per-query budget: no on-demand measurement is possible then
+        rows.append(row("next_measurement", qb.rho, "up") if qb is not None
+                    else ("next_measurement", None, None, f"{delta:g}"))
+        return Result([Column("budget", "text"), Column("rho", "text"), Column("epsilon", "text"),
+                       Column("delta", "text")], rows)
+
+    def operator_step(self, request: str, command: str) -> str:
+        """A hint's step that only the operator can take: for the operator the request with
+        its command, for an analyst what to ask the operator for (they cannot run it)."""
+        if self.role == "analyst":
+            return f"ask your operator to {request}"
+        return f"{request} (`{command}`)"
 
     def explain(self, sql: str, params=None) -> str:
         from dpsql.sql import compile as compile_sql
@@ -403,8 +450,8 @@ class Session:
             f"no released measurement informs this answer: {_never_text(never, coarse)}, so the "
             "model could only return its prior (an assumption of independence or of evenly spread "
             "values, not information)",
-            hint=(f"add a query such as `{example}` to the workload and measure it "
-                  "(`dpsql measure --increment`)"
+            hint=(self.operator_step(f"add a query such as `{example}` to the workload and measure it",
+                                     "dpsql measure --increment")
                   + (", or SET dpsql.policy = 'measure' to measure it now (spends budget)" if qb else "")
                   + ", or SET dpsql.policy = 'infer' to see the model's guess with its range"))
 
@@ -451,7 +498,13 @@ class Session:
         strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].unit_rows,
                                                 self.engine.released_measurements(table))
         purpose = "query:" + ";".join(lq.name for lq in unsupported)
-        preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
+        try:
+            preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)
+        except UselessMeasurementError as exc:
+            if self.role == "analyst":   # the engine's hint names the operator's settings
+                exc.hint = ("ask your operator for a larger per-query budget ([policy] epsilon), or "
+                            "answer from existing measurements (SET dpsql.policy = 'informed')")
+            raise
         if preview.rho > preview.remaining:
             raise BudgetExhaustedError(
                 f"answering needs a new measurement of rho = {format_rho(preview.rho, 'up')} but only "
@@ -484,9 +537,14 @@ class Session:
 
     def _session_command(self, command, t0) -> Result:
         kind, name, value = command
+        if name == BUDGET_SETTING:
+            if kind != "show":
+                raise ProgrammingError(f"{name} is read-only", hint=f"SHOW {name}")
+            return replace(self.budget_rows(), seconds=time.perf_counter() - t0)
         if kind in ("set", "show", "reset") and name.startswith("dpsql.") and name not in self.ALLOWED:
             raise ProgrammingError(f"unrecognized setting {name!r}",
-                                   hint="settings: " + ", ".join(sorted(self.ALLOWED)))
+                                   hint="settings: " + ", ".join(sorted(self.ALLOWED))
+                                   + f"; SHOW {BUDGET_SETTING} shows the budget left")
         if kind == "set":
             allowed = self.ALLOWED.get(name)
             if allowed is not None:
@@ -529,7 +587,8 @@ class Session:
         if qb is None:
             raise PrivacyViolationError(
                 "policy 'measure' is not available: the configuration sets no per-query budget",
-                hint='the operator enables it with [policy] unsupported = "measure", epsilon = ...')
+                hint=self.operator_step("enable on-demand measurement with a per-query budget",
+                                        '[policy] unsupported = "measure", epsilon = ... in dpsql.toml'))
         remaining = self.engine.ledger.remaining(self.user)
         if qb.rho > remaining:
             raise PrivacyViolationError(

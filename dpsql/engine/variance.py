@@ -152,7 +152,7 @@ def row_variances(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]
         return block.stddev ** 2 * gi.quad(q, q)
     for _, lf in lifted:
         for qa, gi in zip(lf, prepared.ginv):
-            if not np.allclose(gi.project(qa), qa, atol=1e-8 * max(1.0, np.abs(qa).max())):
+            if not gi.spans(qa, atol=1e-8 * max(1.0, np.abs(qa).max())):
                 return None
     total = None
     for c1, lf1 in lifted:

@@ -113,7 +113,7 @@ def _apply_along_axis(op: QueryMatrix, src: np.ndarray, dst: np.ndarray) -> None
                 dst[l0:l1, :, r0:r1] = Y.reshape(M, l1 - l0, r1 - r0).transpose(1, 0, 2)
 
 
-def kron_matmat(factors: list[QueryMatrix], X: np.ndarray) -> np.ndarray:
+def kron_matmat(factors: Sequence[QueryMatrix], X: np.ndarray) -> np.ndarray:
     """(Q_1 ⊗ … ⊗ Q_d) X by thesis Algorithm 1, with X's columns as a trailing axis.
 
     Identity factors are skipped and shrinking factors (m_i < n_i, e.g. totals) go

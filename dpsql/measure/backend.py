@@ -46,7 +46,7 @@ class DuckDBBackend(SqlBackend):
 
     def __init__(self, sources: Mapping[str, Source], *, threads: int | None = None,
                  memory_limit: str | None = None) -> None:
-        self._framed = None      # the framed copy of a CSV being read (_frame), if any
+        self._framed: reader.Framed | None = None   # the framed copy of a CSV being read (_frame)
         super().__init__(sources)
         for name, source in self._sources.items():
             if source.kind not in ("csv", "parquet", "duckdb"):
@@ -93,9 +93,9 @@ class DuckDBBackend(SqlBackend):
         if source.kind == "parquet":
             if source.is_glob:
                 files = files if files is not None else parquet_files(source)
-                target = exp.Array(expressions=[exp.Literal.string(str(f)) for f in files])
+                target: exp.Expr = exp.Array(expressions=[exp.Literal.string(str(f)) for f in files])
             else:
-                target = exp.Literal.string(str(source.path))
+                target = exp.Literal.string(str(source.file))
 
             def opt(name, value):
                 return exp.EQ(this=exp.column(name), expression=value)
@@ -114,7 +114,7 @@ class DuckDBBackend(SqlBackend):
         footers, the DuckDB catalog); CSV fields are all VARCHAR."""
         if source.kind == "parquet" and source.is_glob:
             parquet_files(source)  # a glob that matches nothing is a ConfigError
-        elif not source.path.exists():
+        elif not source.file.exists():
             raise ConfigError(f"source file not found: {source.path}",
                               hint="fix the path in the configuration (relative paths are relative to the config file)")
         if source.kind == "csv":
@@ -138,7 +138,7 @@ class DuckDBBackend(SqlBackend):
         self.check_schema(schema)
         framed = reader.normalise_csv(source, self._tmp())
         self._framed = framed
-        remember_fingerprint(source.path, framed.stat_key, framed.fingerprint)
+        remember_fingerprint(source.file, framed.stat_key, framed.fingerprint)
         fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
         return framed, fp
 
@@ -268,7 +268,8 @@ class DuckDBBackend(SqlBackend):
                     q = _sql_text(source.dialect.quote)
                     lines = exp.select("line").from_(exp.alias_(exp.Subquery(this=rel), "__r")).sql(self.dialect)
                     open_quotes = int(self._run(
-                        f"SELECT count(*) FROM ({lines}) WHERE (length(line) - length(replace(line, '{q}', ''))) % 2 = 1",
+                        f"SELECT count(*) FROM ({lines}) "
+                        f"WHERE (length(line) - length(replace(line, '{q}', ''))) % 2 = 1",
                         (), what="checking the rows").fetchone()[0])
             finally:
                 self._drop_framed()
@@ -297,6 +298,26 @@ class DuckDBBackend(SqlBackend):
                 dropped = total - kept
         return DataCheck(schema.name, total, out, dropped, open_quotes)
 
+    # -- the exact oracle (dpsql.measure.exact: NON-private, public data only) --------------
+    def create_cells_table(self, name: str, schema: TableSchema, select: Sequence[str]) -> None:
+        """CREATE TABLE ``name`` AS SELECT ``select`` over the cell indices of ``schema``'s
+        rows (columns ``sqlgen.cell_column(i)``), read like a measurement reads them."""
+        source = self._source(schema.name)
+        cols = ", ".join(select)
+        if source.kind == "csv":
+            self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM {self._encode(schema)}')
+            return
+        columns = self.check_schema(schema)
+        with self._read(schema.name, source, None) as rd:
+            query = self.cells_query(schema, columns, rd.scan).sql(self.dialect)
+            self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM ({query}) AS __cells',
+                              [source.hash_key or ""] if source.id_column else [])
+
+    def fetch(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        """Every row of ``sql`` on this backend's connection: the exact oracle's queries over
+        the tables ``create_cells_table`` made (the engine counts through count_marginals)."""
+        return self._con.execute(sql, list(params)).fetchall()
+
     def close(self) -> None:
         self._con.close()
         self._scratch.close()
@@ -315,9 +336,9 @@ def read_header(source: Source) -> tuple[str, ...]:
     """The field names of a CSV source from its first record only (metadata)."""
     d = source.dialect
     if not d.header:
-        return tuple(d.columns)
+        return d.field_names
     limit = d.max_record_bytes
-    with open(source.path, "rb") as fh:
+    with open(source.file, "rb") as fh:
         head = fh.read(limit + 2)
     if not head:
         raise ConfigError(f"{source.path}: the file is empty but the source declares a header",
@@ -367,13 +388,51 @@ def describe_source(path: Path) -> list[tuple[str, str]]:
                           hint="dpsql init reads CSV files with a header row, or Parquet") from None
     finally:
         con.close()
-    out = []
-    for name, dtype, *_ in rows:
-        t = str(dtype).upper()
-        kind = ("integer" if any(k in t for k in ("INT",)) else
-                "numeric" if any(k in t for k in ("DOUBLE", "FLOAT", "DECIMAL", "REAL")) else "text")
-        out.append((name, kind))
-    return out
+    return [(str(name), _coarse_type(dtype)) for name, dtype, *_ in rows]
+
+
+def _coarse_type(dtype) -> str:
+    t = str(dtype).upper()
+    return ("integer" if "INT" in t else
+            "numeric" if any(k in t for k in ("DOUBLE", "FLOAT", "DECIMAL", "REAL")) else "text")
+
+
+def describe_duckdb_table(path: Path, table: str | None) -> tuple[str, list[tuple[str, str]]]:
+    """The table ``table`` (None: the file's only table) of a DuckDB database file, with its
+    column names and coarse types, for ``dpsql init``: catalog metadata only, no rows."""
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise ConfigError(f"cannot open DuckDB database {path}: {exc}") from None
+    try:
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables ORDER BY table_name").fetchall()]
+        if table is None:
+            if len(tables) != 1:
+                raise ConfigError(f"{path} holds {len(tables)} tables; name one with --table",
+                                  hint="tables: " + (", ".join(tables) or "(none)"))
+            table = tables[0]
+        if table not in tables:
+            raise ConfigError(f"{path} has no table {table!r}", hint="tables: " + ", ".join(tables))
+        rows = con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                           "WHERE table_name = ? ORDER BY ordinal_position", [table]).fetchall()
+    finally:
+        con.close()
+    return table, [(str(name), _coarse_type(dtype)) for name, dtype in rows]
+
+
+def csv_to_parquet(src: Path, columns: Sequence[tuple[str, str]], dest: Path) -> None:
+    """Copy the CSV ``src`` (a header, NULL as an empty field) to the Parquet file ``dest``
+    with the DuckDB types of ``columns`` = [(name, SQL type)] (``export.write_rows``)."""
+    types = ", ".join(f"'{_sql_text(name)}': '{sql_type}'" for name, sql_type in columns)
+    con = duckdb.connect()
+    try:
+        con.execute(
+            f"COPY (SELECT * FROM read_csv('{_sql_text(os.fspath(src))}', header = true, "
+            f"columns = {{{types}}}, nullstr = '', quote = '\"')) "
+            f"TO '{_sql_text(os.fspath(dest))}' (FORMAT parquet)")
+    finally:
+        con.close()
 
 
 def brute_force_counts(rows: Sequence[Mapping], schema: TableSchema,

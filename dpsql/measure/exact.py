@@ -19,22 +19,12 @@ class ExactOracle:
 
     def __init__(self, schemas: dict[str, TableSchema], sources: dict[str, Source]) -> None:
         self._backend = DuckDBBackend({n: sources[n] for n in schemas})
-        self.con = self._backend._con
         for name, schema in schemas.items():
             cols = [_decode_expr(att, sqlgen.cell_column(i)) for i, att in enumerate(schema.attributes)]
-            source = sources[name]
-            if source.kind == "csv":
-                cells = self._backend._encode(schema)
-                self.con.execute(f'CREATE TABLE "{name}" AS SELECT {", ".join(cols)} FROM {cells}')
-                continue
-            columns = self._backend.check_schema(schema)
-            with self._backend._read(name, source, None) as rd:
-                query = self._backend.cells_query(schema, columns, rd.scan).sql("duckdb")
-                self.con.execute(f'CREATE TABLE "{name}" AS SELECT {", ".join(cols)} FROM ({query}) AS __cells',
-                                 [source.hash_key or ""] if source.id_column else [])
+            self._backend.create_cells_table(name, schema, cols)
 
     def query(self, sql: str, params=None) -> list[tuple]:
-        return self.con.execute(sql, list(params or [])).fetchall()
+        return self._backend.fetch(sql, list(params or []))
 
     def close(self) -> None:
         self._backend.close()

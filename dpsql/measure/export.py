@@ -1,14 +1,13 @@
 """Write rows to CSV or Parquet files (used by ``dpsql synth``).
 
 Only already-private rows pass through here (synthetic records drawn from the fitted
-model); this module is in ``dpsql/measure/`` because that is where DuckDB, which writes
-Parquet, may be imported (docs/architecture.md).
+model); Parquet is written by DuckDB through ``backend.csv_to_parquet`` (duckdb is imported
+only in ``dpsql/measure/backend.py``, docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import csv
-import os
 import tempfile
 from pathlib import Path
 from collections.abc import Sequence
@@ -38,10 +37,6 @@ def _write_csv(path: Path, columns: Sequence[tuple[str, str]], rows) -> None:
             out.writerow(["" if v is None else v for v in row])
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def write_rows(path, columns: Sequence[tuple[str, str]], rows, *, fmt: str | None = None) -> Path:
     """Write ``rows`` (tuples aligned with ``columns`` = [(name, "text"|"integer"|"double")])."""
     path = Path(path)
@@ -49,19 +44,10 @@ def write_rows(path, columns: Sequence[tuple[str, str]], rows, *, fmt: str | Non
     if kind == "csv":
         _write_csv(path, columns, rows)
         return path
-    import duckdb
+    from dpsql.measure.backend import csv_to_parquet
 
     with tempfile.TemporaryDirectory() as tmp:
         staging = Path(tmp) / "rows.csv"
         _write_csv(staging, columns, rows)
-        types = ", ".join(f"'{name.replace(chr(39), chr(39) * 2)}': '{_SQL_TYPES[t]}'"
-                          for name, t in columns)
-        con = duckdb.connect()
-        try:
-            con.execute(
-                f"COPY (SELECT * FROM read_csv({_literal(str(staging))}, header = true, "
-                f"columns = {{{types}}}, nullstr = '', quote = '\"')) "
-                f"TO {_literal(os.fspath(path))} (FORMAT parquet)")
-        finally:
-            con.close()
+        csv_to_parquet(staging, [(name, _SQL_TYPES[t]) for name, t in columns], path)
     return path

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-
+from typing import Any
 
 from dpsql.errors import ConfigError, QueryCanceledError
 from dpsql.measure.counting import SqlBackend, changed_error, engine_error
@@ -32,8 +32,9 @@ from dpsql.sql.syntax import exp
 
 try:
     import psycopg
+    HAVE_PSYCOPG = True
 except ImportError:  # pragma: no cover - the optional extra is missing
-    psycopg = None
+    HAVE_PSYCOPG = False
 
 _COLUMNS_SQL = """
 SELECT a.attname,
@@ -49,7 +50,7 @@ MAX_VERSION_ROWS = 1_000
 
 def table_name(source: Source) -> str:
     """The table as PostgreSQL reads it (unquoted parts fold to lower case, as in psql)."""
-    return exp.to_table(source.table, dialect="postgres").sql("postgres")
+    return exp.to_table(source.table_name, dialect="postgres").sql("postgres")
 
 
 class PostgresBackend(SqlBackend):
@@ -60,7 +61,7 @@ class PostgresBackend(SqlBackend):
 
     def __init__(self, sources) -> None:
         super().__init__(sources)
-        if psycopg is None:
+        if not HAVE_PSYCOPG:
             raise ConfigError("a postgres source needs psycopg", hint="pip install 'dpsql[postgres]'")
         for name, source in self._sources.items():
             if source.kind != "postgres":
@@ -68,13 +69,13 @@ class PostgresBackend(SqlBackend):
 
     # -- connections ---------------------------------------------------------------------------
     def _connect(self, source: Source) -> psycopg.Connection:
-        kwargs = {"autocommit": False, "application_name": "dpsql"}
-        if "connect_timeout" not in source.url:
+        kwargs: dict[str, Any] = {"autocommit": False, "application_name": "dpsql"}
+        if "connect_timeout" not in source.address:
             kwargs["connect_timeout"] = 30
         if source.passfile is not None:
             kwargs["passfile"] = str(source.passfile)
         try:
-            conn = psycopg.connect(source.url, **kwargs)
+            conn = psycopg.connect(source.address, **kwargs)
         except psycopg.Error as exc:
             raise engine_error("PostgreSQL", "connecting to the source database", exc,
                                hint="check source.postgres, the credentials (PGPASSWORD, PGPASSFILE, "
@@ -117,8 +118,11 @@ class PostgresBackend(SqlBackend):
         return {str(name): str(kind) for name, kind in rows}
 
     def _version(self, conn: psycopg.Connection, source: Source) -> dict:
+        query = source.version_query
+        if query is None:       # from_config requires data_version or version_query
+            raise ConfigError("a postgres source needs data_version or version_query to name its content")
         with conn.cursor() as cur:
-            cur.execute(source.version_query)
+            cur.execute(query)
             rows = cur.fetchmany(MAX_VERSION_ROWS + 1)
         if len(rows) > MAX_VERSION_ROWS:
             raise ConfigError(f"source.version_query returned more than {MAX_VERSION_ROWS} rows",
@@ -137,7 +141,7 @@ class PostgresBackend(SqlBackend):
         with self._transaction(source, "the measurement query") as conn:
             if expect is not None and source.data_version is None and self._version(conn, source) != expect:
                 raise changed_error(table, while_reading=False)
-            yield _PgRead(conn, exp.to_table(source.table, dialect="postgres"))
+            yield _PgRead(conn, exp.to_table(source.table_name, dialect="postgres"))
 
 
 class _PgRead:

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpsql.domain import Attribute
+from dpsql.domain import Attribute, Categorical, IntegerRange
 from dpsql.errors import ConfigError
 from dpsql.measure.cellsql import bins_sql, index_sql, is_nan
 from dpsql.measure.source import CsvDialect, Source
@@ -164,7 +164,7 @@ def normalise_csv(source: Source, workdir: Path) -> Framed:
 
 def _normalise_csv(source: Source, out_path: Path) -> Framed:
     d = source.dialect
-    path = source.path
+    path = source.file
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -173,7 +173,7 @@ def _normalise_csv(source: Source, out_path: Path) -> Framed:
     stat_key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
     digest = hashlib.sha256()
     limit = d.max_record_bytes
-    header: list = [None if d.header else tuple(d.columns)]
+    header: list = [None if d.header else d.field_names]
     pending, overlong = b"", False
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with open(path, "rb") as fh, os.fdopen(fd, "wb") as out:
@@ -315,8 +315,9 @@ def csv_fields(scan: exp.Expr, dialect: CsvDialect, header: Sequence[str],
                                          for i in range(n)]) if n > 1 else None
         if as_list is None:
             as_list = exp.Array(expressions=[exp.Dot(this=struct, expression=exp.to_identifier("f0"))])
-        ok = exp.Case().when(quoted.copy(), exp.func("regexp_full_match", line.copy(), _s(valid))).else_(split_ok)
-        parts = exp.Case().when(quoted, as_list).else_(split)
+        ok: exp.Expr = exp.Case().when(quoted.copy(), exp.func("regexp_full_match", line.copy(),
+                                                                _s(valid))).else_(split_ok)
+        parts: exp.Expr = exp.Case().when(quoted, as_list).else_(split)
     else:
         ok, parts = split_ok, split
     well = exp.and_(exp.NEQ(this=line.copy(), expression=_s(OVERLONG)), ok)
@@ -328,7 +329,7 @@ def csv_fields(scan: exp.Expr, dialect: CsvDialect, header: Sequence[str],
         inner = inner.where(exp.func("coalesce", exp.column("line"), _s("")).neq(_s("")))
     mid = exp.select(exp.column("line"), exp.alias_(well, "__ok"), exp.alias_(parts, "__f")) \
         .from_(exp.alias_(exp.Subquery(this=inner), "__lines"))
-    cols = [exp.column("line"), exp.column("__ok")]
+    cols: list[exp.Expr] = [exp.column("line"), exp.column("__ok")]
     for name, i in zip(names, idx):
         item = exp.Anonymous(this="list_extract", expressions=[exp.column("__f"), exp.Literal.number(i + 1)])
         cols.append(exp.alias_(exp.Case().when(exp.column("__ok"), item).else_(_s("")), name, quoted=True))
@@ -371,15 +372,14 @@ def parse_number(text: str) -> float | None:
     return float(text.strip(" \t"))   # never inf or a subnormal (the grammar's exponent bound)
 
 
-def _lit(n: int) -> exp.Literal:
+def _lit(n: int) -> exp.Expr:
     return exp.Literal.number(n)
 
 
 def _bin_status(att: Attribute, x: exp.Expr) -> exp.Expr:
     """Status of a non-NULL, non-NaN number: below/above range, not an integer, or value."""
-    bounds = att.bin_bounds()
-    lo = bounds[0][0]
-    hi = bounds[att._nbins() - 1][1]  # noqa: SLF001 - same package family
+    bins = [b for b in att.bin_bounds() or [] if b is not None]   # the values' cells, not NULL's
+    lo, hi = bins[0][0], bins[-1][1]
     xd = exp.cast(x.copy(), "DOUBLE")
     case = exp.Case().when(exp.LT(this=xd.copy(), expression=exp.cast(exp.Literal.number(repr(float(lo))), "DOUBLE")),
                            _s("below_range"))
@@ -399,7 +399,7 @@ class Converted:
     pre: list
     cell: exp.Expr     # cell index, never NULL
     status: exp.Expr   # one of STATUSES
-    pre2: list = None        # a second layer (over ``pre``'s aliases)
+    pre2: list | None = None        # a second layer (over ``pre``'s aliases)
 
 
 def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
@@ -408,6 +408,7 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
     ``ok`` is False for a malformed record; ``d`` the CSV dialect (None: typed VARCHAR);
     ``dialect`` the engine the SQL is rendered for."""
     inv = _lit(att.invalid_index)
+    is_null: exp.Expr
     if d is not None:
         is_null = exp.In(this=raw.copy(), expressions=[_s(v) for v in d.null]) if d.null else exp.false()
         text = _unquote_sql(raw, d)
@@ -419,18 +420,18 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
     null_status = _s("null" if att.nullable else "null_not_nullable")
     cell = exp.Case().when(exp.Not(this=ok.copy()), inv).when(z.copy(), _lit(att.null_place))
     status = exp.Case().when(exp.Not(this=ok.copy()), _s("malformed")).when(z.copy(), null_status)
-    if att.kind == "categorical" and att.python_type is str:
+    if isinstance(att, Categorical) and att.python_type is str:
         if d is None and dialect == "duckdb" and att.null_place == att.invalid_index:
             # typed text: the lookup sends NULL to invalid_index, which is NULL's place here
             # too, so the CASE (which splits every vector into NULL and non-NULL rows) goes
-            cell = label_index_sql(att, raw, dialect)
+            label_cell = label_index_sql(att, raw, dialect)
         else:
-            cell = cell.else_(label_index_sql(att, t, dialect))
+            label_cell = cell.else_(label_index_sql(att, t, dialect))
         lab = exp.In(this=t.copy(), expressions=[_s(v) for v in att.labels_])
         unreadable = exp.Like(this=t.copy(), expression=_s("%\ufffd%"))
         status = (status.when(lab, _s("value")).when(unreadable, _s("unreadable"))
                   .else_(_s("other" if att.other_index is not None else "not_a_label")))
-        return Converted(pre, cell, status)
+        return Converted(pre, label_cell, status)
     pre2 = [(x.name, number_sql(t.copy()))]
     missing = exp.Is(this=x.copy(), expression=exp.Null())
     cell = cell.when(missing.copy(), inv).else_(index_sql(att, x.copy()))
@@ -438,7 +439,7 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
     return Converted(pre, cell, status, pre2)
 
 
-def label_index_sql(att: Attribute, text: exp.Expr, dialect: str) -> exp.Expr:
+def label_index_sql(att: Categorical, text: exp.Expr, dialect: str) -> exp.Expr:
     """Cell of a non-NULL text value for a categorical with string labels.
 
     In DuckDB one hash lookup: ``TRY_CAST`` to an ENUM of the labels (exact byte equality,
@@ -467,9 +468,9 @@ _ARITHMETIC_BOUND = 1 << 62
 def _within_bound(att: Attribute) -> bool:
     """Every bound or label of an integer attribute or integer-labelled categorical lies
     strictly inside ±2^62."""
-    if att.kind == "integer":
+    if isinstance(att, IntegerRange):
         return -_ARITHMETIC_BOUND < att.lo <= att.hi < _ARITHMETIC_BOUND
-    return att.kind == "categorical" and all(-_ARITHMETIC_BOUND < v < _ARITHMETIC_BOUND for v in att.labels_)
+    return isinstance(att, Categorical) and all(-_ARITHMETIC_BOUND < v < _ARITHMETIC_BOUND for v in att.labels_)
 
 
 def integer_value_sql(att: Attribute, x: exp.Expr, sql_type: str, dialect: str) -> exp.Expr | None:
@@ -487,7 +488,7 @@ def integer_value_sql(att: Attribute, x: exp.Expr, sql_type: str, dialect: str) 
     name = _type_name(sql_type, dialect)
     if name in _WITHIN_BIGINT or att.kind == "numeric":
         return x
-    if not _within_bound(att):
+    if name is None or not _within_bound(att):     # an unknown type: no conversion is known
         return None
     dtype = exp.DataType.build(sql_type, dialect=dialect)
 
@@ -515,12 +516,13 @@ def uniform_bins_sql(att: Attribute, x: exp.Expr, dialect: str) -> exp.Expr | No
     (``GREATEST``/``LEAST`` skip NULLs on PostgreSQL and Spark).  One expression per row
     instead of a chain of up to ~17 comparisons (adult's 99-bin hours_per_week took six
     times a plain scan of the column)."""
-    if att.kind != "integer" or att.edges is not None or not _within_bound(att):
+    if not isinstance(att, IntegerRange) or att.edges is not None or not _within_bound(att):
         return None
     lo, hi, width = att.lo, att.hi, att.bin_width
     value = exp.cast(x.copy(), "BIGINT")
     clamped = exp.Anonymous(this="least", expressions=[
         exp.Anonymous(this="greatest", expressions=[value, _lit(lo)]), _lit(hi)])
+    offset: exp.Expr
     if lo > 0:
         offset = exp.Paren(this=exp.Sub(this=clamped, expression=_lit(lo)))
     elif lo < 0:   # never "x - -5": PostgreSQL would read "--" as a comment without the space
@@ -535,7 +537,7 @@ def uniform_bins_sql(att: Attribute, x: exp.Expr, dialect: str) -> exp.Expr | No
 
 
 def _number_status(att: Attribute, x: exp.Expr) -> exp.Expr:
-    if att.kind == "categorical":  # integer labels
+    if isinstance(att, Categorical):  # integer labels
         lab = exp.In(this=exp.cast(x.copy(), "DOUBLE"),
                      expressions=[exp.cast(exp.Literal.number(v), "DOUBLE") for v in att.labels_])
         return exp.Case().when(lab, _s("value")).else_(
@@ -565,7 +567,8 @@ def _type_name(sql_type: str, dialect: str) -> str | None:
 def type_family(sql_type: str, dialect: str = "duckdb") -> str:
     """integer | float | decimal | text | boolean | uuid | other, for a column type as the
     engine's catalog names it (``BIGINT``, ``double precision``, ``string``, …)."""
-    return _FAMILY_OF.get(_type_name(sql_type, dialect), "other")
+    name = _type_name(sql_type, dialect)
+    return "other" if name is None else _FAMILY_OF.get(name, "other")
 
 
 def accepts_id(sql_type: str, dialect: str = "duckdb") -> bool:
@@ -579,7 +582,7 @@ def accepts(att: Attribute, sql_type: str, dialect: str = "duckdb") -> bool:
     fam = type_family(sql_type, dialect)
     if fam == "text":
         return True
-    if att.kind == "categorical" and att.python_type is str:
+    if isinstance(att, Categorical) and att.python_type is str:
         return fam in ("integer", "boolean")
     if fam == "integer":
         return integer_value_sql(att, exp.column("x"), sql_type, dialect) is not None
@@ -593,7 +596,7 @@ def typed_column(att: Attribute, col: exp.Expr, sql_type: str, tag: str,
     fam = type_family(sql_type, dialect)
     if fam == "text":
         return convert_text(att, col, exp.true(), None, tag, dialect)
-    if fam in ("integer", "boolean") and att.kind == "categorical" and att.python_type is str:
+    if fam in ("integer", "boolean") and isinstance(att, Categorical) and att.python_type is str:
         return convert_text(att, exp.cast(col.copy(), "VARCHAR"), exp.true(), None, tag, dialect)
     x = exp.column(f"__x{tag}")
     pre = [(x.name, col.copy())]
@@ -607,12 +610,13 @@ def typed_column(att: Attribute, col: exp.Expr, sql_type: str, tag: str,
         status = status.when(nan, _s("unreadable"))
     if fam == "integer":
         # an integer type holds neither NaN nor (past the branch above) NULL: the bins alone
-        v = integer_value_sql(att, x, sql_type, dialect)   # not None: accepts() checked the type
+        v = integer_value_sql(att, x, sql_type, dialect)
+        assert v is not None                # typed_column is called only if accepts(): it checked
         if att.kind == "categorical":
             value = index_sql(att, v)
         else:
-            value = uniform_bins_sql(att, v, dialect)
-            value = value if value is not None else bins_sql(att, v.copy())
+            uniform = uniform_bins_sql(att, v, dialect)
+            value = uniform if uniform is not None else bins_sql(att, v.copy())
     else:
         value = index_sql(att, x.copy())
     return Converted(pre, cell.else_(value), status.else_(_number_status(att, x)))

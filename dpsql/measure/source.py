@@ -72,6 +72,13 @@ class CsvDialect:
     max_record_bytes: int = 4 << 20   # longer records are read as malformed
     max_record_lines: int = 1         # physical lines one person's record may span
 
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        """The declared field names of a CSV without a header line (``columns``)."""
+        if self.columns is None:     # from_spec requires them with header = false
+            raise ConfigError("a CSV source with header = false needs columns = [...]")
+        return tuple(self.columns)
+
     @staticmethod
     def from_spec(spec: Mapping[str, Any], where: str) -> CsvDialect:
         kw: dict[str, Any] = {}
@@ -258,6 +265,30 @@ class Source:
         return self.max_rows_per_id if self.id_column is not None else self.dialect.max_record_lines
 
     @property
+    def file(self) -> Path:
+        """The local path of a csv, duckdb or parquet source (a Parquet file, glob or
+        directory); ``from_config`` gives every such source one."""
+        if self.path is None:
+            raise ConfigError(f"a {self.kind} source has no local file",
+                              hint='name it, e.g. source = { csv = "adult.csv" }')
+        return self.path
+
+    @property
+    def table_name(self) -> str:
+        """The table a duckdb, postgres or spark (table) source reads."""
+        if self.table is None:
+            raise ConfigError(f"a {self.kind} source here needs table = \"NAME\"")
+        return self.table
+
+    @property
+    def address(self) -> str:
+        """The connection URL of a postgres source, the master URL of a spark source."""
+        if self.url is None:
+            raise ConfigError(f"a {self.kind} source has no URL",
+                              hint="source = { postgres = \"postgresql://...\" } or { spark = \"local[2]\" }")
+        return self.url
+
+    @property
     def is_glob(self) -> bool:
         """A Parquet source naming several files (a glob or a directory)."""
         return self.kind == "parquet" and self.path is not None and (
@@ -293,7 +324,7 @@ class Source:
                               hint="call Backend.fingerprint(table)")
         if self.is_glob:
             return listing_fingerprint(parquet_files(self))
-        return file_fingerprint(self.path, store)
+        return file_fingerprint(self.file, store)
 
 
 def _local_path(raw: str, base: Path) -> Path:
@@ -349,7 +380,7 @@ def parquet_files(source: Source) -> list[Path]:
     below it), sorted.  Below the glob's fixed prefix, names starting with ``.`` or ``_``
     (``_SUCCESS``, ``.crc``, ``_temporary/``) are skipped, as Spark and Hive skip them, so
     DuckDB and Spark read the same files.  DuckDB is given exactly this list."""
-    pattern = str(source.path / "**" / "*.parquet") if source.path.is_dir() else str(source.path)
+    pattern = str(source.file / "**" / "*.parquet") if source.file.is_dir() else str(source.file)
     cut = min([pattern.index(c) for c in GLOB_CHARS if c in pattern] or [len(pattern)])
     base = pattern[:cut].rsplit("/", 1)[0]
     files = sorted(Path(p) for p in glob.glob(pattern, recursive=True, include_hidden=True)
@@ -408,6 +439,7 @@ def file_fingerprint(path: Path, store: Path | None = None) -> dict:
     operator's ledger already names, and is written like the ledger (0600, atomic rename)."""
     path = Path(path)
     key = _stat_key(path)
+    fp: dict | None
     with _HASH_LOCK:
         cached = _HASHES.get(str(path))
     if cached is not None and cached[0] == key:
@@ -441,6 +473,8 @@ def _stored_fingerprint(store: Path | None, path: Path, key: tuple) -> dict | No
     if store is None:
         return None
     entry = _read_store(store).get(str(path))
+    if not isinstance(entry, dict):
+        return None
     try:
         if tuple(entry["stat"]) == tuple(key) and set(entry["fingerprint"]) == {"size", "sha256"}:
             return dict(entry["fingerprint"])

@@ -35,8 +35,9 @@ from dpsql.sql.syntax import exp
 
 try:
     from pyspark.sql import SparkSession
+    HAVE_PYSPARK = True
 except ImportError:  # pragma: no cover - the optional extra is missing
-    SparkSession = None
+    HAVE_PYSPARK = False
 
 #: Settings dpsql always makes (totality, no sniffing, no UI); the operator's ``conf``
 #: cannot change them.
@@ -64,14 +65,14 @@ class SparkBackend(SqlBackend):
 
     def __init__(self, sources) -> None:
         super().__init__(sources)
-        if SparkSession is None:
+        if not HAVE_PYSPARK:
             raise ConfigError("a spark source needs pyspark",
                               hint="pip install 'dpsql[spark]' (and a JDK 17 or 21 for a local master)")
-        masters = {s.url for s in self._sources.values()}
-        confs = {s.conf for s in self._sources.values()}
         for name, source in self._sources.items():
             if source.kind != "spark":
                 raise ConfigError(f"table {name!r}: a {source.kind} source is not read by Spark")
+        masters = {s.address for s in self._sources.values()}
+        confs = {s.conf for s in self._sources.values()}
         if len(masters) > 1 or len(confs) > 1:
             raise ConfigError("every spark source of one configuration must name the same master and conf",
                               hint=f"masters: {', '.join(sorted(masters))}")
@@ -81,17 +82,23 @@ class SparkBackend(SqlBackend):
             if key in ENFORCED:
                 raise ConfigError(f"source.conf may not set {key}: dpsql sets it ({ENFORCED[key]}) so that "
                                   "every row is read alike", hint=f"remove {key} from conf")
-        self._spark = None
+        self._spark: SparkSession | None = None
         self._owned = False
         self._views: dict[str, str] = {}
 
     # -- the session ---------------------------------------------------------------------------
-    def session(self):
+    def _master_url(self) -> str:
+        if self._master is None:
+            raise ConfigError("this Spark backend reads no spark source, so it has no master URL")
+        return self._master
+
+    def session(self) -> SparkSession:
         if self._spark is None:
-            remote = self._master.startswith("sc://")
+            master = self._master_url()
+            remote = master.startswith("sc://")
             existing = None if remote else SparkSession.getActiveSession()
             builder = SparkSession.builder.appName("dpsql")
-            builder = builder.remote(self._master) if remote else builder.master(self._master)
+            builder = builder.remote(master) if remote else builder.master(master)
             for key, value in {**({} if remote else DEFAULTS), **self._conf, **ENFORCED}.items():
                 builder = builder.config(key, value)
             try:
@@ -124,6 +131,9 @@ class SparkBackend(SqlBackend):
                 spark.catalog.refreshTable(name)   # see files written since the last read
                 return spark.table(name), exp.to_table(source.table, dialect="spark")
             loc = source.location
+            if loc is None:
+                raise ConfigError("a spark source reads a table or parquet files; this one names neither",
+                                  hint='source = { spark = "local[2]", table = "db.people" }')
             reader = spark.read.option("pathGlobFilter", "*.parquet")
             if source.hive_partitioning:
                 reader = reader.option("basePath", _base_path(loc))
@@ -171,7 +181,7 @@ class SparkBackend(SqlBackend):
     def _remote_stat(self, uris: list[str]) -> list[tuple[str, int, int]]:
         spark = self.session()
         jvm = (getattr(getattr(spark, "sparkContext", None), "_jvm", None)
-               if not self._master.startswith("sc://") else None)
+               if not self._master_url().startswith("sc://") else None)
         if jvm is None:
             raise ConfigError("under Spark Connect dpsql cannot read the sizes and times of remote files",
                               hint="declare source.data_version (and bump it when the data changes)")

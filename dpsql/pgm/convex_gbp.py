@@ -58,7 +58,7 @@ class ConvexGBP:
     of it).  ``damping`` ∈ [0, 1) is the weight of the old multiplier.
     """
 
-    def __init__(self, graph: RegionGraph, kappa: float | Sequence[float] = 1.0,
+    def __init__(self, graph: RegionGraph, kappa: float | Sequence[float] | np.ndarray = 1.0,
                  damping: float = 0.5) -> None:
         n = len(graph.regions)
         k = np.broadcast_to(np.asarray(kappa, dtype=float), (n,)).copy()

@@ -23,7 +23,8 @@ where branches merge, instead of once onto the whole host per group.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal, Protocol, overload
 
 import numpy as np
 
@@ -39,7 +40,7 @@ _sum = np.add.reduce
 class _Term:
     __slots__ = ("to_given", "given_shape", "to_canon", "op", "y", "weight", "query")
 
-    def __init__(self, meas: Measurement, canon: tuple[str, ...], sizes: dict[str, int],
+    def __init__(self, meas: Measurement, canon: tuple[str, ...], sizes: Mapping[str, int],
                  norm: str) -> None:
         given = meas.clique
         self.to_given = None if given == canon else tuple(canon.index(a) for a in given)
@@ -118,30 +119,51 @@ class _HostPlan:
         out: list[np.ndarray | None] = [None] * len(self.groups)
         for (src, axes, dst, k), free in zip(self.steps, self.release):
             t = tables[src]
+            assert t is not None           # a table is released after its last read only
             r = _sum(t, axis=axes, keepdims=True) if axes else t
-            if dst is None:
+            if k is not None:
                 out[k] = r.reshape(self.groups[k].canon_shape)
-            else:
+            elif dst is not None:
                 tables[dst] = r
             for s in free:
                 tables[s] = None
-        return out
+        done = [m for m in out if m is not None]
+        assert len(done) == len(out)       # _build gives every group its step
+        return done
 
     def gradient(self, accs: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
         """Σ_k broadcast(accs[k]) onto the host; accs[k] has group k's kd_shape."""
         grads: list[np.ndarray | None] = [None] * self.tables
         for src, _, dst, k in reversed(self.steps):
-            g = accs[k] if dst is None else grads[dst]
+            g = accs[k] if k is not None else grads[dst] if dst is not None else None
             if g is None:
                 continue
             grads[src] = g if grads[src] is None else grads[src] + g
-        return np.broadcast_to(grads[0], shape).copy()
+        g0 = grads[0]
+        assert g0 is not None              # every step descends from the host, table 0
+        return np.broadcast_to(g0, shape).copy()
+
+
+class Cliques(Protocol):
+    """What MarginalLoss reads of its cliques: a JunctionTree, or a RegionGraph's regions
+    (estimate_relaxed)."""
+
+    @property
+    def attributes(self) -> Sequence[str]: ...
+
+    @property
+    def sizes(self) -> Mapping[str, int]: ...
+
+    @property
+    def cliques(self) -> list[tuple[str, ...]]: ...
+
+    def host(self, clique: Iterable[str]) -> int: ...
 
 
 class MarginalLoss:
     """L(μ) and ∇L(μ) for ``measurements`` on the cliques of ``tree``."""
 
-    def __init__(self, tree: JunctionTree, measurements: Sequence[Measurement],
+    def __init__(self, tree: Cliques, measurements: Sequence[Measurement],
                  norm: str = "l2") -> None:
         if norm not in ("l1", "l2"):
             raise ValueError(f"loss norm must be 'l1' or 'l2', got {norm!r}")
@@ -170,8 +192,15 @@ class MarginalLoss:
         self.alone = [gs[0] for gs in on_host.values() if len(gs) == 1]
         self.shared = [_HostPlan(h, self.shapes[h], gs) for h, gs in on_host.items() if len(gs) > 1]
 
+    @overload
+    def _residuals(self, group: _Group, marg: np.ndarray, grad: Literal[True]) -> tuple[float, np.ndarray]: ...
+
+    @overload
+    def _residuals(self, group: _Group, marg: np.ndarray, grad: Literal[False]) -> tuple[float, None]: ...
+
     def _residuals(self, group: _Group, marg: np.ndarray, grad: bool) -> tuple[float, np.ndarray | None]:
-        """Σ_t w_t‖Q_t μ_r − y_t‖ over the group's terms, and its gradient in μ_r (kd_shape)."""
+        """Σ_t w_t‖Q_t μ_r − y_t‖ over the group's terms, and (``grad``) its gradient in μ_r
+        (kd_shape)."""
         total = 0.0
         l2 = self.norm == "l2"
         acc = None
@@ -192,7 +221,9 @@ class MarginalLoss:
             if t.to_canon is not None:
                 gr = gr.transpose(t.to_canon)
             acc = gr if acc is None else acc + gr
-        return total, None if acc is None else acc.reshape(group.kd_shape)
+        if not grad:
+            return total, None
+        return total, np.zeros(group.kd_shape) if acc is None else acc.reshape(group.kd_shape)
 
     def value(self, mu: Sequence[np.ndarray]) -> float:
         total = 0.0

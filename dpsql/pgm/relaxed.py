@@ -260,9 +260,11 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
     if isinstance(kappa, str):
         if kappa != "auto":
             raise ValueError(f"estimate_relaxed: kappa must be 'auto' or positive numbers, got {kappa!r}")
-        kappa = auto_kappa(graph, curv)
-    kappa = np.broadcast_to(np.asarray(kappa, dtype=float), (len(graph.regions),)).copy()
-    oracle = ConvexGBP(graph, kappa, damping)
+        given: float | np.ndarray = auto_kappa(graph, curv)
+    else:
+        given = kappa
+    kappas = np.broadcast_to(np.asarray(given, dtype=float), (len(graph.regions),)).copy()
+    oracle = ConvexGBP(graph, kappas, damping)
     loss = MarginalLoss(graph, measurements, norm)
     theta, messages = _initial(graph, oracle, warm_start)
     if polish is None:
@@ -274,7 +276,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
     hosts = [h for h, g in enumerate(grad) if g is not None]
     adaptive = stepsize is None
     scale = float(step_scale)
-    eta = _relative_step(curv, tau, kappa) * scale if adaptive else float(stepsize)
+    eta = _relative_step(curv, tau, kappas) * scale if stepsize is None else float(stepsize)
     history = [value]
     best, worse = value, 0
     it = 0
@@ -284,9 +286,11 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
     refused = None
     for it in range(1, iters + 1):
         if adaptive:
-            eta = _relative_step(curv, tau, kappa) * scale
+            eta = _relative_step(curv, tau, kappas) * scale
         for h in hosts:
-            step = eta * grad[h]
+            gh = grad[h]
+            assert gh is not None          # the loss has a gradient on the same hosts each time
+            step = eta * gh
             theta[h] -= step
             oracle.shift(psi, h, -step)
         if it > iters - polish or stop_at is not None:
@@ -341,7 +345,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
         refused = None
     probs = [t / total for t in tables]
     return RelaxedFit(graph, theta, probs, total, messages, history, eta,
-                      oracle.violation(probs), it, kappa, damping, polished, refused)
+                      oracle.violation(probs), it, kappas, damping, polished, refused)
 
 
 class _Refusal(str):

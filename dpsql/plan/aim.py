@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.triangulation import elimination_order
+
 __all__ = ["AIMOptions", "Round", "RoundResult", "AIMResult", "DEFAULT_MODEL_CELLS",
            "workload_marginals", "downward_closure", "candidate_weights", "scaled_l1",
            "exact_scores", "epsilon_for", "jt_size", "run_aim", "plan_summary", "advise", "Advice"]
@@ -273,8 +275,12 @@ class _Budget:
         self.rho_measure *= 4
 
     def last(self, remaining: Fraction) -> None:
+        # the final round spends exactly what is left: ε is rounded down to its grid
+        # (epsilon_for) and the measurement takes the rest, so a full run leaves 0, not a
+        # residue (~1e-13 of the budget) shown as "left" that no measurement can use
         self.rho_select = (1 - self.alpha) * remaining
-        self.rho_measure = self.alpha * remaining
+        eps = epsilon_for(self.rho_select)
+        self.rho_measure = remaining - eps * eps / 8
 
     def adopt(self, result: RoundResult) -> None:
         """Continue from the parameters a replayed round actually used."""
@@ -292,7 +298,6 @@ def jt_size(sizes: Mapping[str, int], cliques: Sequence[Clique]) -> int:
     ``cliques``: the same greedy elimination order, summed over its maximal cliques,
     without building the tree itself (half the cost; the filter calls this for every
     candidate of every round)."""
-    from dpsql.pgm.junction_tree import elimination_order
     _, elim = elimination_order(dict(sizes), cliques)
     sets = sorted({frozenset(c) for c in elim}, key=len, reverse=True)
     maximal: list[frozenset] = []

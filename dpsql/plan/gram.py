@@ -26,7 +26,7 @@ import numpy as np
 
 from dpsql.linalg.rowscaled import GramPinv
 
-__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "psd_root",
+__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "Gram", "gram_trace", "psd_root",
            "class_matrix", "class_sum", "LARGE_CELLS"]
 
 #: Relative tolerance for two workload columns to count as equal.
@@ -158,11 +158,13 @@ class FactorPinv:
         root = np.sqrt(self.sizes)
         return VB / root[:, None] / root[None, :]
 
-    def trace(self, V: np.ndarray) -> float:
+    def trace(self, V: Gram) -> float:
         """tr(V (FᵀF)⁺) = ‖R L‖²_F with Ṽ = RᵀR, inf when F does not support V.
 
         Through a root of Ṽ, not Σ Ṽ∘K⁺: an error of ε‖V‖ in Ṽ meets K⁺'s light directions
         at first order, one in R only at second (R L is small there)."""
+        if isinstance(V, LowRankGram):
+            return self._low_rank_trace(V)
         Vt = self.reduce(V)
         if Vt is None:
             return math.inf
@@ -172,6 +174,22 @@ class FactorPinv:
                 return math.inf
         R = psd_root(Vt)
         return float(np.sum((R @ self.root) ** 2))
+
+    def _low_rank_trace(self, V: LowRankGram) -> float:
+        """tr((c·I + RᵀR)(FᵀF)⁺) = c·tr(K⁺) + ‖R L‖²_F without forming V: a square factor
+        (an identity) over a large attribute meets the attribute's LowRankGram terms here.
+        c·I needs every cell its own class and K of full rank (tr K⁺ = ‖L‖²_F, U = I)."""
+        total = 0.0
+        if V.c != 0.0:
+            if not self.trivial or self.basis is not None:
+                return math.inf
+            total += V.c * float(np.sum(self.root * self.root))
+        if V.rows.size:
+            q = self.diag_quadratic(V.rows)
+            if q is None:
+                return math.inf
+            total += float(np.sum(q))
+        return total
 
     def diag_quadratic(self, Q: np.ndarray) -> np.ndarray | None:
         """diag(Q (FᵀF)⁺ Qᵀ) for query rows Q (k × n); None when F does not support Q."""
@@ -279,6 +297,16 @@ class LowRankGram:
         return np.float64(self.c).tobytes() + np.ascontiguousarray(self.rows).tobytes()
 
 
+#: A workload factor's gram V as the planner holds it: dense n×n, or c·I + RᵀR over a large
+#: attribute.  Every ``trace`` of a strategy factor's pseudo-inverse takes either.
+Gram = np.ndarray | LowRankGram
+
+
+def gram_trace(V: Gram) -> float:
+    """tr V of either form."""
+    return V.trace() if isinstance(V, LowRankGram) else float(np.trace(V))
+
+
 class ThinPinv:
     """(FᵀF)⁺ for a thin factor F (k × n, k ≪ n) on a large attribute: traces and
     quadratic forms in O(n·k·m), support by projecting onto F's row space.
@@ -300,8 +328,11 @@ class ThinPinv:
             return None
         return self.gram.coords(Q)
 
-    def trace(self, V: LowRankGram) -> float:
+    def trace(self, V: Gram) -> float:
         """tr(V (FᵀF)⁺) = ‖R L‖²_F for V = RᵀR (R in F's row space), inf otherwise."""
+        if not isinstance(V, LowRankGram):
+            # a dense gram (a small workload factor beside a thin strategy factor): its root
+            V = LowRankGram(V.shape[0], 0.0, psd_root(V))
         if V.c > 0:
             return math.inf        # the identity part needs every cell: a thin F cannot
         if not V.rows.size:

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from dpsql.plan.gram import FactorPinv, LowRankGram
+from dpsql.plan.gram import FactorPinv, LowRankGram, gram_trace
 from dpsql.plan.large import opt0_large, row_basis
 from dpsql.plan.opt0 import FactorResult, Progress, opt0, semiseparable_right, sensitivity
 from dpsql.plan.strategy import KronBlock
@@ -29,7 +29,7 @@ __all__ = ["kron_strategy", "factor_errors"]
 def factor_errors(A: np.ndarray, terms: WorkloadTerms, i: int, p: int) -> np.ndarray:
     """e_ji = ‖A‖_p² tr(V_ji (AᵀA)⁺) for every term j (inf if A does not support V_ji)."""
     if A.shape[0] == A.shape[1] and np.array_equal(A, np.eye(A.shape[0])):
-        return np.array([float(np.trace(t.grams[i])) for t in terms.terms])
+        return np.array([gram_trace(t.grams[i]) for t in terms.terms])
     pinv = FactorPinv.of(A)
     s2 = sensitivity(A, p) ** 2
     cache: dict[int, float] = {}
@@ -73,11 +73,12 @@ def kron_strategy(terms: WorkloadTerms, noise: str, *, restarts: int = 1,
     w2 = np.array([t.weight ** 2 for t in terms.terms])
     # A large attribute (LowRankGram) starts from its workload rows (row_basis), the rest
     # from the identity; bases[i] records the integer basis a large factor is C·S over.
-    factors, bases = [], []
+    factors: list[np.ndarray] = []
+    bases: list[np.ndarray | None] = []
     for i, n in enumerate(terms.shape):
-        g = terms.terms[0].grams[i]
+        g = terms.attribute_gram(i) if isinstance(terms.terms[0].grams[i], LowRankGram) else None
         if isinstance(g, LowRankGram):
-            S = row_basis(terms.attribute_gram(i).rows)
+            S = row_basis(g.rows)
             if not S.size:
                 S = np.zeros((1, n))
             factors.append(S)

@@ -24,6 +24,7 @@ and gradient cost one p×n×n GEMM plus O(p²n) work (derivation in :func:`piden
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import dataclass
 from collections.abc import Callable
 
@@ -155,7 +156,8 @@ def gaussian_dual(V: np.ndarray, *, maxiter: int = 60, fixed_point_steps: int = 
     if not active.any():
         return FactorResult(np.zeros((1, n)), 0.0, "gaussian-dual")
     Va = V[np.ix_(active, active)]
-    best = {"loss": math.inf, "lam": None, "dual": 0.0}
+    # the best point so far, shared with dual_ascent: floats and, once one is recorded, arrays
+    best: dict[str, Any] = {"loss": math.inf, "lam": None, "dual": 0.0}
     it = [0]
 
     def record(lam, x, tr, root, P):

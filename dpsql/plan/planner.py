@@ -44,6 +44,7 @@ from dpsql.plan.strategy import (
 from dpsql.plan.balance import balanced_theta, baseline_shares, cap_score, query_caps
 from dpsql.plan.union import group_by_support, union_strategy, union_weights
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
+from dpsql.triangulation import tree_cells
 
 __all__ = ["Caps", "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query",
            "opt_residual", "opt_residual_plus", "optimize",
@@ -73,36 +74,9 @@ def _prod(xs) -> int:
     return int(math.prod(int(x) for x in xs))
 
 
-def _local_model_size(shape, cliques) -> int:
-    """Greedy min-fill junction tree size (used when dpsql.pgm is unavailable)."""
-    import networkx as nx
-    from networkx.algorithms.approximation import treewidth_min_fill_in
-
-    G = nx.Graph()
-    for c in cliques:
-        G.add_nodes_from(c)
-        G.add_edges_from((a, b) for k, a in enumerate(c) for b in c[k + 1:])
-    if G.number_of_nodes() == 0:
-        return 1
-    total = 0
-    for comp in nx.connected_components(G):
-        _, tree = treewidth_min_fill_in(G.subgraph(comp).copy())
-        bags = list(tree.nodes) or [frozenset(comp)]
-        total += sum(_prod(shape[i] for i in bag) for bag in bags)
-    return total
-
-
 def junction_tree_size(attributes, shape, cliques) -> int:
     """Cells of the junction tree for ``cliques`` (attribute-name tuples)."""
-    try:
-        from dpsql.domain import Domain
-        from dpsql.pgm.junction_tree import model_size
-    except ImportError:
-        model_size = None
-    if model_size is not None:
-        return int(model_size(Domain(attributes, shape), [tuple(c) for c in cliques]))
-    idx = {a: i for i, a in enumerate(attributes)}
-    return _local_model_size(shape, [tuple(idx[a] for a in c) for c in cliques])
+    return tree_cells({a: int(n) for a, n in zip(attributes, shape)}, cliques)
 
 
 #: Set by ``optimize`` while it runs operators whose output it rounds (and re-evaluates)
@@ -422,7 +396,7 @@ def _large_attribute_problem(terms: WorkloadTerms, op: str, caps: Caps) -> str |
         if op in ("OPT_0", "OPT_kron") and len({t.large_kinds[i] for t in terms.terms}) > 1:
             return (f"one product cannot mix counts and sums over column "
                     f"{terms.attributes[i]!r} ({n:,} cells) on the measurement lattice")
-        wide = [j for j, g in enumerate(grams) if g.c > 0]
+        wide = [j for j, g in enumerate(grams) if isinstance(g, LowRankGram) and g.c > 0]
         if wide:
             return (f"query {_query_name(terms, wide[0])!r} groups by every value of column "
                     f"{terms.attributes[i]!r} ({n:,} cells)")
@@ -469,7 +443,7 @@ def _planned_cliques(terms: WorkloadTerms, operator: str) -> list[tuple[str, ...
         return [_names(terms, frozenset().union(*supports))]
     # Maximal supports: drop every proper subset of a support (enumerated: supports are
     # small, the workload may have thousands of them).
-    dominated = set()
+    dominated: set[frozenset[int]] = set()
     for o in supports:
         members = sorted(o)
         if len(members) > 16:
@@ -514,6 +488,7 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
             return hit
     d = len(terms.shape)
     marginal = all(all(t.marginal_like) for t in terms.terms)
+    default_ops: tuple[str, ...]
     if d == 1:
         default_ops = ("OPT_0",)
     elif marginal and noise == "gaussian":
@@ -531,7 +506,8 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
                                 "RP": opt_residual, "RP+": opt_residual_plus,
                                 "per-query": opt_per_query}
     rng = np.random.default_rng(seed)
-    notes, cands = [], []
+    notes: list[str] = []
+    cands: list[tuple[Strategy, int]] = []
     certified = None
     for op in ops:
         if certified is not None and op in ("OPT_kron", "OPT_+"):
@@ -592,8 +568,7 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         cands.append((strat, size))
         notes.append(f"{op}: expected error {strat.expected_error:.6g}, "
                      f"{len(strat.kron_blocks)} block(s), junction tree {size:,} cells")
-    finite = cands
-    if not finite:
+    if not cands:
         raise ModelTooLargeError(
             "no candidate strategy is usable (caps or support): " + "; ".join(notes),
             cliques=_planned_cliques(terms, "OPT_M"),
@@ -601,13 +576,11 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
                  "([planner] max_clique_cells, model_size)")
     # Exact inference needs the junction tree; a larger one is still measurable and can be
     # fitted approximately (region graphs), so over-cap candidates lose only to fitting ones.
-    fitting = [s for s, size in finite if size <= caps.model_size]
-    if fitting:
-        finite = fitting
-    else:
+    finite = [s for s, size in cands if size <= caps.model_size]
+    if not finite:
         notes.append(f"every candidate's junction tree exceeds {caps.model_size:,} cells: "
                      "the estimate will need approximate (region-graph) inference")
-        finite = [s for s, _ in finite]
+        finite = [s for s, _ in cands]
     # Never worse than noise per query (issue 16): among candidates, those leaving no query
     # above its own per-query baseline win; the per-query mechanism itself is one of them.
     above = {id(s): _above_baseline(terms, s) for s in finite}

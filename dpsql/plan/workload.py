@@ -24,7 +24,7 @@ import numpy as np
 
 from dpsql.errors import UnsupportedQueryError
 from dpsql.linalg import QueryMatrix, Union, kron_terms
-from dpsql.plan.gram import LARGE_CELLS, LowRankGram
+from dpsql.plan.gram import LARGE_CELLS, LowRankGram, gram_trace
 from dpsql.plan.objective import query_parts
 
 __all__ = ["Workload", "KronTerm", "WorkloadTerms", "workload_terms", "factor_dense",
@@ -78,7 +78,7 @@ class KronTerm:
             if n == 1:
                 out[i] = 0.0
                 continue
-            tr, sm = _trace(g), _total(g)
+            tr, sm = gram_trace(g), _total(g)
             out[i] = max((n * tr - sm) / (n * (n - 1)), 0.0)
         return out
 
@@ -167,7 +167,7 @@ class WorkloadTerms:
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=object))
 
-    def attribute_gram(self, i: int, coeffs: Sequence[float] | None = None) -> np.ndarray | LowRankGram:
+    def attribute_gram(self, i: int, coeffs: Sequence[float] | np.ndarray | None = None) -> np.ndarray | LowRankGram:
         """sum_j coeffs_j² V_ji: the surrogate gram of Eq. 3.5 (plain w_j² by default)."""
         n = self.shape[i]
         cs = [t.weight if coeffs is None else coeffs[j] for j, t in enumerate(self.terms)]
@@ -226,13 +226,11 @@ THIN_ROWS = 512
 def _summary(g) -> tuple[float, float]:
     """(beta, mean) of one factor gram: its projection onto span{I, 1} (Theorem 8)."""
     n = g.shape[0]
-    tr, sm = _trace(g), _total(g)
+    tr, sm = gram_trace(g), _total(g)
     beta = 0.0 if n == 1 else max((n * tr - sm) / (n * (n - 1)), 0.0)
     return beta, sm / n
 
 
-def _trace(g) -> float:
-    return g.trace() if isinstance(g, LowRankGram) else float(np.trace(g))
 
 
 def _total(g) -> float:

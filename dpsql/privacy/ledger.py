@@ -523,8 +523,8 @@ class Ledger:
                 who = "" if view.remaining_user is None or \
                     view.remaining_user > view.remaining_global else f" for {principal!r}"
                 raise BudgetExhaustedError(
-                    f"privacy budget exhausted{who}: the request needs rho={float(value):.6g} "
-                    f"but only rho={float(view.remaining):.6g} remains",
+                    f"privacy budget exhausted{who}: the request needs rho={format_rho(value, 'up')} "
+                    f"but only rho={format_rho(view.remaining, 'down')} remains",
                     requested_rho=float(value), remaining_rho=float(view.remaining),
                     hint="ask for fewer or coarser statistics, reuse released answers, or "
                          "have the operator grant a new budget (a new ledger)")

@@ -57,6 +57,8 @@ class DpsqlLink:
     def __init__(self, config, user: str, overrides: dict | None = None) -> None:
         import dpsql
         self.connection = dpsql.connect(config, user=user, **(overrides or {}))
+        # an analyst: hints say what to ask the operator for, not commands they cannot run
+        self.connection.session.role = "analyst"
 
     @property
     def catalog(self) -> dict:

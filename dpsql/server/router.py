@@ -30,6 +30,10 @@ from dataclasses import dataclass, field, replace
 from dpsql.sql.syntax import TokenType, exp, parse_statement, tokens as statement_tokens
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
+#: The view of every column's declared domain that the catalog creates next to the private tables
+#: (``shadow.schema_ddl``): public metadata, answered by the catalog like ``pg_catalog``.
+COLUMNS_VIEW = "dpsql_columns"
+CATALOG_VIEWS = frozenset({COLUMNS_VIEW})
 SESSION_WORDS = frozenset({"SET", "SHOW", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT",
                            "SAVEPOINT", "RELEASE", "DISCARD", "DEALLOCATE", "UNLISTEN"})
 LOCAL_FUNCTIONS = frozenset({"pg_backend_pid", "version", "current_database", "current_schema",
@@ -75,6 +79,8 @@ def _relations(tree: exp.Expr, private: set[str]) -> tuple[set, set, set]:
             continue
         elif schema in ("", "public") and name in private:
             found_private.add(name)
+        elif schema in ("", "public") and name in CATALOG_VIEWS:
+            found_catalog.add(name)
         else:
             unknown.add(f"{schema + '.' if schema else ''}{name}")
     return found_private, found_catalog, unknown

@@ -23,7 +23,8 @@ import secrets
 from dpsql import labels as wording
 from dpsql.server import codec
 from dpsql.server.catalogdb import (SHADOW_ROLE, CatalogCluster, ShadowUnavailable, find_bindir, ident,
-                                    role_name, role_sql)
+                                    literal, role_name, role_sql)
+from dpsql.server.router import COLUMNS_VIEW
 from dpsql.server.pgclient import ShadowClient, ShadowError, ShadowReplyTooLarge
 
 __all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "ShadowReplyTooLarge", "ShadowUnavailable",
@@ -36,9 +37,48 @@ def catalog_type(attribute) -> str:
     return wording.catalog_type(attribute)
 
 
+_SEE_ALL = f"{COLUMNS_VIEW}.labels lists all"
+#: (name, PostgreSQL type) of the view's columns.
+COLUMNS_VIEW_COLUMNS = (("table_name", "text"), ("column_name", "text"), ("ordinal_position", "integer"),
+                        ("data_type", "text"), ("kind", "text"), ("is_nullable", "boolean"),
+                        ("cells", "bigint"), ("lo", "numeric"), ("hi", "numeric"), ("bin_width", "bigint"),
+                        ("edges", "numeric[]"), ("labels", "text[]"), ("open", "boolean"),
+                        ("description", "text"))
+
+
+def _value(value, pg_type: str) -> str:
+    """A SQL literal with its type (every VALUES row typed alike, NULLs included)."""
+    if value is None:
+        return f"NULL::{pg_type}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return f"ARRAY[{', '.join(literal(str(v)) for v in value)}]::{pg_type}"
+    return f"{literal(str(value))}::{pg_type}"
+
+
+def _column_row(table: str, position: int, attr) -> str:
+    """One row of ``dpsql_columns``: the declared domain only (public metadata)."""
+    lo = hi = width = edges = labels = None
+    if attr.kind == "integer":
+        lo, hi = attr.lo, attr.hi
+        width, edges = (None, list(attr.edges)) if attr.edges else (attr.bin_width, None)
+    elif attr.kind == "numeric":
+        lo, hi, edges = attr.edges[0], attr.edges[-1], [repr(float(e)) for e in attr.edges]
+    else:
+        labels = wording.declared_labels(attr)
+    values = (table, attr.name, position, catalog_type(attr), attr.kind, attr.nullable, attr.size, lo, hi, width,
+              edges, labels, wording.is_open(attr), wording.column_comment(attr, _SEE_ALL))
+    return "(" + ", ".join(_value(v, t) for v, (_, t) in zip(values, COLUMNS_VIEW_COLUMNS)) + ")"
+
+
 def schema_ddl(catalog) -> list[str]:
-    """``CREATE TABLE`` statements for the public schema of every private table."""
+    """``CREATE TABLE`` statements for the public schema of every private table, a comment on
+    each column with its declared domain (psql's ``\\d+``), and the ``dpsql_columns`` view
+    of the same domains as rows (issue 33 item 3: labels and bin edges were found only by
+    provoking errors).  All of it is the public domain declaration; no row is read."""
     out = []
+    rows = []
     for name, schema in sorted(catalog.items()):
         cols = []
         for attr in schema.attributes:
@@ -47,6 +87,15 @@ def schema_ddl(catalog) -> list[str]:
         out.append(f"CREATE TABLE public.{ident(name)} ({', '.join(cols)})")
         out.append(f"COMMENT ON TABLE public.{ident(name)} IS "
                    "'dpsql private table: aggregate queries only, answers are differentially private'")
+        for position, attr in enumerate(schema.attributes, 1):
+            out.append(f"COMMENT ON COLUMN public.{ident(name)}.{ident(attr.name)} IS "
+                       f"{literal(wording.column_comment(attr, _SEE_ALL))}")
+            rows.append(_column_row(name, position, attr))
+    if rows and COLUMNS_VIEW not in catalog:
+        names = ", ".join(n for n, _ in COLUMNS_VIEW_COLUMNS)
+        out.append(f"CREATE VIEW public.{COLUMNS_VIEW} AS SELECT * FROM (VALUES {', '.join(rows)}) AS d({names})")
+        out.append(f"COMMENT ON VIEW public.{COLUMNS_VIEW} IS 'the declared (public) domain of every column of "
+                   "the private tables: types, bounds, bins, labels'")
     return out
 
 

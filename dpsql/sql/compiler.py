@@ -236,18 +236,25 @@ class _Lowering:
             s2 = self.spec("linear", pred, f"SUM(({arg})^2)", attr, weights ** 2)
             s1 = self.spec("linear", pred, f"SUM({arg})", attr, weights)
             c = self.spec("linear", notnull, f"COUNT({arg})", shown=pred)
-            plan = AggPlan(call.func, label, [s2, s1, c], method=call.method)
+            plan = AggPlan(call.func, label, [s2, s1, c], method=call.method,
+                           halfwidth=float(self.half_widths(call, attr).max()))
         elif call.func in ("sum", "avg"):
             assert call.arg is not None   # check_argument: these take a column
             weights = self.weights(call, attr)
             s = self.spec("linear", pred, f"SUM({snippet(call.arg)})", attr, weights)
+            # over wide bins the midpoints' sum is off by at most Σ rows' half bin widths: that
+            # sum is measured with the workload, and its upper bound widens the interval
+            half = self.half_widths(call, attr)
+            bound = self.spec("linear", pred, f"SUM(half bin width of {snippet(call.arg)})", attr, half) \
+                if half.max() > 0 else None
             if call.func == "sum":
-                plan = AggPlan("sum", label, [s])
+                plan = AggPlan("sum", label, [s], bias_query=bound, halfwidth=float(half.max()))
             else:
                 notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
                 c = self.spec("linear", notnull, f"COUNT({snippet(call.arg)})", shown=pred)
                 # the cells' values (NaN for NULL) bound the average of an inferred group
-                plan = AggPlan("avg", label, [s, c], cell_values=self.weights(call, attr, keep_null=True))
+                plan = AggPlan("avg", label, [s, c], cell_values=self.weights(call, attr, keep_null=True),
+                               bias_query=bound, halfwidth=float(half.max()))
         else:
             values = self.quantile_values(call, attr)
             q = self.spec("quantile", pred, label, quantile_attr=attr)
@@ -299,6 +306,15 @@ class _Lowering:
                                             hint="sum numbers, e.g. SUM(CASE WHEN col = 'x' THEN 1 ELSE 0 END)")
             w = np.array([np.nan if null[i] else float(v) for i, v in enumerate(vals)])
         return w if keep_null else np.where(np.isnan(w), 0.0, w)
+
+    def half_widths(self, call: AggCall, attr) -> np.ndarray:
+        """Per cell, how far a value of a bare numeric column can be from the cell's value
+        (half the bin's width: 0 for one-value bins and NULL); zeros for expressions and
+        categoricals, whose per-cell values are exact."""
+        n = len(attr.labels())
+        if not isinstance(call.arg, exp.Column) or attr.kind == "categorical":
+            return np.zeros(n)
+        return np.array([0.0 if b is None else (float(b[1]) - float(b[0])) / 2 for b in attr.bin_bounds()])
 
     def quantile_values(self, call: AggCall, attr) -> np.ndarray:
         if attr.kind == "categorical" and isinstance(call.arg, exp.Column):

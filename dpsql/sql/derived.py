@@ -75,10 +75,10 @@ def is_row_level(select: exp.Select) -> bool:
         not any(isinstance(n, exp.Window) for e in select.expressions for n in _scoped_nodes(e))
 
 
-def output_names(select: exp.Select, star_columns) -> list[tuple[str | None, exp.Expr | None]]:
+def output_names(select: exp.Select, star_columns) -> list[tuple[str | None, exp.Expr]]:
     """(folded output name, expression) per output column of ``select``; ``*`` and ``t.*``
     expand to ``star_columns(select)`` (declared names, as quoted columns)."""
-    out: list[tuple[str | None, exp.Expr | None]] = []
+    out: list[tuple[str | None, exp.Expr]] = []
     for e in select.expressions:
         if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
             out.extend((c.name, c) for c in star_columns(select))
@@ -122,7 +122,7 @@ def _merge(outer: exp.Select, sub: exp.Subquery, inner: exp.Select, star_columns
             raise UnknownTableError(f"missing FROM-clause entry for table \"{node.table}\"",
                                     position=stmt.pos(node), hint=f"the subquery in FROM is named {sub.alias!r}"
                                     if sub.alias else "name the subquery and use its name")
-        hits = by_name.get(name)
+        hits = by_name.get(name) if name is not None else None
         if qual is None and not hits:
             if name in join_outputs or name in out_aliases:
                 continue
@@ -144,10 +144,7 @@ def _merge(outer: exp.Select, sub: exp.Subquery, inner: exp.Select, star_columns
         if isinstance(parent, exp.Select) and node in parent.expressions and \
                 not (isinstance(replacement, exp.Column) and folded(replacement.this) == name):
             replacement = exp.Alias(this=replacement, alias=node.this.copy())
-        if node is merged:
-            merged = replacement
-        else:
-            node.replace(replacement)
+        node.replace(replacement)        # node is a Column inside merged, never merged itself
     inner_from = inner.args.get("from_") or inner.args.get("from")
     merged.set("from_", inner_from.copy() if inner_from is not None else None)
     inner_where = inner.args.get("where")
@@ -303,12 +300,14 @@ def _join_restriction(join: exp.Join, stmt, star_columns) -> Pending:
                                                 "group keys", position=stmt.pos(c), hint=_TOPN_HINT)
             a, b = (_strip(x) for x in pair)
             ia, ib = _inner_ref(a, alias, names), _inner_ref(b, alias, names)
-            if (ia is None) == (ib is None):
+            if ia is not None and ib is None:
+                pairs.append((b, ia, null_safe))
+            elif ib is not None and ia is None:
+                pairs.append((a, ib, null_safe))
+            else:
                 raise UnsupportedQueryError(f"join condition '{snippet(c, 60)}' must compare a column of the "
                                             "subquery with an expression of the table", position=stmt.pos(c),
                                             hint=_TOPN_HINT)
-            outer, idx = (b, ia) if ia is not None else (a, ib)
-            pairs.append((outer, idx, null_safe))
     return Pending(inner, [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs], join)
 
 

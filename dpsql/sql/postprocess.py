@@ -29,7 +29,7 @@ error whose ±Z95 holds it.  Group keys carry no standard error (None).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -59,6 +59,10 @@ class AggPlan:
     # quantiles: the range of values in each cell (its bin), which the interval includes
     cell_low: np.ndarray | None = None
     cell_high: np.ndarray | None = None
+    # SUM/AVG over wide bins: the linear query Σ rows' half bin widths (bounds the binning
+    # error), and the widest half bin of the column (bounds AVG's and STDDEV's)
+    bias_query: str | None = None
+    halfwidth: float = 0.0
 
 
 @dataclass
@@ -327,10 +331,10 @@ def _histograms(lq, a: np.ndarray, groups: int) -> np.ndarray:
     names = [n for n, _ in layout.axes]
     sizes = [k for _, k in layout.axes]
     k = names.index(layout.quantile_attr)
-    total = None
+    total = np.zeros(sizes)
     for b in range(lq.blocks):
-        t = a[b].reshape(sizes) * lq.cell_masks[b].reshape([-1 if i == k else 1 for i in range(len(sizes))])
-        total = t if total is None else total + t
+        total = total + a[b].reshape(sizes) * lq.cell_masks[b].reshape(
+            [-1 if i == k else 1 for i in range(len(sizes))])
     t = np.moveaxis(total, k, -1)
     if layout.quantile_group_map is None:
         return t.reshape(groups, sizes[k])
@@ -342,14 +346,16 @@ def _histograms(lq, a: np.ndarray, groups: int) -> np.ndarray:
 
 
 def _aggregate_values(program: Program, answers, stderrs, groups: int):
-    vals, vars_ = [], []
+    vals, vars_, biases = [], [], []
     cache = {}
     for plan in program.aggs:
         got = []
-        for name in plan.queries:
+        for name in plan.queries + ([plan.bias_query] if plan.bias_query else []):
             if name not in cache:
                 cache[name] = _answers(program.lq_by_name[name], answers, stderrs)
             got.append(cache[name])
+        bound = got.pop() if plan.bias_query else None
+        biases.append(_binning_bound(plan, got, bound, groups))
         if plan.kind in ("count", "sum"):
             a, var = got[0]
             vals.append(plan.scale * a.sum(axis=0))
@@ -382,6 +388,8 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
         else:
             lq = program.lq_by_name[plan.queries[0]]
             a, var = got[0]
+            # a quantile's plan carries its cells' values, q and method (_plan_aggregate)
+            assert plan.cell_values is not None and plan.q is not None and plan.method is not None
             hist = _histograms(lq, a, groups)
             out = np.array([np.nan if (r := quantile_from_histogram(hist[g], plan.cell_values, plan.q,
                                                                      plan.method)) is None else r
@@ -393,7 +401,58 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
                                    quantile_variance(hist[g], vh[g], plan.cell_values, plan.q, out[g],
                                                      low=plan.cell_low, high=plan.cell_high)
                                    for g in range(groups)]))
-    return vals, vars_
+    return vals, vars_, biases
+
+
+# A bound computed from a noisy value holds when that value is within this many standard
+# errors of its truth: one-sided normal tail 3.2e-5 (dpsql.engine.bounds.Z_BOUND).
+Z_BIAS = 4.0
+
+
+def _upper(got_one, groups: int) -> np.ndarray:
+    """Upper confidence bound (Z_BIAS standard errors) of a non-negative linear query's
+    groups; infinite where its standard error is unknown or infinite (unsupported)."""
+    a, var = got_one
+    a = a.sum(axis=0)
+    se = np.sqrt(var.sum(axis=0)) if var is not None else np.full(groups, np.inf)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(se), np.maximum(a, 0.0) + Z_BIAS * se, np.inf)
+
+
+def _binning_bound(plan: AggPlan, got, bound, groups: int) -> np.ndarray:
+    """Per group, a bound on |aggregate of the raw values − aggregate of the cells' values|
+    (the binning error over wide bins; docs/sql.md, "Binned values").  Zero for exact
+    cell values.  With h(x) the half width of x's bin and B = Σ_rows h ≥ 0 (measured with
+    the workload, ``plan.bias_query``): |SUM error| ≤ B; |AVG error| ≤ B / COUNT and ≤ the
+    widest half bin h_max; |STDDEV_POP error| ≤ RMS(x − cell value) ≤ h_max (the triangle
+    inequality for the centred vectors), √(n/(n−1)) times that for STDDEV_SAMP; VARIANCE
+    from STDDEV's by |s_x² − s_v²| ≤ β(2 s_v + β).  B and COUNT are noisy, so B is taken at
+    its upper and COUNT at its lower confidence bound (``Z_BIAS``)."""
+    zero = np.zeros(groups)
+    if plan.halfwidth <= 0:
+        return zero
+    if plan.kind == "sum":
+        return plan.scale * _upper(bound, groups) if bound is not None else np.full(groups, np.inf)
+    if plan.kind == "avg":
+        (_, _), (c, vc) = got
+        c = c.sum(axis=0)
+        c_low = c - Z_BIAS * (np.sqrt(vc.sum(axis=0)) if vc is not None else np.inf)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(c_low > 0, _upper(bound, groups) / np.where(c_low > 0, c_low, 1.0), np.inf) \
+                if bound is not None else np.full(groups, np.inf)
+        return np.minimum(ratio, plan.halfwidth)
+    if plan.kind in ("variance", "stddev"):
+        (s2, v2), (s1, v1), (c, vc) = got
+        c = c.sum(axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = np.sqrt(c / np.maximum(c - 1, 1e-300)) if plan.method == "samp" else np.ones_like(c)
+            beta = np.where(c > 1, plan.halfwidth * scale, np.inf)
+            if plan.kind == "stddev":
+                return beta
+            v, var = _moments(replace(plan, kind="variance"), [(s2, v2), (s1, v1), (c[None], vc)], groups)
+            sd_up = np.sqrt(np.maximum(v, 0.0) + Z_BIAS * np.sqrt(np.where(np.isfinite(var), var, np.inf)))
+            return beta * (2 * sd_up + beta)
+    return zero
 
 
 def _moments(plan: AggPlan, got, groups: int):
@@ -429,8 +488,12 @@ def _moments(plan: AggPlan, got, groups: int):
     return np.where(ok, f, np.nan), np.where(ok, var, np.nan)
 
 
-def run_program(cq, answers, stderrs, present=None, bounds=None):
+def run_program(cq, answers, stderrs, present=None, bounds=None, with_bias=False):
     """Rows and standard-error rows of a compiled query; see the module docstring.
+
+    The standard errors include the bound on the binning error of SUM/AVG/VARIANCE/STDDEV
+    over wide bins (``Relation.rows``); ``with_bias`` appends, as the last list, that bound
+    per output cell (None where there is none).
 
     With ``bounds`` (linear query name → (lower, upper) per entry), a third list holds,
     per output cell, its ``(lower, upper)`` range by interval arithmetic (None for
@@ -443,23 +506,28 @@ def run_program(cq, answers, stderrs, present=None, bounds=None):
     pass it, to mimic SQL's omission of empty groups from exact counts; the engine never
     does, because which groups are empty is private.
     """
+    # (rows, stderr rows or None[, ranges][, bias]): the tuple grows with what was asked
+    out: tuple[list | None, ...]
     if cq.is_explain:
         lines = cq.explain().split("\n")
         out = [(line,) for line in lines], ([(None,) for _ in lines] if stderrs is not None else None)
-        return out if bounds is None else out + ([(None,) for _ in lines],)
+        out = out if bounds is None else out + ([(None,) for _ in lines],)
+        return out + ([(None,) for _ in lines],) if with_bias else out
     if cq.is_schema_probe:
         out = [], ([] if stderrs is not None else None)
-        return out if bounds is None else out + ([],)
+        out = out if bounds is None else out + ([],)
+        return out + ([],) if with_bias else out
     rel = cq.program.evaluate(cq, answers, stderrs, present)
     out = rel.rows(stderrs is not None)
-    return out if bounds is None else out + (_bound_rows(cq, rel, bounds),)
+    out = out if bounds is None else out + (_bound_rows(cq, rel, bounds),)
+    return out + (rel.bias_rows(),) if with_bias else out
 
 
 def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Relation:
     """The Relation of one aggregate SELECT: aggregates per listed group, restrictions (top-N
     semi-joins), HAVING, the select list, DISTINCT, ORDER BY and OFFSET/LIMIT."""
     groups = program.grouping.size
-    vals, vars_ = _aggregate_values(program, answers, stderrs, groups)
+    vals, vars_, biases = _aggregate_values(program, answers, stderrs, groups)
     tuples = cq.groups
     idx = np.asarray(program.grouping.listed)
     pos = np.arange(len(idx))
@@ -472,6 +540,7 @@ def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Re
     idx, pos = idx[keep_groups], pos[keep_groups]
     vals = [v[idx] for v in vals]
     vars_ = [v[idx] for v in vars_]
+    biases = [b[idx] for b in biases]
     n = len(idx)
     key_cols = [V(np.array([tuples[i][j] for i in pos], dtype=object), None, False)
                 for j in range(len(program.keys))]
@@ -495,7 +564,8 @@ def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Re
         order.append((col, desc, nulls_first))
     chosen = np.asarray(select_rows(rows, keep, order, program.distinct, program.offset, program.limit),
                         dtype=np.int64)
-    rel = Relation([take(o, chosen) for o in outs], [v[chosen] for v in vars_], types, full.names, ranks)
+    rel = Relation([take(o, chosen) for o in outs], [v[chosen] for v in vars_], types, full.names, ranks,
+                   biases=[b[chosen] for b in biases])
     # which group and which listed key tuple each row came from (for ranges, run_program)
     rel.group_index, rel.key_position = idx[chosen], pos[chosen]
     return rel
@@ -534,10 +604,10 @@ def _bound_rows(cq, rel, bounds) -> list[tuple]:
     n, ncol = rel.n, len(rel.cols)
     program = cq.program
     # group_index is set only on the rows of a grouped query (_group_rows)
-    if not isinstance(program, Program) or getattr(rel, "group_index", None) is None:
+    gi, kp = rel.group_index, rel.key_position
+    if not isinstance(program, Program) or gi is None or kp is None:
         return [(None,) * ncol for _ in range(n)]
     groups = program.grouping.size
-    gi, kp = rel.group_index, rel.key_position
     agg_iv = [None if iv is None else (iv[0][gi], iv[1][gi])
               for iv in _aggregate_bounds(program, bounds, groups)]
     tuples = cq.groups
@@ -550,9 +620,9 @@ def _bound_rows(cq, rel, bounds) -> list[tuple]:
                   else (float(iv[0][i]), float(iv[1][i])) for iv in ivs) for i in range(n)]
 
 
-def _aggregate_bounds(program: Program, bounds, groups: int):
+def _aggregate_bounds(program: Program, bounds, groups: int) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """(lower, upper) per group for each aggregate, or None where no range follows."""
-    def get(name):
+    def get(name) -> tuple[np.ndarray, np.ndarray] | None:
         lq = program.lq_by_name[name]
         if lq.always_zero:
             z = np.zeros((lq.blocks, lq.layout.rows))
@@ -563,12 +633,13 @@ def _aggregate_bounds(program: Program, bounds, groups: int):
         shape = (lq.blocks, lq.layout.rows)
         return np.asarray(lo, float).reshape(shape), np.asarray(hi, float).reshape(shape)
 
-    out = []
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
     for plan in program.aggs:
-        got = [get(n) for n in plan.queries]
+        maybe = [get(n) for n in plan.queries]
+        got = [g for g in maybe if g is not None]
         if plan.kind == "avg_const":
             out.append((np.full(groups, plan.scale), np.full(groups, plan.scale)))
-        elif plan.kind == "null" or any(g is None for g in got):
+        elif plan.kind == "null" or len(got) < len(maybe):
             out.append(None)
         elif plan.kind in ("count", "sum"):
             lo, hi = plan.scale * got[0][0].sum(axis=0), plan.scale * got[0][1].sum(axis=0)

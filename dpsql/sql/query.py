@@ -100,7 +100,7 @@ class CompiledQuery:
     schema: Any = None
 
     def postprocess(self, answers: dict[str, np.ndarray],
-                    stderrs: dict[str, np.ndarray] | None = None, bounds=None):
+                    stderrs: dict[str, np.ndarray] | None = None, bounds=None, with_bias: bool = False):
         """Rows (and per-cell standard errors) from the answers of :attr:`linear_queries`.
 
         ``answers[name]`` is the vector ``matrix @ x`` for the data vector (or model) x;
@@ -108,10 +108,11 @@ class CompiledQuery:
         ``(rows, stderr_rows)``; ``stderr_rows`` is None when ``stderrs`` is None, and holds
         None for group-key and constant cells.  With ``bounds`` (name → (lower, upper) per
         entry) a third list holds each output cell's range (interval arithmetic; None where
-        none follows).
+        none follows).  With ``with_bias`` a last list holds each cell's bound on its binning
+        error, already included in its standard error (None where there is none).
         """
         from dpsql.sql.postprocess import run_program
-        return run_program(self, answers, stderrs, present=None, bounds=bounds)
+        return run_program(self, answers, stderrs, present=None, bounds=bounds, with_bias=with_bias)
 
     def explain(self) -> str:
         from dpsql.sql.explain import explain_text

@@ -19,6 +19,10 @@ import numpy as np
 
 from dpsql.errors import DataError, UnsupportedQueryError
 
+# The two-sided 95% normal quantile (dpsql.engine.variance.Z95): a binning bound β is
+# reported inside the standard error as β/Z95, so ``± Z95·se`` widens by exactly β.
+Z95_REL = 1.959963984540054
+
 __all__ = ["V", "Evaluator", "Relation", "as_num", "as_obj", "py_value", "select_rows", "stderr_of",
            "take"]
 
@@ -309,6 +313,23 @@ def stderr_of(v: V, variances: list, n: int) -> np.ndarray:
     return np.array([None if math.isnan(x) else math.sqrt(x) for x in total], dtype=object)
 
 
+def bias_of(v: V, biases: list, n: int) -> np.ndarray:
+    """First-order bound Σ_k |∂v/∂a_k|·β_k on the binning error of each row of ``v`` (exact for
+    an aggregate itself and for linear expressions of aggregates), None where no aggregate it
+    depends on has one."""
+    if not v.num:
+        return np.full(n, None, dtype=object)
+    total, any_bias = np.zeros(n), np.zeros(n, dtype=bool)
+    for k, d in v.grad.items():
+        b = biases[k]
+        has = b > 0
+        with np.errstate(invalid="ignore"):
+            total = total + np.where(has, np.abs(d * np.ones(n)) * b, 0.0)
+        any_bias |= has
+    return np.array([float(t) if f and not math.isnan(t) else None for t, f in zip(total, any_bias)],
+                    dtype=object)
+
+
 def select_rows(rows: list[tuple], keep: np.ndarray, order: list, distinct: bool,
                 offset: int | None, limit: int | None) -> list[int]:
     """Row indices after HAVING (``keep``), ORDER BY, DISTINCT and OFFSET/LIMIT.
@@ -341,12 +362,21 @@ class Relation:
     types: list[str]
     names: list[str]
     ranks: list = field(default_factory=list)   # per column: label → sort rank, or None
+    # per independent quantity (as ``variances``): a bound on its binning error, or empty
+    biases: list = field(default_factory=list)
+    # a grouped query's rows (postprocess._group_rows): the group and the listed key tuple
+    # each row came from, for the rows' ranges; None elsewhere
+    group_index: np.ndarray | None = field(default=None, compare=False, repr=False)
+    key_position: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def n(self) -> int:
         return len(self.cols[0].val) if self.cols else 0
 
     def rows(self, with_errors: bool) -> tuple[list[tuple], list[tuple] | None]:
+        """Rows, and per cell the standard error *including the binning bound*: a cell with
+        bound β reports se + β/Z95, so that every front end's ``± Z95·se`` is the 95%
+        interval widened by β (``bias_rows`` says which cells carry one)."""
         n = self.n
         integer = [t == "integer" for t in self.types]
         rows = [tuple(_as_int(_py(c.val[i])) if integer[j] else _py(c.val[i]) for j, c in enumerate(self.cols))
@@ -354,4 +384,16 @@ class Relation:
         if not with_errors:
             return rows, None
         errs = [stderr_of(c, self.variances, n) for c in self.cols]
+        if self.biases:
+            for j, c in enumerate(self.cols):
+                b = bias_of(c, self.biases, n)
+                errs[j] = np.array([e if e is None or b[i] is None else e + b[i] / Z95_REL
+                                    for i, e in enumerate(errs[j])], dtype=object)
         return rows, [tuple(e[i] for e in errs) for i in range(n)]
+
+    def bias_rows(self) -> list[tuple]:
+        """Per row and column: the bound on the binning error already inside its standard
+        error (None where there is none)."""
+        n = self.n
+        cols = [bias_of(c, self.biases, n) if self.biases else np.full(n, None, dtype=object) for c in self.cols]
+        return [tuple(c[i] for c in cols) for i in range(n)]

@@ -56,7 +56,7 @@ class _Lowering:
         self.tree = tree
         self.alias = alias
         self.inner = inner
-        self.names = [folded(exp.to_identifier(c.name, quoted=True)) for c in inner.columns]
+        self.names: list[str] = [c.name for c in inner.columns]   # quoted: compared exactly
         self.keys: list[_Key] = []
         self.key_index: dict = {}
         self.key_irs: list = []
@@ -146,6 +146,7 @@ def _type_of(ir, low: _Lowering, inner_types: list[str]) -> str:
         if func in ("count", "count_star"):
             return "integer"
         if func in ("min", "max") and arg_ir is not None:
+            assert low.rows is not None     # compile_stage sets it before any aggregate is lowered
             return _type_of(arg_ir, low.rows, inner_types)
         return "double precision"
     if tag == "lit":
@@ -218,6 +219,7 @@ class StageProgram:
             else:
                 aggs, extra = [], []
                 for a in args:
+                    assert a is not None        # only SUM(x): compile_stage refuses the rest over groups
                     val, var = _sum(a, members, [v[sel] for v in variances])
                     extra.append(var)
                     aggs.append(V(val, {len(base) + len(extra) - 1: np.ones(m)}))
@@ -300,7 +302,7 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
     for j in range(len(inner.columns)):
         rows.key_index[("in", j)] = j
         rows.keys.append(_Key(inner_types[j], _rank(inner, j)))
-    projections = []
+    projections: list[tuple[str | None, exp.Expr]] = []
     for e in tree.expressions:
         if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
             if isinstance(e, exp.Column) and folded(e.args.get("table")) not in (None, alias):

@@ -95,6 +95,12 @@ def test_a_crash_at_any_step_ends_with_one_charge_and_one_release(tmp_path, step
     charges, releases, _ = _ledger(config)
     assert len(charges) == (1 if charged_before_crash else 0)
     assert len(releases) == (1 if step == "released" else 0)
+    if step == "charged":     # the operator sees it
+        budget = subprocess.run([sys.executable, "-m", "dpsql.cli", "budget", "--config", str(config)],
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                                timeout=300)
+        assert "charged, not released" in budget.stdout and f"#{charges[0].seq} t workload" in budget.stdout, \
+            budget.stdout
 
     again = _measure(config)
     assert again.returncode == 0, again.stderr
@@ -127,3 +133,32 @@ def test_aim_completes_the_interrupted_round_under_its_charge(tmp_path, step):
     charges, releases, spent = _ledger(config)
     assert sorted(r.charge_id for r in releases) == [c.seq for c in charges]   # one release each
     assert spent == sum(c.rho for c in charges)
+
+
+def test_the_measure_policy_completes_an_interrupted_measurement_under_its_charge(tmp_path, monkeypatch):
+    """An analyst's on-demand measurement interrupted after its charge (here an exception in
+    place of the SIGKILL) is completed when the query is asked again: no second charge."""
+    config = _make(tmp_path)
+    config.write_text(CONFIG + '\n[budget.per_user]\nepsilon = 1.0\n\n[policy]\nunsupported = "measure"\n'
+                      'epsilon = 0.5\nallow_spend = true\n')
+    con = dpsql.connect(str(config))
+    ledger = con.session.engine.ledger
+    real = type(ledger).record_release
+
+    def crash(self, charge_id, key, payload):
+        raise KeyboardInterrupt("simulated crash after the charge")
+
+    monkeypatch.setattr(type(ledger), "record_release", crash)
+    sql = "SELECT sex, COUNT(*) FROM t GROUP BY sex"
+    with pytest.raises(KeyboardInterrupt):
+        con.cursor().execute(sql)
+    monkeypatch.setattr(type(ledger), "record_release", real)
+    con.close()
+    charges, releases, spent = _ledger(config)
+    assert len(charges) == 1 and releases == [] and spent > 0
+    con = dpsql.connect(str(config))
+    cur = con.cursor().execute(sql)
+    assert cur.cost == 0 and cur.fetchall()            # answered, nothing spent now
+    con.close()
+    charges, releases, again = _ledger(config)
+    assert len(charges) == 1 and [r.charge_id for r in releases] == [charges[0].seq] and again == spent

@@ -185,3 +185,40 @@ def test_wide_lattice_block_with_tiny_rows_supports_its_query():
     err, sup = vm.analyse(Union([Kron([Indicator(n, np.arange(n) <= n - 2)])]))
     expected = math.sqrt(2.0 / (scale * small) ** 2 + 1.0 / (scale * big) ** 2)
     assert sup.all() and err[0] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.slow   # the references factor 1,459-square matrices (~5 CPU-s)
+def test_a_large_categorical_identity_block_matches_the_dense_formula():
+    """Issue 35: a 1,459-label categorical measured by an identity (plus a light total and a
+    heavy block of a few labels) — the standard errors, computed block by block, equal the
+    previous computation (one factorisation of each whole block, ``_Dense``) to 1e-12
+    relative, and the dense pinv formula to its own accuracy (1e-9: the total's rows are
+    2¹⁰ apart, issue 28)."""
+    from dpsql.linalg.rowscaled import _Dense
+    n = 1459
+    sizes = {"d": n, "o": 3}
+    few = np.zeros((2, n))
+    few[0, [5, 7]] = 1.0
+    few[1, [11]] = 1.0
+    blocks = [SupportBlock(("d",), (np.eye(n),), 2.0, 1.0),
+              SupportBlock(("d",), (np.vstack([few, np.ones((1, n)) * 2.0 ** -10]),), 0.7, 1.0),
+              SupportBlock(("o",), (np.eye(3),), 1.0, 1.0)]
+    vm = VarianceModel(("d", "o"), sizes, blocks)
+    sel = Indicator(n, [5, 7, 11, 1000])
+    queries = [Kron([Identity(n), Total(3)]), Kron([sel, Total(3)]), Kron([Total(n), Total(3)])]
+    refs = [(b.stddev, _Dense(a), np.linalg.pinv(a.T @ a))
+            for b, a in ((b, b.scale * b.factors[0]) for b in blocks[:2])]
+    for q in queries:
+        err, sup = vm.analyse(q)
+        assert sup.all()
+        qd = q.factors[0].dense()
+        inv, inv_pinv = np.zeros(qd.shape[0]), np.zeros(qd.shape[0])
+        for sd, whole, p in refs:
+            # a block supports a query's rows all together or not at all
+            ok = np.full(qd.shape[0], np.allclose(qd @ whole.basis @ whole.basis.T, qd, atol=1e-8))
+            inv[ok] += 1.0 / (sd ** 2 * np.sum((qd[ok] @ whole.factor) ** 2, axis=1))
+            inv_pinv[ok] += 1.0 / (sd ** 2 * np.einsum("ij,jk,ik->i", qd[ok], p, qd[ok]))
+        if q is queries[-1]:   # the total is also the sum of the o block's three rows
+            inv, inv_pinv = inv + 1 / 3, inv_pinv + 1 / 3
+        assert np.allclose(err, np.sqrt(1.0 / inv), rtol=1e-12, atol=0)
+        assert np.allclose(err, np.sqrt(1.0 / inv_pinv), rtol=1e-9, atol=0)

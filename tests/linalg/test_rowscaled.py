@@ -120,3 +120,120 @@ def test_nearly_dependent_rows_of_one_weight_are_pivoted_by_residual():
         for row in q:
             exact = float(exact_quad(m, row))
             assert g.quad(row[None], row[None])[0] == pytest.approx(exact, rel=1e-12, abs=0)
+
+
+def _block_structured(rng, graded):
+    """A matrix whose rows and columns split into independent blocks (one-column blocks, an
+    identity, dense blocks, zero rows and columns), rows and columns shuffled; with
+    ``graded`` the rows are up to 2²⁴ apart in weight."""
+    parts = [np.eye(4), rng.integers(-3, 4, size=(5, 3)).astype(float),
+             np.ones((3, 1)), rng.integers(0, 3, size=(2, 4)).astype(float),
+             np.vstack([np.ones((1, 3)), np.eye(3)]), np.zeros((2, 2))]
+    k, n = sum(p.shape[0] for p in parts), sum(p.shape[1] for p in parts)
+    m = np.zeros((k, n))
+    i = j = 0
+    for p in parts:
+        m[i:i + p.shape[0], j:j + p.shape[1]] = p
+        i, j = i + p.shape[0], j + p.shape[1]
+    if graded:
+        m *= (2.0 ** rng.integers(-16, 9, size=k))[:, None]
+    return m[rng.permutation(k)][:, rng.permutation(n)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_independent_blocks_give_the_whole_matrix_factorisation(seed):
+    """Factoring each independent block alone (issue 35: an identity over 1,459 labels was
+    one 1,459-square factorisation) gives the G⁺, projector and estimator of factoring the
+    whole matrix at once, to 1e-12 relative."""
+    from dpsql.linalg.rowscaled import _Dense
+    rng = np.random.default_rng(seed)
+    m = _block_structured(rng, graded=seed % 2 == 1)
+    g, whole = GramPinv(m), _Dense(m)
+    n = m.shape[1]
+    q = np.vstack([np.eye(n), rng.integers(-2, 3, size=(5, n)).astype(float)])
+    q = whole.basis @ whole.basis.T @ q.T
+    q = q.T
+    ref_c = q @ whole.factor
+    assert g.rank == whole.rank
+    ref_quad = np.sum(ref_c ** 2, axis=1)
+    assert np.allclose(g.quad(q, q), ref_quad, rtol=1e-12, atol=0)
+    ref_est = ref_c @ whole.orthonormal.T
+    assert np.allclose(g.estimator(q), ref_est, rtol=0, atol=1e-12 * np.abs(ref_est).max())
+    ref_proj = q @ whole.basis @ whole.basis.T
+    assert np.allclose(g.project(q), ref_proj, rtol=0, atol=1e-12 * np.abs(q).max())
+    ref_dense = whole.factor @ whole.factor.T
+    assert np.allclose(g.dense(), ref_dense, rtol=0, atol=1e-12 * np.abs(ref_dense).max())
+    assert np.allclose(g.orthonormal.T @ g.orthonormal, np.eye(g.rank), atol=1e-13)
+    assert np.allclose(g.basis.T @ g.basis, np.eye(g.rank), atol=1e-13)
+
+
+def test_each_independent_block_is_factored_alone(monkeypatch):
+    """The factorisation never sees more than one block: an identity is n one-column blocks
+    (no factorisation at all) and a block diagonal of dense blocks is one per block."""
+    import dpsql.linalg.rowscaled as rowscaled
+    seen = []
+    real = rowscaled._Dense
+
+    def spy(m):
+        seen.append(m.shape)
+        return real(m)
+
+    monkeypatch.setattr(rowscaled, "_Dense", spy)
+    g = GramPinv(np.eye(300))
+    assert seen == [] and g.rank == 300
+    assert np.array_equal(g.quad(np.eye(300), np.eye(300)), np.ones(300))
+    a = np.array([[1.0, 2.0], [0.0, 1.0], [1.0, 1.0]])
+    m = np.zeros((9, 6))
+    m[:3, :2], m[3:6, 2:4], m[6:, 4:] = a, 2 * a, 4 * a
+    GramPinv(m)
+    assert seen == [(3, 2)] * 3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spans_is_the_projection_check(seed):
+    """``spans(q)`` answers as ``allclose(project(q), q)`` while reading only the columns
+    where a row can leave the row space: rows inside it, rows with an entry on a column no
+    row touches, rows off a rank-deficient block's span."""
+    rng = np.random.default_rng(seed)
+    m = _block_structured(rng, graded=seed % 2 == 0)
+    g = GramPinv(m)
+    n = m.shape[1]
+    inside = rng.integers(-2, 3, size=(4, m.shape[0])).astype(float) @ m
+    assert g.spans(inside, atol=1e-8 * np.abs(inside).max())
+    for j in range(n):
+        q = inside.copy()
+        q[1, j] += 1.0
+        expect = np.allclose(g.project(q), q, atol=1e-8 * np.abs(q).max())
+        assert g.spans(q, atol=1e-8 * np.abs(q).max()) == expect
+    assert not g.spans(np.ones((1, n)), atol=1e-8)      # the zero columns are off the span
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_blocks_are_the_connected_components(seed):
+    """``_blocks`` (label propagation with pointer jumping) finds scipy's connected
+    components of the row–column graph: sparse random patterns, a bidiagonal chain (one
+    block however long), zero rows and columns."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from dpsql.linalg.rowscaled import _blocks
+    rng = np.random.default_rng(seed)
+    k, n = (int(v) for v in rng.integers(1, 60, size=2))
+    m = (rng.random((k, n)) < rng.choice([0.01, 0.03, 0.1])).astype(float)
+    if seed == 0:
+        k, n = 80, 81
+        m = np.eye(k, n) + np.eye(k, n, 1)
+    got = _blocks(m)
+    r, c = np.nonzero(m)
+    graph = coo_matrix((np.ones(r.size), (r, k + c)), shape=(k + n, k + n))
+    _, label = connected_components(graph, directed=False)
+    expect = {}
+    for i in np.flatnonzero(m.any(axis=1)):
+        expect.setdefault(label[i], [set(), set()])[0].add(int(i))
+    for j in np.flatnonzero(m.any(axis=0)):
+        expect[label[k + j]][1].add(int(j))
+    assert sorted((sorted(a), sorted(b)) for a, b in expect.values()) == \
+        sorted((sorted(rows.tolist()), sorted(cols.tolist())) for rows, cols in got)
+    assert [int(cols[0]) for _, cols in got] == sorted(int(cols.min()) for _, cols in got)
+    if seed == 0:
+        assert len(got) == 1

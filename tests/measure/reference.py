@@ -1,7 +1,7 @@
 """Python twin of the total CSV reader (dpsql.measure.reader), written from its spec:
 records split at \\n, \\r\\n or a lone \\r; decoded with errors="replace"; NUL/U+FFFF read
-as U+FFFD; overlong records malformed; empty lines skipped (two or more fields); fields by the dialect grammar; values by
-Attribute.index_of after the documented text conversions."""
+as U+FFFD; overlong records malformed; empty lines skipped (two or more fields); fields by the
+dialect grammar; values by Attribute.index_of after the documented text conversions."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def test_records_spanning_lines_move_counts_by_at_most_max_record_lines(tmp_path
     rows = hostile.clean_rows(30, seed=4)
     clean = _measure(backend, path, hostile.csv_bytes(rows))
     try:
-        for i in range(max(12, EDITS // 2)):
+        for _ in range(max(12, EDITS // 2)):
             record = _multiline_record(rng, rng.randint(1, max_lines))
             edited = list(rows)
             edited.insert(rng.randrange(len(edited) + 1), record)

@@ -112,14 +112,14 @@ ADULT_TRIPLES = [
 
 
 def _min_weight_size(sizes, cliques):
-    from dpsql.pgm.junction_tree import _cells, _graph, _min_weight
+    from dpsql.triangulation import _cells, _graph, _min_weight
     order, elim = _min_weight(sizes, _graph(sizes, [list(c) for c in cliques]))
     return _cells(sizes, order, elim)
 
 
 def _optimal_size(sizes, cliques):
     """Brute force: the smallest total of maximal elimination cliques over all orders."""
-    from dpsql.pgm.junction_tree import _cells
+    from dpsql.triangulation import _cells
     names = list(sizes)
     best = None
     for perm in itertools.permutations(names):

@@ -15,7 +15,7 @@ from dpsql.domain import Domain
 from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
 from dpsql.linalg import Bucket, Identity, Indicator, Kron, Total, Values
 from dpsql.plan import QuerySpec, Workload, optimize
-from dpsql.plan.gram import LowRankGram, ThinPinv
+from dpsql.plan.gram import FactorPinv, LowRankGram, ThinPinv
 from dpsql.plan.large import opt0_large
 
 from plan_oracles import dense_tse, supports
@@ -94,6 +94,28 @@ def test_thin_pinv_matches_dense():
     assert ThinPinv(F).trace(V) == pytest.approx(want, rel=1e-8)
     assert ThinPinv(F).trace(LowRankGram(200, 0.0, rng.normal(size=(1, 200)))) == math.inf
     assert ThinPinv(F).trace(LowRankGram(200, 1.0)) == math.inf
+
+
+@pytest.mark.parametrize("kind", ["identity", "full rank", "merged columns", "thin"])
+def test_either_gram_form_has_the_same_trace_under_either_pinv(kind):
+    # Gram = ndarray | LowRankGram (plan/gram.py): FactorPinv.trace read a LowRankGram as an
+    # array (an identity factor over a large attribute: "'LowRankGram' object has no
+    # attribute 'T'") and ThinPinv.trace a dense gram as a LowRankGram ("no attribute 'c'").
+    rng = np.random.default_rng(1)
+    n = 40
+    F = {"identity": np.eye(n), "full rank": rng.normal(size=(n + 5, n)),
+         "merged columns": np.repeat(rng.normal(size=(6, n // 2)), 2, axis=1),
+         "thin": rng.normal(size=(4, n))}[kind]
+    pinvs = [FactorPinv.of(F)] + ([ThinPinv(F)] if kind == "thin" else [])
+    inside = rng.normal(size=(2, F.shape[0])) @ F          # rows in F's row space
+    for V in (LowRankGram(n, 0.0, inside), LowRankGram(n, 0.7, inside),
+              LowRankGram(n, 0.0, rng.normal(size=(3, n)))):
+        D = V.dense()
+        supported = np.allclose(D @ np.linalg.pinv(F) @ F, D, atol=1e-9)
+        want = np.trace(D @ np.linalg.pinv(F.T @ F)) if supported else math.inf
+        for p in pinvs:
+            assert p.trace(V) == pytest.approx(want, rel=1e-8), (kind, type(p).__name__)
+            assert p.trace(D) == pytest.approx(p.trace(V), rel=1e-8), (kind, type(p).__name__)
 
 
 def test_a_hundred_thousand_cell_column_plans_without_dense_matrices():

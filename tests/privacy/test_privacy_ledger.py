@@ -29,6 +29,15 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def test_refusal_shows_the_remaining_budget_rounded_down(tmp_path):
+    """Issue 28: the message never shows more budget left than there is (2/3 to nearest
+    would read 0.666667) nor a request as smaller than it is."""
+    ledger = Ledger(tmp_path / "l.db", total_rho=Fraction(2, 3))
+    with pytest.raises(BudgetExhaustedError) as info:
+        ledger.charge("alice", Fraction(7, 9), "k", {"noise": "none"})
+    assert "needs rho=0.777778 but only rho=0.666666 remains" in info.value.message
+
+
 def test_charge_spend_remaining_and_refusal(tmp_path):
     ledger = Ledger(tmp_path / "l.db", total_rho=Fraction(1, 2),
                     per_user_rho={"alice": Fraction(1, 4), "*": Fraction(1, 10)})

@@ -236,8 +236,10 @@ def test_the_shell_asks_before_a_query_spends(tmp_path):
     """Issue 17 item 4: under policy "measure" the shell states the cost in ε and ρ and asks;
     "no" spends nothing, "yes" measures once."""
     import dpsql
+    # the workload spends half the budget: the other half pays for on-demand measurements
+    # (a workload given the whole budget leaves exactly 0; issue 28)
     con = dpsql.connect(str(ADULT_CONFIG), ledger=str(tmp_path / "l.ledger"), budget=HUGE,
-                        workload=["SELECT sex, COUNT(*) FROM adult GROUP BY sex"],
+                        workload={"queries": ["SELECT sex, COUNT(*) FROM adult GROUP BY sex"], "epsilon": 1e6},
                         policy={"unsupported": "measure", "epsilon": 0.5})
     session = con.session
     session.measure()

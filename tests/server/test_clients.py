@@ -54,10 +54,15 @@ def psql(port, *args, user="alice", password=PASSWORD):
 def test_psql_meta_commands(shadow_server):
     r = psql(shadow_server.port, "-c", r"\d")
     assert r.returncode == 0, r.stderr
-    assert "public | adult | table" in r.stdout
+    relations = {tuple(c.strip() for c in line.split("|")[:3]) for line in r.stdout.splitlines() if "|" in line}
+    # the private table, and the view of the declared domains (issue 33 item 3)
+    assert {("public", "adult", "table"), ("public", "dpsql_columns", "view")} <= relations
     r = psql(shadow_server.port, "-c", r"\d adult")
     assert r.returncode == 0, r.stderr
     assert 'Table "public.adult"' in r.stdout and "education_num" in r.stdout and "| bigint |" in r.stdout
+    r = psql(shadow_server.port, "-c", r"\d+ adult")   # Description: the declared domain
+    assert r.returncode == 0, r.stderr
+    assert "declared domain (categorical, 2 cells): 'Female', 'Male'" in r.stdout
     r = psql(shadow_server.port, "-c", r"\l")
     assert r.returncode == 0, r.stderr
     assert " dpsql " in r.stdout
@@ -276,8 +281,9 @@ def test_shadow_runs_client_sql_without_superuser_powers(pg):
     # the public tables are visible (information_schema lists only what the role may read) and empty
     assert bounded(lambda: pg.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'adult'")
                    .fetchall()) == [(0,)]
-    assert bounded(lambda: pg.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
-                   .fetchall()) == [("adult",)]
+    tables = bounded(lambda: pg.execute("SELECT table_name FROM information_schema.tables "
+                                        "WHERE table_schema = 'public'").fetchall())
+    assert sorted(tables) == [("adult",), ("dpsql_columns",)]
 
 
 def test_psycopg_protocol_negotiation(shadow_server):
