@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _spark_files_declared() -> set[str]:
     tree = ast.parse((ROOT / "tests" / "conftest.py").read_text())
     for node in tree.body:
-        names = [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign) else []
-        if names == ["SPARK_FILES"]:
+        if not isinstance(node, ast.Assign):
+            continue
+        if [t.id for t in node.targets if isinstance(t, ast.Name)] == ["SPARK_FILES"]:
             call = node.value
             assert isinstance(call, ast.Call) and isinstance(call.args[0], ast.Set)
             return {ast.literal_eval(e) for e in call.args[0].elts}
