@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,8 +45,8 @@ from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
                                    SpendPreview, unit_of, units_of)
 from dpsql.engine.variance import SupportBlock, VarianceModel
-from dpsql.errors import (BudgetExhaustedError, Error, OperationalError, ProgrammingError,
-                          UselessMeasurementError)
+from dpsql.errors import (BudgetExhaustedError, Error, LedgerCorruptError, OperationalError,
+                          ProgrammingError, UselessMeasurementError)
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.measure.counting import Backend
 from dpsql.measure.router import open_backend
@@ -56,7 +56,7 @@ from dpsql.pgm.measurement import Measurement, estimate_total
 from dpsql.pgm.auto import fit
 from dpsql.pgm.store import load_model, save_model
 from dpsql.privacy.accountant import format_rho
-from dpsql.privacy.ledger import Ledger
+from dpsql.privacy.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
     from dpsql.pgm import GraphicalModel
@@ -119,6 +119,13 @@ def _retire_model(state: TableState) -> None:
     state.model = None
 
 
+def _identity(state: TableState) -> TableIdentity:
+    """The identity of ``state``'s releases; set by ``Engine._sync``, which every caller runs first."""
+    if state.identity is None:
+        raise RuntimeError("table state read before Engine._sync set its identity")
+    return state.identity
+
+
 def _sha(*parts) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -158,7 +165,8 @@ class Engine:
         per_user: dict = {u: b.rho for u, b in config.user_budgets.items()}
         if config.default_user_budget is not None:
             per_user["*"] = config.default_user_budget.rho
-        self._ledger_args = dict(total_rho=config.budget.rho, per_user_rho=per_user, delta=config.budget.delta)
+        self._ledger_args: dict[str, Any] = dict(total_rho=config.budget.rho, per_user_rho=per_user,
+                                                 delta=config.budget.delta)
         self._ledger: Ledger | None = None
         self._ledger_lock = threading.Lock()
         self._listeners: list[Callable[[str, dict], None]] = [progress] if progress else []
@@ -168,7 +176,7 @@ class Engine:
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
         self._seen_seq = 0
-        self._charges: dict[int, object] = {}
+        self._charges: dict[int, LedgerEntry] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
 
     @property
@@ -233,7 +241,7 @@ class Engine:
         with self._lock:
             self._sync(table)
             state = self._state(table)
-            return _sha(state.identity.key(), *sorted(state.release_keys))
+            return _sha(_identity(state).key(), *sorted(state.release_keys))
 
     def _read_ledger(self) -> None:
         for entry in self.ledger.entries(since=self._seen_seq):
@@ -263,8 +271,12 @@ class Engine:
             state.content = content
         prefix = state.identity.key() + ":"
         for entry in self._releases:
-            if entry.key.startswith(prefix) and entry.key not in state.release_keys:
-                state.released.extend(rel.unpack(self.ledger.release(entry.key)))
+            if entry.key is not None and entry.key.startswith(prefix) and entry.key not in state.release_keys:
+                payload = self.ledger.release(entry.key)
+                if payload is None:   # listed by entries() but unreadable: never guess a release
+                    raise LedgerCorruptError(f"the ledger lists release {entry.key!r} but holds no payload for it",
+                                             hint="restore the ledger file from a backup")
+                state.released.extend(rel.unpack(payload))
                 state.release_keys.add(entry.key)
                 _retire_model(state)  # refit lazily with a warm start
         return state
@@ -436,7 +448,7 @@ class Engine:
         source = self.config.sources[table]
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho,
                                           family=self.config.noise, unit_rows=source.unit_rows)
-        key = state.identity.key() + ":" + _sha(
+        key = _identity(state).key() + ":" + _sha(
             purpose, float(plan.rho), [str(p) for p in plan.params],
             *[(b.clique, b.scale, b.weight) for b in blocks], *[f for b in blocks for f in b.factors])
         return blocks, plan, key
@@ -560,7 +572,7 @@ class Engine:
                 charge_id = self.ledger.charge(principal, cost, key, {
                     "purpose": purpose, "table": table, "family": plan.family,
                     **({"requested_by": requested_by} if requested_by else {}),
-                    "identity": state.identity.as_dict(), "identity_key": state.identity.key(),
+                    "identity": _identity(state).as_dict(), "identity_key": _identity(state).key(),
                     "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p)}
                                for b, p in zip(blocks, plan.params)]}).id
             else:
@@ -680,7 +692,7 @@ class Engine:
             base = self.model_key(table)
         else:
             with self._lock:
-                base = _sha(self._state(table).identity.key(), *sorted(release_keys))
+                base = _sha(_identity(self._state(table)).key(), *sorted(release_keys))
         # the declared workload too: the dense-block fit projects in its metric (_fit)
         ident = _sha(MODEL_FORMAT, ESTIMATOR_VERSION, base, self.config.fit_iters,
                      self.config.planner.max_model_cells, self.workload_identity())

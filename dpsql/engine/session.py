@@ -608,7 +608,7 @@ class Session:
             cols.append(Column(name, "double"))
         rows, stderr, bounds = [], [], []
         for i, row in enumerate(result.rows):
-            extra = []
+            extra: list[float | None] = []
             for j in value_idx:
                 se = result.stderr[i][j] if i < len(result.stderr) else None
                 if se is None or (isinstance(se, float) and math.isnan(se)):
