@@ -29,6 +29,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K")    # a connection's key (the server uses its asyncio task)
 
 
 @dataclass
@@ -50,18 +53,18 @@ class Pending:
         self.messages += 1
 
 
-class Gate:
+class Gate(Generic[K]):
     def __init__(self, capacity: int, grace: float) -> None:
         if capacity < 1:
             raise ValueError("capacity must be positive")
         self.capacity = capacity
         self.grace = grace
-        self.pending: dict[object, Pending] = {}
+        self.pending: dict[K, Pending] = {}
 
     def __len__(self) -> int:
         return len(self.pending)
 
-    def admit(self, key, host: str, now: float) -> tuple[bool, object | None]:
+    def admit(self, key: K, host: str, now: float) -> tuple[bool, K | None]:
         """Whether ``key`` (a new connection from ``host``) may start its handshake, and the key of
         the connection it displaces (to be closed by the caller), if any."""
         victim = None
@@ -73,9 +76,10 @@ class Gate:
         self.pending[key] = Pending(host, now)      # stalled from accept until its first message
         return True, victim
 
-    def victim(self, now: float):
+    def victim(self, now: float) -> K | None:
         counts = Counter(p.host for p in self.pending.values())
-        best, best_rank = None, None
+        best: K | None = None
+        best_rank = None
         for key, p in self.pending.items():
             if p.stalled_since is None:
                 continue
@@ -85,5 +89,5 @@ class Gate:
                 best, best_rank = key, rank
         return best
 
-    def leave(self, key) -> None:
+    def leave(self, key: K) -> None:
         self.pending.pop(key, None)

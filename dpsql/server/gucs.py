@@ -17,6 +17,7 @@ names among them are collected in ``engine_settings`` for the engine session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dpsql.server import codec, pgtypes
@@ -215,6 +216,7 @@ class Settings:
     def apply(self, cmd: Command, status: str) -> Outcome:
         """Run a session command locally (``dpsql.*`` settings never get here)."""
         if cmd.kind == "set":
+            assert cmd.value is not None    # parse_command gives every "set" its value
             if cmd.name == "client_encoding" and cmd.value.replace("-", "").upper() not in ("UTF8", "UNICODE"):
                 raise QueryError("22023", f"invalid value for parameter \"client_encoding\": \"{cmd.value}\"",
                                  hint="dpsql speaks UTF8 only")
@@ -262,11 +264,11 @@ def text_description(names, formats=()) -> bytes:
 
 
 def local_values(items, *, pid: int, user: str, database: str, server_version: str, dpsql_version: str,
-                 signal=None):
+                 signal: Callable[[int], bool] | None = None) -> list[tuple[str, int, bool | int | str]]:
     """Values and OIDs of FROM-less session-function SELECTs answered by the connection.
 
     ``signal(pid)`` cancels one of this user's sessions and says whether it existed."""
-    out = []
+    out: list[tuple[str, int, bool | int | str]] = []
     for name, func in items:
         if func.startswith(("pg_cancel_backend:", "pg_terminate_backend:")):
             out.append((name, pgtypes.BOOL, bool(signal and signal(int(func.split(":", 1)[1])))))

@@ -88,6 +88,8 @@ def _numeric_binary(value) -> bytes:
     if dec.is_infinite():
         return struct.pack("!hhHh", 0, 0, 0xD000 if dec > 0 else 0xF000, 0)
     sign, digits, exponent = dec.as_tuple()
+    # only NaN and the infinities (returned above) have a letter for an exponent
+    assert isinstance(exponent, int)
     dscale = max(0, -exponent)
     # pad the digit string so the decimal point falls on a base-10000 boundary
     int_digits = "".join(map(str, digits))

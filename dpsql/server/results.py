@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dpsql.server import codec
+from dpsql.server.router import Route
 
 
 class QueryError(Exception):
@@ -61,7 +62,7 @@ class Prepared:
     """A parsed statement: its SQL, route and (once described) parameter and row types."""
 
     sql: str
-    route: object
+    route: Route
     param_oids: tuple[int, ...]
     description: bytes | None = None     # RowDescription with text formats, or None (NoData)
     described: bool = False

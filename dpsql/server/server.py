@@ -159,7 +159,7 @@ class Server:
         self.shadow_cluster: ShadowCluster | None = None      # started and owned by this server
         self._shared_cluster = shadow_cluster
         self._starting: asyncio.Future | None = None
-        self._keepalive = None
+        self._keepalive: DpsqlLink | None = None
         self.shadow: ShadowPool | None = None
         self.query_log = QueryLog(opts.query_log, max_bytes=opts.query_log_max_bytes, keep=opts.query_log_files) \
             if opts.query_log is not None else None
@@ -167,7 +167,7 @@ class Server:
         self._conns: dict[int, _Conn] = {}
         self._active = 0
         self._per_user: dict[str, int] = {}           # user -> authenticated connections
-        self._gate = Gate(self.options.max_unauthenticated, self.options.auth_stall)
+        self._gate: Gate[asyncio.Task] = Gate(self.options.max_unauthenticated, self.options.auth_stall)
         self._writers: dict[asyncio.Task, asyncio.StreamWriter] = {}    # of the connections in the gate
         self._delaying = 0                            # failed logins waiting out their delay outside it
         self._limiters: dict[str, asyncio.Semaphore] = {}
@@ -199,9 +199,10 @@ class Server:
                                                   start_serving=False, backlog=256)
         # held until close(): engines are shared per ledger only while a connection to them is open,
         # so without it every client connection would rebuild the engine and refit its models
-        self._keepalive = await loop.run_in_executor(self.executor, self.link_factory, None)
+        keepalive: DpsqlLink = await loop.run_in_executor(self.executor, self.link_factory, None)
+        self._keepalive = keepalive
         if self._catalog is None:
-            self._catalog = dict(self._keepalive.catalog)
+            self._catalog = dict(keepalive.catalog)
         cluster = self._shared_cluster
         if cluster is None and opts.shadow:
             cluster = ShadowCluster(self._catalog, opts.database, statement_timeout=opts.catalog_timeout)
@@ -251,6 +252,7 @@ class Server:
     # -- connection lifecycle ---------------------------------------------------------------
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None     # start_server runs each client callback as a task
         self._tasks.add(task)
         frames = codec.FrameReader(_AUTH_MESSAGE_LIMIT)
         conn: _Conn | None = None
@@ -326,9 +328,9 @@ class Server:
                 self._conns.pop(conn.pid, None)
             if counted:
                 self._active -= 1
-                left = self._per_user.pop(conn.user) - 1
+                left = self._per_user.pop(user) - 1     # counted only once ``user`` is known
                 if left:
-                    self._per_user[conn.user] = left
+                    self._per_user[user] = left
             if link is not None:
                 pending = conn.dispatcher._pending if conn is not None and conn.dispatcher is not None else None
                 if pending is not None and not pending.done():
@@ -435,6 +437,11 @@ class Server:
         negotiated: set[str] = set()
         while True:
             packet = codec.decode_startup(await self._read(reader, frames, False, progress))
+            if isinstance(packet, codec.Startup):
+                break
+            if isinstance(packet, codec.CancelKey):
+                await self._cancel(packet)
+                return None
             if packet in ("ssl", "gssenc"):
                 # one of each, as PostgreSQL: otherwise a stream of them would be endless progress
                 if packet in negotiated:
@@ -456,11 +463,6 @@ class Server:
             if packet == "gssenc":
                 writer.write(b"N")
                 await writer.drain()
-                continue
-            if isinstance(packet, codec.CancelKey):
-                await self._cancel(packet)
-                return None
-            break
         user, negotiate = check_startup(packet, database=self.options.database)
         if negotiate is not None:
             writer.write(negotiate)
@@ -494,6 +496,7 @@ class Server:
         connections at once; beyond that the delay is spent in the gate, as a busy place."""
         delay = self._failure_delay(writer)
         task = asyncio.current_task()
+        assert task is not None     # called from _client's task
         if self._delaying < self.options.max_unauthenticated:
             self._gate.leave(task)
             self._writers.pop(task, None)
