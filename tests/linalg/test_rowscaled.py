@@ -1,35 +1,12 @@
 """GramPinv: (MᵀM)⁺ of a matrix whose rows differ widely in scale (issue 28), checked
 against exact rational arithmetic and, for well-scaled matrices, against pinv."""
 
-from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from dpsql.linalg.rowscaled import GramPinv
-
-
-def exact_quad(m: np.ndarray, q: np.ndarray) -> Fraction:
-    """q (MᵀM)⁺ qᵀ in rationals, for q in M's row space: q·x for any x with MᵀM x = qᵀ
-    (x differs from G⁺qᵀ by a null vector of G, which q annihilates)."""
-    k, n = m.shape
-    rows = [[Fraction(float(v)) for v in row] for row in m]
-    a = [[sum(rows[t][i] * rows[t][j] for t in range(k)) for j in range(n)] + [Fraction(float(q[i]))]
-         for i in range(n)]
-    pivots, r = [], 0
-    for c in range(n):
-        p = next((i for i in range(r, n) if a[i][c] != 0), None)
-        if p is None:
-            continue
-        a[r], a[p] = a[p], a[r]
-        for i in range(n):
-            if i != r and a[i][c] != 0:
-                f = a[i][c] / a[r][c]
-                a[i] = [x - f * y for x, y in zip(a[i], a[r])]
-        pivots.append(c)
-        r += 1
-    assert all(a[i][n] == 0 for i in range(r, n)), "q is not in the row space"
-    return sum(Fraction(float(q[c])) * a[i][n] / a[i][c] for i, c in enumerate(pivots))
+from rational_oracles import exact_quad
 
 
 S, B = 2.0 ** -14, 2.0 ** 8     # light and heavy row weights, 2²² apart

@@ -12,7 +12,7 @@ from dpsql.linalg import Explicit, Indicator, Kron, Total, Union, Weighted
 from dpsql.plan.error import per_query_variance, strategy_blocks, term_errors
 from dpsql.plan.gram import FactorPinv, LowRankGram, ThinPinv
 from dpsql.plan.workload import workload_terms
-from plan_oracles import exact_quad
+from rational_oracles import exact_quad
 
 S, B = 2.0 ** -14, 2.0 ** 8          # light and heavy row weights, 2²² apart
 
