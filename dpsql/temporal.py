@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
@@ -53,8 +53,9 @@ class Temporal(Attribute):
     _end: Any = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     kind = "temporal"
-    units: tuple[str, ...] = ()
-    python_type: type = dt.date
+    _step: ClassVar[dt.timedelta]       # the resolution: one day, or one microsecond
+    units: ClassVar[tuple[str, ...]] = ()
+    python_type: ClassVar[type] = dt.date
     sql_type = "DATE"
 
     def _init(self, name: str, lo: Any, hi: Any, bin: str, nullable: bool) -> None:
@@ -167,7 +168,7 @@ class Temporal(Attribute):
             hint="compare with a date or timestamp literal, e.g. DATE '2013-06-01'")
 
     def _to_wall(self, value: dt.datetime) -> dt.datetime:
-        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
 
     def cells_for_predicate(self, op: str, value: Any) -> tuple[frozenset[int], bool]:
         """Cells all of whose values satisfy ``col <op> value``, and whether no bin is split
@@ -306,7 +307,7 @@ class TimestampRange(Temporal):
         """The instant (UTC) of a wall-clock time in the declared zone.  A time skipped by a
         daylight-saving change maps as PostgreSQL's ``AT TIME ZONE`` does (the offset before
         the change); a repeated one to its first occurrence."""
-        return wall.replace(tzinfo=self._zone).astimezone(dt.timezone.utc)
+        return wall.replace(tzinfo=self._zone).astimezone(dt.UTC)
 
     def _to_wall(self, value: dt.datetime) -> dt.datetime:
         return value.astimezone(self._zone).replace(tzinfo=None)

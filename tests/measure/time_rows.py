@@ -10,7 +10,7 @@ from dpsql.domain import TableSchema
 from dpsql.timeaxis import parse_date, parse_timestamp
 from dpsql.temporal import DateRange, TimestampRange
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 SCHEMA = TableSchema("times", (
     DateRange("d", "2013-01-01", "2013-12-31", "month", nullable=True),         # DATE
