@@ -104,7 +104,7 @@ def time_literal(att: Temporal, wall, family: str) -> exp.Expr:
     if not isinstance(wall, dt.datetime):
         wall = dt.datetime.combine(wall, dt.time())
     if family == "timestamptz":
-        instant = att.instant(wall) if isinstance(att, TimestampRange) else wall.replace(tzinfo=dt.timezone.utc)
+        instant = att.instant(wall) if isinstance(att, TimestampRange) else wall.replace(tzinfo=dt.UTC)
         return exp.cast(exp.Literal.string(iso_text(instant.replace(tzinfo=None)) + "+00:00"),
                         exp.DataType.build("TIMESTAMPTZ"))
     return exp.cast(exp.Literal.string(iso_text(wall)), exp.DataType.build("TIMESTAMPNTZ"))
