@@ -56,8 +56,8 @@ def _star_copy(tmp_path: Path, replace: dict[str, str]) -> Path:
     ("dpsql.toml", ('origin = "airports.faa"', 'origin = "planes.faa"'), "not a public table"),
     ("dpsql.toml", ('origin = "airports.faa"', 'month = "airports.faa"'), "holds values that are not integers"),
     ("dpsql.toml", ('origin = "airports.faa"', 'distance = "airports.alt"'), "cannot be a join key"),
-    ("dpsql.toml", ('public = true\nsource = { csv = "states.csv" }', 'public = "yes"\nsource = { csv = "states.csv" }'),
-     "public must be true or false"),
+    ("dpsql.toml", ('public = true\nsource = { csv = "states.csv" }',
+                    'public = "yes"\nsource = { csv = "states.csv" }'), "public must be true or false"),
     # an open categorical must declare every public key: others would share its (other) cell
     ("flights.toml", ('labels = ["AA", "B6", "DL", "UA", "ZZ"]', 'labels = ["AA", "B6", "ZZ"]'),
      "not labels of the open column"),
