@@ -510,8 +510,8 @@ class Session:
                 f"answering needs a new measurement of rho = {format_rho(preview.rho, 'up')} but only "
                 f"rho = {format_rho(preview.remaining, 'down')} remains for {self.user!r}; nothing was spent",
                 hint="answer from existing measurements (SET dpsql.policy = 'informed'), or ask the "
-                     "operator for more budget", requested_rho=float(preview.rho),
-                remaining_rho=float(preview.remaining))
+                     "operator for more budget", requested_rho=Fraction(preview.rho),
+                remaining_rho=Fraction(preview.remaining))
         if preview.rho > 0:
             self._confirm_spend(preview, table, ", ".join(lq.description for lq in unsupported))
         return self.engine.measure_strategy(table, strategy, rho, self.user, purpose)
