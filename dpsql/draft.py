@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,19 +49,23 @@ _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def toml_key(name: str) -> str:
     """A TOML key for any column or table name (quoted when it is not bare)."""
-    return name if _BARE.match(name) else json.dumps(name, ensure_ascii=False)
+    return name if _BARE.fullmatch(name) else toml_value(name)  # match() would let "x\n" through bare
 
 
 def toml_value(value) -> str:
+    """A TOML value: strings, numbers (``inf``/``nan`` too), booleans, paths, lists, tuples and
+    inline tables.  The one TOML writer of the project (``dpsql init`` and ``dpsql.testing``;
+    issue 36 item 4: two writers disagreed on paths, tuples, non-finite floats and DEL)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list):
+        return repr(value)  # repr of a float is a TOML float: 1e-06, inf, nan
+    if isinstance(value, (str, os.PathLike)):
+        # a JSON string is a TOML basic string except that TOML also forbids a raw DEL
+        return json.dumps(os.fspath(value), ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"cannot write {value!r} as TOML")
 
