@@ -40,6 +40,7 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.domain import TableSchema
+from dpsql.public import StarCatalog
 from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
@@ -153,7 +154,9 @@ class Engine:
     def __init__(self, config: Config, backend: Backend | None = None,
                  progress: Callable[[str, dict], None] | None = None) -> None:
         self.config = config
-        self.catalog = dict(config.tables)
+        # the private tables, with the public ones and the declared keys beside them
+        self.catalog = StarCatalog(config.tables, config.public_tables, config.references,
+                                   query=config.public_db.query if config.public_db is not None else None)
         # source files' hashes are kept beside the ledger, so a new process does not read a
         # whole source to know that its releases still apply (issue 17)
         self.backend = backend if backend is not None else open_backend(
