@@ -110,8 +110,9 @@ def budget_sql(tree: exp.Expr, rows) -> str:
 def _relations(tree: exp.Expr, private: set[str]) -> tuple[set, set, set]:
     """(private tables, catalog relations, unknown relations) referenced by the statement."""
     ctes = _cte_names(tree)
-    found_private, found_catalog, unknown = set(), set(), set()
-    found_catalog.update(BUDGET_VIEW for _ in _budget_tables(tree))
+    found_private: set[str] = set()
+    unknown: set[str] = set()
+    found_catalog = {BUDGET_VIEW} if _budget_tables(tree) else set()
     for table in tree.find_all(exp.Table):
         if not isinstance(table.this, exp.Identifier):
             continue  # table functions: generate_series(…), unnest(…)

@@ -99,8 +99,8 @@ def schema_ddl(catalog) -> list[str]:
     if rows and BUDGET_VIEW not in catalog:
         # its columns for psql's \d and BI tools' reflection; no row: the router puts the connection's
         # own budget into every statement that reads it (router.budget_sql)
-        cols = ", ".join(f"CAST(NULL AS {t}) AS {n}" for n, t in BUDGET_COLUMNS)
-        out.append(f"CREATE VIEW public.{BUDGET_VIEW} AS SELECT {cols} WHERE false")
+        nulls = ", ".join(f"CAST(NULL AS {t}) AS {n}" for n, t in BUDGET_COLUMNS)
+        out.append(f"CREATE VIEW public.{BUDGET_VIEW} AS SELECT {nulls} WHERE false")
         out.append(f"COMMENT ON VIEW public.{BUDGET_VIEW} IS 'your remaining privacy budget (user_remaining), "
                    "all users together (total_remaining) and the next on-demand measurement (next_measurement), "
                    "in rho and in epsilon at delta; also SELECT * FROM dpsql_budget()'")
