@@ -179,6 +179,11 @@ class Session:
         columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
         if compiled.is_schema_probe:
             return Result(columns, [], seconds=time.perf_counter() - t0)
+        if compiled.exact_rows is not None:
+            # public tables alone: their content is public metadata, shown exactly and free
+            rows = list(compiled.exact_rows)
+            return self._with_error_columns(Result(columns, rows, [(None,) * len(columns)] * len(rows),
+                                                   [False] * len(rows), seconds=time.perf_counter() - t0))
         # A mapping of named parameters is keyed by its items (its keys alone would make two
         # different bindings share one cached answer).
         bound = None if params is None else tuple(sorted(params.items(), key=lambda kv: str(kv[0]))) \
