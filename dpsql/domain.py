@@ -674,9 +674,15 @@ _SOURCE_PATH_KEYS = ("csv", "parquet", "duckdb")
 def _build_attribute(name: str, spec: Mapping[str, Any],
                      labels_from: Callable[[str], list[Any]] | None = None) -> Attribute:
     kind = spec.get("type")
+    if kind in ("date", "timestamp"):
+        # time axes live in dpsql/temporal.py, which builds on this module (imported here,
+        # when first needed, so that the two modules do not import each other at load time)
+        from dpsql.temporal import TEMPORAL_KEYS, build_temporal
+        check_keys(spec, TEMPORAL_KEYS[kind], f"a {kind} column")
+        return build_temporal(name, dict(spec))
     if kind not in _COLUMN_KEYS:
         raise ConfigError(f"unknown or missing type {kind!r}",
-                          hint='type must be "categorical", "integer" or "numeric"')
+                          hint='type must be "categorical", "integer", "numeric", "date" or "timestamp"')
     check_keys(spec, _COLUMN_KEYS[kind], f"a {kind} column")
     if "labels_from" in spec:
         # labels = the distinct values of a public table's column (dpsql.public): declared
@@ -804,7 +810,8 @@ def domain_fingerprint(schema: TableSchema) -> str:
     bins, nullable, closed, in order): part of a release's identity."""
     import hashlib
     parts = [(a.kind, a.name, a.size, a.nullable, a.invalid_index, tuple(a.labels()),
-              repr(a.bin_bounds())) for a in schema.attributes]
+              repr(a.bin_bounds())) + ((a.timezone,) if a.kind == "timestamp" else ())  # type: ignore[attr-defined]
+             for a in schema.attributes]
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 

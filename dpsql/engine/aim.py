@@ -174,7 +174,7 @@ class _Driver:
                 f"rho = {format_rho(view.remaining, 'down')} remains",
                 hint="ask the operator for more budget; the rounds already released are kept "
                      "and re-used when the run continues",
-                requested_rho=float(rnd.rho), remaining_rho=float(view.remaining))
+                requested_rho=rnd.rho, remaining_rho=view.remaining)
         self._count(rnd.cliques)
         identity = _identity(self.state)
         mechanism = {"purpose": "aim", "aim_run": self.key, "table": self.table,

@@ -59,7 +59,7 @@ SCHEMA: dict[str, Any] = {
                "max_user_connections": None, "query_log_max_bytes": None, "query_log_files": None,
                "max_session_memory": None,
                "max_unauthenticated": None, "auth_timeout": None, "catalog_timeout": None, "query_log": None,
-               "users": "server_users"},
+               "error_columns": None, "estimator": None, "users": "server_users"},
     "server_users": {"*": "server_user"},
     "server_user": {"error_columns": None, "estimator": None, "connection_limit": None},
 }
