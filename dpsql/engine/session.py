@@ -51,7 +51,7 @@ BUDGET_SETTING = "dpsql.budget_remaining"
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # "text" | "integer" | "double"
+    type: str  # "text" | "integer" | "double" | "date" | "timestamp"
 
 
 @dataclass
@@ -111,6 +111,10 @@ def _type_name(pg_type: str) -> str:
         return "integer"
     if t in ("double precision", "numeric", "real", "float8", "double"):
         return "double"
+    if t == "date":
+        return "date"
+    if t in ("timestamp", "timestamp without time zone"):
+        return "timestamp"
     return "text"
 
 

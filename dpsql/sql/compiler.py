@@ -223,6 +223,11 @@ class _Lowering:
             raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
                                         hint="filter on columns")
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
+        if attr is not None and call.arg is not None and attr.kind in ("date", "timestamp") \
+                and call.func != "count" and isinstance(call.arg.unnest(), exp.Column):
+            raise UnsupportedQueryError(f"{snippet(call.node)} aggregates {attr.kind} column '{attr.name}' as a number",
+                                        position=self.pos(call.node),
+                                        hint=f"count rows per period: GROUP BY date_trunc('month', {attr.name})")
         label = snippet(node, 200)
         if call.func == "count":
             shown = pred
