@@ -22,6 +22,7 @@ from typing import Any
 
 from dpsql.domain import TableSchema, check_keys, load_domain
 from dpsql.errors import ConfigError
+from dpsql.engine.people import PeopleSchema, people_views
 from dpsql.measure.source import Source
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
 
@@ -37,7 +38,7 @@ _DPSQL_KEYS = ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_u
 _BUDGET = ("epsilon", "delta", "rho")
 SCHEMA: dict[str, Any] = {
     "": {"dpsql": "dpsql", "budget": "budget", "tables": "tables", "workload": "workload",
-         "policy": "policy", "planner": "planner", "model": "model", "server": "server",
+         "policy": "policy", "planner": "planner", "model": "model", "server": "server", "people": None,
          **{k: None for k in _DPSQL_KEYS}},
     "dpsql": {k: None for k in _DPSQL_KEYS},
     "budget": {**{k: None for k in _BUDGET}, "per_user": "user_budget", "users": "users"},
@@ -161,6 +162,8 @@ class Config:
     default_user: str = "analyst"
     error_columns: str = "off"
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
+    # [people]: private tables protected per person, each served through its view (dpsql/engine/people.py)
+    people: PeopleSchema | None = None
 
     def user_budget(self, user: str) -> BudgetSpec | None:
         """The user's cap: their own entry, else the declared default; None means 0 (an
@@ -337,6 +340,10 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                                   f"got {rows!r}", hint="e.g. rows = 48842, from the data's documentation")
             table_rows[name] = rows
 
+    people = None
+    if raw.get("people") is not None:
+        tables, sources, people = people_views(raw["people"], tables, sources, base, where)
+
     budget_spec = raw.get("budget")
     if budget_spec is None:
         raise ConfigError(f"{where}: no [budget]", hint="[budget] epsilon = 1.0, delta = 1e-6 (or rho = ...)")
@@ -410,6 +417,6 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                   workload_weights=tuple(w for _, w in workload), planner=planner,
                   fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 20000))),
                   default_user=str(section.get("default_user", "analyst")),
-                  error_columns=error_columns, allow_spend=allow_spend)
+                  error_columns=error_columns, allow_spend=allow_spend, people=people)
 
 
