@@ -29,8 +29,8 @@ from sqlglot import exp
 from dpsql import labels as wording
 from dpsql.errors import DataError, DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 
-__all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "position_literal",
-           "snippet"]
+__all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE",
+           "position_literal", "snippet"]
 
 
 class _Other:
@@ -56,6 +56,28 @@ _PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
        ">": operator.gt, ">=": operator.ge}
 
 
+class DimRef(exp.Expression, exp.Func):
+    """A column reached through a join with public tables (``dpsql.sql.joins``): the value
+    of ``shown`` (``a.state``, as written) on each cell of the joined key attribute named by
+    ``this`` (a column of the private table).  Built only by the join rewrite, never by the
+    parser (its name is not a registered function: ``__dpsql_dim(…)`` in SQL text parses
+    as an unknown function and is refused like any other)."""
+
+    arg_types = {"this": True, "expression": True}
+    _sql_names = ["__dpsql_dim"]
+
+    @property
+    def shown(self) -> str:
+        return self.expression.this
+
+
+def _as_written(node: exp.Expr) -> exp.Expr:
+    """``node`` with every :class:`DimRef` printed as the column the user wrote."""
+    if not any(isinstance(n, DimRef) for n in node.walk()):
+        return node
+    return node.copy().transform(lambda n: exp.to_column(n.shown) if isinstance(n, DimRef) else n)
+
+
 _PREDICATES = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.And, exp.Or, exp.Not, exp.Is,
                exp.In, exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike)
 
@@ -65,6 +87,7 @@ def snippet(node: exp.Expr | None, limit: int = 120) -> str:
     100,000-item IN list is summarised instead of printed."""
     if node is None:
         return ""
+    node = _as_written(node)
     count = 0
     for _ in node.walk():
         count += 1
@@ -219,6 +242,10 @@ class CellEvaluator:
             labels = attr.labels()
             vals = [OTHER if i == attr.other_index else labels[i] for i in range(n)]
             self._lo, self._hi = vals, list(vals)
+        elif attr.kind == "joined":
+            # the cells of a join (dpsql.sql.joins.JoinedAttribute): every column of it is
+            # read through a DimRef, each cell holds one value of each
+            self._lo, self._hi = [None] * n, [None] * n
         else:
             bounds = attr.bin_bounds()
             lo: list = []
@@ -290,6 +317,9 @@ class CellEvaluator:
             return self.value(node.this)
         if isinstance(node, exp.Column):
             return Evaluated(list(self._lo), list(self._hi), self.null.copy())
+        if isinstance(node, DimRef):
+            vals = self.attr.column(node.shown)
+            return Evaluated(list(vals), list(vals), np.array([v is None for v in vals], dtype=bool))
         ok, v = literal_value(node)
         if ok:
             return Evaluated([v] * self.n, [v] * self.n, np.full(self.n, v is None))
@@ -625,6 +655,12 @@ class CellEvaluator:
             left = left.this
         if isinstance(left, exp.Column):
             return self._compare_column(node, op, v)
+        if isinstance(left, DimRef) and self.attr.is_key(left.shown):
+            # the private key itself, reached through a join: compared as the bare column is
+            # (declared labels only), on the key's cells, then read per joined cell
+            key = CellEvaluator(self.attr.key, self.pos, self.words, self.meter, self.table)
+            t, f = key._compare_column(node, op, v)
+            return t[self.attr.source], f[self.attr.source]
         vals, null = self.constant_values(left)
         t = np.zeros(self.n, bool)
         f = np.zeros(self.n, bool)

@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from dpsql.domain import Attribute
 from dpsql.errors import UnsupportedQueryError
-from dpsql.sql.cells import OTHER, CellEvaluator, snippet
+from dpsql.sql.cells import OTHER, CellEvaluator, DimRef, snippet
 
 __all__ = ["GroupKey", "GroupAttr", "Grouping", "key_value_type", "MAX_GROUPS"]
 
@@ -189,6 +189,10 @@ def build_key(canonical: str, node: exp.Expr, attr, evaluator: CellEvaluator) ->
         if attr.kind != "categorical" and typ == "text":
             rank = {v: i for i, v in enumerate(values) if v is not None}
         return GroupKey(canonical, node, attr, values, typ, rank)
+    if isinstance(inner, DimRef) and attr.is_key(inner.shown):
+        # a joined key grouped as the bare column is (its "(other)" cell a group of its own)
+        values, typ = column_key_values(attr.key)
+        return GroupKey(canonical, node, attr, [values[k] for k in attr.source], typ)
     values, null = evaluator.constant_values(node)
     values = [None if null[i] else values[i] for i in range(len(values))]
     if any(v is OTHER for v in values):
