@@ -153,6 +153,8 @@ class Temporal(Attribute):
                 raise DomainViolationError(
                     f"column '{self.name}' is a {self.kind}; cannot compare it with {value!r}",
                     hint="write dates as '2013-06-01' and timestamps as '2013-06-01 10:00:00'")
+            if not isinstance(self.lo, dt.datetime):
+                return parsed.date()    # untyped text takes the column's type: PostgreSQL's date_in drops the time
             value = parsed
         if isinstance(value, dt.datetime) and value.tzinfo is not None:
             value = self._to_wall(value)

@@ -51,7 +51,7 @@ BUDGET_SETTING = "dpsql.budget_remaining"
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # "text" | "integer" | "double"
+    type: str  # "text" | "integer" | "double" | "date" | "timestamp"
 
 
 @dataclass
@@ -111,6 +111,10 @@ def _type_name(pg_type: str) -> str:
         return "integer"
     if t in ("double precision", "numeric", "real", "float8", "double"):
         return "double"
+    if t == "date":
+        return "date"
+    if t in ("timestamp", "timestamp without time zone"):
+        return "timestamp"
     return "text"
 
 
@@ -182,6 +186,11 @@ class Session:
             # are the answer's (error columns and all; the wire's Describe says the same)
             values = [j for j, c in enumerate(compiled.columns) if c.is_aggregate]
             return self._with_error_columns(Result(columns, [], seconds=time.perf_counter() - t0), values)
+        if compiled.exact_rows is not None:
+            # public tables alone: their content is public metadata, shown exactly and free
+            rows = list(compiled.exact_rows)
+            return self._with_error_columns(Result(columns, rows, [(None,) * len(columns)] * len(rows),
+                                                   [False] * len(rows), seconds=time.perf_counter() - t0), [])
         # A mapping of named parameters is keyed by its items (its keys alone would make two
         # different bindings share one cached answer).
         bound = None if params is None else tuple(sorted(params.items(), key=lambda kv: str(kv[0]))) \

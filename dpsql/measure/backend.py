@@ -515,6 +515,11 @@ class PublicDatabase:
             rows = self._con.execute(f"SELECT * FROM {ident}").fetchall()
             columns = tuple(PublicColumn(str(r[0]), _pg_type(str(r[1]))) for r in described)
             self.tables[name] = PublicTable(name, columns, tuple(rows), source)
+        # PostgreSQL clients qualify tables with schema public (DuckDB's is main)
+        self._con.execute("CREATE SCHEMA public")
+        for name in self.tables:
+            ident = '"' + name.replace('"', '""') + '"'
+            self._con.execute(f"CREATE VIEW public.{ident} AS SELECT * FROM main.{ident}")
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET lock_configuration = true")
 

@@ -32,7 +32,7 @@ from dpsql.sql.cells import (WORK_LIMIT, CellEvaluator, canonical, columns_in, l
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import call_position, parse_statement, written
-from dpsql.sql.joins import expand, join_tree, public_in_lists, star
+from dpsql.sql.joins import answer_public, expand, join_tree, public_in_lists, reads_only_public, star
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
 from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, order_items, to_ir
 from dpsql.sql.predicates import compile_predicate
@@ -223,6 +223,11 @@ class _Lowering:
             raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
                                         hint="filter on columns")
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
+        if attr is not None and call.arg is not None and attr.kind in ("date", "timestamp") \
+                and call.func != "count" and isinstance(call.arg.unnest(), exp.Column):
+            raise UnsupportedQueryError(f"{snippet(call.node)} aggregates {attr.kind} column '{attr.name}' as a number",
+                                        position=self.pos(call.node),
+                                        hint=f"count rows per period: GROUP BY date_trunc('month', {attr.name})")
         label = snippet(node, 200)
         if call.func == "count":
             shown = pred
@@ -444,6 +449,8 @@ class _Lowering:
             return "integer"
         if node_ir[0] == "key":
             return self.keys[node_ir[1]].type
+        if node_ir[0] == "fn" and node_ir[1] == "to_char":
+            return "text"
         if node_ir[0] == "lit":
             v = node_ir[1]
             return "integer" if isinstance(v, int) and not isinstance(v, bool) else \
@@ -520,6 +527,8 @@ def compile(sql: str, catalog: Catalog, params: Sequence[Any] | None = None,
             dialect: str = "postgres") -> CompiledQuery:
     """Compile one aggregate query (or ``EXPLAIN`` of one) against the catalog's schemas."""
     stmt = parse_statement(sql, params, dialect)
+    if getattr(catalog, "query", None) is not None and reads_only_public(stmt.tree, catalog):
+        return answer_public(stmt, catalog)
     try:
         inner = _Compiler(stmt, catalog).select(cast(exp.Select, stmt.tree))   # _check_kind lets only a SELECT through
     except RecursionError:

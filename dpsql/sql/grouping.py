@@ -21,6 +21,7 @@ and numeric buckets are ascending.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from itertools import product
 
@@ -77,6 +78,10 @@ def key_value_type(attr, values: list) -> str:
         return "integer"
     if all(isinstance(v, (int, float)) for v in present):
         return "double precision"
+    if all(isinstance(v, datetime.datetime) for v in present):
+        return "timestamp"
+    if all(isinstance(v, datetime.date) and not isinstance(v, datetime.datetime) for v in present):
+        return "date"
     return "text"
 
 
@@ -89,6 +94,8 @@ def column_key_values(attr) -> tuple[list, str]:
     bounds = attr.bin_bounds()
     if attr.kind == "integer" and all(b is None or b[0] == b[1] for b in bounds):
         return [None if b is None else int(b[0]) for b in bounds], "integer"
+    if attr.kind == "date" and all(b is None or b[0] == b[1] for b in bounds):
+        return [None if b is None else b[0] for b in bounds], "date"   # one day per cell: the day
     # Wide bins are reported by their label ("[20, 29]"): the value inside is not known.
     return list(labels), "text"
 

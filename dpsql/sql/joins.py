@@ -47,7 +47,7 @@ from dpsql.linalg import Bucket, Explicit, Indicator, Kron, Total, Union, Values
 from dpsql.sql.cells import OTHER, DimRef, conjuncts, snippet
 
 __all__ = ["TableRef", "JoinEdge", "JoinTree", "JoinedAttribute", "join_tree", "star", "expand", "expand_linear",
-           "public_in_lists", "reads_only_public"]
+           "public_in_lists", "reads_only_public", "answer_public"]
 
 #: Cells of one joined attribute (pairs of a key cell and a joined row) a statement may build.
 MAX_JOINED_CELLS = 1_000_000
@@ -602,6 +602,43 @@ def reads_only_public(select: exp.Expr, catalog) -> bool:
         if name not in public and not any(k.lower() == name for k in public if not t.this.args.get("quoted")):
             return False
     return True
+
+
+def answer_public(stmt, catalog):
+    """A statement that reads public tables only, answered exactly by ``catalog.query``
+    (public metadata: no noise, no budget).  Its rows are computed here, at compile time,
+    so the columns are known to a client's Describe as they are to Execute."""
+    from dpsql.sql.query import CompiledQuery, OutputColumn
+    names = sorted({_folded(t.this) for t in stmt.tree.find_all(exp.Table)})
+    if stmt.explain:
+        text = f"exact answer over public table(s) {', '.join(names)}: no linear queries, no budget"
+        return CompiledQuery(sql=stmt.sql, table=names[0], columns=[OutputColumn("QUERY PLAN", "text")],
+                             groups=[], linear_queries=[], exact_rows=[(text,)])
+    cols, rows = catalog.query(_named(stmt.tree).sql(dialect="duckdb"))
+    return CompiledQuery(sql=stmt.sql, table=names[0], columns=[OutputColumn(n, t) for n, t in cols], groups=[],
+                         linear_queries=[], exact_rows=[tuple(_public_value(v) for v in r) for r in rows])
+
+
+def _named(tree: exp.Expr) -> exp.Expr:
+    """``tree`` with its output columns named as PostgreSQL names them (a column by its
+    name, a function call by the function, anything else ``?column?``), not as DuckDB does
+    (``count_star()``)."""
+    if not isinstance(tree, exp.Select):
+        return tree
+    tree = tree.copy()
+    items = []
+    for e in tree.expressions:
+        if isinstance(e, (exp.Alias, exp.Star)) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
+            items.append(e)
+            continue
+        node = e.this if isinstance(e, exp.Paren) else e
+        name = node.name if isinstance(node, exp.Column) else \
+            "count" if isinstance(node, exp.Count) else \
+            str(node.this).lower() if isinstance(node, exp.Anonymous) else \
+            node.sql_name().lower() if isinstance(node, exp.Func) else "?column?"
+        items.append(exp.Alias(this=e, alias=exp.to_identifier(name, quoted=True)))
+    tree.set("expressions", items)
+    return tree
 
 
 def _literal(v) -> exp.Expr:
