@@ -40,6 +40,7 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.domain import TableSchema
+from dpsql.public import StarCatalog
 from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
@@ -157,7 +158,9 @@ class Engine:
     def __init__(self, config: Config, backend: Backend | None = None,
                  progress: Callable[[str, dict], None] | None = None) -> None:
         self.config = config
-        self.catalog = dict(config.tables)
+        # the private tables, with the public ones and the declared keys beside them
+        self.catalog = StarCatalog(config.tables, config.public_tables, config.references,
+                                   query=config.public_db.query if config.public_db is not None else None)
         # source files' hashes are kept beside the ledger, so a new process does not read a
         # whole source to know that its releases still apply (issue 17)
         self.backend = backend if backend is not None else open_backend(
@@ -179,6 +182,7 @@ class Engine:
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
+        self._view_shares: dict[Fraction, dict[str, Fraction]] = {}
         self._seen_seq = 0
         self._charges: dict[int, LedgerEntry] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
@@ -371,16 +375,21 @@ class Engine:
 
         t0 = time.perf_counter()
         workload, names, blocks, labels = self.workload_for(table, queries)
-        configured = rho is None or Fraction(rho) == self.workload_rho()
-        rho = Fraction(rho) if rho is not None else self.workload_rho()
-        strategy = self.optimize_counted(workload, rho, self.config.sources[table].unit_rows)
+        configured = rho is None or Fraction(rho) == self.workload_rho(table)
+        rho = Fraction(rho) if rho is not None else self.workload_rho(table)
+        unit_rows = self.config.sources[table].unit_rows
+        strategy = self.optimize_counted(workload, rho, unit_rows)
         if configured:
             # a plan at another budget (`dpsql plan --epsilon`) is a what-if: `measure` must
             # never run a strategy planned for a budget it is not given
             with self._lock:
                 self._state(table).strategy = strategy
         m = sum(b.shape[0] for b in blocks)
-        s2 = gaussian_sigma2_unit(float(rho))   # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
+        # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2); every sensitivity is
+        # multiplied by the rows one privacy unit may contribute (max_rows, a view's bound),
+        # as the measurement calibrates it (release.calibrate): before issue 32 the plan
+        # reported the errors of one row per unit whatever max_rows was
+        s2 = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
         per_query = []
         for part, (sql, aggregate, unit), (tse, base_tse, floor) in zip(
                 workload.parts, labels, query_errors(strategy)):
@@ -463,9 +472,29 @@ class Engine:
             state = self._sync(table)
             return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in state.released]
 
-    def workload_rho(self) -> Fraction:
-        """The exact ρ one workload measurement is given (``[workload]`` or the total)."""
-        return (self.config.workload_budget or self.config.budget).rho
+    def workload_rho(self, table: str | None = None) -> Fraction:
+        """The exact ρ one workload measurement is given (``[workload]`` or the total);
+        for a view of a people schema its share of it (``view_shares``)."""
+        total = (self.config.workload_budget or self.config.budget).rho
+        people = self.config.people
+        if table is None or people is None or table not in people.views:
+            return total
+        return self.view_shares(total).get(table, Fraction(0))
+
+    def view_shares(self, rho: Fraction) -> dict[str, Fraction]:
+        """The workload budget ``rho`` divided across the views that have workload queries,
+        minimising their total expected error (``dpsql/engine/people_plan.py``; public)."""
+        from dpsql.engine.people_plan import view_costs
+        from dpsql.plan.views import split_budget
+
+        rho = Fraction(rho)
+        with self._lock:
+            cached = self._view_shares.get(rho)
+        if cached is None:
+            cached = split_budget(rho, {v: c.cost for v, c in view_costs(self, rho).items()})
+            with self._lock:
+                self._view_shares[rho] = cached
+        return dict(cached)
 
     # -- measurement -------------------------------------------------------------------------
     def _release_plan(self, table: str, strategy: Strategy, rho: Fraction, purpose: str, offsets=None):
@@ -510,7 +539,7 @@ class Engine:
             self.plan(table)
         with self._lock:
             self._sync(table)
-            share = Fraction(rho) if rho is not None else self.workload_rho()
+            share = Fraction(rho) if rho is not None else self.workload_rho(table)
             blocks, plan, key = self._release_plan(table, state.strategy, share, "workload",
                                                    self.offset_plan(table, state.strategy, share))
             if key in state.release_keys or self._unreleased_charge(key):
@@ -571,7 +600,7 @@ class Engine:
             "nothing was spent",
             hint="measure with a larger share of the budget (--epsilon, [workload] or [policy] epsilon), "
                  "or have the operator grant a new budget (a new ledger)",
-            requested_rho=float(share), remaining_rho=float(self.ledger.remaining(None)),
+            requested_rho=Fraction(share), remaining_rho=Fraction(self.ledger.remaining(None)),
             expected_error=error)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
@@ -602,14 +631,13 @@ class Engine:
                     f"but it now costs {cost}", hint="the ledger was edited; start a new ledger")
             view = self.ledger.preview(principal, cost)
             if unreleased is None and not view.fits:
-                remaining = float(view.remaining)
                 raise BudgetExhaustedError(
                     f"measuring this needs rho = {format_rho(cost, 'up')} but only rho = "
                     f"{format_rho(view.remaining, 'down')} remains"
                     + (f" for {principal!r}" if view.remaining_user is not None
                        and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
-                    requested_rho=float(cost), remaining_rho=remaining)
+                    requested_rho=Fraction(cost), remaining_rho=Fraction(view.remaining))
             if unreleased is None:
                 self._check_useful(table, blocks, plan, cost)   # before any data is read
             cliques = [b.clique for b in blocks if b.offsets is None]
@@ -661,7 +689,7 @@ class Engine:
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
-        rho = rho if rho is not None else self.workload_rho()
+        rho = rho if rho is not None else self.workload_rho(table)
         return self.measure_strategy(table, state.strategy, rho, self.WORKLOAD_PRINCIPAL, "workload", requested_by,
                                      self.offset_plan(table, state.strategy, Fraction(rho)))
 

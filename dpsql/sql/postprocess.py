@@ -84,6 +84,9 @@ class Program:
     # The WHERE clause's disjoint boxes (attribute → cell mask): public, kept for tests that
     # mimic SQL's omission of empty groups.
     where_terms: list = field(default_factory=lambda: [{}])
+    # Joined key attributes (joins.JoinedAttribute by name): the grouping and where_terms
+    # are over their cells; joins.expand_linear maps a query built on them to the table's.
+    joined: dict = field(default_factory=dict)
 
     def evaluate(self, cq, answers, stderrs, present=None) -> Relation:
         return evaluate_program(self, cq, answers, stderrs, present)
@@ -177,6 +180,9 @@ def to_ir(node, low):
                                 position=low.pos(node.args["decimals"]),
                                 hint="use an integer between -2147483647 and 2147483647")
         return ("fn", name, [to_ir(a, low) for a in args])
+    if isinstance(node, exp.TimeToStr) and isinstance(node.args.get("format"), exp.Literal):
+        # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
+        return ("fn", "to_char", [to_ir(node.this, low), ("lit", str(node.args["format"].this))])
     if isinstance(node, exp.Case):
         if node.this is not None:
             subject = node.this
