@@ -66,8 +66,8 @@ def _halves(att: Attribute) -> list[float]:
 def offset_grid(att: Attribute) -> OffsetGrid | None:
     """The grid of a binned attribute's offsets; None when every bin holds one value (the
     cells' values are exact, there is nothing to measure) or for a categorical."""
-    if att.kind == "categorical" or att.bin_bounds() is None:
-        return None
+    if att.kind == "categorical" or att.bin_bounds() is None or att.cell_values() is None:
+        return None          # labels, or dates and times (no SUM or AVG of them)
     halves = _halves(att)
     top = max(halves, default=0.0)
     if not top > 0:
