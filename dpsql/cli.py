@@ -475,7 +475,7 @@ def _increment_rho(args, engine) -> Fraction:
     if rho <= 0:
         raise errors.BudgetExhaustedError("no budget is left for an increment",
                                           hint="the operator grants a new budget (a new ledger)",
-                                          requested_rho=0.0, remaining_rho=float(left))
+                                          requested_rho=Fraction(0), remaining_rho=Fraction(left))
     return rho
 
 

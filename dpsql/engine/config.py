@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpsql.domain import TableSchema, check_keys, load_domain
+from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public
 from dpsql.errors import ConfigError
 from dpsql.measure.source import Source
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
@@ -45,7 +46,7 @@ SCHEMA: dict[str, Any] = {
     "users": {"*": "user_budget"},
     "tables": {"*": "table"},
     "table": {"domain": None, "domain_table": None, "source": None, "privacy_unit": "privacy_unit",
-              "rows": None},
+              "rows": None, "public": None, "keys": None},
     "privacy_unit": {"id": None, "max_rows": None, "hash_key_file": None},
     "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
     "policy": {"unsupported": None, "allow_spend": None, **{k: None for k in _BUDGET}},
@@ -58,7 +59,7 @@ SCHEMA: dict[str, Any] = {
                "max_user_connections": None, "query_log_max_bytes": None, "query_log_files": None,
                "max_session_memory": None,
                "max_unauthenticated": None, "auth_timeout": None, "catalog_timeout": None, "query_log": None,
-               "users": "server_users"},
+               "error_columns": None, "estimator": None, "users": "server_users"},
     "server_users": {"*": "server_user"},
     "server_user": {"error_columns": None, "estimator": None, "connection_limit": None},
 }
@@ -161,6 +162,13 @@ class Config:
     default_user: str = "analyst"
     error_columns: str = "off"
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
+    # public dimension tables (dpsql.public, read whole: PublicDatabase) and declared keys
+    public_db: Any = field(default=None, compare=False, repr=False)
+    references: tuple = ()
+
+    @property
+    def public_tables(self) -> dict:
+        return dict(self.public_db.tables) if self.public_db is not None else {}
 
     def user_budget(self, user: str) -> BudgetSpec | None:
         """The user's cap: their own entry, else the declared default; None means 0 (an
@@ -299,16 +307,20 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     table_rows: dict[str, int] = {}
     if not isinstance(tables_spec, Mapping):
         raise ConfigError(f"{where}: tables must be [tables.NAME] sections")
+    public_db = load_public(tables_spec, base, where)
+    labels_from = labels_resolver(public_db, where)
     for name, spec in tables_spec.items():
         twhere = f"{where}: table {name!r}"
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{twhere}: must be a table", hint=f"write [tables.{name}]")
+        if is_public(spec, twhere):
+            continue
         if "domain" not in spec:
             raise ConfigError(f"{twhere}: missing domain file", hint='domain = "adult.toml"')
         dpath = Path(spec["domain"])
         if not dpath.is_absolute():
             dpath = base / dpath
-        declared = load_domain(dpath)
+        declared = load_domain(dpath, labels_from)
         schema_name = spec.get("domain_table", name)
         if schema_name not in declared:
             raise ConfigError(f"{twhere}: {dpath} declares no table {schema_name!r}",
@@ -336,6 +348,11 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                 raise ConfigError(f"{twhere}: rows must be a positive integer (the table's public size), "
                                   f"got {rows!r}", hint="e.g. rows = 48842, from the data's documentation")
             table_rows[name] = rows
+
+    if not tables:
+        raise ConfigError(f"{where}: every table is public", hint="declare the private table: [tables.NAME] with "
+                                                                  "domain and source")
+    references = declared_references(tables_spec, tables, public_db, where)
 
     budget_spec = raw.get("budget")
     if budget_spec is None:
@@ -410,6 +427,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                   workload_weights=tuple(w for _, w in workload), planner=planner,
                   fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 20000))),
                   default_user=str(section.get("default_user", "analyst")),
-                  error_columns=error_columns, allow_spend=allow_spend)
+                  error_columns=error_columns, allow_spend=allow_spend, public_db=public_db,
+                  references=references)
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.domain import TableSchema
+from dpsql.public import StarCatalog
 from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
@@ -153,7 +154,9 @@ class Engine:
     def __init__(self, config: Config, backend: Backend | None = None,
                  progress: Callable[[str, dict], None] | None = None) -> None:
         self.config = config
-        self.catalog = dict(config.tables)
+        # the private tables, with the public ones and the declared keys beside them
+        self.catalog = StarCatalog(config.tables, config.public_tables, config.references,
+                                   query=config.public_db.query if config.public_db is not None else None)
         # source files' hashes are kept beside the ledger, so a new process does not read a
         # whole source to know that its releases still apply (issue 17)
         self.backend = backend if backend is not None else open_backend(
@@ -519,7 +522,7 @@ class Engine:
             "nothing was spent",
             hint="measure with a larger share of the budget (--epsilon, [workload] or [policy] epsilon), "
                  "or have the operator grant a new budget (a new ledger)",
-            requested_rho=float(share), remaining_rho=float(self.ledger.remaining(None)),
+            requested_rho=Fraction(share), remaining_rho=Fraction(self.ledger.remaining(None)),
             expected_error=error)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
@@ -549,14 +552,13 @@ class Engine:
                     f"but it now costs {cost}", hint="the ledger was edited; start a new ledger")
             view = self.ledger.preview(principal, cost)
             if unreleased is None and not view.fits:
-                remaining = float(view.remaining)
                 raise BudgetExhaustedError(
                     f"measuring this needs rho = {format_rho(cost, 'up')} but only rho = "
                     f"{format_rho(view.remaining, 'down')} remains"
                     + (f" for {principal!r}" if view.remaining_user is not None
                        and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
-                    requested_rho=float(cost), remaining_rho=remaining)
+                    requested_rho=Fraction(cost), remaining_rho=Fraction(view.remaining))
             if unreleased is None:
                 self._check_useful(table, blocks, plan, cost)   # before any data is read
             cliques = [b.clique for b in blocks]

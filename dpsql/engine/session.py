@@ -51,7 +51,7 @@ BUDGET_SETTING = "dpsql.budget_remaining"
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # "text" | "integer" | "double"
+    type: str  # "text" | "integer" | "double" | "date" | "timestamp"
 
 
 @dataclass
@@ -111,6 +111,10 @@ def _type_name(pg_type: str) -> str:
         return "integer"
     if t in ("double precision", "numeric", "real", "float8", "double"):
         return "double"
+    if t == "date":
+        return "date"
+    if t in ("timestamp", "timestamp without time zone"):
+        return "timestamp"
     return "text"
 
 
@@ -178,7 +182,15 @@ class Session:
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
         columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
         if compiled.is_schema_probe:
-            return Result(columns, [], seconds=time.perf_counter() - t0)
+            # no rows to tell value columns by: the compiled aggregates are, so a probe's columns
+            # are the answer's (error columns and all; the wire's Describe says the same)
+            values = [j for j, c in enumerate(compiled.columns) if c.is_aggregate]
+            return self._with_error_columns(Result(columns, [], seconds=time.perf_counter() - t0), values)
+        if compiled.exact_rows is not None:
+            # public tables alone: their content is public metadata, shown exactly and free
+            rows = list(compiled.exact_rows)
+            return self._with_error_columns(Result(columns, rows, [(None,) * len(columns)] * len(rows),
+                                                   [False] * len(rows), seconds=time.perf_counter() - t0), [])
         # A mapping of named parameters is keyed by its items (its keys alone would make two
         # different bindings share one cached answer).
         bound = None if params is None else tuple(sorted(params.items(), key=lambda kv: str(kv[0]))) \
@@ -510,8 +522,8 @@ class Session:
                 f"answering needs a new measurement of rho = {format_rho(preview.rho, 'up')} but only "
                 f"rho = {format_rho(preview.remaining, 'down')} remains for {self.user!r}; nothing was spent",
                 hint="answer from existing measurements (SET dpsql.policy = 'informed'), or ask the "
-                     "operator for more budget", requested_rho=float(preview.rho),
-                remaining_rho=float(preview.remaining))
+                     "operator for more budget", requested_rho=Fraction(preview.rho),
+                remaining_rho=Fraction(preview.remaining))
         if preview.rho > 0:
             self._confirm_spend(preview, table, ", ".join(lq.description for lq in unsupported))
         return self.engine.measure_strategy(table, strategy, rho, self.user, purpose)
@@ -597,13 +609,16 @@ class Session:
                 hint="answer from existing measurements (policy 'informed'), or ask the operator "
                      "for more budget")
 
-    def _with_error_columns(self, result: Result) -> Result:
+    def _with_error_columns(self, result: Result, values: Sequence[int] | None = None) -> Result:
+        """``result`` with the columns ``dpsql.error_columns`` asks for, after the value columns
+        (``values``: their indices; by default those with a standard error in some row)."""
         mode = self.settings.get("dpsql.error_columns", "off")
         if mode == "off":
             return result
         cols = list(result.columns)
-        value_idx = [j for j, c in enumerate(result.columns)
-                     if any(r[j] is not None for r in result.stderr)] if result.stderr else []
+        value_idx = list(values) if values is not None else [
+            j for j, c in enumerate(result.columns)
+            if any(r[j] is not None for r in result.stderr)] if result.stderr else []
         for name in error_column_names([result.columns[j].name for j in value_idx], mode):
             cols.append(Column(name, "double"))
         rows, stderr, bounds = [], [], []

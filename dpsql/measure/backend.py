@@ -313,6 +313,16 @@ class DuckDBBackend(SqlBackend):
             self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM ({query}) AS __cells',
                               [source.hash_key or ""] if source.id_column else [])
 
+    def create_rows_table(self, name: str, columns: Sequence[tuple[str, str]], rows: Sequence[tuple]) -> None:
+        """CREATE TABLE ``name`` (column, PostgreSQL type …) holding ``rows``: a public table
+        beside the exact oracle's cells tables, so its joins run as DuckDB runs them."""
+        ident = '"' + name.replace('"', '""') + '"'
+        cols = ", ".join('"' + c.replace('"', '""') + f'" {t}' for c, t in columns)
+        self._con.execute(f"CREATE TABLE {ident} ({cols})")
+        if rows:
+            marks = ", ".join("?" for _ in columns)
+            self._con.executemany(f"INSERT INTO {ident} VALUES ({marks})", [list(r) for r in rows])
+
     def fetch(self, sql: str, params: Sequence = ()) -> list[tuple]:
         """Every row of ``sql`` on this backend's connection: the exact oracle's queries over
         the tables ``create_cells_table`` made (the engine counts through count_marginals)."""
@@ -373,7 +383,7 @@ def _decode_numpy(rows: Mapping[str, np.ndarray], used: Sequence[str], columns: 
 
 
 def describe_source(path: Path) -> list[tuple[str, str]]:
-    """Column names and coarse types ("integer" | "numeric" | "text") of a data file, for
+    """Column names and coarse types (integer, numeric, date, timestamp or text) of a data file, for
     ``dpsql init``.  The operator runs this on their own data; only the schema is printed
     and no domain is inferred (domains must come from public knowledge)."""
     path = Path(path)
@@ -393,7 +403,11 @@ def describe_source(path: Path) -> list[tuple[str, str]]:
 
 def _coarse_type(dtype) -> str:
     t = str(dtype).upper()
-    return ("integer" if "INT" in t else
+    if t == "DATE":
+        return "date"
+    if t.startswith("TIMESTAMP"):           # TIMESTAMP, _S, _MS, _NS, WITH TIME ZONE
+        return "timestamp"
+    return ("integer" if "INT" in t and t != "INTERVAL" else
             "numeric" if any(k in t for k in ("DOUBLE", "FLOAT", "DECIMAL", "REAL")) else "text")
 
 
@@ -448,3 +462,100 @@ def brute_force_counts(rows: Sequence[Mapping], schema: TableSchema,
 
 __all__ = ["Backend", "Source", "CsvDialect", "DuckDBBackend", "DataCheck", "ColumnCheck", "read_header",
            "reduce_cliques", "project_counts", "brute_force_counts", "describe_source"]
+
+
+# --- public tables (issue 31) -------------------------------------------------------------
+
+_PG_TYPES = (("BIGINT", "bigint"), ("HUGEINT", "numeric"), ("UBIGINT", "numeric"), ("INTEGER", "integer"),
+             ("SMALLINT", "smallint"), ("TINYINT", "smallint"), ("UINTEGER", "bigint"), ("USMALLINT", "integer"),
+             ("UTINYINT", "smallint"), ("DOUBLE", "double precision"), ("FLOAT", "real"), ("DECIMAL", "numeric"),
+             ("BOOLEAN", "boolean"), ("TIMESTAMP", "timestamp"), ("DATE", "date"), ("TIME", "time"),
+             ("VARCHAR", "text"))
+
+
+def _quoted(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _pg_type(duck: str) -> str:
+    t = duck.upper()
+    for prefix, name in _PG_TYPES:
+        if t.startswith(prefix):
+            return name
+    return "text"
+
+
+class PublicDatabase:
+    """The public tables of a configuration, read whole into an in-memory DuckDB database.
+
+    Their content is public metadata (``dpsql.public``), so it is read with DuckDB's own
+    readers and type detection, and plain SQL over them (``SELECT … FROM airports``, the
+    subquery of ``IN (SELECT faa FROM airports …)``) runs here exactly.  After loading, the
+    database may not reach any file or network (``enable_external_access = false``, the
+    configuration locked): a statement run here sees the public tables and nothing else,
+    whatever it names.
+    """
+
+    def __init__(self, sources: Mapping[str, Source]) -> None:
+        import threading
+        self._lock = threading.Lock()
+        self._con = duckdb.connect(":memory:")
+        self.tables: dict = {}
+        from dpsql.public import PublicColumn, PublicTable
+        for name, source in sources.items():
+            scan = self._scan(name, source)
+            ident = '"' + name.replace('"', '""') + '"'
+            try:
+                self._con.execute(f"CREATE TABLE {ident} AS SELECT * FROM {scan}")
+            except duckdb.Error as exc:
+                raise ConfigError(f"public table {name!r}: cannot read {source.path}: {str(exc).splitlines()[0]}",
+                                  hint="a public table is read with DuckDB's readers (CSV with a header, "
+                                       "Parquet, a DuckDB table)") from None
+            described = self._con.execute(f"DESCRIBE {ident}").fetchall()
+            rows = self._con.execute(f"SELECT * FROM {ident}").fetchall()
+            columns = tuple(PublicColumn(str(r[0]), _pg_type(str(r[1]))) for r in described)
+            self.tables[name] = PublicTable(name, columns, tuple(rows), source)
+        # PostgreSQL clients qualify tables with schema public (DuckDB's is main)
+        self._con.execute("CREATE SCHEMA public")
+        for name in self.tables:
+            ident = '"' + name.replace('"', '""') + '"'
+            self._con.execute(f"CREATE VIEW public.{ident} AS SELECT * FROM main.{ident}")
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
+
+    def _scan(self, name: str, source: Source) -> str:
+        if source.kind == "csv":
+            d = source.dialect
+            opts = [f"delim = {_quoted(d.delimiter)}", f"header = {'true' if d.header else 'false'}"]
+            if d.quote:
+                opts.append(f"quote = {_quoted(d.quote)}")
+            if not d.header and d.columns:
+                opts.append("names = [" + ", ".join(_quoted(c) for c in d.columns) + "]")
+            return f"read_csv({_quoted(str(source.path))}, {', '.join(opts)})"
+        if source.kind == "parquet":
+            files = parquet_files(source) if source.path is not None else []
+            listing = "[" + ", ".join(_quoted(str(f)) for f in files) + "]"
+            hive = ", hive_partitioning = true" if source.hive_partitioning else ""
+            return f"read_parquet({listing}, union_by_name = true{hive})"
+        if source.kind == "duckdb":
+            alias = f"public_{len(self.tables)}"
+            self._con.execute(f"ATTACH {_quoted(str(source.path))} AS {alias} (READ_ONLY)")
+            parts = ['"' + p.replace('"', '""') + '"' for p in (source.table or name).split(".")]
+            return ".".join([alias, *parts])
+        raise ConfigError(f"public table {name!r}: a {source.kind} source cannot hold a public table yet",
+                          hint="give the public table as a CSV, Parquet or DuckDB file")
+
+    def query(self, sql: str) -> tuple[list[tuple[str, str]], list[tuple]]:
+        """Columns (name, PostgreSQL type) and rows of ``sql`` over the public tables."""
+        with self._lock:
+            cur = self._con.cursor()
+            try:
+                cur.execute(sql)
+                cols = [(str(d[0]), _pg_type(str(d[1]))) for d in cur.description or []]
+                return cols, cur.fetchall()
+            except duckdb.Error as exc:
+                from dpsql.errors import ProgrammingError
+                raise ProgrammingError(f"query over public tables failed: {str(exc).splitlines()[0]}",
+                                       hint="the query reads public tables only; check its SQL") from None
+            finally:
+                cur.close()

@@ -17,11 +17,14 @@ from dpsql.measure.source import Source
 class ExactOracle:
     """Answers SQL exactly on the binned copy of a (public) table."""
 
-    def __init__(self, schemas: dict[str, TableSchema], sources: dict[str, Source]) -> None:
+    def __init__(self, schemas: dict[str, TableSchema], sources: dict[str, Source], public=None) -> None:
         self._backend = DuckDBBackend({n: sources[n] for n in schemas})
         for name, schema in schemas.items():
             cols = [_decode_expr(att, sqlgen.cell_column(i)) for i, att in enumerate(schema.attributes)]
             self._backend.create_cells_table(name, schema, cols)
+        # public tables (dpsql.public.PublicTable), as they are: joins with them run in DuckDB
+        for name, table in (public or {}).items():
+            self._backend.create_rows_table(name, [(c.name, c.type) for c in table.columns], table.rows)
 
     def query(self, sql: str, params=None) -> list[tuple]:
         return self._backend.fetch(sql, list(params or []))

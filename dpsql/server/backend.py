@@ -310,6 +310,25 @@ class Dispatcher:
                 self.shadow.release(client)
 
     # -- statements ---------------------------------------------------------------------------
+    async def _catalog_sql(self, route, sql: str) -> str:
+        """What the shadow runs for a catalog statement: the client's text, or for one reading
+        ``dpsql_budget`` the statement with this connection's budget rows in its place, read
+        now (each Execute sees the ledger as it is then)."""
+        if not route.budget:
+            return sql
+        self._need_shadow()
+        rows = await self._engine(self._budget_rows)
+        return await self._parse_call(router.budget_sql, route.tree, rows)
+
+    def _budget_rows(self) -> list[tuple]:
+        """On an engine thread: ``SHOW dpsql.budget_remaining`` as numbers (rounded as ``dpsql
+        budget`` prints them: remainders down, costs up; ledger amounts are public metadata)."""
+        from dpsql.engine.session import BUDGET_SETTING
+        rows = self.link.execute(f"SHOW {BUDGET_SETTING}", None).rows
+        if not rows:
+            raise QueryError("55000", "the budget is not available on this connection")
+        return [(name, *(None if v is None else float(v) for v in numbers)) for name, *numbers in rows]
+
     def _engine_sql(self, route, sql: str, params: tuple) -> tuple[str, list | None]:
         """SQL and parameters for the compiler, unchanged: it binds ``$n`` by number (issue 21:
         rewriting to ``?`` relied on the AST walk order, and the compiler now binds ``?`` in
@@ -329,7 +348,8 @@ class Dispatcher:
         if route.kind == "error":
             raise QueryError(route.sqlstate, route.message, hint=route.hint)
         if route.kind == "catalog":
-            oids, description = await self._shadow_call("describe", sql, tuple(param_oids))
+            oids, description = await self._shadow_call("describe", await self._catalog_sql(route, sql),
+                                                        tuple(param_oids))
             return Prepared(sql, route, oids, description, described=True)
         count = max(len(param_oids), await self._parse_call(self._param_count, route) if route.tree is not None else 0)
         oids = tuple(param_oids) + (0,) * (count - len(param_oids))
@@ -413,7 +433,8 @@ class Dispatcher:
         route = portal.statement.route
         if route.kind == "catalog":
             oids = portal.statement.param_oids
-            return _shadow_outcome(await self._shadow_call("execute", portal.statement.sql, oids,
+            sql = await self._catalog_sql(route, portal.statement.sql)
+            return _shadow_outcome(await self._shadow_call("execute", sql, oids,
                                                            portal.param_formats, portal.params,
                                                            portal.result_formats))
         if route.kind == "engine":
@@ -469,6 +490,7 @@ class Dispatcher:
         if route.kind == "engine":
             return await self._run_engine(route, sql, (), formats)
         if route.kind == "catalog":
+            sql = await self._catalog_sql(route, sql)
             return _shadow_outcome(await self._shadow_call("execute", sql, (), (), (), tuple(formats)))
         if route.kind == "local":
             values = self._local(route)

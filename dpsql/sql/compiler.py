@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -31,6 +32,7 @@ from dpsql.sql.cells import (WORK_LIMIT, CellEvaluator, canonical, columns_in, l
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import call_position, parse_statement, written
+from dpsql.sql.joins import answer_public, expand, join_tree, public_in_lists, reads_only_public, star
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
 from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, order_items, to_ir
 from dpsql.sql.predicates import compile_predicate
@@ -221,6 +223,11 @@ class _Lowering:
             raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
                                         hint="filter on columns")
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
+        if attr is not None and call.arg is not None and attr.kind in ("date", "timestamp") \
+                and call.func != "count" and isinstance(call.arg.unnest(), exp.Column):
+            raise UnsupportedQueryError(f"{snippet(call.node)} aggregates {attr.kind} column '{attr.name}' as a number",
+                                        position=self.pos(call.node),
+                                        hint=f"count rows per period: GROUP BY date_trunc('month', {attr.name})")
         label = snippet(node, 200)
         if call.func == "count":
             shown = pred
@@ -488,6 +495,7 @@ class _Compiler:
                            table=qual.copy() if isinstance(qual, exp.Identifier) else None) for n in names]
 
     def select(self, tree: exp.Select) -> CompiledQuery:
+        tree = public_in_lists(tree, self.stmt, self.catalog)
         check_structure(self.stmt, tree)
         tree = flatten(tree, self.star_columns, self.stmt)
         from_ = tree.args.get("from_") or tree.args.get("from")
@@ -496,18 +504,29 @@ class _Compiler:
             # an aggregate subquery (row-level ones were merged): an outer stage over its rows
             check_structure(self.stmt, src.this)
             return compile_stage(self.stmt, tree, src, self.select(src.this))
+        # joins with public tables: compiled over the cells of each joined key (joins.py)
+        joined: dict = {}
+        jt = join_tree(tree, self.stmt, self.catalog)
+        if jt is not None:
+            tree, virtual, joined = star(tree, jt, self.stmt, self.catalog)
         tree, pending = restrictions(tree, self.stmt, self.star_columns)
         ranked = [(self.select(p.select), p) for p in pending]
         scope = bind_table(self.stmt, self.catalog, tree)
+        private = scope.schema
+        if joined:
+            scope = replace(scope, schema=virtual)
         prefix = "" if self.levels == 0 and not ranked else f"s{self.levels}_"
         self.levels += 1
-        return _Lowering(self.stmt, scope, tree, prefix, ranked).run()
+        compiled = _Lowering(self.stmt, scope, tree, prefix, ranked).run()
+        return expand(compiled, private, joined) if joined else compiled
 
 
 def compile(sql: str, catalog: Catalog, params: Sequence[Any] | None = None,
             dialect: str = "postgres") -> CompiledQuery:
     """Compile one aggregate query (or ``EXPLAIN`` of one) against the catalog's schemas."""
     stmt = parse_statement(sql, params, dialect)
+    if getattr(catalog, "query", None) is not None and reads_only_public(stmt.tree, catalog):
+        return answer_public(stmt, catalog)
     try:
         inner = _Compiler(stmt, catalog).select(cast(exp.Select, stmt.tree))   # _check_kind lets only a SELECT through
     except RecursionError:

@@ -81,6 +81,9 @@ class Program:
     # The WHERE clause's disjoint boxes (attribute → cell mask): public, kept for tests that
     # mimic SQL's omission of empty groups.
     where_terms: list = field(default_factory=lambda: [{}])
+    # Joined key attributes (joins.JoinedAttribute by name): the grouping and where_terms
+    # are over their cells; joins.expand_linear maps a query built on them to the table's.
+    joined: dict = field(default_factory=dict)
 
     def evaluate(self, cq, answers, stderrs, present=None) -> Relation:
         return evaluate_program(self, cq, answers, stderrs, present)

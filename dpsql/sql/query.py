@@ -98,6 +98,8 @@ class CompiledQuery:
     # The post-processing program (postprocess.Program); kept opaque to callers.
     program: Any = None
     schema: Any = None
+    # A statement over public tables only: its rows, exact (public data, no linear queries)
+    exact_rows: list[tuple] | None = None
 
     def postprocess(self, answers: dict[str, np.ndarray],
                     stderrs: dict[str, np.ndarray] | None = None, bounds=None, with_bias: bool = False):
@@ -111,6 +113,9 @@ class CompiledQuery:
         none follows).  With ``with_bias`` a last list holds each cell's bound on its binning
         error, already included in its standard error (None where there is none).
         """
+        if self.exact_rows is not None:
+            blank = [tuple(None for _ in self.columns) for _ in self.exact_rows]
+            return list(self.exact_rows), (blank if stderrs is not None else None)
         from dpsql.sql.postprocess import run_program
         return run_program(self, answers, stderrs, present=None, bounds=bounds, with_bias=with_bias)
 

@@ -338,3 +338,39 @@ def test_postgres_errors_are_withheld_and_the_key_never_leaks(pg, tmp_path):
     slow = replace(slow, table="slow")
     with pytest.raises(dpsql.errors.QueryCanceledError):
         PostgresBackend({"slow": slow}).count_marginals(TableSchema("slow", ADULT.attributes[:2]), [("age",)])
+
+
+# --- time columns (issue 30) -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def times(lake, pg, spark_tables):
+    """The hostile time table (tests/measure/time_rows.py) in every engine: Parquet written
+    by DuckDB (session zone Asia/Kolkata: it must not matter), the same rows in PostgreSQL
+    (session zone UTC by default) and Spark over the Parquet file."""
+    import time_rows
+    tmp, con = lake
+    con.execute("SET TimeZone = 'Asia/Kolkata'")
+    con.execute(time_rows.DDL)
+    con.executemany(f"INSERT INTO times VALUES ({', '.join('?' * len(time_rows.COLUMNS))})", time_rows.rows())
+    engines.write_parquet(con, "SELECT * FROM times", tmp / "times.parquet")
+    ddl = ", ".join(f'"{c}" {time_rows.PG_TYPES[t]}' for c, t in time_rows.COLUMNS.items())
+    pg.load("times", ddl, time_rows.rows())
+    spark_tables.sql("DROP TABLE IF EXISTS times")
+    spark_tables.sql(f"CREATE TABLE times USING parquet LOCATION '{tmp / 'times.parquet'}'")
+    return time_rows
+
+
+def test_time_columns_land_alike_everywhere(lake, pg, times):
+    """DATE, TIMESTAMP, TIMESTAMPTZ and ISO text: the same cell for the same value on DuckDB,
+    PostgreSQL and Spark, equal to ``index_of`` (daylight-saving change, edges, out of period)."""
+    tmp, _ = lake
+    schema = times.SCHEMA
+    cliques = [(a,) for a in schema.column_names] + [("d", "ts", "tz")]
+    table = np.array([[times.cell(schema.attribute(c), v) for c, v in zip(times.COLUMNS, r)] for r in times.rows()])
+    pos = {a: i for i, a in enumerate(times.COLUMNS)}
+    expected = {}
+    for clique in cliques:
+        arr = np.zeros(tuple(schema.domain[a] for a in clique), dtype=np.int64)
+        np.add.at(arr, tuple(table[:, pos[a]] for a in clique), 1)
+        expected[clique] = arr
+    _assert_identical_everywhere(tmp, pg, "times", {}, schema, cliques, expected)
