@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import platform
 import re
@@ -143,6 +144,7 @@ def main() -> None:
                 res[name]["measure"].append(run(roots[name], ["measure", "--config", str(cfg)], "n\n"))
                 print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr)
         load1 = os.getloadavg()
+    (workdir / "results.json").write_text(json.dumps(res))     # the raw runs, kept
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this {head[:7]}"
           f"{' + uncommitted dpsql/' if dirty else ''} vs base {base_sha[:7]}; "
           f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}; "
@@ -152,7 +154,7 @@ def main() -> None:
     def line(label, key):
         vals = []
         for name in ("base", "this"):
-            xs = [key(x) for x in res[name][label.split()[0]]]
+            xs = [key(x) for x in res[name][label.split(":")[0].split()[0]]]
             xs = [x for x in xs if x is not None]
             vals.append(statistics.median(xs) if xs else float("nan"))
         print(f"{label:52} {vals[0]:>10.2f} {vals[1]:>10.2f}")
