@@ -249,8 +249,22 @@ def cmd_plan(args) -> int:
     status = StatusLine()
     engine.add_listener(status)
     session = Session(engine, args.user)
+    people = engine.config.people
+    if people is not None and args.table is None:
+        # a people schema: every view of the same persons, each at its share (issue 32)
+        from dpsql.engine.people_plan import people_plan
+        summary = people_plan(engine, rho)
+        status.clear()
+        print(budget_line)
+        for line in summary.lines():
+            print(line)
+        print("details of one view: dpsql plan --table NAME")
+        return 0
     report = session.plan(args.table, rho=rho)
     status.clear()
+    if people is not None and args.table in people.views:
+        print(f"view {args.table} ({' -> '.join(people.path(args.table))}): at most "
+              f"{people.bound(args.table)} row(s) per person; its share of the budget: rho = {report.rho:.4g}")
     s = report.strategy
     print(budget_line)
     print(f"table {report.table}: {report.queries} workload queries, {report.rows} linear query rows")
@@ -380,6 +394,18 @@ def cmd_measure(args) -> int:
     con, status = _connect(args)
     session = con.session
     mode = args.mode or session.engine.config.planner.mode
+    people = session.engine.config.people
+    if people is not None and args.table is None and not args.increment:
+        # a people schema: measure every view the workload reads, each at its share
+        engine = session.engine
+        views = list(engine.view_shares(engine.workload_rho()))
+        status.clear()
+        con.close()
+        rc = 0
+        for view in views:
+            print(f"view {view} ({' -> '.join(people.path(view))}):")
+            rc = max(rc, cmd_measure(argparse.Namespace(**{**vars(args), "table": view})))
+        return rc
     if not _check_tables(session.engine.catalog, session.engine.backend, args.table):
         if not args.force:
             print("nothing measured, nothing spent: the data check found values outside the declared "

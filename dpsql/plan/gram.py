@@ -26,7 +26,7 @@ import numpy as np
 
 from dpsql.linalg.rowscaled import GramPinv
 
-__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "Gram", "gram_trace", "psd_root",
+__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "RangeGram", "Gram", "gram_trace", "psd_root",
            "class_matrix", "class_sum", "span_coefficients", "scaled_identity", "SPAN_CELLS", "LARGE_CELLS"]
 
 #: Relative tolerance for two workload columns to count as equal.
@@ -91,7 +91,8 @@ def span_coefficients(V: np.ndarray, rtol: float = 1e-12) -> tuple[float, float]
     off-diagonal entries (a strided view: the flat array from entry 1 on, in rows of n + 1,
     has the diagonal in its last column).  The tolerance is relative to the largest entry
     of the first row: sums of I and 11ᵀ grams are exact, anything else falls back."""
-    if V.ndim != 2 or V.shape[0] != V.shape[1] or V.shape[0] < SPAN_CELLS:
+    if not isinstance(V, np.ndarray) or V.ndim != 2 or V.shape[0] != V.shape[1] \
+            or V.shape[0] < SPAN_CELLS:
         return None
     n = V.shape[0]
     c = float(V[0, 1])
@@ -384,14 +385,69 @@ class LowRankGram:
         return np.float64(self.c).tobytes() + np.ascontiguousarray(self.rows).tobytes()
 
 
+class RangeGram:
+    """WᵀW of a prefix (CDF), suffix or all-range factor over a large attribute (issue 35):
+    G[i, j] = a[min(i, j)] · b[max(i, j)] (``linalg.ranges.Semiseparable``), kept as a and
+    b.  Such a factor has n or n(n+1)/2 rows, too many to keep thin; only the tree
+    strategies of ``plan/tree.py`` plan it.
+
+    Singular values in closed form (Definition 12's SVD bound at any n): the n×n prefix
+    matrix P has σ_k = 1 / (2 sin((2k−1)π / (2(2n+1)))), k = 1…n (PPᵀ = (L Lᵀ)⁻¹ with L the
+    first differences, whose eigenvalues are 2 − 2cos((2k−1)π/(2n+1))), and the all-range
+    gram is (n+1)·K⁻¹ for K = tridiag(−1, 2, −1), the Dirichlet Laplacian with eigenvalues
+    4 sin²(kπ / (2(n+1))): G[i, j] = (min + 1)(n − max) is its Green's function."""
+
+    __slots__ = ("n", "kind", "a", "b")
+
+    KINDS = ("prefix", "suffix", "allrange")
+
+    def __init__(self, kind: str, a: np.ndarray, b: np.ndarray) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown range gram kind {kind!r}")
+        self.kind = kind
+        self.a = np.asarray(a, dtype=float)
+        self.b = np.asarray(b, dtype=float)
+        self.n = int(self.a.size)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.n)
+
+    def trace(self) -> float:
+        return float(self.a @ self.b)
+
+    def total(self) -> float:
+        """1ᵀG1 = Σ_j b_j (a_j + 2 Σ_{i<j} a_i)."""
+        below = np.concatenate([[0.0], np.cumsum(self.a)[:-1]])
+        return float(np.sum(self.b * (self.a + 2.0 * below)))
+
+    def dense(self) -> np.ndarray:
+        """The n×n matrix; only for small n (tests)."""
+        i = np.arange(self.n)
+        return self.a[np.minimum.outer(i, i)] * self.b[np.maximum.outer(i, i)]
+
+    def singular_values(self) -> np.ndarray:
+        n, k = self.n, np.arange(1, self.n + 1, dtype=float)
+        if self.kind == "allrange":
+            return math.sqrt(n + 1) / (2.0 * np.sin(k * math.pi / (2.0 * (n + 1))))
+        return 1.0 / (2.0 * np.sin((2.0 * k - 1.0) * math.pi / (2.0 * (2 * n + 1))))
+
+    def svd_bound(self) -> float:
+        return float(self.singular_values().sum()) ** 2 / self.n
+
+    def fingerprint(self) -> bytes:
+        return self.kind.encode() + np.ascontiguousarray(self.a).tobytes() + \
+            np.ascontiguousarray(self.b).tobytes()
+
+
 #: A workload factor's gram V as the planner holds it: dense n×n, or c·I + RᵀR over a large
 #: attribute.  Every ``trace`` of a strategy factor's pseudo-inverse takes either.
 Gram = np.ndarray | LowRankGram
 
 
-def gram_trace(V: Gram) -> float:
-    """tr V of either form."""
-    return V.trace() if isinstance(V, LowRankGram) else float(np.trace(V))
+def gram_trace(V: Gram | RangeGram) -> float:
+    """tr V of any form."""
+    return V.trace() if isinstance(V, (LowRankGram, RangeGram)) else float(np.trace(V))
 
 
 class ThinPinv:

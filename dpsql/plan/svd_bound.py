@@ -5,7 +5,8 @@ square roots of the eigenvalues of WᵀW -- so only the gram is needed.  It lowe
 unit-noise Gaussian error ‖A‖₂²·tr(WᵀW(AᵀA)⁺) of every supporting strategy (Prop. 10), and
 the Laplace error divided by 2 (‖A‖₁ ≥ ‖A‖₂).  Computable cases:
 
-* a single Kronecker product: the bound factorises (Theorem 3);
+* a single Kronecker product: the bound factorises (Theorem 3), with the prefix and
+  all-range factors of a large attribute in closed form (``gram.RangeGram``);
 * a marginal workload (every factor gram in span{I, 1}): Theorem 10;
 * anything on a small domain: a dense eigendecomposition.
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.plan.gram import LowRankGram, span_coefficients
+from dpsql.plan.gram import LowRankGram, RangeGram, span_coefficients
 from dpsql.plan.marginals import MarginalSpace, marginal_svd_bound, workload_kappa
 from dpsql.plan.workload import workload_terms
 
@@ -29,7 +30,7 @@ _DENSE_LIMIT = 4096
 
 def gram_svd_bound(V) -> float:
     """Definition 12 from a gram V = WᵀW (dense, or a large attribute's LowRankGram)."""
-    if isinstance(V, LowRankGram):
+    if isinstance(V, (LowRankGram, RangeGram)):
         return V.svd_bound()
     span = span_coefficients(V)
     if span is not None:

@@ -449,6 +449,8 @@ class _Lowering:
             return "integer"
         if node_ir[0] == "key":
             return self.keys[node_ir[1]].type
+        if node_ir[0] == "fn" and node_ir[1] == "to_char":
+            return "text"
         if node_ir[0] == "lit":
             v = node_ir[1]
             return "integer" if isinstance(v, int) and not isinstance(v, bool) else \
