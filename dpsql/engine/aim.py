@@ -275,7 +275,7 @@ def _setup(engine: Engine, table: str, rho=None):
     workload = cache[key]
     weights = workload_marginals(workload)
     options = aim_options(engine, table)
-    rho = Fraction(rho if rho is not None else engine.workload_rho())
+    rho = Fraction(rho if rho is not None else engine.workload_rho(table))
     return workload, weights, options, rho, _run_key(engine, table, weights, rho, options)
 
 

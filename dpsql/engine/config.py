@@ -23,6 +23,7 @@ from typing import Any
 from dpsql.domain import TableSchema, check_keys, load_domain
 from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public
 from dpsql.errors import ConfigError
+from dpsql.engine.people import PeopleSchema, people_views
 from dpsql.measure.source import Source
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
 
@@ -38,7 +39,7 @@ _DPSQL_KEYS = ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_u
 _BUDGET = ("epsilon", "delta", "rho")
 SCHEMA: dict[str, Any] = {
     "": {"dpsql": "dpsql", "budget": "budget", "tables": "tables", "workload": "workload",
-         "policy": "policy", "planner": "planner", "model": "model", "server": "server",
+         "policy": "policy", "planner": "planner", "model": "model", "server": "server", "people": None,
          **{k: None for k in _DPSQL_KEYS}},
     "dpsql": {k: None for k in _DPSQL_KEYS},
     "budget": {**{k: None for k in _BUDGET}, "per_user": "user_budget", "users": "users"},
@@ -165,6 +166,8 @@ class Config:
     # public dimension tables (dpsql.public, read whole: PublicDatabase) and declared keys
     public_db: Any = field(default=None, compare=False, repr=False)
     references: tuple = ()
+    # [people]: private tables protected per person, each served through its view (dpsql/engine/people.py)
+    people: PeopleSchema | None = None
 
     @property
     def public_tables(self) -> dict:
@@ -353,6 +356,9 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         raise ConfigError(f"{where}: every table is public", hint="declare the private table: [tables.NAME] with "
                                                                   "domain and source")
     references = declared_references(tables_spec, tables, public_db, where)
+    people = None
+    if raw.get("people") is not None:
+        tables, sources, people = people_views(raw["people"], tables, sources, base, where)
 
     budget_spec = raw.get("budget")
     if budget_spec is None:
@@ -428,6 +434,6 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                   fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 20000))),
                   default_user=str(section.get("default_user", "analyst")),
                   error_columns=error_columns, allow_spend=allow_spend, public_db=public_db,
-                  references=references)
+                  references=references, people=people)
 
 

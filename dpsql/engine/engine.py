@@ -178,6 +178,7 @@ class Engine:
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
+        self._view_shares: dict[Fraction, dict[str, Fraction]] = {}
         self._seen_seq = 0
         self._charges: dict[int, LedgerEntry] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
@@ -347,16 +348,21 @@ class Engine:
 
         t0 = time.perf_counter()
         workload, names, blocks, labels = self.workload_for(table, queries)
-        configured = rho is None or Fraction(rho) == self.workload_rho()
-        rho = Fraction(rho) if rho is not None else self.workload_rho()
-        strategy = self.optimize_counted(workload, rho, self.config.sources[table].unit_rows)
+        configured = rho is None or Fraction(rho) == self.workload_rho(table)
+        rho = Fraction(rho) if rho is not None else self.workload_rho(table)
+        unit_rows = self.config.sources[table].unit_rows
+        strategy = self.optimize_counted(workload, rho, unit_rows)
         if configured:
             # a plan at another budget (`dpsql plan --epsilon`) is a what-if: `measure` must
             # never run a strategy planned for a budget it is not given
             with self._lock:
                 self._state(table).strategy = strategy
         m = sum(b.shape[0] for b in blocks)
-        s2 = gaussian_sigma2_unit(float(rho))   # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
+        # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2); every sensitivity is
+        # multiplied by the rows one privacy unit may contribute (max_rows, a view's bound),
+        # as the measurement calibrates it (release.calibrate): before issue 32 the plan
+        # reported the errors of one row per unit whatever max_rows was
+        s2 = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
         per_query = []
         for part, (sql, aggregate, unit), (tse, base_tse, floor) in zip(
                 workload.parts, labels, query_errors(strategy)):
@@ -439,9 +445,29 @@ class Engine:
             state = self._sync(table)
             return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in state.released]
 
-    def workload_rho(self) -> Fraction:
-        """The exact ρ one workload measurement is given (``[workload]`` or the total)."""
-        return (self.config.workload_budget or self.config.budget).rho
+    def workload_rho(self, table: str | None = None) -> Fraction:
+        """The exact ρ one workload measurement is given (``[workload]`` or the total);
+        for a view of a people schema its share of it (``view_shares``)."""
+        total = (self.config.workload_budget or self.config.budget).rho
+        people = self.config.people
+        if table is None or people is None or table not in people.views:
+            return total
+        return self.view_shares(total).get(table, Fraction(0))
+
+    def view_shares(self, rho: Fraction) -> dict[str, Fraction]:
+        """The workload budget ``rho`` divided across the views that have workload queries,
+        minimising their total expected error (``dpsql/engine/people_plan.py``; public)."""
+        from dpsql.engine.people_plan import view_costs
+        from dpsql.plan.views import split_budget
+
+        rho = Fraction(rho)
+        with self._lock:
+            cached = self._view_shares.get(rho)
+        if cached is None:
+            cached = split_budget(rho, {v: c.cost for v, c in view_costs(self, rho).items()})
+            with self._lock:
+                self._view_shares[rho] = cached
+        return dict(cached)
 
     # -- measurement -------------------------------------------------------------------------
     def _release_plan(self, table: str, strategy: Strategy, rho: Fraction, purpose: str):
@@ -463,7 +489,7 @@ class Engine:
             self.plan(table)
         with self._lock:
             self._sync(table)
-            share = Fraction(rho) if rho is not None else self.workload_rho()
+            share = Fraction(rho) if rho is not None else self.workload_rho(table)
             blocks, plan, key = self._release_plan(table, state.strategy, share, "workload")
             if key in state.release_keys or self._unreleased_charge(key):
                 return Fraction(0)
@@ -601,7 +627,7 @@ class Engine:
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
-        return self.measure_strategy(table, state.strategy, rho if rho is not None else self.workload_rho(),
+        return self.measure_strategy(table, state.strategy, rho if rho is not None else self.workload_rho(table),
                                      self.WORKLOAD_PRINCIPAL, "workload", requested_by)
 
     def unsupported_workload(self, table: str, queries: Sequence[str] | None = None) -> list:

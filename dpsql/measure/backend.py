@@ -308,7 +308,7 @@ class DuckDBBackend(SqlBackend):
             self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM {self._encode(schema)}')
             return
         columns = self.check_schema(schema)
-        with self._read(schema.name, source, None) as rd:
+        with self._read_source(schema.name, source, None) as rd:
             query = self.cells_query(schema, columns, rd.scan).sql(self.dialect)
             self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM ({query}) AS __cells',
                               [source.hash_key or ""] if source.id_column else [])

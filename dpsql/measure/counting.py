@@ -41,6 +41,7 @@ from dpsql.domain import Categorical, TableSchema
 from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.source import Source
+from dpsql.measure.views import PERSON
 from dpsql.sql.syntax import exp
 
 Clique = tuple[str, ...]
@@ -175,6 +176,16 @@ class Read(Protocol):
     def run(self, query: exp.Expr, key: str | None = None, what: str = "") -> list[tuple]: ...
 
 
+class ViewRead:
+    """A person view's read: the join relation as the scan, run where the first table is."""
+
+    def __init__(self, first: Read, scan: exp.Expr) -> None:
+        self._first, self.scan = first, scan
+
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
+        return self._first.run(query, key, what)
+
+
 @dataclass(frozen=True)
 class ColumnCheck:
     name: str
@@ -236,14 +247,69 @@ class SqlBackend(ABC):
     def fingerprint(self, table: str) -> dict:
         """Which content of ``table``'s source would be read now: the declared
         ``data_version``, else what the engine names (file listing, table statistic)."""
-        source = self._source(table)
+        return self._content(self._source(table))
+
+    def _content(self, source: Source) -> dict:
         if source.data_version is not None:
             return {"data_version": source.data_version}
+        if source.view is not None:      # a person view: the content of every table on its path
+            return {h.table: self._content(h.source) for h in source.view.hops}
         return self._fingerprint(source)
 
     def source_columns(self, table: str) -> dict[str, str]:
         """Column names and types of a source, from its catalog or file metadata only."""
-        return self._describe(self._source(table))
+        return self._columns(self._source(table))
+
+    def _columns(self, source: Source) -> dict[str, str]:
+        view = source.view
+        if view is None:
+            return self._describe(source)
+        # a person view's columns: each hop's declared columns under their view names, and
+        # the person key; a key missing from its table is a schema error like a column
+        out: dict[str, str] = {}
+        for i, hop in enumerate(view.hops):
+            cols = self._describe(hop.source)
+            keys: list[tuple[str, str]] = [(view.person_key, "the person key")] if i == 0 else []
+            if hop.key is not None:
+                keys.append((hop.key, f"the key referencing {view.hops[i - 1].table!r}"))
+            nxt = view.hops[i + 1] if i + 1 < len(view.hops) else None
+            if nxt is not None and nxt.parent_key is not None:
+                keys.append((nxt.parent_key, f"the key {nxt.table!r} references"))
+            for name, what in keys:
+                if name not in cols:
+                    raise ConfigError(f"table {hop.table!r}: the source has no column {name!r} ({what})",
+                                      hint="fix [people] in the configuration, or the source")
+                if not reader.accepts_id(cols[name], self.dialect):
+                    raise ConfigError(f"table {hop.table!r}: {what} {name!r} has type {cols[name]}; "
+                                      "a key must be an integer, text or UUID",
+                                      hint="keys are compared by their text, which is alike on every "
+                                           "engine only for those types; cast it in a view")
+            for src, name in hop.columns:
+                if src not in cols:
+                    close = difflib.get_close_matches(src, list(cols), n=1, cutoff=0.6)
+                    raise ConfigError(f"table {hop.table!r}: the source has no column {src!r} (declared in "
+                                      "the domain)", hint=(f"the source has {close[0]!r}" if close else
+                                                           "the operator can list the source columns "
+                                                           "with `dpsql init`"))
+                out[name] = cols[src]
+            if i == 0:
+                out[PERSON] = cols[view.person_key]
+        return out
+
+    @contextlib.contextmanager
+    def _read_source(self, table: str, source: Source, expect: dict | None) -> Iterator[Read]:
+        """``_read``, and for a person view one read of every table on its path, the view's
+        join relation as the scan (engines with one snapshot per read override it)."""
+        view = source.view
+        if view is None:
+            with self._read(table, source, expect) as rd:
+                yield rd
+            return
+        with contextlib.ExitStack() as stack:
+            reads = [stack.enter_context(self._read_source(
+                table, h.source, None if expect is None else expect.get(h.table, {"missing": True})))
+                for h in view.hops]
+            yield ViewRead(reads[0], view.relation([r.scan for r in reads]).subquery("__view"))
 
     def check_schema(self, schema: TableSchema) -> dict[str, str]:
         """Refuse, before anything is counted, a source whose metadata does not fit the
@@ -312,7 +378,7 @@ class SqlBackend(ABC):
         source = self._source(schema.name)
         with self._lock:
             columns = self.check_schema(schema)
-            with self._read(schema.name, source, expect) as rd:
+            with self._read_source(schema.name, source, expect) as rd:
                 query, used, maximal = self.measurement_query(schema, cliques, columns, rd.scan)
                 rows = rd.run(query, (source.hash_key or "") if source.id_column else None,
                               what="the measurement query")
@@ -326,7 +392,7 @@ class SqlBackend(ABC):
         with self._lock:
             columns = self.check_schema(schema)
             conv = sqlgen.typed_conversions(schema, columns, self.dialect)
-            with self._read(schema.name, source, None) as rd:
+            with self._read_source(schema.name, source, None) as rd:
                 rel = sqlgen.typed_relation(schema, source.id_column, rd.scan)
                 statuses = exp.select(*[exp.alias_(conv[a.name].status, f"s{i}")
                                         for i, a in enumerate(schema.attributes)]).from_(

@@ -145,6 +145,23 @@ class PostgresBackend(SqlBackend):
                 raise changed_error(table, while_reading=False)
             yield _PgRead(conn, exp.to_table(source.table_name, dialect="postgres"))
 
+    @contextlib.contextmanager
+    def _read_source(self, table: str, source: Source, expect: dict | None):
+        """A person view is read in one transaction: every table on its path, and every
+        table's version, in the same snapshot (the join reads them together)."""
+        view = source.view
+        if view is None:
+            with self._read(table, source, expect) as rd:
+                yield rd
+            return
+        with self._transaction(view.hops[0].source, "the measurement query") as conn:
+            for hop in view.hops:
+                want = None if expect is None else expect.get(hop.table, {"missing": True})
+                if want is not None and hop.source.data_version is None and self._version(conn, hop.source) != want:
+                    raise changed_error(table, while_reading=False)
+            scans = [exp.to_table(h.source.table_name, dialect="postgres") for h in view.hops]
+            yield _PgRead(conn, view.relation(scans).subquery("__view"))
+
 
 class _PgRead:
     def __init__(self, conn: psycopg.Connection, scan: exp.Expr) -> None:

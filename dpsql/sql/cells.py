@@ -357,6 +357,12 @@ class CellEvaluator:
         if isinstance(node, timefuncs.TRUNC_NODES):
             unit = timefuncs.trunc_unit(node)
             return self._map(node, [self.value(node.this)], lambda a: timefuncs.truncated(a, unit))
+        if isinstance(node, (exp.Date, exp.TsOrDsToDate)):       # DATE(col): Looker's date timeframe
+            return self._map(node, [self.value(node.this)], lambda a: _cast(a, exp.DataType.Type.DATE), text_ok=True)
+        if isinstance(node, exp.TimeToStr):
+            # to_char/strftime need not be monotone ('%w'): only of a value constant on each cell
+            vals, null = self.constant_values(node.this)
+            return self._map(node, [Evaluated(vals, list(vals), null)], timefuncs.formatter(node), text_ok=True)
         if isinstance(node, exp.Extract) or type(node) in timefuncs.EXTRACT_NODES:
             arg = self.value(node.expression if isinstance(node, exp.Extract) else node.this)
             try:

@@ -177,6 +177,9 @@ def to_ir(node, low):
                                 position=low.pos(node.args["decimals"]),
                                 hint="use an integer between -2147483647 and 2147483647")
         return ("fn", name, [to_ir(a, low) for a in args])
+    if isinstance(node, exp.TimeToStr) and isinstance(node.args.get("format"), exp.Literal):
+        # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
+        return ("fn", "to_char", [to_ir(node.this, low), ("lit", str(node.args["format"].this))])
     if isinstance(node, exp.Case):
         if node.this is not None:
             subject = node.this

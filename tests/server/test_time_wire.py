@@ -5,7 +5,10 @@ dates, not text; the catalog declares the columns with those types."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import struct
+import sys
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -16,8 +19,14 @@ from dpsql.server.server import serve
 from dpsql.server.shadow import schema_ddl
 from dpsql.testing import write_config
 
+from dpsql.display import rounded_rows
+
 from server_fakes import PASSWORD
 from test_clients import bounded
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sql"))
+from sql_oracle import FIXTURES, load_fixtures  # noqa: E402
+from time_oracle import RAW_SQL  # noqa: E402
 
 DOMAIN = """
 [tables.flights.columns.flight_date]
@@ -59,35 +68,68 @@ def test_the_catalog_declares_date_and_timestamp_columns(tmp_path):
 
 @pytest.fixture(scope="module")
 def flights_server(users_file, tmp_path_factory):
+    """The flights table of the SQL tests (tests/fixtures/sql/flights.toml, the rows of
+    tests/sql/time_oracle.py) in a Parquet file, served; a few marginals measured."""
     tmp = tmp_path_factory.mktemp("flights_wire")
-    duckdb.sql(f"""COPY (SELECT DATE '2013-01-01' + CAST((i * 7919) % 90 AS INTEGER) AS flight_date,
-        TIMESTAMP '2013-01-01 00:00:00' + to_minutes(CAST((i * 6151) % (90 * 24 * 60) AS BIGINT)) AS time_hour
-        FROM range(3000) r(i)) TO '{tmp / 'f.parquet'}' (FORMAT parquet)""")
-    (tmp / "f.toml").write_text(DOMAIN)
-    config = write_config(tmp, table="flights", domain=tmp / "f.toml", source={"parquet": tmp / "f.parquet"},
-                          epsilon=1e6, queries=["SELECT flight_date, COUNT(*) FROM flights GROUP BY 1"],
+    duckdb.sql(f"COPY ({RAW_SQL}) TO '{tmp / 'f.parquet'}' (FORMAT parquet)")
+    workload = ["SELECT flight_date, carrier, COUNT(*) FROM flights GROUP BY 1, 2",
+                "SELECT sched_month, COUNT(*) FROM flights GROUP BY 1",
+                "SELECT time_hour, COUNT(*) FROM flights GROUP BY 1"]
+    config = write_config(tmp, table="flights", domain=FIXTURES / "flights.toml",
+                          source={"parquet": tmp / "f.parquet"}, epsilon=1e6, queries=workload,
                           dpsql={"policy": "infer"})
     import dpsql
     local = dpsql.connect(str(config), user="alice")
     local.session.measure()
-    local.close()
     thread = serve(str(config), users_file=users_file, shadow=False)
     psycopg = pytest.importorskip("psycopg")
     conn = bounded(lambda: psycopg.connect(host="127.0.0.1", port=thread.port, user="alice", password=PASSWORD,
                                            dbname="dpsql", connect_timeout=10, autocommit=True, sslmode="disable"))
-    yield conn
+    yield conn, local
     bounded(conn.close)
     thread.stop()
+    local.close()
 
 
 @pytest.mark.parametrize("binary", [False, True])
 def test_psycopg_gets_dates_and_timestamps(flights_server, binary):
-    cur = flights_server.cursor(binary=binary)
+    cur = flights_server[0].cursor(binary=binary)
     cur.execute("SELECT DATE_TRUNC('month', flight_date) AS m, COUNT(*) AS n FROM flights "
-                "WHERE flight_date >= %s GROUP BY 1 ORDER BY 1", (dt.date(2013, 2, 1),))
+                "WHERE flight_date >= %s GROUP BY 1 ORDER BY 1", (dt.date(2013, 11, 1),))
     rows = cur.fetchall()
-    assert [r[0] for r in rows] == [dt.datetime(2013, 2, 1), dt.datetime(2013, 3, 1)]
+    assert [r[0] for r in rows] == [dt.datetime(2013, 11, 1), dt.datetime(2013, 12, 1)]
     assert [d.type_code for d in cur.description][0] == 1114
     cur.execute("SELECT flight_date, COUNT(*) FROM flights WHERE flight_date < '2013-01-04' GROUP BY 1 ORDER BY 1")
     assert [r[0] for r in cur.fetchall()] == [dt.date(2013, 1, d) for d in (1, 2, 3)]
     assert cur.description[0].type_code == 1082
+
+
+TIME_CASES = [(tool, i, case) for tool in ("superset", "metabase", "tableau", "powerbi", "looker")
+              for i, case in enumerate(load_fixtures(f"bi_{tool}.sql")) if case.get("table") == "flights"]
+
+
+def test_every_tool_has_time_series_fixtures():
+    assert {t for t, _, _ in TIME_CASES} == {"superset", "metabase", "tableau", "powerbi", "looker"}
+
+
+@pytest.mark.parametrize("tool,i,case", TIME_CASES, ids=[f"{t}{i:02d}" for t, i, _ in TIME_CASES])
+def test_time_series_chart_over_the_wire(flights_server, tool, i, case):
+    """Each tool's time-grain SQL through psycopg returns what the in-process driver returns
+    from the same engine (that equals DuckDB: tests/sql/test_sql_bi.py)."""
+    conn, local = flights_server
+    expected = local.cursor().execute(case["sql"])
+    want_rows = rounded_rows(expected.result)
+    cur = bounded(lambda: conn.execute(case["sql"].replace("%", "%%")), timeout=120)
+    got_rows = bounded(cur.fetchall)
+    names = [d[0] for d in expected.description]
+    # the wire adds error columns (<col>_ci95) and the ``inferred`` flag after the answer's own
+    assert [d.name for d in cur.description][:len(names)] == names
+    assert len(got_rows) == len(want_rows) and got_rows
+    for got, want in zip(got_rows, want_rows):
+        assert all(_same(g, w) for g, w in zip(got[:len(names)], want)), (got, want)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+    return a == b

@@ -13,14 +13,8 @@ import sqlglot
 import dpsql.errors as errors
 from dpsql.sql import compile as compile_sql
 from sql_oracle import load_fixtures, rows_equal
-from time_oracle import TimeOracle
 
 CASES = load_fixtures("time.sql")
-
-
-@pytest.fixture(scope="module")
-def toracle():
-    return TimeOracle()
 
 
 def test_fixture_count():

@@ -14,21 +14,23 @@ from dpsql.timeaxis import iso_text
 from sql_oracle import FIXTURES, Oracle
 
 ROWS = 20_000
+#: the flights rows, deterministic (also served over the wire: tests/server/test_time_wire.py)
+RAW_SQL = f"""SELECT
+    DATE '2013-01-01' + CAST((i * 7919) % 365 AS INTEGER) AS flight_date,
+    CASE WHEN i % 97 = 0 THEN NULL ELSE DATE '2013-01-01' + CAST((i * 104729) % 365 AS INTEGER) END
+        AS sched_month,
+    TIMESTAMP '2013-01-01 00:00:00' + to_minutes(CAST((i * 6151) % (59 * 24 * 60) AS BIGINT)) AS time_hour,
+    (['AA', 'B6', 'DL', 'UA'])[1 + CAST((i * i + i // 7) % 4 AS INTEGER)] AS carrier,
+    CAST((i * 2654435761) % 3000 AS INTEGER) AS distance
+    FROM range({ROWS}) r(i)"""
 
 
 class TimeOracle(Oracle):
-    def __init__(self) -> None:     # noqa: super().__init__ loads adult
+    def __init__(self) -> None:     # not super().__init__: that loads adult
         self.catalog = load_domain(FIXTURES / "flights.toml")
         self.schema = self.catalog["flights"]
         self.con = duckdb.connect()
-        self.con.execute(f"""CREATE TABLE raw AS SELECT
-            DATE '2013-01-01' + CAST((i * 7919) % 365 AS INTEGER) AS flight_date,
-            CASE WHEN i % 97 = 0 THEN NULL ELSE DATE '2013-01-01' + CAST((i * 104729) % 365 AS INTEGER) END
-                AS sched_month,
-            TIMESTAMP '2013-01-01 00:00:00' + to_minutes(CAST((i * 6151) % (59 * 24 * 60) AS BIGINT)) AS time_hour,
-            (['AA', 'B6', 'DL', 'UA'])[1 + CAST((i * i + i // 7) % 4 AS INTEGER)] AS carrier,
-            CAST((i * 2654435761) % 3000 AS INTEGER) AS distance
-            FROM range({ROWS}) r(i)""")
+        self.con.execute(f"CREATE TABLE raw AS {RAW_SQL}")
         idx = ", ".join(f'{index_sql(a, a.name).sql(dialect="duckdb")} AS "{a.name}"' for a in self.schema.attributes)
         self.con.execute(f"CREATE TABLE idx AS SELECT {idx} FROM raw")
         binned = ", ".join(f'{self._representative(a)} AS "{a.name}"' for a in self.schema.attributes)
@@ -38,7 +40,7 @@ class TimeOracle(Oracle):
         for a in self.schema.attributes:
             if a.kind in ("date", "timestamp"):
                 for label, bounds in zip(a.labels(), a.bin_bounds()):
-                    if label is not None:
+                    if label is not None and bounds[0] != bounds[1]:   # wide bins: reported by label
                         self.midpoints[(a.name, label)] = bounds[0]
             elif a.kind != "categorical":
                 for label, v in zip(a.labels(), a.cell_values()):
