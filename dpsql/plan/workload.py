@@ -253,7 +253,7 @@ def factor_gram(factor: Any) -> tuple[Any, Any]:
     plan/tree.py); anything else is refused (``LargeAttributeError``), with the attribute
     and query named by the caller.
     """
-    from dpsql.linalg import AllRange, Identity, Prefix, Suffix
+    from dpsql.linalg import AllRange, Identity, Prefix, Semiseparable, Suffix
 
     n = int(factor.shape[1]) if not isinstance(factor, np.ndarray) else np.atleast_2d(factor).shape[1]
     if n > LARGE_CELLS:
@@ -261,8 +261,9 @@ def factor_gram(factor: Any) -> tuple[Any, Any]:
             return LowRankGram(n, 1.0), None
         for cls, kind in ((Prefix, "prefix"), (Suffix, "suffix"), (AllRange, "allrange")):
             if isinstance(factor, cls):
-                g = factor.gram()          # a Semiseparable: G[i, j] = a[min] · b[max]
-                return RangeGram(kind, getattr(g, "a"), getattr(g, "b")), None
+                g = factor.gram()          # G[i, j] = a[min(i, j)] · b[max(i, j)]
+                assert isinstance(g, Semiseparable)
+                return RangeGram(kind, g.a, g.b), None
         rows = int(np.atleast_2d(factor).shape[0]) if isinstance(factor, np.ndarray) else int(factor.shape[0])
         if rows > THIN_ROWS:
             raise LargeAttributeError(n, rows)
@@ -324,8 +325,10 @@ def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...],
         for i, (f, n) in enumerate(zip(factors, shape)):
             # Identity and Total leaves of one size share a gram (thousands of marginals
             # repeat them), so their summaries below are computed once.
-            key = (type(f).__name__, f.shape) if type(f).__name__ in ("Identity", "Total") \
+            key: Any = (type(f).__name__, f.shape) if type(f).__name__ in ("Identity", "Total") \
                 else id(f)
+            if type(f).__name__ == "Bucket":        # every GROUP BY on a column: one gram
+                key = ("Bucket", f.shape, f.mapping.tobytes())
             entry = cache.get(key)
             if entry is None:
                 try:

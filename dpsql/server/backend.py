@@ -158,7 +158,9 @@ class Dispatcher:
         self.max_reply = max_reply      # bytes of one reply (engine rows or a catalog reply); 53200 beyond
         self.dpsql_version = dpsql_version
         self.signal = signal            # cancels another session of the same user by pid
-        self._tables = tuple(link.catalog)
+        # statements naming private or public tables go to the engine (public ones are answered
+        # there exactly, and joined with the private table on declared keys)
+        self._tables = tuple(link.catalog) + tuple(getattr(link.catalog, "public", {}))
         self._pending: asyncio.Future | None = None
         self._cancel = asyncio.Event()
         self._running: Any = None

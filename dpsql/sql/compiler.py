@@ -32,7 +32,8 @@ from dpsql.sql.cells import (WORK_LIMIT, CellEvaluator, canonical, columns_in, l
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import call_position, parse_statement, written
-from dpsql.sql.joins import answer_public, expand, join_tree, public_in_lists, reads_only_public, star
+from dpsql.sql.joins import (answer_public, expand, join_tree, public_in_lists, reads_only_public, star,
+                             table_columns)
 from dpsql.sql.people import person_join
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
 from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, order_items, to_ir
@@ -480,7 +481,11 @@ class _Compiler:
         self.levels = 0
 
     def star_columns(self, select: exp.Select) -> list[exp.Column]:
-        """The columns ``*`` stands for in ``select`` (declared names, quoted)."""
+        """The columns ``*`` stands for in ``select`` (declared names, quoted); over a join
+        of tables, each table's in FROM order, qualified by its name in the statement."""
+        joined = table_columns(select, self.stmt, self.catalog)
+        if joined is not None:
+            return joined
         from_ = select.args.get("from_") or select.args.get("from")
         src = from_.this if from_ is not None else None
         alias = src.args.get("alias") if src is not None else None
