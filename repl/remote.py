@@ -205,6 +205,10 @@ class RemoteConnection:
     def cursor(self) -> RemoteCursor:
         return RemoteCursor(self.client)
 
+    def cancel(self) -> None:
+        """Cancel the running statement on the server (Ctrl-C)."""
+        self.client.cancel()
+
     def close(self) -> None:
         self.client.close()
 

@@ -156,7 +156,8 @@ class Engine:
         self.config = config
         # the private tables, with the public ones and the declared keys beside them
         self.catalog = StarCatalog(config.tables, config.public_tables, config.references,
-                                   query=config.public_db.query if config.public_db is not None else None)
+                                   query=config.public_db.query if config.public_db is not None else None,
+                                   people=config.people)
         # source files' hashes are kept beside the ledger, so a new process does not read a
         # whole source to know that its releases still apply (issue 17)
         self.backend = backend if backend is not None else open_backend(

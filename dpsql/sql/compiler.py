@@ -34,6 +34,7 @@ from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import call_position, parse_statement, written
 from dpsql.sql.joins import (answer_public, expand, join_tree, public_in_lists, reads_only_public, star,
                              table_columns)
+from dpsql.sql.people import person_join
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
 from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, order_items, to_ir
 from dpsql.sql.predicates import compile_predicate
@@ -512,6 +513,8 @@ class _Compiler:
             check_structure(self.stmt, src.this)
             return compile_stage(self.stmt, tree, src, self.select(src.this))
         # joins with public tables: compiled over the cells of each joined key (joins.py)
+        # joins of private tables along a people schema: the deepest table's view (people.py)
+        tree = person_join(tree, self.stmt, self.catalog)
         joined: dict = {}
         jt = join_tree(tree, self.stmt, self.catalog)
         if jt is not None:
