@@ -41,6 +41,7 @@ from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.stage import compile_stage
 from dpsql.sql.validate import check_structure
+from dpsql.sql.timefuncs import extract_name
 
 __all__ = ["compile"]
 
@@ -172,6 +173,8 @@ class _Lowering:
             node = node.this
         if isinstance(node, exp.Count):
             return "count"
+        if isinstance(node, exp.Extract):      # PostgreSQL names EXTRACT(…) "extract", date_part(…) "date_part"
+            return extract_name(self.stmt.sql, self.pos(node))
         if isinstance(node, exp.Func):
             return self.written(node).lower()
         return "?column?"
