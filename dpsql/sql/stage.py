@@ -378,7 +378,8 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
         return CompiledQuery(sql=stmt.sql, table=inner.table, columns=columns, groups=[], linear_queries=[],
                              is_schema_probe=True, schema=inner.schema)
     return CompiledQuery(sql=stmt.sql, table=inner.table, columns=columns, groups=inner.groups,
-                         linear_queries=list(inner.linear_queries), program=program, schema=inner.schema)
+                         linear_queries=list(inner.linear_queries), program=program, schema=inner.schema,
+                         offset_queries=list(inner.offset_queries))
 
 
 def _rank(inner: CompiledQuery, j: int):
