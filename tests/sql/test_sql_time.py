@@ -127,3 +127,11 @@ def test_a_day_axis_is_planned_as_an_integer_range():
     edges = "CASE WHEN d < 90 THEN 0 WHEN d < 181 THEN 1 WHEN d < 273 THEN 2 ELSE 3 END"
     quarter = compile_sql(f"SELECT {edges}, COUNT(*) FROM t GROUP BY 1", ints)
     assert np.array_equal(month.linear_queries[0].matrix.dense(), quarter.linear_queries[0].matrix.dense())
+
+
+def test_output_names_follow_postgresql(catalog_time):
+    names = lambda sql: [c.name for c in compile_sql(sql, catalog_time).columns]  # noqa: E731
+    assert names("SELECT EXTRACT(YEAR FROM flight_date), COUNT(*) FROM flights GROUP BY 1") == ["extract", "count"]
+    assert names("SELECT date_part('year', flight_date), COUNT(*) FROM flights GROUP BY 1") == ["date_part", "count"]
+    assert names("SELECT date_trunc('month', flight_date), COUNT(*) FROM flights GROUP BY 1") == ["date_trunc",
+                                                                                                  "count"]
