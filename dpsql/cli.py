@@ -75,17 +75,28 @@ def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
 # -- progress ------------------------------------------------------------------------------
 
 class StatusLine:
-    """Progress of planning, measuring and fitting on one stderr line (only on a terminal:
-    scripts and pipes get the results alone)."""
+    """Progress of planning, measuring and fitting on stderr: one line rewritten in place on
+    a terminal; elsewhere (scripts, pipes, logs) a line when a stage starts and when it is
+    done, so no step that takes seconds is silent (issue 35: ``dpsql measure`` printed
+    nothing for 2.5 minutes before its prompt).  Every line is public: stage names, counts
+    of blocks and cells, iterations and the fit's loss on released (noisy) measurements."""
 
     def __init__(self, stream=None) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.live = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last = 0.0
         self._shown = False
+        self._stage: str | None = None
 
     def __call__(self, stage: str, info: dict) -> None:
         if not self.live:
+            # a stage's first event and its end; an end alone (a model loaded from disk) was
+            # not a step that took time
+            done = bool(info.get("done", False))
+            if (stage != self._stage and not done) or (done and stage == self._stage):
+                self.stream.write(describe_progress(stage, info) + "\n")
+                self.stream.flush()
+            self._stage = None if done else stage
             return
         now = time.monotonic()
         done = info.get("done", False)
@@ -323,6 +334,9 @@ def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
     ok = True
     for name in names:
         schema = tables[name]
+        # reading every row takes seconds on a large table: say so first (issue 35)
+        print(f"checking every value of table {name} against its declared domain…", file=sys.stderr,
+              flush=True)
         report = backend.data_check(schema)
         ok &= report.ok
         print(f"table {name}: {report.records:,} records"

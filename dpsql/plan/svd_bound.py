@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.plan.gram import LowRankGram, RangeGram
+from dpsql.plan.gram import LowRankGram, RangeGram, span_coefficients
 from dpsql.plan.marginals import MarginalSpace, marginal_svd_bound, workload_kappa
 from dpsql.plan.workload import workload_terms
 
@@ -32,6 +32,13 @@ def gram_svd_bound(V) -> float:
     """Definition 12 from a gram V = WᵀW (dense, or a large attribute's LowRankGram)."""
     if isinstance(V, (LowRankGram, RangeGram)):
         return V.svd_bound()
+    span = span_coefficients(V)
+    if span is not None:
+        # V = b·I + c·11ᵀ: eigenvalue b on the n − 1 directions orthogonal to 1, b + c·n on 1
+        n = V.shape[0]
+        b, c = span
+        root = (n - 1) * np.sqrt(max(b, 0.0)) + np.sqrt(max(b + c * n, 0.0))
+        return float(root * root / n)
     ev = np.linalg.eigvalsh(V)
     return float(np.sqrt(np.clip(ev, 0.0, None)).sum() ** 2 / V.shape[0])
 

@@ -325,8 +325,10 @@ def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...],
         for i, (f, n) in enumerate(zip(factors, shape)):
             # Identity and Total leaves of one size share a gram (thousands of marginals
             # repeat them), so their summaries below are computed once.
-            key = (type(f).__name__, f.shape) if type(f).__name__ in ("Identity", "Total") \
+            key: Any = (type(f).__name__, f.shape) if type(f).__name__ in ("Identity", "Total") \
                 else id(f)
+            if type(f).__name__ == "Bucket":        # every GROUP BY on a column: one gram
+                key = ("Bucket", f.shape, f.mapping.tobytes())
             entry = cache.get(key)
             if entry is None:
                 try:

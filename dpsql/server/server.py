@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpsql import errors
+from dpsql.public import StarCatalog
 from dpsql.server import codec, scram
 from dpsql.server.backend import Dispatcher, DpsqlLink
 from dpsql.server.config import DEFAULT_MAX_STATEMENT, SERVER_DEFAULTS
@@ -204,7 +205,9 @@ class Server:
         keepalive: DpsqlLink = await loop.run_in_executor(self.executor, self.link_factory, None)
         self._keepalive = keepalive
         if self._catalog is None:
-            self._catalog = dict(keepalive.catalog)
+            # a copy: the private tables, with the public ones and their keys beside them
+            found = keepalive.catalog
+            self._catalog = StarCatalog(found, getattr(found, "public", None), getattr(found, "references", ()))
         cluster = self._shared_cluster
         if cluster is None and opts.shadow:
             cluster = ShadowCluster(self._catalog, opts.database, statement_timeout=opts.catalog_timeout)

@@ -91,6 +91,14 @@ def schema_ddl(catalog) -> list[str]:
             out.append(f"COMMENT ON COLUMN public.{ident(name)}.{ident(attr.name)} IS "
                        f"{literal(wording.column_comment(attr, _SEE_ALL))}")
             rows.append(_column_row(name, position, attr))
+    for name, table in sorted(getattr(catalog, "public", {}).items()):
+        # a public table: its real column types, so BI tools browse it like any table (its
+        # rows are answered by the engine, exactly: every statement naming it is routed there)
+        typed = ", ".join(f"{ident(c.name)} {c.type}" for c in table.columns)
+        out.append(f"CREATE TABLE public.{ident(name)} ({typed})")
+        out.append(f"COMMENT ON TABLE public.{ident(name)} IS "
+                   "'dpsql public table: read exactly, at no privacy cost; joins with the private table on its "
+                   "declared keys'")
     if rows and COLUMNS_VIEW not in catalog:
         names = ", ".join(n for n, _ in COLUMNS_VIEW_COLUMNS)
         out.append(f"CREATE VIEW public.{COLUMNS_VIEW} AS SELECT * FROM (VALUES {', '.join(rows)}) AS d({names})")

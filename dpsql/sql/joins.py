@@ -47,7 +47,7 @@ from dpsql.linalg import Bucket, Explicit, Indicator, Kron, Total, Union, Values
 from dpsql.sql.cells import OTHER, DimRef, conjuncts, snippet
 
 __all__ = ["TableRef", "JoinEdge", "JoinTree", "JoinedAttribute", "join_tree", "star", "expand", "expand_linear",
-           "public_in_lists", "reads_only_public", "answer_public"]
+           "public_in_lists", "reads_only_public", "answer_public", "table_columns"]
 
 #: Cells of one joined attribute (pairs of a key cell and a joined row) a statement may build.
 MAX_JOINED_CELLS = 1_000_000
@@ -169,6 +169,24 @@ def join_tree(tree: exp.Select, stmt, catalog) -> JoinTree | None:
         tables.append(ref)
         edges.append(_edge(j, tables, stmt))
     return JoinTree(tuple(tables), tuple(edges))
+
+
+def table_columns(select: exp.Select, stmt, catalog) -> list[exp.Column] | None:
+    """The columns ``*`` stands for in a SELECT over joined tables (every table's columns,
+    in FROM order, each qualified by its table's name in the statement); None without
+    table joins."""
+    joins = [j for j in select.args.get("joins") or [] if isinstance(j.this, exp.Table)]
+    from_ = select.args.get("from_") or select.args.get("from")
+    if not joins or from_ is None:
+        return None
+    out = []
+    for node in [from_.this] + [j.this for j in joins]:
+        ref = _table_ref(node, catalog, stmt)
+        if ref is None:
+            return None             # the join's own error is raised when it is compiled
+        qual = exp.to_identifier(ref.alias, quoted=True)
+        out += [exp.Column(this=exp.to_identifier(n, quoted=True), table=qual.copy()) for n in ref.column_names()]
+    return out
 
 
 def _edge(j: exp.Join, tables: list[TableRef], stmt) -> JoinEdge:

@@ -25,7 +25,7 @@ STAR = Path(__file__).resolve().parents[1] / "fixtures" / "star"
 
 
 class StarOracle(Oracle):
-    def __init__(self) -> None:            # noqa: super().__init__ builds adult's tables
+    def __init__(self) -> None:            # not super().__init__: that builds adult's tables
         config = load_config(STAR / "dpsql.toml")
         self.config = config
         self.schema = config.tables["flights"]
@@ -51,6 +51,13 @@ class StarOracle(Oracle):
                 for lab, v in zip(a.labels(), a.cell_values()):
                     if lab is not None:
                         self.midpoints[(a.name, lab)] = float(v)
+
+    def ours(self, sql: str, dialect: str = "postgres", params=None):
+        from dpsql.sql import compile as compile_sql
+        cq = compile_sql(sql, self.catalog, params=params, dialect=dialect)
+        if cq.exact_rows is not None:          # public tables alone: their rows, exactly
+            return cq, list(cq.exact_rows)
+        return super().ours(sql, dialect, params)
 
     def present(self, cq):
         out = {}

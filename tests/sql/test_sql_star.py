@@ -14,6 +14,8 @@ from star_oracle import STAR, StarOracle
 ACCEPTED = load_fixtures("star.sql")
 REFUSED = load_fixtures("star_refused.sql")
 PUBLIC = load_fixtures("star_public.sql")
+TOOLS = ["superset", "metabase", "looker", "tableau", "powerbi"]
+BI = [(tool, i, case) for tool in TOOLS for i, case in enumerate(load_fixtures(f"star_bi_{tool}.sql"))]
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +30,12 @@ def test_join_matches_duckdb(star, case):
     ours = star.normalise(cq, ours)
     ordered = sqlglot.parse_one(case["sql"], read="postgres").args.get("order") is not None
     assert rows_equal(ours, theirs, ordered), f"\nours:   {ours[:12]}\nduckdb: {theirs[:12]}"
+
+
+@pytest.mark.parametrize("tool,i,case", BI, ids=[f"{t}{i:02d}" for t, i, _ in BI])
+def test_bi_star_schema_sql_matches_duckdb(star, tool, i, case):
+    """The SQL Superset, Metabase, Looker, Tableau and Power BI send for a star schema."""
+    test_join_matches_duckdb(star, case)
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=[f"r{i:02d}" for i in range(len(REFUSED))])
