@@ -63,6 +63,9 @@ class AggPlan:
     # error), and the widest half bin of the column (bounds AVG's and STDDEV's)
     bias_query: str | None = None
     halfwidth: float = 0.0
+    # SUM/AVG over wide bins: the rows' offsets from their bins' values (kind "offset"),
+    # added where they were measured (then no bound: the SUM is unbiased)
+    offset_query: str | None = None
 
 
 @dataclass
@@ -356,12 +359,22 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
     cache = {}
     for plan in program.aggs:
         got = []
-        for name in plan.queries + ([plan.bias_query] if plan.bias_query else []):
+        # measured offsets make a SUM/AVG unbiased: no bound then (its query is not answered)
+        offsets = plan.offset_query is not None and plan.offset_query in answers
+        bias_query = None if offsets else plan.bias_query
+        for name in plan.queries + ([bias_query] if bias_query else []):
             if name not in cache:
                 cache[name] = _answers(program.lq_by_name[name], answers, stderrs)
             got.append(cache[name])
-        bound = got.pop() if plan.bias_query else None
-        biases.append(_binning_bound(plan, got, bound, groups))
+        bound = got.pop() if bias_query else None
+        if offsets:
+            (a, var), (o, vo) = got[0], _answers(program.lq_by_name[plan.offset_query], answers, stderrs)
+            # SUM(x) = Σ v_c·n_c + Σ (x − v_c): independent noise, so the variances add
+            got[0] = (a + o,
+                      None if var is None or vo is None else var + vo)
+            biases.append(np.zeros(groups))
+        else:
+            biases.append(_binning_bound(plan, got, bound, groups))
         if plan.kind in ("count", "sum"):
             a, var = got[0]
             vals.append(plan.scale * a.sum(axis=0))

@@ -86,3 +86,24 @@ def test_grains_are_the_same_cells_summed(toracle):
     for (day,), n in zip(cq_d.groups, daily):
         by_month[day.month - 1] += n
     assert np.array_equal(by_month, monthly) and monthly.sum() == yearly[0] == 20_000
+
+
+def test_instants_are_compared_in_the_axis_zone(catalog_time):
+    """time_hour is wall time in New York: an instant literal (with an offset) is converted to
+    that zone, so 11:00 UTC on 15 January is 06:00 there (EST, UTC-5)."""
+    def cells(sql):
+        cq = compile_sql(sql, catalog_time)
+        (lq,) = cq.linear_queries
+        (block,) = lq.matrix.blocks
+        names = [a.name for a in catalog_time["flights"].attributes]
+        return block.base.factors[names.index("time_hour")].dense()
+    wall = cells("SELECT COUNT(*) FROM flights WHERE time_hour >= '2013-01-15 06:00:00'")
+    for literal in ("TIMESTAMPTZ '2013-01-15 11:00:00+00'", "timestamp with time zone '2013-01-15 11:00:00.000Z'",
+                    "CAST('2013-01-15 12:00:00+01' AS TIMESTAMP WITH TIME ZONE)"):
+        assert np.array_equal(cells(f"SELECT COUNT(*) FROM flights WHERE time_hour >= {literal}"), wall), literal
+    # untyped text takes the column's type (timestamp without time zone), whose input ignores
+    # a zone, as PostgreSQL's does
+    eleven = cells("SELECT COUNT(*) FROM flights WHERE time_hour >= '2013-01-15 11:00:00'")
+    assert not np.array_equal(eleven, wall)
+    for text in ("'2013-01-15 11:00:00+00:00'", "'2013-01-15 11:00:00Z'", "'2013-01-15 11:00:00.000000-05'"):
+        assert np.array_equal(cells(f"SELECT COUNT(*) FROM flights WHERE time_hour >= {text}"), eleven), text
