@@ -556,6 +556,7 @@ class PublicDatabase:
                 opts.append(f"quote = {_quoted(d.quote)}")
             if not d.header and d.columns:
                 opts.append("names = [" + ", ".join(_quoted(c) for c in d.columns) + "]")
+            opts.append("nullstr = [" + ", ".join(_quoted(n) for n in d.null) + "]")
             return f"read_csv({_quoted(str(source.path))}, {', '.join(opts)})"
         if source.kind == "parquet":
             files = parquet_files(source) if source.path is not None else []
