@@ -390,14 +390,21 @@ class Engine:
         # multiplied by the rows one privacy unit may contribute (max_rows, a view's bound),
         # as the measurement calibrates it (release.calibrate): before issue 32 the plan
         # reported the errors of one row per unit whatever max_rows was
-        s2 = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
+        # The declared workload's binning offsets take their share of rho from the counts,
+        # and add their noise to the SUMs they complete (docs/engine.md, "Binning offsets")
+        from dpsql.engine.offsets import offset_variances
+        planned = self._offset_blocks(table, strategy, rho) if queries is None else None
+        share = planned[1] if planned is not None else Fraction(0)
+        added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
+        s2_all = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
+        s2 = gaussian_sigma2_unit(float(rho - share)) * unit_rows ** 2
         per_query = []
-        for part, (sql, aggregate, unit), (tse, base_tse, floor) in zip(
-                workload.parts, labels, query_errors(strategy)):
+        for i, (part, (sql, aggregate, unit), (tse, base_tse, floor)) in enumerate(zip(
+                workload.parts, labels, query_errors(strategy))):
             per_query.append(QueryReport(
-                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows),
-                math.sqrt(base_tse * s2 / part.rows),
-                None if floor is None else math.sqrt(floor * s2 / part.rows), unit))
+                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(i, 0.0)),
+                math.sqrt(base_tse * s2_all / part.rows),
+                None if floor is None else math.sqrt(floor * s2_all / part.rows), unit))
         units = units_of(per_query)
         if per_query:
             rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in per_query) / m)
@@ -419,9 +426,9 @@ class Engine:
             advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
                             total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
-                          None if bound is None else math.sqrt(bound[0] * s2 / m),
+                          None if bound is None else math.sqrt(bound[0] * s2_all / m),
                           bool(bound and bound[1]), self.config.planner.objective,
-                          tuple(per_query), advice, units)
+                          tuple(per_query), advice, units, float(share))
 
     def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
@@ -522,6 +529,11 @@ class Engine:
         """The workload's offset blocks and their share of ``rho`` (``dpsql.engine.offsets``),
         or None: binning bounds instead (``[planner] binning``), a backend that cannot sum
         offsets, or no SUM/AVG over wide bins in the workload."""
+        planned = self._offset_blocks(table, strategy, rho)
+        return None if planned is None else ([b for b, _ in planned[0]], planned[1])
+
+    def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction):
+        """``offset_plan`` with the workload queries each block serves."""
         from dpsql.engine.offsets import offset_blocks, offset_share
 
         if self.config.planner.binning != "offsets" or not hasattr(self.backend, "sum_offsets"):
@@ -530,8 +542,7 @@ class Engine:
         blocks = offset_blocks(self._state(table).schema, queries)
         if not blocks:
             return None
-        share = offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
-        return [b for b, _ in blocks], share
+        return blocks, offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
 
     def measure_cost(self, table: str, rho: Fraction | None = None) -> Fraction:
         """ρ the workload measurement would charge now: 0 when it was already released."""
