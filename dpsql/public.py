@@ -103,11 +103,14 @@ class StarCatalog(dict):
     """
 
     def __init__(self, private: Mapping[str, Any], public: Mapping[str, PublicTable] | None = None,
-                 references: Sequence[Reference] = (), query=None) -> None:
+                 references: Sequence[Reference] = (), query=None, people: Any = None) -> None:
         super().__init__(private)
         self.public: dict[str, PublicTable] = dict(public or {})
         self.references: tuple[Reference, ...] = tuple(references)
         self.query = query
+        # the people schema (dpsql.engine.people.PeopleSchema): joins of private tables along
+        # its keys are compiled over the deepest table's view (dpsql/sql/people.py)
+        self.people = people
 
     def reference(self, table: str, column: str, target: str, target_column: str) -> Reference | None:
         """The declared reference between the two columns, in either direction."""

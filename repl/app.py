@@ -316,6 +316,8 @@ class Shell:
                 return self.commands.dispatch(parse_meta(item.text))
             return self.run_sql(item.text, where)
         except (work.Cancelled, KeyboardInterrupt):
+            if self.remote:   # the server cancels the statement (57014), as psql's Ctrl-C does
+                self.connection.cancel()
             self._write(self.err, ["Cancelled (any work still running finishes in the background; "
                                    "its result is discarded)."])
             return False

@@ -71,7 +71,8 @@ def _connect(args):
     from dpsql.cli import DEFAULT_CONFIG
 
     if args.connect or args.host or args.port or args.dbname:
-        if args.ledger or args.config:
+        # $DPSQL_LEDGER (the option's default) is the operator's environment: not a conflict
+        if args.config or (args.ledger and args.ledger != os.environ.get("DPSQL_LEDGER")):
             raise errors.InterfaceError("--connect talks to dpsql serve, which has its own configuration",
                                         hint="drop --config/--ledger, or drop --connect for the operator's shell")
         return _remote(args)

@@ -12,6 +12,7 @@ from dpsql.domain import TableSchema
 from dpsql.measure import sqlgen
 from dpsql.measure.backend import DuckDBBackend
 from dpsql.measure.source import Source
+from dpsql.timeaxis import iso_text
 
 
 class ExactOracle:
@@ -42,7 +43,13 @@ def _sql_literal(v) -> str:
 
 
 def _decode_expr(att, column: str) -> str:
-    """Cell index → the value the cell stands for (label, integer, or bin representative)."""
+    """Cell index → the value the cell stands for (label, integer, or bin representative;
+    a time bin's first value)."""
+    if att.kind in ("date", "timestamp"):
+        sql_type = "DATE" if att.kind == "date" else "TIMESTAMP"
+        whens = " ".join(f"WHEN {column} = {i} THEN {sql_type} '{iso_text(b[0])}'"
+                         for i, b in enumerate(att.bin_bounds()) if b is not None)
+        return f'CAST(CASE {whens} ELSE NULL END AS {sql_type}) AS "{att.name}"'
     if att.kind == "categorical":
         values = att.labels()
     else:

@@ -120,3 +120,18 @@ def test_joins_spend_nothing_beyond_the_measurement(measured):
         cur.execute(sql)
         cur.fetchall()
     assert con.session.engine.ledger.spent() == before == report.rho
+
+
+def test_join_workloads_plan_like_any_other(tmp_path):
+    """A dimension attribute is a public function of the key (or a multiplicity matrix),
+    so join queries are planned by HDMM with the others: each has its row in the plan,
+    within its per-query baseline, and the strategy measures the private table's cells."""
+    con = dpsql.connect(STAR / "dpsql.toml", user="t", ledger=str(tmp_path / "l"), cache_dir=str(tmp_path / "c"),
+                        workload=WORKLOAD)
+    report = con.session.plan()
+    assert [q.sql for q in report.per_query] == WORKLOAD
+    for q in report.per_query:
+        assert 0 < q.stderr <= q.baseline * (1 + 1e-9), q
+    names = set(con.session.engine.catalog["flights"].column_names)
+    assert all(set(b.clique) <= names for b in report.strategy.blocks)
+    con.close()

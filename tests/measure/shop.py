@@ -37,7 +37,6 @@ labels = ["A", "N", "R"]
 type = "integer"
 lo = 1
 hi = 50
-bin_width = 10
 '''
 
 TYPES = {"customers": "custkey BIGINT, segment VARCHAR, nation INTEGER",

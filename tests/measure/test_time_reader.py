@@ -116,3 +116,23 @@ def test_data_check_names_out_of_period_and_unreadable_values(tmp_path):
     col = report.columns[0]
     assert col.problems == {"below_range": 1, "above_range": 1, "unreadable": 2}
     assert dict(col.examples["unreadable"]) == {"2013-02-30": 1, "13/01/2013": 1}
+
+
+def test_the_exact_oracle_decodes_time_cells(lake):
+    """dpsql.measure.exact (the bench's truth): a time cell decodes to its bin's first value,
+    so SQL over the decoded table counts by period as the cells do."""
+    from dpsql.measure.exact import ExactOracle
+    tmp, rows = lake
+    schema = TableSchema("times", (SCHEMA.attribute("d"), SCHEMA.attribute("ts")))
+    oracle = ExactOracle({"times": schema}, {"times": Source.from_config({"parquet": str(tmp / "times.parquet")}, tmp)})
+    try:
+        got = dict(oracle.query("SELECT d, COUNT(*) FROM times GROUP BY d"))
+        hours = dict(oracle.query("SELECT ts, COUNT(*) FROM times GROUP BY ts"))
+    finally:
+        oracle.close()
+    d = SCHEMA.attribute("d")
+    want = expected(rows)
+    for i, (first, _) in enumerate(d.bin_bounds()[:-1]):
+        assert got.get(first, 0) == want[("d",)][i]
+    assert got.get(None, 0) == want[("d",)][d.null_index]
+    assert hours.get(dt.datetime(2013, 3, 9, 0), 0) == want[("ts",)][0] > 0
