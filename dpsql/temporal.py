@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -40,6 +41,7 @@ __all__ = ["Temporal", "DateRange", "TimestampRange", "build_temporal", "TEMPORA
 TEMPORAL_KEYS = {"date": {"type", "lo", "hi", "bin", "nullable"},
                  "timestamp": {"type", "lo", "hi", "bin", "nullable", "timezone"}}
 _ONE_MICRO = dt.timedelta(microseconds=1)
+_ZONED = re.compile(r"(.{16}(?::\d{2}(?:[.]\d{1,6})?)?) ?(?:Z|[+-]\d{2}(?::?\d{2})?)")   # ISO text with a zone
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,13 @@ class Temporal(Attribute):
         """A SQL literal (ISO text, a date, a datetime) as a point to compare cells with,
         in this axis' type; DomainViolationError when it is not a date or timestamp."""
         if isinstance(value, str):
-            parsed = parse_timestamp(value.strip())
+            text = value.strip()
+            parsed = parse_timestamp(text)
+            zoned = _ZONED.fullmatch(text) if parsed is None else None
+            if zoned is not None:
+                # untyped text takes the column's type, and PostgreSQL's timestamp_in ignores a
+                # zone in it ("silently", its manual says): only typed instants are converted
+                parsed = parse_timestamp(zoned.group(1))
             if parsed is None:
                 raise DomainViolationError(
                     f"column '{self.name}' is a {self.kind}; cannot compare it with {value!r}",

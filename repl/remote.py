@@ -9,7 +9,8 @@ in-process one where the shell reads it:
   connection asks for ``dpsql.error_columns = bounds`` at startup, so each value column
   ``c`` arrives with ``c_ci95``, ``c_lower``, ``c_upper`` and the row's ``inferred`` flag;
   they become the standard error (``c_ci95`` / Z95), the inferred flag and the range the
-  shell's renderer shows as ``± …`` or ``in [lo, hi]`` — the same table as in process.
+  shell's renderer shows as ``± …`` or ``in [lo, hi]`` — the same table as in process; a
+  trailing ``binned`` flag marks the row's values ``(binned)`` (``Result.bias``).
 * ``RemoteSession.catalog()``: the declared domains rebuilt from the catalog view
   ``dpsql_columns`` (public metadata), so ``\\d`` and label completion work as in process;
   a kind this client cannot rebuild shows the catalog's own description.
@@ -127,10 +128,15 @@ def to_result(reply, seconds: float) -> Result:
     names = [n for n, _ in reply.columns]
     if names == ["QUERY PLAN"]:
         return Result([Column("QUERY PLAN", "text")], reply.rows, message="EXPLAIN", seconds=seconds)
+    # a statement over wide bins ends with the row's ``binned`` flag (docs/server.md)
+    binned = len(names) > 1 and names[-1] == "binned" and names[-2] == "inferred"
+    if binned:
+        names = names[:-1]
     base, values, flag = _value_columns(names)
     columns = [Column(n, t) for n, t in reply.columns[:base]]
-    rows, stderr, inferred, bounds = [], [], [], []
-    for row in reply.rows:
+    rows, stderr, inferred, bounds, bias = [], [], [], [], []
+    for full in reply.rows:
+        row = full[:-1] if binned else full
         rows.append(tuple(_number(v) for v in row[:base]))
         errs: list[Any] = [None] * base
         rng: list[Any] = [None] * base
@@ -146,7 +152,11 @@ def to_result(reply, seconds: float) -> Result:
         stderr.append(tuple(errs))
         inferred.append(mark)
         bounds.append(tuple(rng))
-    return Result(columns, rows, stderr, inferred, seconds=seconds, bounds=bounds)
+        # the wire says the row's interval holds a binning bound, not how large (NaN): the
+        # renderer marks its values "(binned)" as in process
+        bias.append(tuple(float("nan") if binned and full[-1] and errs[j] is not None
+                          and errs[j] == errs[j] else None for j in range(base)))
+    return Result(columns, rows, stderr, inferred, seconds=seconds, bounds=bounds, bias=bias)
 
 
 class RemoteCursor:

@@ -160,3 +160,18 @@ def test_calendar_helpers_follow_postgresql():
     assert dt.date(2013, 1, 31) + parse_interval("1 month") == dt.datetime(2013, 2, 28)
     assert dt.date(2013, 6, 1) - parse_interval("7 days") == dt.datetime(2013, 5, 25)
     assert parse_interval("7", "day") == Interval(days=7) and parse_interval("soon") is None
+
+
+@pytest.mark.parametrize("numbers", ["label", "value"])
+def test_synthetic_time_values_land_in_their_cells(numbers):
+    """`dpsql synth` writes a time cell as ISO text (the period's start, or a value inside
+    it) that the reader puts back in the same cell (value mode used float() of a date)."""
+    import numpy as np
+    from dpsql.engine.synthetic import decode_cells
+    schema = TableSchema("t", (DateRange("d", "2013-01-01", "2013-12-31", "month", nullable=True),
+                               TimestampRange("h", "2013-01-01", "2013-01-02", "hour")))
+    cells = np.array([[i % 13, i % 48] for i in range(200)])
+    columns, rows = decode_cells(schema, cells, numbers=numbers, rng=np.random.default_rng(0))
+    assert [k for _, k in columns] == ["text", "text"]
+    for (d, h), (cd, ch) in zip(rows, cells):
+        assert schema.attributes[0].index_of(d) == cd and schema.attributes[1].index_of(h) == ch

@@ -52,7 +52,7 @@ SCHEMA: dict[str, Any] = {
     "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
     "policy": {"unsupported": None, "allow_spend": None, **{k: None for k in _BUDGET}},
     "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None, "mode": None,
-                "aim_max_model_cells": None, "objective": None},
+                "aim_max_model_cells": None, "objective": None, "binning": None},
     "query": {"sql": None, "weight": None},   # an inline [workload] queries entry
     "model": {"iters": None},
     # read by the wire server (dpsql/server/config.py, which also checks the values)
@@ -126,6 +126,7 @@ def _rho(value: Any, where: str) -> Fraction:
 
 
 PLANNER_MODES = ("hdmm", "aim")
+BINNING_MODES = ("offsets", "bound")
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,10 @@ class PlannerOptions:
     objective: str = "relative"      # or "absolute" (dpsql.plan.objective)
     mode: str = "hdmm"                       # "aim": adaptive measurement (thesis ch. 5)
     aim_max_model_cells: int = 80 * 2**20 // 8  # AIM's JT-SIZE cap (thesis: 80 MB of float64)
+    # SUM/AVG over wide bins: "offsets" measures the rows' offsets from their bins' values
+    # with the workload (unbiased answers); "bound" measures Σ half bin widths and widens the
+    # interval by the worst-case binning error instead (docs/engine.md, "Binning offsets")
+    binning: str = "offsets"
 
 
 @dataclass(frozen=True)
@@ -419,13 +424,18 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         raise ConfigError(f"{where}: [planner] objective must be \"relative\" or \"absolute\", "
                           f"got {objective!r}",
                           hint="relative: each query counts against its own per-query baseline")
+    binning = planner_spec.pop("binning", "offsets")
+    if binning not in BINNING_MODES:
+        raise ConfigError(f"{where}: [planner] binning must be \"offsets\" or \"bound\", got {binning!r}",
+                          hint='"offsets" (the default) measures the binning offsets: unbiased SUM/AVG '
+                               '(docs/engine.md, "Binning offsets")')
     try:
         planner = PlannerOptions(**{k: int(v) for k, v in planner_spec.items()},
-                                 objective=objective, mode=mode)
+                                 objective=objective, mode=mode, binning=binning)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: [planner]: {exc}",
                           hint="options: restarts, seed, max_clique_cells, max_model_cells, "
-                               "objective, mode, aim_max_model_cells") from None
+                               "objective, mode, binning, aim_max_model_cells") from None
     return Config(path=path, tables=tables, sources=sources, budget=budget, user_budgets=users,
                   default_user_budget=default_user_budget, workload_budget=workload_budget,
                   query_budget=query_budget, table_rows=table_rows, ledger_path=ledger_path, cache_dir=cache_dir,

@@ -79,6 +79,9 @@ class Result:
     # ``stderr`` already includes (stderr = σ + bias/Z95, so ± Z95·stderr is the 95% interval
     # widened by it): such a cell's interval is *bounded*, not a pure 95% CI (None elsewhere)
     bias: list[tuple] = field(default_factory=list)
+    # the statement has values whose interval may include a binning bound (``bias``): the
+    # wire server announces a ``binned`` flag for it (``CompiledQuery.may_be_binned``)
+    binnable: bool = False
     # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
     # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
     appended: int = 0
@@ -258,7 +261,7 @@ class Session:
             ranges.append(tuple(rng))
         result = Result(columns, list(rows), cleaned, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version,
-                        model=_model_kind(model), bounds=ranges,
+                        model=_model_kind(model), bounds=ranges, binnable=compiled.may_be_binned(),
                         bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
                                     for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
         self._remember(key, result)
@@ -425,9 +428,14 @@ class Session:
             return self._answer_rows(compiled, model, variance)
 
     def _answer_rows(self, compiled, model, variance):
-        answers, stderrs, unsupported = {}, {}, []
+        answers: dict[str, np.ndarray] = {}
+        stderrs: dict[str, np.ndarray] = {}
+        unsupported: list = []
         least_squares = self.settings.get("dpsql.estimator") == "least_squares"
+        replaced = self._answer_offsets(compiled, answers, stderrs)
         for lq in compiled.linear_queries:
+            if lq.name in replaced:
+                continue     # a binning bound the measured offsets make unnecessary
             if least_squares:
                 answers[lq.name], _ = variance.least_squares(lq.matrix)
                 err, sup = variance.analyse(lq.matrix)
@@ -440,6 +448,29 @@ class Session:
             if not sup.all():
                 unsupported.append(lq)
         return answers, stderrs, unsupported
+
+    def _answer_offsets(self, compiled, answers, stderrs) -> set[str]:
+        """Answer the offset queries the released binning offsets support (least squares:
+        unbiased, docs/engine.md "Binning offsets") into ``answers``/``stderrs``; returns
+        the binning-bound queries they replace.  A SUM whose offsets are not all supported
+        keeps its bound (option b) and is marked ``binned``."""
+        if not compiled.offset_queries:
+            return set()
+        models = self.engine.offset_models(compiled.table)
+        pairs = compiled.offset_pairs()
+        replaced = set()
+        for lq in compiled.offset_queries:
+            vm = models.get(lq.offset_column)
+            if vm is None or lq.name not in pairs:
+                continue
+            err, sup, estimate, _ = vm.analyse_estimates(lq.matrix)
+            if not (sup.all() and np.all(np.isfinite(estimate)) and np.all(np.isfinite(err))):
+                continue
+            answers[lq.name], stderrs[lq.name] = estimate, err
+            bound = pairs[lq.name][0]   # the bound and the offsets share the predicate and column
+            if bound is not None:
+                replaced.add(bound)
+        return replaced
 
     def _refuse_prior(self, compiled, unsupported) -> None:
         """Policy "informed": refuse when a value would be the model's prior, i.e. its
@@ -481,6 +512,8 @@ class Session:
         out = {}
         unsupported_names = {lq.name for lq in unsupported}
         for lq in compiled.linear_queries:
+            if lq.name not in answers and lq.name not in unsupported_names:
+                continue     # a binning bound replaced by measured offsets (_answer_offsets)
             value = np.asarray(answers.get(lq.name, np.zeros(0)), dtype=float)
             if lq.name not in unsupported_names:
                 out[lq.name] = (value, value)

@@ -28,8 +28,8 @@ from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.scratch import Scratch, sweep, sweep_legacy, user_root
 from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend, changed_error, check_cliques,
-                                    consistent_files, decode, engine_error, project_counts, reduce_cliques,
-                                    spread)
+                                    consistent_files, decode, decode_offsets, engine_error, offset_attributes,
+                                    offset_columns, project_counts, reduce_cliques, spread)
 from dpsql.measure.source import CsvDialect, Source, parquet_files, remember_fingerprint
 from dpsql.sql.syntax import exp
 
@@ -142,7 +142,7 @@ class DuckDBBackend(SqlBackend):
         fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
         return framed, fp
 
-    def _csv_cells(self, schema: TableSchema, framed, bounded: bool = True):
+    def _csv_cells(self, schema: TableSchema, framed, bounded: bool = True, offsets: Sequence[str] = ()):
         """(SELECT of every record's cells, bounded per privacy unit when ``bounded``;
         {attribute: Converted}; raw value expressions; the fields relation) over the framed
         file.  Depends on public metadata only (schema, source, header, framed path)."""
@@ -164,9 +164,10 @@ class DuckDBBackend(SqlBackend):
                                                                expressions=[exp.Literal.string(v) for v in d.null]))
                               if d.null else exp.true())
             id_expr = exp.Case().when(has_id, raw_id)
-        cells = sqlgen.cells_select(schema, rel, conv, id_expr)
+        cells = sqlgen.cells_select(schema, rel, conv, id_expr, offsets)
         if source.id_column and bounded:
-            cells = sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect)
+            cells = sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect,
+                                   offset_columns(schema, offsets))
         return cells, conv, raws, rel
 
     def _encode(self, schema: TableSchema, expect: dict | None = None) -> str:
@@ -242,6 +243,30 @@ class DuckDBBackend(SqlBackend):
             query = sqlgen.grouping_sets_select(table, columns, [[col_of[a] for a in c] for c in maximal])
             rows = self._run(query.sql(self.dialect)).fetchnumpy()
         return spread(_decode_numpy(rows, used, columns, maximal, domain), cliques, maximal)
+
+    def sum_offsets(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                    expect: dict | None = None) -> dict[tuple[Clique, str], np.ndarray]:
+        """``SqlBackend.sum_offsets``; a CSV source is framed again and read through the
+        total reader with its values (the encoded table holds cells only)."""
+        source = self._source(schema.name)
+        if source.kind != "csv":
+            return super().sum_offsets(schema, requests, expect)
+        check_cliques(schema, [c for c, _ in requests])
+        if not requests:
+            return {}
+        current = expect if expect is not None else self.fingerprint(schema.name)
+        with self._lock:
+            try:
+                framed, fp = self._frame(schema)
+                cells, *_ = self._csv_cells(schema, framed, offsets=offset_attributes(schema, requests))
+                query, used, maximal, summed = self.offsets_query(schema, requests, cells)
+                rows = self._run(query.sql(self.dialect), [source.hash_key or ""] if source.id_column else [],
+                                 what="the measurement query", secret=source.hash_key).fetchall()
+            finally:
+                self._drop_framed()
+        if fp != current:
+            raise changed_error(schema.name, while_reading=True)
+        return decode_offsets(rows, used, maximal, summed, requests, schema.domain)
 
     # -- operator data check (local only: never reachable by analysts) ----------------------
     def data_check(self, schema: TableSchema, examples: int = 5) -> DataCheck:
@@ -531,6 +556,7 @@ class PublicDatabase:
                 opts.append(f"quote = {_quoted(d.quote)}")
             if not d.header and d.columns:
                 opts.append("names = [" + ", ".join(_quoted(c) for c in d.columns) + "]")
+            opts.append("nullstr = [" + ", ".join(_quoted(n) for n in d.null) + "]")
             return f"read_csv({_quoted(str(source.path))}, {', '.join(opts)})"
         if source.kind == "parquet":
             files = parquet_files(source) if source.path is not None else []

@@ -54,6 +54,13 @@ class Backend(Protocol):
     def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
                         expect: dict | None = None) -> dict[Clique, np.ndarray]: ...
 
+    def sum_offsets(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                    expect: dict | None = None) -> dict[tuple[Clique, str], np.ndarray]:
+        """Per (clique, binned attribute), the exact integer sums of the attribute's lattice
+        offsets (``dpsql.measure.offsets``); optional: the engine measures binning offsets
+        only with a backend that has it."""
+        ...
+
     def fingerprint(self, table: str) -> dict: ...
 
     def close(self) -> None: ...
@@ -128,6 +135,35 @@ def spread(counts: Mapping[Clique, np.ndarray], cliques: Sequence[Clique],
     """Every requested clique's counts, summed down from the maximal clique holding it."""
     return {tuple(c): project_counts(counts[owner(c, maximal)], owner(c, maximal), tuple(c))
             for c in cliques}
+
+
+def offset_attributes(schema: TableSchema, requests: Sequence[tuple[Clique, str]]) -> list[str]:
+    """The attributes whose offsets ``requests`` sum, in declared order."""
+    wanted = {a for _, a in requests}
+    for a in wanted:
+        if a not in schema.domain:
+            raise OperationalError(f"no attribute {a!r} in table {schema.name!r}")
+    return [a.name for a in schema.attributes if a.name in wanted]
+
+
+def offset_columns(schema: TableSchema, attributes: Sequence[str]) -> list[str]:
+    return [sqlgen.offset_column(schema.domain.attributes.index(a)) for a in attributes]
+
+
+def decode_offsets(rows: Sequence[Sequence], used: Sequence[str], maximal: Sequence[Clique],
+                   summed: Sequence[str], requests: Sequence[tuple[Clique, str]],
+                   domain) -> dict[tuple[Clique, str], np.ndarray]:
+    """The offsets statement's rows (cells of the used attributes or None, then one sum per
+    summed attribute) as dense integer arrays per request.  A sum is NULL only over no rows."""
+    k = len(used)
+    out = {}
+    for j, a in enumerate(summed):
+        as_counts = [tuple(r[:k]) + (0 if r[k + j] is None else int(r[k + j]),) for r in rows]
+        sums = spread(decode_rows(as_counts, used, maximal, domain), [c for c, b in requests if b == a], maximal)
+        for c, b in requests:
+            if b == a:
+                out[(tuple(c), a)] = sums[tuple(c)]
+    return out
 
 
 def check_cliques(schema: TableSchema, cliques: Sequence[Clique]) -> None:
@@ -346,15 +382,17 @@ class SqlBackend(ABC):
 
     # -- the measurement statement -------------------------------------------------------------
     def cells_query(self, schema: TableSchema, columns: Mapping[str, str], scan: exp.Expr,
-                    bounded: bool = True) -> exp.Select:
-        """Every record's cells, bounded per privacy unit when ``bounded``."""
+                    bounded: bool = True, offsets: Sequence[str] = ()) -> exp.Select:
+        """Every record's cells (and the lattice offsets of the ``offsets`` attributes),
+        bounded per privacy unit when ``bounded``."""
         source = self._source(schema.name)
         conv = sqlgen.typed_conversions(schema, columns, self.dialect)
         rel = sqlgen.typed_relation(schema, source.id_column, scan)
         id_expr = exp.column(source.id_column, quoted=True) if source.id_column else None
-        cells = sqlgen.cells_select(schema, rel, conv, id_expr)
+        cells = sqlgen.cells_select(schema, rel, conv, id_expr, offsets)
         if source.id_column and bounded:
-            return sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect)
+            return sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect,
+                                  offset_columns(schema, offsets))
         return cells
 
     def measurement_query(self, schema: TableSchema, cliques: Sequence[Clique], columns: Mapping[str, str],
@@ -383,6 +421,37 @@ class SqlBackend(ABC):
                 rows = rd.run(query, (source.hash_key or "") if source.id_column else None,
                               what="the measurement query")
         return spread(decode_rows(rows, used, maximal, schema.domain), cliques, maximal)
+
+    def offsets_query(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                      cells: exp.Expr) -> tuple[exp.Select, list[str], list[Clique], list[str]]:
+        """(the statement summing the lattice offsets, the used attributes, the maximal
+        cliques, the summed attributes in result order) over a cells relation with offsets."""
+        domain = schema.domain
+        maximal = reduce_cliques([c for c, _ in requests])
+        col_of = {a: sqlgen.cell_column(i) for i, a in enumerate(domain.attributes)}
+        used = sorted({a for c in maximal for a in c}, key=domain.attributes.index)
+        summed = offset_attributes(schema, requests)
+        query = sqlgen.offsets_select(cells, [col_of[a] for a in used], [[col_of[a] for a in c] for c in maximal],
+                                      offset_columns(schema, summed))
+        return query, used, maximal, summed
+
+    def sum_offsets(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                    expect: dict | None = None) -> dict[tuple[Clique, str], np.ndarray]:
+        """Per requested (clique, binned attribute), the exact integer sum of the attribute's
+        lattice offsets in every cell of the clique's marginal (``dpsql.measure.offsets``),
+        over the same rows ``count_marginals`` counts (bounded alike per privacy unit)."""
+        check_cliques(schema, [c for c, _ in requests])
+        if not requests:
+            return {}
+        source = self._source(schema.name)
+        with self._lock:
+            columns = self.check_schema(schema)
+            with self._read(schema.name, source, expect) as rd:
+                cells = self.cells_query(schema, columns, rd.scan, offsets=offset_attributes(schema, requests))
+                query, used, maximal, summed = self.offsets_query(schema, requests, cells)
+                rows = rd.run(query, (source.hash_key or "") if source.id_column else None,
+                              what="the measurement query")
+        return decode_offsets(rows, used, maximal, summed, requests, schema.domain)
 
     # -- operator data check (local only: never reachable by analysts) --------------------------
     def data_check(self, schema: TableSchema, examples: int = 5) -> DataCheck:

@@ -26,7 +26,9 @@ one analyst could fill every engine thread by cancelling and asking again).
 With error columns on (``dpsql.error_columns``), engine answers also carry a boolean
 ``inferred`` column: true where a value came from the model without a supporting
 measurement (its error column is then NULL); with ``bounds``, c_lower/c_upper carry an
-inferred value's range (``dpsql.engine.session.error_column_names``).  Every answered or refused statement goes to
+inferred value's range (``dpsql.engine.session.error_column_names``); a statement with an
+aggregate over wide bins also carries a boolean ``binned`` column: true where a value's
+interval holds a binning bound (``Result.bias``), not the noise alone.  Every answered or refused statement goes to
 the query log when one is configured (``querylog.py``).
 """
 
@@ -39,7 +41,7 @@ import time
 from typing import Any
 
 from dpsql import errors
-from dpsql.display import rounded_rows
+from dpsql.display import bounded_columns, rounded_rows
 from dpsql.server import codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
 from dpsql.server.results import Outcome, Portal, Prepared, QueryError, out_of_memory
@@ -47,6 +49,7 @@ from dpsql.server.shadow import ShadowError, ShadowReplyTooLarge, ShadowUnavaila
 from dpsql.sql.split import split_statements
 
 INFERRED = "inferred"
+BINNED = "binned"
 
 log = logging.getLogger("dpsql.server")
 
@@ -79,6 +82,8 @@ class DpsqlLink:
         values = [c.name for c in compiled.columns if c.is_aggregate]
         extra = [(name, "double") for name in error_column_names(values, mode)]
         extra.append((INFERRED, "boolean"))
+        if compiled.may_be_binned():
+            extra.append((BINNED, "boolean"))
         return _Described([(c.name, c.type) for c in compiled.columns] + extra, compiled.is_schema_probe)
 
     def execute(self, sql: str, params):
@@ -464,6 +469,10 @@ class Dispatcher:
             flags = list(getattr(result, "inferred", []) or [])
             columns = columns + [(INFERRED, "boolean")]
             rows = [tuple(row) + (bool(flags[i]) if i < len(flags) else False,) for i, row in enumerate(rows)]
+            if getattr(result, "binnable", False):
+                # true where a value's interval holds a binning bound, not the noise alone
+                columns = columns + [(BINNED, "boolean")]
+                rows = [tuple(row) + (bool(bounded_columns(result, i)),) for i, row in enumerate(rows)]
         if described is not None and len(described) == len(columns):
             # the client decodes with the types it was given at Describe; keep to them
             columns = [(name, t) for (name, _), t in zip(columns, described)]

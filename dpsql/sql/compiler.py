@@ -41,6 +41,7 @@ from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.stage import compile_stage
 from dpsql.sql.validate import check_structure
+from dpsql.sql.timefuncs import extract_name
 
 __all__ = ["compile"]
 
@@ -172,6 +173,8 @@ class _Lowering:
             node = node.this
         if isinstance(node, exp.Count):
             return "count"
+        if isinstance(node, exp.Extract):      # PostgreSQL names EXTRACT(…) "extract", date_part(…) "date_part"
+            return extract_name(self.stmt.sql, self.pos(node))
         if isinstance(node, exp.Func):
             return self.written(node).lower()
         return "?column?"
@@ -256,14 +259,19 @@ class _Lowering:
             half = self.half_widths(call, attr)
             bound = self.spec("linear", pred, f"SUM(half bin width of {snippet(call.arg)})", attr, half) \
                 if half.max() > 0 else None
+            # ... unless the rows' offsets from their bins' values were measured: then they
+            # are added and the SUM is unbiased (dpsql.measure.offsets; same rows, 0/1 weights)
+            offset = self.spec("offset", pred, f"SUM(offset of {snippet(call.arg)} in its bin)", attr,
+                               (half > 0).astype(float)) if half.max() > 0 else None
             if call.func == "sum":
-                plan = AggPlan("sum", label, [s], bias_query=bound, halfwidth=float(half.max()))
+                plan = AggPlan("sum", label, [s], bias_query=bound, halfwidth=float(half.max()),
+                               offset_query=offset)
             else:
                 notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
                 c = self.spec("linear", notnull, f"COUNT({snippet(call.arg)})", shown=pred)
                 # the cells' values (NaN for NULL) bound the average of an inferred group
                 plan = AggPlan("avg", label, [s, c], cell_values=self.weights(call, attr, keep_null=True),
-                               bias_query=bound, halfwidth=float(half.max()))
+                               bias_query=bound, halfwidth=float(half.max()), offset_query=offset)
         else:
             values = self.quantile_values(call, attr)
             q = self.spec("quantile", pred, label, quantile_attr=attr)
@@ -412,8 +420,9 @@ class _Lowering:
                           where_terms=self.terms(self.where) if self.where is not None else [{}])
         return CompiledQuery(sql=self.stmt.sql, table=self.schema.name, columns=columns,
                              groups=grouping.group_tuples(),
-                             linear_queries=[lq for lq in lqs if not lq.always_zero] + extra, program=program,
-                             schema=self.schema)
+                             linear_queries=[lq for lq in lqs if not lq.always_zero and lq.kind != "offset"]
+                             + extra, program=program, schema=self.schema,
+                             offset_queries=[lq for lq in lqs if not lq.always_zero and lq.kind == "offset"])
 
     def restrictions(self):
         """Top-N restrictions: each outer expression must be a GROUP BY key (the rows kept

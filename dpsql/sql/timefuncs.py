@@ -15,6 +15,7 @@ Monday, ``dow`` is 0 on Sunday.  Only the SQL text and the declared domain are r
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from sqlglot import exp
@@ -24,7 +25,8 @@ from dpsql.timeaxis import (DATE_UNITS, EXTRACT_FIELDS, TIMESTAMP_UNITS, Interva
                             normal_unit, parse_date, parse_interval, parse_timestamp, truncate)
 
 __all__ = ["time_literal", "cast_time", "TRUNC_NODES", "EXTRACT_NODES", "trunc_unit", "extract_field",
-           "extract_cells", "extract_on_cell", "split_message", "comparable", "add", "sub", "is_time", "formatter"]
+           "extract_cells", "extract_on_cell", "split_message", "comparable", "add", "sub", "is_time", "formatter",
+           "extract_name"]
 
 T = exp.DataType.Type
 DATE_TYPES = {T.DATE, T.DATE32}
@@ -138,6 +140,17 @@ def formatter(node: exp.Expr):
             raise UnsupportedQueryError("to_char needs a date or timestamp", hint="format date and timestamp columns")
         return value.strftime(text)
     return apply
+
+
+def extract_name(sql: str, pos: int | None) -> str:
+    """The output name PostgreSQL gives an EXTRACT node: ``date_part`` when it was written as
+    ``date_part('year', …)``, else ``extract`` (sqlglot parses both to one node; the call's
+    name is the word before the nearest parenthesis left of its argument)."""
+    if pos is None:
+        return "extract"
+    head = sql[:max(pos - 1, 0)]
+    words = re.findall(r"(\w+)\s*$", head[:head.rfind("(")]) if "(" in head else []
+    return "date_part" if words and words[-1].lower() == "date_part" else "extract"
 
 
 def trunc_unit(node: exp.Expr) -> str:

@@ -340,6 +340,46 @@ def test_postgres_errors_are_withheld_and_the_key_never_leaks(pg, tmp_path):
         PostgresBackend({"slow": slow}).count_marginals(TableSchema("slow", ADULT.attributes[:2]), [("age",)])
 
 
+# --- binning offsets: the same clamp on every engine (issue 29 item 1) -------------------------
+
+OFFSET_REQUESTS = {
+    "adult": [((), "fnlwgt"), (("sex",), "capital_gain"), (("race", "income"), "capital_loss"),
+              (("education",), "fnlwgt")],
+    # NULL, NaN, ±inf, -0.0, bin edges, values beyond the range, float32, DECIMAL, text read as numbers
+    "hostile": [((), a) for a in ("x", "f", "d", "n", "xi", "t", "tn")]
+    + [(("s",), "x"), (("b", "code"), "t"), (("sc",), "tn")],
+}
+
+
+@pytest.mark.parametrize("unit", ["row", "max_rows=3"])
+def test_offset_sums_identical_on_duckdb_postgres_and_spark(lake, pg, spark_tables, unit):
+    """Every engine clamps and rounds the rows' offsets alike (``dpsql.measure.offsets``) and,
+    under a privacy unit, keeps the same rows: identical integer sums.  Row-level adult also
+    equals the Python reference."""
+    from dpsql.measure.offsets import brute_force_offsets
+
+    tmp, con = lake
+    for name, schema in (("adult", ADULT), ("hostile", HOSTILE)):
+        unit_spec = UNITS[unit]
+        backend = open_backend({f"{name}_{e}": s for e, s in sources(tmp, pg, name, unit_spec).items()})
+        try:
+            got = {e: backend.sum_offsets(TableSchema(f"{name}_{e}", schema.attributes), OFFSET_REQUESTS[name])
+                   for e in ("duckdb", "postgres", "spark")}
+        finally:
+            backend.close()
+        for req in OFFSET_REQUESTS[name]:
+            assert np.array_equal(got["duckdb"][req], got["postgres"][req]), (name, unit, req, "postgres")
+            assert np.array_equal(got["duckdb"][req], got["spark"][req]), (name, unit, req, "spark")
+        assert any(got["duckdb"][req].any() for req in OFFSET_REQUESTS[name])
+        if name == "adult" and unit == "row":
+            cols = [a.name for a in ADULT.attributes]
+            raw = con.execute(f"SELECT {', '.join(cols)} FROM read_parquet('{tmp / 'adult.parquet'}')").fetchall()
+            rows = [dict(zip(cols, r)) for r in raw]
+            for clique, column in OFFSET_REQUESTS["adult"]:
+                want = brute_force_offsets(rows, ADULT.attributes, clique, column)
+                assert np.array_equal(got["duckdb"][(clique, column)], want), (clique, column)
+
+
 # --- time columns (issue 30) -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
