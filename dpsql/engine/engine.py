@@ -110,6 +110,8 @@ class TableState:
     # (model, variance, version) fitted to an earlier set of this identity's releases: it answers
     # while the model of the current set is fitted (``Engine.model(stale_ok=True)``, issue 34 item 8)
     stale: tuple | None = None
+    # the number of linear queries of the workload on this table (per-query baselines)
+    workload_rows: int | None = None
     # released binning offsets (``dpsql.engine.offsets``; never in the model) and, per
     # column, their least-squares answers (built on first use after a release)
     offsets: list[Released] = field(default_factory=list)
