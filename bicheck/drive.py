@@ -273,6 +273,23 @@ def run_probes(superset: Superset, dataset_id: int, log_path: Path) -> list[dict
     return out
 
 
+SQLLAB = "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
+
+
+def sqllab_error_columns(superset: Superset, database_id: int) -> dict:
+    """SQL Lab shows every column dpsql sends: with no SET, each count's 95% half-width and the
+    ``inferred`` flag (the server's default error columns, issue 33), the count at its error's
+    precision.  Chart queries keep only their own columns and metrics, so charts do not."""
+    reply = superset.api("POST", "/api/v1/sqllab/execute/", {"database_id": database_id, "sql": SQLLAB,
+                                                            "schema": "public", "runAsync": False})
+    columns = [c.get("column_name") or c.get("name") for c in reply.get("columns", [])]
+    data = reply.get("data") or []
+    ok = columns == ["sex", "count", "count_ci95", "inferred"] and len(data) == 2 \
+        and all(row["count_ci95"] > 0 for row in data)
+    log(f"SQL Lab {SQLLAB!r}: columns {columns}, rows {data}")
+    return {"sql": SQLLAB, "columns": columns, "rows": data, "ok": ok}
+
+
 def read_log(path: Path, since: int = 0) -> list[dict]:
     if not path.exists():
         return []
@@ -337,6 +354,8 @@ def main(argv=None) -> int:
             entry["dpsql_statements"] = [{k: e[k] for k in ("route", "statement", "outcome", "sqlstate", "message")
                                           if k in e} for e in read_log(out / "queries.jsonl", before)]
             results["charts"].append(entry)
+        results["sqllab"] = sqllab_error_columns(superset, db["id"])
+        all_ok = all_ok and results["sqllab"]["ok"]
         results["probes"] = run_probes(superset, ds["id"], out / "queries.jsonl")
         unexpected = [p["name"] for p in results["probes"] if p["answered"] != p["expected_answer"]]
         if unexpected:

@@ -110,6 +110,8 @@ class TableState:
     # (model, variance, version) fitted to an earlier set of this identity's releases: it answers
     # while the model of the current set is fitted (``Engine.model(stale_ok=True)``, issue 34 item 8)
     stale: tuple | None = None
+    # the number of linear queries of the workload on this table (per-query baselines)
+    workload_rows: int | None = None
     # released binning offsets (``dpsql.engine.offsets``; never in the model) and, per
     # column, their least-squares answers (built on first use after a release)
     offsets: list[Released] = field(default_factory=list)
@@ -390,14 +392,21 @@ class Engine:
         # multiplied by the rows one privacy unit may contribute (max_rows, a view's bound),
         # as the measurement calibrates it (release.calibrate): before issue 32 the plan
         # reported the errors of one row per unit whatever max_rows was
-        s2 = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
+        # The declared workload's binning offsets take their share of rho from the counts,
+        # and add their noise to the SUMs they complete (docs/engine.md, "Binning offsets")
+        from dpsql.engine.offsets import offset_variances
+        planned = self._offset_blocks(table, strategy, rho) if queries is None else None
+        share = planned[1] if planned is not None else Fraction(0)
+        added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
+        s2_all = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
+        s2 = gaussian_sigma2_unit(float(rho - share)) * unit_rows ** 2
         per_query = []
-        for part, (sql, aggregate, unit), (tse, base_tse, floor) in zip(
-                workload.parts, labels, query_errors(strategy)):
+        for i, (part, (sql, aggregate, unit), (tse, base_tse, floor)) in enumerate(zip(
+                workload.parts, labels, query_errors(strategy))):
             per_query.append(QueryReport(
-                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows),
-                math.sqrt(base_tse * s2 / part.rows),
-                None if floor is None else math.sqrt(floor * s2 / part.rows), unit))
+                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(i, 0.0)),
+                math.sqrt(base_tse * s2_all / part.rows),
+                None if floor is None else math.sqrt(floor * s2_all / part.rows), unit))
         units = units_of(per_query)
         if per_query:
             rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in per_query) / m)
@@ -419,9 +428,9 @@ class Engine:
             advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
                             total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
-                          None if bound is None else math.sqrt(bound[0] * s2 / m),
+                          None if bound is None else math.sqrt(bound[0] * s2_all / m),
                           bool(bound and bound[1]), self.config.planner.objective,
-                          tuple(per_query), advice, units)
+                          tuple(per_query), advice, units, float(share))
 
     def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
@@ -522,6 +531,11 @@ class Engine:
         """The workload's offset blocks and their share of ``rho`` (``dpsql.engine.offsets``),
         or None: binning bounds instead (``[planner] binning``), a backend that cannot sum
         offsets, or no SUM/AVG over wide bins in the workload."""
+        planned = self._offset_blocks(table, strategy, rho)
+        return None if planned is None else ([b for b, _ in planned[0]], planned[1])
+
+    def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction):
+        """``offset_plan`` with the workload queries each block serves."""
         from dpsql.engine.offsets import offset_blocks, offset_share
 
         if self.config.planner.binning != "offsets" or not hasattr(self.backend, "sum_offsets"):
@@ -530,8 +544,7 @@ class Engine:
         blocks = offset_blocks(self._state(table).schema, queries)
         if not blocks:
             return None
-        share = offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
-        return [b for b, _ in blocks], share
+        return blocks, offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
 
     def measure_cost(self, table: str, rho: Fraction | None = None) -> Fraction:
         """ρ the workload measurement would charge now: 0 when it was already released."""
@@ -707,12 +720,37 @@ class Engine:
             return state.offset_models
 
     def unsupported_workload(self, table: str, queries: Sequence[str] | None = None) -> list:
-        """The workload's linear-query blocks the released measurements do not support."""
-        blocks = self.workload_for(table, queries)[2]
+        """The workload's linear-query blocks the released measurements do not support (with
+        the binning bounds of SUMs/AVGs whose offsets no release measured: an increment
+        measures those, and their answers fall back to the bound)."""
+        blocks = self.workload_for(table, queries)[2] + self._unmeasured_bounds(table, queries)
         _, variance, _ = self.model(table)
         if variance is None:
             return list(blocks)
         return [b for b in blocks if not variance.analyse(b)[1].all()]
+
+    def _unmeasured_bounds(self, table: str, queries: Sequence[str] | None) -> list:
+        """Under ``binning = "offsets"`` the workload leaves out the binning-bound queries
+        (the offsets replace them), but an increment measures no offsets: the bounds of the
+        SUMs/AVGs whose offsets the releases do not support, so that they can fall back."""
+        if self.config.planner.binning != "offsets":
+            return []
+        from dpsql.sql import compile as compile_sql
+
+        models = self.offset_models(table)
+        out = []
+        for sql in (list(queries) if queries is not None else list(self.config.workload)):
+            cq = compile_sql(sql, self.catalog)
+            if cq.table != table:
+                continue
+            pairs = cq.offset_pairs()
+            rows = {lq.name: lq for lq in cq.linear_queries}
+            for lq in cq.offset_queries:
+                bound = pairs.get(lq.name, (None, ""))[0]
+                vm = models.get(lq.offset_column)
+                if bound in rows and (vm is None or not vm.analyse(lq.matrix)[1].all()):
+                    out.append(rows[bound].matrix)
+        return out
 
     def increment_strategy(self, table: str, rho: Fraction, queries: Sequence[str] | None = None):
         """A strategy for only the workload queries no release supports yet (an increment

@@ -35,17 +35,18 @@ from dpsql.engine.variance import SupportBlock, VarianceModel, decompose
 from dpsql.measure import release as rel
 from dpsql.measure.offsets import offset_grid
 
-__all__ = ["offset_blocks", "offset_share", "offset_models"]
+__all__ = ["offset_blocks", "offset_share", "offset_variances", "offset_models"]
 
 
-def offset_blocks(schema: TableSchema, queries: Sequence) -> list[tuple[rel.LatticeBlock, int]]:
+def offset_blocks(schema: TableSchema, queries: Sequence) -> list[tuple[rel.LatticeBlock, tuple[int, ...]]]:
     """The lattice blocks measuring ``queries`` (compiled offset queries, each with the
     index of the workload query its SUM belongs to): one per row block, deduplicated,
-    with the index of the first query it serves.  Unit weight; scale = the grid spacing,
-    so measured values are in the column's units."""
+    with the indices of the queries it serves (a SUM and an AVG of the same column and
+    groups share one).  Scale = the grid spacing, so measured values are in the column's
+    units."""
     attrs = schema.domain.attributes
-    out: list[tuple[rel.LatticeBlock, int]] = []
-    seen: set = set()
+    out: list[tuple[rel.LatticeBlock, tuple[int, ...]]] = []
+    seen: dict = {}
     for lq, part in queries:
         grid = offset_grid(schema.attribute(lq.offset_column))
         if grid is None:
@@ -61,17 +62,19 @@ def offset_blocks(schema: TableSchema, queries: Sequence) -> list[tuple[rel.Latt
                 or (np.ones((1, 1), dtype=np.int64),)
             key = (lq.offset_column, clique, tuple((m.shape, m.tobytes()) for m in mats))
             if key in seen:
+                block, parts = out[seen[key]]
+                out[seen[key]] = (block, parts + (part,) if part not in parts else parts)
                 continue
-            seen.add(key)
+            seen[key] = len(out)
             # weight 1/(S·g): calibrated together (one σ), block b's noise is σ/w_b = σ·S·g in its
             # column's units, proportional to that column's widest half bin (≤ h_max), never a
             # dollar column's on carats
             out.append((rel.LatticeBlock(clique, mats, grid.spacing, 1.0 / (grid.bound * grid.spacing),
-                                         lq.offset_column, grid.bound), part))
+                                         lq.offset_column, grid.bound), (part,)))
     return out
 
 
-def offset_share(rho: Fraction, count_objective: float, blocks: Sequence[tuple[rel.LatticeBlock, int]],
+def offset_share(rho: Fraction, count_objective: float, blocks: Sequence[tuple[rel.LatticeBlock, tuple[int, ...]]],
                  scales: Sequence[float]) -> Fraction:
     """ρ_o, the offsets' share of ``rho`` (module doc): √O/(√C + √O)·ρ, as an exact
     Fraction below ``rho``.  ``count_objective`` is C; ``scales[i]`` the objective's scale
@@ -81,7 +84,7 @@ def offset_share(rho: Fraction, count_objective: float, blocks: Sequence[tuple[r
     # one σ for all (release.calibrate): block b's noise is σ/(w_b·g_b) lattice units, σ/w_b in
     # its column's units, with σ² = D/(2ρ_o), D = Σ_b Δ_b²(lattice)·(w_b·g_b)²
     d = sum(b.l2_sensitivity_sq() * (b.weight * b.scale) ** 2 for b, _ in blocks)
-    o = sum(scales[part] * b.rows() * d / (b.weight * b.scale) ** 2 * b.scale ** 2 for b, part in blocks)
+    o = sum(sum(scales[p] for p in parts) * b.rows() * d / b.weight ** 2 for b, parts in blocks)
     c = max(float(count_objective), 0.0)
     if not o > 0:
         return Fraction(0)
@@ -89,6 +92,22 @@ def offset_share(rho: Fraction, count_objective: float, blocks: Sequence[tuple[r
     # keep both sides measurable: never all of it, never nothing
     share = min(max(share, 1e-3), 1 - 1e-3)
     return Fraction(share).limit_denominator(1 << 20) * Fraction(rho)
+
+
+def offset_variances(blocks: Sequence[tuple[rel.LatticeBlock, tuple[int, ...]]], share: Fraction,
+                     family: str = "gaussian", unit_rows: int = 1) -> dict[int, float]:
+    """Per workload query, the variance the offsets add to each of its rows at ``share``
+    (the noise the release will draw: ``release.calibrate``; a row sums one row of each
+    block of its query, one per predicate term): what ``dpsql plan`` adds to a SUM's."""
+    if not blocks or not share > 0:
+        return {}
+    plan = rel.calibrate([b for b, _ in blocks], share, family=family, unit_rows=unit_rows)
+    out: dict[int, float] = {}
+    for (b, parts), p in zip(blocks, plan.params):
+        var = rel.stddev(b, p, family) ** 2
+        for part in parts:
+            out[part] = out.get(part, 0.0) + var
+    return out
 
 
 def offset_models(schema: TableSchema, released) -> dict[str, VarianceModel]:

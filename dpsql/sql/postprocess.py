@@ -289,8 +289,17 @@ def quantile_interval(hist: np.ndarray, var: np.ndarray, values: np.ndarray, q: 
     if len(v) == 0 or np.any(np.isnan(w)) or np.clip(h, 0.0, None).sum() <= 0:
         return math.nan, math.nan
     cum, vcum = np.cumsum(h), np.cumsum(w)
-    d = cum - q * cum[-1]
     sd = np.sqrt((1 - q) ** 2 * vcum + q ** 2 * np.maximum(vcum[-1] - vcum, 0.0))
+    return quantile_band(cum, sd, lo, hi, q, z=z)
+
+
+def quantile_band(cum: np.ndarray, sd: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float,
+                  *, z: float = Z95) -> tuple[float, float]:
+    """:func:`quantile_interval` from the noisy CDF itself: ``cum`` the cumulative counts of
+    cells in value order (bins [lo, hi]), ``sd`` the standard deviation of each
+    D_j = C_j − q·N (correlated estimates, e.g. a tree's or a factored strategy's, give
+    it directly; independent cells as above)."""
+    d = cum - q * cum[-1]
     reaches = d + z * sd >= -1.0
     surely = d - z * sd >= 1.0
     before = np.concatenate([[False], surely[:-1]])

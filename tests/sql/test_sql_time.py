@@ -107,3 +107,31 @@ def test_instants_are_compared_in_the_axis_zone(catalog_time):
     assert not np.array_equal(eleven, wall)
     for text in ("'2013-01-15 11:00:00+00:00'", "'2013-01-15 11:00:00Z'", "'2013-01-15 11:00:00.000000-05'"):
         assert np.array_equal(cells(f"SELECT COUNT(*) FROM flights WHERE time_hour >= {text}"), eleven), text
+
+
+def test_a_day_axis_is_planned_as_an_integer_range():
+    """The planner sees factors, not kinds: date ranges and calendar grains over a day axis
+    compile to the same matrices (range, prefix, bucket) as over the integers 0..364."""
+    from dpsql.domain import IntegerRange, TableSchema
+    from dpsql.temporal import DateRange
+    days = {"t": TableSchema("t", (DateRange("d", "2013-01-01", "2013-12-31", "day"),))}
+    ints = {"t": TableSchema("t", (IntegerRange("d", 0, 364),))}
+    pairs = [("d BETWEEN '2013-02-01' AND '2013-02-28'", "d BETWEEN 31 AND 58"),
+             ("d < DATE '2013-03-01'", "d < 59"),
+             ("d >= DATE '2013-12-25' - INTERVAL '7 days'", "d >= 351")]
+    for when_day, when_int in pairs:
+        a = compile_sql(f"SELECT COUNT(*) FROM t WHERE {when_day}", days).linear_queries[0].matrix.dense()
+        b = compile_sql(f"SELECT COUNT(*) FROM t WHERE {when_int}", ints).linear_queries[0].matrix.dense()
+        assert np.array_equal(a, b), when_day
+    month = compile_sql("SELECT date_trunc('quarter', d), COUNT(*) FROM t GROUP BY 1", days)
+    edges = "CASE WHEN d < 90 THEN 0 WHEN d < 181 THEN 1 WHEN d < 273 THEN 2 ELSE 3 END"
+    quarter = compile_sql(f"SELECT {edges}, COUNT(*) FROM t GROUP BY 1", ints)
+    assert np.array_equal(month.linear_queries[0].matrix.dense(), quarter.linear_queries[0].matrix.dense())
+
+
+def test_output_names_follow_postgresql(catalog_time):
+    names = lambda sql: [c.name for c in compile_sql(sql, catalog_time).columns]  # noqa: E731
+    assert names("SELECT EXTRACT(YEAR FROM flight_date), COUNT(*) FROM flights GROUP BY 1") == ["extract", "count"]
+    assert names("SELECT date_part('year', flight_date), COUNT(*) FROM flights GROUP BY 1") == ["date_part", "count"]
+    assert names("SELECT date_trunc('month', flight_date), COUNT(*) FROM flights GROUP BY 1") == ["date_trunc",
+                                                                                                  "count"]
