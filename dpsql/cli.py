@@ -57,8 +57,11 @@ def _print_error(exc: errors.Error) -> None:
         print(f"HINT: {exc.hint}", file=sys.stderr)
 
 
-def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
-    """The shell's table (``dpsql.display.table_lines``: one display rule everywhere)."""
+def print_result(result, out=None, mode: str = "ci95") -> None:
+    """The shell's table (``dpsql.display.table_lines``: one display rule everywhere).
+    ``out`` defaults to the current ``sys.stdout`` (not the one at import: a caller that
+    redirects it, such as ``contextlib.redirect_stdout``, gets the table)."""
+    out = out if out is not None else sys.stdout
     if result.message and not result.columns:
         print(result.message, file=out)
         return

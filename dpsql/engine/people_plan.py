@@ -101,8 +101,12 @@ class PeoplePlan:
             if v.dropped_at_least:
                 out.append(f"    truncation: at least {v.dropped_at_least:,} rows of {v.table} are dropped by the "
                            "bound (from the declared public sizes)")
-        out.append("    truncation bias otherwise unknown: the rows a bound drops are never counted in the clear; "
-                   "declare [tables.NAME] rows (public sizes) to bound it")
+            elif v.dropped_at_least == 0 and v.max_rows > 1:
+                out.append("    truncation: the declared public sizes do not force the bound to drop rows; how "
+                           "many it drops is not released")
+        if any(v.dropped_at_least is None for v in self.views if v.max_rows > 1):
+            out.append("  truncation bias unknown: the rows a bound drops are never counted in the clear; declare "
+                       "[tables.NAME] rows (public sizes) of the table and of the person table to bound it")
         if self.even_error > 0 and math.isfinite(self.even_error):
             out.append(f"total expected squared error {self.total_error:,.4g} (planner objective); an even split "
                        f"would give {self.even_error:,.4g}")

@@ -163,6 +163,20 @@ class OrderedEstimate:
         """Counts of cells lo..hi (inclusive) and their variances."""
         lo = np.asarray(lo, dtype=np.int64)
         hi = np.asarray(hi, dtype=np.int64)
+        if lo.size and (lo.min() < 0 or hi.max() >= self.n or np.any(lo > hi)):
+            raise ProgrammingError(f"ranges must satisfy 0 ≤ lo ≤ hi < {self.n}")
+        if self.strategy.coeffs is not None:
+            # rows v_hi − v_{lo−1} of P A⁻¹: ‖v_i‖² + ‖v_j‖² − 2⟨v_i, v_j⟩ with
+            # ⟨v_i, v_j⟩ = Σ_{t≤j} m_{i−t} m_{j−t} (j < i): O(j) per range, no FFT
+            m = self._m
+            own = np.concatenate([[0.0], np.cumsum(m * m)])      # own[i + 1] = ‖v_i‖²
+            cum = np.concatenate([[0.0], np.cumsum(self.cells)])
+            var = np.empty(lo.size)
+            for k, (a, b) in enumerate(zip(lo, hi)):
+                j = a - 1
+                cross = float(m[b - j:b + 1] @ m[:j + 1]) if j >= 0 else 0.0
+                var[k] = own[b + 1] + own[j + 1] - 2.0 * cross
+            return cum[hi + 1] - cum[lo], self._s2 * var
         Q = np.zeros((lo.size, self.n))
         for k, (a, b) in enumerate(zip(lo, hi)):
             Q[k, a:b + 1] = 1.0

@@ -115,6 +115,12 @@ def test_reported_variances_are_the_estimators_own(monkeypatch, noise):
         got, qvar = est.answer(Q)
         Qp = np.pad(Q, ((0, 0), (0, N - n)))
         assert np.allclose(got, Q @ xhat[:n]) and np.allclose(qvar, np.einsum("ij,jk,ik->i", Qp, cov, Qp))
+        lo, hi = np.array([0, 5, 17, 39]), np.array([3, 5, 30, 39])
+        R = np.zeros((4, N))
+        for k, (a, b) in enumerate(zip(lo, hi)):
+            R[k, a:b + 1] = 1.0
+        got, rvar = est.ranges(lo, hi)
+        assert np.allclose(got, R @ xhat) and np.allclose(rvar, np.einsum("ij,jk,ik->i", R, cov, R))
         q = 0.3
         D = P - q * P[-1]
         assert np.allclose(est._rank_sd(q), np.sqrt(np.einsum("ij,jk,ik->i", D, cov, D)), rtol=1e-7)
