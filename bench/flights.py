@@ -108,9 +108,11 @@ hi = 23
 """
 
 
-def config_toml(epsilon: float = 1.0, ledger: Path | None = None, base: Path | None = None) -> str:
+def config_toml(epsilon: float = 1.0, ledger: Path | None = None, base: Path | None = None,
+                binning: str = "offsets") -> str:
     """The configuration; ``ledger`` elsewhere than beside it and ``base`` the directory of
-    the table, domain and plan cache when the file is written somewhere else."""
+    the table, domain and plan cache when the file is written somewhere else; ``binning``
+    the planner's treatment of SUM/AVG over wide bins (docs/engine.md, "Binning offsets")."""
     queries = "\n".join(f'  "{q}",' for q in WORKLOAD)
     at = (lambda name: json.dumps(str(base / name))) if base is not None else json.dumps
     return f"""[dpsql]
@@ -136,6 +138,7 @@ queries = [
 [planner]
 restarts = 1
 seed = 0
+binning = "{binning}"
 """
 
 

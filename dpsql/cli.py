@@ -57,8 +57,11 @@ def _print_error(exc: errors.Error) -> None:
         print(f"HINT: {exc.hint}", file=sys.stderr)
 
 
-def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
-    """The shell's table (``dpsql.display.table_lines``: one display rule everywhere)."""
+def print_result(result, out=None, mode: str = "ci95") -> None:
+    """The shell's table (``dpsql.display.table_lines``: one display rule everywhere).
+    ``out`` defaults to the current ``sys.stdout`` (not the one at import: a caller that
+    redirects it, such as ``contextlib.redirect_stdout``, gets the table)."""
+    out = out if out is not None else sys.stdout
     if result.message and not result.columns:
         print(result.message, file=out)
         return
@@ -75,17 +78,28 @@ def print_result(result, out=sys.stdout, mode: str = "ci95") -> None:
 # -- progress ------------------------------------------------------------------------------
 
 class StatusLine:
-    """Progress of planning, measuring and fitting on one stderr line (only on a terminal:
-    scripts and pipes get the results alone)."""
+    """Progress of planning, measuring and fitting on stderr: one line rewritten in place on
+    a terminal; elsewhere (scripts, pipes, logs) a line when a stage starts and when it is
+    done, so no step that takes seconds is silent (issue 35: ``dpsql measure`` printed
+    nothing for 2.5 minutes before its prompt).  Every line is public: stage names, counts
+    of blocks and cells, iterations and the fit's loss on released (noisy) measurements."""
 
     def __init__(self, stream=None) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.live = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last = 0.0
         self._shown = False
+        self._stage: str | None = None
 
     def __call__(self, stage: str, info: dict) -> None:
         if not self.live:
+            # a stage's first event and its end; an end alone (a model loaded from disk) was
+            # not a step that took time
+            done = bool(info.get("done", False))
+            if (stage != self._stage and not done) or (done and stage == self._stage):
+                self.stream.write(describe_progress(stage, info) + "\n")
+                self.stream.flush()
+            self._stage = None if done else stage
             return
         now = time.monotonic()
         done = info.get("done", False)
@@ -238,8 +252,22 @@ def cmd_plan(args) -> int:
     status = StatusLine()
     engine.add_listener(status)
     session = Session(engine, args.user)
+    people = engine.config.people
+    if people is not None and args.table is None:
+        # a people schema: every view of the same persons, each at its share (issue 32)
+        from dpsql.engine.people_plan import people_plan
+        summary = people_plan(engine, rho)
+        status.clear()
+        print(budget_line)
+        for line in summary.lines():
+            print(line)
+        print("details of one view: dpsql plan --table NAME")
+        return 0
     report = session.plan(args.table, rho=rho)
     status.clear()
+    if people is not None and args.table in people.views:
+        print(f"view {args.table} ({' -> '.join(people.path(args.table))}): at most "
+              f"{people.bound(args.table)} row(s) per person; its share of the budget: rho = {report.rho:.4g}")
     s = report.strategy
     print(budget_line)
     print(f"table {report.table}: {report.queries} workload queries, {report.rows} linear query rows")
@@ -309,6 +337,9 @@ def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
     ok = True
     for name in names:
         schema = tables[name]
+        # reading every row takes seconds on a large table: say so first (issue 35)
+        print(f"checking every value of table {name} against its declared domain…", file=sys.stderr,
+              flush=True)
         report = backend.data_check(schema)
         ok &= report.ok
         print(f"table {name}: {report.records:,} records"
@@ -366,6 +397,18 @@ def cmd_measure(args) -> int:
     con, status = _connect(args)
     session = con.session
     mode = args.mode or session.engine.config.planner.mode
+    people = session.engine.config.people
+    if people is not None and args.table is None and not args.increment:
+        # a people schema: measure every view the workload reads, each at its share
+        engine = session.engine
+        views = list(engine.view_shares(engine.workload_rho()))
+        status.clear()
+        con.close()
+        rc = 0
+        for view in views:
+            print(f"view {view} ({' -> '.join(people.path(view))}):")
+            rc = max(rc, cmd_measure(argparse.Namespace(**{**vars(args), "table": view})))
+        return rc
     if not _check_tables(session.engine.catalog, session.engine.backend, args.table):
         if not args.force:
             print("nothing measured, nothing spent: the data check found values outside the declared "
@@ -461,7 +504,7 @@ def _increment_rho(args, engine) -> Fraction:
     if rho <= 0:
         raise errors.BudgetExhaustedError("no budget is left for an increment",
                                           hint="the operator grants a new budget (a new ledger)",
-                                          requested_rho=0.0, remaining_rho=float(left))
+                                          requested_rho=Fraction(0), remaining_rho=Fraction(left))
     return rho
 
 

@@ -8,6 +8,8 @@ private one; a production deployment never computes or shows those.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import math
 import shutil
 import tempfile
@@ -19,6 +21,15 @@ from dpsql.privacy.accountant import format_rho
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adult"
 
+
+
+def _spent(spent, total) -> str:
+    """A spend rounded up, except the whole budget: rounded up it would print above the total
+    (rounded down) on the next line, which reads as an overspend ("spent 0.024356 … of
+    0.024355"); exactly equal, it is written as the total with the words to say so."""
+    if Fraction(spent) == Fraction(total):
+        return f"{format_rho(total, 'down', 5)}, the whole budget"
+    return format_rho(spent, "up", 5)
 
 def _rule(title: str) -> None:
     print()
@@ -67,7 +78,7 @@ def run_demo(args) -> int:
     m = session.measure("adult")
     spent = m.rho
     print(f"counted {m.blocks} marginals ({m.cells:,} cells) in one scan and added discrete Gaussian "
-          f"noise: spent rho = {format_rho(spent, 'up', 5)} "
+          f"noise: spent rho = {_spent(spent, session.engine.config.budget.rho)} "
           f"(epsilon = {rho_to_epsilon(spent, delta):.4g} at delta = {delta:g}) "
           f"in {time.perf_counter() - t0:.1f} s")
 

@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
 import numpy as np
@@ -663,7 +663,7 @@ class TableSchema:
 
 
 _COLUMN_KEYS = {
-    "categorical": {"type", "labels", "nullable", "closed"},
+    "categorical": {"type", "labels", "labels_from", "nullable", "closed"},
     "integer": {"type", "lo", "hi", "bin_width", "edges", "nullable"},
     "numeric": {"type", "edges", "nullable"},
 }
@@ -671,12 +671,33 @@ _REQUIRED_KEYS = {"categorical": ("labels",), "integer": ("lo", "hi"), "numeric"
 _SOURCE_PATH_KEYS = ("csv", "parquet", "duckdb")
 
 
-def _build_attribute(name: str, spec: Mapping[str, Any]) -> Attribute:
+def _build_attribute(name: str, spec: Mapping[str, Any],
+                     labels_from: Callable[[str], list[Any]] | None = None) -> Attribute:
     kind = spec.get("type")
+    if kind in ("date", "timestamp"):
+        # time axes live in dpsql/temporal.py, which builds on this module (imported here,
+        # when first needed, so that the two modules do not import each other at load time)
+        from dpsql.temporal import TEMPORAL_KEYS, build_temporal
+        check_keys(spec, TEMPORAL_KEYS[kind], f"a {kind} column")
+        return build_temporal(name, dict(spec))
     if kind not in _COLUMN_KEYS:
         raise ConfigError(f"unknown or missing type {kind!r}",
-                          hint='type must be "categorical", "integer" or "numeric"')
+                          hint='type must be "categorical", "integer", "numeric", "date" or "timestamp"')
     check_keys(spec, _COLUMN_KEYS[kind], f"a {kind} column")
+    if "labels_from" in spec:
+        # labels = the distinct values of a public table's column (dpsql.public): declared
+        # once, in the dimension table, however many labels it has
+        if "labels" in spec:
+            raise ConfigError("give either labels or labels_from, not both", hint="remove one of them")
+        ref = spec["labels_from"]
+        if not isinstance(ref, str) or ref.count(".") != 1:
+            raise ConfigError(f"labels_from must be \"table.column\" of a public table, got {ref!r}",
+                              hint='e.g. labels_from = "airports.faa"')
+        if labels_from is None:
+            raise ConfigError(f"labels_from = {ref!r} needs the public tables of a configuration",
+                              hint="load the domain through dpsql.toml, which declares the public table")
+        spec = {**spec, "labels": list(labels_from(ref))}
+        del spec["labels_from"]
     missing = [k for k in _REQUIRED_KEYS[kind] if k not in spec]
     if missing:
         raise ConfigError(f"missing key(s) {missing} for a {kind} column",
@@ -717,10 +738,12 @@ def _located(err: ConfigError, where: str) -> ConfigError:
     return ConfigError(f"{where}: {err.message}", hint=err.hint, detail=err.detail)
 
 
-def load_domain(path: str | Path) -> dict[str, TableSchema]:
+def load_domain(path: str | Path, labels_from: Callable[[str], list[Any]] | None = None) -> dict[str, TableSchema]:
     """Read the tables declared in a TOML file (format: ``docs/domains.md``).
 
-    Attributes keep their declaration order.  Every problem raises :class:`ConfigError`
+    ``labels_from("table.column")`` (from the configuration's public tables) gives the
+    labels of a categorical declared with ``labels_from``.  Attributes keep their
+    declaration order.  Every problem raises :class:`ConfigError`
     naming the file, the table and the column.
     """
     path = Path(path)
@@ -759,7 +782,7 @@ def load_domain(path: str | Path) -> dict[str, TableSchema]:
                                             hint=f"write [tables.{table_name}.columns.{column_name}]"))
                 continue
             try:
-                attribute = _build_attribute(column_name, column_spec)
+                attribute = _build_attribute(column_name, column_spec, labels_from)
             except ConfigError as exc:
                 # Attribute constructors already name the column; drop the duplicate prefix.
                 exc.message = exc.message.removeprefix(f"column '{column_name}': ")
@@ -787,7 +810,8 @@ def domain_fingerprint(schema: TableSchema) -> str:
     bins, nullable, closed, in order): part of a release's identity."""
     import hashlib
     parts = [(a.kind, a.name, a.size, a.nullable, a.invalid_index, tuple(a.labels()),
-              repr(a.bin_bounds())) for a in schema.attributes]
+              repr(a.bin_bounds())) + ((a.timezone,) if a.kind == "timestamp" else ())  # type: ignore[attr-defined]
+             for a in schema.attributes]
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 

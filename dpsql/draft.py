@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,9 +31,10 @@ from dpsql.errors import ConfigError
 @dataclass
 class ColumnDraft:
     name: str
-    kind: str                  # "integer" | "numeric" | "categorical"
+    kind: str                  # "integer" | "numeric" | "categorical" | "date" | "timestamp"
     spec: dict = field(default_factory=dict)   # known keys (lo, hi, labels, ...)
     missing: list[str] = field(default_factory=list)  # keys the operator must add
+    confirm: str = ""          # a guess the operator must confirm (e.g. a CSV's text read as dates)
 
 
 @dataclass
@@ -48,19 +50,23 @@ _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def toml_key(name: str) -> str:
     """A TOML key for any column or table name (quoted when it is not bare)."""
-    return name if _BARE.match(name) else json.dumps(name, ensure_ascii=False)
+    return name if _BARE.fullmatch(name) else toml_value(name)  # match() would let "x\n" through bare
 
 
 def toml_value(value) -> str:
+    """A TOML value: strings, numbers (``inf``/``nan`` too), booleans, paths, lists, tuples and
+    inline tables.  The one TOML writer of the project (``dpsql init`` and ``dpsql.testing``;
+    issue 36 item 4: two writers disagreed on paths, tuples, non-finite floats and DEL)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list):
+        return repr(value)  # repr of a float is a TOML float: 1e-06, inf, nan
+    if isinstance(value, (str, os.PathLike)):
+        # a JSON string is a TOML basic string except that TOML also forbids a raw DEL
+        return json.dumps(os.fspath(value), ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"cannot write {value!r} as TOML")
 
@@ -77,7 +83,19 @@ def _typed(name: str, kind: str) -> ColumnDraft:
         return ColumnDraft(name, "integer", {}, ["lo", "hi"])
     if kind == "numeric":
         return ColumnDraft(name, "numeric", {}, ["edges"])
+    if kind in ("date", "timestamp"):
+        return ColumnDraft(name, kind, {"timezone": "UTC"} if kind == "timestamp" else {}, ["lo", "hi", "bin"])
     return ColumnDraft(name, "categorical", {}, ["labels"])
+
+
+def _from_text(column: ColumnDraft, source: str) -> ColumnDraft:
+    """A CSV column whose text DuckDB's reader took for dates: drafted as a time column, to
+    be confirmed (dpsql itself reads the text by the ISO grammar only, never by a guess)."""
+    if column.kind in ("date", "timestamp"):
+        form = "YYYY-MM-DD" if column.kind == "date" else "YYYY-MM-DD HH:MM[:SS]"
+        column.confirm = (f"the {source} text looked like {column.kind}s: confirm it is ISO 8601 ({form}); "
+                          "any other text lands in the invalid place")
+    return column
 
 
 # -- readers ---------------------------------------------------------------------------------
@@ -107,6 +125,8 @@ def _rel(path: Path) -> str:
 def _from_data(path: Path, kind: str, table: str | None) -> TableDraft:
     from dpsql.measure.backend import describe_source
     cols = [_typed(n, k) for n, k in describe_source(path)]
+    if kind == "csv":
+        cols = [_from_text(c, "CSV") for c in cols]
     return TableDraft(table or table_name(path.stem), {kind: str(path.resolve())}, cols,
                       f"the {kind.upper() if kind == 'csv' else 'Parquet'} header of {path.name}")
 
@@ -245,6 +265,8 @@ def missing_items(draft: TableDraft) -> list[str]:
     for c in draft.columns:
         for key in c.missing:
             items.append(f"column {c.name!r} ({c.kind}): {key}")
+        if c.confirm:
+            items.append(f"column {c.name!r} ({c.kind}): {c.confirm}")
     return items
 
 
@@ -271,8 +293,14 @@ def write(draft: TableDraft, out: Path, force: bool = False) -> tuple[Path, Path
         lines.append(f"type = {toml_value(c.kind)}")
         for k, v in c.spec.items():
             lines.append(f"{k} = {toml_value(v)}")
+        if c.confirm:
+            lines.append(f"# TO CONFIRM: {c.confirm}")
+        time = c.kind in ("date", "timestamp")
         for key in c.missing:
-            hint = {"lo": "public lower bound", "hi": "public upper bound",
+            hint = {"lo": "first day of the public period, e.g. 2013-01-01" if time else "public lower bound",
+                    "hi": "last day of the public period, e.g. 2013-12-31" if time else "public upper bound",
+                    "bin": '"day", "week", "month", "quarter" or "year"' + (' (or "hour", "minute")'
+                                                                             if c.kind == "timestamp" else ""),
                     "labels": "the published list of values", "edges": "public bin edges"}.get(key.split()[0], "")
             lines.append(f"# {key} = ?   (TO FILL{': ' + hint if hint else ''})")
         lines.append("")

@@ -20,6 +20,7 @@ error; see ``docs/privacy.md`` ("Errors").
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, ClassVar
 
 __all__ = [
@@ -217,8 +218,9 @@ class BudgetExhaustedError(OperationalError):
 
     sqlstate = "53400"
 
-    def __init__(self, message: str, *, requested_rho: float | None = None,
-                 remaining_rho: float | None = None, **kw: Any) -> None:
+    def __init__(self, message: str, *, requested_rho: Fraction | None = None,
+                 remaining_rho: Fraction | None = None, **kw: Any) -> None:
+        # exact, as the ledger keeps them: a float could round a remainder up (issue 28)
         super().__init__(message, **kw)
         self.requested_rho = requested_rho
         self.remaining_rho = remaining_rho

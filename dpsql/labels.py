@@ -51,6 +51,10 @@ def catalog_type(attr) -> str:
             else "text"
     if attr.kind == "integer":
         return "bigint"
+    if attr.kind == "date":
+        return "date"
+    if attr.kind == "timestamp":
+        return "timestamp without time zone"     # wall-clock time in the declared zone
     return "double precision"
 
 
@@ -81,6 +85,9 @@ def domain_items(attr, limit: int | None = DESCRIBE_LIMIT, see_all: str = "") ->
             items = [f"{attr.lo}..{attr.hi}" + (f" in bins of {w}" if w != 1 else "")]
     elif kind == "numeric":
         items = [f"bins with edges {_num(attr.edges[0])}"] + [_num(e) for e in attr.edges[1:]]
+    elif kind in ("date", "timestamp"):
+        zone = f" ({attr.timezone})" if kind == "timestamp" else ""
+        items = [f"{attr.lo} .. {attr.hi}{zone} by {attr.bin}"]
     else:
         items = [str(x) for x in attr.labels()]
     if attr.nullable:

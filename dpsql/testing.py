@@ -12,41 +12,20 @@ Nothing in the engine imports this module.
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 from pathlib import Path
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from dpsql.draft import toml_key, toml_value
 
 __all__ = ["ADULT", "write_config", "copy_adult_example", "toml_value"]
 
 #: The adult example: its configuration, domain, rows and dashboard.
 ADULT = Path(__file__).resolve().parents[1] / "examples" / "adult"
 
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _key(name: str) -> str:
-    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
-
-
-def toml_value(value: Any) -> str:
-    """A TOML value: strings, numbers, booleans, lists and inline tables (a JSON string is a
-    valid TOML basic string; JSON numbers, booleans and arrays are TOML too)."""
-    if isinstance(value, Path):
-        return json.dumps(str(value))
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, float) and not (value == value and abs(value) != float("inf")):
-        raise ValueError(f"{value!r} has no TOML form here")
-    return json.dumps(value)
-
-
 def _section(name: str, entries: Mapping[str, Any]) -> list[str]:
-    return [f"[{name}]", *(f"{_key(k)} = {toml_value(v)}" for k, v in entries.items()), ""]
+    return [f"[{name}]", *(f"{toml_key(k)} = {toml_value(v)}" for k, v in entries.items()), ""]
 
 
 def write_config(directory: str | Path, *, queries: Sequence[str] | None = None,
@@ -77,7 +56,7 @@ def write_config(directory: str | Path, *, queries: Sequence[str] | None = None,
            **({"source": {k: str(v) if isinstance(v, Path) else v for k, v in source.items()}}
               if source is not None else {}),
            **(table_options or {})}
-    lines = _section("dpsql", head) + _section("budget", money) + _section(f"tables.{_key(table)}", tab)
+    lines = _section("dpsql", head) + _section("budget", money) + _section(f"tables.{toml_key(table)}", tab)
     work = {**({"queries": list(queries)} if queries is not None else {}), **(workload or {})}
     if work:
         lines += _section("workload", work)

@@ -67,6 +67,8 @@ class Shell:
                  history: Path | None | str = "default", table: str | None = None) -> None:
         self.connection = connection
         self.session = connection.session
+        # a client of dpsql serve (repl.remote): the analyst's shell, no operator powers
+        self.remote = bool(getattr(connection, "remote", False))
         self.out = out if out is not None else sys.stdout
         self.err = err if err is not None else (out if out is not None else sys.stderr)
         self.input = input
@@ -106,9 +108,12 @@ class Shell:
             self.connection.cursor().execute("SET dpsql.error_columns = 'off'")
 
     def catalog(self):
-        return self.session.engine.catalog
+        return self.session.catalog() if self.remote else self.session.engine.catalog
 
     def ledger_entries(self) -> list:
+        if self.remote:
+            from repl.remote import operator_only
+            raise operator_only("reading the ledger", "the ledger's charges are the operator's record")
         return list(self.session.engine.ledger.entries())
 
     def _make_prompt(self, history: History) -> PromptSession:
@@ -152,8 +157,9 @@ class Shell:
         try:
             b = self.session.budget()
             rho, delta = b["remaining_rho"], float(b["delta"])   # ρ exact (a Fraction)
-            self._budget = (rho, delta, rho_to_epsilon(rho, delta) if rho > 0 else 0.0)
-        except errors.Error:
+            eps = b.get("remaining_epsilon")    # the server's (dpsql_budget), as dpsql budget rounds it
+            self._budget = (rho, delta, eps if eps is not None else rho_to_epsilon(rho, delta) if rho > 0 else 0.0)
+        except (errors.Error, KeyError, TypeError):
             self._budget = None
 
     def toolbar(self):
@@ -165,13 +171,16 @@ class Shell:
             style = "class:bottom-toolbar.warn" if rho <= 0 else ""
             parts += [("class:bottom-toolbar.key", "  left "),
                       (style, f"ε={eps:.4g} (δ={delta:g}) ρ={format_rho(rho, 'down', 4)}")]
-        model = f"v{self.model_version}" if self.model_version else "none yet"
-        if self.model_kind:
-            model += f" {self.model_kind}"
-        if self.model_note:
-            model += f" ({self.model_note})"
-        parts += [("class:bottom-toolbar.key", "  model "), ("", model),
-                  ("class:bottom-toolbar.key", "  errors "), ("", self.errors),
+        if self.remote:   # the server's model answers; where it runs is what the analyst knows
+            parts += [("class:bottom-toolbar.key", "  server "), ("", str(getattr(self.connection, "where", "")))]
+        else:
+            model = f"v{self.model_version}" if self.model_version else "none yet"
+            if self.model_kind:
+                model += f" {self.model_kind}"
+            if self.model_note:
+                model += f" ({self.model_note})"
+            parts += [("class:bottom-toolbar.key", "  model "), ("", model)]
+        parts += [("class:bottom-toolbar.key", "  errors "), ("", self.errors),
                   ("class:bottom-toolbar.key", "  keys "), ("", "vi" if self.vi else "emacs"), ("", " ")]
         return parts
 
@@ -307,6 +316,8 @@ class Shell:
                 return self.commands.dispatch(parse_meta(item.text))
             return self.run_sql(item.text, where)
         except (work.Cancelled, KeyboardInterrupt):
+            if self.remote:   # the server cancels the statement (57014), as psql's Ctrl-C does
+                self.connection.cancel()
             self._write(self.err, ["Cancelled (any work still running finishes in the background; "
                                    "its result is discarded)."])
             return False

@@ -3,6 +3,12 @@
     dpsql shell [--config dpsql.toml] [--user NAME]       interactive
     dpsql shell -c "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
     dpsql shell -f report.sql                              scripts stop at the first error
+    dpsql shell --connect postgresql://alice@host:5432/dpsql   the analyst's shell, over dpsql serve
+
+Without ``--connect`` the shell runs the engine in this process: it is the *operator's* tool
+(it can measure and read the ledger).  With ``--connect`` (or ``--host``/``--port``) it is a
+client of ``dpsql serve`` with an analyst's powers only (``repl.remote``); the password comes
+from libpq (``PGPASSWORD``, ``~/.pgpass``) or is asked for (``-W``).
 
 Registered into ``dpsql.cli`` through ``register(subparsers, common)`` so the shell's
 options live with the shell.  Without ``-c``/``-f`` and with stdin not a terminal, the
@@ -31,12 +37,45 @@ def register(subparsers, common) -> None:
     p.add_argument("--errors", choices=["ci95", "stderr", "off"], default="ci95",
                    help="how to show each value's error (default: ci95, the 95%% interval)")
     p.add_argument("--no-pager", action="store_true", help="never page long results")
+    p.add_argument("--connect", metavar="URL",
+                   help="be a client of dpsql serve (postgresql://USER@HOST:PORT/dpsql): the analyst's shell, "
+                        "no operator powers")
+    p.add_argument("--host", help="dpsql serve's host (implies --connect; default: libpq's, $PGHOST)")
+    p.add_argument("--port", "-p", help="dpsql serve's port (implies --connect; default: libpq's, $PGPORT)")
+    p.add_argument("--dbname", "-d", help="database (implies --connect; default: libpq's)")
+    p.add_argument("-W", "--password", action="store_true", help="ask for the password (with --connect)")
     p.set_defaults(func=run)
+
+
+def _remote(args):
+    from repl.remote import connect
+
+    options = {k: v for k, v in (("host", args.host), ("port", args.port), ("dbname", args.dbname),
+                                 ("user", args.user)) if v}
+    if args.password:
+        import getpass
+        options["password"] = getpass.getpass("Password: ")
+    try:
+        return connect(args.connect or "", **options)
+    except errors.OperationalError as exc:
+        # libpq found no password (none given, no PGPASSWORD or ~/.pgpass): ask, as psql does
+        if args.password or "password" not in exc.message or not sys.stdin.isatty():
+            raise
+        import getpass
+        options["password"] = getpass.getpass("Password: ")
+        return connect(args.connect or "", **options)
 
 
 def _connect(args):
     import dpsql
     from dpsql.cli import DEFAULT_CONFIG
+
+    if args.connect or args.host or args.port or args.dbname:
+        # $DPSQL_LEDGER (the option's default) is the operator's environment: not a conflict
+        if args.config or (args.ledger and args.ledger != os.environ.get("DPSQL_LEDGER")):
+            raise errors.InterfaceError("--connect talks to dpsql serve, which has its own configuration",
+                                        hint="drop --config/--ledger, or drop --connect for the operator's shell")
+        return _remote(args)
 
     config = args.config or os.environ.get("DPSQL_CONFIG") or DEFAULT_CONFIG
     overrides = {"ledger": args.ledger} if args.ledger else {}

@@ -20,6 +20,7 @@ from dpsql import errors
 from dpsql import labels as wording
 from dpsql.privacy.accountant import format_rho
 from repl import render
+from repl.remote import OPERATOR_ONLY, operator_only
 from repl.statements import Meta, split_script
 
 
@@ -28,6 +29,7 @@ class ShellLike(Protocol):
     protocol, so that this module does not import the shell that imports it."""
 
     session: Any
+    remote: bool
     interactive: bool
     table: str | None
     workload: list[str] | None
@@ -113,7 +115,15 @@ def _wrap_list(items: list[str], width: int) -> list[str]:
 def describe_domain(attr, table: str | None = None, limit: int | None = wording.DESCRIBE_LIMIT) -> list[str]:
     """The declared domain of one attribute as display items (``dpsql.labels.domain_items``,
     the words of the wire catalog's column comments too)."""
+    from repl.remote import RemoteColumn
+    if isinstance(attr, RemoteColumn):   # a kind the wire client does not rebuild: the catalog's words
+        return [attr.domain_text]
     return wording.domain_items(attr, limit, see_all=f"\\d {table or 'TABLE'} {attr.name} lists all")
+
+
+def _type(attr) -> str:
+    """The column's catalog type (the server's own for a column the client did not rebuild)."""
+    return getattr(attr, "data_type", None) or wording.catalog_type(attr)
 
 
 class MetaCommands:
@@ -124,6 +134,8 @@ class MetaCommands:
 
     def dispatch(self, meta: Meta) -> bool:
         name = ALIASES.get(meta.name, meta.name)
+        if getattr(self.shell, "remote", False) and name in OPERATOR_ONLY:
+            raise operator_only(f"\\{name}", OPERATOR_ONLY[name])
         handler: Callable[[str], bool] | None = getattr(self, f"do_{name}", None)
         if handler is None:
             raise errors.ProgrammingError(f"unknown command \\{meta.name}", hint="\\help lists the commands")
@@ -150,7 +162,7 @@ class MetaCommands:
         meta = []
         for col in schema.column_names:
             attr = schema.attribute(col)
-            sql_type = wording.catalog_type(attr)   # the wire catalog's type too (one rule)
+            sql_type = _type(attr)   # the wire catalog's type too (one rule)
             meta.append(((col, sql_type, attr.kind, "yes" if attr.nullable else "no", f"{attr.size:,}"),
                          describe_domain(attr, name)))
         # wrap the domain column to what the screen has left beside the other columns
@@ -183,7 +195,7 @@ class MetaCommands:
                                             hint=f"columns: {', '.join(schema.column_names)}")
         attr = schema.attribute(match[0])
         width = max(20, min(100, self.shell.screen_columns() - 1))
-        head = f"Column {attr.name!r} of {table!r}: {wording.catalog_type(attr)}, {attr.kind}, {attr.size:,} cells"
+        head = f"Column {attr.name!r} of {table!r}: {_type(attr)}, {attr.kind}, {attr.size:,} cells"
         if attr.kind == "categorical":
             head += f", {len(wording.declared_labels(attr)):,} declared labels"
         lines = [head] + ["  " + line for line in _wrap_list(describe_domain(attr, table, limit=None), width - 2)]
@@ -198,6 +210,8 @@ class MetaCommands:
 
         b = self.shell.session.budget()
         delta = float(b["delta"])
+        if getattr(self.shell, "remote", False):
+            return self._remote_budget(b, delta)
 
         def eps(rho) -> str:
             rho = float(rho)
@@ -227,6 +241,24 @@ class MetaCommands:
                   str((e.mechanism or {}).get("purpose", ""))) for e in charges], right=(0, 3))
         else:
             lines += ["", "The ledger has no charges yet."]
+        self.shell.emit(lines)
+        return True
+
+    def _remote_budget(self, b: dict, delta: float) -> bool:
+        """``\\budget`` over the wire: ``dpsql_budget()``, what remains (the ledger's charges
+        are the operator's)."""
+        def num(x, fmt: str) -> str:
+            return "-" if x is None else format(x, fmt)
+        lines = [f"Budget (ε at δ = {delta:g}), from the server's dpsql_budget()"]
+        lines += render.grid_lines(
+            ["who", "remaining ρ", "remaining ε"],
+            [(f"you ({b['user']})", num(b["remaining_rho"], ".6g"), num(b["remaining_epsilon"], ".4g")),
+             ("all users", num(b["total_remaining_rho"], ".6g"), num(b["total_remaining_epsilon"], ".4g"))],
+            right=(1, 2))
+        if b.get("next_rho") is not None:
+            lines += ["", f"The next on-demand measurement (policy measure) costs ρ = {b['next_rho']:.6g} "
+                          f"(ε = {b['next_epsilon']:.4g})."]
+        lines += ["", "Spending per user and the ledger's charges are the operator's (dpsql budget)."]
         self.shell.emit(lines)
         return True
 

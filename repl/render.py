@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from dpsql.display import (BOUNDED_NOTE, has_bounded, ERROR_MODES, INFERRED_MARK, INFERRED_NOTE, NULL_TEXT, Z95, cells,  # noqa: F401
-                           format_cell, round_error, round_range, rounded_rows, table_lines)
+                           bounded_columns, format_cell, round_error, round_range, rounded_rows, table_lines)
 
 
 def _is_nan(x) -> bool:
@@ -123,7 +123,8 @@ def caret_lines(sql: str, position: int, width: int = 72) -> list[str]:
 def write_csv(result, fh: IO[str]) -> int:
     """Values with a ``<column>_stderr`` beside each column that has one (and
     ``<column>_lower``/``_upper``, the range of inferred values, when any row is inferred),
-    and an ``inferred`` flag per row when any row is inferred; returns the number of rows.
+    and an ``inferred`` flag per row when any row is inferred (and a ``binned`` flag when any
+    value's interval holds a binning bound); returns the number of rows.
     The numbers are those the wire server sends (``dpsql.display.rounded_rows``): values at
     their error's precision, errors at two significant digits, ranges rounded outward."""
     ncol = len(result.columns)
@@ -140,6 +141,9 @@ def write_csv(result, fh: IO[str]) -> int:
                 header += [f"{c.name}_lower", f"{c.name}_upper"]
     if flag:
         header.append("inferred")
+    binned = has_bounded(result)
+    if binned:   # which rows' intervals hold a binning bound, not the noise alone
+        header.append("binned")
     writer = csv.writer(fh)
     writer.writerow(header)
     for i, row in enumerate(rounded_rows(result)):
@@ -156,6 +160,8 @@ def write_csv(result, fh: IO[str]) -> int:
                     out += ["", ""] if b is None else [_csv_number(x) if math.isfinite(x) else "" for x in b]
         if flag:
             out.append("true" if i < len(result.inferred) and result.inferred[i] else "false")
+        if binned:
+            out.append("true" if bounded_columns(result, i) else "false")
         writer.writerow(out)
     return len(result.rows)
 

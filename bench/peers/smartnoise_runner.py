@@ -6,7 +6,7 @@ imports SmartNoise.  It reads one JSON job on stdin and writes one JSON report o
 job = {
   "csv": path of the table (the binned copy both systems count over),
   "table": "adult", "schema": "bench",
-  "columns": {name: {"type": "int"|"float"|"string", "lower": .., "upper": ..}},
+  "columns": {name: {"type": "int"|"float"|"string"|"datetime", "lower": .., "upper": ..}},
   "queries": [sql, ...]            (FROM <table>; rewritten here to FROM <schema>.<table>),
   "runs": [{"epsilon": per-query ε, "delta": per-query δ,
             "mechanism": "laplace"|"gaussian"|"best", "trials": n}, ...]
@@ -97,6 +97,8 @@ def to_json_value(v):
         return None
     if isinstance(v, float) and math.isnan(v):
         return None
+    if hasattr(v, "isoformat"):           # a datetime group key: ISO text (the suite reads it back)
+        return v.isoformat(sep=" ")
     if hasattr(v, "item"):
         v = v.item()
     return v
@@ -108,11 +110,13 @@ def main() -> int:
     import snsql
 
     t0 = time.perf_counter()
-    dtypes = {n: ("string" if s["type"] == "string" else "float64") for n, s in job["columns"].items()}
+    dtypes = {n: ("string" if s["type"] in ("string", "datetime") else "float64") for n, s in job["columns"].items()}
     df = pd.read_csv(job["csv"], dtype=dtypes, keep_default_na=True)
     for n, s in job["columns"].items():
         if s["type"] == "int" and not df[n].isna().any():
             df[n] = df[n].astype("int64")
+        if s["type"] == "datetime":
+            df[n] = pd.to_datetime(df[n])
     meta = metadata(job)
     load_seconds = time.perf_counter() - t0
     pattern = re.compile(r"\bFROM\s+" + re.escape(job["table"]) + r"\b", re.IGNORECASE)

@@ -29,11 +29,12 @@ import weakref
 from dataclasses import dataclass, field
 from fractions import Fraction
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from dpsql.engine.engine import Engine, _sha, kill_point
-from dpsql.errors import BudgetExhaustedError, OperationalError
+from dpsql.engine.engine import Engine, _identity, _sha, kill_point
+from dpsql.errors import BudgetExhaustedError, LedgerCorruptError, OperationalError
 from dpsql.linalg import Identity
 from dpsql.measure import release as rel
 from dpsql.pgm import Measurement
@@ -42,6 +43,7 @@ from dpsql.plan.aim import (AIMOptions, Round, RoundResult, as_charged, exact_sc
                             run_aim, workload_marginals)
 from dpsql.privacy import noise
 from dpsql.privacy.accountant import format_rho
+from dpsql.privacy.ledger import LedgerEntry
 
 __all__ = ["AIMReport", "aim_options", "measure_aim", "aim_cost", "aim_summary"]
 
@@ -83,6 +85,27 @@ def _run_key(engine: Engine, table: str, weights: dict, rho: Fraction, options: 
                 options.unit_rows)[:24]
 
 
+@dataclass(frozen=True)
+class _Charge:
+    """A ledger charge of one AIM run, with the fields a charge always has (the ledger's
+    entry type allows None for a release's)."""
+
+    seq: int
+    rho: Fraction
+    mechanism: dict[str, Any]
+
+    @staticmethod
+    def of(entry: LedgerEntry, run: str) -> _Charge | None:
+        """``entry`` as a charge of the run ``run``, or None when it is not one."""
+        m = entry.mechanism
+        if entry.kind != "charge" or not isinstance(m, dict) or m.get("aim_run") != run:
+            return None
+        if entry.rho is None:
+            raise LedgerCorruptError(f"ledger charge #{entry.seq} of an AIM run has no rho",
+                                     hint="the ledger was edited; start a new ledger")
+        return _Charge(entry.seq, entry.rho, m)
+
+
 class _Driver:
     """The private side of one AIM run (``step``) and its reconstruction (``fit``)."""
 
@@ -93,29 +116,30 @@ class _Driver:
             self.state = engine._sync(table)  # current release identity; loads new releases
         self.schema = self.state.schema
         self.rho, self.options, self.key = rho, options, key
-        self.prefix = f"{self.state.identity.key()}:aim:{key}:"
+        self.prefix = f"{_identity(self.state).key()}:aim:{key}:"
         self.counts: dict[tuple[str, ...], np.ndarray] = {}
         self.spent = Fraction(0)
         self.stored: dict[int, tuple] = {}
         released_charges = set()
-        charges = {}
+        charges: dict[int, _Charge] = {}
         for e in engine.ledger.entries():
-            if e.kind == "charge" and isinstance(e.mechanism, dict) and e.mechanism.get("aim_run") == key:
-                charges[e.seq] = e
+            charge = _Charge.of(e, key)
+            if charge is not None:
+                charges[e.seq] = charge
             elif e.kind == "release" and e.key and e.key.startswith(self.prefix):
                 released_charges.add(e.charge_id)
                 self.stored[int(e.key.rsplit(":", 1)[1])] = (e.key, e.charge_id)
         self.charges = charges
         # a charge without a release at a round index no release has is the round a crash
         # interrupted: the run completes it under that charge (step); any other is lost
-        self.pending: dict[int, object] = {}
-        for seq, e in sorted(charges.items()):
-            r = e.mechanism.get("round")
+        self.pending: dict[int, _Charge] = {}
+        for seq, c in sorted(charges.items()):
+            r = c.mechanism.get("round")
             if seq not in released_charges and isinstance(r, int) and r not in self.stored \
                     and r not in self.pending:
-                self.pending[r] = e
-        pending = {e.seq for e in self.pending.values()}
-        self.lost = sum((e.rho for s, e in charges.items() if s not in released_charges and s not in pending),
+                self.pending[r] = c
+        pending = {c.seq for c in self.pending.values()}
+        self.lost = sum((c.rho for s, c in charges.items() if s not in released_charges and s not in pending),
                         Fraction(0))
 
     # -- the private step ----------------------------------------------------------------
@@ -128,16 +152,17 @@ class _Driver:
             charged = self.pending.pop(rnd.index, None)
             if charged is not None:
                 m = charged.mechanism
-                rnd = as_charged(rnd, Fraction(m["sigma2"]),
+                paid = as_charged(rnd, Fraction(m["sigma2"]),
                                  None if m.get("epsilon") is None else Fraction(m["epsilon"]), charged.rho,
                                  bool(m.get("final")), dict(zip(self.schema.domain.attributes,
                                                                 (int(n) for n in self.schema.domain.shape))),
                                  self.options.unit_rows)
-                if rnd is None or m.get("kind") != rnd.kind:
+                if paid is None or m.get("kind") != paid.kind:
                     raise OperationalError(
                         f"AIM round {charged.mechanism.get('round')} was charged but never released, and "
                         "its charge does not pay for the round this run plans",
                         hint="the ledger or AIM's code changed since; run AIM with another budget or a new ledger")
+                rnd = paid
             return self._fresh(rnd, model, charged)
 
     def _fresh(self, rnd: Round, model, charged=None) -> RoundResult:
@@ -149,9 +174,9 @@ class _Driver:
                 f"rho = {format_rho(view.remaining, 'down')} remains",
                 hint="ask the operator for more budget; the rounds already released are kept "
                      "and re-used when the run continues",
-                requested_rho=float(rnd.rho), remaining_rho=float(view.remaining))
+                requested_rho=rnd.rho, remaining_rho=view.remaining)
         self._count(rnd.cliques)
-        identity = self.state.identity
+        identity = _identity(self.state)
         mechanism = {"purpose": "aim", "aim_run": self.key, "table": self.table,
                      "identity": identity.as_dict(), "identity_key": identity.key(),
                      "round": rnd.index, "kind": rnd.kind, "sigma2": str(rnd.sigma2),
@@ -170,6 +195,8 @@ class _Driver:
         else:
             marg = [np.asarray(model.marginal(c).values) for c in rnd.cliques]
             scores = exact_scores(rnd, [self.counts[c] for c in rnd.cliques], marg)
+            if rnd.epsilon is None or rnd.sensitivity is None:  # plan.aim gives every selection both
+                raise RuntimeError(f"AIM round {rnd.index} selects without an epsilon and a sensitivity")
             chosen = [rnd.cliques[noise.exponential_mechanism(scores, rnd.epsilon, rnd.sensitivity)]]
             del scores, marg
         released = []
@@ -190,7 +217,11 @@ class _Driver:
         if charge is None:
             raise OperationalError(f"AIM round {rnd.index} has a release but no charge of this run",
                                    hint="the ledger was edited; start a new ledger")
-        released = rel.unpack(self.engine.ledger.release(key))
+        payload = self.engine.ledger.release(key)
+        if payload is None:
+            raise LedgerCorruptError(f"the ledger lists AIM release {key!r} but holds no payload for it",
+                                     hint="the ledger was edited or truncated; start a new ledger")
+        released = rel.unpack(payload)
         self._adopt(key, released)
         mech = charge.mechanism
         sigma2 = Fraction(mech["sigma2"])
@@ -244,17 +275,16 @@ def _setup(engine: Engine, table: str, rho=None):
     workload = cache[key]
     weights = workload_marginals(workload)
     options = aim_options(engine, table)
-    rho = Fraction(rho if rho is not None else engine.workload_rho())
+    rho = Fraction(rho if rho is not None else engine.workload_rho(table))
     return workload, weights, options, rho, _run_key(engine, table, weights, rho, options)
 
 
 def aim_cost(engine: Engine, table: str, rho=None) -> Fraction:
     """ρ a ``measure_aim`` call would still charge, exactly: the run's budget minus what it spent."""
     _, _, options, rho, key = _setup(engine, table, rho)
-    spent = sum((e.rho for e in engine.ledger.entries() if e.kind == "charge"
-                 and isinstance(e.mechanism, dict) and e.mechanism.get("aim_run") == key), Fraction(0))
-    final = any(e.kind == "charge" and isinstance(e.mechanism, dict) and e.mechanism.get("aim_run") == key
-                and e.mechanism.get("final") for e in engine.ledger.entries())
+    charges = [c for c in (_Charge.of(e, key) for e in engine.ledger.entries()) if c is not None]
+    spent = sum((c.rho for c in charges), Fraction(0))
+    final = any(c.mechanism.get("final") for c in charges)
     return Fraction(0) if final else max(rho - spent, Fraction(0))
 
 

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpsql.domain import TableSchema, check_keys, load_domain
+from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public
 from dpsql.errors import ConfigError
+from dpsql.engine.people import PeopleSchema, people_views
 from dpsql.measure.source import Source
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
 
@@ -37,7 +39,7 @@ _DPSQL_KEYS = ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_u
 _BUDGET = ("epsilon", "delta", "rho")
 SCHEMA: dict[str, Any] = {
     "": {"dpsql": "dpsql", "budget": "budget", "tables": "tables", "workload": "workload",
-         "policy": "policy", "planner": "planner", "model": "model", "server": "server",
+         "policy": "policy", "planner": "planner", "model": "model", "server": "server", "people": None,
          **{k: None for k in _DPSQL_KEYS}},
     "dpsql": {k: None for k in _DPSQL_KEYS},
     "budget": {**{k: None for k in _BUDGET}, "per_user": "user_budget", "users": "users"},
@@ -45,12 +47,12 @@ SCHEMA: dict[str, Any] = {
     "users": {"*": "user_budget"},
     "tables": {"*": "table"},
     "table": {"domain": None, "domain_table": None, "source": None, "privacy_unit": "privacy_unit",
-              "rows": None},
+              "rows": None, "public": None, "keys": None},
     "privacy_unit": {"id": None, "max_rows": None, "hash_key_file": None},
     "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
     "policy": {"unsupported": None, "allow_spend": None, **{k: None for k in _BUDGET}},
     "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None, "mode": None,
-                "aim_max_model_cells": None, "objective": None},
+                "aim_max_model_cells": None, "objective": None, "binning": None},
     "query": {"sql": None, "weight": None},   # an inline [workload] queries entry
     "model": {"iters": None},
     # read by the wire server (dpsql/server/config.py, which also checks the values)
@@ -58,7 +60,7 @@ SCHEMA: dict[str, Any] = {
                "max_user_connections": None, "query_log_max_bytes": None, "query_log_files": None,
                "max_session_memory": None,
                "max_unauthenticated": None, "auth_timeout": None, "catalog_timeout": None, "query_log": None,
-               "users": "server_users"},
+               "error_columns": None, "estimator": None, "users": "server_users"},
     "server_users": {"*": "server_user"},
     "server_user": {"error_columns": None, "estimator": None, "connection_limit": None},
 }
@@ -124,6 +126,7 @@ def _rho(value: Any, where: str) -> Fraction:
 
 
 PLANNER_MODES = ("hdmm", "aim")
+BINNING_MODES = ("offsets", "bound")
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,10 @@ class PlannerOptions:
     objective: str = "relative"      # or "absolute" (dpsql.plan.objective)
     mode: str = "hdmm"                       # "aim": adaptive measurement (thesis ch. 5)
     aim_max_model_cells: int = 80 * 2**20 // 8  # AIM's JT-SIZE cap (thesis: 80 MB of float64)
+    # SUM/AVG over wide bins: "offsets" measures the rows' offsets from their bins' values
+    # with the workload (unbiased answers); "bound" measures Σ half bin widths and widens the
+    # interval by the worst-case binning error instead (docs/engine.md, "Binning offsets")
+    binning: str = "offsets"
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,15 @@ class Config:
     default_user: str = "analyst"
     error_columns: str = "off"
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
+    # public dimension tables (dpsql.public, read whole: PublicDatabase) and declared keys
+    public_db: Any = field(default=None, compare=False, repr=False)
+    references: tuple = ()
+    # [people]: private tables protected per person, each served through its view (dpsql/engine/people.py)
+    people: PeopleSchema | None = None
+
+    @property
+    def public_tables(self) -> dict:
+        return dict(self.public_db.tables) if self.public_db is not None else {}
 
     def user_budget(self, user: str) -> BudgetSpec | None:
         """The user's cap: their own entry, else the declared default; None means 0 (an
@@ -299,16 +315,20 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     table_rows: dict[str, int] = {}
     if not isinstance(tables_spec, Mapping):
         raise ConfigError(f"{where}: tables must be [tables.NAME] sections")
+    public_db = load_public(tables_spec, base, where)
+    labels_from = labels_resolver(public_db, where)
     for name, spec in tables_spec.items():
         twhere = f"{where}: table {name!r}"
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{twhere}: must be a table", hint=f"write [tables.{name}]")
+        if is_public(spec, twhere):
+            continue
         if "domain" not in spec:
             raise ConfigError(f"{twhere}: missing domain file", hint='domain = "adult.toml"')
         dpath = Path(spec["domain"])
         if not dpath.is_absolute():
             dpath = base / dpath
-        declared = load_domain(dpath)
+        declared = load_domain(dpath, labels_from)
         schema_name = spec.get("domain_table", name)
         if schema_name not in declared:
             raise ConfigError(f"{twhere}: {dpath} declares no table {schema_name!r}",
@@ -336,6 +356,14 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                 raise ConfigError(f"{twhere}: rows must be a positive integer (the table's public size), "
                                   f"got {rows!r}", hint="e.g. rows = 48842, from the data's documentation")
             table_rows[name] = rows
+
+    if not tables:
+        raise ConfigError(f"{where}: every table is public", hint="declare the private table: [tables.NAME] with "
+                                                                  "domain and source")
+    references = declared_references(tables_spec, tables, public_db, where)
+    people = None
+    if raw.get("people") is not None:
+        tables, sources, people = people_views(raw["people"], tables, sources, base, where)
 
     budget_spec = raw.get("budget")
     if budget_spec is None:
@@ -396,13 +424,18 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         raise ConfigError(f"{where}: [planner] objective must be \"relative\" or \"absolute\", "
                           f"got {objective!r}",
                           hint="relative: each query counts against its own per-query baseline")
+    binning = planner_spec.pop("binning", "offsets")
+    if binning not in BINNING_MODES:
+        raise ConfigError(f"{where}: [planner] binning must be \"offsets\" or \"bound\", got {binning!r}",
+                          hint='"offsets" (the default) measures the binning offsets: unbiased SUM/AVG '
+                               '(docs/engine.md, "Binning offsets")')
     try:
         planner = PlannerOptions(**{k: int(v) for k, v in planner_spec.items()},
-                                 objective=objective, mode=mode)
+                                 objective=objective, mode=mode, binning=binning)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: [planner]: {exc}",
                           hint="options: restarts, seed, max_clique_cells, max_model_cells, "
-                               "objective, mode, aim_max_model_cells") from None
+                               "objective, mode, binning, aim_max_model_cells") from None
     return Config(path=path, tables=tables, sources=sources, budget=budget, user_budgets=users,
                   default_user_budget=default_user_budget, workload_budget=workload_budget,
                   query_budget=query_budget, table_rows=table_rows, ledger_path=ledger_path, cache_dir=cache_dir,
@@ -410,6 +443,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
                   workload_weights=tuple(w for _, w in workload), planner=planner,
                   fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 20000))),
                   default_user=str(section.get("default_user", "analyst")),
-                  error_columns=error_columns, allow_spend=allow_spend)
+                  error_columns=error_columns, allow_spend=allow_spend, public_db=public_db,
+                  references=references, people=people)
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.domain import TableSchema
+from dpsql.public import StarCatalog
 from dpsql.engine.bounds import BoundsModel
 from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
@@ -109,6 +110,12 @@ class TableState:
     # (model, variance, version) fitted to an earlier set of this identity's releases: it answers
     # while the model of the current set is fitted (``Engine.model(stale_ok=True)``, issue 34 item 8)
     stale: tuple | None = None
+    # the number of linear queries of the workload on this table (per-query baselines)
+    workload_rows: int | None = None
+    # released binning offsets (``dpsql.engine.offsets``; never in the model) and, per
+    # column, their least-squares answers (built on first use after a release)
+    offsets: list[Released] = field(default_factory=list)
+    offset_models: dict | None = None
 
 
 def _retire_model(state: TableState) -> None:
@@ -153,7 +160,10 @@ class Engine:
     def __init__(self, config: Config, backend: Backend | None = None,
                  progress: Callable[[str, dict], None] | None = None) -> None:
         self.config = config
-        self.catalog = dict(config.tables)
+        # the private tables, with the public ones and the declared keys beside them
+        self.catalog = StarCatalog(config.tables, config.public_tables, config.references,
+                                   query=config.public_db.query if config.public_db is not None else None,
+                                   people=config.people)
         # source files' hashes are kept beside the ledger, so a new process does not read a
         # whole source to know that its releases still apply (issue 17)
         self.backend = backend if backend is not None else open_backend(
@@ -175,6 +185,7 @@ class Engine:
         self._lock = threading.RLock()
         self.tables: dict[str, TableState] = {n: TableState(s) for n, s in self.catalog.items()}
         self._strategy_cache: StrategyCache | None = None
+        self._view_shares: dict[Fraction, dict[str, Fraction]] = {}
         self._seen_seq = 0
         self._charges: dict[int, LedgerEntry] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
@@ -262,6 +273,7 @@ class Engine:
             identity = TableIdentity.of(state.schema, self.config.sources[table], content, self.config.noise)
             if identity != state.identity:
                 state.released, state.release_keys = [], set()
+                state.offsets, state.offset_models = [], None
                 state.model = state.variance = state.model_last = state.stale = None
                 if state.identity is not None:
                     # sessions cache answers per model version: the old identity's answers
@@ -277,6 +289,10 @@ class Engine:
                     raise LedgerCorruptError(f"the ledger lists release {entry.key!r} but holds no payload for it",
                                              hint="restore the ledger file from a backup")
                 state.released.extend(rel.unpack(payload))
+                offsets = rel.unpack_offsets(payload)
+                if offsets:
+                    state.offsets.extend(offsets)
+                    state.offset_models = None
                 state.release_keys.add(entry.key)
                 _retire_model(state)  # refit lazily with a warm start
         return state
@@ -312,6 +328,13 @@ class Engine:
         """Compile workload SQL (public) into an HDMM workload over the table's domain,
         one query part per linear query, scaled for the configured objective
         (``dpsql.plan.objective``; weights from ``-- weight:`` comments or the config)."""
+        return self._workload(table, queries)[:4]
+
+    def _workload(self, table: str, queries: Sequence[str] | None = None):
+        """``workload_for`` plus the offset queries of its SUMs over wide bins, each with the
+        index of its SUM's query part.  Under ``[planner] binning = "offsets"`` the
+        offsets replace the binning-bound queries (Σ half bin widths), which are then left
+        out of the workload (docs/engine.md, "Binning offsets")."""
         from dpsql.plan import QuerySpec, Workload
         from dpsql.sql import compile as compile_sql
 
@@ -321,22 +344,33 @@ class Engine:
             queries, weights = list(queries), []
         weights = weights + [1.0] * (len(queries) - len(weights))
         state = self._state(table)
-        specs, names, blocks, labels = [], [], [], []
+        specs, names, labels = [], [], []
+        blocks: list = []
+        offsets: list[tuple[Any, int]] = []
+        measured = self.config.planner.binning == "offsets"
         for sql, weight in zip(queries, weights):
             cq = compile_sql(sql, self.catalog)
             if cq.table != table:
                 continue
+            pairs = cq.offset_pairs() if measured else {}
+            replaced = {bound for bound, _ in pairs.values()}
+            part_of = {}
             for lq in cq.linear_queries:
+                if lq.name in replaced:
+                    continue
+                part_of[lq.name] = len(blocks)
                 blocks.append(lq.matrix)
                 specs.append(QuerySpec(f"{sql} [{lq.description}]", lq.matrix, weight))
                 labels.append((sql, lq.description, unit_of(lq.kind, lq.description)))
+            offsets += [(lq, part_of[pairs[lq.name][1]]) for lq in cq.offset_queries
+                        if lq.name in pairs and pairs[lq.name][1] in part_of]
             names.append(sql)
         if not blocks:
             raise ProgrammingError(f"the workload has no queries on table {table!r}",
                                    hint="add SQL statements over this table to [workload]")
         workload = Workload.of_queries(state.schema.domain, specs, noise=self.config.noise,
                                        objective=self.config.planner.objective)
-        return workload, names, blocks, labels
+        return workload, names, blocks, labels, offsets
 
     def plan(self, table: str, queries: Sequence[str] | None = None,
              rho: Fraction | float | None = None) -> PlanReport:
@@ -344,23 +378,35 @@ class Engine:
 
         t0 = time.perf_counter()
         workload, names, blocks, labels = self.workload_for(table, queries)
-        configured = rho is None or Fraction(rho) == self.workload_rho()
-        rho = Fraction(rho) if rho is not None else self.workload_rho()
-        strategy = self.optimize_counted(workload, rho, self.config.sources[table].unit_rows)
+        configured = rho is None or Fraction(rho) == self.workload_rho(table)
+        rho = Fraction(rho) if rho is not None else self.workload_rho(table)
+        unit_rows = self.config.sources[table].unit_rows
+        strategy = self.optimize_counted(workload, rho, unit_rows)
         if configured:
             # a plan at another budget (`dpsql plan --epsilon`) is a what-if: `measure` must
             # never run a strategy planned for a budget it is not given
             with self._lock:
                 self._state(table).strategy = strategy
         m = sum(b.shape[0] for b in blocks)
-        s2 = gaussian_sigma2_unit(float(rho))   # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2)
+        # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2); every sensitivity is
+        # multiplied by the rows one privacy unit may contribute (max_rows, a view's bound),
+        # as the measurement calibrates it (release.calibrate): before issue 32 the plan
+        # reported the errors of one row per unit whatever max_rows was
+        # The declared workload's binning offsets take their share of rho from the counts,
+        # and add their noise to the SUMs they complete (docs/engine.md, "Binning offsets")
+        from dpsql.engine.offsets import offset_variances
+        planned = self._offset_blocks(table, strategy, rho) if queries is None else None
+        share = planned[1] if planned is not None else Fraction(0)
+        added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
+        s2_all = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
+        s2 = gaussian_sigma2_unit(float(rho - share)) * unit_rows ** 2
         per_query = []
-        for part, (sql, aggregate, unit), (tse, base_tse, floor) in zip(
-                workload.parts, labels, query_errors(strategy)):
+        for i, (part, (sql, aggregate, unit), (tse, base_tse, floor)) in enumerate(zip(
+                workload.parts, labels, query_errors(strategy))):
             per_query.append(QueryReport(
-                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows),
-                math.sqrt(base_tse * s2 / part.rows),
-                None if floor is None else math.sqrt(floor * s2 / part.rows), unit))
+                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(i, 0.0)),
+                math.sqrt(base_tse * s2_all / part.rows),
+                None if floor is None else math.sqrt(floor * s2_all / part.rows), unit))
         units = units_of(per_query)
         if per_query:
             rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in per_query) / m)
@@ -382,9 +428,9 @@ class Engine:
             advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
                             total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
-                          None if bound is None else math.sqrt(bound[0] * s2 / m),
+                          None if bound is None else math.sqrt(bound[0] * s2_all / m),
                           bool(bound and bound[1]), self.config.planner.objective,
-                          tuple(per_query), advice, units)
+                          tuple(per_query), advice, units, float(share))
 
     def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
@@ -436,22 +482,69 @@ class Engine:
             state = self._sync(table)
             return [Measurement(b.clique, b.query(), values, sd) for b, values, sd in state.released]
 
-    def workload_rho(self) -> Fraction:
-        """The exact ρ one workload measurement is given (``[workload]`` or the total)."""
-        return (self.config.workload_budget or self.config.budget).rho
+    def workload_rho(self, table: str | None = None) -> Fraction:
+        """The exact ρ one workload measurement is given (``[workload]`` or the total);
+        for a view of a people schema its share of it (``view_shares``)."""
+        total = (self.config.workload_budget or self.config.budget).rho
+        people = self.config.people
+        if table is None or people is None or table not in people.views:
+            return total
+        return self.view_shares(total).get(table, Fraction(0))
+
+    def view_shares(self, rho: Fraction) -> dict[str, Fraction]:
+        """The workload budget ``rho`` divided across the views that have workload queries,
+        minimising their total expected error (``dpsql/engine/people_plan.py``; public)."""
+        from dpsql.engine.people_plan import view_costs
+        from dpsql.plan.views import split_budget
+
+        rho = Fraction(rho)
+        with self._lock:
+            cached = self._view_shares.get(rho)
+        if cached is None:
+            cached = split_budget(rho, {v: c.cost for v, c in view_costs(self, rho).items()})
+            with self._lock:
+                self._view_shares[rho] = cached
+        return dict(cached)
 
     # -- measurement -------------------------------------------------------------------------
-    def _release_plan(self, table: str, strategy: Strategy, rho: Fraction, purpose: str):
+    def _release_plan(self, table: str, strategy: Strategy, rho: Fraction, purpose: str, offsets=None):
         """Lattice blocks, calibrated noise and the release key (all public): the table's
-        release identity, then what this release measures and how (blocks, lattice, σ)."""
+        release identity, then what this release measures and how (blocks, lattice, σ).
+        With ``offsets`` (``offset_plan``: offset blocks and their share of ρ), the counts'
+        blocks get ρ − ρ_o and the offset blocks, after them, ρ_o."""
         state = self._state(table)
         source = self.config.sources[table]
-        blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho,
+        extra, share = offsets if offsets is not None else ([], Fraction(0))
+        blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
                                           family=self.config.noise, unit_rows=source.unit_rows)
+        if extra:
+            oplan = rel.calibrate(extra, share, family=self.config.noise, unit_rows=source.unit_rows)
+            blocks = blocks + list(extra)
+            plan = rel.NoisePlan(plan.family, plan.params + oplan.params, plan.rho + oplan.rho)
         key = _identity(state).key() + ":" + _sha(
             purpose, float(plan.rho), [str(p) for p in plan.params],
-            *[(b.clique, b.scale, b.weight) for b in blocks], *[f for b in blocks for f in b.factors])
+            *[(b.clique, b.scale, b.weight) + ((b.offsets, b.bound) if b.offsets else ()) for b in blocks],
+            *[f for b in blocks for f in b.factors])
         return blocks, plan, key
+
+    def offset_plan(self, table: str, strategy: Strategy, rho: Fraction):
+        """The workload's offset blocks and their share of ``rho`` (``dpsql.engine.offsets``),
+        or None: binning bounds instead (``[planner] binning``), a backend that cannot sum
+        offsets, or no SUM/AVG over wide bins in the workload."""
+        planned = self._offset_blocks(table, strategy, rho)
+        return None if planned is None else ([b for b, _ in planned[0]], planned[1])
+
+    def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction):
+        """``offset_plan`` with the workload queries each block serves."""
+        from dpsql.engine.offsets import offset_blocks, offset_share
+
+        if self.config.planner.binning != "offsets" or not hasattr(self.backend, "sum_offsets"):
+            return None
+        workload, *_, queries = self._workload(table)
+        blocks = offset_blocks(self._state(table).schema, queries)
+        if not blocks:
+            return None
+        return blocks, offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
 
     def measure_cost(self, table: str, rho: Fraction | None = None) -> Fraction:
         """ρ the workload measurement would charge now: 0 when it was already released."""
@@ -460,8 +553,9 @@ class Engine:
             self.plan(table)
         with self._lock:
             self._sync(table)
-            share = Fraction(rho) if rho is not None else self.workload_rho()
-            blocks, plan, key = self._release_plan(table, state.strategy, share, "workload")
+            share = Fraction(rho) if rho is not None else self.workload_rho(table)
+            blocks, plan, key = self._release_plan(table, state.strategy, share, "workload",
+                                                   self.offset_plan(table, state.strategy, share))
             if key in state.release_keys or self._unreleased_charge(key):
                 return Fraction(0)
             self._check_useful(table, blocks, plan, share)
@@ -501,7 +595,8 @@ class Engine:
         have an expected error (noise standard deviation) above the table's declared
         ``rows``, or, for a table that declares none, its share is below a millionth of the
         total budget (noise over 1000 times what the whole budget gives)."""
-        error = min(rel.stddev(b, p, plan.family) for b, p in zip(blocks, plan.params))
+        # the counts' noise (offset blocks are in a column's units, not rows)
+        error = min(rel.stddev(b, p, plan.family) for b, p in zip(blocks, plan.params) if b.offsets is None)
         rows = self.config.table_rows.get(table)
         total = self.config.budget.rho
         if rows is not None:
@@ -519,19 +614,20 @@ class Engine:
             "nothing was spent",
             hint="measure with a larger share of the budget (--epsilon, [workload] or [policy] epsilon), "
                  "or have the operator grant a new budget (a new ledger)",
-            requested_rho=float(share), remaining_rho=float(self.ledger.remaining(None)),
+            requested_rho=Fraction(share), remaining_rho=Fraction(self.ledger.remaining(None)),
             expected_error=error)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
-                         purpose: str, requested_by: str | None = None) -> MeasureReport:
-        """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc)."""
+                         purpose: str, requested_by: str | None = None, offsets=None) -> MeasureReport:
+        """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc),
+        and the ``offsets`` (``offset_plan``) in the same release."""
         t0 = time.perf_counter()
         state = self._state(table)
         # the ledger's lock first: waiting for another process must not block this
         # engine's queries (they take only self._lock)
         with self.ledger.measurement_lock(), self._lock:
             self._sync(table)  # re-read the ledger under the lock: another process may have measured
-            blocks, plan, key = self._release_plan(table, strategy, rho, purpose)
+            blocks, plan, key = self._release_plan(table, strategy, rho, purpose, offsets)
             cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
             if key in state.release_keys:
                 return MeasureReport(table, Fraction(0), True, len(blocks), cells, time.perf_counter() - t0)
@@ -549,41 +645,49 @@ class Engine:
                     f"but it now costs {cost}", hint="the ledger was edited; start a new ledger")
             view = self.ledger.preview(principal, cost)
             if unreleased is None and not view.fits:
-                remaining = float(view.remaining)
                 raise BudgetExhaustedError(
                     f"measuring this needs rho = {format_rho(cost, 'up')} but only rho = "
                     f"{format_rho(view.remaining, 'down')} remains"
                     + (f" for {principal!r}" if view.remaining_user is not None
                        and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
-                    requested_rho=float(cost), remaining_rho=remaining)
+                    requested_rho=Fraction(cost), remaining_rho=Fraction(view.remaining))
             if unreleased is None:
                 self._check_useful(table, blocks, plan, cost)   # before any data is read
-            cliques = [b.clique for b in blocks]
+            cliques = [b.clique for b in blocks if b.offsets is None]
+            requests = [(b.clique, b.offsets) for b in blocks if b.offsets is not None]
             self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells})
             if hasattr(self.backend, "fingerprint"):
                 # counted only from the content the identity names (else nothing is charged)
                 counts = self.backend.count_marginals(state.schema, cliques, expect=state.content)
+                sums = self.backend.sum_offsets(state.schema, requests, expect=state.content) if requests else {}
             else:
                 counts = self.backend.count_marginals(state.schema, cliques)
-            exact = [b.apply(counts[b.clique]) for b in blocks]
+                sums = self.backend.sum_offsets(state.schema, requests) if requests else {}
+            exact = [b.apply(counts[b.clique] if b.offsets is None else sums[(b.clique, b.offsets)])
+                     for b in blocks]
             kill_point("counted")
             if unreleased is None:
                 charge_id = self.ledger.charge(principal, cost, key, {
                     "purpose": purpose, "table": table, "family": plan.family,
                     **({"requested_by": requested_by} if requested_by else {}),
                     "identity": _identity(state).as_dict(), "identity_key": _identity(state).key(),
-                    "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p)}
+                    "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p),
+                                **({"offsets": b.offsets, "bound": b.bound} if b.offsets else {})}
                                for b, p in zip(blocks, plan.params)]}).id
             else:
                 charge_id, cost = unreleased.seq, Fraction(0)   # this call spends nothing
             kill_point("charged")
             released = [(b, rel.noisy_values(b, x, p, plan.family), rel.stddev(b, p, plan.family))
                         for b, x, p in zip(blocks, exact, plan.params)]
-            del exact, counts
+            del exact, counts, sums
             kill_point("drawn")
             self.ledger.record_release(charge_id, key, rel.pack(released))
             kill_point("released")
+            if any(b.offsets for b, _, _ in released):
+                state.offsets.extend(r for r in released if r[0].offsets)
+                state.offset_models = None
+                released = [r for r in released if not r[0].offsets]
             state.released.extend(released)
             state.release_keys.add(key)
             _retire_model(state)  # refit lazily with a warm start
@@ -599,8 +703,21 @@ class Engine:
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
-        return self.measure_strategy(table, state.strategy, rho if rho is not None else self.workload_rho(),
-                                     self.WORKLOAD_PRINCIPAL, "workload", requested_by)
+        rho = rho if rho is not None else self.workload_rho(table)
+        return self.measure_strategy(table, state.strategy, rho, self.WORKLOAD_PRINCIPAL, "workload", requested_by,
+                                     self.offset_plan(table, state.strategy, Fraction(rho)))
+
+    def offset_models(self, table: str) -> dict:
+        """Per column, the least-squares answers of its released binning offsets
+        (``dpsql.engine.offsets.offset_models``); empty when none were measured."""
+        from dpsql.engine.offsets import offset_models
+
+        state = self._state(table)
+        with self._lock:
+            self._sync(table)
+            if state.offset_models is None:
+                state.offset_models = offset_models(state.schema, state.offsets)
+            return state.offset_models
 
     def unsupported_workload(self, table: str, queries: Sequence[str] | None = None) -> list:
         """The workload's linear-query blocks the released measurements do not support."""

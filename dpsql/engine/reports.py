@@ -128,6 +128,9 @@ class PlanReport:
     # judged from the counts' RMSE
     advice: str | None = None
     units: tuple[UnitReport, ...] = ()
+    # the share of rho the binning offsets of the workload's SUMs/AVGs get (docs/engine.md,
+    # "Binning offsets"); the counts' errors above are at rho minus it
+    offsets_rho: float = 0.0
 
     @property
     def count_rmse(self) -> float | None:
@@ -145,6 +148,9 @@ class PlanReport:
             n = f"{u.queries} linear quer{'y' if u.queries == 1 else 'ies'}"
             out.append(f"  {u.unit}: {u.rmse:,.2f} over {u.rows:,} row{'' if u.rows == 1 else 's'} of {n} "
                        f"(per-query baseline: {u.baseline:,.2f})")
+        if self.offsets_rho > 0:
+            out.append(f"  binning offsets of the SUMs/AVGs over wide bins: rho = {self.offsets_rho:.4g} "
+                       f"({self.offsets_rho / self.rho:.0%}; unbiased SUM/AVG, their noise is in the SUM rows above)")
         return out
 
     @property

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
-from dpsql.engine.variance import Z95, interval_stderr
+from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview, gaussian_sigma2_unit
+from dpsql.engine.variance import Z95, cap_stderr, interval_stderr
 from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
@@ -48,10 +48,36 @@ ROLES = ("operator", "analyst")
 BUDGET_SETTING = "dpsql.budget_remaining"
 
 
+def baseline_stderr(engine, table: str, matrix) -> float | None:
+    """Per row, the standard error of this linear query under the per-query mechanism:
+    measured on its own as one of the k linear queries of the table's workload, at the
+    workload's budget (the plan report's baseline, ``plan.objective.baseline_variance``).
+    None when the table has no workload queries (issue 35 item 6).  Public: the workload,
+    the budget and the query's sensitivity."""
+    from dpsql.plan.objective import baseline_variance
+
+    state = engine._state(table)
+    k = state.workload_rows
+    if k is None:
+        try:     # the plan's query parts (binning-bound queries the offsets replace are not)
+            k = len(engine.workload_for(table)[2]) if engine.config.workload else 0
+        except ProgrammingError:
+            k = 0                                   # no workload query on this table
+        state.workload_rows = k
+    rho = engine.workload_rho(table)
+    if not k or not rho > 0:
+        return None
+    laplace = engine.config.noise == "laplace"
+    sens = float(matrix.sensitivity(1 if laplace else 2))
+    unit_rows = engine.config.sources[table].unit_rows
+    return math.sqrt(baseline_variance(sens, k, engine.config.noise)
+                     * gaussian_sigma2_unit(float(rho)) * unit_rows ** 2)
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # "text" | "integer" | "double"
+    type: str  # "text" | "integer" | "double" | "date" | "timestamp"
 
 
 @dataclass
@@ -79,6 +105,9 @@ class Result:
     # ``stderr`` already includes (stderr = σ + bias/Z95, so ± Z95·stderr is the 95% interval
     # widened by it): such a cell's interval is *bounded*, not a pure 95% CI (None elsewhere)
     bias: list[tuple] = field(default_factory=list)
+    # the statement has values whose interval may include a binning bound (``bias``): the
+    # wire server announces a ``binned`` flag for it (``CompiledQuery.may_be_binned``)
+    binnable: bool = False
     # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
     # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
     appended: int = 0
@@ -111,6 +140,10 @@ def _type_name(pg_type: str) -> str:
         return "integer"
     if t in ("double precision", "numeric", "real", "float8", "double"):
         return "double"
+    if t == "date":
+        return "date"
+    if t in ("timestamp", "timestamp without time zone"):
+        return "timestamp"
     return "text"
 
 
@@ -178,7 +211,15 @@ class Session:
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
         columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
         if compiled.is_schema_probe:
-            return Result(columns, [], seconds=time.perf_counter() - t0)
+            # no rows to tell value columns by: the compiled aggregates are, so a probe's columns
+            # are the answer's (error columns and all; the wire's Describe says the same)
+            values = [j for j, c in enumerate(compiled.columns) if c.is_aggregate]
+            return self._with_error_columns(Result(columns, [], seconds=time.perf_counter() - t0), values)
+        if compiled.exact_rows is not None:
+            # public tables alone: their content is public metadata, shown exactly and free
+            rows = list(compiled.exact_rows)
+            return self._with_error_columns(Result(columns, rows, [(None,) * len(columns)] * len(rows),
+                                                   [False] * len(rows), seconds=time.perf_counter() - t0), [])
         # A mapping of named parameters is keyed by its items (its keys alone would make two
         # different bindings share one cached answer).
         bound = None if params is None else tuple(sorted(params.items(), key=lambda kv: str(kv[0]))) \
@@ -246,7 +287,7 @@ class Session:
             ranges.append(tuple(rng))
         result = Result(columns, list(rows), cleaned, inferred,
                         cost=cost, seconds=time.perf_counter() - t0, model_version=version,
-                        model=_model_kind(model), bounds=ranges,
+                        model=_model_kind(model), bounds=ranges, binnable=compiled.may_be_binned(),
                         bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
                                     for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
         self._remember(key, result)
@@ -413,21 +454,54 @@ class Session:
             return self._answer_rows(compiled, model, variance)
 
     def _answer_rows(self, compiled, model, variance):
-        answers, stderrs, unsupported = {}, {}, []
+        answers: dict[str, np.ndarray] = {}
+        stderrs: dict[str, np.ndarray] = {}
+        unsupported: list = []
         least_squares = self.settings.get("dpsql.estimator") == "least_squares"
+        replaced = self._answer_offsets(compiled, answers, stderrs)
         for lq in compiled.linear_queries:
+            if lq.name in replaced:
+                continue     # a binning bound the measured offsets make unnecessary
             if least_squares:
                 answers[lq.name], _ = variance.least_squares(lq.matrix)
                 err, sup = variance.analyse(lq.matrix)
             else:
                 answers[lq.name] = np.asarray(model.answer(lq.matrix), dtype=np.float64)
                 err, sup, estimate, nonneg = variance.analyse_estimates(lq.matrix)
-                # the model's interval must contain the unbiased one (issue 29: sparse domains)
-                err = np.where(sup, interval_stderr(answers[lq.name], estimate, err, nonneg), err)
+                # the model's interval must contain the unbiased one (issue 29: sparse domains),
+                # widened no further than the per-query baseline (issue 35 item 6)
+                wide = interval_stderr(answers[lq.name], estimate, err, nonneg)
+                if np.any(sup & (wide > err)):
+                    base = baseline_stderr(self.engine, compiled.table, lq.matrix)
+                    wide = cap_stderr(wide, err, base)
+                err = np.where(sup, wide, err)
             stderrs[lq.name] = err
             if not sup.all():
                 unsupported.append(lq)
         return answers, stderrs, unsupported
+
+    def _answer_offsets(self, compiled, answers, stderrs) -> set[str]:
+        """Answer the offset queries the released binning offsets support (least squares:
+        unbiased, docs/engine.md "Binning offsets") into ``answers``/``stderrs``; returns
+        the binning-bound queries they replace.  A SUM whose offsets are not all supported
+        keeps its bound (option b) and is marked ``binned``."""
+        if not compiled.offset_queries:
+            return set()
+        models = self.engine.offset_models(compiled.table)
+        pairs = compiled.offset_pairs()
+        replaced = set()
+        for lq in compiled.offset_queries:
+            vm = models.get(lq.offset_column)
+            if vm is None or lq.name not in pairs:
+                continue
+            err, sup, estimate, _ = vm.analyse_estimates(lq.matrix)
+            if not (sup.all() and np.all(np.isfinite(estimate)) and np.all(np.isfinite(err))):
+                continue
+            answers[lq.name], stderrs[lq.name] = estimate, err
+            bound = pairs[lq.name][0]   # the bound and the offsets share the predicate and column
+            if bound is not None:
+                replaced.add(bound)
+        return replaced
 
     def _refuse_prior(self, compiled, unsupported) -> None:
         """Policy "informed": refuse when a value would be the model's prior, i.e. its
@@ -469,6 +543,8 @@ class Session:
         out = {}
         unsupported_names = {lq.name for lq in unsupported}
         for lq in compiled.linear_queries:
+            if lq.name not in answers and lq.name not in unsupported_names:
+                continue     # a binning bound replaced by measured offsets (_answer_offsets)
             value = np.asarray(answers.get(lq.name, np.zeros(0)), dtype=float)
             if lq.name not in unsupported_names:
                 out[lq.name] = (value, value)
@@ -510,8 +586,8 @@ class Session:
                 f"answering needs a new measurement of rho = {format_rho(preview.rho, 'up')} but only "
                 f"rho = {format_rho(preview.remaining, 'down')} remains for {self.user!r}; nothing was spent",
                 hint="answer from existing measurements (SET dpsql.policy = 'informed'), or ask the "
-                     "operator for more budget", requested_rho=float(preview.rho),
-                remaining_rho=float(preview.remaining))
+                     "operator for more budget", requested_rho=Fraction(preview.rho),
+                remaining_rho=Fraction(preview.remaining))
         if preview.rho > 0:
             self._confirm_spend(preview, table, ", ".join(lq.description for lq in unsupported))
         return self.engine.measure_strategy(table, strategy, rho, self.user, purpose)
@@ -597,13 +673,16 @@ class Session:
                 hint="answer from existing measurements (policy 'informed'), or ask the operator "
                      "for more budget")
 
-    def _with_error_columns(self, result: Result) -> Result:
+    def _with_error_columns(self, result: Result, values: Sequence[int] | None = None) -> Result:
+        """``result`` with the columns ``dpsql.error_columns`` asks for, after the value columns
+        (``values``: their indices; by default those with a standard error in some row)."""
         mode = self.settings.get("dpsql.error_columns", "off")
         if mode == "off":
             return result
         cols = list(result.columns)
-        value_idx = [j for j, c in enumerate(result.columns)
-                     if any(r[j] is not None for r in result.stderr)] if result.stderr else []
+        value_idx = list(values) if values is not None else [
+            j for j, c in enumerate(result.columns)
+            if any(r[j] is not None for r in result.stderr)] if result.stderr else []
         for name in error_column_names([result.columns[j].name for j in value_idx], mode):
             cols.append(Column(name, "double"))
         rows, stderr, bounds = [], [], []

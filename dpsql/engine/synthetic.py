@@ -23,6 +23,7 @@ import numpy as np
 
 from dpsql.domain import TableSchema
 from dpsql.errors import ProgrammingError
+from dpsql.timeaxis import iso_text
 
 __all__ = ["SyntheticTable", "decode_cells", "synthesize"]
 
@@ -47,6 +48,8 @@ def _column(attr, cells: np.ndarray, numbers: str, rng: np.random.Generator) -> 
         table = np.array(labels, dtype=object)
         return table[cells].tolist(), "text"
     null = attr.null_index
+    if attr.kind in ("date", "timestamp"):
+        return _time_column(attr, cells, numbers, rng)
     if numbers == "label":
         if attr.kind == "integer":
             vals = [None if b is None else (int(b[0]) if b[0] == b[1] else lab)
@@ -72,6 +75,25 @@ def _column(attr, cells: np.ndarray, numbers: str, rng: np.random.Generator) -> 
         for i in np.flatnonzero(cells == null):
             out[i] = None
     return out, kind
+
+
+def _time_column(attr, cells: np.ndarray, numbers: str, rng: np.random.Generator) -> tuple[list, str]:
+    """A time axis: ``label`` writes the period's first day (a date: ISO text of a day, a
+    month's first day, …; a timestamp's period start), ``value`` a uniform day or microsecond
+    inside the period; NULL stays NULL.  Written as ISO text, which the reader reads back."""
+    bounds = attr.bin_bounds()
+    out: list = []
+    for c in cells.tolist():
+        b = bounds[c]
+        if b is None:
+            out.append(None)
+            continue
+        first, last = b
+        if numbers == "value" and first != last:
+            step = attr._step
+            first = first + step * int(rng.integers(0, (last - first) // step + 1))
+        out.append(iso_text(first))
+    return out, "text"
 
 
 def decode_cells(schema: TableSchema, cells: np.ndarray, *, numbers: str = "label",

@@ -220,6 +220,10 @@ class Indicator(Values):
         return f"Indicator({self.n}, {list(self.cells)!r})"
 
 
+#: Largest n×n gram of a ``Bucket`` materialised by ``Bucket.gram`` (beyond: the lazy product).
+_GRAM_CELLS = 1 << 24
+
+
 class Bucket(QueryMatrix):
     """R_f (r×n): row b sums the cells a with f(a) = b ("compress domain", Table 2).
 
@@ -266,6 +270,20 @@ class Bucket(QueryMatrix):
 
     def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return np.asarray(self._matrix.T @ Y, dtype=np.float64)
+
+    def gram(self) -> QueryMatrix:
+        # RᵀR[a, b] = 1 when a and b share a bucket.  A GROUP BY over every cell of its own
+        # (a permutation of the cells) has the identity gram; else, on an attribute small
+        # enough for the n×n gram to be materialised anyway, the gram comes from comparing
+        # the mapping with itself in O(n²), not from the n³ product of the generic path
+        # (a 1,459-label GROUP BY: 0.1 s per query, issue 35 item 2).
+        f = self.mapping
+        if np.array_equal(np.sort(f), np.arange(self.n)):
+            return Identity(self.n)
+        if self.n * self.n <= _GRAM_CELLS:
+            same = (f[:, None] == f[None, :]) & (f >= 0)[:, None]
+            return Explicit(same.astype(np.float64))
+        return super().gram()
 
     def pinv(self) -> QueryMatrix:
         # R Rᵀ = diag(bucket sizes), so R⁺ = Rᵀ (R Rᵀ)⁺ with empty buckets giving 0.

@@ -28,8 +28,8 @@ from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.scratch import Scratch, sweep, sweep_legacy, user_root
 from dpsql.measure.counting import (Backend, ColumnCheck, DataCheck, SqlBackend, changed_error, check_cliques,
-                                    consistent_files, decode, engine_error, project_counts, reduce_cliques,
-                                    spread)
+                                    consistent_files, decode, decode_offsets, engine_error, offset_attributes,
+                                    offset_columns, project_counts, reduce_cliques, spread)
 from dpsql.measure.source import CsvDialect, Source, parquet_files, remember_fingerprint
 from dpsql.sql.syntax import exp
 
@@ -142,7 +142,7 @@ class DuckDBBackend(SqlBackend):
         fp = framed.fingerprint if source.data_version is None else {"data_version": source.data_version}
         return framed, fp
 
-    def _csv_cells(self, schema: TableSchema, framed, bounded: bool = True):
+    def _csv_cells(self, schema: TableSchema, framed, bounded: bool = True, offsets: Sequence[str] = ()):
         """(SELECT of every record's cells, bounded per privacy unit when ``bounded``;
         {attribute: Converted}; raw value expressions; the fields relation) over the framed
         file.  Depends on public metadata only (schema, source, header, framed path)."""
@@ -164,9 +164,10 @@ class DuckDBBackend(SqlBackend):
                                                                expressions=[exp.Literal.string(v) for v in d.null]))
                               if d.null else exp.true())
             id_expr = exp.Case().when(has_id, raw_id)
-        cells = sqlgen.cells_select(schema, rel, conv, id_expr)
+        cells = sqlgen.cells_select(schema, rel, conv, id_expr, offsets)
         if source.id_column and bounded:
-            cells = sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect)
+            cells = sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect,
+                                   offset_columns(schema, offsets))
         return cells, conv, raws, rel
 
     def _encode(self, schema: TableSchema, expect: dict | None = None) -> str:
@@ -243,6 +244,30 @@ class DuckDBBackend(SqlBackend):
             rows = self._run(query.sql(self.dialect)).fetchnumpy()
         return spread(_decode_numpy(rows, used, columns, maximal, domain), cliques, maximal)
 
+    def sum_offsets(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                    expect: dict | None = None) -> dict[tuple[Clique, str], np.ndarray]:
+        """``SqlBackend.sum_offsets``; a CSV source is framed again and read through the
+        total reader with its values (the encoded table holds cells only)."""
+        source = self._source(schema.name)
+        if source.kind != "csv":
+            return super().sum_offsets(schema, requests, expect)
+        check_cliques(schema, [c for c, _ in requests])
+        if not requests:
+            return {}
+        current = expect if expect is not None else self.fingerprint(schema.name)
+        with self._lock:
+            try:
+                framed, fp = self._frame(schema)
+                cells, *_ = self._csv_cells(schema, framed, offsets=offset_attributes(schema, requests))
+                query, used, maximal, summed = self.offsets_query(schema, requests, cells)
+                rows = self._run(query.sql(self.dialect), [source.hash_key or ""] if source.id_column else [],
+                                 what="the measurement query", secret=source.hash_key).fetchall()
+            finally:
+                self._drop_framed()
+        if fp != current:
+            raise changed_error(schema.name, while_reading=True)
+        return decode_offsets(rows, used, maximal, summed, requests, schema.domain)
+
     # -- operator data check (local only: never reachable by analysts) ----------------------
     def data_check(self, schema: TableSchema, examples: int = 5) -> DataCheck:
         """Per column, how many values landed where (``reader.STATUSES``), with a few example
@@ -308,10 +333,20 @@ class DuckDBBackend(SqlBackend):
             self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM {self._encode(schema)}')
             return
         columns = self.check_schema(schema)
-        with self._read(schema.name, source, None) as rd:
+        with self._read_source(schema.name, source, None) as rd:
             query = self.cells_query(schema, columns, rd.scan).sql(self.dialect)
             self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM ({query}) AS __cells',
                               [source.hash_key or ""] if source.id_column else [])
+
+    def create_rows_table(self, name: str, columns: Sequence[tuple[str, str]], rows: Sequence[tuple]) -> None:
+        """CREATE TABLE ``name`` (column, PostgreSQL type …) holding ``rows``: a public table
+        beside the exact oracle's cells tables, so its joins run as DuckDB runs them."""
+        ident = '"' + name.replace('"', '""') + '"'
+        cols = ", ".join('"' + c.replace('"', '""') + f'" {t}' for c, t in columns)
+        self._con.execute(f"CREATE TABLE {ident} ({cols})")
+        if rows:
+            marks = ", ".join("?" for _ in columns)
+            self._con.executemany(f"INSERT INTO {ident} VALUES ({marks})", [list(r) for r in rows])
 
     def fetch(self, sql: str, params: Sequence = ()) -> list[tuple]:
         """Every row of ``sql`` on this backend's connection: the exact oracle's queries over
@@ -373,7 +408,7 @@ def _decode_numpy(rows: Mapping[str, np.ndarray], used: Sequence[str], columns: 
 
 
 def describe_source(path: Path) -> list[tuple[str, str]]:
-    """Column names and coarse types ("integer" | "numeric" | "text") of a data file, for
+    """Column names and coarse types (integer, numeric, date, timestamp or text) of a data file, for
     ``dpsql init``.  The operator runs this on their own data; only the schema is printed
     and no domain is inferred (domains must come from public knowledge)."""
     path = Path(path)
@@ -393,7 +428,11 @@ def describe_source(path: Path) -> list[tuple[str, str]]:
 
 def _coarse_type(dtype) -> str:
     t = str(dtype).upper()
-    return ("integer" if "INT" in t else
+    if t == "DATE":
+        return "date"
+    if t.startswith("TIMESTAMP"):           # TIMESTAMP, _S, _MS, _NS, WITH TIME ZONE
+        return "timestamp"
+    return ("integer" if "INT" in t and t != "INTERVAL" else
             "numeric" if any(k in t for k in ("DOUBLE", "FLOAT", "DECIMAL", "REAL")) else "text")
 
 
@@ -448,3 +487,101 @@ def brute_force_counts(rows: Sequence[Mapping], schema: TableSchema,
 
 __all__ = ["Backend", "Source", "CsvDialect", "DuckDBBackend", "DataCheck", "ColumnCheck", "read_header",
            "reduce_cliques", "project_counts", "brute_force_counts", "describe_source"]
+
+
+# --- public tables (issue 31) -------------------------------------------------------------
+
+_PG_TYPES = (("BIGINT", "bigint"), ("HUGEINT", "numeric"), ("UBIGINT", "numeric"), ("INTEGER", "integer"),
+             ("SMALLINT", "smallint"), ("TINYINT", "smallint"), ("UINTEGER", "bigint"), ("USMALLINT", "integer"),
+             ("UTINYINT", "smallint"), ("DOUBLE", "double precision"), ("FLOAT", "real"), ("DECIMAL", "numeric"),
+             ("BOOLEAN", "boolean"), ("TIMESTAMP", "timestamp"), ("DATE", "date"), ("TIME", "time"),
+             ("VARCHAR", "text"))
+
+
+def _quoted(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _pg_type(duck: str) -> str:
+    t = duck.upper()
+    for prefix, name in _PG_TYPES:
+        if t.startswith(prefix):
+            return name
+    return "text"
+
+
+class PublicDatabase:
+    """The public tables of a configuration, read whole into an in-memory DuckDB database.
+
+    Their content is public metadata (``dpsql.public``), so it is read with DuckDB's own
+    readers and type detection, and plain SQL over them (``SELECT … FROM airports``, the
+    subquery of ``IN (SELECT faa FROM airports …)``) runs here exactly.  After loading, the
+    database may not reach any file or network (``enable_external_access = false``, the
+    configuration locked): a statement run here sees the public tables and nothing else,
+    whatever it names.
+    """
+
+    def __init__(self, sources: Mapping[str, Source]) -> None:
+        import threading
+        self._lock = threading.Lock()
+        self._con = duckdb.connect(":memory:")
+        self.tables: dict = {}
+        from dpsql.public import PublicColumn, PublicTable
+        for name, source in sources.items():
+            scan = self._scan(name, source)
+            ident = '"' + name.replace('"', '""') + '"'
+            try:
+                self._con.execute(f"CREATE TABLE {ident} AS SELECT * FROM {scan}")
+            except duckdb.Error as exc:
+                raise ConfigError(f"public table {name!r}: cannot read {source.path}: {str(exc).splitlines()[0]}",
+                                  hint="a public table is read with DuckDB's readers (CSV with a header, "
+                                       "Parquet, a DuckDB table)") from None
+            described = self._con.execute(f"DESCRIBE {ident}").fetchall()
+            rows = self._con.execute(f"SELECT * FROM {ident}").fetchall()
+            columns = tuple(PublicColumn(str(r[0]), _pg_type(str(r[1]))) for r in described)
+            self.tables[name] = PublicTable(name, columns, tuple(rows), source)
+        # PostgreSQL clients qualify tables with schema public (DuckDB's is main)
+        self._con.execute("CREATE SCHEMA public")
+        for name in self.tables:
+            ident = '"' + name.replace('"', '""') + '"'
+            self._con.execute(f"CREATE VIEW public.{ident} AS SELECT * FROM main.{ident}")
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
+
+    def _scan(self, name: str, source: Source) -> str:
+        if source.kind == "csv":
+            d = source.dialect
+            opts = [f"delim = {_quoted(d.delimiter)}", f"header = {'true' if d.header else 'false'}"]
+            if d.quote:
+                opts.append(f"quote = {_quoted(d.quote)}")
+            if not d.header and d.columns:
+                opts.append("names = [" + ", ".join(_quoted(c) for c in d.columns) + "]")
+            opts.append("nullstr = [" + ", ".join(_quoted(n) for n in d.null) + "]")
+            return f"read_csv({_quoted(str(source.path))}, {', '.join(opts)})"
+        if source.kind == "parquet":
+            files = parquet_files(source) if source.path is not None else []
+            listing = "[" + ", ".join(_quoted(str(f)) for f in files) + "]"
+            hive = ", hive_partitioning = true" if source.hive_partitioning else ""
+            return f"read_parquet({listing}, union_by_name = true{hive})"
+        if source.kind == "duckdb":
+            alias = f"public_{len(self.tables)}"
+            self._con.execute(f"ATTACH {_quoted(str(source.path))} AS {alias} (READ_ONLY)")
+            parts = ['"' + p.replace('"', '""') + '"' for p in (source.table or name).split(".")]
+            return ".".join([alias, *parts])
+        raise ConfigError(f"public table {name!r}: a {source.kind} source cannot hold a public table yet",
+                          hint="give the public table as a CSV, Parquet or DuckDB file")
+
+    def query(self, sql: str) -> tuple[list[tuple[str, str]], list[tuple]]:
+        """Columns (name, PostgreSQL type) and rows of ``sql`` over the public tables."""
+        with self._lock:
+            cur = self._con.cursor()
+            try:
+                cur.execute(sql)
+                cols = [(str(d[0]), _pg_type(str(d[1]))) for d in cur.description or []]
+                return cols, cur.fetchall()
+            except duckdb.Error as exc:
+                from dpsql.errors import ProgrammingError
+                raise ProgrammingError(f"query over public tables failed: {str(exc).splitlines()[0]}",
+                                       hint="the query reads public tables only; check its SQL") from None
+            finally:
+                cur.close()

@@ -12,13 +12,16 @@ each source column; ``tests/test_domain_sql.py`` checks it against ``index_of`` 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 
 
 from dpsql.domain import Attribute, Categorical, IntegerRange, Numeric
 from dpsql.sql.syntax import exp
+from dpsql.temporal import Temporal, TimestampRange
+from dpsql.timeaxis import iso_text
 
-__all__ = ["index_sql", "bins_sql", "is_nan", "column_expr"]
+__all__ = ["index_sql", "bins_sql", "is_nan", "column_expr", "time_literal", "time_index_sql"]
 
 # Above this many thresholds a flat WHEN chain costs O(n) comparisons per row; a balanced
 # nested CASE costs O(log n) and is just as portable (and NULL/NaN still take one path).
@@ -90,6 +93,40 @@ def bins_sql(att: Attribute, column) -> exp.Expr:
     return _threshold_case(_numeric_value(att, column_expr(column)), att.thresholds(), _threshold_literal(att), 0)
 
 
+def time_literal(att: Temporal, wall, family: str) -> exp.Expr:
+    """A point of a time axis (wall time) as a SQL literal of the column's type family:
+    ``date`` (``CAST('2013-06-01' AS DATE)``) for a date axis over a DATE column, the
+    instant with an explicit ``+00:00`` offset for ``timestamptz`` (so that no engine's
+    session time zone takes part in the comparison), else a naive TIMESTAMP (a DATE column
+    on a timestamp axis is compared as its midnight, as SQL casts it)."""
+    if family == "date" and att.kind == "date":
+        return exp.cast(exp.Literal.string(iso_text(wall)), exp.DataType.build("DATE"))
+    if not isinstance(wall, dt.datetime):
+        wall = dt.datetime.combine(wall, dt.time())
+    if family == "timestamptz":
+        instant = att.instant(wall) if isinstance(att, TimestampRange) else wall.replace(tzinfo=dt.UTC)
+        return exp.cast(exp.Literal.string(iso_text(instant.replace(tzinfo=None)) + "+00:00"),
+                        exp.DataType.build("TIMESTAMPTZ"))
+    return exp.cast(exp.Literal.string(iso_text(wall)), exp.DataType.build("TIMESTAMPNTZ"))
+
+
+def time_index_sql(att: Temporal, column, family: str, nullable_input: bool = True) -> exp.Expr:
+    """The cell of a time value of type ``family`` (``date``, ``timestamp``,
+    ``timestamptz``): NULL → ``null_place``, before ``lo`` or from the axis' end on →
+    ``invalid_index`` (``dpsql.temporal``: out-of-period rows are not clamped), else the
+    chain of ``x < start`` tests over the bin starts, with literals of the column's type."""
+    x = column_expr(column)
+
+    def literal(wall):
+        return time_literal(att, wall, family)
+    case = exp.Case()
+    if nullable_input:
+        case = _when(case, exp.Is(this=x.copy(), expression=exp.Null()), att.null_place)
+    case = _when(case, exp.LT(this=x.copy(), expression=literal(att.lo)), att.invalid_index)
+    case = _when(case, exp.GTE(this=x.copy(), expression=literal(att.end)), att.invalid_index)
+    return case.else_(_threshold_case(x, att.thresholds(), literal, 0))
+
+
 def index_sql(att: Attribute, column) -> exp.Expr:
     """sqlglot expression computing ``att.index_of`` inside the database; never NULL.
 
@@ -99,6 +136,8 @@ def index_sql(att: Attribute, column) -> exp.Expr:
     DOUBLE)``: DuckDB, PostgreSQL and Spark all hold NaN equal to itself, and PostgreSQL has
     no ``isnan``), else the bin (:func:`bins_sql`)."""
     x = column_expr(column)
+    if isinstance(att, Temporal):
+        return time_index_sql(att, x, att.kind)
     if isinstance(att, Categorical):
         literal = exp.Literal.string if att.python_type is str else exp.Literal.number
         case = _when(exp.Case(), exp.Is(this=x.copy(), expression=exp.Null()), att.null_place)

@@ -41,6 +41,7 @@ from dpsql.domain import Categorical, TableSchema
 from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.source import Source
+from dpsql.measure.views import PERSON
 from dpsql.sql.syntax import exp
 
 Clique = tuple[str, ...]
@@ -52,6 +53,13 @@ class Backend(Protocol):
 
     def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
                         expect: dict | None = None) -> dict[Clique, np.ndarray]: ...
+
+    def sum_offsets(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                    expect: dict | None = None) -> dict[tuple[Clique, str], np.ndarray]:
+        """Per (clique, binned attribute), the exact integer sums of the attribute's lattice
+        offsets (``dpsql.measure.offsets``); optional: the engine measures binning offsets
+        only with a backend that has it."""
+        ...
 
     def fingerprint(self, table: str) -> dict: ...
 
@@ -129,6 +137,35 @@ def spread(counts: Mapping[Clique, np.ndarray], cliques: Sequence[Clique],
             for c in cliques}
 
 
+def offset_attributes(schema: TableSchema, requests: Sequence[tuple[Clique, str]]) -> list[str]:
+    """The attributes whose offsets ``requests`` sum, in declared order."""
+    wanted = {a for _, a in requests}
+    for a in wanted:
+        if a not in schema.domain:
+            raise OperationalError(f"no attribute {a!r} in table {schema.name!r}")
+    return [a.name for a in schema.attributes if a.name in wanted]
+
+
+def offset_columns(schema: TableSchema, attributes: Sequence[str]) -> list[str]:
+    return [sqlgen.offset_column(schema.domain.attributes.index(a)) for a in attributes]
+
+
+def decode_offsets(rows: Sequence[Sequence], used: Sequence[str], maximal: Sequence[Clique],
+                   summed: Sequence[str], requests: Sequence[tuple[Clique, str]],
+                   domain) -> dict[tuple[Clique, str], np.ndarray]:
+    """The offsets statement's rows (cells of the used attributes or None, then one sum per
+    summed attribute) as dense integer arrays per request.  A sum is NULL only over no rows."""
+    k = len(used)
+    out = {}
+    for j, a in enumerate(summed):
+        as_counts = [tuple(r[:k]) + (0 if r[k + j] is None else int(r[k + j]),) for r in rows]
+        sums = spread(decode_rows(as_counts, used, maximal, domain), [c for c, b in requests if b == a], maximal)
+        for c, b in requests:
+            if b == a:
+                out[(tuple(c), a)] = sums[tuple(c)]
+    return out
+
+
 def check_cliques(schema: TableSchema, cliques: Sequence[Clique]) -> None:
     for clique in cliques:
         for a in clique:
@@ -173,6 +210,16 @@ class Read(Protocol):
     scan: exp.Expr
 
     def run(self, query: exp.Expr, key: str | None = None, what: str = "") -> list[tuple]: ...
+
+
+class ViewRead:
+    """A person view's read: the join relation as the scan, run where the first table is."""
+
+    def __init__(self, first: Read, scan: exp.Expr) -> None:
+        self._first, self.scan = first, scan
+
+    def run(self, query: exp.Expr, key: str | None = None, what: str = "the measurement query") -> list[tuple]:
+        return self._first.run(query, key, what)
 
 
 @dataclass(frozen=True)
@@ -236,14 +283,69 @@ class SqlBackend(ABC):
     def fingerprint(self, table: str) -> dict:
         """Which content of ``table``'s source would be read now: the declared
         ``data_version``, else what the engine names (file listing, table statistic)."""
-        source = self._source(table)
+        return self._content(self._source(table))
+
+    def _content(self, source: Source) -> dict:
         if source.data_version is not None:
             return {"data_version": source.data_version}
+        if source.view is not None:      # a person view: the content of every table on its path
+            return {h.table: self._content(h.source) for h in source.view.hops}
         return self._fingerprint(source)
 
     def source_columns(self, table: str) -> dict[str, str]:
         """Column names and types of a source, from its catalog or file metadata only."""
-        return self._describe(self._source(table))
+        return self._columns(self._source(table))
+
+    def _columns(self, source: Source) -> dict[str, str]:
+        view = source.view
+        if view is None:
+            return self._describe(source)
+        # a person view's columns: each hop's declared columns under their view names, and
+        # the person key; a key missing from its table is a schema error like a column
+        out: dict[str, str] = {}
+        for i, hop in enumerate(view.hops):
+            cols = self._describe(hop.source)
+            keys: list[tuple[str, str]] = [(view.person_key, "the person key")] if i == 0 else []
+            if hop.key is not None:
+                keys.append((hop.key, f"the key referencing {view.hops[i - 1].table!r}"))
+            nxt = view.hops[i + 1] if i + 1 < len(view.hops) else None
+            if nxt is not None and nxt.parent_key is not None:
+                keys.append((nxt.parent_key, f"the key {nxt.table!r} references"))
+            for name, what in keys:
+                if name not in cols:
+                    raise ConfigError(f"table {hop.table!r}: the source has no column {name!r} ({what})",
+                                      hint="fix [people] in the configuration, or the source")
+                if not reader.accepts_id(cols[name], self.dialect):
+                    raise ConfigError(f"table {hop.table!r}: {what} {name!r} has type {cols[name]}; "
+                                      "a key must be an integer, text or UUID",
+                                      hint="keys are compared by their text, which is alike on every "
+                                           "engine only for those types; cast it in a view")
+            for src, name in hop.columns:
+                if src not in cols:
+                    close = difflib.get_close_matches(src, list(cols), n=1, cutoff=0.6)
+                    raise ConfigError(f"table {hop.table!r}: the source has no column {src!r} (declared in "
+                                      "the domain)", hint=(f"the source has {close[0]!r}" if close else
+                                                           "the operator can list the source columns "
+                                                           "with `dpsql init`"))
+                out[name] = cols[src]
+            if i == 0:
+                out[PERSON] = cols[view.person_key]
+        return out
+
+    @contextlib.contextmanager
+    def _read_source(self, table: str, source: Source, expect: dict | None) -> Iterator[Read]:
+        """``_read``, and for a person view one read of every table on its path, the view's
+        join relation as the scan (engines with one snapshot per read override it)."""
+        view = source.view
+        if view is None:
+            with self._read(table, source, expect) as rd:
+                yield rd
+            return
+        with contextlib.ExitStack() as stack:
+            reads = [stack.enter_context(self._read_source(
+                table, h.source, None if expect is None else expect.get(h.table, {"missing": True})))
+                for h in view.hops]
+            yield ViewRead(reads[0], view.relation([r.scan for r in reads]).subquery("__view"))
 
     def check_schema(self, schema: TableSchema) -> dict[str, str]:
         """Refuse, before anything is counted, a source whose metadata does not fit the
@@ -280,15 +382,17 @@ class SqlBackend(ABC):
 
     # -- the measurement statement -------------------------------------------------------------
     def cells_query(self, schema: TableSchema, columns: Mapping[str, str], scan: exp.Expr,
-                    bounded: bool = True) -> exp.Select:
-        """Every record's cells, bounded per privacy unit when ``bounded``."""
+                    bounded: bool = True, offsets: Sequence[str] = ()) -> exp.Select:
+        """Every record's cells (and the lattice offsets of the ``offsets`` attributes),
+        bounded per privacy unit when ``bounded``."""
         source = self._source(schema.name)
         conv = sqlgen.typed_conversions(schema, columns, self.dialect)
         rel = sqlgen.typed_relation(schema, source.id_column, scan)
         id_expr = exp.column(source.id_column, quoted=True) if source.id_column else None
-        cells = sqlgen.cells_select(schema, rel, conv, id_expr)
+        cells = sqlgen.cells_select(schema, rel, conv, id_expr, offsets)
         if source.id_column and bounded:
-            return sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect)
+            return sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect,
+                                  offset_columns(schema, offsets))
         return cells
 
     def measurement_query(self, schema: TableSchema, cliques: Sequence[Clique], columns: Mapping[str, str],
@@ -312,11 +416,42 @@ class SqlBackend(ABC):
         source = self._source(schema.name)
         with self._lock:
             columns = self.check_schema(schema)
-            with self._read(schema.name, source, expect) as rd:
+            with self._read_source(schema.name, source, expect) as rd:
                 query, used, maximal = self.measurement_query(schema, cliques, columns, rd.scan)
                 rows = rd.run(query, (source.hash_key or "") if source.id_column else None,
                               what="the measurement query")
         return spread(decode_rows(rows, used, maximal, schema.domain), cliques, maximal)
+
+    def offsets_query(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                      cells: exp.Expr) -> tuple[exp.Select, list[str], list[Clique], list[str]]:
+        """(the statement summing the lattice offsets, the used attributes, the maximal
+        cliques, the summed attributes in result order) over a cells relation with offsets."""
+        domain = schema.domain
+        maximal = reduce_cliques([c for c, _ in requests])
+        col_of = {a: sqlgen.cell_column(i) for i, a in enumerate(domain.attributes)}
+        used = sorted({a for c in maximal for a in c}, key=domain.attributes.index)
+        summed = offset_attributes(schema, requests)
+        query = sqlgen.offsets_select(cells, [col_of[a] for a in used], [[col_of[a] for a in c] for c in maximal],
+                                      offset_columns(schema, summed))
+        return query, used, maximal, summed
+
+    def sum_offsets(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                    expect: dict | None = None) -> dict[tuple[Clique, str], np.ndarray]:
+        """Per requested (clique, binned attribute), the exact integer sum of the attribute's
+        lattice offsets in every cell of the clique's marginal (``dpsql.measure.offsets``),
+        over the same rows ``count_marginals`` counts (bounded alike per privacy unit)."""
+        check_cliques(schema, [c for c, _ in requests])
+        if not requests:
+            return {}
+        source = self._source(schema.name)
+        with self._lock:
+            columns = self.check_schema(schema)
+            with self._read(schema.name, source, expect) as rd:
+                cells = self.cells_query(schema, columns, rd.scan, offsets=offset_attributes(schema, requests))
+                query, used, maximal, summed = self.offsets_query(schema, requests, cells)
+                rows = rd.run(query, (source.hash_key or "") if source.id_column else None,
+                              what="the measurement query")
+        return decode_offsets(rows, used, maximal, summed, requests, schema.domain)
 
     # -- operator data check (local only: never reachable by analysts) --------------------------
     def data_check(self, schema: TableSchema, examples: int = 5) -> DataCheck:
@@ -326,7 +461,7 @@ class SqlBackend(ABC):
         with self._lock:
             columns = self.check_schema(schema)
             conv = sqlgen.typed_conversions(schema, columns, self.dialect)
-            with self._read(schema.name, source, None) as rd:
+            with self._read_source(schema.name, source, None) as rd:
                 rel = sqlgen.typed_relation(schema, source.id_column, rd.scan)
                 statuses = exp.select(*[exp.alias_(conv[a.name].status, f"s{i}")
                                         for i, a in enumerate(schema.attributes)]).from_(

@@ -12,16 +12,20 @@ from dpsql.domain import TableSchema
 from dpsql.measure import sqlgen
 from dpsql.measure.backend import DuckDBBackend
 from dpsql.measure.source import Source
+from dpsql.timeaxis import iso_text
 
 
 class ExactOracle:
     """Answers SQL exactly on the binned copy of a (public) table."""
 
-    def __init__(self, schemas: dict[str, TableSchema], sources: dict[str, Source]) -> None:
+    def __init__(self, schemas: dict[str, TableSchema], sources: dict[str, Source], public=None) -> None:
         self._backend = DuckDBBackend({n: sources[n] for n in schemas})
         for name, schema in schemas.items():
             cols = [_decode_expr(att, sqlgen.cell_column(i)) for i, att in enumerate(schema.attributes)]
             self._backend.create_cells_table(name, schema, cols)
+        # public tables (dpsql.public.PublicTable), as they are: joins with them run in DuckDB
+        for name, table in (public or {}).items():
+            self._backend.create_rows_table(name, [(c.name, c.type) for c in table.columns], table.rows)
 
     def query(self, sql: str, params=None) -> list[tuple]:
         return self._backend.fetch(sql, list(params or []))
@@ -39,7 +43,13 @@ def _sql_literal(v) -> str:
 
 
 def _decode_expr(att, column: str) -> str:
-    """Cell index → the value the cell stands for (label, integer, or bin representative)."""
+    """Cell index → the value the cell stands for (label, integer, or bin representative;
+    a time bin's first value)."""
+    if att.kind in ("date", "timestamp"):
+        sql_type = "DATE" if att.kind == "date" else "TIMESTAMP"
+        whens = " ".join(f"WHEN {column} = {i} THEN {sql_type} '{iso_text(b[0])}'"
+                         for i, b in enumerate(att.bin_bounds()) if b is not None)
+        return f'CAST(CASE {whens} ELSE NULL END AS {sql_type}) AS "{att.name}"'
     if att.kind == "categorical":
         values = att.labels()
     else:

@@ -2,7 +2,8 @@
 
 ``source = { postgres = "postgresql://dpsql@db:5432/hr", table = "public.people",
 version_query = "SELECT max(updated_at) FROM public.people" }`` (``docs/config.md``).  The only
-module importing psycopg.
+module importing psycopg: it also holds ``WireClient``, the client of ``dpsql serve`` that the
+shell uses as an analyst (``dpsql shell --connect``; PostgreSQL's client for both uses).
 
 * Credentials never come from dpsql.toml (a URL holding a password is refused when the
   configuration is read): libpq takes them from the environment (``PGPASSWORD``,
@@ -25,6 +26,7 @@ import hashlib
 import json
 from typing import Any
 
+from dpsql import errors
 from dpsql.errors import ConfigError, QueryCanceledError
 from dpsql.measure.counting import SqlBackend, changed_error, engine_error
 from dpsql.measure.source import Source
@@ -143,6 +145,23 @@ class PostgresBackend(SqlBackend):
                 raise changed_error(table, while_reading=False)
             yield _PgRead(conn, exp.to_table(source.table_name, dialect="postgres"))
 
+    @contextlib.contextmanager
+    def _read_source(self, table: str, source: Source, expect: dict | None):
+        """A person view is read in one transaction: every table on its path, and every
+        table's version, in the same snapshot (the join reads them together)."""
+        view = source.view
+        if view is None:
+            with self._read(table, source, expect) as rd:
+                yield rd
+            return
+        with self._transaction(view.hops[0].source, "the measurement query") as conn:
+            for hop in view.hops:
+                want = None if expect is None else expect.get(hop.table, {"missing": True})
+                if want is not None and hop.source.data_version is None and self._version(conn, hop.source) != want:
+                    raise changed_error(table, while_reading=False)
+            scans = [exp.to_table(h.source.table_name, dialect="postgres") for h in view.hops]
+            yield _PgRead(conn, view.relation(scans).subquery("__view"))
+
 
 class _PgRead:
     def __init__(self, conn: psycopg.Connection, scan: exp.Expr) -> None:
@@ -160,4 +179,81 @@ class _PgRead:
             return [tuple(r) for r in cur]
 
 
-__all__ = ["PostgresBackend", "table_name"]
+# PostgreSQL type OIDs as dpsql's result columns name their types
+_WIRE_TYPES = {16: "boolean", 20: "integer", 21: "integer", 23: "integer", 700: "double", 701: "double",
+               1700: "double"}
+
+
+class WireReply:
+    """One statement's reply: ``columns`` as (name, "integer" | "double" | "text" | "boolean"),
+    ``rows``, and the command tag (``status``: "SELECT 2", "SET")."""
+
+    def __init__(self, columns: list[tuple[str, str]], rows: list[tuple], status: str) -> None:
+        self.columns, self.rows, self.status = columns, rows, status
+
+
+class WireClient:
+    """A client of ``dpsql serve`` (or any PostgreSQL) on one autocommit connection.
+
+    ``conninfo`` is a libpq URL or ``key=value`` string; ``**options`` are libpq parameters
+    (``host``, ``port``, ``user``, ``password``, ``options`` …).  Credentials come from the
+    arguments or libpq's own sources (``PGPASSWORD``, ``~/.pgpass``).  Errors are dpsql errors
+    of the server's SQLSTATE, with its message, hint, detail and position."""
+
+    def __init__(self, conninfo: str = "", **options: Any) -> None:
+        if not HAVE_PSYCOPG:
+            raise errors.InterfaceError("talking to dpsql serve needs psycopg",
+                                        hint="pip install 'dpsql[postgres]'")
+        options.setdefault("connect_timeout", 10)
+        try:
+            self._conn = psycopg.connect(conninfo, autocommit=True, **options)
+        except psycopg.Error as exc:
+            raise wire_error(exc) from None
+        info = self._conn.info
+        self.user, self.host, self.port = info.user, info.host, info.port
+
+    def execute(self, sql: str, params=None) -> WireReply:
+        try:
+            # no parameters: the text goes as it is (a '%' in a label stays a '%')
+            cur = self._conn.execute(sql, params)
+            columns = [(d.name, _WIRE_TYPES.get(d.type_code, "text")) for d in cur.description or ()]
+            rows = [tuple(r) for r in cur.fetchall()] if cur.description else []
+        except psycopg.Error as exc:
+            raise wire_error(exc) from None
+        return WireReply(columns, rows, cur.statusmessage or "")
+
+    def cancel(self) -> None:
+        """Ask the server to cancel the running statement (from another thread)."""
+        try:
+            self._conn.cancel()
+        except psycopg.Error:
+            pass
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def wire_error(exc) -> errors.Error:
+    """A psycopg error as the dpsql error of its SQLSTATE (the server's message, hint, detail
+    and position); a failure without one (no connection) is an OperationalError."""
+    diag = getattr(exc, "diag", None)
+    code = getattr(exc, "sqlstate", None)
+    message = (diag.message_primary if diag is not None else None) or str(exc).strip() or type(exc).__name__
+    fields: dict[str, Any] = {}
+    if diag is not None:
+        position = diag.statement_position
+        fields = {"hint": diag.message_hint, "detail": diag.message_detail,
+                  "position": int(position) if position and position.isdigit() else None}
+    if not code:
+        return errors.OperationalError(message, **fields)
+    cls = errors.error_for_sqlstate(code)
+    try:
+        out = cls(message, **fields)
+    except TypeError:    # a class that needs more than the wire carries: its category
+        out = getattr(errors, errors.category_of(code), errors.DatabaseError)(message, **fields)
+    if out.sqlstate != code:
+        out.sqlstate = code   # type: ignore[misc]  # the server's own code, whichever class carries it
+    return out
+
+
+__all__ = ["PostgresBackend", "WireClient", "WireReply", "table_name", "wire_error"]

@@ -45,9 +45,11 @@ import numpy as np
 
 from dpsql.domain import Attribute, Categorical, IntegerRange
 from dpsql.errors import ConfigError
-from dpsql.measure.cellsql import bins_sql, index_sql, is_nan
+from dpsql.measure.cellsql import bins_sql, index_sql, is_nan, time_index_sql, time_literal
 from dpsql.measure.source import CsvDialect, Source
 from dpsql.sql.syntax import data_type, exp
+from dpsql.temporal import Temporal
+from dpsql.timeaxis import DATE_PATTERN, TIMESTAMP_PATTERN
 
 CHUNK = 8 << 20
 OVERLONG = "\uffff"
@@ -420,6 +422,12 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
     null_status = _s("null" if att.nullable else "null_not_nullable")
     cell = exp.Case().when(exp.Not(this=ok.copy()), inv).when(z.copy(), _lit(att.null_place))
     status = exp.Case().when(exp.Not(this=ok.copy()), _s("malformed")).when(z.copy(), null_status)
+    if isinstance(att, Temporal):
+        pre2 = [(x.name, time_text_sql(t.copy(), att.kind))]
+        missing = exp.Is(this=x.copy(), expression=exp.Null())
+        cell = cell.when(missing.copy(), inv).else_(time_index_sql(att, x.copy(), att.kind, nullable_input=False))
+        status = status.when(missing, _s("unreadable")).else_(_time_status(att, x, att.kind))
+        return Converted(pre, cell, status, pre2)
     if isinstance(att, Categorical) and att.python_type is str:
         if d is None and dialect == "duckdb" and att.null_place == att.invalid_index:
             # typed text: the lookup sends NULL to invalid_index, which is NULL's place here
@@ -434,9 +442,57 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
         return Converted(pre, label_cell, status)
     pre2 = [(x.name, number_sql(t.copy()))]
     missing = exp.Is(this=x.copy(), expression=exp.Null())
-    cell = cell.when(missing.copy(), inv).else_(index_sql(att, x.copy()))
+    arithmetic = text_bins_sql(att, x, dialect)
+    cell = cell.when(missing.copy(), inv).else_(index_sql(att, x.copy()) if arithmetic is None
+                                                else arithmetic)
     status = status.when(missing, _s("unreadable")).else_(_number_status(att, x))
     return Converted(pre, cell, status, pre2)
+
+
+#: every character the ISO date and timestamp grammar may use (``translate`` removes them
+#: first: whatever remains, a line break in particular, rejects the text on every engine)
+TIME_CHARS = "0123456789-:. T"
+MAX_TIME_CHARS = 26
+
+
+def _int_at(text: exp.Expr, start: int, length: int) -> exp.Expr:
+    return exp.TryCast(this=exp.Substring(this=text.copy(), start=_lit(start), length=_lit(length)),
+                       to=exp.DataType.build("INT"))
+
+
+def time_text_sql(text: exp.Expr, kind: str) -> exp.Expr:
+    """DATE (``kind`` date) or naive TIMESTAMP from ISO 8601 text, else NULL; never raises,
+    on any engine (the Python twin is ``dpsql.timeaxis.parse_date`` / ``parse_timestamp``).
+
+    The text must match the grammar (``dpsql.timeaxis``: ``YYYY-MM-DD``, a timestamp adds
+    ``[ T]HH:MM[:SS[.ffffff]]``) and name a real day (the day within its month, February
+    29 in leap years, year 1 or later); only then is it cast (CASE evaluates the cast only
+    for such text, so PostgreSQL, whose CAST has no TRY form, never sees a bad one)."""
+    pattern = DATE_PATTERN if kind == "date" else f"{DATE_PATTERN}|{TIMESTAMP_PATTERN}"
+    shape = exp.and_(
+        exp.LTE(this=exp.Length(this=text.copy()), expression=_lit(MAX_TIME_CHARS)),
+        exp.EQ(this=exp.func("translate", text.copy(), _s(TIME_CHARS), _s("")), expression=_s("")),
+        exp.RegexpLike(this=text.copy(), expression=_s(pattern)))
+    y, m, d = _int_at(text, 1, 4), _int_at(text, 6, 2), _int_at(text, 9, 2)
+
+    def mod(a: exp.Expr, n: int) -> exp.Expr:
+        return exp.EQ(this=exp.Paren(this=exp.Mod(this=a.copy(), expression=_lit(n))), expression=_lit(0))
+    leap = exp.or_(exp.and_(mod(y, 4), exp.Not(this=mod(y, 100))), mod(y, 400))
+    days = (exp.Case().when(exp.EQ(this=m.copy(), expression=_lit(2)),
+                            exp.Case().when(leap, _lit(29)).else_(_lit(28)))
+            .when(exp.In(this=m.copy(), expressions=[_lit(4), _lit(6), _lit(9), _lit(11)]), _lit(30))
+            .else_(_lit(31)))
+    real_day = exp.and_(exp.GTE(this=y, expression=_lit(1)), exp.LTE(this=d, expression=days))
+    target = "DATE" if kind == "date" else "TIMESTAMPNTZ"
+    value = exp.TryCast(this=exp.func("replace", text.copy(), _s("T"), _s(" ")), to=exp.DataType.build(target))
+    return exp.Case().when(shape, exp.Case().when(real_day, value))
+
+
+def _time_status(att: Temporal, x: exp.Expr, family: str) -> exp.Expr:
+    """Status of a non-NULL time value: before the axis, after it, or a value."""
+    return (exp.Case().when(exp.LT(this=x.copy(), expression=time_literal(att, att.lo, family)), _s("below_range"))
+            .when(exp.GTE(this=x.copy(), expression=time_literal(att, att.end, family)), _s("above_range"))
+            .else_(_s("value")))
 
 
 def label_index_sql(att: Categorical, text: exp.Expr, dialect: str) -> exp.Expr:
@@ -536,6 +592,32 @@ def uniform_bins_sql(att: Attribute, x: exp.Expr, dialect: str) -> exp.Expr | No
     return exp.IntDiv(this=offset, expression=_lit(width))   # DuckDB //, Spark DIV
 
 
+#: Integer bounds a DOUBLE holds exactly (text values are parsed to DOUBLE).
+_DOUBLE_EXACT = 1 << 53
+
+
+def text_bins_sql(att: Attribute, x: exp.Expr, dialect: str) -> exp.Expr | None:
+    """The bin of a parsed text number ``x`` (a DOUBLE, never NULL, NaN or infinite: the
+    number grammar has neither) by arithmetic, for an integer attribute with uniform bins and
+    bounds inside ±2^53: x clamped to [lo, hi] in DOUBLE (exact comparisons: the bounds are
+    exact doubles), floored, then :func:`uniform_bins_sql`.  Equal to ``index_of``: the bin
+    starts lo + k·w are integers, so x reaches one exactly when floor(x) does, and the
+    clamped, floored value is an integer in [lo, hi] that the BIGINT cast holds exactly.
+    ``cellsql.index_sql``'s chain of comparisons instead has one branch per bin: a
+    100,000-cell column's CASE took 170 s to build and render (issue 35), and ~17
+    comparisons per row to run.  None where the chain is kept (explicit edges, huge
+    bounds)."""
+    if not isinstance(att, IntegerRange) or att.edges is not None or \
+            not -_DOUBLE_EXACT < att.lo <= att.hi < _DOUBLE_EXACT:
+        return None
+
+    def bound(v: int) -> exp.Expr:
+        return exp.cast(exp.Literal.number(repr(float(v))), "DOUBLE")
+    clamped = exp.Anonymous(this="least", expressions=[
+        exp.Anonymous(this="greatest", expressions=[x.copy(), bound(att.lo)]), bound(att.hi)])
+    return uniform_bins_sql(att, exp.func("floor", clamped), dialect)
+
+
 def _number_status(att: Attribute, x: exp.Expr) -> exp.Expr:
     if isinstance(att, Categorical):  # integer labels
         lab = exp.In(this=exp.cast(x.copy(), "DOUBLE"),
@@ -554,7 +636,15 @@ _FAMILIES = {
     "text": ("TEXT", "VARCHAR", "NVARCHAR"),
     "boolean": ("BOOLEAN",),
     "uuid": ("UUID",),
+    # time: calendar days; wall-clock timestamps (no zone); instants (a zone or an offset)
+    "date": ("DATE", "DATE32"),
+    "timestamp": ("TIMESTAMP", "TIMESTAMPNTZ", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS", "DATETIME",
+                  "DATETIME2", "DATETIME64"),
+    "timestamptz": ("TIMESTAMPTZ", "TIMESTAMPLTZ"),
 }
+#: the type families each time kind reads natively (a date axis has no zone, so it cannot
+#: place an instant on a calendar day)
+_TIME_FAMILIES = {"date": ("date", "timestamp"), "timestamp": ("date", "timestamp", "timestamptz")}
 _FAMILY_OF = {t: fam for fam, types in _FAMILIES.items() for t in types}
 
 
@@ -565,7 +655,8 @@ def _type_name(sql_type: str, dialect: str) -> str | None:
 
 
 def type_family(sql_type: str, dialect: str = "duckdb") -> str:
-    """integer | float | decimal | text | boolean | uuid | other, for a column type as the
+    """integer | float | decimal | text | boolean | uuid | date | timestamp | timestamptz |
+    other, for a column type as the
     engine's catalog names it (``BIGINT``, ``double precision``, ``string``, …)."""
     name = _type_name(sql_type, dialect)
     return "other" if name is None else _FAMILY_OF.get(name, "other")
@@ -582,6 +673,8 @@ def accepts(att: Attribute, sql_type: str, dialect: str = "duckdb") -> bool:
     fam = type_family(sql_type, dialect)
     if fam == "text":
         return True
+    if isinstance(att, Temporal):
+        return fam in _TIME_FAMILIES[att.kind]
     if isinstance(att, Categorical) and att.python_type is str:
         return fam in ("integer", "boolean")
     if fam == "integer":
@@ -604,6 +697,11 @@ def typed_column(att: Attribute, col: exp.Expr, sql_type: str, tag: str,
     is_null = exp.Is(this=x.copy(), expression=exp.Null())
     cell = exp.Case().when(is_null.copy(), _lit(att.null_place))
     status = exp.Case().when(is_null, _s("null" if att.nullable else "null_not_nullable"))
+    if isinstance(att, Temporal):
+        # compared with literals of the column's own type: no cast of the column, and an
+        # instant (timestamptz) only with instants (docs/domains.md, "Time")
+        value = time_index_sql(att, x, fam, nullable_input=False)
+        return Converted(pre, cell.else_(value), status.else_(_time_status(att, x, fam)))
     if fam == "float":
         nan = is_nan(x)
         cell = cell.when(nan.copy(), inv)
@@ -623,6 +721,7 @@ def typed_column(att: Attribute, col: exp.Expr, sql_type: str, tag: str,
 
 
 __all__ = ["normalise_csv", "split_fields", "unquote", "line_scan", "csv_fields", "convert_text",
-           "typed_column", "label_index_sql", "integer_value_sql", "uniform_bins_sql", "accepts", "accepts_id",
+           "typed_column", "label_index_sql", "integer_value_sql", "uniform_bins_sql", "text_bins_sql",
+           "accepts", "accepts_id",
            "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",
-           "PROBLEMS", "Framed", "record_grammar"]
+           "PROBLEMS", "Framed", "record_grammar", "time_text_sql", "TIME_CHARS"]

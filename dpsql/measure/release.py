@@ -52,20 +52,26 @@ class LatticeBlock:
     factors: tuple[np.ndarray, ...]   # int64 matrices
     scale: float                      # measured value = scale · (M x + Z)
     weight: float
+    # A block of binning offsets (``dpsql.measure.offsets``): M is applied to the per-cell
+    # sums of ``offsets``' lattice offsets instead of the counts; one record moves one of
+    # those sums by at most ``bound`` (S) in size, which multiplies the sensitivity.
+    offsets: str | None = None
+    bound: int = 1
 
     @property
     def joint(self) -> bool:
         return len(self.factors) == 1 and len(self.clique) != 1
 
     def l2_sensitivity_sq(self) -> int:
-        """Δ₂(M)² exactly: Kron column norms multiply (thesis §3.4)."""
-        out = 1
+        """Δ₂(M)² exactly: Kron column norms multiply (thesis §3.4); times S² for offsets
+        (a record changes one cell of the offset sums by at most S)."""
+        out = self.bound * self.bound
         for f in self.factors:
             out *= _noise.lattice_sensitivity2(f)
         return out
 
     def l1_sensitivity(self) -> int:
-        out = 1
+        out = self.bound
         for f in self.factors:
             out *= int(np.abs(f.astype(object)).sum(axis=0).max())
         return out
@@ -76,7 +82,7 @@ class LatticeBlock:
     def apply(self, counts: np.ndarray) -> np.ndarray:
         """M x exactly (one factor per axis, thesis Algorithm 1): in int64 when the factors'
         row sums bound every value safely, otherwise in Python integers."""
-        bound = 1
+        bound = 1 if self.offsets is None else 1 << 22   # offset sums are up to 2²¹·N
         for f in self.factors:
             bound *= int(np.abs(f.astype(object)).sum(axis=1).max(initial=0))
         dtype = np.int64 if bound <= _INT64_SAFE else object
@@ -343,7 +349,8 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
 # -- persistence of released measurements (ledger payloads) -----------------------------
 
 def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
-    """Serialize released (noisy) measurements; only noisy values and public structure."""
+    """Serialize released (noisy) measurements; only noisy values and public structure.
+    Offset blocks (``LatticeBlock.offsets``) travel in the same payload, marked."""
     arrays: dict[str, Any] = {}     # Any: numpy's savez stub would read a key as allow_pickle
     meta = []
     for i, (block, values, sd) in enumerate(released):
@@ -351,18 +358,31 @@ def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
             arrays[f"b{i}f{j}"] = f
         arrays[f"b{i}y"] = values
         meta.append({"clique": list(block.clique), "nfactors": len(block.factors),
-                     "scale": block.scale, "weight": block.weight, "stddev": sd})
+                     "scale": block.scale, "weight": block.weight, "stddev": sd,
+                     **({"offsets": block.offsets, "bound": block.bound} if block.offsets is not None else {})})
     buf = io.BytesIO()
     np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
     return buf.getvalue()
 
 
-def unpack(payload: bytes) -> list[tuple[LatticeBlock, np.ndarray, float]]:
+def unpack_all(payload: bytes) -> list[tuple[LatticeBlock, np.ndarray, float]]:
+    """Every block of a payload: counts and offsets."""
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
         meta = json.loads(bytes(z["__meta__"]).decode())
         out = []
         for i, m in enumerate(meta):
             factors = tuple(z[f"b{i}f{j}"] for j in range(m["nfactors"]))
-            block = LatticeBlock(tuple(m["clique"]), factors, float(m["scale"]), float(m["weight"]))
+            block = LatticeBlock(tuple(m["clique"]), factors, float(m["scale"]), float(m["weight"]),
+                                 m.get("offsets"), int(m.get("bound", 1)))
             out.append((block, z[f"b{i}y"], float(m["stddev"])))
     return out
+
+
+def unpack(payload: bytes) -> list[tuple[LatticeBlock, np.ndarray, float]]:
+    """The count blocks of a payload (what the model is fitted to)."""
+    return [r for r in unpack_all(payload) if r[0].offsets is None]
+
+
+def unpack_offsets(payload: bytes) -> list[tuple[LatticeBlock, np.ndarray, float]]:
+    """The offset blocks of a payload (``LatticeBlock.offsets``)."""
+    return [r for r in unpack_all(payload) if r[0].offsets is not None]

@@ -61,6 +61,10 @@ class Router:
                         expect: dict | None = None) -> dict[Clique, np.ndarray]:
         return self.backend(schema.name).count_marginals(schema, cliques, expect=expect)
 
+    def sum_offsets(self, schema: TableSchema, requests: Sequence[tuple[Clique, str]],
+                    expect: dict | None = None) -> dict[tuple[Clique, str], np.ndarray]:
+        return self.backend(schema.name).sum_offsets(schema, requests, expect)
+
     def fingerprint(self, table: str) -> dict:
         source = self._sources.get(table)
         if source is not None and (source.data_version is not None or _engine_of(source) == "duckdb"):

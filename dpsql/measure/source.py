@@ -20,12 +20,15 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from dpsql.domain import check_keys
 from dpsql.errors import ConfigError
 from dpsql.files import atomic_write
+
+if TYPE_CHECKING:
+    from dpsql.measure.views import View
 
 #: Bumped whenever the mapping from bytes to cells changes: releases measured by another
 #: reader version are stale (their cells may mean something else).  3: the portable number
@@ -175,6 +178,9 @@ class Source:
     passfile: Path | None = None    # postgres: a libpq password file (never the password)
     version_query: str | None = None  # postgres: the operator's table statistic
     conf: tuple = ()                # spark: ((key, value), ...) session settings
+    # a people schema's view: the join path from the person to this table, read from the
+    # hops' own sources (dpsql.measure.views); kind is then the hops' kind
+    view: View | None = None
 
     @staticmethod
     def from_config(spec: Mapping, base: Path, where: str = "source") -> Source:
@@ -296,6 +302,8 @@ class Source:
 
     def describe(self) -> dict:
         """How the rows are read (public): part of a release's identity."""
+        if self.view is not None:
+            return {"kind": "view", "reader": READER_VERSION, **self.view.describe()}
         out: dict[str, Any] = {"kind": self.kind, "reader": READER_VERSION}
         if self.path is not None:
             out["path"] = str(self.path)
@@ -319,6 +327,8 @@ class Source:
         sources need their engine: ``Backend.fingerprint``."""
         if self.data_version is not None:
             return {"data_version": self.data_version}
+        if self.view is not None:
+            return self.view.fingerprint(store)
         if self.kind in ("postgres", "spark"):
             raise ConfigError(f"the content of a {self.kind} source is named by its backend",
                               hint="call Backend.fingerprint(table)")

@@ -74,13 +74,31 @@ def typed_relation(schema: TableSchema, id_column: str | None, scan: exp.Expr) -
 
 
 def cells_select(schema: TableSchema, rel: exp.Expr, conv: Mapping,
-                 id_expr: exp.Expr | None) -> exp.Select:
+                 id_expr: exp.Expr | None, offsets: Sequence[str] = ()) -> exp.Select:
     """``SELECT c0, …, ck [, __id] FROM <rel with conversions>``: every record's cells
-    (never NULL) and, under a privacy unit, its id (NULL: no id; not counted)."""
+    (never NULL) and, under a privacy unit, its id (NULL: no id; not counted).  With
+    ``offsets`` (binned attributes), also each one's lattice offset ``o<i>``
+    (``dpsql.measure.offsets``), computed over the cells in an outer layer."""
     cols = [exp.alias_(conv[a.name].cell, cell_column(i)) for i, a in enumerate(schema.attributes)]
     if id_expr is not None:
         cols.append(exp.alias_(id_expr, ID))
-    return exp.select(*cols).from_(layered(rel, conv))
+    if not offsets:
+        return exp.select(*cols).from_(layered(rel, conv))
+    from dpsql.measure.offsets import offset_sql
+    index = {a.name: i for i, a in enumerate(schema.attributes)}
+    # the value as the conversion parsed it (``__x<i>``: typed or read from text)
+    values = [exp.alias_(exp.column(f"__x{index[a]}"), f"__v{index[a]}") for a in offsets]
+    inner = exp.select(*cols, *values).from_(layered(rel, conv))
+    keep = [exp.column(cell_column(i)) for i in range(len(schema.attributes))] + \
+        ([exp.column(ID)] if id_expr is not None else [])
+    outs = [exp.alias_(offset_sql(schema.attributes[index[a]], exp.column(cell_column(index[a])),
+                                  exp.column(f"__v{index[a]}")), offset_column(index[a])) for a in offsets]
+    return exp.select(*keep, *outs).from_(exp.alias_(exp.Subquery(this=inner), "__dpsql_values"))
+
+
+def offset_column(i: int) -> str:
+    """Name of the lattice offset of the table's i-th attribute (``cells_select``)."""
+    return f"o{i}"
 
 
 def key_expression(dialect: str) -> exp.Expr:
@@ -117,7 +135,7 @@ def row_hash(ncells: int, dialect: str) -> exp.Expr:
     return sha256_hex(exp.Concat(expressions=parts), dialect)
 
 
-def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str) -> exp.Select:
+def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Sequence[str] = ()) -> exp.Select:
     """Keep at most ``max_rows`` rows per privacy unit, chosen by the keyed hash; rows
     without an id (``__id`` NULL) are dropped.
 
@@ -132,9 +150,13 @@ def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str) -> exp.Se
     order = row_hash(ncells, dialect)
     if dialect == "postgres":
         order = exp.Collate(this=order, expression=exp.to_identifier("C", quoted=True))
+    # ``extra`` columns (integer lattice offsets) only break ties between rows with equal
+    # cells, so the kept rows' cells are those the counting query keeps, and their offsets
+    # are the same on every engine
     window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(ID)],
-                        order=exp.Order(expressions=[exp.Ordered(this=order)]))
-    cols = [exp.column(cell_column(i)) for i in range(ncells)]
+                        order=exp.Order(expressions=[exp.Ordered(this=order)]
+                                        + [exp.Ordered(this=exp.column(c)) for c in extra]))
+    cols = [exp.column(cell_column(i)) for i in range(ncells)] + [exp.column(c) for c in extra]
     inner = (exp.select(*cols, exp.alias_(window, "__dpsql_rank"))
              .from_(exp.alias_(exp.Subquery(this=cells), "__dpsql_cells"))
              .where(exp.Not(this=exp.Is(this=exp.column(ID), expression=exp.Null()))))
@@ -147,3 +169,16 @@ def measurement_select(cells: exp.Expr, columns: Sequence[str],
     """The counting query over a cells relation (a SELECT or a table name)."""
     source = exp.alias_(exp.Subquery(this=cells), "__dpsql_counted") if isinstance(cells, exp.Select) else cells
     return grouping_sets_select(source, columns, sets)
+
+
+def offsets_select(cells: exp.Expr, columns: Sequence[str], sets: Sequence[Sequence[str]],
+                   sums: Sequence[str]) -> exp.Select:
+    """Per grouping set, the integer SUM of each ``sums`` column (lattice offsets) over a
+    cells relation: ``SELECT c_i…, SUM(o_j)… GROUP BY GROUPING SETS (…)``, read by position
+    like the counting query."""
+    source = exp.alias_(exp.Subquery(this=cells), "__dpsql_counted") if isinstance(cells, exp.Select) else cells
+    tuples = [exp.Tuple(expressions=[exp.column(c) for c in s]) for s in sets]
+    select = exp.select(*[exp.column(c) for c in columns],
+                        *[exp.alias_(exp.Sum(this=exp.column(o)), f"s_{o}") for o in sums]).from_(source)
+    select.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=tuples)]))
+    return select

@@ -19,6 +19,7 @@ _EXPORTS = {
     "expected_error": "error", "per_query_variance": "error", "query_errors": "error", "rmse": "error",
     "term_errors": "error",
     "QueryPart": "objective", "QuerySpec": "objective",
+    "OrderedStrategy": "ordered", "opt_ordered": "ordered",
     "Caps": "planner", "opt_0": "planner", "opt_kron": "planner", "opt_marginals": "planner",
     "opt_per_query": "planner", "opt_union": "planner", "optimize": "planner", "round_strategy": "planner",
     "LeastSquaresEstimate": "reconstruct", "least_squares": "reconstruct",
@@ -46,6 +47,7 @@ __all__ = [
     "query_errors", "term_errors",
     "expected_error", "rmse", "per_query_variance", "svd_bound", "svd_lower_bound",
     "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query", "optimize", "round_strategy",
+    "OrderedStrategy", "opt_ordered",
     "least_squares", "LeastSquaresEstimate", "StrategyCache",
     "analytic_gaussian_sigma", "gaussian_sigma", "zcdp_sigma",
 ]

@@ -26,8 +26,8 @@ import numpy as np
 
 from dpsql.linalg.rowscaled import GramPinv
 
-__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "Gram", "gram_trace", "psd_root",
-           "class_matrix", "class_sum", "LARGE_CELLS"]
+__all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "RangeGram", "Gram", "gram_trace", "psd_root",
+           "class_matrix", "class_sum", "span_coefficients", "scaled_identity", "SPAN_CELLS", "LARGE_CELLS"]
 
 #: Relative tolerance for two workload columns to count as equal.
 CLASS_RTOL = 1e-10
@@ -73,6 +73,61 @@ def column_classes(R: np.ndarray, rtol: float = CLASS_RTOL) -> tuple[np.ndarray,
     return labels, reps.astype(np.int64)
 
 
+#: From this many cells on, grams in span{I, 1} take the closed forms (``span_coefficients``).
+#: Below it an eigendecomposition costs under a millisecond, and the plans of small domains
+#: stay bit-identical to those computed before the closed forms (a last-bit difference in
+#: a trace can tip a discrete choice of the optimiser: 4e-5 relative on one plan).
+SPAN_CELLS = 128
+
+
+def span_coefficients(V: np.ndarray, rtol: float = 1e-12) -> tuple[float, float] | None:
+    """(b, c) with V = b·I + c·11ᵀ when a dense square V of at least ``SPAN_CELLS`` cells
+    lies in span{I, 1}, else None.
+
+    Such are the grams of an Identity (a GROUP BY), a Total (a sum over the attribute) and
+    every weighted sum of them: on a 1,459-label column each is a 1,459-square matrix whose
+    eigendecomposition (n³) the callers replace by closed forms (issue 35 item 2).  The
+    first row rejects most other grams in O(n); accepting costs one O(n²) pass over the
+    off-diagonal entries (a strided view: the flat array from entry 1 on, in rows of n + 1,
+    has the diagonal in its last column).  The tolerance is relative to the largest entry
+    of the first row: sums of I and 11ᵀ grams are exact, anything else falls back."""
+    if not isinstance(V, np.ndarray) or V.ndim != 2 or V.shape[0] != V.shape[1] \
+            or V.shape[0] < SPAN_CELLS:
+        return None
+    n = V.shape[0]
+    c = float(V[0, 1])
+    b = float(V[0, 0]) - c
+    tol = rtol * max(abs(float(V[0, 0])), abs(c))
+    if abs(float(V[0, 1:].max()) - c) > tol or abs(float(V[0, 1:].min()) - c) > tol:
+        return None
+    d = np.diagonal(V)
+    if abs(float(d.max()) - (b + c)) > tol or abs(float(d.min()) - (b + c)) > tol:
+        return None
+    off = np.ascontiguousarray(V).reshape(-1)[1:].reshape(n - 1, n + 1)[:, :n]
+    if abs(float(off.max()) - c) > tol or abs(float(off.min()) - c) > tol:
+        return None
+    return b, c
+
+
+def scaled_identity(F: np.ndarray) -> float | None:
+    """c when F = c·I (c ≠ 0) exactly, else None, without building an n×n identity to
+    compare with (a 1,459-square one is 17 MB, and the planner asked thousands of times)."""
+    if F.ndim != 2 or F.shape[0] != F.shape[1]:
+        return None
+    n = F.shape[0]
+    c = float(F[0, 0])
+    if c == 0.0:
+        return None
+    d = np.diagonal(F)
+    if not (d.min() == c and d.max() == c):
+        return None
+    if n > 1:
+        off = np.ascontiguousarray(F).reshape(-1)[1:].reshape(n - 1, n + 1)[:, :n]
+        if off.min() != 0.0 or off.max() != 0.0:
+            return None
+    return c
+
+
 def class_matrix(labels: np.ndarray, r: int) -> np.ndarray:
     """The 0/1 matrix B (r × n) with B[labels[i], i] = 1 (zero columns for label −1)."""
     B = np.zeros((r, labels.size))
@@ -116,7 +171,7 @@ class FactorPinv:
         if n > LARGE_CELLS and m < n:
             return ThinPinv(F)
         c = float(F.flat[0])
-        if c != 0.0 and m == n and np.array_equal(F, c * np.eye(n)):       # c·I
+        if m == n and scaled_identity(F) is not None:                      # c·I
             return cls(np.arange(n), np.ones(n), np.eye(n) / abs(c), None, True)
         if c != 0.0 and m == 1 and np.all(F == c):                         # c·1ᵀ
             return cls(np.zeros(n, dtype=np.int64), np.array([float(n)]),
@@ -165,6 +220,11 @@ class FactorPinv:
         at first order, one in R only at second (R L is small there)."""
         if isinstance(V, LowRankGram):
             return self._low_rank_trace(V)
+        span = span_coefficients(V)
+        if span is not None and span[0] >= 0.0 and span[1] >= 0.0:
+            got = self._span_trace(*span)
+            if got is not None:
+                return got
         Vt = self.reduce(V)
         if Vt is None:
             return math.inf
@@ -174,6 +234,34 @@ class FactorPinv:
                 return math.inf
         R = psd_root(Vt)
         return float(np.sum((R @ self.root) ** 2))
+
+    def _span_trace(self, b: float, c: float) -> float | None:
+        """tr(V (FᵀF)⁺) for V = b·I + c·11ᵀ (b, c ≥ 0) in O(n·r), without reducing or
+        factoring V (a GROUP BY or a sum over a 1,459-label column, issue 35 item 2);
+        None where the general path decides (a rank-deficient F, or b within the
+        class test's tolerance of 0).
+
+        Every cell its own class and F of full rank: V has the exact root [√b·I; √c·1ᵀ],
+        so ‖R L‖² = b‖L‖² + c‖1ᵀL‖² (nothing cancels).  Merged cells (or cells F never
+        sees) with b > 0: V is not constant on the classes, F cannot support it (what
+        ``reduce`` finds in O(n²)).  b = 0 and every cell in a class: Ṽ = c·ssᵀ with
+        s = √sizes, root √c·sᵀ."""
+        if self.basis is not None:
+            return None
+        scale = b + c
+        if self.trivial:
+            ones = self.root.sum(axis=0)
+            return b * float(np.sum(self.root * self.root)) + c * float(ones @ ones)
+        if b > 1e-6 * scale:
+            return math.inf
+        if b != 0.0:
+            return None
+        if c == 0.0:
+            return 0.0
+        if np.any(self.labels < 0):
+            return math.inf
+        s = np.sqrt(self.sizes) @ self.root
+        return c * float(s @ s)
 
     def _low_rank_trace(self, V: LowRankGram) -> float:
         """tr((c·I + RᵀR)(FᵀF)⁺) = c·tr(K⁺) + ‖R L‖²_F without forming V: a square factor
@@ -297,14 +385,69 @@ class LowRankGram:
         return np.float64(self.c).tobytes() + np.ascontiguousarray(self.rows).tobytes()
 
 
+class RangeGram:
+    """WᵀW of a prefix (CDF), suffix or all-range factor over a large attribute (issue 35):
+    G[i, j] = a[min(i, j)] · b[max(i, j)] (``linalg.ranges.Semiseparable``), kept as a and
+    b.  Such a factor has n or n(n+1)/2 rows, too many to keep thin; only the tree
+    strategies of ``plan/tree.py`` plan it.
+
+    Singular values in closed form (Definition 12's SVD bound at any n): the n×n prefix
+    matrix P has σ_k = 1 / (2 sin((2k−1)π / (2(2n+1)))), k = 1…n (PPᵀ = (L Lᵀ)⁻¹ with L the
+    first differences, whose eigenvalues are 2 − 2cos((2k−1)π/(2n+1))), and the all-range
+    gram is (n+1)·K⁻¹ for K = tridiag(−1, 2, −1), the Dirichlet Laplacian with eigenvalues
+    4 sin²(kπ / (2(n+1))): G[i, j] = (min + 1)(n − max) is its Green's function."""
+
+    __slots__ = ("n", "kind", "a", "b")
+
+    KINDS = ("prefix", "suffix", "allrange")
+
+    def __init__(self, kind: str, a: np.ndarray, b: np.ndarray) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown range gram kind {kind!r}")
+        self.kind = kind
+        self.a = np.asarray(a, dtype=float)
+        self.b = np.asarray(b, dtype=float)
+        self.n = int(self.a.size)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.n)
+
+    def trace(self) -> float:
+        return float(self.a @ self.b)
+
+    def total(self) -> float:
+        """1ᵀG1 = Σ_j b_j (a_j + 2 Σ_{i<j} a_i)."""
+        below = np.concatenate([[0.0], np.cumsum(self.a)[:-1]])
+        return float(np.sum(self.b * (self.a + 2.0 * below)))
+
+    def dense(self) -> np.ndarray:
+        """The n×n matrix; only for small n (tests)."""
+        i = np.arange(self.n)
+        return self.a[np.minimum.outer(i, i)] * self.b[np.maximum.outer(i, i)]
+
+    def singular_values(self) -> np.ndarray:
+        n, k = self.n, np.arange(1, self.n + 1, dtype=float)
+        if self.kind == "allrange":
+            return math.sqrt(n + 1) / (2.0 * np.sin(k * math.pi / (2.0 * (n + 1))))
+        return 1.0 / (2.0 * np.sin((2.0 * k - 1.0) * math.pi / (2.0 * (2 * n + 1))))
+
+    def svd_bound(self) -> float:
+        return float(self.singular_values().sum()) ** 2 / self.n
+
+    def fingerprint(self) -> bytes:
+        return self.kind.encode() + np.ascontiguousarray(self.a).tobytes() + \
+            np.ascontiguousarray(self.b).tobytes()
+
+
 #: A workload factor's gram V as the planner holds it: dense n×n, or c·I + RᵀR over a large
 #: attribute.  Every ``trace`` of a strategy factor's pseudo-inverse takes either.
 Gram = np.ndarray | LowRankGram
 
 
-def gram_trace(V: Gram) -> float:
-    """tr V of either form."""
-    return V.trace() if isinstance(V, LowRankGram) else float(np.trace(V))
+def gram_trace(V: Gram | RangeGram) -> float:
+    """tr V of any form."""
+    return V.trace() if isinstance(V, (LowRankGram, RangeGram)) else float(np.trace(V))
 
 
 class ThinPinv:

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from dpsql.plan.gram import FactorPinv, LowRankGram, gram_trace
+from dpsql.plan.gram import FactorPinv, LowRankGram, gram_trace, scaled_identity
 from dpsql.plan.large import opt0_large, row_basis
 from dpsql.plan.opt0 import FactorResult, Progress, opt0, semiseparable_right, sensitivity
 from dpsql.plan.strategy import KronBlock
@@ -28,7 +28,7 @@ __all__ = ["kron_strategy", "factor_errors"]
 
 def factor_errors(A: np.ndarray, terms: WorkloadTerms, i: int, p: int) -> np.ndarray:
     """e_ji = ‖A‖_p² tr(V_ji (AᵀA)⁺) for every term j (inf if A does not support V_ji)."""
-    if A.shape[0] == A.shape[1] and np.array_equal(A, np.eye(A.shape[0])):
+    if scaled_identity(A) == 1.0:
         return np.array([gram_trace(t.grams[i]) for t in terms.terms])
     pinv = FactorPinv.of(A)
     s2 = sensitivity(A, p) ** 2

@@ -32,9 +32,10 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.optimize as so
 
-from dpsql.plan.gram import FactorPinv, column_classes
+from dpsql.plan.gram import FactorPinv, column_classes, span_coefficients
 
-__all__ = ["FactorResult", "factor_loss", "sensitivity", "dual_ascent", "gaussian_dual", "gaussian_primal_loss",
+__all__ = ["FactorResult", "factor_loss", "sensitivity", "dual_ascent", "gaussian_dual", "gaussian_span",
+           "gaussian_primal_loss",
            "pidentity_loss", "pidentity", "projected_lbfgs", "opt0", "semiseparable_right", "Progress"]
 
 #: progress(operator, iteration, loss): loss is the operator's current ‖A‖²·tr(WᵀW(AᵀA)⁺),
@@ -412,6 +413,16 @@ def opt0(V: np.ndarray, noise: str, *, p: int | None = None, restarts: int = 1,
     """
     rng = np.random.default_rng(0) if rng is None else rng
     n = V.shape[0]
+    span = span_coefficients(V)
+    if span is not None and span[0] == 0.0 and span[1] >= 0.0:
+        # c·11ᵀ: one class (every cell answered alike), or none when c = 0; what the
+        # O(n²) class hash below finds, without it
+        if span[1] == 0.0:
+            return FactorResult(np.zeros((1, n)), 0.0, "empty")
+        return FactorResult(np.ones((1, n)), float(V[0, 0]), "total")
+    if span is not None and span[0] > 0.0 and noise == "gaussian":
+        # b·I + c·11ᵀ with b > 0 tells every cell apart: no classes to find
+        return _opt0_classes(V, noise, p, restarts, rng, progress, right, span)
     labels, reps = column_classes(V)
     r = reps.size
     if r == 0:
@@ -425,11 +436,38 @@ def opt0(V: np.ndarray, noise: str, *, p: int | None = None, restarts: int = 1,
     return FactorResult(A, res.loss, method, res.lower_bound)
 
 
-def _opt0_classes(V, noise, p, restarts, rng, progress, right) -> FactorResult:
+def gaussian_span(b: float, c: float, n: int) -> FactorResult:
+    """OPT_0's Gaussian optimum for V = b·I + c·11ᵀ (b > 0) in closed form.
+
+    The problem min tr(V X⁻¹) s.t. diag X ≤ 1 is convex and, like V, invariant under
+    permuting the cells, so averaging any optimum over the permutations gives one in
+    span{I, 1}; there the diagonal is constant and X = V^½/d (d = the diagonal of V^½)
+    reaches the SVD bound (tr V^½)²/n, which no strategy beats (thesis Prop. 10): it is the
+    optimum.  A = V^¼/√d has AᵀA = X and stays αI + β11ᵀ, where the dual's eigenvectors of
+    a (n − 1)-fold eigenvalue are an arbitrary dense basis; it costs O(n²) instead of one
+    n³ eigendecomposition per dual step (a 1,459-label GROUP BY, issue 35 item 2).
+    """
+    top = max(b + c * n, 0.0)           # the eigenvalue on the ones vector
+    r2 = (math.sqrt(b), math.sqrt(top))
+    r4 = (math.sqrt(r2[0]), math.sqrt(r2[1]))
+    d = r2[0] + (r2[1] - r2[0]) / n     # diag of V^½
+    A = np.full((n, n), (r4[1] - r4[0]) / n)
+    A[np.diag_indices(n)] += r4[0]
+    A /= math.sqrt(d)
+    trace = (n - 1) * r2[0] + r2[1]     # tr V^½
+    loss = trace * trace / n
+    return FactorResult(A, loss, "gaussian (closed form on span{I, 1})", loss)
+
+
+def _opt0_classes(V, noise, p, restarts, rng, progress, right, span=None) -> FactorResult:
     cands = _baselines(V)
     n = V.shape[0]
     if n > 1 and not any(c.method == "total" for c in cands):
-        if noise == "gaussian":
+        if span is None and noise == "gaussian":
+            span = span_coefficients(V)
+        if span is not None and span[0] > 0.0:
+            cands.append(gaussian_span(span[0], span[1], n))
+        elif noise == "gaussian":
             cands.append(gaussian_dual(V, progress=progress))
         else:
             pp = max(1, n // 16) if p is None else max(1, int(p))

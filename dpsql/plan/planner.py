@@ -38,6 +38,7 @@ from dpsql.plan.residual import (
     balanced_mu, residual_blocks, residual_mu, split_marginal_residual,
 )
 from dpsql.plan.opt0 import Progress
+from dpsql.plan.ordered import OrderedStrategy, opt_ordered, ordered_attribute
 from dpsql.plan.strategy import (
     KronBlock, Strategy, eye_factor, factor_kind, ones_factor, round_blocks, union_sensitivity,
 )
@@ -457,8 +458,10 @@ def _planned_cliques(terms: WorkloadTerms, operator: str) -> list[tuple[str, ...
 def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
              caps: Caps | None = None, progress: Progress | None = None, *,
              operators: tuple[str, ...] | None = None, grid: float | None = DEFAULT_GRID,
-             cache=None) -> Strategy:
+             cache=None) -> Strategy | OrderedStrategy:
     """OPT_HDMM (thesis §3.8): best feasible strategy over the applicable operators.
+    A workload with a CDF or range factor over a large attribute gets an
+    ``OrderedStrategy`` (plan/ordered.py) instead.
 
     Deterministic for a seed: every operator draws from one generator in a fixed order.
     ``grid`` rounds real-valued factors so measured values lie on a lattice (None keeps
@@ -476,7 +479,7 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
 
 def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
               progress: Progress | None, *, operators: tuple[str, ...] | None,
-              grid: float | None, cache) -> Strategy:
+              grid: float | None, cache) -> Strategy | OrderedStrategy:
     noise_norm(noise)
     caps = Caps() if caps is None else caps
     terms = workload_terms(W)
@@ -486,6 +489,10 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         hit = cache.get(terms, noise, options)
         if hit is not None:
             return hit
+    if ordered_attribute(terms) is not None:
+        # a CDF or range factor over a large attribute: only a factored strategy over that
+        # column plans it (plan/ordered.py), in closed form and in seconds (issue 35)
+        return opt_ordered(terms, noise)
     d = len(terms.shape)
     marginal = all(all(t.marginal_like) for t in terms.terms)
     default_ops: tuple[str, ...]

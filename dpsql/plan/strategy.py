@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.plan.gram import scaled_identity
+
 __all__ = ["KronBlock", "MeasurementBlock", "Strategy", "factor_kind", "block_sensitivity",
            "eye_factor", "ones_factor",
            "union_sensitivity", "round_blocks"]
@@ -59,7 +61,7 @@ def factor_kind(F: np.ndarray) -> tuple[str, float]:
     c = float(F.flat[0])
     if c != 0.0 and m == 1 and np.all(F == c):
         return "total", c
-    if m == n and c != 0.0 and np.array_equal(F, c * np.eye(n)):
+    if m == n and scaled_identity(F) is not None:
         return "identity", c
     return "other", 1.0
 

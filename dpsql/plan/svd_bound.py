@@ -5,7 +5,8 @@ square roots of the eigenvalues of WᵀW -- so only the gram is needed.  It lowe
 unit-noise Gaussian error ‖A‖₂²·tr(WᵀW(AᵀA)⁺) of every supporting strategy (Prop. 10), and
 the Laplace error divided by 2 (‖A‖₁ ≥ ‖A‖₂).  Computable cases:
 
-* a single Kronecker product: the bound factorises (Theorem 3);
+* a single Kronecker product: the bound factorises (Theorem 3), with the prefix and
+  all-range factors of a large attribute in closed form (``gram.RangeGram``);
 * a marginal workload (every factor gram in span{I, 1}): Theorem 10;
 * anything on a small domain: a dense eigendecomposition.
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.plan.gram import LowRankGram
+from dpsql.plan.gram import LowRankGram, RangeGram, span_coefficients
 from dpsql.plan.marginals import MarginalSpace, marginal_svd_bound, workload_kappa
 from dpsql.plan.workload import workload_terms
 
@@ -29,8 +30,15 @@ _DENSE_LIMIT = 4096
 
 def gram_svd_bound(V) -> float:
     """Definition 12 from a gram V = WᵀW (dense, or a large attribute's LowRankGram)."""
-    if isinstance(V, LowRankGram):
+    if isinstance(V, (LowRankGram, RangeGram)):
         return V.svd_bound()
+    span = span_coefficients(V)
+    if span is not None:
+        # V = b·I + c·11ᵀ: eigenvalue b on the n − 1 directions orthogonal to 1, b + c·n on 1
+        n = V.shape[0]
+        b, c = span
+        root = (n - 1) * np.sqrt(max(b, 0.0)) + np.sqrt(max(b + c * n, 0.0))
+        return float(root * root / n)
     ev = np.linalg.eigvalsh(V)
     return float(np.sqrt(np.clip(ev, 0.0, None)).sum() ** 2 / V.shape[0])
 

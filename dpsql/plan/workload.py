@@ -24,7 +24,7 @@ import numpy as np
 
 from dpsql.errors import UnsupportedQueryError
 from dpsql.linalg import QueryMatrix, Union, kron_terms
-from dpsql.plan.gram import LARGE_CELLS, LowRankGram, gram_trace
+from dpsql.plan.gram import LARGE_CELLS, LowRankGram, RangeGram, gram_trace
 from dpsql.plan.objective import query_parts
 
 __all__ = ["Workload", "KronTerm", "WorkloadTerms", "workload_terms", "factor_dense",
@@ -105,6 +105,9 @@ class KronTerm:
             if isinstance(f, (Identity, Ones)):          # Total is a Ones: known exactly
                 out.append(True)
                 continue
+            if isinstance(g, RangeGram):
+                out.append(False)
+                continue
             if isinstance(g, LowRankGram):
                 # In span{I, 1}: the identity alone, or a constant low-rank part (a Total).
                 out.append(bool(g.is_constant() or (g.c > 0 and not g.rows.size)))
@@ -130,7 +133,9 @@ class KronTerm:
         strategy product cannot mix the two on the measurement lattice (plan/large.py)."""
         out: list[str | None] = []
         for g in self.grams:
-            if not isinstance(g, LowRankGram):
+            if isinstance(g, RangeGram):
+                out.append("range")
+            elif not isinstance(g, LowRankGram):
                 out.append(None)
             elif g.c > 0 or not g.rows.size:
                 out.append("count")
@@ -185,7 +190,7 @@ class WorkloadTerms:
         for t in self.terms:
             g = np.ones((1, 1))
             for gi in t.grams:
-                g = np.kron(g, gi.dense() if isinstance(gi, LowRankGram) else gi)
+                g = np.kron(g, gi.dense() if isinstance(gi, (LowRankGram, RangeGram)) else gi)
             out += t.weight ** 2 * g
         return out
 
@@ -203,7 +208,7 @@ class WorkloadTerms:
             for g in t.grams:
                 key = seen.get(id(g))
                 if key is None:
-                    raw = g.fingerprint() if isinstance(g, LowRankGram) else \
+                    raw = g.fingerprint() if isinstance(g, (LowRankGram, RangeGram)) else \
                         np.ascontiguousarray(g).tobytes()
                     key = hashlib.sha256(raw).hexdigest()
                     seen[id(g)] = key
@@ -234,7 +239,7 @@ def _summary(g) -> tuple[float, float]:
 
 
 def _total(g) -> float:
-    return g.total() if isinstance(g, LowRankGram) else float(g.sum())
+    return g.total() if isinstance(g, (LowRankGram, RangeGram)) else float(g.sum())
 
 
 def factor_gram(factor: Any) -> tuple[Any, Any]:
@@ -242,16 +247,23 @@ def factor_gram(factor: Any) -> tuple[Any, Any]:
     structured gram object it came from (or None).
 
     Structured grams matter: AllRange(1024) has 524,800 rows but a closed-form 1024² gram.
-    On a large attribute a GROUP BY (Identity) is c·I and a thin factor (a Total, BETWEEN
-    indicators, a SUM's values) is kept as its rows; anything else is refused
-    (``LargeAttributeError``), with the attribute and query named by the caller.
+    On a large attribute a GROUP BY (Identity) is c·I, a thin factor (a Total, BETWEEN
+    indicators, a SUM's values) is kept as its rows, and a prefix (CDF), suffix or
+    all-range factor as its semiseparable gram (``RangeGram``: planned by a tree,
+    plan/tree.py); anything else is refused (``LargeAttributeError``), with the attribute
+    and query named by the caller.
     """
-    from dpsql.linalg import Identity
+    from dpsql.linalg import AllRange, Identity, Prefix, Semiseparable, Suffix
 
     n = int(factor.shape[1]) if not isinstance(factor, np.ndarray) else np.atleast_2d(factor).shape[1]
     if n > LARGE_CELLS:
         if isinstance(factor, Identity):
             return LowRankGram(n, 1.0), None
+        for cls, kind in ((Prefix, "prefix"), (Suffix, "suffix"), (AllRange, "allrange")):
+            if isinstance(factor, cls):
+                g = factor.gram()          # G[i, j] = a[min(i, j)] · b[max(i, j)]
+                assert isinstance(g, Semiseparable)
+                return RangeGram(kind, g.a, g.b), None
         rows = int(np.atleast_2d(factor).shape[0]) if isinstance(factor, np.ndarray) else int(factor.shape[0])
         if rows > THIN_ROWS:
             raise LargeAttributeError(n, rows)
@@ -313,8 +325,10 @@ def _extract(matrix: Any, attributes: tuple[str, ...], shape: tuple[int, ...],
         for i, (f, n) in enumerate(zip(factors, shape)):
             # Identity and Total leaves of one size share a gram (thousands of marginals
             # repeat them), so their summaries below are computed once.
-            key = (type(f).__name__, f.shape) if type(f).__name__ in ("Identity", "Total") \
+            key: Any = (type(f).__name__, f.shape) if type(f).__name__ in ("Identity", "Total") \
                 else id(f)
+            if type(f).__name__ == "Bucket":        # every GROUP BY on a column: one gram
+                key = ("Bucket", f.shape, f.mapping.tobytes())
             entry = cache.get(key)
             if entry is None:
                 try:

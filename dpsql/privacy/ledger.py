@@ -525,7 +525,7 @@ class Ledger:
                 raise BudgetExhaustedError(
                     f"privacy budget exhausted{who}: the request needs rho={format_rho(value, 'up')} "
                     f"but only rho={format_rho(view.remaining, 'down')} remains",
-                    requested_rho=float(value), remaining_rho=float(view.remaining),
+                    requested_rho=Fraction(value), remaining_rho=view.remaining,
                     hint="ask for fewer or coarser statistics, reuse released answers, or "
                          "have the operator grant a new budget (a new ledger)")
             values, digest = self._append(conn, {"kind": "charge", "principal": principal,

@@ -26,7 +26,9 @@ one analyst could fill every engine thread by cancelling and asking again).
 With error columns on (``dpsql.error_columns``), engine answers also carry a boolean
 ``inferred`` column: true where a value came from the model without a supporting
 measurement (its error column is then NULL); with ``bounds``, c_lower/c_upper carry an
-inferred value's range (``dpsql.engine.session.error_column_names``).  Every answered or refused statement goes to
+inferred value's range (``dpsql.engine.session.error_column_names``); a statement with an
+aggregate over wide bins also carries a boolean ``binned`` column: true where a value's
+interval holds a binning bound (``Result.bias``), not the noise alone.  Every answered or refused statement goes to
 the query log when one is configured (``querylog.py``).
 """
 
@@ -39,7 +41,7 @@ import time
 from typing import Any
 
 from dpsql import errors
-from dpsql.display import rounded_rows
+from dpsql.display import bounded_columns, rounded_rows
 from dpsql.server import codec, pgtypes, router
 from dpsql.server.gucs import Settings, local_values, parse_command, text_description
 from dpsql.server.results import Outcome, Portal, Prepared, QueryError, out_of_memory
@@ -47,6 +49,7 @@ from dpsql.server.shadow import ShadowError, ShadowReplyTooLarge, ShadowUnavaila
 from dpsql.sql.split import split_statements
 
 INFERRED = "inferred"
+BINNED = "binned"
 
 log = logging.getLogger("dpsql.server")
 
@@ -79,6 +82,8 @@ class DpsqlLink:
         values = [c.name for c in compiled.columns if c.is_aggregate]
         extra = [(name, "double") for name in error_column_names(values, mode)]
         extra.append((INFERRED, "boolean"))
+        if compiled.may_be_binned():
+            extra.append((BINNED, "boolean"))
         return _Described([(c.name, c.type) for c in compiled.columns] + extra, compiled.is_schema_probe)
 
     def execute(self, sql: str, params):
@@ -158,7 +163,9 @@ class Dispatcher:
         self.max_reply = max_reply      # bytes of one reply (engine rows or a catalog reply); 53200 beyond
         self.dpsql_version = dpsql_version
         self.signal = signal            # cancels another session of the same user by pid
-        self._tables = tuple(link.catalog)
+        # statements naming private or public tables go to the engine (public ones are answered
+        # there exactly, and joined with the private table on declared keys)
+        self._tables = tuple(link.catalog) + tuple(getattr(link.catalog, "public", {}))
         self._pending: asyncio.Future | None = None
         self._cancel = asyncio.Event()
         self._running: Any = None
@@ -310,6 +317,25 @@ class Dispatcher:
                 self.shadow.release(client)
 
     # -- statements ---------------------------------------------------------------------------
+    async def _catalog_sql(self, route, sql: str) -> str:
+        """What the shadow runs for a catalog statement: the client's text, or for one reading
+        ``dpsql_budget`` the statement with this connection's budget rows in its place, read
+        now (each Execute sees the ledger as it is then)."""
+        if not route.budget:
+            return sql
+        self._need_shadow()
+        rows = await self._engine(self._budget_rows)
+        return await self._parse_call(router.budget_sql, route.tree, rows)
+
+    def _budget_rows(self) -> list[tuple]:
+        """On an engine thread: ``SHOW dpsql.budget_remaining`` as numbers (rounded as ``dpsql
+        budget`` prints them: remainders down, costs up; ledger amounts are public metadata)."""
+        from dpsql.engine.session import BUDGET_SETTING
+        rows = self.link.execute(f"SHOW {BUDGET_SETTING}", None).rows
+        if not rows:
+            raise QueryError("55000", "the budget is not available on this connection")
+        return [(name, *(None if v is None else float(v) for v in numbers)) for name, *numbers in rows]
+
     def _engine_sql(self, route, sql: str, params: tuple) -> tuple[str, list | None]:
         """SQL and parameters for the compiler, unchanged: it binds ``$n`` by number (issue 21:
         rewriting to ``?`` relied on the AST walk order, and the compiler now binds ``?`` in
@@ -329,7 +355,8 @@ class Dispatcher:
         if route.kind == "error":
             raise QueryError(route.sqlstate, route.message, hint=route.hint)
         if route.kind == "catalog":
-            oids, description = await self._shadow_call("describe", sql, tuple(param_oids))
+            oids, description = await self._shadow_call("describe", await self._catalog_sql(route, sql),
+                                                        tuple(param_oids))
             return Prepared(sql, route, oids, description, described=True)
         count = max(len(param_oids), await self._parse_call(self._param_count, route) if route.tree is not None else 0)
         oids = tuple(param_oids) + (0,) * (count - len(param_oids))
@@ -413,7 +440,8 @@ class Dispatcher:
         route = portal.statement.route
         if route.kind == "catalog":
             oids = portal.statement.param_oids
-            return _shadow_outcome(await self._shadow_call("execute", portal.statement.sql, oids,
+            sql = await self._catalog_sql(route, portal.statement.sql)
+            return _shadow_outcome(await self._shadow_call("execute", sql, oids,
                                                            portal.param_formats, portal.params,
                                                            portal.result_formats))
         if route.kind == "engine":
@@ -441,6 +469,10 @@ class Dispatcher:
             flags = list(getattr(result, "inferred", []) or [])
             columns = columns + [(INFERRED, "boolean")]
             rows = [tuple(row) + (bool(flags[i]) if i < len(flags) else False,) for i, row in enumerate(rows)]
+            if getattr(result, "binnable", False):
+                # true where a value's interval holds a binning bound, not the noise alone
+                columns = columns + [(BINNED, "boolean")]
+                rows = [tuple(row) + (bool(bounded_columns(result, i)),) for i, row in enumerate(rows)]
         if described is not None and len(described) == len(columns):
             # the client decodes with the types it was given at Describe; keep to them
             columns = [(name, t) for (name, _), t in zip(columns, described)]
@@ -469,6 +501,7 @@ class Dispatcher:
         if route.kind == "engine":
             return await self._run_engine(route, sql, (), formats)
         if route.kind == "catalog":
+            sql = await self._catalog_sql(route, sql)
             return _shadow_outcome(await self._shadow_call("execute", sql, (), (), (), tuple(formats)))
         if route.kind == "local":
             values = self._local(route)

@@ -69,7 +69,8 @@ def _run(run, config, args, context, server_cfg, pick) -> int:
                max_session_memory=server_cfg.max_session_memory,
                max_user_statements=server_cfg.max_user_statements,
                max_unauthenticated=server_cfg.max_unauthenticated, auth_timeout=server_cfg.auth_timeout,
-               catalog_timeout=server_cfg.catalog_timeout, user_settings=server_cfg.user_settings)
+               catalog_timeout=server_cfg.catalog_timeout, settings=server_cfg.settings,
+               user_settings=server_cfg.user_settings)
 
 
 def _budget_warnings(config, users_file) -> list[str]:

@@ -12,6 +12,8 @@
     query_log = "queries.jsonl"      # JSON lines, one per statement; "-" for stderr
     query_log_max_bytes = 67108864   # rotated beyond this size (queries.jsonl.1, .2, …)
     query_log_files = 4              # rotated files kept
+    error_columns = "ci95"           # every analyst's default of dpsql.error_columns (default: ci95)
+    estimator = "pgm"                # every analyst's default of dpsql.estimator
     [server.users.alice]             # defaults of one user's sessions (startup options override)
     error_columns = "ci95"           # dpsql.error_columns: off | stderr | ci95
     estimator = "pgm"                # dpsql.estimator: pgm | least_squares
@@ -19,6 +21,11 @@
 
 Unknown keys and bad values are refused, naming the key.  Command-line options of
 ``dpsql serve`` override the file.
+
+An analyst's session starts from the server's defaults (``error_columns`` is ``ci95`` unless the
+operator says otherwise: the README promises every number its error, and a BI tool cannot be
+expected to send a SET first; issue 33), then their own ``[server.users.NAME]`` defaults, then the
+connection's startup options.  ``[dpsql] error_columns`` is the in-process sessions' default only.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from dpsql.errors import ConfigError
 DEFAULT_MAX_STATEMENT = 256 * 1024
 USER_SETTINGS = {"error_columns": ("dpsql.error_columns", ("off", "stderr", "ci95", "bounds")),
                  "estimator": ("dpsql.estimator", ("pgm", "least_squares"))}
+SERVER_DEFAULTS = {"dpsql.error_columns": "ci95"}   # every analyst's session, unless [server] says otherwise
 USER_LIMITS = ("connection_limit",)     # per-user keys that are server limits, not session settings
 _NUMBERS = {"max_statement_bytes": int, "max_user_statements": int, "max_connections": int,
             "max_user_connections": int, "query_log_max_bytes": int, "query_log_files": int,
@@ -53,6 +61,7 @@ class ServerConfig:
     query_log_max_bytes: int = 64 * 1024 * 1024
     max_session_memory: int = 64 * 1024 * 1024
     query_log_files: int = 4
+    settings: dict[str, str] = field(default_factory=lambda: dict(SERVER_DEFAULTS))  # {dpsql.x: value}
     user_settings: dict[str, dict[str, str]] = field(default_factory=dict)   # user -> {dpsql.x: value}
     user_connection_limits: dict[str, int] = field(default_factory=dict)     # user -> connection_limit
 
@@ -61,7 +70,7 @@ def parse_server_section(section, where: str = "[server]", base: Path | None = N
     if not isinstance(section, dict):
         raise ConfigError(f"{where} must be a table")
     cfg = ServerConfig()
-    allowed = set(_NUMBERS) | {"query_log", "users"}
+    allowed = set(_NUMBERS) | set(USER_SETTINGS) | {"query_log", "users"}
     unknown = sorted(set(section) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}", hint=f"allowed keys: {', '.join(sorted(allowed))}")
@@ -79,6 +88,11 @@ def parse_server_section(section, where: str = "[server]", base: Path | None = N
         if not isinstance(log, str) or not log:
             raise ConfigError(f"{where}: query_log must be a path or \"-\" (stderr)")
         cfg.query_log = log if log == "-" or os.path.isabs(log) or base is None else str(base / log)
+    for key, (name, values) in USER_SETTINGS.items():
+        if key in section:
+            if section[key] not in values:
+                raise ConfigError(f"{where}: {key} must be one of {', '.join(values)}")
+            cfg.settings[name] = section[key]
     users = section.get("users", {})
     if not isinstance(users, dict):
         raise ConfigError(f"{where}.users must be a table of tables")

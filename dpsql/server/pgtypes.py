@@ -1,8 +1,9 @@
 """PostgreSQL type OIDs and the text/binary encodings of the values dpsql returns.
 
-dpsql answers carry few types: group keys are ``text`` or ``integer``, noisy aggregates are
-``integer`` (counts) or ``double``.  They go out as ``text`` (25), ``int8`` (20) and
-``float8`` (701); ``numeric`` (1700) and ``bool`` (16) are here for parameters and
+dpsql answers carry few types: group keys are ``text``, ``integer``, ``date`` or
+``timestamp``, noisy aggregates are ``integer`` (counts) or ``double``.  They go out as
+``text`` (25), ``int8`` (20), ``date`` (1082), ``timestamp`` (1114) and ``float8`` (701);
+``numeric`` (1700), ``timestamptz`` (1184) and ``bool`` (16) are here for parameters and
 completeness.  Text forms follow PostgreSQL's output functions (``Infinity``, ``NaN``,
 ``t``/``f``); binary forms follow the type send/recv functions (numeric: base-10000 digits,
 ``numeric_send`` in src/backend/utils/adt/numeric.c).
@@ -10,6 +11,7 @@ completeness.  Text forms follow PostgreSQL's output functions (``Infinity``, ``
 
 from __future__ import annotations
 
+import datetime
 import math
 import struct
 from decimal import Decimal, InvalidOperation
@@ -17,14 +19,18 @@ from decimal import Decimal, InvalidOperation
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID, FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NUMERIC = (
     16, 17, 20, 21, 23, 25, 26, 700, 701, 705, 1043, 1042, 1700)
 NAME = 19
+DATE, TIMESTAMP, TIMESTAMPTZ = 1082, 1114, 1184
+_EPOCH = datetime.date(2000, 1, 1)          # PostgreSQL's binary date/time origin
 
-TYPE_SIZES = {BOOL: 1, INT8: 8, INT2: 2, INT4: 4, OID: 4, FLOAT4: 4, FLOAT8: 8, NAME: 64}
+TYPE_SIZES = {BOOL: 1, INT8: 8, INT2: 2, INT4: 4, OID: 4, FLOAT4: 4, FLOAT8: 8, NAME: 64, DATE: 4, TIMESTAMP: 8,
+              TIMESTAMPTZ: 8}
 
 _BY_NAME = {
     "text": TEXT, "varchar": TEXT, "character varying": TEXT, "string": TEXT,
     "integer": INT8, "int": INT8, "int8": INT8, "bigint": INT8, "int4": INT8, "smallint": INT8,
     "double": FLOAT8, "double precision": FLOAT8, "float8": FLOAT8, "float": FLOAT8, "real": FLOAT8,
     "numeric": NUMERIC, "decimal": NUMERIC, "boolean": BOOL, "bool": BOOL,
+    "date": DATE, "timestamp": TIMESTAMP, "timestamp without time zone": TIMESTAMP,
 }
 
 
@@ -74,7 +80,25 @@ def encode_text(value, oid: int) -> bytes | None:
         if isinstance(value, float):
             return _float_text(value).encode()
         return str(value).encode()
+    if oid in (DATE, TIMESTAMP) and isinstance(value, datetime.date):
+        return _time_text(value).encode()
     return str(value).encode("utf-8")
+
+
+def _time_text(value: datetime.date) -> str:
+    """PostgreSQL's ISO output: ``2013-06-01``, ``2013-06-01 10:00:00``, ``… 10:00:00.5``."""
+    if isinstance(value, datetime.datetime):
+        text = value.strftime("%Y-%m-%d %H:%M:%S")
+        return text + (f".{value.microsecond:06d}".rstrip("0") if value.microsecond else "")
+    return value.isoformat()
+
+
+def _micros(value: datetime.date) -> int:
+    """Microseconds since 2000-01-01 00:00 (a date: its midnight), exactly (no float)."""
+    if not isinstance(value, datetime.datetime):
+        value = datetime.datetime.combine(value, datetime.time())
+    delta = value.replace(tzinfo=None) - datetime.datetime(2000, 1, 1)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _numeric_binary(value) -> bytes:
@@ -135,6 +159,11 @@ def encode_binary(value, oid: int) -> bytes | None:
         return struct.pack("!f", float(value))
     if oid == NUMERIC:
         return _numeric_binary(value)
+    if oid == DATE and isinstance(value, datetime.date):
+        day = value.date() if isinstance(value, datetime.datetime) else value
+        return struct.pack("!i", (day - _EPOCH).days)
+    if oid == TIMESTAMP and isinstance(value, datetime.date):
+        return struct.pack("!q", _micros(value))
     return str(value).encode("utf-8")
 
 
@@ -180,6 +209,11 @@ def decode_param(data: bytes | None, oid: int, fmt: int):
                 return _decode_numeric_binary(data)
             if oid in (TEXT, VARCHAR, BPCHAR, UNKNOWN, NAME, 0):
                 return data.decode("utf-8")
+            if oid == DATE:
+                return _EPOCH + datetime.timedelta(days=struct.unpack("!i", data)[0])
+            if oid in (TIMESTAMP, TIMESTAMPTZ):
+                value = datetime.datetime(2000, 1, 1) + datetime.timedelta(microseconds=struct.unpack("!q", data)[0])
+                return value if oid == TIMESTAMP else value.replace(tzinfo=datetime.UTC)
             raise ParameterError(f"binary parameters of type OID {oid} are not supported")
         text = data.decode("utf-8")
         if oid in (INT2, INT4, INT8, OID):

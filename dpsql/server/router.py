@@ -10,7 +10,9 @@ Routes:
 * ``catalog`` — relations only from ``pg_catalog``/``information_schema`` (or none at all):
   sent to the schema-only shadow PostgreSQL, which holds no rows.  Only statements that
   begin with SELECT, WITH, VALUES, TABLE or ``(`` may go there (an allow-list: the shadow
-  also refuses writes, but SET, ALTER ROLE, DO … never reach it);
+  also refuses writes, but SET, ALTER ROLE, DO … never reach it).  A statement reading the
+  budget (``dpsql_budget`` or ``dpsql_budget()``) is one too, flagged ``budget``: the
+  connection's own budget rows replace the relation (``budget_sql``) before it is sent;
 * ``engine`` — reads a private table: compiled and answered by the DP engine;
 * ``error`` — refused with a SQLSTATE (writes 25006, COPY/cursors 0A000, mixing private and
   catalog relations 0A000, unknown relations 42P01).
@@ -34,6 +36,11 @@ CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 #: (``shadow.schema_ddl``): public metadata, answered by the catalog like ``pg_catalog``.
 COLUMNS_VIEW = "dpsql_columns"
 CATALOG_VIEWS = frozenset({COLUMNS_VIEW})
+#: This analyst's budget (issue 33): a view and a set-returning function of the same rows, which
+#: only the connection knows; ``budget_sql`` puts them into the statement as a VALUES list.
+BUDGET_VIEW = "dpsql_budget"
+BUDGET_COLUMNS = (("budget", "text"), ("rho", "double precision"), ("epsilon", "double precision"),
+                  ("delta", "double precision"))
 SESSION_WORDS = frozenset({"SET", "SHOW", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT",
                            "SAVEPOINT", "RELEASE", "DISCARD", "DEALLOCATE", "UNLISTEN"})
 LOCAL_FUNCTIONS = frozenset({"pg_backend_pid", "version", "current_database", "current_schema",
@@ -57,6 +64,7 @@ class Route:
     hint: str | None = None
     tag: str = "SELECT"
     tree: object = field(default=None, compare=False)
+    budget: bool = False            # catalog: reads dpsql_budget (budget_sql rewrites it first)
     fingerprint: str = field(default="", compare=False)   # for the query log (querylog.fingerprint)
 
 
@@ -64,10 +72,47 @@ def _cte_names(tree: exp.Expr) -> set[str]:
     return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 
 
+def _budget_tables(tree: exp.Expr) -> list:
+    """The ``dpsql_budget`` and ``dpsql_budget()`` relations of the statement (not a CTE of
+    that name)."""
+    ctes = _cte_names(tree)
+    found = []
+    for table in tree.find_all(exp.Table):
+        if (table.db or "").lower() not in ("", "public"):
+            continue
+        if isinstance(table.this, exp.Anonymous):
+            if table.this.name.lower() == BUDGET_VIEW and not table.this.expressions:
+                found.append(table)
+        elif isinstance(table.this, exp.Identifier) and table.name.lower() == BUDGET_VIEW \
+                and (table.db or BUDGET_VIEW not in ctes):
+            found.append(table)
+    return found
+
+
+def budget_sql(tree: exp.Expr, rows) -> str:
+    """The statement with each ``dpsql_budget`` relation replaced by ``rows`` (budget, rho,
+    epsilon, delta: the connection's own, public ledger amounts) as a typed VALUES list, for
+    the shadow PostgreSQL to evaluate whatever the statement does with them."""
+    tree = tree.copy()
+    for table in _budget_tables(tree):
+        alias = table.args.get("alias")
+        name = alias.this if alias is not None and alias.this is not None else exp.to_identifier(BUDGET_VIEW)
+        columns = list(alias.columns) if alias is not None and alias.columns else \
+            [exp.to_identifier(c) for c, _ in BUDGET_COLUMNS]
+        values = [exp.Tuple(expressions=[
+            exp.cast(exp.null() if v is None else exp.Literal.string(v) if isinstance(v, str)
+                     else exp.Literal.number(repr(float(v))), typ)
+            for v, (_, typ) in zip(row, BUDGET_COLUMNS)]) for row in rows]
+        table.replace(exp.Values(expressions=values, alias=exp.TableAlias(this=name, columns=columns)))
+    return tree.sql("postgres")
+
+
 def _relations(tree: exp.Expr, private: set[str]) -> tuple[set, set, set]:
     """(private tables, catalog relations, unknown relations) referenced by the statement."""
     ctes = _cte_names(tree)
-    found_private, found_catalog, unknown = set(), set(), set()
+    found_private: set[str] = set()
+    unknown: set[str] = set()
+    found_catalog = {BUDGET_VIEW} if _budget_tables(tree) else set()
     for table in tree.find_all(exp.Table):
         if not isinstance(table.this, exp.Identifier):
             continue  # table functions: generate_series(…), unnest(…)
@@ -79,7 +124,7 @@ def _relations(tree: exp.Expr, private: set[str]) -> tuple[set, set, set]:
             continue
         elif schema in ("", "public") and name in private:
             found_private.add(name)
-        elif schema in ("", "public") and name in CATALOG_VIEWS:
+        elif schema in ("", "public") and name in CATALOG_VIEWS | {BUDGET_VIEW}:
             found_catalog.add(name)
         else:
             unknown.add(f"{schema + '.' if schema else ''}{name}")
@@ -192,6 +237,9 @@ def _route(sql: str, private_tables, tokens) -> Route:
         names = {t.text.lower() for t in tokens or () if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
         if names & private:
             return Route("engine")
+        if BUDGET_VIEW in names:   # the shadow's dpsql_budget is empty: never send it unrewritten
+            return Route("error", sqlstate="42601", message=f"syntax error in a statement reading {BUDGET_VIEW}",
+                         hint=f"e.g. SELECT * FROM {BUDGET_VIEW}()")
         if tokens is None:
             return Route("error", sqlstate="42601", message="syntax error: the statement could not be tokenized",
                          hint="check quotes and comments")
@@ -230,7 +278,7 @@ def _route(sql: str, private_tables, tokens) -> Route:
             return Route("local", items=items, tree=tree)
     if head not in CATALOG_HEADS:
         return _not_catalog(head)
-    return Route("catalog", tree=tree)
+    return Route("catalog", tree=tree, budget=bool(_budget_tables(tree)))
 
 
 def qmark_parameters(tree: exp.Expr) -> tuple[str, list[int]] | None:

@@ -55,9 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpsql import errors
+from dpsql.public import StarCatalog
 from dpsql.server import codec, scram
 from dpsql.server.backend import Dispatcher, DpsqlLink
-from dpsql.server.config import DEFAULT_MAX_STATEMENT
+from dpsql.server.config import DEFAULT_MAX_STATEMENT, SERVER_DEFAULTS
 from dpsql.server.gate import Gate, Pending
 from dpsql.server.gucs import Settings
 from dpsql.server.protocol import FatalError, QueryProtocol
@@ -113,6 +114,8 @@ class ServerOptions:
     query_log: object = None                 # a path, "-" (stderr) or a text stream
     query_log_max_bytes: int = 64 * 1024 * 1024   # a path is rotated beyond this size
     query_log_files: int = 4                 # rotated files kept (PATH.1 … PATH.4)
+    # every analyst's session defaults ([server] error_columns …), then their own ([server.users.NAME])
+    settings: dict = field(default_factory=lambda: dict(SERVER_DEFAULTS))
     user_settings: dict = field(default_factory=dict)   # user -> {"dpsql.error_columns": "ci95", …}
     server_version: str = ""                 # default: the shadow's version (psql picks \d SQL by it)
 
@@ -202,7 +205,9 @@ class Server:
         keepalive: DpsqlLink = await loop.run_in_executor(self.executor, self.link_factory, None)
         self._keepalive = keepalive
         if self._catalog is None:
-            self._catalog = dict(keepalive.catalog)
+            # a copy: the private tables, with the public ones and their keys beside them
+            found = keepalive.catalog
+            self._catalog = StarCatalog(found, getattr(found, "public", None), getattr(found, "references", ()))
         cluster = self._shared_cluster
         if cluster is None and opts.shadow:
             cluster = ShadowCluster(self._catalog, opts.database, statement_timeout=opts.catalog_timeout)
@@ -381,8 +386,8 @@ class Server:
         return limiter
 
     async def _apply_settings(self, link, user: str, from_startup: dict[str, str]) -> None:
-        """The user's configured defaults, then the connection's startup options (``-c dpsql.x=y``)."""
-        wanted = {**self.options.user_settings.get(user, {}), **from_startup}
+        """The server's defaults, the user's own, then the connection's startup options (``-c dpsql.x=y``)."""
+        wanted = {**self.options.settings, **self.options.user_settings.get(user, {}), **from_startup}
         loop = asyncio.get_running_loop()
         for name, value in wanted.items():
             sql = f"SET {name} = '" + value.replace("'", "''") + "'"

@@ -24,7 +24,7 @@ from dpsql import labels as wording
 from dpsql.server import codec
 from dpsql.server.catalogdb import (SHADOW_ROLE, CatalogCluster, ShadowUnavailable, find_bindir, ident,
                                     literal, role_name, role_sql)
-from dpsql.server.router import COLUMNS_VIEW
+from dpsql.server.router import BUDGET_COLUMNS, BUDGET_VIEW, COLUMNS_VIEW
 from dpsql.server.pgclient import ShadowClient, ShadowError, ShadowReplyTooLarge
 
 __all__ = ["ShadowClient", "ShadowPool", "ShadowCluster", "ShadowError", "ShadowReplyTooLarge", "ShadowUnavailable",
@@ -91,11 +91,27 @@ def schema_ddl(catalog) -> list[str]:
             out.append(f"COMMENT ON COLUMN public.{ident(name)}.{ident(attr.name)} IS "
                        f"{literal(wording.column_comment(attr, _SEE_ALL))}")
             rows.append(_column_row(name, position, attr))
+    for name, table in sorted(getattr(catalog, "public", {}).items()):
+        # a public table: its real column types, so BI tools browse it like any table (its
+        # rows are answered by the engine, exactly: every statement naming it is routed there)
+        typed = ", ".join(f"{ident(c.name)} {c.type}" for c in table.columns)
+        out.append(f"CREATE TABLE public.{ident(name)} ({typed})")
+        out.append(f"COMMENT ON TABLE public.{ident(name)} IS "
+                   "'dpsql public table: read exactly, at no privacy cost; joins with the private table on its "
+                   "declared keys'")
     if rows and COLUMNS_VIEW not in catalog:
         names = ", ".join(n for n, _ in COLUMNS_VIEW_COLUMNS)
         out.append(f"CREATE VIEW public.{COLUMNS_VIEW} AS SELECT * FROM (VALUES {', '.join(rows)}) AS d({names})")
         out.append(f"COMMENT ON VIEW public.{COLUMNS_VIEW} IS 'the declared (public) domain of every column of "
                    "the private tables: types, bounds, bins, labels'")
+    if rows and BUDGET_VIEW not in catalog:
+        # its columns for psql's \d and BI tools' reflection; no row: the router puts the connection's
+        # own budget into every statement that reads it (router.budget_sql)
+        nulls = ", ".join(f"CAST(NULL AS {t}) AS {n}" for n, t in BUDGET_COLUMNS)
+        out.append(f"CREATE VIEW public.{BUDGET_VIEW} AS SELECT {nulls} WHERE false")
+        out.append(f"COMMENT ON VIEW public.{BUDGET_VIEW} IS 'your remaining privacy budget (user_remaining), "
+                   "all users together (total_remaining) and the next on-demand measurement (next_measurement), "
+                   "in rho and in epsilon at delta; also SELECT * FROM dpsql_budget()'")
     return out
 
 

@@ -154,6 +154,12 @@ def bind_table(stmt: Statement, catalog: Catalog, tree: exp.Expr | None = None) 
         db_name = db.name if db.args.get("quoted") else db.name.lower()
         if db_name not in _SCHEMAS:
             schema = None
+    public = getattr(catalog, "public", {})
+    if schema is None and _lookup_table(public, source.this) is not None:
+        raise UnsupportedQueryError(f"\"{name}\" is a public table, and this statement also reads a private table "
+                                    "outside a join", position=stmt.pos(source, name),
+                                    hint="join the private table with it on a declared key, or query the public "
+                                         "tables alone")
     if schema is None:
         guess = suggest(name, catalog.keys())
         hint = f"did you mean \"{guess}\"?" if guess else f"tables: {', '.join(catalog) or '(none)'}"

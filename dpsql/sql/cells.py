@@ -16,6 +16,7 @@ message: a silently wrong answer is worse than a refusal.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import operator
 import re
@@ -28,9 +29,11 @@ from sqlglot import exp
 
 from dpsql import labels as wording
 from dpsql.errors import DataError, DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
+from dpsql.sql import timefuncs
+from dpsql.timeaxis import iso_text
 
-__all__ = ["OTHER", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "position_literal",
-           "snippet"]
+__all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE",
+           "position_literal", "snippet"]
 
 
 class _Other:
@@ -56,6 +59,28 @@ _PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
        ">": operator.gt, ">=": operator.ge}
 
 
+class DimRef(exp.Expression, exp.Func):
+    """A column reached through a join with public tables (``dpsql.sql.joins``): the value
+    of ``shown`` (``a.state``, as written) on each cell of the joined key attribute named by
+    ``this`` (a column of the private table).  Built only by the join rewrite, never by the
+    parser (its name is not a registered function: ``__dpsql_dim(…)`` in SQL text parses
+    as an unknown function and is refused like any other)."""
+
+    arg_types = {"this": True, "expression": True}
+    _sql_names = ["__dpsql_dim"]
+
+    @property
+    def shown(self) -> str:
+        return self.expression.this
+
+
+def _as_written(node: exp.Expr) -> exp.Expr:
+    """``node`` with every :class:`DimRef` printed as the column the user wrote."""
+    if not any(isinstance(n, DimRef) for n in node.walk()):
+        return node
+    return node.copy().transform(lambda n: exp.to_column(n.shown) if isinstance(n, DimRef) else n)
+
+
 _PREDICATES = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.And, exp.Or, exp.Not, exp.Is,
                exp.In, exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike)
 
@@ -65,6 +90,7 @@ def snippet(node: exp.Expr | None, limit: int = 120) -> str:
     100,000-item IN list is summarised instead of printed."""
     if node is None:
         return ""
+    node = _as_written(node)
     count = 0
     for _ in node.walk():
         count += 1
@@ -145,7 +171,7 @@ def literal_value(node: exp.Expr) -> tuple[bool, Any]:
         ok, v = literal_value(node.this)
         if ok:
             return True, _cast(v, node.to.this)
-    return False, None
+    return timefuncs.time_literal(node)
 
 
 
@@ -167,13 +193,15 @@ def _cast(v, dtype):
     if v is None:
         return None
     T = exp.DataType.Type
+    if dtype in timefuncs.TIME_TYPES:
+        return timefuncs.cast_time(v, dtype)
     try:
         if dtype in (T.INT, T.BIGINT, T.SMALLINT, T.TINYINT):
             return int(round(float(v))) if not isinstance(v, int) else v
         if dtype in (T.DOUBLE, T.FLOAT, T.DECIMAL):
             return float(v)
         if dtype in (T.VARCHAR, T.TEXT, T.CHAR):
-            return str(v)
+            return iso_text(v) if isinstance(v, dt.date) else str(v)
     except (TypeError, ValueError, OverflowError):
         raise DomainViolationError(f"cannot cast {str(v)[:40]!r} to {dtype.value.lower()}",
                                    hint="cast a value that has the target type's form") from None
@@ -219,6 +247,10 @@ class CellEvaluator:
             labels = attr.labels()
             vals = [OTHER if i == attr.other_index else labels[i] for i in range(n)]
             self._lo, self._hi = vals, list(vals)
+        elif attr.kind == "joined":
+            # the cells of a join (dpsql.sql.joins.JoinedAttribute): every column of it is
+            # read through a DimRef, each cell holds one value of each
+            self._lo, self._hi = [None] * n, [None] * n
         else:
             bounds = attr.bin_bounds()
             lo: list = []
@@ -262,6 +294,8 @@ class CellEvaluator:
     def _split_error(self, node, cells) -> None:
         bounds = self.attr.bin_bounds()
         shown = [bounds[i] for i in sorted(cells)][:3]
+        if self.attr.kind in ("date", "timestamp"):
+            self._fail(UnsupportedQueryError, node, *timefuncs.split_message(self.attr, cells, snippet(node)))
         if self.attr.kind == "integer":
             text = ", ".join(f"{a}..{b}" for a, b in shown)
             edges = sorted({a for a, _ in shown} | {b + 1 for _, b in shown})
@@ -290,6 +324,9 @@ class CellEvaluator:
             return self.value(node.this)
         if isinstance(node, exp.Column):
             return Evaluated(list(self._lo), list(self._hi), self.null.copy())
+        if isinstance(node, DimRef):
+            vals = self.attr.column(node.shown)
+            return Evaluated(list(vals), list(vals), np.array([v is None for v in vals], dtype=bool))
         ok, v = literal_value(node)
         if ok:
             return Evaluated([v] * self.n, [v] * self.n, np.full(self.n, v is None))
@@ -317,6 +354,23 @@ class CellEvaluator:
             return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this), text_ok=True)
         if isinstance(node, exp.WidthBucket):
             return self._width_bucket(node)
+        if isinstance(node, timefuncs.TRUNC_NODES):
+            unit = timefuncs.trunc_unit(node)
+            return self._map(node, [self.value(node.this)], lambda a: timefuncs.truncated(a, unit))
+        if isinstance(node, (exp.Date, exp.TsOrDsToDate)):       # DATE(col): Looker's date timeframe
+            return self._map(node, [self.value(node.this)], lambda a: _cast(a, exp.DataType.Type.DATE), text_ok=True)
+        if isinstance(node, exp.TimeToStr):
+            # to_char/strftime need not be monotone ('%w'): only of a value constant on each cell
+            vals, null = self.constant_values(node.this)
+            return self._map(node, [Evaluated(vals, list(vals), null)], timefuncs.formatter(node), text_ok=True)
+        if isinstance(node, exp.Extract) or type(node) in timefuncs.EXTRACT_NODES:
+            arg = self.value(node.expression if isinstance(node, exp.Extract) else node.this)
+            try:
+                lo, hi = timefuncs.extract_cells(timefuncs.extract_field(node), arg.lo, arg.hi, arg.null)
+            except TypeError:
+                self._fail(UnsupportedQueryError, node, f"{snippet(node)} needs a date or timestamp",
+                           "extract fields of date and timestamp columns")
+            return Evaluated(lo, hi, arg.null | np.array([v is None for v in lo]))
         if isinstance(node, (exp.Upper, exp.Lower, exp.Length, exp.Substring, exp.Left, exp.DPipe, exp.Concat)):
             return self._text(node)
         if isinstance(node, exp.Coalesce):
@@ -387,12 +441,20 @@ class CellEvaluator:
                 return _int_div(x, y)
             return x / y
 
-        fns = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul, exp.Div: div,
+        fns = {exp.Add: timefuncs.add, exp.Sub: timefuncs.sub, exp.Mul: operator.mul, exp.Div: div,
                exp.IntDiv: lambda x, y: None if y == 0 else math.floor(x / y) if isinstance(x, float)
                or isinstance(y, float) else _int_div(x, y),
                exp.Mod: lambda x, y: None if y == 0 else math.fmod(x, y) if isinstance(x, float)
                or isinstance(y, float) else int(math.fmod(x, y))}
-        return self._map(node, [a, b], fns[type(node)], monotone=not isinstance(node, exp.Mod))
+        fn = fns[type(node)]
+
+        def checked(x, y):
+            try:
+                return fn(x, y)
+            except TypeError:   # a date times a number, a timestamp plus an integer, …
+                self._fail(UnsupportedQueryError, node, f"operator does not exist for {snippet(node)}",
+                           "add or subtract an INTERVAL (or an integer number of days to a date)")
+        return self._map(node, [a, b], checked, monotone=not isinstance(node, exp.Mod))
 
     def _text(self, node) -> Evaluated:
         """String functions, applied to each declared label (refused on undeclared ones)."""
@@ -625,6 +687,12 @@ class CellEvaluator:
             left = left.this
         if isinstance(left, exp.Column):
             return self._compare_column(node, op, v)
+        if isinstance(left, DimRef) and self.attr.is_key(left.shown):
+            # the private key itself, reached through a join: compared as the bare column is
+            # (declared labels only), on the key's cells, then read per joined cell
+            key = CellEvaluator(self.attr.key, self.pos, self.words, self.meter, self.table)
+            t, f = key._compare_column(node, op, v)
+            return t[self.attr.source], f[self.attr.source]
         vals, null = self.constant_values(left)
         t = np.zeros(self.n, bool)
         f = np.zeros(self.n, bool)
@@ -639,7 +707,8 @@ class CellEvaluator:
                 self._fail(UnsupportedQueryError, node, f"'{snippet(node)}' depends on undeclared labels",
                            "compare with declared labels only")
             try:
-                r = _PY[op](x, v)
+                xc, vc = timefuncs.comparable(x, v)
+                r = _PY[op](xc, vc)
             except TypeError:
                 self._fail(DomainViolationError, node, f"cannot compare {x!r} with {v!r} in '{snippet(node)}'",
                            "compare with a value of the expression's type")
@@ -659,6 +728,12 @@ class CellEvaluator:
 
     def _coerce(self, node, v):
         attr = self.attr
+        if attr.kind in ("date", "timestamp"):
+            try:
+                return attr.literal(v)
+            except Error as err:
+                err.position = self.pos(node)
+                raise
         if attr.kind == "categorical":
             labels = [x for x in attr.labels() if x is not None and x is not OTHER and x != "(other)"]
             want_str = isinstance(labels[0], str)

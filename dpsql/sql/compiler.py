@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -31,12 +32,16 @@ from dpsql.sql.cells import (WORK_LIMIT, CellEvaluator, canonical, columns_in, l
 from dpsql.sql.grouping import GroupKey, Grouping, build_key
 from dpsql.sql.lower import QuerySpec, build_linear_query
 from dpsql.sql.parse import call_position, parse_statement, written
+from dpsql.sql.joins import (answer_public, expand, join_tree, public_in_lists, reads_only_public, star,
+                             table_columns)
+from dpsql.sql.people import person_join
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
 from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, order_items, to_ir
 from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.stage import compile_stage
 from dpsql.sql.validate import check_structure
+from dpsql.sql.timefuncs import extract_name
 
 __all__ = ["compile"]
 
@@ -168,6 +173,8 @@ class _Lowering:
             node = node.this
         if isinstance(node, exp.Count):
             return "count"
+        if isinstance(node, exp.Extract):      # PostgreSQL names EXTRACT(…) "extract", date_part(…) "date_part"
+            return extract_name(self.stmt.sql, self.pos(node))
         if isinstance(node, exp.Func):
             return self.written(node).lower()
         return "?column?"
@@ -221,6 +228,11 @@ class _Lowering:
             raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
                                         hint="filter on columns")
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
+        if attr is not None and call.arg is not None and attr.kind in ("date", "timestamp") \
+                and call.func != "count" and isinstance(call.arg.unnest(), exp.Column):
+            raise UnsupportedQueryError(f"{snippet(call.node)} aggregates {attr.kind} column '{attr.name}' as a number",
+                                        position=self.pos(call.node),
+                                        hint=f"count rows per period: GROUP BY date_trunc('month', {attr.name})")
         label = snippet(node, 200)
         if call.func == "count":
             shown = pred
@@ -247,14 +259,19 @@ class _Lowering:
             half = self.half_widths(call, attr)
             bound = self.spec("linear", pred, f"SUM(half bin width of {snippet(call.arg)})", attr, half) \
                 if half.max() > 0 else None
+            # ... unless the rows' offsets from their bins' values were measured: then they
+            # are added and the SUM is unbiased (dpsql.measure.offsets; same rows, 0/1 weights)
+            offset = self.spec("offset", pred, f"SUM(offset of {snippet(call.arg)} in its bin)", attr,
+                               (half > 0).astype(float)) if half.max() > 0 else None
             if call.func == "sum":
-                plan = AggPlan("sum", label, [s], bias_query=bound, halfwidth=float(half.max()))
+                plan = AggPlan("sum", label, [s], bias_query=bound, halfwidth=float(half.max()),
+                               offset_query=offset)
             else:
                 notnull = _and(pred, exp.Not(this=exp.Is(this=call.arg.copy(), expression=exp.Null())))
                 c = self.spec("linear", notnull, f"COUNT({snippet(call.arg)})", shown=pred)
                 # the cells' values (NaN for NULL) bound the average of an inferred group
                 plan = AggPlan("avg", label, [s, c], cell_values=self.weights(call, attr, keep_null=True),
-                               bias_query=bound, halfwidth=float(half.max()))
+                               bias_query=bound, halfwidth=float(half.max()), offset_query=offset)
         else:
             values = self.quantile_values(call, attr)
             q = self.spec("quantile", pred, label, quantile_attr=attr)
@@ -403,8 +420,9 @@ class _Lowering:
                           where_terms=self.terms(self.where) if self.where is not None else [{}])
         return CompiledQuery(sql=self.stmt.sql, table=self.schema.name, columns=columns,
                              groups=grouping.group_tuples(),
-                             linear_queries=[lq for lq in lqs if not lq.always_zero] + extra, program=program,
-                             schema=self.schema)
+                             linear_queries=[lq for lq in lqs if not lq.always_zero and lq.kind != "offset"]
+                             + extra, program=program, schema=self.schema,
+                             offset_queries=[lq for lq in lqs if not lq.always_zero and lq.kind == "offset"])
 
     def restrictions(self):
         """Top-N restrictions: each outer expression must be a GROUP BY key (the rows kept
@@ -442,6 +460,8 @@ class _Lowering:
             return "integer"
         if node_ir[0] == "key":
             return self.keys[node_ir[1]].type
+        if node_ir[0] == "fn" and node_ir[1] == "to_char":
+            return "text"
         if node_ir[0] == "lit":
             v = node_ir[1]
             return "integer" if isinstance(v, int) and not isinstance(v, bool) else \
@@ -470,7 +490,11 @@ class _Compiler:
         self.levels = 0
 
     def star_columns(self, select: exp.Select) -> list[exp.Column]:
-        """The columns ``*`` stands for in ``select`` (declared names, quoted)."""
+        """The columns ``*`` stands for in ``select`` (declared names, quoted); over a join
+        of tables, each table's in FROM order, qualified by its name in the statement."""
+        joined = table_columns(select, self.stmt, self.catalog)
+        if joined is not None:
+            return joined
         from_ = select.args.get("from_") or select.args.get("from")
         src = from_.this if from_ is not None else None
         alias = src.args.get("alias") if src is not None else None
@@ -488,6 +512,7 @@ class _Compiler:
                            table=qual.copy() if isinstance(qual, exp.Identifier) else None) for n in names]
 
     def select(self, tree: exp.Select) -> CompiledQuery:
+        tree = public_in_lists(tree, self.stmt, self.catalog)
         check_structure(self.stmt, tree)
         tree = flatten(tree, self.star_columns, self.stmt)
         from_ = tree.args.get("from_") or tree.args.get("from")
@@ -496,18 +521,31 @@ class _Compiler:
             # an aggregate subquery (row-level ones were merged): an outer stage over its rows
             check_structure(self.stmt, src.this)
             return compile_stage(self.stmt, tree, src, self.select(src.this))
+        # joins with public tables: compiled over the cells of each joined key (joins.py)
+        # joins of private tables along a people schema: the deepest table's view (people.py)
+        tree = person_join(tree, self.stmt, self.catalog)
+        joined: dict = {}
+        jt = join_tree(tree, self.stmt, self.catalog)
+        if jt is not None:
+            tree, virtual, joined = star(tree, jt, self.stmt, self.catalog)
         tree, pending = restrictions(tree, self.stmt, self.star_columns)
         ranked = [(self.select(p.select), p) for p in pending]
         scope = bind_table(self.stmt, self.catalog, tree)
+        private = scope.schema
+        if joined:
+            scope = replace(scope, schema=virtual)
         prefix = "" if self.levels == 0 and not ranked else f"s{self.levels}_"
         self.levels += 1
-        return _Lowering(self.stmt, scope, tree, prefix, ranked).run()
+        compiled = _Lowering(self.stmt, scope, tree, prefix, ranked).run()
+        return expand(compiled, private, joined) if joined else compiled
 
 
 def compile(sql: str, catalog: Catalog, params: Sequence[Any] | None = None,
             dialect: str = "postgres") -> CompiledQuery:
     """Compile one aggregate query (or ``EXPLAIN`` of one) against the catalog's schemas."""
     stmt = parse_statement(sql, params, dialect)
+    if getattr(catalog, "query", None) is not None and reads_only_public(stmt.tree, catalog):
+        return answer_public(stmt, catalog)
     try:
         inner = _Compiler(stmt, catalog).select(cast(exp.Select, stmt.tree))   # _check_kind lets only a SELECT through
     except RecursionError:

@@ -68,9 +68,12 @@ def is_row_level(select: exp.Select) -> bool:
     """Does ``select`` only project and filter rows (no grouping, aggregates, limits)?"""
     if not isinstance(select, exp.Select):
         return False
-    for key in ("group", "having", "distinct", "limit", "offset", "qualify", "joins", "with_", "with"):
+    for key in ("group", "having", "distinct", "limit", "offset", "qualify", "with_", "with"):
         if select.args.get(key):
             return False
+    # joins of tables (public dimensions, joins.py) keep it row-level; joins of subqueries do not
+    if any(not isinstance(j.this, exp.Table) for j in select.args.get("joins") or []):
+        return False
     return not any(_has_aggregate(e) for e in select.expressions) and \
         not any(isinstance(n, exp.Window) for e in select.expressions for n in _scoped_nodes(e))
 
@@ -80,8 +83,14 @@ def output_names(select: exp.Select, star_columns) -> list[tuple[str | None, exp
     expand to ``star_columns(select)`` (declared names, as quoted columns)."""
     out: list[tuple[str | None, exp.Expr]] = []
     for e in select.expressions:
-        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
+        if isinstance(e, exp.Star):
             out.extend((c.name, c) for c in star_columns(select))
+        elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
+            # t.*: the columns of t alone (every column when t names the only table)
+            cols = star_columns(select)
+            qual = folded(e.args.get("table"))
+            mine = [c for c in cols if c.table == qual]
+            out.extend((c.name, c) for c in (mine if mine or not qual else cols))
         elif isinstance(e, exp.Alias):
             out.append((folded(e.args.get("alias")), e.this))
         elif isinstance(e, exp.Column):
@@ -147,6 +156,10 @@ def _merge(outer: exp.Select, sub: exp.Subquery, inner: exp.Select, star_columns
         node.replace(replacement)        # node is a Column inside merged, never merged itself
     inner_from = inner.args.get("from_") or inner.args.get("from")
     merged.set("from_", inner_from.copy() if inner_from is not None else None)
+    # the subquery's joins of tables come along (its WHERE applied after them, as before)
+    inner_joins = [j.copy() for j in inner.args.get("joins") or []]
+    if inner_joins:
+        merged.set("joins", inner_joins + list(merged.args.get("joins") or []))
     inner_where = inner.args.get("where")
     outer_where = merged.args.get("where")
     if inner_where is not None and outer_where is not None:

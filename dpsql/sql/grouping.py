@@ -21,6 +21,7 @@ and numeric buckets are ascending.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from itertools import product
 
@@ -29,7 +30,7 @@ from sqlglot import exp
 
 from dpsql.domain import Attribute
 from dpsql.errors import UnsupportedQueryError
-from dpsql.sql.cells import OTHER, CellEvaluator, snippet
+from dpsql.sql.cells import OTHER, CellEvaluator, DimRef, snippet
 
 __all__ = ["GroupKey", "GroupAttr", "Grouping", "key_value_type", "MAX_GROUPS"]
 
@@ -77,6 +78,10 @@ def key_value_type(attr, values: list) -> str:
         return "integer"
     if all(isinstance(v, (int, float)) for v in present):
         return "double precision"
+    if all(isinstance(v, datetime.datetime) for v in present):
+        return "timestamp"
+    if all(isinstance(v, datetime.date) and not isinstance(v, datetime.datetime) for v in present):
+        return "date"
     return "text"
 
 
@@ -89,6 +94,8 @@ def column_key_values(attr) -> tuple[list, str]:
     bounds = attr.bin_bounds()
     if attr.kind == "integer" and all(b is None or b[0] == b[1] for b in bounds):
         return [None if b is None else int(b[0]) for b in bounds], "integer"
+    if attr.kind == "date" and all(b is None or b[0] == b[1] for b in bounds):
+        return [None if b is None else b[0] for b in bounds], "date"   # one day per cell: the day
     # Wide bins are reported by their label ("[20, 29]"): the value inside is not known.
     return list(labels), "text"
 
@@ -189,6 +196,10 @@ def build_key(canonical: str, node: exp.Expr, attr, evaluator: CellEvaluator) ->
         if attr.kind != "categorical" and typ == "text":
             rank = {v: i for i, v in enumerate(values) if v is not None}
         return GroupKey(canonical, node, attr, values, typ, rank)
+    if isinstance(inner, DimRef) and attr.is_key(inner.shown):
+        # a joined key grouped as the bare column is (its "(other)" cell a group of its own)
+        values, typ = column_key_values(attr.key)
+        return GroupKey(canonical, node, attr, [values[k] for k in attr.source], typ)
     values, null = evaluator.constant_values(node)
     values = [None if null[i] else values[i] for i in range(len(values))]
     if any(v is OTHER for v in values):

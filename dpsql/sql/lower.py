@@ -33,7 +33,7 @@ class QuerySpec:
     """What one linear query measures, before it becomes a matrix."""
 
     name: str
-    kind: str                          # linear | quantile
+    kind: str                          # linear | quantile | offset
     terms: list[dict]                  # disjoint predicate terms (attr → cell mask)
     weight_attr: str | None = None     # attribute carrying the E factor (SUM)
     weights: np.ndarray | None = None  # per-cell values of the summed expression
@@ -106,4 +106,5 @@ def build_linear_query(spec: QuerySpec, schema, grouping: Grouping) -> LinearQue
     return LinearQuery(name=spec.name, matrix=Union(blocks),
                        attributes=tuple(a.name for a in attrs if a.name in touched),
                        kind=spec.kind, description=spec.description, layout=layout,
-                       blocks=len(blocks), cell_masks=tuple(masks) if masks else None, always_zero=zero)
+                       blocks=len(blocks), cell_masks=tuple(masks) if masks else None, always_zero=zero,
+                       offset_column=spec.weight_attr if spec.kind == "offset" else None)

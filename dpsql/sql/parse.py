@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import logging
 import math
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
@@ -26,14 +25,14 @@ from sqlglot.errors import ParseError, TokenError
 from dpsql.errors import (DataError, InterfaceError, PrivacyViolationError, ProgrammingError,
                           StatementTooComplexError, SyntaxError, UnsupportedQueryError)
 from dpsql.sql.lexer import Prepared, prepare
+from dpsql.sql.syntax import SQLGLOT_QUIET  # noqa: F401  (installs the filter)
 
 __all__ = ["Statement", "parse_statement", "position_of", "written", "call_position", "DIALECTS", "MAX_DEPTH"]
 
 DIALECTS = ("postgres", "duckdb")
 
-# sqlglot logs a warning to stderr whenever it falls back to a generic Command node; for a
-# server or a notebook that is noise about user input, and the statement is refused anyway.
-logging.getLogger("sqlglot").setLevel(logging.ERROR)
+# sqlglot logs a warning whenever it falls back to a generic Command node: dropped by the
+# filter dpsql.sql.syntax installs (importing it here makes sure it is in place).
 
 #: Deepest AST (after AND/OR chains are balanced) that the compiler walks; its recursive
 #: passes use a few frames per level, so this stays far below Python's recursion limit.

@@ -63,6 +63,9 @@ class AggPlan:
     # error), and the widest half bin of the column (bounds AVG's and STDDEV's)
     bias_query: str | None = None
     halfwidth: float = 0.0
+    # SUM/AVG over wide bins: the rows' offsets from their bins' values (kind "offset"),
+    # added where they were measured (then no bound: the SUM is unbiased)
+    offset_query: str | None = None
 
 
 @dataclass
@@ -81,6 +84,9 @@ class Program:
     # The WHERE clause's disjoint boxes (attribute → cell mask): public, kept for tests that
     # mimic SQL's omission of empty groups.
     where_terms: list = field(default_factory=lambda: [{}])
+    # Joined key attributes (joins.JoinedAttribute by name): the grouping and where_terms
+    # are over their cells; joins.expand_linear maps a query built on them to the table's.
+    joined: dict = field(default_factory=dict)
 
     def evaluate(self, cq, answers, stderrs, present=None) -> Relation:
         return evaluate_program(self, cq, answers, stderrs, present)
@@ -174,6 +180,9 @@ def to_ir(node, low):
                                 position=low.pos(node.args["decimals"]),
                                 hint="use an integer between -2147483647 and 2147483647")
         return ("fn", name, [to_ir(a, low) for a in args])
+    if isinstance(node, exp.TimeToStr) and isinstance(node.args.get("format"), exp.Literal):
+        # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
+        return ("fn", "to_char", [to_ir(node.this, low), ("lit", str(node.args["format"].this))])
     if isinstance(node, exp.Case):
         if node.this is not None:
             subject = node.this
@@ -280,8 +289,17 @@ def quantile_interval(hist: np.ndarray, var: np.ndarray, values: np.ndarray, q: 
     if len(v) == 0 or np.any(np.isnan(w)) or np.clip(h, 0.0, None).sum() <= 0:
         return math.nan, math.nan
     cum, vcum = np.cumsum(h), np.cumsum(w)
-    d = cum - q * cum[-1]
     sd = np.sqrt((1 - q) ** 2 * vcum + q ** 2 * np.maximum(vcum[-1] - vcum, 0.0))
+    return quantile_band(cum, sd, lo, hi, q, z=z)
+
+
+def quantile_band(cum: np.ndarray, sd: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float,
+                  *, z: float = Z95) -> tuple[float, float]:
+    """:func:`quantile_interval` from the noisy CDF itself: ``cum`` the cumulative counts of
+    cells in value order (bins [lo, hi]), ``sd`` the standard deviation of each
+    D_j = C_j − q·N (correlated estimates, e.g. a tree's or a factored strategy's, give
+    it directly; independent cells as above)."""
+    d = cum - q * cum[-1]
     reaches = d + z * sd >= -1.0
     surely = d - z * sd >= 1.0
     before = np.concatenate([[False], surely[:-1]])
@@ -350,12 +368,22 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
     cache = {}
     for plan in program.aggs:
         got = []
-        for name in plan.queries + ([plan.bias_query] if plan.bias_query else []):
+        # measured offsets make a SUM/AVG unbiased: no bound then (its query is not answered)
+        offsets = plan.offset_query is not None and plan.offset_query in answers
+        bias_query = None if offsets else plan.bias_query
+        for name in plan.queries + ([bias_query] if bias_query else []):
             if name not in cache:
                 cache[name] = _answers(program.lq_by_name[name], answers, stderrs)
             got.append(cache[name])
-        bound = got.pop() if plan.bias_query else None
-        biases.append(_binning_bound(plan, got, bound, groups))
+        bound = got.pop() if bias_query else None
+        if offsets:
+            (a, var), (o, vo) = got[0], _answers(program.lq_by_name[plan.offset_query], answers, stderrs)
+            # SUM(x) = Σ v_c·n_c + Σ (x − v_c): independent noise, so the variances add
+            got[0] = (a + o,
+                      None if var is None or vo is None else var + vo)
+            biases.append(np.zeros(groups))
+        else:
+            biases.append(_binning_bound(plan, got, bound, groups))
         if plan.kind in ("count", "sum"):
             a, var = got[0]
             vals.append(plan.scale * a.sum(axis=0))

@@ -63,9 +63,12 @@ class RowLayout:
 class LinearQuery:
     """A factored linear query; see the module docstring for block semantics.
 
-    ``kind`` is ``"linear"`` (one value per group and block) or ``"quantile"`` (per group,
+    ``kind`` is ``"linear"`` (one value per group and block), ``"quantile"`` (per group,
     the histogram of ``quantile_attr``: the P factor of Table 2 is applied in
-    post-processing, on the estimated histogram).
+    post-processing, on the estimated histogram) or ``"offset"``: the same rows applied to
+    the per-cell sums of a binned column's offsets from its bins' values instead of the
+    counts (``dpsql.measure.offsets``; in :attr:`CompiledQuery.offset_queries`, never in
+    ``linear_queries``: the model holds counts only).
     """
 
     name: str
@@ -81,6 +84,8 @@ class LinearQuery:
     # The predicate is never TRUE (decided from the domain): the answer is known to be 0, so
     # the query is kept out of ``CompiledQuery.linear_queries`` and costs nothing.
     always_zero: bool = False
+    # kind "offset": the binned column whose offsets the rows sum
+    offset_column: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,12 @@ class CompiledQuery:
     # The post-processing program (postprocess.Program); kept opaque to callers.
     program: Any = None
     schema: Any = None
+    # Binning offsets of the SUMs/AVGs over wide bins (kind "offset", ``offset_column``
+    # names the summed column): answered from offset measurements when they support them,
+    # else the aggregate falls back to its binning bound (docs/engine.md)
+    offset_queries: list[LinearQuery] = field(default_factory=list)
+    # A statement over public tables only: its rows, exact (public data, no linear queries)
+    exact_rows: list[tuple] | None = None
 
     def postprocess(self, answers: dict[str, np.ndarray],
                     stderrs: dict[str, np.ndarray] | None = None, bounds=None, with_bias: bool = False):
@@ -111,8 +122,35 @@ class CompiledQuery:
         none follows).  With ``with_bias`` a last list holds each cell's bound on its binning
         error, already included in its standard error (None where there is none).
         """
+        if self.exact_rows is not None:
+            blank = [tuple(None for _ in self.columns) for _ in self.exact_rows]
+            return list(self.exact_rows), (blank if stderrs is not None else None)
         from dpsql.sql.postprocess import run_program
         return run_program(self, answers, stderrs, present=None, bounds=bounds, with_bias=with_bias)
+
+    def offset_pairs(self) -> dict[str, tuple[str | None, str]]:
+        """Per offset query: (the binning-bound query it makes unnecessary, the SUM row
+        query it completes), for the aggregates of this statement (or of the subquery a
+        derived table reads)."""
+        program = self.program
+        if program is None:
+            return {}
+        inner = getattr(program, "inner", None)   # a derived table's stage reads its subquery
+        if isinstance(inner, CompiledQuery):
+            return inner.offset_pairs()
+        return {a.offset_query: (a.bias_query, a.queries[0]) for a in program.aggs if a.offset_query}
+
+    def may_be_binned(self) -> bool:
+        """Whether a value of this statement may carry a binning bound (an aggregate over a
+        column's wide bins: SUM, AVG, VARIANCE, STDDEV), from the statement alone: front ends
+        that announce columns before answering (the wire's Describe) add a ``binned`` flag."""
+        program = self.program
+        if program is None:
+            return False
+        inner = getattr(program, "inner", None)   # a derived table's stage reads its subquery
+        if isinstance(inner, CompiledQuery) and inner.may_be_binned():
+            return True
+        return any(a.halfwidth > 0 for a in program.aggs)
 
     def explain(self) -> str:
         from dpsql.sql.explain import explain_text

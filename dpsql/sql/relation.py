@@ -12,6 +12,7 @@ post-processing of released answers and public metadata.
 
 from __future__ import annotations
 
+import datetime
 import math
 from dataclasses import dataclass, field
 
@@ -149,6 +150,12 @@ def _fn(name: str, args: list[V], n: int) -> V:
         return V(np.array([None if e is True else x for x, e in zip(a.val, eq)], dtype=object), None, False)
     if name == "cast":
         return args[0]
+    if name == "to_char":
+        fmt = str(_as_obj(args[1])[0])
+        days: list = list(_as_obj(args[0]))
+        if any(v is not None and not isinstance(v, datetime.date) for v in days):
+            raise UnsupportedQueryError("to_char needs a date or timestamp", hint="format date and timestamp columns")
+        return V(np.array([None if v is None else v.strftime(fmt) for v in days], dtype=object), None, False)
     x = _as_num(args[0])
     if name == "round":
         d = _as_num(args[1]).val[0] if len(args) > 1 else 0.0

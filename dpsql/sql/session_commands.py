@@ -8,8 +8,6 @@ parses to ``Set``, ``Transaction``, ``Commit`` or ``Rollback``, or to the generi
 
 from __future__ import annotations
 
-import logging
-
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -17,6 +15,7 @@ from sqlglot.errors import ParseError
 from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.errors import SyntaxError as SQLSyntaxError
 from dpsql.sql.lexer import prepare
+from dpsql.sql.syntax import SQLGLOT_QUIET  # noqa: F401  (installs the filter)
 
 SessionCommand = tuple[str, str, str]  # (kind, setting name, value)
 
@@ -44,17 +43,12 @@ def parse_session_command(sql: str) -> SessionCommand | None:
     if head not in ("SET", "SHOW", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"):
         return None
     prepare(sql)  # the lexer's checks: bounded nesting and size, closed quotes
-    logger = logging.getLogger("sqlglot")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # SHOW falls back to Command with a warning
-    try:
+    try:  # SHOW falls back to a Command node with a warning, which syntax.SQLGLOT_QUIET drops
         node = sqlglot.parse_one(sql, read="postgres")
     except ParseError as exc:
         err = exc.errors[0] if exc.errors else {}
         raise SQLSyntaxError(f"syntax error in session command: {err.get('description', exc)}",
                              hint="e.g. SET dpsql.error_columns = 'ci95'") from None
-    finally:
-        logger.setLevel(level)
     if isinstance(node, exp.Set):
         items = node.expressions
         if len(items) != 1 or not isinstance(items[0].this, exp.EQ):

@@ -36,6 +36,7 @@ from dpsql.sql.derived import folded, limit_clause
 from dpsql.sql.postprocess import int_ir, order_items, to_ir
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.relation import Evaluator, Relation, V, as_num, as_obj, full_grad, py_value, select_rows, take
+from dpsql.sql.timefuncs import extract_name
 
 __all__ = ["compile_stage", "StageProgram"]
 
@@ -377,7 +378,8 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
         return CompiledQuery(sql=stmt.sql, table=inner.table, columns=columns, groups=[], linear_queries=[],
                              is_schema_probe=True, schema=inner.schema)
     return CompiledQuery(sql=stmt.sql, table=inner.table, columns=columns, groups=inner.groups,
-                         linear_queries=list(inner.linear_queries), program=program, schema=inner.schema)
+                         linear_queries=list(inner.linear_queries), program=program, schema=inner.schema,
+                         offset_queries=list(inner.offset_queries))
 
 
 def _rank(inner: CompiledQuery, j: int):
@@ -439,6 +441,8 @@ def _default_name(body, low: _Lowering) -> str:
     node = body
     if isinstance(node, exp.Count):
         return "count"
+    if isinstance(node, exp.Extract):      # PostgreSQL names EXTRACT(…) "extract", date_part(…) "date_part"
+        return extract_name(low.stmt.sql, low.pos(node))
     if isinstance(node, exp.Func):
         return low.written(node).lower()
     return "?column?"

@@ -27,7 +27,26 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-__all__ = ["exp", "Token", "TokenType", "tokens", "parse_statement", "data_type"]
+__all__ = ["exp", "Token", "TokenType", "tokens", "parse_statement", "data_type", "SQLGLOT_QUIET"]
+
+
+class _BelowError(logging.Filter):
+    """Drops sqlglot's records below ERROR (chiefly "… contains unsupported syntax. Falling back
+    to parsing as a 'Command'", which quotes the user's statement): noise about user input in a
+    server's or a notebook's log, for a statement dpsql refuses or answers anyway.
+
+    A filter installed once, not the logger's level flipped around each parse: the level is
+    process-global, so save/set/restore from several server sessions' parse threads at once
+    could leave it at any of their values, and it would override a host application's own
+    logging configuration (issue 36 item 4)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+#: The one instance; ``Logger.addFilter`` ignores an instance already installed.
+SQLGLOT_QUIET = _BelowError()
+logging.getLogger("sqlglot").addFilter(SQLGLOT_QUIET)
 
 
 def tokens(sql: str) -> list[Token] | None:
@@ -47,15 +66,10 @@ def tokens(sql: str) -> list[Token] | None:
 def parse_statement(sql: str, dialect: str = "postgres") -> exp.Expr | None:
     """The AST of ``sql`` when it is exactly one statement sqlglot can parse, else None
     (no exception for any text; sqlglot's parse warnings are not logged)."""
-    logger = logging.getLogger("sqlglot")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
     try:
         trees = sqlglot.parse(sql, read=dialect)
     except (ParseError, TokenError, ValueError, RecursionError):
         return None
-    finally:
-        logger.setLevel(level)
     trees = [t for t in trees if t is not None]
     return trees[0] if len(trees) == 1 else None
 

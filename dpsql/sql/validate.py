@@ -4,6 +4,7 @@ Everything here looks at the AST only (no schema, no data), so a refusal costs n
 and reveals nothing.  Finer checks (bare private columns, unsupported functions, literals
 outside a declared domain) happen during lowering, where the attribute is known.
 
+Joins of tables are read by ``joins.py`` (public dimension tables on declared keys).
 Subqueries are allowed where BI tools put them (``derived.py``, ``stage.py``): as the
 FROM source, as the target of a join (a top-N filter), and as ``x IN (SELECT …)`` in a
 top-level conjunct of WHERE.  Each is checked when it is compiled in turn.
@@ -34,10 +35,6 @@ def check_structure(stmt: Statement, tree: exp.Expr | None = None) -> None:
         _refuse(stmt, tree.args.get("with_") or tree.args.get("with"),
                 "WITH (common table expressions) is not supported",
                 "write the aggregate query directly over the private table")
-    for join in tree.args.get("joins") or []:
-        if not isinstance(join.this, exp.Subquery):
-            _refuse(stmt, join, "joins are not supported: dpsql answers queries over one private table",
-                    "query one table at a time; combine the (public) results afterwards")
     if tree.args.get("laterals"):
         _refuse(stmt, tree.args["laterals"][0], "LATERAL is not supported", "remove the LATERAL clause")
     from_ = tree.args.get("from_") or tree.args.get("from")

@@ -181,7 +181,7 @@ def test_sigkill_mid_run_loses_no_charge_and_restart_reuses_released_rounds(tmp_
 def test_budget_refusal_reads_nothing(tmp_path, monkeypatch):
     con = connect(tmp_path, budget={"rho": 1e-4})
     engine = con.session.engine
-    monkeypatch.setattr(engine, "workload_rho", lambda: 1.0)  # the run wants more than exists
+    monkeypatch.setattr(engine, "workload_rho", lambda table=None: 1.0)  # the run wants more than exists
     monkeypatch.setattr(engine.backend, "count_marginals",
                         lambda *a, **k: pytest.fail("read data before the budget check"))
     with pytest.raises(BudgetExhaustedError):

@@ -96,3 +96,16 @@ def test_a_share_too_small_to_answer_is_refused_before_reading_data(tmp_path, de
     report = engine.measure_increment("adult", left, [SEX, RACE])
     assert report.rho == left and engine.ledger.remaining(None) == 0
     engine.backend.close()
+
+
+def test_the_demo_never_prints_a_whole_budget_spend_above_the_total():
+    """The demo printed "spent rho = 0.024356" and then "budget left: rho = 0 of 0.024355"."""
+    from fractions import Fraction
+
+    from dpsql.demo import _spent
+    from dpsql.privacy.accountant import format_rho
+
+    total = Fraction(7020130496958621, 288230376151711744)
+    assert _spent(total, total) == f"{format_rho(total, 'down', 5)}, the whole budget"
+    part = total / 3
+    assert float(_spent(part, total)) >= float(part)   # a partial spend still rounds up

@@ -275,3 +275,27 @@ def test_plan_creates_no_ledger_and_compares_budgets(adult_config, tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "ε = 1 at δ = 1e-06" in r.stderr and "ε = 2 at δ = 1e-06" in r.stderr
     assert "total_rho" not in r.stderr and "HINT" in r.stderr and "[budget]" in r.stderr
+
+
+def test_init_drafts_date_and_timestamp_columns(tmp_path):
+    """Issue 30: DATE and TIMESTAMP columns were drafted as categoricals with labels to fill
+    (and then refused by `dpsql check`); a CSV's date-like text likewise, now to confirm."""
+    import duckdb
+    pq = tmp_path / "flights.parquet"
+    duckdb.sql(f"COPY (SELECT DATE '2013-01-05' AS flight_date, TIMESTAMP '2013-01-05 10:00:00' AS time_hour, "
+               f"TIMESTAMPTZ '2013-01-05 10:00:00+00' AS departed, 'AA' AS carrier) TO '{pq}' (FORMAT parquet)")
+    r = run("init", str(pq), "-o", str(tmp_path / "dpsql.toml"))
+    assert r.returncode == 0, r.stderr
+    domain = (tmp_path / "flights.domain.toml").read_text()
+    columns = _toml(tmp_path / "flights.domain.toml")["tables"]["flights"]["columns"]
+    assert [c["type"] for c in columns.values()] == ["date", "timestamp", "timestamp", "categorical"]
+    assert columns["time_hour"]["timezone"] == "UTC"
+    assert "# bin = ?" in domain and "2013-01-05" not in domain and "TO CONFIRM" not in domain
+    assert r.stdout.count("  - column ") == 3 * 3 + 1          # lo, hi, bin of three; labels
+    csv = tmp_path / "trips.csv"
+    csv.write_text("day,n\n2013-01-05,3\n2013-01-06,4\n")
+    r = run("init", str(csv), "-o", str(tmp_path / "t.toml"))
+    assert r.returncode == 0, r.stderr
+    domain = (tmp_path / "trips.domain.toml").read_text()
+    assert 'type = "date"' in domain and "# TO CONFIRM: the CSV text looked like dates" in domain
+    assert "confirm it is ISO 8601" in r.stdout

@@ -338,3 +338,79 @@ def test_postgres_errors_are_withheld_and_the_key_never_leaks(pg, tmp_path):
     slow = replace(slow, table="slow")
     with pytest.raises(dpsql.errors.QueryCanceledError):
         PostgresBackend({"slow": slow}).count_marginals(TableSchema("slow", ADULT.attributes[:2]), [("age",)])
+
+
+# --- binning offsets: the same clamp on every engine (issue 29 item 1) -------------------------
+
+OFFSET_REQUESTS = {
+    "adult": [((), "fnlwgt"), (("sex",), "capital_gain"), (("race", "income"), "capital_loss"),
+              (("education",), "fnlwgt")],
+    # NULL, NaN, ±inf, -0.0, bin edges, values beyond the range, float32, DECIMAL, text read as numbers
+    "hostile": [((), a) for a in ("x", "f", "d", "n", "xi", "t", "tn")]
+    + [(("s",), "x"), (("b", "code"), "t"), (("sc",), "tn")],
+}
+
+
+@pytest.mark.parametrize("unit", ["row", "max_rows=3"])
+def test_offset_sums_identical_on_duckdb_postgres_and_spark(lake, pg, spark_tables, unit):
+    """Every engine clamps and rounds the rows' offsets alike (``dpsql.measure.offsets``) and,
+    under a privacy unit, keeps the same rows: identical integer sums.  Row-level adult also
+    equals the Python reference."""
+    from dpsql.measure.offsets import brute_force_offsets
+
+    tmp, con = lake
+    for name, schema in (("adult", ADULT), ("hostile", HOSTILE)):
+        unit_spec = UNITS[unit]
+        backend = open_backend({f"{name}_{e}": s for e, s in sources(tmp, pg, name, unit_spec).items()})
+        try:
+            got = {e: backend.sum_offsets(TableSchema(f"{name}_{e}", schema.attributes), OFFSET_REQUESTS[name])
+                   for e in ("duckdb", "postgres", "spark")}
+        finally:
+            backend.close()
+        for req in OFFSET_REQUESTS[name]:
+            assert np.array_equal(got["duckdb"][req], got["postgres"][req]), (name, unit, req, "postgres")
+            assert np.array_equal(got["duckdb"][req], got["spark"][req]), (name, unit, req, "spark")
+        assert any(got["duckdb"][req].any() for req in OFFSET_REQUESTS[name])
+        if name == "adult" and unit == "row":
+            cols = [a.name for a in ADULT.attributes]
+            raw = con.execute(f"SELECT {', '.join(cols)} FROM read_parquet('{tmp / 'adult.parquet'}')").fetchall()
+            rows = [dict(zip(cols, r)) for r in raw]
+            for clique, column in OFFSET_REQUESTS["adult"]:
+                want = brute_force_offsets(rows, ADULT.attributes, clique, column)
+                assert np.array_equal(got["duckdb"][(clique, column)], want), (clique, column)
+
+
+# --- time columns (issue 30) -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def times(lake, pg, spark_tables):
+    """The hostile time table (tests/measure/time_rows.py) in every engine: Parquet written
+    by DuckDB (session zone Asia/Kolkata: it must not matter), the same rows in PostgreSQL
+    (session zone UTC by default) and Spark over the Parquet file."""
+    import time_rows
+    tmp, con = lake
+    con.execute("SET TimeZone = 'Asia/Kolkata'")
+    con.execute(time_rows.DDL)
+    con.executemany(f"INSERT INTO times VALUES ({', '.join('?' * len(time_rows.COLUMNS))})", time_rows.rows())
+    engines.write_parquet(con, "SELECT * FROM times", tmp / "times.parquet")
+    ddl = ", ".join(f'"{c}" {time_rows.PG_TYPES[t]}' for c, t in time_rows.COLUMNS.items())
+    pg.load("times", ddl, time_rows.rows())
+    spark_tables.sql("DROP TABLE IF EXISTS times")
+    spark_tables.sql(f"CREATE TABLE times USING parquet LOCATION '{tmp / 'times.parquet'}'")
+    return time_rows
+
+
+def test_time_columns_land_alike_everywhere(lake, pg, times):
+    """DATE, TIMESTAMP, TIMESTAMPTZ and ISO text: the same cell for the same value on DuckDB,
+    PostgreSQL and Spark, equal to ``index_of`` (daylight-saving change, edges, out of period)."""
+    tmp, _ = lake
+    schema = times.SCHEMA
+    cliques = [(a,) for a in schema.column_names] + [("d", "ts", "tz")]
+    table = np.array([[times.cell(schema.attribute(c), v) for c, v in zip(times.COLUMNS, r)] for r in times.rows()])
+    pos = {a: i for i, a in enumerate(times.COLUMNS)}
+    expected = {}
+    for clique in cliques:
+        arr = np.zeros(tuple(schema.domain[a] for a in clique), dtype=np.int64)
+        np.add.at(arr, tuple(table[:, pos[a]] for a in clique), 1)
+        expected[clique] = arr
+    _assert_identical_everywhere(tmp, pg, "times", {}, schema, cliques, expected)

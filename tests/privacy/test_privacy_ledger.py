@@ -53,8 +53,9 @@ def test_charge_spend_remaining_and_refusal(tmp_path):
     before = ledger.entries()
     with pytest.raises(BudgetExhaustedError) as info:
         ledger.charge("alice", Fraction(1, 7), "q2", {})
-    assert info.value.requested_rho == pytest.approx(1 / 7)
-    assert info.value.remaining_rho == pytest.approx(1 / 8)
+    # exact, as the ledger keeps them (floats: a remainder could print rounded up; issue 28)
+    assert info.value.requested_rho == Fraction(1, 7) and isinstance(info.value.requested_rho, Fraction)
+    assert info.value.remaining_rho == Fraction(1, 8) and isinstance(info.value.remaining_rho, Fraction)
     assert info.value.hint and "alice" in info.value.message
     assert ledger.entries() == before  # nothing was written
     ledger.charge("alice", Fraction(1, 8), "q3", {})

@@ -142,3 +142,18 @@ def test_a_flagged_row_without_nan_errors_still_gets_a_mark():
     body = render.table_lines(r, "ci95")[2:]
     assert body[0].rstrip().endswith("*") and not body[1].rstrip().endswith("*")
     assert render.result_lines(r)[-1] == render.INFERRED_NOTE
+
+
+def test_csv_flags_rows_whose_interval_holds_a_binning_bound():
+    """The screen marks such values '(binned)'; the CSV lost the mark (issue 29 item 1): it
+    gets a ``binned`` column when any value's interval holds a binning bound."""
+    r = _result()
+    r.bias = [(None, None, None, 0.004), (None, None, None, None), (None, None, None, None)]
+    assert "(binned)" in render.table_lines(r, "ci95")[2]
+    buf = io.StringIO()
+    render.write_csv(r, buf)
+    rows = list(csv.reader(io.StringIO(buf.getvalue())))
+    assert rows[0][-1] == "binned" and [row[-1] for row in rows[1:]] == ["true", "false", "false"]
+    plain = io.StringIO()
+    render.write_csv(_result(), plain)
+    assert "binned" not in plain.getvalue().splitlines()[0]

@@ -14,7 +14,7 @@ import pytest
 
 import dpsql
 from dpsql.cli import main as cli_main
-from dpsql.server.server import serve
+from dpsql.server.server import Server, ServerOptions, ServerThread, serve
 
 from server_fakes import ADULT_CONFIG, PASSWORD
 from test_clients import bounded
@@ -26,7 +26,7 @@ ADULT = ADULT_CONFIG.parent
 NEVER_TOGETHER = "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race"
 
 
-def _config(tmp_path, policy: str) -> str:
+def _config(tmp_path, policy: str, workload: str = "") -> str:
     """A config file (the CLI reads files only) with per-user caps: alice 2 ε, bob 3 ε."""
     path = tmp_path / "dpsql.toml"
     path.write_text(f'''[dpsql]
@@ -51,6 +51,7 @@ privacy_unit = "row"
 
 [workload]
 files = ["{ADULT / 'dashboard.sql'}"]
+{workload}
 
 [planner]
 restarts = 3
@@ -119,6 +120,56 @@ def test_analyst_budget_view_matches_dpsql_budget_after_others_spend(users_file,
         assert [tuple(r) for r in cur.fetchall()] == [tuple(r) for r in rows]
     finally:
         con.close()
+
+
+def test_dpsql_budget_matches_dpsql_budget_after_others_spend(users_file, shadow_cluster, tmp_path, capsys):
+    """Issue 33: ``dpsql_budget()`` (and the view ``dpsql_budget``) is the analyst's budget as
+    rows any SQL client or BI tool can query: their own remainder, the total remainder and the
+    next on-demand measurement's cost, as numbers, equal to ``dpsql budget -U alice`` after bob
+    spent on demand and the operator measured the workload, and read afresh by every statement."""
+    config = _config(tmp_path, 'policy = "measure"\n\n[policy]\nunsupported = "measure"\nepsilon = 0.5\n'
+                               'allow_spend = true', workload="epsilon = 4.0")
+    operator = dpsql.connect(config, user="operator")
+    thread = ServerThread(Server(config, users_file=users_file, options=ServerOptions(port=0),
+                                 shadow_cluster=shadow_cluster)).start()
+    try:
+        operator.session.measure()     # the operator's workload measurement: the total only
+        bob = _connect(thread.port, "bob")
+        try:   # bob measures on demand: charged to his cap and to the total
+            assert bounded(lambda: bob.execute(NEVER_TOGETHER).fetchall(), timeout=300)
+        finally:
+            bob.close()
+        alice = _connect(thread.port, "alice")
+        try:
+            cur = alice.cursor()
+            rows = bounded(lambda: cur.execute("SELECT * FROM dpsql_budget()").fetchall())
+            assert [d.name for d in cur.description] == ["budget", "rho", "epsilon", "delta"]
+            assert [d.type_code for d in cur.description] == [25, 701, 701, 701]   # text, float8 × 3
+            view = {name: (rho, eps, delta) for name, rho, eps, delta in rows}
+            cli = _cli_budget(config, "alice", capsys)
+            for name, key in (("user_remaining", "user"), ("total_remaining", "total")):
+                assert view[name] == tuple(float(x) for x in cli[key]), name
+            assert view["user_remaining"][1] == pytest.approx(2.0, rel=1e-3)      # alice spent nothing
+            assert view["total_remaining"][1] < 10.0                               # the others did
+            assert view["next_measurement"][1] == pytest.approx(0.5, rel=1e-3)
+            # the same through the view, with a filter, a parameter and the simple protocol
+            (eps,), = bounded(lambda: alice.execute(
+                "SELECT epsilon FROM public.dpsql_budget b WHERE b.budget = %s", ("total_remaining",)).fetchall())
+            assert eps == view["total_remaining"][1]
+            # alice spends on demand: the next statement reads the ledger again
+            bounded(lambda: alice.execute("SELECT relationship, sex, COUNT(*) FROM adult "
+                                          "GROUP BY relationship, sex").fetchall(), timeout=300)
+            (left,), = bounded(lambda: alice.execute(
+                "SELECT rho FROM dpsql_budget() WHERE budget = 'user_remaining'").fetchall())
+            assert left == float(_cli_budget(config, "alice", capsys)["user"][0]) < view["user_remaining"][0]
+            # a private table and the budget in one statement: refused, as with any catalog relation
+            with pytest.raises(psycopg.errors.FeatureNotSupported):
+                bounded(lambda: alice.execute("SELECT COUNT(*) FROM adult, dpsql_budget()"))
+        finally:
+            alice.close()
+    finally:
+        thread.stop()
+        operator.close()
 
 
 def test_hints_by_role(users_file, tmp_path):
@@ -235,7 +286,8 @@ def test_declared_domains_in_the_catalog(shadow_server):
         connect_args={"connect_timeout": 10, "sslmode": "disable"})
     try:
         insp = bounded(lambda: sqlalchemy.inspect(engine))
-        assert bounded(insp.get_table_names) == ["adult"] and bounded(insp.get_view_names) == ["dpsql_columns"]
+        assert bounded(insp.get_table_names) == ["adult"]
+        assert sorted(bounded(insp.get_view_names)) == ["dpsql_budget", "dpsql_columns"]
         columns = {c["name"]: c for c in bounded(lambda: insp.get_columns("adult"))}
         assert columns["age"]["comment"] == "declared domain (integer, 74 cells): 17..90"
     finally:

@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from dpsql import display
 from dpsql.errors import ConfigError
 from dpsql.server.config import load_server_config
 from dpsql.server.server import Server, ServerOptions, ServerThread
@@ -34,6 +35,37 @@ def connect(port, user="alice", **kw):
 
 def names(cur):
     return [d.name for d in cur.description]
+
+
+def test_error_columns_are_on_by_default_and_rounded(engine_server):
+    """Issue 33 item 1: an analyst who sends no SET and no startup option gets each value's 95%
+    half-width and the ``inferred`` flag (the server's default, ``[server] error_columns``), and
+    the values are rounded by the one display rule (never ``58640.60093598821``)."""
+    thread, _ = engine_server
+    if shutil.which("psql"):
+        env = dict(os.environ, PGPASSWORD=PASSWORD, PGCONNECT_TIMEOUT="10", PGSSLMODE="disable")
+        env.pop("PGOPTIONS", None)
+        r = subprocess.run(["psql", "-X", "-A", "-h", "127.0.0.1", "-p", str(thread.port), "-U", "alice", "-d",
+                            "dpsql", "-c", DASHBOARD], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        header, *rows = r.stdout.splitlines()[:-1]     # the last line is "(2 rows)"
+        assert header == "sex|count|count_ci95|inferred" and len(rows) == 2
+        for row in rows:
+            _, count, ci95, inferred = row.split("|")
+            assert inferred == "f" and float(ci95) > 0
+            # the half-width at two significant digits, the count at its second significant digit
+            assert len(ci95.replace(".", "").lstrip("0").rstrip("0")) <= 2, row
+            places = len(count.partition(".")[2])
+            assert places <= display.decimals(float(ci95)) and float(count) == round(float(count), places), row
+    conn = connect(thread.port)
+    try:
+        cur = conn.cursor(binary=True)
+        rows = bounded(lambda: cur.execute(DASHBOARD).fetchall())
+        assert names(cur) == ["sex", "count", "count_ci95", "inferred"]
+        assert all(r[1] == round(r[1]) and r[3] is False for r in rows)
+        assert bounded(lambda: conn.execute("SHOW dpsql.error_columns").fetchone()) == ("ci95",)
+    finally:
+        conn.close()
 
 
 def test_startup_options_turn_on_error_columns(engine_server):
@@ -104,21 +136,27 @@ def test_catalog_types_are_what_an_analyst_can_aggregate(engine_server):
             assert all(isinstance(r[0], kind) for r in rows if r[0] is not None), column
         assert rows[0][0] == "[1, 50000]"   # fnlwgt's first bin, by its label
         cur = conn.cursor()
-        (avg,), = bounded(lambda: cur.execute("SELECT AVG(fnlwgt) FROM adult").fetchall(), timeout=120)
+        (avg, *_), = bounded(lambda: cur.execute("SELECT AVG(fnlwgt) FROM adult").fetchall(), timeout=120)
         assert cur.description[0].type_code == oids["float8"] and isinstance(avg, float)
     finally:
         conn.close()
 
 
 def test_per_user_defaults_from_the_config(users_file, engine_overrides, tmp_path):
+    """The operator's defaults: ``[server] error_columns`` for every analyst (ci95 when absent),
+    ``[server.users.NAME]`` for one, startup options over both."""
     overrides, _ = engine_overrides
     config = tmp_path / "dpsql.toml"
-    config.write_text('[server]\nmax_statement_bytes = 100000\nquery_log = "q.jsonl"\n'
+    config.write_text('[server]\nmax_statement_bytes = 100000\nquery_log = "q.jsonl"\n')
+    assert load_server_config(config).settings == {"dpsql.error_columns": "ci95"}
+    config.write_text('[server]\nmax_statement_bytes = 100000\nquery_log = "q.jsonl"\nerror_columns = "off"\n'
                       '[server.users.alice]\nerror_columns = "ci95"\n')
     cfg = load_server_config(config)
     assert cfg.user_settings == {"alice": {"dpsql.error_columns": "ci95"}} and cfg.max_statement_bytes == 100000
+    assert cfg.settings == {"dpsql.error_columns": "off"}
     assert cfg.query_log == str(tmp_path / "q.jsonl")
     for bad in ('[server]\nmax_statment_bytes = 1\n', '[server.users.alice]\nerror_columns = "always"\n',
+                '[server]\nerror_columns = "always"\n',
                 '[server.users.alice]\nbudget = 1\n'):
         config.write_text(bad)
         with pytest.raises(ConfigError):
@@ -126,10 +164,11 @@ def test_per_user_defaults_from_the_config(users_file, engine_overrides, tmp_pat
     # the engine's strict config schema knows the same keys (a dpsql.toml with [server] loads everywhere)
     from dpsql.engine.config import SCHEMA
     from dpsql.server.config import USER_LIMITS, USER_SETTINGS, _NUMBERS
-    assert set(SCHEMA["server"]) == set(_NUMBERS) | {"query_log", "users"}
+    assert set(SCHEMA["server"]) == set(_NUMBERS) | set(USER_SETTINGS) | {"query_log", "users"}
     assert set(SCHEMA["server_user"]) == set(USER_SETTINGS) | set(USER_LIMITS)
     server = ServerThread(Server(ADULT_CONFIG, users_file=users_file, overrides=overrides,
-                                 options=ServerOptions(port=0, shadow=False, user_settings=cfg.user_settings))).start()
+                                 options=ServerOptions(port=0, shadow=False, settings=cfg.settings,
+                                                       user_settings=cfg.user_settings))).start()
     try:
         for user, options, expected in (("alice", "", ["sex", "count", "count_ci95", "inferred"]),
                                         ("bob", "", ["sex", "count"]),
@@ -201,7 +240,7 @@ def test_superset_series_limit_is_answered_in_two_steps(engine_server):
                                            "GROUP BY race ORDER BY COUNT(*) DESC LIMIT 3").fetchall(), timeout=120)
         cur = conn.cursor()
         rows = bounded(lambda: cur.execute(SERIES_LIMIT).fetchall(), timeout=120)
-        assert names(cur) == ["sex", "race", "count"]
+        assert names(cur) == ["sex", "race", "count", "count_ci95", "inferred"]
         assert {r[1] for r in rows} == {r[0] for r in top} and len(rows) == 6
         assert [r[2] for r in rows] == sorted((r[2] for r in rows), reverse=True)
         # the outer answer is the plain DP answer for those groups (cached: same session, same query)

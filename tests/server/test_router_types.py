@@ -8,7 +8,7 @@ import pytest
 from dpsql.server import pgtypes
 from dpsql.server.gucs import parse_command
 from dpsql.server.results import QueryError
-from dpsql.server.router import qmark_parameters, route
+from dpsql.server.router import budget_sql, qmark_parameters, route
 
 PRIVATE = ["adult"]
 
@@ -48,6 +48,26 @@ def test_string_literals_do_not_route():
     # a private table name inside a string literal must not make a catalog query private
     r = route("SELECT relname FROM pg_class WHERE relname = 'adult'", PRIVATE)
     assert r.kind == "catalog"
+
+
+def test_budget_statements_are_rewritten_with_the_connections_rows():
+    """``dpsql_budget`` / ``dpsql_budget()``: a catalog statement flagged ``budget``, whose
+    relation becomes the connection's rows as a typed VALUES list (the shadow's view is empty)."""
+    rows = [("user_remaining", 0.0153, 0.8123, 1e-06), ("next_measurement", None, None, 1e-06)]
+    for sql in ("SELECT * FROM dpsql_budget()", "SELECT epsilon FROM public.dpsql_budget WHERE budget = $1"):
+        r = route(sql, ["adult"])
+        assert (r.kind, r.budget) == ("catalog", True), sql
+    out = budget_sql(route("SELECT b.epsilon FROM dpsql_budget() AS b WHERE b.budget = $1", ["adult"]).tree, rows)
+    assert out == ("SELECT b.epsilon FROM (VALUES (CAST('user_remaining' AS TEXT), CAST(0.0153 AS DOUBLE PRECISION), "
+                   "CAST(0.8123 AS DOUBLE PRECISION), CAST(1e-06 AS DOUBLE PRECISION)), "
+                   "(CAST('next_measurement' AS TEXT), CAST(NULL AS DOUBLE PRECISION), "
+                   "CAST(NULL AS DOUBLE PRECISION), CAST(1e-06 AS DOUBLE PRECISION))) "
+                   "AS b(budget, rho, epsilon, delta) WHERE b.budget = $1")
+    # a CTE of that name is the client's own; with a private table, refused like any catalog relation
+    assert route("WITH dpsql_budget AS (SELECT 1 AS x) SELECT x FROM dpsql_budget", ["adult"]).budget is False
+    assert route("SELECT COUNT(*) FROM adult, dpsql_budget()", ["adult"]).sqlstate == "0A000"
+    # never sent to the shadow unrewritten (its view has no rows)
+    assert route("SELECT * FROM dpsql_budget() WHERE (", ["adult"]).sqlstate == "42601"
 
 
 def test_dollar_parameters_become_qmarks_in_binding_order():

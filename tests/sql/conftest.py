@@ -18,3 +18,10 @@ def oracle() -> Oracle:
 @pytest.fixture(scope="session")
 def catalog(oracle):
     return oracle.catalog
+
+
+@pytest.fixture(scope="session")
+def toracle():
+    """The oracle over tests/fixtures/sql/flights.toml (date and timestamp columns)."""
+    from time_oracle import TimeOracle
+    return TimeOracle()

@@ -145,7 +145,7 @@ class Oracle:
     @staticmethod
     def programs(cq):
         """Every aggregate SELECT level of a compiled query (stages' inner queries, rankings)."""
-        if cq.is_schema_probe or cq.is_explain:
+        if cq.is_schema_probe or cq.is_explain or cq.exact_rows is not None:
             return []
         prog = cq.program
         if hasattr(prog, "inner"):              # an outer stage

@@ -1,0 +1,123 @@
+"""Binning offsets in the engine: which to measure, how much budget they get, and the
+least-squares answers of the offset queries (docs/engine.md, "Binning offsets").
+
+A SUM (or AVG) over a binned column x compiles, beside its row query q (weights: the bins'
+values), an *offset query* q' with the same rows and 0/1 weights (``dpsql.sql``, kind
+"offset"), applied to the per-cell sums of x's offsets from its bins' values
+(``dpsql.measure.offsets``) instead of the counts.  The workload measurement measures each
+row block of every offset query of the declared workload directly (the block is the
+query's group-by cells under its predicate): one record lands in one row of a block, and
+moves it by at most S lattice units, so each block has sensitivity S·Δ(M) with Δ(M) = 1
+for these 0/1 rows (``release.LatticeBlock.bound``).  The blocks are calibrated together
+(zCDP composes by adding, ``release.calibrate``) at a share ρ_o of the release's ρ, and the
+counts' strategy gets ρ_c = ρ − ρ_o: one charge, one release.
+
+The split minimises the planner's own objective (``dpsql.plan.objective``): with the
+strategy's unit-noise errors the counts contribute C/ρ_c, where C = Σ_q s_q·TSE_q over the
+workload's queries (s_q the objective's scale of query q), and the offsets O/ρ_o, where
+O = Σ_b s_q·rows_b·V_b, V_b = (S_b·g_b)²·Σ_b' Δ_b'² the unit-noise variance of block b's rows
+in its column's units (blocks weighted 1/(S_b·g_b), so each column's noise is proportional to
+its widest half bin; Δ_b' the 0/1 rows' sensitivity, 1 here) and s_q the objective's scale of
+the SUM the block completes (its error adds to that SUM's).
+C/ρ_c + O/ρ_o under ρ_c + ρ_o = ρ is smallest at ρ_o/ρ = √O / (√C + √O).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from dpsql.domain import TableSchema
+from dpsql.engine.variance import SupportBlock, VarianceModel, decompose
+from dpsql.measure import release as rel
+from dpsql.measure.offsets import offset_grid
+
+__all__ = ["offset_blocks", "offset_share", "offset_variances", "offset_models"]
+
+
+def offset_blocks(schema: TableSchema, queries: Sequence) -> list[tuple[rel.LatticeBlock, tuple[int, ...]]]:
+    """The lattice blocks measuring ``queries`` (compiled offset queries, each with the
+    index of the workload query its SUM belongs to): one per row block, deduplicated,
+    with the indices of the queries it serves (a SUM and an AVG of the same column and
+    groups share one).  Scale = the grid spacing, so measured values are in the column's
+    units."""
+    attrs = schema.domain.attributes
+    out: list[tuple[rel.LatticeBlock, tuple[int, ...]]] = []
+    seen: dict = {}
+    for lq, part in queries:
+        grid = offset_grid(schema.attribute(lq.offset_column))
+        if grid is None:
+            continue
+        for rb in decompose(lq.matrix, attrs):
+            if len(rb.terms) != 1:
+                continue
+            coef, factors = rb.terms[0]
+            if coef == 0:
+                continue
+            clique = tuple(a for a in attrs if a in factors)
+            mats = tuple(np.asarray(factors[a] * coef).astype(np.int64) for a in clique) \
+                or (np.ones((1, 1), dtype=np.int64),)
+            key = (lq.offset_column, clique, tuple((m.shape, m.tobytes()) for m in mats))
+            if key in seen:
+                block, parts = out[seen[key]]
+                out[seen[key]] = (block, parts + (part,) if part not in parts else parts)
+                continue
+            seen[key] = len(out)
+            # weight 1/(S·g): calibrated together (one σ), block b's noise is σ/w_b = σ·S·g in its
+            # column's units, proportional to that column's widest half bin (≤ h_max), never a
+            # dollar column's on carats
+            out.append((rel.LatticeBlock(clique, mats, grid.spacing, 1.0 / (grid.bound * grid.spacing),
+                                         lq.offset_column, grid.bound), (part,)))
+    return out
+
+
+def offset_share(rho: Fraction, count_objective: float, blocks: Sequence[tuple[rel.LatticeBlock, tuple[int, ...]]],
+                 scales: Sequence[float]) -> Fraction:
+    """ρ_o, the offsets' share of ``rho`` (module doc): √O/(√C + √O)·ρ, as an exact
+    Fraction below ``rho``.  ``count_objective`` is C; ``scales[i]`` the objective's scale
+    of workload query i."""
+    if not blocks:
+        return Fraction(0)
+    # one σ for all (release.calibrate): block b's noise is σ/(w_b·g_b) lattice units, σ/w_b in
+    # its column's units, with σ² = D/(2ρ_o), D = Σ_b Δ_b²(lattice)·(w_b·g_b)²
+    d = sum(b.l2_sensitivity_sq() * (b.weight * b.scale) ** 2 for b, _ in blocks)
+    o = sum(sum(scales[p] for p in parts) * b.rows() * d / b.weight ** 2 for b, parts in blocks)
+    c = max(float(count_objective), 0.0)
+    if not o > 0:
+        return Fraction(0)
+    share = math.sqrt(o) / (math.sqrt(c) + math.sqrt(o))
+    # keep both sides measurable: never all of it, never nothing
+    share = min(max(share, 1e-3), 1 - 1e-3)
+    return Fraction(share).limit_denominator(1 << 20) * Fraction(rho)
+
+
+def offset_variances(blocks: Sequence[tuple[rel.LatticeBlock, tuple[int, ...]]], share: Fraction,
+                     family: str = "gaussian", unit_rows: int = 1) -> dict[int, float]:
+    """Per workload query, the variance the offsets add to each of its rows at ``share``
+    (the noise the release will draw: ``release.calibrate``; a row sums one row of each
+    block of its query, one per predicate term): what ``dpsql plan`` adds to a SUM's."""
+    if not blocks or not share > 0:
+        return {}
+    plan = rel.calibrate([b for b, _ in blocks], share, family=family, unit_rows=unit_rows)
+    out: dict[int, float] = {}
+    for (b, parts), p in zip(blocks, plan.params):
+        var = rel.stddev(b, p, family) ** 2
+        for part in parts:
+            out[part] = out.get(part, 0.0) + var
+    return out
+
+
+def offset_models(schema: TableSchema, released) -> dict[str, VarianceModel]:
+    """Per column, the support and least-squares answers of its released offset blocks
+    (a separate data vector per column: blocks of different columns never combine)."""
+    dom = schema.domain
+    sizes = dict(zip(dom.attributes, dom.shape))
+    by_column: dict[str, list[SupportBlock]] = {}
+    for b, values, sd in released:
+        # the released values are g·(M o + Z) with o in lattice units, i.e. M·(g·o) + g·Z:
+        # rows of M (scale 1) over the offsets in the column's units, noise sd = g·σ
+        by_column.setdefault(b.offsets, []).append(SupportBlock(b.clique, b.factors, sd, 1.0, values))
+    return {col: VarianceModel(dom.attributes, sizes, blocks) for col, blocks in by_column.items()}

@@ -1,0 +1,199 @@
+"""A people schema: private tables linked by keys, protected per person (issue 32).
+
+``[people]`` in dpsql.toml (``docs/config.md``, "People across tables") names the primary
+private relation — the *person* table and its key — and, for every other private table, the
+table it references (``parent``), the referencing column (``foreign_key``, equal to the
+parent's ``primary_key``) and the most rows of its view one person may contribute
+(``max_rows``).  Everything here is public configuration, checked when the configuration
+loads: a private table with no path to the person, a cycle, a key that names nothing, or a
+source the view cannot join is a :class:`~dpsql.errors.ConfigError` (SQLSTATE F0000) with a
+hint, before any row is read.
+
+Each private table is then served through its **view** (``dpsql.measure.views``): the join
+from the person down to it, with the attributes of every table on the path (an ancestor's
+attribute ``segment`` of ``customers`` is the view column ``customers__segment``), bounded
+per person to ``max_rows`` rows by the keyed-hash truncation.  The view replaces the table
+in the catalog under the table's name, so ``SELECT … FROM orders`` counts the orders that
+reach a person, with the noise their bound calls for (``docs/privacy.md`` §2a).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpsql.domain import Attribute, TableSchema, check_keys
+from dpsql.errors import ConfigError
+from dpsql.measure.source import FILE_KINDS, Source
+from dpsql.measure.views import PERSON, SEP, Hop, View
+
+PEOPLE_KEYS = ("person", "key", "hash_key_file", "tables")
+TABLE_KEYS = ("parent", "foreign_key", "primary_key", "max_rows")
+
+
+@dataclass(frozen=True)
+class PeopleSchema:
+    """The declared schema (public): the person table and its key, and each private table's
+    view (its join path from the person and its per-person row bound)."""
+
+    person: str
+    key: str
+    views: dict[str, View]
+
+    def bound(self, table: str) -> int:
+        """The most rows of ``table``'s view one person contributes (1 for the person)."""
+        return self.views[table].max_rows
+
+    def path(self, table: str) -> tuple[str, ...]:
+        return self.views[table].path
+
+    def column(self, table: str, owner: str, column: str) -> str:
+        """The view column of ``owner``'s ``column`` in ``table``'s view."""
+        return column if owner == table else f"{owner}{SEP}{column}"
+
+
+def _renamed(att: Attribute, name: str) -> Attribute:
+    """The same declared attribute under another name (attributes are frozen value types
+    with their own constructors; only the name differs)."""
+    out = copy.copy(att)
+    object.__setattr__(out, "name", name)
+    return out
+
+
+def _name(value: Any, what: str, where: str, hint: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {what} must be a name", hint=hint)
+    return value
+
+
+def _engine(source: Source) -> str:
+    return "duckdb" if source.kind in FILE_KINDS else source.kind
+
+
+def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, Source],
+                 base: Path, where: str) -> tuple[dict[str, TableSchema], dict[str, Source], PeopleSchema]:
+    """Check ``[people]`` against the declared tables and build every private table's view:
+    (the catalog with each table replaced by its view's schema, the view sources, the
+    schema).  Public metadata only."""
+    pw = f"{where}: [people]"
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{pw} must be a table", hint='[people] person = "customers", key = "custkey"')
+    check_keys(spec, PEOPLE_KEYS, pw)
+    person = _name(spec.get("person"), "person", pw, 'person = "customers" (the table with one row per person)')
+    key = _name(spec.get("key"), "key", pw, 'key = "custkey" (the person table\'s primary key)')
+    if person not in tables:
+        raise ConfigError(f"{pw}: the person table {person!r} is not declared",
+                          hint=f"declare [tables.{person}], or name one of: {', '.join(sorted(tables))}")
+    links_spec = spec.get("tables", {})
+    if not isinstance(links_spec, Mapping):
+        raise ConfigError(f"{pw}: tables must be [people.tables.NAME] sections")
+    links: dict[str, dict] = {}
+    for name, link in links_spec.items():
+        lw = f"{where}: [people.tables.{name}]"
+        if not isinstance(link, Mapping):
+            raise ConfigError(f"{lw} must be a table",
+                              hint='parent = "customers", foreign_key = "custkey", max_rows = 8')
+        check_keys(link, TABLE_KEYS, lw)
+        if name == person:
+            raise ConfigError(f"{lw}: {name!r} is the person table; it references nobody",
+                              hint="its key is [people] key; its view holds one row per person")
+        if name not in tables:
+            raise ConfigError(f"{lw}: no table {name!r} is declared", hint=f"declare [tables.{name}]")
+        parent = _name(link.get("parent"), "parent", lw, 'parent = "customers" (the table this one references)')
+        fk = _name(link.get("foreign_key"), "foreign_key", lw,
+                   'foreign_key = "custkey" (this table\'s column equal to the parent\'s primary key)')
+        rows = link.get("max_rows")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+            raise ConfigError(f"{lw}: max_rows must be an integer ≥ 1 (the most rows of this table one "
+                              "person may contribute; more are dropped by a keyed hash)",
+                              hint="e.g. max_rows = 8: the noise of every count over this table grows with it")
+        pk = link.get("primary_key")
+        if pk is not None:
+            pk = _name(pk, "primary_key", lw, 'primary_key = "orderkey"')
+        links[name] = {"parent": parent, "foreign_key": fk, "max_rows": rows, "primary_key": pk}
+
+    # every private table reaches the person, along parents that are declared and acyclic
+    for name in tables:
+        if name != person and name not in links:
+            raise ConfigError(f"{where}: private table {name!r} has no path to the person table {person!r}",
+                              hint=f"declare [people.tables.{name}] with parent, foreign_key and max_rows "
+                                   "(every private table is protected per person)")
+    paths: dict[str, list[str]] = {person: [person]}
+    for name in links:
+        path, at = [name], name
+        while at != person:
+            parent = links[at]["parent"]
+            if parent not in tables:
+                raise ConfigError(f"{where}: [people.tables.{at}] parent {parent!r} is not a declared table",
+                                  hint=f"private tables: {', '.join(sorted(tables))}")
+            if parent in path:
+                raise ConfigError(f"{where}: the parents of {name!r} form a cycle ({' -> '.join(path + [parent])}) "
+                                  f"and never reach the person table {person!r}",
+                                  hint="each table references the table one step closer to the person")
+            path.append(parent)
+            at = parent
+        paths[name] = path[::-1]
+    primary = {person: key, **{n: link["primary_key"] for n, link in links.items()}}
+    for name, link in links.items():
+        if primary[link["parent"]] is None:
+            raise ConfigError(f"{where}: {name!r} references {link['parent']!r}, which declares no primary_key",
+                              hint=f"[people.tables.{link['parent']}] primary_key = \"...\"")
+
+    key_text = None
+    if spec.get("hash_key_file"):
+        kp = Path(spec["hash_key_file"])
+        kp = kp if kp.is_absolute() else base / kp
+        if not kp.exists():
+            raise ConfigError(f"{pw}: hash key file not found: {kp}")
+        key_text = kp.read_text().strip()
+
+    for name in tables:
+        src = sources[name]
+        if src.id_column is not None:
+            raise ConfigError(f"{where}: table {name!r} declares its own privacy unit, but [people] protects "
+                              "it per person", hint="remove privacy_unit (or id_column) from the table: its rows "
+                                                    "are bounded per person by [people.tables] max_rows")
+        if src.kind == "csv":
+            raise ConfigError(f"{where}: table {name!r}: a people schema joins typed sources (parquet, duckdb, "
+                              "postgres, spark), not csv",
+                              hint="convert the file to Parquet (e.g. COPY (SELECT * FROM 'f.csv') TO "
+                                   "'f.parquet' in DuckDB) and declare its column types")
+    engines = {_engine(sources[n]) for n in tables}
+    urls = {sources[n].url for n in tables}
+    if len(engines) > 1 or ("postgres" in engines and len(urls) > 1):
+        raise ConfigError(f"{pw}: the tables of a people schema must live in one engine "
+                          "(one PostgreSQL database, one Spark master, or files DuckDB reads)",
+                          hint="the join of a view runs inside that engine")
+
+    views: dict[str, View] = {}
+    out_tables, out_sources = dict(tables), dict(sources)
+    for name, path in paths.items():
+        hops = []
+        attrs: list[Attribute] = []
+        for i, hop_table in enumerate(path):
+            schema = tables[hop_table]
+            view_names = [a.name if hop_table == name else f"{hop_table}{SEP}{a.name}" for a in schema.attributes]
+            attrs.extend(_renamed(a, n) for a, n in zip(schema.attributes, view_names))
+            link = links.get(hop_table, {})
+            hops.append(Hop(hop_table, sources[hop_table], tuple(zip(schema.column_names, view_names)),
+                            key=None if i == 0 else link["foreign_key"],
+                            parent_key=None if i == 0 else primary[path[i - 1]]))
+        names = [a.name for a in attrs]
+        dup = sorted({n for n in names if names.count(n) > 1} | ({PERSON} & set(names)))
+        if dup:
+            raise ConfigError(f"{where}: the view of {name!r} would have two columns named {dup[0]!r}",
+                              hint=f"rename the column in the domain file: ancestors' columns are named "
+                                   f"TABLE{SEP}COLUMN in a view")
+        view = View(name, tuple(hops), key, 1 if name == person else links[name]["max_rows"])
+        views[name] = view
+        first = sources[path[0]]
+        out_sources[name] = Source(kind=first.kind, url=first.url, conf=first.conf, id_column=PERSON,
+                                   max_rows_per_id=view.max_rows, hash_key=key_text, view=view)
+        out_tables[name] = TableSchema(name, tuple(attrs))
+    return out_tables, out_sources, PeopleSchema(person, key, views)
+
+
+__all__ = ["PeopleSchema", "people_views"]

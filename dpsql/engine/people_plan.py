@@ -1,0 +1,138 @@
+"""Planning across the views of a people schema (issue 32 item 3).
+
+The workload is split by view (each query compiles to the view of the table it reads), every
+view's strategy is planned by HDMM as for any table, and the workload budget is divided
+across the views to minimise their total expected error (``dpsql.plan.views``: ρ_v ∝
+k_v·√E_v).  ``people_plan`` is what ``dpsql plan`` prints for such a configuration: each
+view's path, bound, share, expected errors, and what public metadata says about the rows
+its bound drops.  Everything here is public: configuration, workload, domains, and the
+tables' declared public sizes (``[tables.NAME] rows``); nothing reads the data.
+
+Truncation bias (rows a bound drops) is reported only from public metadata: with declared
+sizes N_T of a table and P of the person table, at least max(0, N_T − k_T·P) of T's rows
+cannot be in its view (each of the P persons keeps at most k_T).  It is never computed from
+the rows in the clear.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dpsql.engine.reports import PlanReport
+from dpsql.errors import ProgrammingError
+
+# the engine calls view_costs (Engine.view_shares): typed Any here, since this module may
+# not import the engine's (tests/test_layout.py: no two files import each other)
+Engine = Any
+
+__all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan"]
+
+
+@dataclass(frozen=True)
+class ViewCost:
+    """A view's planning inputs: its bound k, its strategy's unit-noise expected error E
+    (planner objective) and cost = k²·E (``dpsql.plan.views``)."""
+
+    table: str
+    max_rows: int
+    expected_error: float
+
+    @property
+    def cost(self) -> float:
+        return self.max_rows ** 2 * self.expected_error
+
+
+def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
+    """Each view with workload queries, planned at the even share of ``rho`` (the strategy
+    HDMM picks does not depend on the share, except for the lattice check at tiny budgets)."""
+    people = engine.config.people
+    if people is None:
+        return {}
+    planned = {}
+    for table in people.views:
+        try:
+            planned[table] = engine.workload_for(table)[0]
+        except ProgrammingError:        # no workload query reads this view
+            continue
+    out = {}
+    for table, workload in planned.items():
+        k = people.bound(table)
+        strategy = engine.optimize_counted(workload, Fraction(rho) / len(planned), k)
+        out[table] = ViewCost(table, k, float(strategy.expected_error))
+    return out
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    table: str
+    path: tuple[str, ...]
+    max_rows: int
+    rho: Fraction                # this view's share
+    report: PlanReport | None    # its plan at that share (None: no workload query reads it)
+    total_error: float           # expected total squared error at the share (planner objective)
+    dropped_at_least: int | None  # rows its bound must drop, from declared public sizes
+
+    def line(self) -> str:
+        path = " -> ".join(self.path)
+        head = f"  {self.table}: {path}, at most {self.max_rows} row{'' if self.max_rows == 1 else 's'} per person"
+        if self.report is None:
+            return f"{head}; no workload query reads it (not measured)"
+        units = "; ".join(f"{u.unit} {u.rmse:,.2f}" for u in self.report.units)
+        n = self.report.queries
+        return (f"{head}; {n} quer{'y' if n == 1 else 'ies'}, rho share {float(self.rho):.4g}, "
+                f"expected RMSE per row: {units}")
+
+
+@dataclass(frozen=True)
+class PeoplePlan:
+    rho: Fraction
+    views: tuple[ViewPlan, ...]
+    total_error: float           # Σ over views at the optimal shares
+    even_error: float            # the same at an even split, for comparison
+
+    def lines(self) -> list[str]:
+        out = [f"people schema: {len(self.views)} views of the same persons share rho = {float(self.rho):.4g} "
+               "(split to minimise the total expected error: rho_v proportional to max_rows_v * sqrt(E_v))"]
+        for v in self.views:
+            out.append(v.line())
+            if v.dropped_at_least:
+                out.append(f"    truncation: at least {v.dropped_at_least:,} rows of {v.table} are dropped by the "
+                           "bound (from the declared public sizes)")
+            elif v.dropped_at_least == 0 and v.max_rows > 1:
+                out.append("    truncation: the declared public sizes do not force the bound to drop rows; how "
+                           "many it drops is not released")
+        if any(v.dropped_at_least is None for v in self.views if v.max_rows > 1):
+            out.append("  truncation bias unknown: the rows a bound drops are never counted in the clear; declare "
+                       "[tables.NAME] rows (public sizes) of the table and of the person table to bound it")
+        if self.even_error > 0 and math.isfinite(self.even_error):
+            out.append(f"total expected squared error {self.total_error:,.4g} (planner objective); an even split "
+                       f"would give {self.even_error:,.4g}")
+        return out
+
+
+def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
+    """The plan of every view at its share of ``rho`` (default: the workload budget)."""
+    from dpsql.plan.views import even_total, expected_total, split_budget
+
+    people = engine.config.people
+    if people is None:
+        raise ProgrammingError("no [people] schema is configured")
+    rho = Fraction(rho) if rho is not None else engine.workload_rho()
+    costs = view_costs(engine, rho)
+    shares = split_budget(rho, {v: c.cost for v, c in costs.items()})
+    rows = engine.config.table_rows
+    persons = rows.get(people.person)
+    views = []
+    for table, view in people.views.items():
+        share = shares.get(table, Fraction(0))
+        report = engine.plan(table, rho=share) if table in shares else None
+        dropped = None
+        if persons is not None and table in rows:
+            dropped = max(0, rows[table] - view.max_rows * persons)
+        total = expected_total({table: costs[table].cost}, shares) if table in costs else 0.0
+        views.append(ViewPlan(table, view.path, view.max_rows, share, report, total, dropped))
+    cost_map = {v: c.cost for v, c in costs.items()}
+    return PeoplePlan(rho, tuple(views), expected_total(cost_map, shares), even_total(rho, cost_map))

@@ -1,0 +1,148 @@
+"""Public tables and declared keys in ``dpsql.toml`` (issue 31; format in docs/config.md).
+
+``[tables.NAME] public = true`` with a ``source`` declares a public dimension table: read
+whole when the configuration is loaded (``dpsql.measure.backend.PublicDatabase``), shown
+exactly, never charged.  ``keys = { column = "table.column" }`` (on a private or a public
+table; a list for several targets) declares a reference that queries may join on, and a
+categorical's ``labels_from = "table.column"`` (in the domain file) takes its labels from a
+public column.  Every check here reads the configuration and the public tables only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from dpsql.errors import ConfigError
+from dpsql.measure.source import Source
+from dpsql.public import Reference
+
+__all__ = ["PRIVATE_ONLY", "is_public", "load_public", "labels_resolver", "declared_references"]
+
+#: Keys of a private table that a public one may not have (it has no domain, budget or unit).
+PRIVATE_ONLY = ("domain", "domain_table", "privacy_unit", "rows")
+
+
+def is_public(spec: Mapping, where: str) -> bool:
+    flag = spec.get("public", False)
+    if not isinstance(flag, bool):
+        raise ConfigError(f"{where}: public must be true or false, got {flag!r}", hint="public = true")
+    return flag
+
+
+def load_public(tables_spec: Mapping, base: Path, where: str):
+    """The configuration's public tables, read (a ``PublicDatabase``), or None without any."""
+    sources = {}
+    for name, spec in tables_spec.items():
+        twhere = f"{where}: table {name!r}"
+        if not isinstance(spec, Mapping) or not is_public(spec, twhere):
+            continue
+        wrong = [k for k in PRIVATE_ONLY if k in spec]
+        if wrong:
+            raise ConfigError(f"{twhere}: a public table has no {wrong[0]}",
+                              hint="its content is public metadata: it has a source and, optionally, keys")
+        if "source" not in spec:
+            raise ConfigError(f"{twhere}: missing source", hint='source = { csv = "carriers.csv" }')
+        source = Source.from_config(spec["source"], base, twhere)
+        if source.kind not in ("csv", "parquet", "duckdb"):
+            raise ConfigError(f"{twhere}: a {source.kind} source cannot hold a public table yet",
+                              hint="give the public table as a CSV, Parquet or DuckDB file")
+        sources[name] = source
+    if not sources:
+        return None
+    from dpsql.measure.backend import PublicDatabase
+    return PublicDatabase(sources)
+
+
+def _split(ref, where: str) -> tuple[str, str]:
+    if not isinstance(ref, str) or ref.count(".") != 1 or not all(ref.split(".")):
+        raise ConfigError(f"{where}: {ref!r} is not \"table.column\"", hint='e.g. "airports.faa"')
+    table, column = ref.split(".")
+    return table, column
+
+
+def _public_column(db, ref, where: str):
+    table, column = _split(ref, where)
+    tables = db.tables if db is not None else {}
+    if table not in tables:
+        raise ConfigError(f"{where}: {table!r} is not a public table",
+                          hint=f"public tables: {', '.join(tables) or '(none)'}; "
+                               f"declare [tables.{table}] public = true")
+    if column not in tables[table].column_names:
+        raise ConfigError(f"{where}: public table {table!r} has no column {column!r}",
+                          hint=f"its columns: {', '.join(tables[table].column_names)}")
+    return tables[table], column
+
+
+def labels_resolver(db, where: str):
+    """``labels_from`` for ``load_domain``: the distinct non-NULL values of a public column,
+    in the table's row order."""
+    def labels(ref: str) -> list:
+        table, column = _public_column(db, ref, f"{where}: labels_from")
+        values = list(dict.fromkeys(v for v in table.values(column) if v is not None))
+        if not values:
+            raise ConfigError(f"{where}: labels_from = {ref!r}: the column has no values",
+                              hint="point labels_from at the public table's key column")
+        if not all(isinstance(v, str) for v in values) and \
+                not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise ConfigError(f"{where}: labels_from = {ref!r}: labels must be text or integers",
+                              hint="use a text or integer key column")
+        return values
+    return labels
+
+
+def declared_references(tables_spec: Mapping, schemas: Mapping, db, where: str) -> tuple[Reference, ...]:
+    """Every ``keys`` entry, checked: the column exists, the target is a public table's
+    column whose values the key's declared cells can hold (an open categorical must list
+    every public key among its labels: an undeclared key would fall in the "(other)" cell,
+    whose rows a join could not place)."""
+    out = []
+    for name, spec in tables_spec.items():
+        if not isinstance(spec, Mapping) or "keys" not in spec:
+            continue
+        twhere = f"{where}: table {name!r}: keys"
+        keys = spec["keys"]
+        if not isinstance(keys, Mapping):
+            raise ConfigError(f"{twhere} must be a table", hint='keys = { origin = "airports.faa" }')
+        for column, targets in keys.items():
+            for ref in targets if isinstance(targets, list) else [targets]:
+                cwhere = f"{twhere}: {column}"
+                table, target_column = _public_column(db, ref, cwhere)
+                values = [v for v in table.values(target_column) if v is not None]
+                if name in schemas:
+                    _check_key(schemas[name], column, values, ref, cwhere)
+                else:
+                    source = db.tables.get(name) if db is not None else None
+                    if source is None or column not in source.column_names:
+                        raise ConfigError(f"{cwhere}: table {name!r} has no column {column!r}",
+                                          hint="keys name a column of the table they are declared in")
+                out.append(Reference(name, column, table.name, target_column))
+    return tuple(out)
+
+
+def _check_key(schema, column: str, values: list, ref: str, where: str) -> None:
+    names = [a.name for a in schema.attributes]
+    if column not in names:
+        raise ConfigError(f"{where}: table {schema.name!r} declares no column {column!r}",
+                          hint=f"declared columns: {', '.join(names)}")
+    attr = schema.attribute(column)
+    if attr.kind == "categorical":
+        labels = set(attr.labels_)
+        text = isinstance(attr.labels_[0], str)
+        if any(isinstance(v, str) != text for v in values):
+            raise ConfigError(f"{where}: {ref} holds {'numbers' if text else 'text'} but '{column}' is declared "
+                              f"with {'text' if text else 'integer'} labels", hint="join columns of one type")
+        missing = [v for v in dict.fromkeys(values) if v not in labels]
+        if missing and attr.other_index is not None:
+            shown = ", ".join(repr(v) for v in missing[:5]) + (" …" if len(missing) > 5 else "")
+            raise ConfigError(f"{where}: {len(missing)} key(s) of {ref} are not labels of the open column "
+                              f"'{column}' ({shown}): rows with them would share its (other) cell",
+                              hint=f'declare labels_from = "{ref}" for \'{column}\', or list those labels')
+        return
+    bounds = attr.bin_bounds()
+    if attr.kind != "integer" or any(b is not None and b[0] != b[1] for b in bounds):
+        raise ConfigError(f"{where}: column '{column}' cannot be a join key: its cells hold several values",
+                          hint="declare the key categorical, or integer with one-value bins")
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise ConfigError(f"{where}: {ref} holds values that are not integers but '{column}' is an integer",
+                          hint="join columns of one type")

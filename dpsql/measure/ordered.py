@@ -1,0 +1,225 @@
+"""Measure a large ordered attribute with its tree or Toeplitz strategy, and answer from
+the release in closed form (issue 35 item 4).
+
+The pipeline of ``plan.ordered.OrderedStrategy`` without an n×n matrix anywhere:
+
+1. **count**: the attribute's exact histogram from the backend (one GROUP BY on its cell
+   index, ``Backend.count_marginals``: 10⁶ int64 counts), nothing else leaves the engine;
+2. **apply** the strategy exactly in integers: a tree's level sums by reshapes
+   (``Tree.sums``; the rows over padded cells are 0), the Toeplitz root's integer
+   coefficients by limb convolutions (``toeplitz.exact_convolve``);
+3. **noise**: each block's values plus exact discrete noise, calibrated by
+   ``release.calibrate`` to the requested ρ with the blocks' exact sensitivities (a tree
+   level: every cell in one row, Δ₁ = Δ₂² = 1; the root: column 0 holds every coefficient,
+   Δ₂² = Σ a_k², Δ₁ = Σ a_k), so the cost is the exact rational of ``docs/privacy.md``;
+4. **fit**: least squares in closed form: the tree's two passes (``Tree.solve``), or
+   x̂ = A⁻¹y by the inverse power series;
+5. **answer** with standard errors: the CDF (every prefix), any query rows, and quantiles
+   with the 95% interval of the noisy CDF's band (``sql.postprocess.quantile_band``) from
+   the exact variance of C_j − q·N (the estimates are correlated; the band uses it, not a
+   sum of independent cell variances).
+
+The variances are those of the reported noise (``release.stddev``, the discrete Gaussian's
+parameter: at most its actual variance, so conservative), and the tree is fitted with the
+same weights, so every reported standard error is that estimator's exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpsql.errors import ProgrammingError
+from dpsql.linalg.toeplitz import LowerToeplitz, convolve, exact_convolve, series_inverse
+from dpsql.measure import release as rel
+from dpsql.plan.ordered import OrderedStrategy
+from dpsql.sql.postprocess import Z95, quantile_band, quantile_from_histogram
+
+__all__ = ["OrderedRelease", "OrderedEstimate", "measure_ordered"]
+
+
+@dataclass(frozen=True)
+class _Block:
+    """What ``release.calibrate`` and ``release.noisy_values`` read of a lattice block."""
+
+    sens2: int
+    sens1: int
+    scale: float
+    weight: float
+
+    def l2_sensitivity_sq(self) -> int:
+        return self.sens2
+
+    def l1_sensitivity(self) -> int:
+        return self.sens1
+
+
+@dataclass(frozen=True)
+class OrderedRelease:
+    """The noisy blocks of one measurement (tree: measured levels root first, values over
+    every node including padded ones; Toeplitz: one block) and their noise sd in query
+    units; ``rho`` the exact cost."""
+
+    strategy: OrderedStrategy
+    values: tuple[np.ndarray, ...]
+    stddev: tuple[float, ...]
+    rho: Fraction
+
+
+def _blocks(strategy: OrderedStrategy) -> list[_Block]:
+    if strategy.coeffs is not None:
+        a = [int(x) for x in strategy.coeffs]
+        return [_Block(sum(x * x for x in a), sum(abs(x) for x in a), strategy.scale, 1.0)]
+    return [_Block(1, 1, 1.0, w) for w in strategy.weights if w > 0]
+
+
+def measure_ordered(backend: Any, schema: Any, strategy: OrderedStrategy,
+                    rho: Fraction | float, *, unit_rows: int = 1) -> OrderedRelease:
+    """Count, apply, and add calibrated discrete noise (module docstring, steps 1–3)."""
+    attr = strategy.attribute
+    counts = np.asarray(backend.count_marginals(schema, [(attr,)])[(attr,)], dtype=np.int64)
+    if counts.shape != (strategy.size,):
+        raise ProgrammingError(f"expected {strategy.size} cells of {attr!r}, got {counts.shape}")
+    if strategy.coeffs is not None:
+        exact = [exact_convolve(strategy.coeffs, counts, counts.size)]
+    else:
+        assert strategy.tree is not None
+        sums = strategy.tree.sums(counts)
+        exact = [s for s, w in zip(sums, strategy.weights) if w > 0]
+    blocks = _blocks(strategy)
+    plan = rel.calibrate(blocks, rho, family=strategy.noise,  # type: ignore[arg-type]
+                         unit_rows=unit_rows)
+    values = tuple(rel.noisy_values(b, e, p, strategy.noise)  # type: ignore[arg-type]
+                   for b, e, p in zip(blocks, exact, plan.params))
+    sds = tuple(rel.stddev(b, p, strategy.noise)  # type: ignore[arg-type]
+                for b, p in zip(blocks, plan.params))
+    return OrderedRelease(strategy, values, sds, plan.rho)
+
+
+def _floored(sd: float, scale: float) -> float:
+    """A noise sd of at least ``release.FIT_STDDEV_FLOOR`` lattice units: at a huge budget
+    the discrete noise is 0 and the weights would divide by it (the floor is a thousandth of
+    a count, far below what any answer is rounded to)."""
+    return max(float(sd), rel.FIT_STDDEV_FLOOR * scale)
+
+
+class OrderedEstimate:
+    """Least-squares cell estimates of one release and their answers' exact variances."""
+
+    def __init__(self, release: OrderedRelease) -> None:
+        s = self.strategy = release.strategy
+        self.n = s.size
+        if s.coeffs is not None:
+            a = s.coeffs.astype(np.float64) * s.scale
+            self._d = series_inverse(a, self.n)               # A⁻¹'s coefficients
+            self._m = np.cumsum(self._d)                      # rows of P A⁻¹
+            self._s2 = _floored(release.stddev[0], s.scale) ** 2
+            y = np.asarray(release.values[0], dtype=np.float64)
+            self.cells = convolve(self._d, y[:, None], self.n)[:, 0]
+        else:
+            tree = s.tree
+            assert tree is not None
+            it = iter(zip(release.values, release.stddev))
+            ys, self._v = [], []
+            for w in s.weights:
+                if w > 0:
+                    y, sd = next(it)
+                    ys.append(np.asarray(y, dtype=np.float64))
+                    self._v.append(_floored(sd, 1.0) ** 2)
+                else:
+                    ys.append(np.zeros(0))
+                    self._v.append(np.inf)
+            self.cells = tree.solve(ys, self._v)[:self.n]
+
+    # -- answers --------------------------------------------------------------------------
+    def cdf(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every prefix count C_j = Σ_{i≤j} x_i and its variance."""
+        if self.strategy.coeffs is not None:
+            var = self._s2 * np.cumsum(self._m ** 2)
+        else:
+            tree = self.strategy.tree
+            assert tree is not None
+            var = tree.variance(tree.prefix_norms(np.arange(self.n)), self._v)
+        return np.cumsum(self.cells), var
+
+    def answer(self, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows Q (k × n) over the cells: answers and variances."""
+        Q = np.atleast_2d(np.asarray(Q, dtype=np.float64))
+        if Q.shape[1] != self.n:
+            raise ProgrammingError(f"query rows must have {self.n} columns")
+        if self.strategy.coeffs is not None:
+            R = LowerToeplitz(self._d).rmatmat(Q.T)           # (q A⁻¹)ᵀ
+            var = self._s2 * np.sum(R * R, axis=0)
+        else:
+            tree = self.strategy.tree
+            assert tree is not None
+            var = tree.variance(tree.norms(Q), self._v)
+        return Q @ self.cells, var
+
+    def ranges(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Counts of cells lo..hi (inclusive) and their variances."""
+        lo = np.asarray(lo, dtype=np.int64)
+        hi = np.asarray(hi, dtype=np.int64)
+        if lo.size and (lo.min() < 0 or hi.max() >= self.n or np.any(lo > hi)):
+            raise ProgrammingError(f"ranges must satisfy 0 ≤ lo ≤ hi < {self.n}")
+        if self.strategy.coeffs is not None:
+            # rows v_hi − v_{lo−1} of P A⁻¹: ‖v_i‖² + ‖v_j‖² − 2⟨v_i, v_j⟩ with
+            # ⟨v_i, v_j⟩ = Σ_{t≤j} m_{i−t} m_{j−t} (j < i): O(j) per range, no FFT
+            m = self._m
+            own = np.concatenate([[0.0], np.cumsum(m * m)])      # own[i + 1] = ‖v_i‖²
+            cum = np.concatenate([[0.0], np.cumsum(self.cells)])
+            var = np.empty(lo.size)
+            for k, (a, b) in enumerate(zip(lo, hi)):
+                j = a - 1
+                cross = float(m[b - j:b + 1] @ m[:j + 1]) if j >= 0 else 0.0
+                var[k] = own[b + 1] + own[j + 1] - 2.0 * cross
+            return cum[hi + 1] - cum[lo], self._s2 * var
+        Q = np.zeros((lo.size, self.n))
+        for k, (a, b) in enumerate(zip(lo, hi)):
+            Q[k, a:b + 1] = 1.0
+        return self.answer(Q)
+
+    def _rank_sd(self, q: float) -> np.ndarray:
+        """sd of D_j = C_j − q·N for every j (N = C_{n−1})."""
+        n = self.n
+        if self.strategy.coeffs is not None:
+            m = self._m
+            own = np.cumsum(m * m)                              # ‖v_j‖²
+            cross = convolve(m, m[::-1, None], n)[:, 0]         # ⟨v_j, v_{n−1}⟩
+            var = own - 2.0 * q * cross + q * q * own[-1]
+            return np.sqrt(np.maximum(self._s2 * var, 0.0))
+        tree = self.strategy.tree
+        assert tree is not None
+        j = np.arange(n)
+        norms = np.empty((n, tree.levels))
+        for lv, s in enumerate(tree.sizes):
+            c = np.clip(n - np.arange(tree.nodes[lv]) * s, 0, s).astype(np.float64)
+            c2 = np.concatenate([[0.0], np.cumsum(c * c)])     # exclusive prefix sums
+            beta = j // s
+            part = (j - beta * s + 1).astype(np.float64)
+            before = (1 - q) ** 2 * c2[beta]
+            after = q * q * (c2[-1] - c2[beta + 1])
+            own = (part - q * c[beta]) ** 2
+            norms[:, lv] = (before + after + own) / s
+        return np.sqrt(np.maximum(tree.variance(norms, self._v), 0.0))
+
+    def quantile(self, q: float, values: np.ndarray | None = None, method: str = "disc", *,
+                 low: np.ndarray | None = None, high: np.ndarray | None = None,
+                 z: float = Z95) -> tuple[float | None, tuple[float, float]]:
+        """The q-quantile (cells valued ``values``, in increasing order; the cell index by
+        default) and its 95% interval from the noisy CDF's band."""
+        v = np.arange(self.n, dtype=np.float64) if values is None else np.asarray(values, float)
+        if v.shape != (self.n,) or np.any(np.diff(v) < 0):
+            raise ProgrammingError("quantile values must be one increasing value per cell")
+        # from the unclipped CDF made monotone: clipping the noisy cells at 0 first (as a
+        # histogram's point estimate does) adds their negative parts' mass and moved a
+        # median over 100,000 cells by 30%
+        cum = np.maximum.accumulate(np.cumsum(self.cells))
+        point = quantile_from_histogram(np.diff(cum, prepend=0.0), v, q, method)
+        lo = v if low is None else np.asarray(low, dtype=float)
+        hi = v if high is None else np.asarray(high, dtype=float)
+        band = quantile_band(np.cumsum(self.cells), self._rank_sd(q), lo, hi, q, z=z)
+        return point, band

@@ -1,0 +1,118 @@
+"""Person views: the join path from the person table to a private table, as one relation.
+
+A *people schema* (``[people]`` in dpsql.toml, ``docs/config.md``) declares private tables
+linked by keys — customers ← orders ← lineitem — and the primary private relation, the
+*person* (customers).  Each private table T is measured through its **view**: the inner
+join along the declared keys from the person to T, one row per row of T that reaches a
+person, carrying the person's key (PrivateSQL, VLDB 2019, §4).  The view is bounded per
+person by the keyed-hash truncation that bounds ``max_rows`` within one table
+(``sqlgen.bounded``): at most ``max_rows`` view rows per person are kept, so adding or
+removing one person and all their rows changes the view by at most that many rows, on every
+engine alike (``docs/privacy.md`` §2a).
+
+This module only builds public things: the join relation (a sqlglot AST over the member
+tables' scans) and the view's description and content fingerprint.  A view is one
+:class:`~dpsql.measure.source.Source` to the rest of dpsql (``Source.view``), so every
+measurement path — the schema check, the cells query, bounding, GROUPING SETS — runs on it
+unchanged.
+
+Keys are compared by their text (``CAST(… AS VARCHAR)``): the id types a person key may have
+(integers, text, UUIDs: ``reader.accepts_id``) write the same text on DuckDB, PostgreSQL and
+Spark, so the same rows join everywhere whatever integer width each table declares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dpsql.sql.syntax import exp
+
+if TYPE_CHECKING:
+    from dpsql.measure.source import Source
+
+#: The view's column holding the person's key (the privacy unit id of the view).
+PERSON = "__person"
+#: Separator of an ancestor table's attributes in a view: ``customers__segment``.
+SEP = "__"
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One table on a view's path (the person first).
+
+    ``columns``: (source column, view column) for each declared attribute read from this
+    table; ``key``: this table's column equal to the parent's ``parent_key`` (None for the
+    person); ``own_key``: this table's primary key, joined to by the next hop."""
+
+    table: str
+    source: Source
+    columns: tuple[tuple[str, str], ...]
+    key: str | None = None
+    parent_key: str | None = None
+
+
+@dataclass(frozen=True)
+class View:
+    """The join path from the person to ``table`` with its per-person row bound."""
+
+    table: str
+    hops: tuple[Hop, ...]
+    person_key: str
+    max_rows: int
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(h.table for h in self.hops)
+
+    def relation(self, scans: Sequence[exp.Expr]) -> exp.Select:
+        """``SELECT t0.<person key> AS __person, tI.<col> AS <view col>, … FROM scan0 AS t0
+        JOIN scan1 AS t1 ON CAST(t1.fk AS VARCHAR) = CAST(t0.pk AS VARCHAR) …``: every row of
+        the last table that reaches a person, with the attributes of every table on the path
+        (inner joins: a row whose key is NULL or matches no parent reaches nobody and is not
+        counted, as a row without an id is not under ``max_rows``)."""
+        if len(scans) != len(self.hops):
+            raise ValueError("one scan per hop")
+        alias = [f"__t{i}" for i in range(len(self.hops))]
+
+        def col(i: int, name: str) -> exp.Column:
+            return exp.column(name, table=alias[i], quoted=True)
+
+        cols: list[exp.Expr] = [exp.alias_(col(0, self.person_key), PERSON, quoted=True)]
+        for i, hop in enumerate(self.hops):
+            cols.extend(exp.alias_(col(i, src), view, quoted=True) for src, view in hop.columns)
+        select = exp.select(*cols).from_(exp.alias_(_table_expr(scans[0]), alias[0]))
+        for i in range(1, len(self.hops)):
+            hop = self.hops[i]
+            if hop.key is None or hop.parent_key is None:
+                raise ValueError(f"hop {hop.table!r} names no keys")
+            on = exp.EQ(this=exp.cast(col(i, hop.key), "VARCHAR"),
+                        expression=exp.cast(col(i - 1, hop.parent_key), "VARCHAR"))
+            select = select.join(exp.alias_(_table_expr(scans[i]), alias[i]), on=on, join_type="INNER")
+        return select
+
+    def describe(self) -> dict:
+        """How the view is read (public): part of the release identity of its table."""
+        return {"kind": "view", "person_key": self.person_key, "max_rows": self.max_rows,
+                "hops": [{"table": h.table, "key": h.key, "parent_key": h.parent_key,
+                          "columns": [list(c) for c in h.columns], "read": h.source.describe()}
+                         for h in self.hops]}
+
+    def fingerprint(self, store: Path | None = None) -> dict:
+        """The content of every table on the path (file sources; others need their engine)."""
+        return {h.table: h.source.fingerprint(store) for h in self.hops}
+
+
+def _table_expr(scan: exp.Expr) -> exp.Expr:
+    """A scan usable with an alias: table references and table functions as they are, a
+    query as a subquery."""
+    if isinstance(scan, exp.Alias):
+        scan = scan.this
+    if isinstance(scan, exp.Select):
+        return exp.Subquery(this=scan)
+    return scan.copy()
+
+
+__all__ = ["Hop", "View", "PERSON", "SEP"]

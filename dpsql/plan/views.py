@@ -1,0 +1,75 @@
+"""Dividing one budget across views of the same people (issue 32; PrivateSQL §5).
+
+The views of a people schema (``dpsql.measure.views``) share their persons, so their
+measurements compose: their shares ρ_v must add up to the workload budget ρ.  With the
+(discrete) Gaussian mechanism a view measured with share ρ_v has expected total squared
+error
+
+    err_v(ρ_v) = c_v / (2 ρ_v),   c_v = k_v² · E_v,
+
+where k_v is the view's per-person row bound (every sensitivity is multiplied by it) and E_v
+the unit-noise expected error of its strategy (HDMM's ``Strategy.expected_error``: the
+strategy's squared sensitivity times ‖W A⁺‖²_F, in the planner's objective).  Minimising
+Σ_v c_v / (2ρ_v) subject to Σ_v ρ_v = ρ (Lagrange: c_v / (2ρ_v²) equal for all v) gives
+
+    ρ_v = ρ · √c_v / Σ_u √c_u,   total = (Σ_v √c_v)² / (2ρ),
+
+never worse than the even split (Cauchy–Schwarz: (Σ√c_v)² ≤ n·Σc_v), and strictly better
+unless every c_v is equal.  For pure DP (Laplace at ε_v = √(2ρ_v), variance 2(k_v Δ₁/ε_v)²)
+the error has the same form c_v/ρ_v, so the same split is optimal.
+
+Shares are exact :class:`~fractions.Fraction` s adding up to exactly ρ (the weights are the
+float square roots taken at their exact binary values): the split is public (configuration,
+workload, domains) and only decides how the budget is divided, never how much is spent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+
+__all__ = ["split_budget", "expected_total", "even_total"]
+
+
+def split_budget(rho: Fraction, costs: Mapping[str, float]) -> dict[str, Fraction]:
+    """The shares ρ_v minimising Σ_v costs[v] / (2ρ_v) with Σ_v ρ_v = ``rho`` exactly.
+
+    ``costs[v]`` = k_v² · E_v ≥ 0.  A view of cost 0 (nothing to measure) gets 0; when every
+    cost is 0 the budget is split evenly."""
+    rho = Fraction(rho)
+    if rho <= 0:
+        raise ValueError("the budget must be positive")
+    for name, c in costs.items():
+        if not (math.isfinite(c) and c >= 0):
+            raise ValueError(f"cost of {name!r} must be finite and non-negative, got {c!r}")
+    if not costs:
+        return {}
+    weights = {v: Fraction(math.sqrt(c)) for v, c in costs.items()}
+    total = sum(weights.values(), Fraction(0))
+    if total == 0:
+        weights = {v: Fraction(1) for v in costs}
+        total = Fraction(len(costs))
+    shares = {v: rho * w / total for v, w in weights.items()}
+    assert sum(shares.values(), Fraction(0)) == rho
+    return shares
+
+
+def expected_total(costs: Mapping[str, float], shares: Mapping[str, Fraction]) -> float:
+    """Σ_v costs[v] / (2ρ_v): the total expected squared error of the views at those shares
+    (a view with cost 0 adds nothing; one with cost > 0 and no share is infinite)."""
+    out = 0.0
+    for v, c in costs.items():
+        if c == 0:
+            continue
+        share = shares.get(v, Fraction(0))
+        if share <= 0:
+            return math.inf
+        out += c / (2 * float(share))
+    return out
+
+
+def even_total(rho: Fraction, costs: Mapping[str, float]) -> float:
+    """The total at the even split, for comparison (``dpsql plan`` shows both)."""
+    n = len(costs)
+    return expected_total(costs, {v: Fraction(rho) / n for v in costs}) if n else 0.0

@@ -1,0 +1,214 @@
+"""Joins of private tables along a people schema's declared keys (issue 32 item 4).
+
+With ``[people]`` (``docs/config.md``, "People across tables") every private table T is
+served through its *view*: the join from the person table down to T, with the columns of
+every table on the path (an ancestor A's column c is the view column ``A__c``), bounded per
+person (``dpsql/engine/people.py``).  A statement joining private tables along that path —
+
+    SELECT c.segment, o.status, COUNT(*), SUM(l.qty)
+    FROM customers c JOIN orders o ON o.custkey = c.custkey
+                     JOIN lineitem l ON l.orderkey = o.orderkey
+    GROUP BY c.segment, o.status
+
+— is the same relation as the deepest table's view (inner joins; rows that reach no person
+are in no view and never counted), so it is rewritten here into a statement over that view
+alone (``FROM lineitem l``, ``c.segment`` → ``l.customers__segment``), which the compiler
+then compiles like any single-table statement (and ``joins.star`` joins with public tables
+as before).  The output keeps the names the statement gives (``segment``, ``status``).
+
+Refused, with a SQLSTATE and a hint, from the SQL and the declared schema alone: a join of
+two private tables on columns that are not a declared key pair, private tables on different
+branches (orders and payments of the same customer: each person would be counted once per
+*pair* of their rows, without bound), a table on the path skipped (customers joined to
+lineitem directly), LEFT/RIGHT/FULL joins between private tables (a person without rows
+would add a row no view holds), and COUNT(DISTINCT …) of a key (persons, not rows: no view
+of rows answers it).  The catalog's ``people`` (the engine's ``PeopleSchema``) is read by
+duck typing: this package imports nothing above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryError
+from dpsql.sql.cells import conjuncts, snippet
+from dpsql.sql.joins import _folded, _table_ref
+
+__all__ = ["person_join"]
+
+_HINT = ("join private tables along the declared keys, from the person down one path: "
+         "FROM customers c JOIN orders o ON o.custkey = c.custkey JOIN lineitem l ON l.orderkey = o.orderkey")
+
+
+@dataclass(frozen=True)
+class _Private:
+    name: str           # the catalog (view) name
+    alias: str          # as the statement names it
+    own: tuple[str, ...]    # the table's own declared columns
+    keys: tuple[str, ...]   # its declared key columns (primary and foreign)
+    node: exp.Expr
+
+
+def _keys(people: Any, table: str) -> tuple[str, ...]:
+    out = []
+    if table == people.person:
+        out.append(people.key)
+    for view in people.views.values():
+        for i, hop in enumerate(view.hops):
+            if hop.table == table and hop.key is not None:
+                out.append(hop.key)
+            if i + 1 < len(view.hops) and hop.table == table and view.hops[i + 1].parent_key is not None:
+                out.append(view.hops[i + 1].parent_key)
+    return tuple(dict.fromkeys(out))
+
+
+def _resolve(col: exp.Column, refs: list[_Private], stmt, *, keys: bool) -> tuple[_Private, str] | None:
+    """The private table and declared column (own, or a key when ``keys``) a column names;
+    None when it names no private table's column (a public table's, or an output alias)."""
+    qual = _folded(col.args.get("table")) or None
+    ident = col.this
+    if not isinstance(ident, exp.Identifier):
+        return None
+    hits = []
+    for r in refs:
+        if qual is not None and r.alias != qual:
+            continue
+        names = r.own + (r.keys if keys else ())
+        if ident.args.get("quoted"):
+            found = ident.name if ident.name in names else None
+        else:
+            low = [n for n in names if n.lower() == ident.name.lower()]
+            found = ident.name if ident.name in names else (low[0] if len(low) == 1 else None)
+        if found is not None:
+            hits.append((r, found))
+    if len(hits) > 1:
+        raise ProgrammingError(f"column reference \"{col.name}\" is ambiguous", position=stmt.pos(col),
+                               hint="qualify it with its table's name or alias")
+    if not hits and qual is not None and any(r.alias == qual for r in refs):
+        raise UnknownColumnError(f"column \"{snippet(col, 60)}\" does not exist", position=stmt.pos(col),
+                                 hint="name a column declared in the table's domain")
+    return hits[0] if hits else None
+
+
+def _using(j: exp.Join, right: str, refs: list[_Private], stmt) -> exp.Expr:
+    """``JOIN t USING (k)`` as ``t.k = <the one table before t with a key k>.k``."""
+    conds = []
+    names = [r.alias for r in refs]
+    before = refs[:names.index(right)]
+    for ident in j.args["using"]:
+        name = ident.name if isinstance(ident, exp.Identifier) else str(ident.name)
+        lefts = [r for r in before if name in r.keys or name.lower() in (k.lower() for k in r.keys)]
+        if len(lefts) != 1:
+            raise UnsupportedQueryError(f"USING ({name}) does not name one declared key of the tables before "
+                                        f"\"{right}\"", position=stmt.pos(ident), hint=_HINT)
+        conds.append(exp.EQ(this=exp.column(name, table=right), expression=exp.column(name, table=lefts[0].alias)))
+    return exp.and_(*conds)
+
+
+def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
+    """``tree`` over the deepest private table's view when its FROM clause joins two or more
+    private tables of the catalog's people schema; otherwise ``tree`` unchanged."""
+    people = getattr(catalog, "people", None)
+    joins = [j for j in tree.args.get("joins") or [] if not isinstance(j.this, exp.Subquery)]
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if people is None or not joins or from_ is None:
+        return tree
+    items = [from_.this] + [j.this for j in joins]
+    refs: list[_Private] = []
+    for node in items:
+        ref = _table_ref(node, catalog, stmt)
+        if ref is not None and ref.private:
+            own = tuple(src for src, _ in people.views[ref.name].hops[-1].columns)
+            refs.append(_Private(ref.name, ref.alias, own, _keys(people, ref.name), node))
+    if len(refs) < 2:
+        return tree
+    # the deepest table's path must hold every other private table (one branch)
+    deepest = max(refs, key=lambda r: len(people.path(r.name)))
+    path = people.path(deepest.name)
+    for r in refs:
+        if r.name not in path:
+            raise UnsupportedQueryError(
+                f"'{r.name}' and '{deepest.name}' are on different branches of the people schema: each person "
+                "would be counted once per pair of their rows, without a bound", position=stmt.pos(r.node),
+                hint="query each table with its own path from the person (a separate statement), " + _HINT)
+    names = [r.name for r in refs]
+    if len(set(names)) != len(names):
+        raise UnsupportedQueryError("a private table joined with itself pairs a person's rows without a bound",
+                                    position=stmt.pos(refs[-1].node), hint=_HINT)
+    top = min(path.index(n) for n in names)
+    needed = path[top:]
+    missing = [t for t in needed if t not in names]
+    if missing:
+        raise UnsupportedQueryError(f"the join skips '{missing[0]}': private tables join only along the declared "
+                                    f"path {' -> '.join(path)}", position=stmt.pos(deepest.node), hint=_HINT)
+    view = people.views[deepest.name]
+    links = {(h.table, h.key, view.hops[i - 1].table, h.parent_key) for i, h in enumerate(view.hops) if i}
+    joined_links = set()
+    for j in joins:
+        ref = _table_ref(j.this, catalog, stmt)
+        if ref is None or not ref.private:
+            continue
+        side = (j.args.get("side") or "").upper()
+        kind = (j.args.get("kind") or "").upper()
+        if side or kind not in ("", "INNER") or j.args.get("method"):
+            raise UnsupportedQueryError(f"{(side + ' ' + kind).strip() or 'this'} join of private tables is not "
+                                        "supported: only INNER joins keep every row one person's",
+                                        position=stmt.pos(j), hint=_HINT)
+        on = j.args.get("on")
+        if on is None and j.args.get("using"):
+            on = _using(j, ref.alias, refs, stmt)
+        if on is None:
+            raise UnsupportedQueryError("a join of private tables must name the declared key it equates",
+                                        position=stmt.pos(j), hint=_HINT)
+        for cond in conjuncts(on):
+            if not (isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column)
+                    and isinstance(cond.expression, exp.Column)):
+                raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' is not an equality of declared "
+                                            "keys", position=stmt.pos(cond), hint="move other conditions to WHERE; "
+                                            + _HINT)
+            a = _resolve(cond.this, refs, stmt, keys=True)
+            b = _resolve(cond.expression, refs, stmt, keys=True)
+            pair = None
+            if a is not None and b is not None:
+                for x, y in ((a, b), (b, a)):
+                    link = (x[0].name, x[1], y[0].name, y[1])
+                    if link in links:
+                        pair = link
+            if pair is None:
+                raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' is not a declared key of the "
+                                            "people schema", position=stmt.pos(cond), hint=_HINT)
+            joined_links.add(pair)
+    expected = {link for link in links if link[0] in names and link[2] in names}
+    if joined_links != expected:
+        raise UnsupportedQueryError("the private tables are not joined on every declared key of their path",
+                                    position=stmt.pos(deepest.node), hint=_HINT)
+    return _rewrite(tree, stmt, catalog, refs, deepest, people)
+
+
+def _rewrite(tree: exp.Select, stmt, catalog, refs: list[_Private], deepest: _Private, people) -> exp.Select:
+    """``tree`` with the deepest table's view as FROM, the joins of private tables dropped
+    (the view holds them) and every column of a private table renamed to its view column."""
+    out = tree.copy()
+    key = "from_" if "from_" in out.args else "from"
+    out.set(key, exp.From(this=deepest.node.copy()))
+    kept = [j for j in out.args.get("joins") or []
+            if isinstance(j.this, exp.Subquery) or not getattr(_table_ref(j.this, catalog, stmt), "private", False)]
+    out.set("joins", kept or None)
+    # the statement's own select items keep their names: a bare column is aliased to it
+    for item in list(out.expressions):
+        if isinstance(item, exp.Column) and _resolve(item, refs, stmt, keys=False) is not None:
+            item.replace(exp.alias_(item.copy(), exp.to_identifier(item.name, quoted=True)))
+    alias = exp.to_identifier(deepest.alias, quoted=True)
+    for col in list(out.find_all(exp.Column)):
+        if col.find_ancestor(exp.Select) is not out:
+            continue        # a nested query (IN (SELECT key FROM dim …)) reads public tables
+        hit = _resolve(col, refs, stmt, keys=False)
+        if hit is None:
+            continue
+        ref, name = hit
+        col.set("this", exp.to_identifier(people.column(deepest.name, ref.name, name), quoted=True))
+        col.set("table", alias.copy())
+    return out

@@ -1,0 +1,127 @@
+"""A large ordered column measured with its tree or Toeplitz strategy (issue 35 item 4):
+counted by DuckDB, applied exactly, noised, fitted and answered in closed form."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pytest
+
+from dpsql.domain import Domain, IntegerRange, TableSchema
+from dpsql.linalg import AllRange, Indicator, Prefix, Total
+from dpsql.measure.backend import DuckDBBackend
+from dpsql.measure.ordered import OrderedEstimate, measure_ordered
+from dpsql.measure.source import Source
+from dpsql.plan import QuerySpec, Workload, optimize
+from dpsql.plan.ordered import toeplitz_strategy
+
+N_CELLS = 100_000
+
+
+@pytest.fixture(scope="module")
+def incomes(tmp_path_factory):
+    rng = np.random.default_rng(7)
+    x = np.clip(rng.lognormal(10.0, 0.8, 30_000).astype(np.int64), 0, N_CELLS - 1)
+    path = tmp_path_factory.mktemp("fine") / "t.csv"
+    path.write_text("income\n" + "\n".join(map(str, x)) + "\n")
+    schema = TableSchema("t", (IntegerRange("income", 0, N_CELLS - 1),))
+    backend = DuckDBBackend({"t": Source("csv", path)}, threads=1)
+    yield backend, schema, path
+    backend.close()
+
+
+def _strategy(schema, noise):
+    n = N_CELLS
+    queries = [QuerySpec("cdf", Prefix(n)), QuerySpec("ranges", AllRange(n)),
+               QuerySpec("over 50k", Indicator(n, range(50_000, n))), QuerySpec("count", Total(n))]
+    return optimize(Workload.of_queries(schema.domain, queries, noise), noise=noise)
+
+
+@pytest.mark.parametrize("noise, operator", [("gaussian", "toeplitz"), ("laplace", "tree")])
+def test_answers_at_a_huge_budget_are_duckdbs_exact_answers(incomes, noise, operator):
+    backend, schema, path = incomes
+    s = _strategy(schema, noise)
+    assert s.operator == operator
+    release = measure_ordered(backend, schema, s, Fraction(10 ** 12))
+    assert release.rho <= 10 ** 12
+    est = OrderedEstimate(release)
+    con = duckdb.connect()
+    exact = np.zeros(N_CELLS, dtype=np.int64)
+    for v, c in con.execute(f"SELECT income, COUNT(*) FROM read_csv('{path}') GROUP BY 1").fetchall():
+        exact[v] = c
+    cdf, var = est.cdf()
+    assert np.array_equal(np.rint(cdf), np.cumsum(exact))
+    assert np.all(var > 0) and np.all(np.isfinite(var))
+    for lo, hi in [(0, 0), (20_000, 30_000), (99_000, 99_999), (12_345, 54_321)]:
+        want = con.execute(f"SELECT COUNT(*) FROM read_csv('{path}') WHERE income BETWEEN {lo} AND {hi}"
+                           ).fetchone()[0]
+        got, _ = est.ranges(np.array([lo]), np.array([hi]))
+        assert round(float(got[0])) == want
+    for q in (0.1, 0.5, 0.9, 0.99):
+        want = con.execute(f"SELECT quantile_disc(income, {q}) FROM read_csv('{path}')").fetchone()[0]
+        point, (lo, hi) = est.quantile(q)
+        assert point == want and lo <= want <= hi
+
+
+def _fake_backend(counts):
+    class Backend:
+        def count_marginals(self, schema, cliques):
+            return {cliques[0]: counts}
+    return Backend()
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "laplace"])
+def test_reported_variances_are_the_estimators_own(monkeypatch, noise):
+    """On 40 cells (LARGE_CELLS lowered): answers are linear in the release and their
+    reported variances equal the dense least-squares variances Σ-weighted by the blocks'
+    own noise; the quantile band's sd of C_j − q·N too."""
+    import dpsql.plan.gram as gram
+    import dpsql.plan.workload as workload
+    monkeypatch.setattr(gram, "LARGE_CELLS", 20)
+    monkeypatch.setattr(workload, "LARGE_CELLS", 20)
+    n = 40
+    dom = Domain(["x"], [n])
+    W = Workload.of_queries(dom, [QuerySpec("cdf", Prefix(n)), QuerySpec("r", AllRange(n))], noise)
+    strategies = [optimize(W, noise=noise)]
+    if noise == "gaussian":
+        strategies.append(toeplitz_strategy(W.terms))
+    counts = np.random.default_rng(3).integers(0, 30, n)
+    for s in strategies:
+        rel = measure_ordered(_fake_backend(counts), None, s, Fraction(1, 3))
+        assert rel.rho <= Fraction(1, 3)
+        est = OrderedEstimate(rel)
+        # the dense estimator: weighted least squares over the (padded) strategy rows
+        if s.tree is not None:
+            N = s.tree.N
+            blocks = [np.kron(np.eye(s.tree.nodes[lv]), np.ones((1, s.tree.sizes[lv])))
+                      for lv, w in enumerate(s.weights) if w > 0]
+            sds = rel.stddev
+        else:
+            N = n
+            blocks = [np.asarray(s.blocks[0].query.dense()) * s.scale]
+            sds = rel.stddev
+        A = np.vstack([B / sd for B, sd in zip(blocks, sds)])
+        y = np.concatenate([v / sd for v, sd in zip(rel.values, sds)])
+        cov = np.linalg.inv(A.T @ A)
+        xhat = cov @ A.T @ y
+        assert np.allclose(est.cells, xhat[:n], atol=1e-6)
+        P = np.pad(Prefix(n).dense(), ((0, 0), (0, N - n)))
+        cdf, var = est.cdf()
+        assert np.allclose(var, np.einsum("ij,jk,ik->i", P, cov, P), rtol=1e-8)
+        Q = np.random.default_rng(4).normal(size=(3, n))
+        got, qvar = est.answer(Q)
+        Qp = np.pad(Q, ((0, 0), (0, N - n)))
+        assert np.allclose(got, Q @ xhat[:n]) and np.allclose(qvar, np.einsum("ij,jk,ik->i", Qp, cov, Qp))
+        lo, hi = np.array([0, 5, 17, 39]), np.array([3, 5, 30, 39])
+        R = np.zeros((4, N))
+        for k, (a, b) in enumerate(zip(lo, hi)):
+            R[k, a:b + 1] = 1.0
+        got, rvar = est.ranges(lo, hi)
+        assert np.allclose(got, R @ xhat) and np.allclose(rvar, np.einsum("ij,jk,ik->i", R, cov, R))
+        q = 0.3
+        D = P - q * P[-1]
+        assert np.allclose(est._rank_sd(q), np.sqrt(np.einsum("ij,jk,ik->i", D, cov, D)), rtol=1e-7)
+        assert math.isfinite(cdf[-1])
