@@ -321,42 +321,40 @@ class MarginalJoint:
               for c, fs in rb.terms]
         est = np.zeros(rb.rows)
         var = np.zeros(rb.rows)
+        # per term and attribute: row sums s = q·1; per pair of terms: rowwise q·q'.  The
+        # centred rows q P never need forming: ⟨qP, q'P⟩ = q·q' − (q·1)(q'·1)/n, and
+        # (q P)·z = q·z for the components z, which are centred on their attributes.
+        sums = [[q[i].sum(axis=1) for i in range(len(T))] for _, q in qs]
+        dots = {(t1, t2): [np.einsum("ij,ij->i", qs[t1][1][i], qs[t2][1][i]) for i in range(len(T))]
+                for t1 in range(len(qs)) for t2 in range(t1, len(qs))}
         for mask in range(1 << len(T)):
-            a = [T[i] for i in range(len(T)) if mask >> i & 1]
-            # per term: the rows' weights on component a, attribute by attribute
-            parts = []
-            for c, q in qs:
-                mats = []
-                for i, x in enumerate(T):
-                    n = self.sizes[x]
-                    if x in a:
-                        mats.append(q[i] - q[i].mean(axis=1, keepdims=True))       # q P
-                    else:
-                        mats.append(q[i].sum(axis=1, keepdims=True) / n)          # q·1/n
-                parts.append((c, mats))
+            inside = [bool(mask >> i & 1) for i in range(len(T))]
             energy = np.zeros(rb.rows)
-            for c1, m1 in parts:
-                for c2, m2 in parts:
+            for t1, (c1, _) in enumerate(qs):
+                for t2 in range(t1, len(qs)):
                     e = np.ones(1)
-                    for u, v in zip(m1, m2):
-                        e = np.kron(e, np.einsum("ij,ij->i", u, v))
-                    energy += c1 * c2 * e
+                    for i, x in enumerate(T):
+                        n = self.sizes[x]
+                        s1, s2 = sums[t1][i], sums[t2][i]
+                        e = np.kron(e, dots[t1, t2][i] - s1 * s2 / n if inside[i] else s1 * s2 / (n * n))
+                    energy += (1.0 if t1 == t2 else 2.0) * c1 * qs[t2][0] * e
             if not np.any(np.abs(energy) > 1e-12 * max(float(np.abs(energy).max()), 1e-300)):
                 continue
+            a = [x for x, inn in zip(T, inside) if inn]
             got = self.component(frozenset(a))
             if got is None:
                 return None
             z, info = got
             var += np.maximum(energy, 0.0) / info
-            for c, mats in parts:
-                t = z
-                for i, x in enumerate(a):
-                    t = np.moveaxis(np.tensordot(mats[T.index(x)], t, axes=([1], [i])), 0, i)
+            for t, (c, q) in enumerate(qs):
+                part = z
+                for j, i in enumerate([i for i in range(len(T)) if inside[i]]):
+                    part = np.moveaxis(np.tensordot(q[i], part, axes=([1], [j])), 0, j)
                 full = np.ones(())
-                for i, x in enumerate(T):
-                    full = np.multiply.outer(full, mats[i][:, 0] if x not in a else np.ones(mats[i].shape[0]))
-                # place the component's axes (in a's order = T's order among a) into T's axes
-                shaped = t.reshape([mats[T.index(x)].shape[0] if x in a else 1 for x in T])
+                for i in range(len(T)):
+                    full = np.multiply.outer(full, np.ones(q[i].shape[0]) if inside[i]
+                                             else sums[t][i] / self.sizes[T[i]])
+                shaped = part.reshape([q[i].shape[0] if inside[i] else 1 for i in range(len(T))])
                 est += c * (full * shaped).reshape(-1)
         return est, var
 

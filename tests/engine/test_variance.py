@@ -260,3 +260,21 @@ def test_a_large_categorical_identity_block_matches_the_dense_formula():
             inv, inv_pinv = inv + 1 / 3, inv_pinv + 1 / 3
         assert np.allclose(err, np.sqrt(1.0 / inv), rtol=1e-12, atol=0)
         assert np.allclose(err, np.sqrt(1.0 / inv_pinv), rtol=1e-9, atol=0)
+
+
+def test_marginal_components_equal_the_table_fit(monkeypatch):
+    """On a table above ``TABLE_CELLS`` the marginal blocks answer through their components
+    (``MarginalJoint``, a 1,459-label GROUP BY); with marginal blocks only, that is the same
+    least squares as the fit on the query's table."""
+    from dpsql.engine import variance
+    blocks = released(7, [SupportBlock(("a", "b"), (np.eye(3, dtype=np.int64), np.eye(4, dtype=np.int64)), 2.0, 1.0),
+                          SupportBlock(("b", "c"), (np.eye(4, dtype=np.int64), np.eye(2, dtype=np.int64)), 1.0, 1.0),
+                          SupportBlock(("a", "c"), (np.eye(3, dtype=np.int64), np.eye(2, dtype=np.int64)), 0.5, 1.0),
+                          SupportBlock((), (np.ones((1, 1), dtype=np.int64),), 3.0, 1.0)])
+    queries = QUERIES[:2] + QUERIES[3:] + [Kron([Identity(3), Identity(4), Total(2)]),
+                                           Kron([Indicator(3, [1, 2]), Total(4), Identity(2)])]
+    table = [VarianceModel(ATTRS, SIZES, blocks).least_squares(q) for q in queries]
+    monkeypatch.setattr(variance, "TABLE_CELLS", 0)
+    components = [VarianceModel(ATTRS, SIZES, blocks).least_squares(q) for q in queries]
+    for (e1, s1), (e2, s2) in zip(table, components):
+        assert np.allclose(e1, e2, rtol=1e-9) and np.allclose(s1, s2, rtol=1e-9)
