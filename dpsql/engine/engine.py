@@ -110,6 +110,8 @@ class TableState:
     # (model, variance, version) fitted to an earlier set of this identity's releases: it answers
     # while the model of the current set is fitted (``Engine.model(stale_ok=True)``, issue 34 item 8)
     stale: tuple | None = None
+    # the number of linear queries of the workload on this table (per-query baselines)
+    workload_rows: int | None = None
     # released binning offsets (``dpsql.engine.offsets``; never in the model) and, per
     # column, their least-squares answers (built on first use after a release)
     offsets: list[Released] = field(default_factory=list)
@@ -718,12 +720,37 @@ class Engine:
             return state.offset_models
 
     def unsupported_workload(self, table: str, queries: Sequence[str] | None = None) -> list:
-        """The workload's linear-query blocks the released measurements do not support."""
-        blocks = self.workload_for(table, queries)[2]
+        """The workload's linear-query blocks the released measurements do not support (with
+        the binning bounds of SUMs/AVGs whose offsets no release measured: an increment
+        measures those, and their answers fall back to the bound)."""
+        blocks = self.workload_for(table, queries)[2] + self._unmeasured_bounds(table, queries)
         _, variance, _ = self.model(table)
         if variance is None:
             return list(blocks)
         return [b for b in blocks if not variance.analyse(b)[1].all()]
+
+    def _unmeasured_bounds(self, table: str, queries: Sequence[str] | None) -> list:
+        """Under ``binning = "offsets"`` the workload leaves out the binning-bound queries
+        (the offsets replace them), but an increment measures no offsets: the bounds of the
+        SUMs/AVGs whose offsets the releases do not support, so that they can fall back."""
+        if self.config.planner.binning != "offsets":
+            return []
+        from dpsql.sql import compile as compile_sql
+
+        models = self.offset_models(table)
+        out = []
+        for sql in (list(queries) if queries is not None else list(self.config.workload)):
+            cq = compile_sql(sql, self.catalog)
+            if cq.table != table:
+                continue
+            pairs = cq.offset_pairs()
+            rows = {lq.name: lq for lq in cq.linear_queries}
+            for lq in cq.offset_queries:
+                bound = pairs.get(lq.name, (None, ""))[0]
+                vm = models.get(lq.offset_column)
+                if bound in rows and (vm is None or not vm.analyse(lq.matrix)[1].all()):
+                    out.append(rows[bound].matrix)
+        return out
 
     def increment_strategy(self, table: str, rho: Fraction, queries: Sequence[str] | None = None):
         """A strategy for only the workload queries no release supports yet (an increment

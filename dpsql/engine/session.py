@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
-from dpsql.engine.variance import Z95, interval_stderr
+from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview, gaussian_sigma2_unit
+from dpsql.engine.variance import Z95, cap_stderr, interval_stderr
 from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
@@ -46,6 +46,32 @@ POLICIES = ("informed", "infer", "measure", "refuse")
 ROLES = ("operator", "analyst")
 #: The read-only ``SHOW`` of the budget left (issue 33 item 4; ``Session.budget_rows``).
 BUDGET_SETTING = "dpsql.budget_remaining"
+
+
+def baseline_stderr(engine, table: str, matrix) -> float | None:
+    """Per row, the standard error of this linear query under the per-query mechanism:
+    measured on its own as one of the k linear queries of the table's workload, at the
+    workload's budget (the plan report's baseline, ``plan.objective.baseline_variance``).
+    None when the table has no workload queries (issue 35 item 6).  Public: the workload,
+    the budget and the query's sensitivity."""
+    from dpsql.plan.objective import baseline_variance
+
+    state = engine._state(table)
+    k = state.workload_rows
+    if k is None:
+        try:     # the plan's query parts (binning-bound queries the offsets replace are not)
+            k = len(engine.workload_for(table)[2]) if engine.config.workload else 0
+        except ProgrammingError:
+            k = 0                                   # no workload query on this table
+        state.workload_rows = k
+    rho = engine.workload_rho(table)
+    if not k or not rho > 0:
+        return None
+    laplace = engine.config.noise == "laplace"
+    sens = float(matrix.sensitivity(1 if laplace else 2))
+    unit_rows = engine.config.sources[table].unit_rows
+    return math.sqrt(baseline_variance(sens, k, engine.config.noise)
+                     * gaussian_sigma2_unit(float(rho)) * unit_rows ** 2)
 
 
 @dataclass(frozen=True)
@@ -442,8 +468,13 @@ class Session:
             else:
                 answers[lq.name] = np.asarray(model.answer(lq.matrix), dtype=np.float64)
                 err, sup, estimate, nonneg = variance.analyse_estimates(lq.matrix)
-                # the model's interval must contain the unbiased one (issue 29: sparse domains)
-                err = np.where(sup, interval_stderr(answers[lq.name], estimate, err, nonneg), err)
+                # the model's interval must contain the unbiased one (issue 29: sparse domains),
+                # widened no further than the per-query baseline (issue 35 item 6)
+                wide = interval_stderr(answers[lq.name], estimate, err, nonneg)
+                if np.any(sup & (wide > err)):
+                    base = baseline_stderr(self.engine, compiled.table, lq.matrix)
+                    wide = cap_stderr(wide, err, base)
+                err = np.where(sup, wide, err)
             stderrs[lq.name] = err
             if not sup.all():
                 unsupported.append(lq)

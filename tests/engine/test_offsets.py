@@ -230,3 +230,34 @@ def test_the_plan_reports_the_errors_the_release_will_have(tmp_path):
         assert checked == 2
     finally:
         con.close()
+
+
+def test_a_sum_added_by_an_increment_falls_back_to_its_bound(tmp_path):
+    """An increment measures no offsets; under binning = "offsets" the workload leaves the
+    binning bound out, so a SUM added later had neither (its answer inferred, no interval):
+    the increment now measures its bound, and the answer is bounded and marked."""
+    csv = _table(tmp_path)
+    base = ["SELECT COUNT(*) FROM t", "SELECT g, COUNT(*) FROM t GROUP BY g"]
+    path = write_config(tmp_path, table="t", domain=tmp_path / "t.toml", source={"csv": str(csv)},
+                        queries=base, epsilon=20.0, workload={"epsilon": 10.0})
+    con = dpsql.connect(path, user="ana")
+    try:
+        con.session.measure()
+        added = "SELECT g, SUM(x) FROM t GROUP BY g ORDER BY g"
+        engine = con.session.engine
+        # the increment's rows: the SUM's and its binning bound's (before: the SUM's only)
+        from dpsql.sql import compile as compile_sql
+        cq = compile_sql(added, engine.catalog)
+        bound = next(lq for lq in cq.linear_queries if lq.description.startswith("SUM(half bin width"))
+        missing = engine.unsupported_workload("t", base + [added])
+        want = bound.matrix.dense()
+        assert any(m.shape == want.shape and np.array_equal(m.dense(), want) for m in missing)
+        assert engine.measure_increment("t", engine.workload_rho("t"), base + [added]) is not None
+        cur = con.cursor()
+        rows = cur.execute(added).fetchall()
+        want = _raw(csv, added)
+        assert not any(cur.inferred)
+        for row, truth, err, bias in zip(rows, want, cur.stderr, cur.bias):
+            assert bias[-1] is not None and abs(row[-1] - truth[-1]) <= Z95 * err[-1]
+    finally:
+        con.close()

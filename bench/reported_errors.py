@@ -1,0 +1,171 @@
+"""Reported standard errors against the per-query baselines (issue 35 item 6), this checkout vs a base.
+
+    python bench/reported_errors.py [--base REV] [--releases 3] [--workdir /tmp/dpsql-reported]
+
+The plan report promises each workload query an expected error at or below its per-query
+baseline (the query measured on its own, the budget split evenly over the workload's k
+linear queries).  This checks the numbers users see: every row of every workload query is
+answered through the DB-API after ``measure`` and its *reported* standard error is compared
+with the baseline.  Two corpora over the adult example (ε = 1):
+
+* ``counts``: the 30-query dashboard (examples/adult/dashboard.sql) and ``sex, race`` (31);
+* ``mixed``: its first 26 queries and 5 SUM/AVG queries (31 queries, 36 linear queries).
+
+For a SUM the binning bound over wide bins (``Cursor.bias``, already inside the standard
+error as bias/1.96) is taken out first: the per-query mechanism over the same cells has the
+same binning error.  An AVG is checked through its SUM and COUNT (``SELECT g, SUM(x),
+COUNT(x)`` answers the same two linear queries), against the delta-method error the
+baselines of its SUM and COUNT give at the answer.  Each release is a new measurement with
+its own ledger; both commits answer the same release.  Prints, per commit and corpus, the
+queries and rows above their baseline and the largest ratio; no assertion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+EXTRA = ["SELECT SUM(hours_per_week) FROM adult",
+         "SELECT sex, AVG(age) FROM adult GROUP BY sex",
+         "SELECT income, AVG(hours_per_week) FROM adult GROUP BY income",
+         "SELECT race, SUM(capital_gain) FROM adult GROUP BY race",
+         "SELECT AVG(education_num) FROM adult"]
+
+MEASURE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import dpsql
+from dpsql.testing import write_config
+queries = json.loads(sys.argv[3])
+config = write_config(sys.argv[2], queries=queries, planner={"restarts": 1, "seed": 0})
+con = dpsql.connect(config, user="alice")
+con.session.measure()
+print(config)
+"""
+
+CHECK = r"""
+import json, math, re, sys
+sys.path.insert(0, sys.argv[1])
+import dpsql
+assert dpsql.__file__.startswith(sys.argv[1]), dpsql.__file__
+con = dpsql.connect(sys.argv[2], user="alice")
+report = con.session.plan()
+cur = con.cursor()
+Z = 1.959963984540054
+parts = {}
+for q in report.per_query:
+    parts.setdefault(q.sql, []).append(q)
+out = []
+def noise_se(row_se, row_bias):
+    return [None if s is None else s - (b or 0.0) / Z for s, b in zip(row_se, row_bias)]
+for sql, qs in parts.items():
+    m = re.search(r"AVG\((\w+)\)", sql)
+    if m:      # an AVG: its SUM and COUNT, and the delta-method baseline at the answer
+        col = m.group(1)
+        cur.execute(sql.replace(f"AVG({col})", f"SUM({col}), COUNT({col})"))
+        rows, se, bias = cur.fetchall(), cur.stderr, cur.bias
+        bs, bc = qs[0].baseline, qs[-1].baseline      # its SUM and its COUNT
+        for r, e, b in zip(rows, se, bias):
+            e = noise_se(e, b)
+            s, c = r[-2], r[-1]
+            if not c or c <= 0:
+                continue
+            avg = s / c
+            got = math.sqrt(e[-2] ** 2 + (avg * e[-1]) ** 2) / c
+            base = math.sqrt(bs ** 2 + (avg * bc) ** 2) / c
+            out.append((sql, "AVG", got, base))
+        continue
+    q = qs[0]
+    cur.execute(sql)
+    for e, b in zip(cur.stderr, cur.bias):
+        out.append((sql, q.aggregate, noise_se(e, b)[-1], q.baseline))
+print(json.dumps(out))
+"""
+
+
+def export(rev: str, into: Path) -> str:
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "dpsql"], check=True,
+                          capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(into, filter="data")
+    return sha
+
+
+def corpora(root: Path) -> dict[str, list[str]]:
+    sys.path.insert(0, str(root))
+    from dpsql.sql.split import split_statements
+    from dpsql.testing import ADULT
+    dash = split_statements((ADULT / "dashboard.sql").read_text())
+    counts = dash + ["SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race"]
+    return {"counts": counts, "mixed": counts[:26] + EXTRA}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", default="HEAD~1")
+    ap.add_argument("--releases", type=int, default=3)
+    ap.add_argument("--workdir", default="/tmp/dpsql-reported")
+    args = ap.parse_args()
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "dpsql"],
+                                capture_output=True, text=True).stdout.strip())
+    work = Path(args.workdir)
+    res: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        base_sha = export(args.base, Path(tmp))
+        roots = {"base": Path(tmp), "this": ROOT}
+        load0 = os.getloadavg()
+        for corpus, queries in corpora(ROOT).items():
+            for r in range(args.releases):
+                d = work / f"{corpus}-{r}"
+                d.mkdir(parents=True, exist_ok=True)
+                for f in d.glob("*"):
+                    if f.is_file():
+                        f.unlink()
+                config = subprocess.run([sys.executable, "-c", MEASURE, str(ROOT), str(d), json.dumps(queries)],
+                                        check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                for name, root in roots.items():
+                    got = subprocess.run([sys.executable, "-c", CHECK, str(root), config], check=True,
+                                         capture_output=True, text=True, cwd=d).stdout
+                    res.setdefault((name, corpus), []).append(json.loads(got))
+                print(f"{corpus} release {r + 1}/{args.releases} done", file=sys.stderr)
+        load1 = os.getloadavg()
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this {head[:7]}"
+          f"{' + uncommitted dpsql/' if dirty else ''} vs base {base_sha[:7]}; {platform.machine()}, "
+          f"{os.cpu_count()} cores, python {platform.python_version()}; load {load0[0]:.1f} → {load1[0]:.1f}; "
+          f"adult, ε = 1, {args.releases} releases per corpus")
+    print(f"{'corpus':8} {'commit':6} {'queries above (of 31), per release':>36} "
+          f"{'rows above':>12} {'largest ratio':>14}")
+    for (name, corpus), runs in sorted(res.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        per, rows, top, total = [], 0, 0.0, 0
+        for run in runs:
+            bad = {sql for sql, _, got, base in run if got is not None and got > base * (1 + 1e-9)}
+            per.append(len(bad))
+            rows += sum(1 for _, _, got, base in run if got is not None and got > base * (1 + 1e-9))
+            total += len(run)
+            top = max([top] + [got / base for _, _, got, base in run if got is not None and base > 0])
+        print(f"{corpus:8} {name:6} {', '.join(map(str, per)):>36} {rows:>5} of {total:<5} {top:>14.3f}")
+    names = {re.sub(r"\s+", " ", sql)[:70] for (n, c), runs in res.items() if n == "this" for run in runs
+             for sql, _, got, base in run if got is not None and got > base * (1 + 1e-9)}
+    for sql in sorted(names):
+        print(f"  this, above: {sql}")
+
+
+if __name__ == "__main__":
+    main()
