@@ -365,7 +365,8 @@ def main(argv=None) -> int:
         shots = Path(args.screenshots)
         shots.mkdir(parents=True, exist_ok=True)
         shot = subprocess.run([str(venv / "bin" / "python"), str(ROOT / "bicheck" / "screenshot.py"), superset.url,
-                               str(shots), *[str(c["id"]) for c in results["charts"]]],
+                               str(shots), "--sqllab", str(db["id"]), SQLLAB,
+                               *[str(c["id"]) for c in results["charts"]]],
                               capture_output=True, text=True, timeout=600)
         results["screenshots"] = shot.stdout.strip().splitlines()
         if shot.returncode != 0:

@@ -37,8 +37,9 @@ from dpsql.pgm.estimation import DEFAULT_CAPACITY, Progress, estimate, estimated
 from dpsql.pgm.junction_tree import model_size
 from dpsql.pgm.measurement import Measurement
 from dpsql.pgm.model import GraphicalModel
-from dpsql.pgm.relaxed import estimate_relaxed
+from dpsql.pgm.relaxed import RelaxedFit, estimate_relaxed
 from dpsql.pgm.relaxed_model import RelaxedModel
+from dpsql.pgm.residual_fit import ResidualForm, estimate_residual, residual_form
 
 __all__ = ["ExactModel", "discrepancy_level", "fit"]
 
@@ -190,8 +191,9 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
     fits ignore it.  Remaining ``options``
     go to the chosen estimator (e.g. ``stepsize``, ``damping`` for the relaxed one).
     """
-    if method not in ("auto", "exact", "relaxed"):
-        raise ValueError(f"fit: method must be 'auto', 'exact' or 'relaxed', got {method!r}")
+    if method not in ("auto", "exact", "relaxed", "residual"):
+        raise ValueError(f"fit: method must be 'auto', 'exact', 'relaxed' or 'residual', "
+                         f"got {method!r}")
     if stop not in (None, "discrepancy"):
         raise ValueError(f"fit: stop must be None or 'discrepancy', got {stop!r}")
     if stop is not None and norm != "l2":
@@ -204,8 +206,8 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
             if a not in domain:
                 raise ValueError(f"measurement clique {m.clique} names {a!r}, not in the domain")
     cliques = _cliques(measurements)
-    if method == "relaxed":
-        reason = "the relaxed estimator was requested (method='relaxed')"
+    if method in ("relaxed", "residual"):
+        reason = f"the relaxed estimator was requested (method={method!r})"
         use_exact = False
     else:
         size = model_size(domain, cliques)
@@ -253,6 +255,13 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
                     f"{polished[1]:.6g}, dpsql.pgm.polish)")
             note = f"{note}; then {face}" if note else face
         return ExactModel(model, reason, time.perf_counter() - start, note)
+    if norm == "l2" and method in ("auto", "residual") and region_graph == "saturated":
+        form = residual_form(domain, measurements)
+        if isinstance(form, ResidualForm):
+            return _fit_residual(domain, form, cliques, reason, gap, iters, callback, start, total)
+        if method == "residual":
+            raise ValueError(f"fit: method='residual' does not apply: {form}")
+        reason = f"{reason} (no residual reconstruction: {form})"
     ws = warm_start.fit if isinstance(warm_start, RelaxedModel) else warm_start
     if isinstance(ws, ExactModel):
         ws = ws.model
@@ -284,4 +293,33 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, capacity: int = 
         note = ("stop='discrepancy' was not applied: the relaxed estimator's iterates regularise "
                 "poorly (docs/relaxed.md)" + (f"; {note}" if note else ""))
     return RelaxedModel(domain, result, measured=cliques, reason=reason,
+                        seconds=time.perf_counter() - start, stopped=note)
+
+
+def _fit_residual(domain: Domain, form: ResidualForm, cliques, reason: str, gap, iters: int,
+                  callback, start: float, total: float | None) -> RelaxedModel:
+    """Problem 2 over the saturated region graph solved by residual reconstruction
+    (``dpsql.pgm.residual_fit``): the same optimum as the Prox-PGM path, found in closed form
+    plus a dual L-BFGS-B; the result is a :class:`RelaxedModel` with the same tables."""
+    tol = gap if gap is not None else (0.5, 1e-6)
+
+    def progress(evals: int, loss: float, certified: float) -> bool:
+        return bool(callback(Progress(evals, loss, certified))) if callback is not None else False
+
+    res = estimate_residual(form, gap=tol, iters=iters, total=total, callback=progress)
+    graph = res.graph
+    tiny = np.finfo(float).tiny
+    theta = [np.log(np.maximum(p, tiny)) if not graph.parents[i] else np.zeros(p.shape)
+             for i, p in enumerate(res.probs)]
+    fitted = RelaxedFit(graph, theta, res.probs, res.total, [], res.loss, 0.0, 0.0,
+                        res.iterations, np.ones(len(graph.regions)), 0.0, method="residual")
+    bound = tol[0] + tol[1] * res.loss[-1]
+    note = (f"{'certified' if res.gap <= bound else 'evaluation limit reached'}: optimality gap "
+            f"≤ {res.gap:.3g} (Lagrange dual, in units of the noise; tolerance {bound:.3g}) after "
+            f"{res.iterations:,} dual evaluations; least-squares tables shrunk toward uniform by "
+            f"{res.shrink:.2g} to be non-negative")
+    why = (f"{reason}; every measurement is a Kronecker product whose factors share an "
+           f"eigenbasis with the attribute's total, so Problem 2 is solved by residual "
+           f"reconstruction (dpsql.pgm.residual_fit)")
+    return RelaxedModel(domain, fitted, measured=cliques, reason=why,
                         seconds=time.perf_counter() - start, stopped=note)

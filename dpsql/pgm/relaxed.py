@@ -80,10 +80,11 @@ class RelaxedFit:
     region), the total, the messages, the loss history and the step used."""
 
     __slots__ = ("graph", "theta", "probs", "total", "messages", "loss", "stepsize",
-                 "violation", "iterations", "kappa", "damping", "polished", "refused")
+                 "violation", "iterations", "kappa", "damping", "polished", "refused", "method")
 
     def __init__(self, graph, theta, probs, total, messages, loss, stepsize, violation,
-                 iterations, kappa, damping, polished=None, refused=None) -> None:
+                 iterations, kappa, damping, polished=None, refused=None,
+                 method: str = "prox-pgm") -> None:
         self.graph, self.theta, self.probs, self.total = graph, theta, probs, total
         self.messages, self.loss, self.stepsize = messages, loss, stepsize
         self.violation, self.iterations, self.kappa, self.damping = violation, iterations, kappa, damping
@@ -91,6 +92,9 @@ class RelaxedFit:
         # step (dpsql.pgm.relaxed_polish), or None
         self.polished = polished
         self.refused = refused   # why the exact step was not taken, when it was tried
+        # "prox-pgm" (this module) or "residual" (dpsql.pgm.residual_fit: no θ̂ or messages
+        # of Convex-GBP, only the tables; θ holds their logarithms as a warm start)
+        self.method = method
 
 
 def _check(domain: Domain, measurements: Sequence[Measurement]) -> None:
@@ -206,7 +210,7 @@ def _initial(graph: RegionGraph, oracle: ConvexGBP, warm_start) -> tuple[list[np
             if i is not None:
                 theta[i] = np.array(th, dtype=float)
         same = old_graph.regions == graph.regions and old_graph.edges == graph.edges
-        return theta, (list(warm_start.messages) if same else None)
+        return theta, (list(warm_start.messages) if same and len(warm_start.messages) else None)
     # Any other model: start from its marginals on the maximal regions, the
     # Convex-GBP parameters that reproduce them when those regions do not overlap.
     for i, r in enumerate(graph.regions):

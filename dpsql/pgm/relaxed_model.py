@@ -185,6 +185,23 @@ class RelaxedModel:
     # --- description ---------------------------------------------------------------------
     def summary(self) -> str:
         fit = self.fit
+        if getattr(fit, "method", "prox-pgm") == "residual":
+            lines = [
+                "relaxed model (residual reconstruction: GReM least squares, then local "
+                "non-negativity, NeurIPS 2024; Problem 2 of NeurIPS 2021 over the local polytope)",
+                f"why: {self.reason}",
+                f"structure: {self.graph.describe()}",
+                f"measured cliques: {len(set(self.measured))}; total N = {self.total:,.6g}",
+                f"loss: least squares {fit.loss[0]:.6g} → {fit.loss[-1]:.6g} with the tables "
+                f"non-negative; {fit.iterations} dual evaluations",
+                "out-of-model marginals: maximum entropy subject to minimum L2 violation "
+                "(Problem 4)",
+            ]
+            if self.stopped:
+                lines.append(f"stopped: {self.stopped}")
+            if self.seconds is not None:
+                lines.append(f"fitted in {self.seconds:.2f} s")
+            return "\n".join(lines)
         lines = [
             "relaxed model (Approx-Private-PGM: Prox-PGM over the local polytope, "
             "NeurIPS 2021 §4)",

@@ -70,7 +70,8 @@ def save_model(model, path: str | os.PathLike) -> None:
                                  for p, c in fit.graph.edges],
                        "graph_kind": fit.graph.kind, "stepsize": float(fit.stepsize),
                        "violation": float(fit.violation), "iterations": int(fit.iterations),
-                       "damping": float(fit.damping), "n_messages": len(fit.messages)})
+                       "damping": float(fit.damping), "n_messages": len(fit.messages),
+                       "method": fit.method})
         arrays["kappa"] = np.asarray(fit.kappa, dtype=float)
         for i, (t, p) in enumerate(zip(fit.theta, fit.probs)):
             arrays[f"theta_{i}"], arrays[f"probs_{i}"] = np.asarray(t), np.asarray(p)
@@ -133,7 +134,8 @@ def load_model(path: str | os.PathLike, domain: Domain):
                              [arrays[f"probs_{i}"] for i in range(n)], header["total"],
                              [arrays[f"msg_{i}"] for i in range(header["n_messages"])], header["loss"],
                              header["stepsize"], header["violation"], header["iterations"],
-                             arrays["kappa"], header["damping"])
+                             arrays["kappa"], header["damping"],
+                             method=header.get("method", "prox-pgm"))
             return RelaxedModel(domain, fit, measured=measured, reason=header["reason"],
                                 seconds=header["seconds"], stopped=header["stopped"])
     except (KeyError, ValueError, TypeError):

@@ -99,6 +99,7 @@ class JoinEdge:
     right: int
     pairs: tuple[tuple[tuple[int, str], tuple[int, str]], ...]
     node: exp.Expr = field(compare=False, repr=False)
+    using: tuple[str, ...] = ()      # USING (…) columns: unqualified, they name the left side's
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,8 @@ def _edge(j: exp.Join, tables: list[TableRef], stmt) -> JoinEdge:
                                             f"\"{tables[right].alias}\" with one of the tables before it",
                                             position=stmt.pos(cond), hint=_HINT_SHAPE)
             pairs.append((a, b))
-    return JoinEdge("left" if side == "LEFT" else "inner", right, tuple(pairs), j)
+    using = tuple(rc for _, (_, rc) in pairs) if j.args.get("using") else ()
+    return JoinEdge("left" if side == "LEFT" else "inner", right, tuple(pairs), j, using)
 
 
 def _side(col: exp.Column, tables: list[TableRef], stmt) -> tuple[int, str]:
@@ -406,6 +408,10 @@ def _column_at(node: exp.Column, jt: JoinTree, stmt) -> tuple[int, str] | None:
         name = t.column(node.this)
         if name is not None:
             hits.append((i, name))
+    if len(hits) > 1 and qual is None:
+        # JOIN … USING (c) merges c: unqualified, it is the left side's (equal, or NULL-extended right)
+        merged = {(e.right, c) for e in jt.edges for c in e.using}
+        hits = [h for h in hits if h not in merged] or hits
     if len(hits) > 1:
         raise ProgrammingError(f"column reference \"{node.name}\" is ambiguous", position=stmt.pos(node),
                                hint="qualify it with its table's name or alias")
