@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpsql.domain import Attribute, TableSchema, check_keys
+from dpsql.domain import Attribute, IntegerRange, TableSchema, check_keys
 from dpsql.errors import ConfigError
 from dpsql.measure.source import FILE_KINDS, Source
-from dpsql.measure.views import PERSON, SEP, Hop, View
+from dpsql.measure.views import EXISTS, PERSON, SEP, Hop, View
 
 PEOPLE_KEYS = ("person", "key", "hash_key_file", "tables")
 TABLE_KEYS = ("parent", "foreign_key", "primary_key", "max_rows")
@@ -168,26 +168,39 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
                           "(one PostgreSQL database, one Spark master, or files DuckDB reads)",
                           hint="the join of a view runs inside that engine")
 
-    views: dict[str, View] = {}
-    out_tables, out_sources = dict(tables), dict(sources)
-    for name, path in paths.items():
-        hops = []
-        attrs: list[Attribute] = []
+    def _hops(name: str) -> list[Hop]:
+        path = paths[name]
+        out = []
         for i, hop_table in enumerate(path):
             schema = tables[hop_table]
             view_names = [a.name if hop_table == name else f"{hop_table}{SEP}{a.name}" for a in schema.attributes]
-            attrs.extend(_renamed(a, n) for a, n in zip(schema.attributes, view_names))
             link = links.get(hop_table, {})
-            hops.append(Hop(hop_table, sources[hop_table], tuple(zip(schema.column_names, view_names)),
-                            key=None if i == 0 else link["foreign_key"],
-                            parent_key=None if i == 0 else primary[path[i - 1]]))
+            out.append(Hop(hop_table, sources[hop_table], tuple(zip(schema.column_names, view_names)),
+                           key=None if i == 0 else link["foreign_key"],
+                           parent_key=None if i == 0 else primary[path[i - 1]]))
+        return out
+
+    views: dict[str, View] = {}
+    out_tables, out_sources = dict(tables), dict(sources)
+    for name, path in paths.items():
+        hops = _hops(name)
+        attrs: list[Attribute] = []
+        for hop in hops:
+            schema = tables[hop.table]
+            attrs.extend(_renamed(a, n) for a, (_, n) in zip(schema.attributes, hop.columns))
+        exists: tuple = ()
+        if name == person:
+            # the person's flags: 1 when they have a row of another table's view
+            # (COUNT(DISTINCT person) of a join counts this view's rows; dpsql/sql/people.py)
+            exists = tuple((other, tuple(_hops(other)[1:])) for other in paths if other != person)
+            attrs.extend(IntegerRange(f"{other}{SEP}{EXISTS}", 0, 1) for other, _ in exists)
         names = [a.name for a in attrs]
         dup = sorted({n for n in names if names.count(n) > 1} | ({PERSON} & set(names)))
         if dup:
             raise ConfigError(f"{where}: the view of {name!r} would have two columns named {dup[0]!r}",
                               hint=f"rename the column in the domain file: ancestors' columns are named "
                                    f"TABLE{SEP}COLUMN in a view")
-        view = View(name, tuple(hops), key, 1 if name == person else links[name]["max_rows"])
+        view = View(name, tuple(hops), key, 1 if name == person else links[name]["max_rows"], exists)
         views[name] = view
         first = sources[path[0]]
         out_sources[name] = Source(kind=first.kind, url=first.url, conf=first.conf, id_column=PERSON,

@@ -41,8 +41,11 @@ from dpsql.domain import Categorical, TableSchema
 from dpsql.errors import ConfigError, OperationalError
 from dpsql.measure import reader, sqlgen
 from dpsql.measure.source import Source
-from dpsql.measure.views import PERSON
+from dpsql.measure.views import EXISTS, PERSON, SEP
 from dpsql.sql.syntax import exp
+
+#: The integer type of a person view's flag columns, as each engine's catalog names it.
+_INTEGER = {"duckdb": "INTEGER", "postgres": "integer", "spark": "int"}
 
 Clique = tuple[str, ...]
 log = logging.getLogger("dpsql.measure")
@@ -289,7 +292,7 @@ class SqlBackend(ABC):
         if source.data_version is not None:
             return {"data_version": source.data_version}
         if source.view is not None:      # a person view: the content of every table on its path
-            return {h.table: self._content(h.source) for h in source.view.hops}
+            return {h.table: self._content(h.source) for h in source.view.members}
         return self._fingerprint(source)
 
     def source_columns(self, table: str) -> dict[str, str]:
@@ -330,6 +333,14 @@ class SqlBackend(ABC):
                 out[name] = cols[src]
             if i == 0:
                 out[PERSON] = cols[view.person_key]
+        for table, hops in view.exists:
+            for hop in hops:
+                cols = self._describe(hop.source)
+                for key in (hop.key, ) + ((hop.parent_key,) if hop is not hops[0] else ()):
+                    if key is not None and key not in cols:
+                        raise ConfigError(f"table {hop.table!r}: the source has no column {key!r} (a key)",
+                                          hint="fix [people] in the configuration, or the source")
+            out[f"{table}{SEP}{EXISTS}"] = _INTEGER[self.dialect]
         return out
 
     @contextlib.contextmanager
@@ -344,7 +355,7 @@ class SqlBackend(ABC):
         with contextlib.ExitStack() as stack:
             reads = [stack.enter_context(self._read_source(
                 table, h.source, None if expect is None else expect.get(h.table, {"missing": True})))
-                for h in view.hops]
+                for h in view.members]
             yield ViewRead(reads[0], view.relation([r.scan for r in reads]).subquery("__view"))
 
     def check_schema(self, schema: TableSchema) -> dict[str, str]:

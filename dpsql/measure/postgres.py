@@ -155,11 +155,11 @@ class PostgresBackend(SqlBackend):
                 yield rd
             return
         with self._transaction(view.hops[0].source, "the measurement query") as conn:
-            for hop in view.hops:
+            for hop in view.members:
                 want = None if expect is None else expect.get(hop.table, {"missing": True})
                 if want is not None and hop.source.data_version is None and self._version(conn, hop.source) != want:
                     raise changed_error(table, while_reading=False)
-            scans = [exp.to_table(h.source.table_name, dialect="postgres") for h in view.hops]
+            scans = [exp.to_table(h.source.table_name, dialect="postgres") for h in view.members]
             yield _PgRead(conn, view.relation(scans).subquery("__view"))
 
 

@@ -54,18 +54,34 @@ class Hop:
     parent_key: str | None = None
 
 
+#: The person view's flag column of table T: 1 when the person has a row of T's view.
+EXISTS = "exists"
+
+
 @dataclass(frozen=True)
 class View:
-    """The join path from the person to ``table`` with its per-person row bound."""
+    """The join path from the person to ``table`` with its per-person row bound.
+
+    ``exists`` (the person's own view only): for each other table T, the hops from the
+    person's child down to T; the view then has a column ``T__exists``, 1 when the person
+    has a row of T's view and 0 otherwise — a function of that person's rows alone, so
+    counting persons with an order (``COUNT(DISTINCT custkey)``) is a count of this view's
+    rows, one per person."""
 
     table: str
     hops: tuple[Hop, ...]
     person_key: str
     max_rows: int
+    exists: tuple[tuple[str, tuple[Hop, ...]], ...] = ()
 
     @property
     def path(self) -> tuple[str, ...]:
         return tuple(h.table for h in self.hops)
+
+    @property
+    def members(self) -> tuple[Hop, ...]:
+        """Every table read, in the order :meth:`relation` takes their scans."""
+        return self.hops + tuple(h for _, hops in self.exists for h in hops)
 
     def relation(self, scans: Sequence[exp.Expr]) -> exp.Select:
         """``SELECT t0.<person key> AS __person, tI.<col> AS <view col>, … FROM scan0 AS t0
@@ -73,8 +89,8 @@ class View:
         the last table that reaches a person, with the attributes of every table on the path
         (inner joins: a row whose key is NULL or matches no parent reaches nobody and is not
         counted, as a row without an id is not under ``max_rows``)."""
-        if len(scans) != len(self.hops):
-            raise ValueError("one scan per hop")
+        if len(scans) != len(self.members):
+            raise ValueError("one scan per member table")
         alias = [f"__t{i}" for i in range(len(self.hops))]
 
         def col(i: int, name: str) -> exp.Column:
@@ -91,18 +107,53 @@ class View:
             on = exp.EQ(this=exp.cast(col(i, hop.key), "VARCHAR"),
                         expression=exp.cast(col(i - 1, hop.parent_key), "VARCHAR"))
             select = select.join(exp.alias_(_table_expr(scans[i]), alias[i]), on=on, join_type="INNER")
+        at = len(self.hops)
+        for j, (table, hops) in enumerate(self.exists):
+            # the persons having a row of table's view: DISTINCT keys of its path below the
+            # person, LEFT JOINed to the person (a key matching none gives 0)
+            found = f"__x{j}"
+            sub = _keys_below(hops, scans[at:at + len(hops)], j)
+            at += len(hops)
+            on = exp.EQ(this=exp.column("__k", table=found), expression=exp.cast(col(0, self.person_key), "VARCHAR"))
+            select = select.join(exp.alias_(exp.Subquery(this=sub), found), on=on, join_type="LEFT")
+            flag = exp.Case().when(exp.Is(this=exp.column("__k", table=found), expression=exp.Null()),
+                                   exp.Literal.number(0)).else_(exp.Literal.number(1))
+            select = select.select(exp.alias_(flag, f"{table}{SEP}{EXISTS}", quoted=True))
         return select
 
     def describe(self) -> dict:
         """How the view is read (public): part of the release identity of its table."""
-        return {"kind": "view", "person_key": self.person_key, "max_rows": self.max_rows,
-                "hops": [{"table": h.table, "key": h.key, "parent_key": h.parent_key,
-                          "columns": [list(c) for c in h.columns], "read": h.source.describe()}
-                         for h in self.hops]}
+        def hop(h: Hop) -> dict:
+            return {"table": h.table, "key": h.key, "parent_key": h.parent_key,
+                    "columns": [list(c) for c in h.columns], "read": h.source.describe()}
+        out: dict = {"kind": "view", "person_key": self.person_key, "max_rows": self.max_rows,
+                     "hops": [hop(h) for h in self.hops]}
+        if self.exists:
+            out["exists"] = [[t, [hop(h) for h in hops]] for t, hops in self.exists]
+        return out
 
     def fingerprint(self, store: Path | None = None) -> dict:
-        """The content of every table on the path (file sources; others need their engine)."""
-        return {h.table: h.source.fingerprint(store) for h in self.hops}
+        """The content of every table read (file sources; others need their engine)."""
+        return {h.table: h.source.fingerprint(store) for h in self.members}
+
+
+def _keys_below(hops: Sequence[Hop], scans: Sequence[exp.Expr], j: int) -> exp.Select:
+    """``SELECT DISTINCT CAST(e0.<key to the person> AS VARCHAR) AS __k FROM e0 JOIN e1 …``
+    along ``hops`` (the first references the person)."""
+    alias = [f"__e{j}_{i}" for i in range(len(hops))]
+    first = hops[0]
+    if first.key is None:
+        raise ValueError(f"hop {first.table!r} names no key")
+    sub = exp.select(exp.alias_(exp.cast(exp.column(first.key, table=alias[0], quoted=True), "VARCHAR"), "__k"))
+    sub = sub.from_(exp.alias_(_table_expr(scans[0]), alias[0])).distinct()
+    for i in range(1, len(hops)):
+        hop = hops[i]
+        if hop.key is None or hop.parent_key is None:
+            raise ValueError(f"hop {hop.table!r} names no keys")
+        on = exp.EQ(this=exp.cast(exp.column(hop.key, table=alias[i], quoted=True), "VARCHAR"),
+                    expression=exp.cast(exp.column(hop.parent_key, table=alias[i - 1], quoted=True), "VARCHAR"))
+        sub = sub.join(exp.alias_(_table_expr(scans[i]), alias[i]), on=on, join_type="INNER")
+    return sub
 
 
 def _table_expr(scan: exp.Expr) -> exp.Expr:
@@ -115,4 +166,4 @@ def _table_expr(scan: exp.Expr) -> exp.Expr:
     return scan.copy()
 
 
-__all__ = ["Hop", "View", "PERSON", "SEP"]
+__all__ = ["Hop", "View", "PERSON", "SEP", "EXISTS"]

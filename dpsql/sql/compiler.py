@@ -513,6 +513,9 @@ class _Compiler:
 
     def select(self, tree: exp.Select) -> CompiledQuery:
         tree = public_in_lists(tree, self.stmt, self.catalog)
+        # joins of private tables along a people schema: the deepest table's view, and
+        # COUNT(DISTINCT person) a count of the person's view (people.py)
+        tree = person_join(tree, self.stmt, self.catalog)
         check_structure(self.stmt, tree)
         tree = flatten(tree, self.star_columns, self.stmt)
         from_ = tree.args.get("from_") or tree.args.get("from")
@@ -522,8 +525,6 @@ class _Compiler:
             check_structure(self.stmt, src.this)
             return compile_stage(self.stmt, tree, src, self.select(src.this))
         # joins with public tables: compiled over the cells of each joined key (joins.py)
-        # joins of private tables along a people schema: the deepest table's view (people.py)
-        tree = person_join(tree, self.stmt, self.catalog)
         joined: dict = {}
         jt = join_tree(tree, self.stmt, self.catalog)
         if jt is not None:

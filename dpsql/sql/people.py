@@ -39,6 +39,9 @@ from dpsql.sql.joins import _folded, _table_ref
 
 __all__ = ["person_join"]
 
+# the person view's flag columns (dpsql.measure.views.SEP, EXISTS; this package may not import it)
+_SEP, _EXISTS = "__", "exists"
+
 _HINT = ("join private tables along the declared keys, from the person down one path: "
          "FROM customers c JOIN orders o ON o.custkey = c.custkey JOIN lineitem l ON l.orderkey = o.orderkey")
 
@@ -114,7 +117,7 @@ def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
     people = getattr(catalog, "people", None)
     joins = [j for j in tree.args.get("joins") or [] if not isinstance(j.this, exp.Subquery)]
     from_ = tree.args.get("from_") or tree.args.get("from")
-    if people is None or not joins or from_ is None:
+    if people is None or from_ is None:
         return tree
     items = [from_.this] + [j.this for j in joins]
     refs: list[_Private] = []
@@ -123,8 +126,18 @@ def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
         if ref is not None and ref.private:
             own = tuple(src for src, _ in people.views[ref.name].hops[-1].columns)
             refs.append(_Private(ref.name, ref.alias, own, _keys(people, ref.name), node))
-    if len(refs) < 2:
+    persons = _person_counts(tree, refs, people, stmt)
+    if len(refs) < 2 and not persons:
         return tree
+    deepest = _check_path(tree, joins, refs, people, stmt, catalog)
+    if persons:
+        return _count_persons(tree, stmt, catalog, refs, deepest, people, persons)
+    return _rewrite(tree, stmt, catalog, refs, deepest, people)
+
+
+def _check_path(tree, joins, refs: list[_Private], people, stmt, catalog) -> _Private:
+    """The deepest private table, after checking that the private tables lie on its path
+    from the person, each joined to the next along the declared key (else 0A000)."""
     # the deepest table's path must hold every other private table (one branch)
     deepest = max(refs, key=lambda r: len(people.path(r.name)))
     path = people.path(deepest.name)
@@ -185,7 +198,71 @@ def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
     if joined_links != expected:
         raise UnsupportedQueryError("the private tables are not joined on every declared key of their path",
                                     position=stmt.pos(deepest.node), hint=_HINT)
-    return _rewrite(tree, stmt, catalog, refs, deepest, people)
+    return deepest
+
+
+def _person_counts(tree: exp.Select, refs: list[_Private], people, stmt) -> list[exp.Count]:
+    """The ``COUNT(DISTINCT <person key>)`` aggregates of ``tree``: the person table's key,
+    or a foreign key that references it (equal to it in every joined row)."""
+    refers = {(v.hops[1].table, v.hops[1].key) for v in people.views.values() if len(v.hops) > 1}
+    out = []
+    for agg in tree.find_all(exp.Count):
+        inner = agg.this
+        if not isinstance(inner, exp.Distinct) or len(inner.expressions) != 1 \
+                or not isinstance(inner.expressions[0], exp.Column):
+            continue
+        hit = _resolve(inner.expressions[0], refs, stmt, keys=True)
+        if hit is not None and ((hit[0].name, hit[1]) == (people.person, people.key) or
+                                (hit[0].name, hit[1]) in refers):
+            out.append(agg)
+    return out
+
+
+def _count_persons(tree: exp.Select, stmt, catalog, refs: list[_Private], deepest: _Private, people,
+                   counts: list[exp.Count]) -> exp.Select:
+    """``COUNT(DISTINCT c.custkey) … FROM customers c JOIN orders o …`` as ``COUNT(*) FROM
+    customers c WHERE c.orders__exists = 1``: the persons having a row of the deepest
+    table's view, one row each in the person's view (its flag column, ``views.EXISTS``).
+    Every other column must be the person table's: a child's column would ask which of a
+    person's rows match, which the flags do not hold."""
+    for agg in tree.find_all(exp.AggFunc):
+        if agg not in counts and not any(agg in c.find_all(exp.AggFunc) for c in counts):
+            raise UnsupportedQueryError(f"{snippet(agg, 60)} counts rows while COUNT(DISTINCT …) counts persons: "
+                                        "they are answered from different views", position=stmt.pos(agg),
+                                        hint="ask for them in two statements")
+    person = next((r for r in refs if r.name == people.person), None)
+    for col in tree.find_all(exp.Column):
+        if any(col in c.find_all(exp.Column) for c in counts) or col.find_ancestor(exp.Select) is not tree:
+            continue
+        if any(col in j.find_all(exp.Column) for j in tree.args.get("joins") or []):
+            continue
+        hit = _resolve(col, refs, stmt, keys=True)
+        if hit is not None and hit[0].name != people.person:
+            raise UnsupportedQueryError(
+                f"COUNT(DISTINCT …) of persons can group and filter by columns of {people.person!r} only, "
+                f"not {snippet(col, 40)}", position=stmt.pos(col),
+                hint="count persons by the person table's columns, or count rows with COUNT(*)")
+    out = tree.copy()
+    key = "from_" if "from_" in out.args else "from"
+    alias = person.alias if person is not None else people.person
+    node = person.node.copy() if person is not None else exp.to_table(people.person)
+    out.set(key, exp.From(this=node))
+    kept = [j for j in out.args.get("joins") or []
+            if isinstance(j.this, exp.Subquery) or not getattr(_table_ref(j.this, catalog, stmt), "private", False)]
+    out.set("joins", kept or None)
+    for agg in list(out.find_all(exp.Count)):
+        inner = agg.this
+        if isinstance(inner, exp.Distinct) and len(inner.expressions) == 1 \
+                and isinstance(inner.expressions[0], exp.Column):
+            hit = _resolve(inner.expressions[0], refs, stmt, keys=True)
+            if hit is not None and hit[1] in hit[0].keys:
+                agg.set("this", exp.Star())
+    if deepest.name != people.person:
+        flag = exp.EQ(this=exp.column(f"{deepest.name}{_SEP}{_EXISTS}", table=exp.to_identifier(alias, quoted=True),
+                                      quoted=True), expression=exp.Literal.number(1))
+        where = out.args.get("where")
+        out.set("where", exp.Where(this=exp.and_(flag, where.this) if where is not None else flag))
+    return out
 
 
 def _rewrite(tree: exp.Select, stmt, catalog, refs: list[_Private], deepest: _Private, people) -> exp.Select:

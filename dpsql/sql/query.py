@@ -150,7 +150,9 @@ class CompiledQuery:
         inner = getattr(program, "inner", None)   # a derived table's stage reads its subquery
         if isinstance(inner, CompiledQuery) and inner.may_be_binned():
             return True
-        return any(a.halfwidth > 0 for a in program.aggs)
+        # a derived table's outer aggregates are (function, argument, node) tuples over the
+        # subquery's answers, which carry no binning bound of their own (the inner check above)
+        return any(getattr(a, "halfwidth", 0) > 0 for a in program.aggs)
 
     def explain(self) -> str:
         from dpsql.sql.explain import explain_text

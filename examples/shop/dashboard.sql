@@ -25,3 +25,8 @@ FROM customers c JOIN orders o ON o.custkey = c.custkey
                  JOIN lineitem l ON l.orderkey = o.orderkey
 WHERE o.priority <= 2
 GROUP BY o.year, l.returnflag;
+
+-- persons, not rows: customers who ordered, by region (one row per customer: sensitivity 1)
+SELECT c.region, COUNT(DISTINCT c.custkey) AS buyers
+FROM customers c JOIN orders o ON o.custkey = c.custkey
+GROUP BY c.region;

@@ -36,7 +36,9 @@ def test_views_replace_tables_with_their_join_path_and_bound(spec):
     assert cfg.people.path("lineitem") == ("customers", "orders", "lineitem")
     assert cfg.tables["lineitem"].column_names == (
         "customers__segment", "customers__nation", "orders__status", "orders__priority", "flag", "qty")
-    assert cfg.tables["customers"].column_names == ("segment", "nation")
+    # the person's view: one row per person, with a flag per table (has a row of its view)
+    assert cfg.tables["customers"].column_names == ("segment", "nation", "orders__exists", "lineitem__exists")
+    assert [t for t, _ in cfg.people.views["customers"].exists] == ["orders", "lineitem"]
     assert [cfg.sources[t].unit_rows for t in ("customers", "orders", "lineitem")] == [1, 3, 5]
     # the view and its bound are part of the release identity
     assert cfg.sources["orders"].describe()["hops"][1]["key"] == "custkey"

@@ -28,6 +28,9 @@ ACCEPTED = [
     "JOIN customers c ON c.custkey = o.custkey WHERE o.priority >= 3 GROUP BY l.flag",
     f"SELECT c.nation, SUM(l.qty) AS total FROM {JOIN_COL} WHERE c.nation <= 3 GROUP BY c.nation",
     "SELECT status, COUNT(*) FROM customers JOIN orders USING (custkey) WHERE nation < 2 GROUP BY status",
+    # persons, not rows: customers with an order (with a line item), by nation
+    f"SELECT c.nation, COUNT(DISTINCT c.custkey) FROM {JOIN_CO} WHERE c.nation <= 3 GROUP BY c.nation",
+    f"SELECT COUNT(DISTINCT o.custkey) AS buyers FROM {JOIN_COL} WHERE c.nation = 1",
 ]
 
 
@@ -59,7 +62,8 @@ def test_accepted_joins_equal_the_exact_join_at_a_huge_budget(shop_files, tmp_pa
     for sql in ACCEPTED:
         cur.execute(sql)
         got = cur.fetchall()
-        groups = len(cur.description) - sum(1 for d in cur.description if d[0] in ("count", "sum", "avg", "total"))
+        groups = len(cur.description) - sum(1 for d in cur.description
+                                            if d[0] in ("count", "sum", "avg", "total", "buyers"))
         # each value within 6 of its reported standard errors (a SUM's noise grows with the
         # bound, 200 rows of up to 50 each; counts' errors are ~0.1)
         ours = {tuple(r[:groups]): (r[groups:], e[groups:]) for r, e in zip(got, cur.stderr)}
@@ -81,6 +85,9 @@ def test_join_columns_keep_their_names_and_compile_over_the_deepest_view(shop_fi
     assert cq.table == "lineitem"
     assert [c.name for c in cq.columns] == ["status", "flag", "count", "sum"]
     assert compile_sql(ACCEPTED[0], engine.catalog).table == "orders"
+    persons = compile_sql(ACCEPTED[-1], engine.catalog)
+    assert persons.table == "customers" and [c.name for c in persons.columns] == ["buyers"]
+    assert "lineitem__exists" in persons.linear_queries[0].description
 
 
 @pytest.mark.parametrize("sql, words", [
@@ -91,7 +98,11 @@ def test_join_columns_keep_their_names_and_compile_over_the_deepest_view(shop_fi
      "not a declared key"),
     ("SELECT COUNT(*) FROM customers c JOIN orders o ON o.custkey > c.custkey", "not an equality"),
     ("SELECT COUNT(*) FROM orders a JOIN orders b ON a.custkey = b.custkey", "joined with itself"),
-    ("SELECT COUNT(DISTINCT c.custkey) FROM customers c JOIN orders o ON o.custkey = c.custkey", "DISTINCT"),
+    ("SELECT o.status, COUNT(DISTINCT c.custkey) FROM customers c JOIN orders o ON o.custkey = c.custkey "
+     "GROUP BY o.status", "columns of 'customers' only"),
+    ("SELECT COUNT(DISTINCT c.custkey), COUNT(*) FROM customers c JOIN orders o ON o.custkey = c.custkey",
+     "different views"),
+    ("SELECT COUNT(DISTINCT o.orderkey) FROM orders o", "DISTINCT"),
 ])
 def test_refused_joins_name_sqlstate_and_hint(shop_files, tmp_path, sql, words):
     tmp, files = shop_files

@@ -33,3 +33,7 @@ def test_the_shop_example_plans_measures_and_answers_joins(tmp_path, capfd):
     out = capfd.readouterr().out
     for segment in ("AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"):
         assert segment in out
+    buyers = ("SELECT c.region, COUNT(DISTINCT c.custkey) AS buyers FROM customers c "
+              "JOIN orders o ON o.custkey = c.custkey GROUP BY c.region")
+    assert main(["query", "-C", config, buyers]) == 0
+    assert "MIDDLE EAST" in capfd.readouterr().out

@@ -37,6 +37,13 @@ def reference(rows, cfg, table: str, key: str = KEY):
     for hop in view.hops[1:]:
         joined = [{**j, hop.table: r} for j in joined for r in dicts[hop.table]
                   if r[hop.key] is not None and r[hop.key] == j[view.hops[len(j) - 1].table][hop.parent_key]]
+    reaching = {}     # the person view's flags: persons with a row of each other table's view
+    for table, hops in view.exists:
+        frontier = [(r[hops[0].key], r) for r in dicts[hops[0].table] if r[hops[0].key] is not None]
+        for hop in hops[1:]:
+            frontier = [(pid, r2) for pid, r1 in frontier for r2 in dicts[hop.table]
+                        if r2[hop.key] is not None and r2[hop.key] == r1[hop.parent_key]]
+        reaching[table] = {pid for pid, _ in frontier}
     by_person: dict = {}
     for j in joined:
         cells = []
@@ -44,6 +51,7 @@ def reference(rows, cfg, table: str, key: str = KEY):
             for src, name in hop.columns:
                 cells.append(schema.attribute(name).index_of(j[hop.table][src]))
         pid = j["customers"]["custkey"]
+        cells += [int(pid in reaching[table]) for table, _ in view.exists]
         h = hashlib.sha256(f"{key}|{pid}|{','.join(map(str, cells))}".encode()).hexdigest()
         by_person.setdefault(pid, []).append((h, tuple(cells)))
     kept = [c for v in by_person.values() for _, c in sorted(v)[:view.max_rows]]
