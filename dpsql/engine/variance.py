@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpsql.linalg import Kron, QueryMatrix, Sum, Union, Weighted
-from dpsql.linalg.rowscaled import GramPinv
+from dpsql.linalg.rowscaled import GramPinv, SpanPinv, gram_pinv
 from dpsql.plan.joint import JointSupport
 
 # The two-sided 95% normal quantile: a standard error times Z95 is the half-width of the
@@ -103,10 +103,10 @@ class _Prepared:
     def __init__(self, block: SupportBlock) -> None:
         self.block = block
         self.joint = len(block.factors) == 1 and len(block.clique) != 1
-        self._parts: list[GramPinv] | None = None
+        self._parts: list[GramPinv | SpanPinv] | None = None
 
     @property
-    def ginv(self) -> list[GramPinv]:
+    def ginv(self) -> list[GramPinv | SpanPinv]:
         if self._parts is None:
             block = self.block
             # a lattice block's rows are up to 2²² and more apart in weight: the SVD of M
@@ -114,7 +114,7 @@ class _Prepared:
             # amount that depends on the BLAS kernel (issue 28); GramPinv works on the unit
             # rows, applies the weights exactly, and never forms an n×n matrix.  The scale
             # goes on the first factor (measured row = scale · (⊗ factors) x).
-            self._parts = [GramPinv(f.astype(np.float64) * (block.scale if i == 0 else 1.0))
+            self._parts = [gram_pinv(f.astype(np.float64) * (block.scale if i == 0 else 1.0))
                            for i, f in enumerate(block.factors)]
         return self._parts
 
@@ -418,7 +418,7 @@ class TableLS:
         key = (k, i)
         if key not in self._totals:
             F = self.prepared[k].block.factors[i].astype(np.float64)
-            g = GramPinv(F)
+            g = gram_pinv(F)
             ones = np.ones((1, F.shape[1]))
             got = None
             if g.spans(ones, atol=1e-8 * max(1.0, float(np.abs(F).max(initial=0.0)))):

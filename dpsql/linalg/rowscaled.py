@@ -202,6 +202,79 @@ class GramPinv:
         return self.factor @ self.factor.T
 
 
+#: From this many columns on, a square factor a·I + b·11ᵀ is inverted in closed form.
+SPAN_COLUMNS = 128
+
+
+def span_form(m: np.ndarray) -> tuple[float, float] | None:
+    """(a, b) when the square m is exactly a·I + b·11ᵀ with a ≠ 0 and a + b·n ≠ 0 (invertible)
+    and has at least ``SPAN_COLUMNS`` columns, else None: OPT_0's Gaussian optimum on a
+    GROUP BY or sum over a large categorical (``plan.opt0.gaussian_span``), which rounding to
+    the measurement lattice keeps in that form.  The off-diagonal entries are read through a
+    strided view (from entry 1 on, rows of n + 1 hold the diagonal last)."""
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] < SPAN_COLUMNS:
+        return None
+    n = m.shape[0]
+    b = float(m[0, 1])
+    a = float(m[0, 0]) - b
+    d = np.diagonal(m)
+    if a == 0.0 or a + b * n == 0.0 or d.min() != a + b or d.max() != a + b:
+        return None
+    off = np.ascontiguousarray(m).reshape(-1)[1:].reshape(n - 1, n + 1)[:, :n]
+    if off.min() != b or off.max() != b:
+        return None
+    return a, b
+
+
+class SpanPinv:
+    """``GramPinv``'s products for an invertible square factor F = a·I + b·11ᵀ, in closed form.
+
+    F is symmetric with eigenvalue a on the n − 1 directions orthogonal to 1 and a + b·n on 1,
+    so (FᵀF)⁻¹ and F⁻¹ act on a query row q through its centred part q⊥ = q − (q·1/n)1ᵀ and its
+    sum: diag(qa G⁻¹ qbᵀ) = q⊥a·q⊥b/a² + (qa·1)(qb·1)/(n(a + bn)²), q G⁻¹ Fᵀ = q F⁻¹ =
+    q⊥/a + (q·1)/(n(a + bn))·1ᵀ.  O(rows·n) where ``GramPinv`` factors the n×n matrix (13.7 CPU-s
+    at n = 1,460: a dense dest block's first answer, issue 35 item 3); nothing cancels but the
+    centring, which is exact for a row of equal entries (a Total)."""
+
+    def __init__(self, n: int, a: float, b: float) -> None:
+        self.shape = (n, n)
+        self.rank = n
+        self.a, self.top = a, a + b * n
+
+    def _split(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        q = np.atleast_2d(np.asarray(q, dtype=np.float64))
+        s = q.sum(axis=1)
+        return q - (s / self.shape[0])[:, None], s
+
+    def quad(self, qa: np.ndarray, qb: np.ndarray) -> np.ndarray:
+        """diag(qa G⁻¹ qbᵀ)."""
+        ca, sa = self._split(qa)
+        cb, sb = (ca, sa) if qb is qa else self._split(qb)
+        n = self.shape[0]
+        return (np.einsum("ij,ij->i", ca, cb) / (self.a * self.a)
+                + sa * sb / (n * self.top * self.top))
+
+    def spans(self, q: np.ndarray, atol: float) -> bool:
+        """Always: F has full rank."""
+        return True
+
+    def project(self, q: np.ndarray) -> np.ndarray:
+        return np.array(q, dtype=np.float64, copy=True)
+
+    def estimator(self, q: np.ndarray) -> np.ndarray:
+        """q G⁻¹ Fᵀ = q F⁻¹."""
+        c, s = self._split(q)
+        return c / self.a + (s / (self.shape[0] * self.top))[:, None]
+
+
+def gram_pinv(m: np.ndarray) -> GramPinv | SpanPinv:
+    """``SpanPinv`` for an invertible a·I + b·11ᵀ of at least ``SPAN_COLUMNS`` columns, else
+    ``GramPinv``: the products the answer path takes of a measured factor."""
+    m = np.asarray(m, dtype=np.float64)
+    form = span_form(m)
+    return GramPinv(m) if form is None else SpanPinv(m.shape[0], *form)
+
+
 class _Group:
     """Independent blocks of one shape and rank, stacked: ``cols`` (blocks × n_b) and
     ``rows`` (blocks × k_b) index M; ``basis``, ``factor`` (blocks × n_b × r_b) and

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsql.linalg.rowscaled import GramPinv
+from dpsql.linalg.rowscaled import GramPinv, span_form
 
 __all__ = ["column_classes", "FactorPinv", "ThinPinv", "LowRankGram", "RangeGram", "Gram", "gram_trace", "psd_root",
            "class_matrix", "class_sum", "span_coefficients", "scaled_identity", "SPAN_CELLS", "LARGE_CELLS"]
@@ -173,6 +173,14 @@ class FactorPinv:
         c = float(F.flat[0])
         if m == n and scaled_identity(F) is not None:                      # c·I
             return cls(np.arange(n), np.ones(n), np.eye(n) / abs(c), None, True)
+        form = span_form(F)
+        if form is not None:                                               # a·I + b·11ᵀ
+            # K = FᵀF has eigenvalue a² off the ones direction and (a + bn)² on it: its
+            # root K^-½ in closed form, not a factorisation of the n×n F (issue 35 item 3)
+            a, top = abs(form[0]), abs(form[0] + form[1] * n)
+            root = np.full((n, n), (1.0 / top - 1.0 / a) / n)
+            root[np.diag_indices(n)] += 1.0 / a
+            return cls(np.arange(n), np.ones(n), root, None, True)
         if c != 0.0 and m == 1 and np.all(F == c):                         # c·1ᵀ
             return cls(np.zeros(n, dtype=np.int64), np.array([float(n)]),
                        np.array([[1.0 / (abs(c) * math.sqrt(n))]]), None, n == 1)

@@ -147,3 +147,52 @@ def test_steps_that_take_time_say_so_on_stderr_when_it_is_not_a_terminal(tmp_pat
     # the progress lines name stages only: no count of the table's rows is in them
     progress = [line for line in err.splitlines() if line.endswith("…")]
     assert progress and not any(ch.isdigit() for line in progress for ch in line)
+
+
+@pytest.mark.slow      # measures and fits a 401-cell dense factor (~3 CPU-s)
+def test_a_dense_span_factor_is_answered_without_factoring_it(tmp_path, monkeypatch):
+    """A filtered GROUP BY dest beside its filtered total: OPT_kron measures dest through
+    OPT_0's closed-form optimum a·I + b·11ᵀ, a dense 401-square factor.  Its first answer
+    factored it as one dense matrix (13.7 CPU-s at 1,460 labels, issue 35 item 3); now the
+    answer path inverts it in closed form, with the standard errors of the factorisation."""
+    from dpsql.linalg import rowscaled
+    from dpsql.plan.gram import span_coefficients
+
+    queries = ["SELECT dest, COUNT(*) FROM trips WHERE month = 1 GROUP BY dest",
+               "SELECT COUNT(*) FROM trips WHERE month = 1"]
+    con = dpsql.connect(config(tmp_path, queries), user="tester")
+    try:
+        report = con.session.plan()
+        dense = [f for b in report.strategy.kron_blocks for f in b.factors
+                 if f.shape == (LABELS + 1, LABELS + 1) and span_coefficients(f) is not None
+                 and not np.array_equal(f, f[0, 0] * np.eye(LABELS + 1))]
+        assert dense, report.strategy.explanation
+        con.session.measure()
+        engine, table = con.session.engine, "trips"
+        engine.model(table)                       # the fit, before watching the answer path
+        big = []
+        real = rowscaled._Dense.__init__
+
+        def watch(self, m):
+            if min(m.shape) >= LABELS:
+                big.append(m.shape)
+            real(self, m)
+        monkeypatch.setattr(rowscaled._Dense, "__init__", watch)
+        cur = con.cursor()
+        cur.execute(queries[0])
+        fast = np.array([e[-1] for e in cur.stderr], dtype=float)
+        assert not big, big
+        assert np.all(np.isfinite(fast))
+        # the same standard errors as the factorisation (a variance model without the closed form)
+        from dpsql.engine.variance import VarianceModel
+        from dpsql.sql import compile as compile_sql
+        _, variance, _ = engine.model(table)
+        lq = compile_sql(queries[0], engine.catalog).linear_queries[0]
+        blocks = [p.block for p in variance.prepared]
+        closed, _ = VarianceModel(variance.attributes, variance.sizes, blocks).analyse(lq.matrix)
+        monkeypatch.setattr(rowscaled, "SPAN_COLUMNS", 10 ** 9)
+        factored, _ = VarianceModel(variance.attributes, variance.sizes, blocks).analyse(lq.matrix)
+        assert np.allclose(closed, factored, rtol=1e-9) and np.all(np.isfinite(closed))
+    finally:
+        con.close()
+        dpsql.dbapi._engines.clear()

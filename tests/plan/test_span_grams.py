@@ -145,3 +145,19 @@ def test_a_group_by_over_every_cell_has_the_identity_gram():
     B = Bucket(N, mapping)
     D = B.dense()
     assert np.array_equal(B.gram().dense(), D.T @ D)
+
+
+def test_a_span_strategy_factor_is_inverted_in_closed_form():
+    """The closed-form optimum a·I + b·11ᵀ as a strategy factor: its pseudo-inverse root is
+    K^-½ in closed form (no n×n factorisation), with the traces of the general path."""
+    from dpsql.linalg.rowscaled import GramPinv
+    rng = np.random.default_rng(6)
+    F = opt0(span(1.0, 0.5), "gaussian").matrix
+    pinv = FactorPinv.of(F)
+    g = GramPinv(F)
+    assert pinv.trivial and pinv.basis is None
+    assert np.allclose(pinv.root @ pinv.root.T, g.factor @ g.factor.T, rtol=1e-9, atol=1e-12)
+    X = rng.standard_normal((N, N))
+    for V in (span(1.0, 0.0), span(0.0, 1.0), span(2.0, 0.3), X @ X.T):
+        want = float(np.sum((psd_root(V) @ g.factor) ** 2))
+        assert pinv.trace(V) == pytest.approx(want, rel=1e-9)
