@@ -87,3 +87,25 @@ def test_public_sizes_bound_the_rows_a_view_drops(spec):
     assert dropped["lineitem"] == 2000 - 5 * 200
     assert dropped["orders"] is None
     assert "at least 1,000 rows of lineitem are dropped" in "\n".join(plan.lines())
+
+
+def test_a_join_measured_on_demand_charges_the_query_budget_to_the_deepest_view(spec):
+    """Under the measure policy a join no release supports is measured on demand: on the
+    deepest table's view, at the per-query budget, with noise for that view's bound."""
+    spec["policy"] = {"unsupported": "measure", "epsilon": 0.5, "allow_spend": True}
+    spec["budget"]["per_user"] = {"epsilon": 1.0}
+    con = dpsql.connect(spec)
+    engine = con.session.engine
+    cur = con.cursor()
+    sql = ("SELECT o.status, l.flag, COUNT(*) FROM customers c JOIN orders o ON o.custkey = c.custkey "
+           "JOIN lineitem l ON l.orderkey = o.orderkey GROUP BY o.status, l.flag")
+    cur.execute("SET dpsql.estimator = 'least_squares'")
+    cur.execute(sql)
+    assert cur.cost == engine.config.query_budget.rho
+    assert [r.table for r in engine.releases()] == ["lineitem"]
+    # the answers' errors carry the view's bound k = 5: five times those of a marginal of
+    # the person's view (one row per person) at the same budget, both measured cell by cell
+    one_row = engine.plan("customers", queries=["SELECT segment, COUNT(*) FROM customers GROUP BY segment"],
+                          rho=engine.config.query_budget.rho)
+    assert [e[2] for e in cur.stderr] == pytest.approx([5 * one_row.per_query[0].stderr] * 16, rel=1e-6)
+    con.close()
