@@ -496,21 +496,21 @@ def _known(estimate: np.ndarray) -> np.ndarray | None:
 
 
 def cap_stderr(wide: np.ndarray, stderr: np.ndarray, baseline: float | None) -> np.ndarray:
-    """``interval_stderr``'s widening, kept within the query's per-query baseline.
+    """``interval_stderr``'s widening, kept within the query's per-query baseline where the
+    least-squares error itself is within it.
 
     The widening allows for the model's bias where non-negativity moves its answer off the
     least-squares one; next to a dense table it only repeats the two estimates' noise (they
     use the same releases differently), and an answer whose standard error the plan
     promised at or below the per-query baseline came out above it (issue 35 item 6: 20 of
-    31 adult counts, up to 1.9×).  The widening is therefore cut at the baseline b: the
-    reported error is min(widened, max(s, b)), never below the least-squares s.  Where the
-    cut binds the interval a ± Z95·b still covers a model answer whose bias is below
-    Z95·(b − s) — the per-query mechanism's own interval width — and far from binding
-    where the plan is well below its baselines (the flights destinations of issue 29:
-    s ≈ 0.3·b)."""
+    31 adult counts, up to 1.9×).  So where s ≤ b the reported error is min(widened, b):
+    the interval a ± Z95·b still covers a model answer whose bias is below Z95·(b − s).
+    Where s > b the plan made no such promise (a plan that leaves a query above its
+    baseline says so) and the widening is kept whole, as is every interval of a table without
+    workload (no baseline)."""
     if baseline is None or not np.isfinite(baseline):
         return wide
-    return np.minimum(wide, np.maximum(stderr, baseline))
+    return np.where(stderr <= baseline, np.minimum(wide, baseline), wide)
 
 
 class VarianceModel:

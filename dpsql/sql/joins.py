@@ -353,7 +353,7 @@ def star(tree: exp.Select, jt: JoinTree, stmt, catalog) -> tuple[exp.Select, Any
                                         f"table ({', '.join(sorted(keys))})", position=stmt.pos(e.node),
                                         hint="join each public table on one key column of the private table")
         root[e.right] = keys.pop()
-    used = _references(tree, jt, fact, root, stmt)
+    used = _references(tree, jt, stmt)
     joined: dict[str, JoinedAttribute] = {}
     for key in sorted({root[i] for i in root}, key=schema.column_names.index):
         attr = schema.attribute(key)
@@ -437,7 +437,9 @@ def _scope(tree: exp.Select):
             stack.append(child)
 
 
-def _references(tree, jt: JoinTree, fact: int, root: dict, stmt) -> set[tuple[int, str]]:
+def _references(tree, jt: JoinTree, stmt) -> set[tuple[int, str]]:
+    """(table index, column) of every column the statement's own scope reads: the joined
+    attributes hold per-cell values of these only."""
     out = set()
     for node in _scope(tree):
         if isinstance(node, exp.Column):

@@ -135,3 +135,16 @@ def test_join_workloads_plan_like_any_other(tmp_path):
     names = set(con.session.engine.catalog["flights"].column_names)
     assert all(set(b.clique) <= names for b in report.strategy.blocks)
     con.close()
+
+
+def test_labels_from_is_part_of_the_domain_and_a_dimension_edit_is_not(tmp_path):
+    """docs/privacy.md §7.4: editing the public column a domain reads its labels from changes
+    the domain's fingerprint (earlier releases become stale); editing a dimension that only
+    joins changes answers, not what was measured (the fingerprint stays)."""
+    from dpsql.domain import domain_fingerprint
+    before = domain_fingerprint(load_config(STAR / "dpsql.toml").tables["flights"])
+    config = _star_copy(tmp_path, {"airports.csv": ("DEN,Denver Intl,CO,5431", "DEN,Denver Intl,CO,5431\n"
+                                                                               "SEA,Seattle Tacoma Intl,WA,433")})
+    assert domain_fingerprint(load_config(config).tables["flights"]) != before
+    config = _star_copy(tmp_path, {"carriers.csv": ("B6,JetBlue Airways", "B6,JetBlue")})
+    assert domain_fingerprint(load_config(config).tables["flights"]) == before

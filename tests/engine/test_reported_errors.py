@@ -28,9 +28,12 @@ def test_cap_keeps_the_widening_within_the_baseline():
                            s, np.ones(4, bool))
     assert wide[0] == pytest.approx(10.0) and wide[2] == pytest.approx(10.0 + 4.0 / Z95)
     got = cap_stderr(wide, s, 12.0)
-    # never above the baseline by widening, never below the least-squares error itself
-    assert got == pytest.approx([10.0, 12.0, min(12.0, 10.0 + 4.0 / Z95), 30.0], rel=1e-12)
+    # never above the baseline by widening where the least-squares error is within it; where
+    # it is not (the plan promised nothing there), the widening is kept whole
+    assert got == pytest.approx([10.0, 12.0, min(12.0, 10.0 + 4.0 / Z95), wide[3]], rel=1e-12)
     assert np.array_equal(cap_stderr(wide, s, None), wide)
+    biased = interval_stderr(np.array([100.0]), np.array([160.0]), np.array([30.0]), np.ones(1, bool))
+    assert cap_stderr(biased, np.array([30.0]), 12.0)[0] == pytest.approx(30.0 + 60.0 / Z95)
 
 
 @pytest.mark.slow      # measures and fits the adult table (~5 CPU-s)
