@@ -24,8 +24,10 @@ if ! command -v chromium >/dev/null; then
         exit 2
     fi
 fi
-# the adult charts and probes, then a time-series chart on a table with a DATE column (issue 30)
+# the adult charts and probes, then a time-series chart on a table with a DATE column (issue 30),
+# then a chart over a join of the private table with a public dimension table (issue 31)
 status=0
 .venv/bin/python bicheck/drive.py "$@" || status=$?
 .venv/bin/python bicheck/time_chart.py "$@" || status=$?
+.venv/bin/python bicheck/star_chart.py "$@" || status=$?
 exit $status
