@@ -292,6 +292,31 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_bound(args) -> int:
+    """``dpsql bound --table T --epsilon E``: a private suggestion for T's max_rows."""
+    from dpsql.engine.people_bound import choose_bound
+    from dpsql.privacy.accountant import rho_exponential
+    if args.table is None:
+        raise errors.InterfaceError("name the view: dpsql bound --table NAME --epsilon E")
+    con, status = _connect(args)
+    engine = con.session.engine
+    epsilon, quantile = Fraction(args.epsilon), Fraction(args.quantile).limit_denominator(10_000)
+    cost = rho_exponential(epsilon)
+    status.clear()
+    delta = engine.config.budget.delta
+    if not args.yes and not _ask(f"Choosing the bound of {args.table} spends {_spend_text(cost, delta)} "
+                                 "(nothing if it was chosen before with these settings). Continue? [y/N] "):
+        print("nothing chosen, nothing spent")
+        return 1
+    choice = choose_bound(engine, args.table, epsilon, quantile, args.cap)
+    spent = "re-used, nothing spent" if choice.reused else f"spent {_spend_text(choice.rho, delta)}"
+    print(f"{args.table}: max_rows = {choice.max_rows} (of {', '.join(map(str, choice.candidates))}; aims to keep "
+          f"every row of {float(choice.quantile):.0%} of the persons); {spent}")
+    print(f"set it in [people.tables.{args.table}] max_rows (docs/config.md, \"People across tables\")")
+    con.close()
+    return 0
+
+
 def _ask(question: str) -> bool:
     """A yes/no question (on a terminal or from piped input); anything but yes is no, and
     so is the end of the input (``dpsql measure < /dev/null``)."""
@@ -633,6 +658,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fit", action="store_true",
                    help="do not fit the model now (the first query that needs it fits it instead)")
     p.set_defaults(func=cmd_measure)
+    p = common(sub.add_parser("bound", help="choose a people view's max_rows privately (spends budget)"))
+    p.add_argument("--epsilon", type=float, required=True, help="epsilon of the exponential mechanism")
+    p.add_argument("--quantile", type=float, default=0.9,
+                   help="keep every row of about this share of the persons (default 0.9)")
+    p.add_argument("--max", type=int, default=1024, dest="cap", help="largest candidate bound (default 1024)")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(func=cmd_bound)
     p = common(sub.add_parser("synth", help="write synthetic rows from the model (spends nothing)"))
     p.add_argument("--rows", "-n", type=int, help="number of rows (default: the model's estimated total)")
     p.add_argument("--out", "-o", required=True, help="output file: .csv or .parquet")

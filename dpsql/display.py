@@ -156,15 +156,16 @@ def _fixed(x: float, d: int) -> str:
     return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
 
 
-def plain(value) -> str:
-    """A key or exact value: integers with separators, other numbers with up to six
-    significant digits (no exponent below 10¹⁵)."""
+def plain(value, group: bool = True) -> str:
+    """A key or exact value: integers with separators (none when ``group`` is false), other
+    numbers with up to six significant digits (no exponent below 10¹⁵)."""
     if value is None:
         return NULL_TEXT
     if isinstance(value, bool):
         return str(value).lower()
+    sep = "," if group else ""
     if isinstance(value, numbers.Integral):
-        return f"{int(value):,}"
+        return f"{int(value):{sep}}"
     if isinstance(value, numbers.Real):
         v = float(value)
         if math.isnan(v):
@@ -172,11 +173,12 @@ def plain(value) -> str:
         if math.isinf(v):
             return "Infinity" if v > 0 else "-Infinity"
         if v == int(v) and abs(v) < 1e15:
-            return f"{v:,.0f}"
+            return f"{v:{sep}.0f}"
         if abs(v) >= 1e15 or abs(v) < 1e-4:
             return f"{v:.6g}"
         d = max(0, 5 - math.floor(math.log10(abs(v))))
-        return _fixed(v, d).rstrip("0").rstrip(".")
+        text = _fixed(v, d) if group else f"{v:.{d}f}"
+        return text.rstrip("0").rstrip(".")
     return str(value)
 
 
@@ -195,7 +197,9 @@ def format_cell(value, stderr, mode: str = "ci95", bound=None) -> tuple[str, str
     ``bound`` = (lower, upper) as ``in [lower, upper]`` instead of an error."""
     if value is None or stderr is None or isinstance(value, (str, bool)) \
             or not isinstance(value, numbers.Real):
-        return plain(value), "", False
+        # a key (or a value with no error) as PostgreSQL prints it: a year, a code or an
+        # EXTRACT(YEAR …) is 2013, not 2,013; separators are for values that carry an error
+        return plain(value, group=False), "", False
     if _is_nan(stderr):
         if bound is None or mode == "off":
             return plain(value), "", True

@@ -148,14 +148,21 @@ class MetaCommands:
         name = words[0] if words else ""
         if len(words) > 2:
             raise errors.ProgrammingError("\\d takes a table and at most one column", hint="e.g. \\d adult sex")
+        public = getattr(catalog, "public", {})
         if not name:
             rows = [(t, str(len(s.column_names)), f"{s.domain.size():,}") for t, s in sorted(catalog.items())]
-            self.shell.emit(["Private tables"]
-                            + render.grid_lines(["table", "columns", "domain cells"], rows, right=(1, 2)))
+            lines = ["Private tables"] + render.grid_lines(["table", "columns", "domain cells"], rows, right=(1, 2))
+            if public:
+                lines += ["", "Public tables (read exactly, at no privacy cost)"]
+                lines += render.grid_lines(["table", "columns"], [(t, str(len(p.columns)))
+                                                                  for t, p in sorted(public.items())], right=(1,))
+            self.shell.emit(lines)
             return True
+        if name not in catalog and name in public:
+            return self._describe_public(public[name], words[1:])
         if name not in catalog:
             raise errors.UnknownTableError(f"table {name!r} is not a private table of this configuration",
-                                           hint=f"tables: {', '.join(sorted(catalog))}")
+                                           hint=f"tables: {', '.join(sorted(catalog) + sorted(public))}")
         schema = catalog[name]
         if len(words) == 2:
             return self._describe_column(name, schema, words[1])
@@ -184,6 +191,16 @@ class MetaCommands:
                     "shows it as '(other)').")
             lines += [""] + textwrap.wrap(note, max(40, self.shell.screen_columns() - 1))
         self.shell.emit(lines)
+        return True
+
+    def _describe_public(self, table, columns: list[str]) -> bool:
+        """``\\d DIM [COLUMN]`` for a public table: its columns and their real types (public metadata)."""
+        shown = [c for c in table.columns if not columns or c.name.lower() == columns[0].lower()]
+        if not shown:
+            raise errors.UnknownColumnError(f"table {table.name!r} has no column {columns[0]!r}",
+                                            hint=f"columns: {', '.join(c.name for c in table.columns)}")
+        lines = [f"Public table {table.name!r}: read exactly, at no privacy cost"]
+        self.shell.emit(lines + render.grid_lines(["column", "type"], [(c.name, c.type) for c in shown]))
         return True
 
     def _describe_column(self, table: str, schema, column: str) -> bool:

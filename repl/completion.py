@@ -57,7 +57,12 @@ class SqlCompleter(Completer):
     # -- SQL -----------------------------------------------------------------------------
     def _sql(self, before: str, statement: str) -> Iterable[Completion]:
         catalog = self.catalog()
+        # every table's column names: the private tables' and the public tables' (public metadata)
+        names = {t: list(s.column_names) for t, s in catalog.items()}
+        names.update({t: [c.name for c in p.columns] for t, p in getattr(catalog, "public", {}).items()
+                      if t not in names})
         mentioned = [t for t in _TABLE_REF.findall(statement) if t in catalog]
+        named = [t for t in _TABLE_REF.findall(statement) if t in names]
         start = string_start(before)
         if start is not None:
             yield from self._labels_in_string(before, start, catalog, mentioned)
@@ -68,8 +73,8 @@ class SqlCompleter(Completer):
         if head.endswith(".") and not partial.startswith("."):
             qualifier = _WORD.search(head[:-1].rstrip('"'))
             table = qualifier.group() if qualifier else None
-            if table in catalog:
-                yield from self._names(partial, catalog[table].column_names, "column")
+            if table in names:
+                yield from self._names(partial, names[table], "column")
             return
         column = self._compared_column(head, catalog, mentioned)
         if column is not None and not partial:
@@ -80,17 +85,17 @@ class SqlCompleter(Completer):
             return
         last = _LAST_KEYWORD.findall(head)
         if last and last[-1].upper() in ("FROM", "JOIN", "INTO", "TABLE") and _after_last_keyword_is_blank(head):
-            yield from self._names(partial, sorted(catalog), "table")
+            yield from self._names(partial, sorted(names), "table")
             return
         columns: list[str] = []
-        for t in (mentioned or sorted(catalog)):
-            for c in catalog[t].column_names:
+        for t in (named or sorted(names)):
+            for c in names[t]:
                 if c not in columns:
                     columns.append(c)
         yield from self._names(partial, columns, "column")
         yield from self._words(partial, FUNCTIONS, "function", suffix="(")
         yield from self._words(partial, KEYWORDS, "keyword")
-        yield from self._names(partial, sorted(catalog), "table")
+        yield from self._names(partial, sorted(names), "table")
 
     def _labels_in_string(self, before: str, start: int, catalog, mentioned) -> Iterable[Completion]:
         partial = before[start + 1:].replace("''", "'")

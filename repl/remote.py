@@ -34,6 +34,7 @@ from dpsql import errors
 from dpsql.domain import Categorical, IntegerRange, Numeric, TableSchema
 from dpsql.engine.session import Column, Result
 from dpsql.engine.variance import Z95
+from dpsql.public import PublicColumn, PublicTable, StarCatalog
 
 #: Meta-commands that need the engine in process (the operator's), refused over the wire.
 OPERATOR_ONLY = {"measure": "measuring spends the workload budget",
@@ -96,9 +97,14 @@ def remote_catalog(client) -> dict[str, TableSchema]:
     except errors.Error:
         return {}
     tables: dict[str, list] = {}
+    public: dict[str, list] = {}
     for row in reply.rows:
-        tables.setdefault(row[0], []).append(_attribute(*row[1:]))
-    return {name: TableSchema(name, tuple(attrs)) for name, attrs in tables.items()}
+        if row[2] == "public":      # a public table's column: its name and real type, no domain
+            public.setdefault(row[0], []).append(PublicColumn(row[1], row[11]))
+        else:
+            tables.setdefault(row[0], []).append(_attribute(*row[1:]))
+    return StarCatalog({name: TableSchema(name, tuple(attrs)) for name, attrs in tables.items()},
+                       public={name: PublicTable(name, tuple(cols), ()) for name, cols in public.items()})
 
 
 def _value_columns(names: list[str]) -> tuple[int, list[int], bool]:

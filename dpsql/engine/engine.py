@@ -314,7 +314,8 @@ class Engine:
                     if table not in current:
                         current[table] = self.identity(table)
                     ident = current[table]
-                    ok = entry.key.startswith(ident.key() + ":")
+                    # a bound chosen for a people view (people_bound) is keyed "bound:<identity>:…"
+                    ok = entry.key.removeprefix("bound:").startswith(ident.key() + ":")
                     reasons = () if ok else tuple(ident.differences(mech.get("identity")))
                     if not ok and not reasons:
                         reasons = ("measured under another identity",)

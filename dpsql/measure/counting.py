@@ -464,6 +464,30 @@ class SqlBackend(ABC):
                               what="the measurement query")
         return decode_offsets(rows, used, maximal, summed, requests, schema.domain)
 
+    def contributions(self, schema: TableSchema, cap: int) -> np.ndarray:
+        """Exact histogram of a person view's persons by their rows, capped: ``out[n]`` is
+        the number of persons with min(rows, cap) = n (n ≥ 1).  Private counts: only the
+        exponential mechanism reads them (``dpsql.engine.people_bound``)."""
+        source = self._source(schema.name)
+        if source.view is None:
+            raise ConfigError(f"table {schema.name!r} is not a view of a people schema")
+        with self._lock:
+            columns = self.check_schema(schema)
+            with self._read_source(schema.name, source, None) as rd:
+                cells = self.cells_query(schema, columns, rd.scan, bounded=False)
+                per = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"))
+                       .from_(exp.alias_(exp.Subquery(this=cells), "__rows"))
+                       .where(exp.Not(this=exp.Is(this=exp.column(sqlgen.ID), expression=exp.Null())))
+                       .group_by(exp.column(sqlgen.ID)))
+                capped = exp.Least(this=exp.column("n"), expressions=[exp.Literal.number(int(cap))])
+                query = (exp.select(exp.alias_(capped, "m"), exp.alias_(exp.Count(this=exp.Star()), "p"))
+                         .from_(exp.alias_(exp.Subquery(this=per), "__per")).group_by(exp.column("m")))
+                rows = rd.run(query, what="counting rows per person")
+        out = np.zeros(int(cap) + 1, dtype=np.int64)
+        for m, p in rows:
+            out[int(m)] += int(p)
+        return out
+
     # -- operator data check (local only: never reachable by analysts) --------------------------
     def data_check(self, schema: TableSchema, examples: int = 5) -> DataCheck:
         """Per column, how many values landed where (``reader.STATUSES``), with a few example

@@ -79,6 +79,9 @@ class Router:
     def check_schema(self, schema: TableSchema) -> dict[str, str]:
         return self.backend(schema.name).check_schema(schema)
 
+    def contributions(self, schema: TableSchema, cap: int) -> np.ndarray:
+        return self.backend(schema.name).contributions(schema, cap)
+
     def data_check(self, schema: TableSchema, examples: int = 5):
         return self.backend(schema.name).data_check(schema, examples)
 

@@ -72,6 +72,16 @@ def _column_row(table: str, position: int, attr) -> str:
     return "(" + ", ".join(_value(v, t) for v, (_, t) in zip(values, COLUMNS_VIEW_COLUMNS)) + ")"
 
 
+def _public_column_row(table: str, position: int, public, column) -> str:
+    """One row of ``dpsql_columns`` for a public table's column: its real type, kind ``public``
+    and no domain (its values are the public rows themselves, read exactly)."""
+    at = position - 1
+    nullable = any(row[at] is None for row in public.rows)    # public rows: no privacy at stake
+    values = (table, column.name, position, column.type, "public", nullable, None, None, None, None, None, None,
+              None, "public table column: exact values, at no privacy cost")
+    return "(" + ", ".join(_value(v, t) for v, (_, t) in zip(values, COLUMNS_VIEW_COLUMNS)) + ")"
+
+
 def schema_ddl(catalog) -> list[str]:
     """``CREATE TABLE`` statements for the public schema of every private table, a comment on
     each column with its declared domain (psql's ``\\d+``), and the ``dpsql_columns`` view
@@ -99,11 +109,13 @@ def schema_ddl(catalog) -> list[str]:
         out.append(f"COMMENT ON TABLE public.{ident(name)} IS "
                    "'dpsql public table: read exactly, at no privacy cost; joins with the private table on its "
                    "declared keys'")
+        for position, column in enumerate(table.columns, 1):
+            rows.append(_public_column_row(name, position, table, column))
     if rows and COLUMNS_VIEW not in catalog:
         names = ", ".join(n for n, _ in COLUMNS_VIEW_COLUMNS)
         out.append(f"CREATE VIEW public.{COLUMNS_VIEW} AS SELECT * FROM (VALUES {', '.join(rows)}) AS d({names})")
         out.append(f"COMMENT ON VIEW public.{COLUMNS_VIEW} IS 'the declared (public) domain of every column of "
-                   "the private tables: types, bounds, bins, labels'")
+                   "the private tables: types, bounds, bins, labels; and the public tables'' columns (kind public)'")
     if rows and BUDGET_VIEW not in catalog:
         # its columns for psql's \d and BI tools' reflection; no row: the router puts the connection's
         # own budget into every statement that reads it (router.budget_sql)

@@ -113,3 +113,21 @@ def test_lexer_splits_multi_line_tokens_by_line():
     assert get_line(1)[0] == ("class:sql.string", "b'")
     assert "".join(t for _, t in get_line(1)) == "b' FROM t"
     assert get_line(5) == []
+
+
+def test_public_tables_and_their_columns_are_completed():
+    """Issue 31: a public dimension's name and columns are public metadata, offered like a private table's."""
+    from dpsql.public import PublicColumn, PublicTable, StarCatalog
+    star = StarCatalog(adult_catalog(), public={"countries": PublicTable(
+        "countries", (PublicColumn("code", "text"), PublicColumn("population", "bigint")), ())})
+
+    def names(text):
+        completer = SqlCompleter(lambda: star, completion_table())
+        doc = Document(text, len(text))
+        return [c.text for c in completer.get_completions(doc, CompleteEvent(completion_requested=True))]
+
+    assert "countries" in names("SELECT COUNT(*) FROM adult JOIN coun")
+    assert names("SELECT countries.po") == ["population"]
+    assert "population" in names("SELECT COUNT(*) FROM adult a JOIN countries c ON a.native_country = c.code "
+                                 "GROUP BY popu")
+    assert "population" not in names("SELECT COUNT(*) FROM adult GROUP BY popu")

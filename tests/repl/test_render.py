@@ -47,7 +47,13 @@ def test_error_modes():
 def test_cell_formatting_edge_cases():
     assert render.format_cell(None, None, "ci95") == (render.NULL_TEXT, "", False)
     assert render.format_cell("Male", None, "ci95") == ("Male", "", False)
-    assert render.format_cell(1234567, None, "ci95") == ("1,234,567", "", False)
+    # a key (no error) as PostgreSQL prints it: EXTRACT(YEAR …) or an integer year column is
+    # 2013, not 2,013 (issue 30's report); separators stay for values that carry an error
+    assert render.format_cell(1234567, None, "ci95") == ("1234567", "", False)
+    assert render.format_cell(2013, None, "ci95") == ("2013", "", False)
+    assert render.format_cell(2013.0, None, "ci95") == ("2013", "", False)
+    assert render.format_cell(1050.5, None, "ci95") == ("1050.5", "", False)
+    assert render.format_cell(1234567, 10.0, "ci95")[0] == "1,234,567"
     assert render.format_cell(12.0, math.nan, "ci95") == ("12", "", True)
     text, err, _ = render.format_cell(21790.0000004, 1e-4, "ci95")
     assert float(text.replace(",", "")) == 21790.0 and err == "± 0.00020"
@@ -126,7 +132,7 @@ def test_grid_lines():
 
 def test_numpy_values_format_like_python_numbers():
     import numpy as np
-    assert render.format_cell(np.int64(1234), None, "ci95") == ("1,234", "", False)
+    assert render.format_cell(np.int64(1234), None, "ci95") == ("1234", "", False)
     assert render.format_cell(np.float64(12.0), np.float64(math.nan), "ci95") == ("12", "", True)
     assert render.format_cell(np.float32(100.0), np.float32(5.0), "stderr") == ("100.0", "± 5.0", False)
 

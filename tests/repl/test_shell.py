@@ -110,6 +110,29 @@ def test_describe_summarises_a_long_domain_and_explains_the_other_cell():
     assert "ERROR [42703]" in out and "columns: carrier, dest" in out
 
 
+def _star_catalog():
+    """adult beside a public dimension table (issue 31: public tables are public metadata)."""
+    from dpsql.public import PublicColumn, PublicTable, StarCatalog
+    from fakes import adult_catalog
+    return StarCatalog(adult_catalog(), public={"countries": PublicTable(
+        "countries", (PublicColumn("native_country", "text"), PublicColumn("population", "bigint")),
+        (("Germany", 83_000_000), ("Peru", None)))})
+
+
+def test_describe_lists_public_tables_with_their_real_types():
+    s = _session()
+    s.engine.catalog = _star_catalog()
+    out = run_keys(FakeConnection(s), "\\d" + ENTER + "\\d countries" + ENTER + "\\d countries population" + ENTER)
+    assert "Public tables (read exactly, at no privacy cost)" in out
+    assert any(line.split("|")[0].strip() == "countries" and line.split("|")[1].strip() == "2"
+               for line in out.splitlines() if "|" in line)
+    assert "Public table 'countries': read exactly, at no privacy cost" in out
+    grid = [[c.strip() for c in line.split("|")] for line in out.splitlines() if "|" in line]
+    assert ["native_country", "text"] in grid and grid.count(["population", "bigint"]) == 2
+    out = run_keys(FakeConnection(s), "\\d countries nosuch" + ENTER)
+    assert "ERROR [42703]" in out and "columns: native_country, population" in out
+
+
 def test_describe_an_unknown_table_is_an_error():
     out = run_keys(FakeConnection(_session()), "\\d nosuch" + ENTER)
     assert "ERROR [42P01]: table 'nosuch' is not a private table" in out

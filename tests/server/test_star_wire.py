@@ -67,6 +67,41 @@ def test_public_tables_are_in_the_catalog_with_their_types(star_server):
     assert {"flights", "carriers", "alliances", "airports", "states"} <= tables
 
 
+def test_dpsql_columns_lists_public_tables_columns(star_server):
+    """The catalog view lists the public tables' columns too, with their real types and kind
+    ``public`` (public metadata; no domain: their values are the rows, read exactly)."""
+    conn, _, thread = star_server
+    if thread.server.shadow is None:
+        pytest.skip("no PostgreSQL binaries for the catalog")
+    rows = bounded(lambda: conn.execute(
+        "SELECT table_name, column_name, ordinal_position, data_type, kind, cells, labels FROM dpsql_columns "
+        "WHERE table_name IN ('airports', 'carriers') ORDER BY table_name, ordinal_position").fetchall())
+    assert rows == [("airports", "faa", 1, "text", "public", None, None),
+                    ("airports", "name", 2, "text", "public", None, None),
+                    ("airports", "state", 3, "text", "public", None, None),
+                    ("airports", "alt", 4, "bigint", "public", None, None),
+                    ("carriers", "carrier", 1, "text", "public", None, None),
+                    ("carriers", "name", 2, "text", "public", None, None)]
+    kinds = {r[0] for r in bounded(lambda: conn.execute(
+        "SELECT DISTINCT kind FROM dpsql_columns WHERE table_name = 'flights'").fetchall())}
+    assert "public" not in kinds
+
+
+def test_the_remote_shell_catalog_has_the_public_tables_beside_the_private(star_server):
+    """``dpsql shell --connect`` rebuilds its catalog from ``dpsql_columns``: the public tables
+    come back as public (names and types, for ``\\d`` and completion), not as private tables."""
+    from types import SimpleNamespace
+    from repl.remote import remote_catalog
+    conn, _, thread = star_server
+    if thread.server.shadow is None:
+        pytest.skip("no PostgreSQL binaries for the catalog")
+    client = SimpleNamespace(execute=lambda sql: SimpleNamespace(rows=bounded(lambda: conn.execute(sql).fetchall())))
+    catalog = remote_catalog(client)
+    assert sorted(catalog) == ["flights"]
+    assert [(c.name, c.type) for c in catalog.public["airports"].columns] == [
+        ("faa", "text"), ("name", "text"), ("state", "text"), ("alt", "bigint")]
+
+
 def test_a_preview_of_a_public_table_is_exact(star_server):
     conn, local, _ = star_server
     got = bounded(lambda: conn.execute("SELECT * FROM airports ORDER BY faa LIMIT 3").fetchall())
