@@ -107,6 +107,7 @@ def test_planning_decomposes_no_matrix_of_the_large_column(tmp_path, monkeypatch
     assert report.per_query[1].floor is not None
 
 
+@pytest.mark.slow      # plans twice, once through the eigendecompositions (~2.5 s)
 def test_the_closed_forms_plan_what_the_general_path_plans(tmp_path, monkeypatch):
     fast = plan(config(tmp_path / "fast"))
     monkeypatch.setattr(gram, "SPAN_CELLS", 10 ** 9)      # every gram takes the general path
