@@ -536,6 +536,12 @@ class PublicDatabase:
                 raise ConfigError(f"public table {name!r}: cannot read {source.path}: {str(exc).splitlines()[0]}",
                                   hint="a public table is read with DuckDB's readers (CSV with a header, "
                                        "Parquet, a DuckDB table)") from None
+            finally:
+                # a DuckDB file may hold private tables beside the public one: once copied it is
+                # detached, so no statement run here can reach them, whatever it names (the
+                # syntax check joins.reads_only_public is then not the only guard)
+                if source.kind == "duckdb":
+                    self._con.execute(f"DETACH public_{len(self.tables)}")   # attached by _scan
             described = self._con.execute(f"DESCRIBE {ident}").fetchall()
             rows = self._con.execute(f"SELECT * FROM {ident}").fetchall()
             columns = tuple(PublicColumn(str(r[0]), _pg_type(str(r[1]))) for r in described)

@@ -457,7 +457,8 @@ class SqlBackend(ABC):
         source = self._source(schema.name)
         with self._lock:
             columns = self.check_schema(schema)
-            with self._read(schema.name, source, expect) as rd:
+            # _read_source, as count_marginals: a person view's scan is its join (issue 32)
+            with self._read_source(schema.name, source, expect) as rd:
                 cells = self.cells_query(schema, columns, rd.scan, offsets=offset_attributes(schema, requests))
                 query, used, maximal, summed = self.offsets_query(schema, requests, cells)
                 rows = rd.run(query, (source.hash_key or "") if source.id_column else None,

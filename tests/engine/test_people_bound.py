@@ -15,7 +15,7 @@ import shop  # noqa: E402
 
 import dpsql  # noqa: E402
 from dpsql.engine.people_bound import bound_scores, candidates, choose_bound  # noqa: E402
-from dpsql.errors import ProgrammingError  # noqa: E402
+from dpsql.errors import BudgetExhaustedError, ProgrammingError  # noqa: E402
 from dpsql.privacy.noise import SeededBitSource  # noqa: E402
 
 
@@ -74,6 +74,42 @@ def test_the_bound_is_the_quantile_at_a_huge_epsilon_and_costs_epsilon_squared_o
     assert again.reused and again.rho == 0 and again.max_rows == best
     assert engine.ledger.spent() == choice.rho
     assert [(r.table, r.purpose, r.current) for r in engine.releases()] == [("orders", "bound", True)]
+
+
+def test_a_bound_over_the_budget_is_refused_before_any_row_is_read(con, monkeypatch):
+    """Review finding: the contributions were counted before the ledger refused the charge."""
+    c, _ = con
+    engine = c.session.engine
+    read = []
+    monkeypatch.setattr(engine.backend, "contributions", lambda *a, **k: read.append(a) or [0] * 65)
+    with pytest.raises(BudgetExhaustedError):
+        choose_bound(engine, "orders", Fraction(1000), cap=64)   # rho = 125,000 > 2,000
+    assert read == [] and engine.ledger.spent() == 0
+
+
+def test_an_interrupted_bound_is_completed_under_its_charge_not_paid_twice(con, monkeypatch):
+    """Review finding: a process dying between the charge and the release left the charge
+    without a release, and the next run charged again."""
+    c, _ = con
+    engine = c.session.engine
+    calls = []
+
+    def die(*a, **k):
+        calls.append(1)
+        raise KeyboardInterrupt   # the process dies after the charge, before the release
+
+    import dpsql.engine.people_bound as pb
+    monkeypatch.setattr(pb, "exponential_mechanism", die)
+    with pytest.raises(KeyboardInterrupt):
+        choose_bound(engine, "orders", Fraction(1), cap=64)
+    assert calls and engine.ledger.spent() == Fraction(1, 8)
+    monkeypatch.undo()
+    choice = choose_bound(engine, "orders", Fraction(1), cap=64, rng=SeededBitSource(3))
+    assert engine.ledger.spent() == Fraction(1, 8)          # not charged a second time
+    charges = [e for e in engine.ledger.entries() if e.kind == "charge"]
+    releases = [e for e in engine.ledger.entries() if e.kind == "release"]
+    assert len(charges) == 1 and [r.charge_id for r in releases] == [charges[0].seq]
+    assert choice.max_rows in candidates(64)
 
 
 def test_no_bound_for_the_person_table_or_an_ordinary_table(con, adult_config):

@@ -125,3 +125,26 @@ def test_private_tables_on_two_branches_are_refused(shop_files, tmp_path):
         compile_sql("SELECT COUNT(*) FROM customers c JOIN orders o ON o.custkey = c.custkey "
                     "JOIN returns r ON r.custkey = c.custkey", engine.catalog)
     assert info.value.hint
+
+
+def test_a_sum_over_wide_bins_on_a_view_measures_its_offsets_over_the_view(shop_files, tmp_path):
+    """Review finding: the binning offsets were summed over the first hop's own source, not
+    the view's join, so any people view with SUM/AVG over a wide-binned column failed to
+    measure (``a parquet source has no local file``)."""
+    tmp, files = shop_files
+    sql = f"SELECT l.flag, SUM(l.qty) FROM {JOIN_COL} GROUP BY l.flag"
+    spec = shop.config(tmp_path, {t: {"parquet": str(p)} for t, p in files.items()},
+                       bounds={"orders": 20, "lineitem": 200}, workload={"queries": [sql]}, policy="refuse")
+    domain = tmp_path / "shop.toml"
+    domain.write_text(domain.read_text().replace("lo = 1\nhi = 50\n", "lo = 1\nhi = 50\nbin_width = 10\n"))
+    con = dpsql.connect(spec, budget={"epsilon": 1e7, "delta": 1e-6})
+    for view in con.session.engine.view_shares(con.session.engine.workload_rho()):
+        con.session.measure(view)
+    cur = con.cursor()
+    cur.execute("SET dpsql.estimator = 'least_squares'")
+    cur.execute(sql)
+    got = {r[0]: (r[1], e[1]) for r, e in zip(cur.fetchall(), cur.stderr)}
+    for flag, exact in _exact(files, sql):
+        value, se = got[flag]
+        assert abs(value - float(exact)) <= 6 * se + 1e-6, (flag, value, exact, se)
+    con.close()

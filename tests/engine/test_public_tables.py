@@ -148,3 +148,25 @@ def test_labels_from_is_part_of_the_domain_and_a_dimension_edit_is_not(tmp_path)
     assert domain_fingerprint(load_config(config).tables["flights"]) != before
     config = _star_copy(tmp_path, {"carriers.csv": ("B6,JetBlue Airways", "B6,JetBlue")})
     assert domain_fingerprint(load_config(config).tables["flights"]) == before
+
+
+def test_a_duckdb_public_table_leaves_nothing_else_of_its_file_reachable(tmp_path):
+    """Review finding: a public table read from a DuckDB file kept the whole file attached
+    (as public_0), so a statement naming public_0.main.secret reached the private rows if the
+    syntax check let it through; the file is now detached once the table is copied."""
+    import duckdb
+
+    from dpsql.measure.backend import PublicDatabase
+    from dpsql.measure.source import Source
+
+    path = tmp_path / "warehouse.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE carriers AS SELECT * FROM (VALUES ('AA', 'American')) t(carrier, name)")
+    con.execute("CREATE TABLE secret AS SELECT 42 AS salary")
+    con.close()
+    db = PublicDatabase({"carriers": Source.from_config({"duckdb": str(path), "table": "carriers"}, tmp_path)})
+    assert db.query("SELECT * FROM carriers")[1] == [("AA", "American")]
+    for sql in ("SELECT * FROM public_0.main.secret", "SELECT * FROM public_0.secret"):
+        with pytest.raises(Exception) as info:
+            db.query(sql)
+        assert "42" not in str(info.value)
