@@ -21,8 +21,10 @@ two private tables on columns that are not a declared key pair, private tables o
 branches (orders and payments of the same customer: each person would be counted once per
 *pair* of their rows, without bound), a table on the path skipped (customers joined to
 lineitem directly), LEFT/RIGHT/FULL joins between private tables (a person without rows
-would add a row no view holds), and COUNT(DISTINCT …) of a key (persons, not rows: no view
-of rows answers it).  The catalog's ``people`` (the engine's ``PeopleSchema``) is read by
+would add a row no view holds), and COUNT(DISTINCT …) of anything but the person's key with
+conditions on the person's own columns (``COUNT(DISTINCT c.custkey)`` is answered from the
+person view's 0/1 flags ``orders__exists``, sensitivity 1; a child table's columns in such a
+statement are refused).  The catalog's ``people`` (the engine's ``PeopleSchema``) is read by
 duck typing: this package imports nothing above it.
 """
 
