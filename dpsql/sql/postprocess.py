@@ -38,7 +38,7 @@ from sqlglot import exp
 
 from dpsql.errors import DataError, InterfaceError, PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import columns_in, literal_value, position_literal, snippet
+from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal, snippet
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
 
 __all__ = ["AggPlan", "Program", "Restriction", "to_ir", "int_ir", "run_program", "evaluate_program",
@@ -149,6 +149,15 @@ def to_ir(node, low):
             "a bare private column would reveal individual rows",
             position=low.pos(node, node.name),
             hint=f"aggregate it (e.g. COUNT(*), AVG({attr.name})) or add it to GROUP BY")
+    if isinstance(node, DimRef):
+        # a joined table's column (or a joined key), neither grouped nor aggregated: one value
+        # per row of the private table, refused as a bare private column is (not as an
+        # unknown function: the rewrite's node is not something the user wrote)
+        raise PrivacyViolationError(
+            f"column \"{node.shown}\" must appear in GROUP BY or be used in an aggregate function: "
+            "a bare column of a joined row would reveal individual rows of the private table",
+            position=low.pos(node),
+            hint=f"add it to GROUP BY (GROUP BY {node.shown}) or aggregate (e.g. COUNT(*))")
     if type(node) in _BINARY:
         args = [to_ir(node.this, low), to_ir(node.expression, low)]
         if isinstance(node, exp.Div) and node.args.get("typed") and all(int_ir(a, low) for a in args):
