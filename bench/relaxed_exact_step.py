@@ -124,7 +124,7 @@ def pairs(name: str, k: int, eps: float, records: int = 100_000, identity: bool 
 def run(spec: str, eps: float) -> dict:
     import scipy.sparse.linalg as spla
 
-    from dpsql.engine.engine import FIT_GAP
+    from dpsql.engine.fitting import FIT_GAP
     from dpsql.linalg.threads import one_blas_thread
     from dpsql.pgm import relaxed, relaxed_polish
     from dpsql.pgm.auto import fit

@@ -49,7 +49,7 @@ from relaxed_exact_step import replay  # noqa: E402
 
 
 def fit_engine(dom, ms, exact_after=None):
-    from dpsql.engine.engine import FIT_GAP
+    from dpsql.engine.fitting import FIT_GAP
     from dpsql.linalg.threads import one_blas_thread
     from dpsql.pgm.auto import fit
 

@@ -135,7 +135,7 @@ def answer_all(model, pairs) -> tuple[dict, float]:
 
 def run_dpsql(dom, ms, pairs, method: str, cpu_limit: float) -> dict:
     """The engine's fit call (``Engine._fit``'s arguments), ``method`` "auto" or "relaxed"."""
-    from dpsql.engine.engine import FIT_GAP, LARGE_EXACT_MODEL
+    from dpsql.engine.fitting import FIT_GAP, LARGE_EXACT_MODEL
     from dpsql.linalg.threads import one_blas_thread
     from dpsql.pgm.auto import fit
 

@@ -299,7 +299,7 @@ def test_quantiles_carry_a_standard_error(tmp_path):
 
 @pytest.mark.parametrize("large", [False, True])
 def test_large_exact_models_stop_at_the_discrepancy_principle(tmp_path, monkeypatch, large):
-    import dpsql.engine.engine as engine_module
+    import dpsql.engine.fitting as engine_module  # LARGE_EXACT_MODEL is read by ModelFitting._fit
 
     if large:
         monkeypatch.setattr(engine_module, "LARGE_EXACT_MODEL", 0)

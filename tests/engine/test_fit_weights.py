@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dpsql.engine.engine as engine_module
+import dpsql.engine.fitting as engine_module  # the fit is called from ModelFitting._fit
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
 from dpsql.engine.session import Session
