@@ -133,7 +133,7 @@ def bin_keys(sql: str, table: str, domain_file: Path | None = None) -> str:
     above it, values beyond the range in the end bins)."""
     if table != "diamonds" or ", COUNT(*)" not in sql:
         return sql
-    from dpsql.domain import load_domain
+    from dpsql.domain_file import load_domain
     schema = load_domain(domain_file)[table]
     for col in ("carat", "price"):
         if f" {col}, COUNT(*)" not in sql:

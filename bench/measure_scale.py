@@ -39,7 +39,7 @@ OUT = ROOT / "bench" / "out"
 sys.path.insert(0, str(ROOT / "tests" / "measure"))
 import engines  # noqa: E402  (the cross-engine test fixtures: PgServer, Spark session, typed adult)
 
-from dpsql.domain import load_domain  # noqa: E402
+from dpsql.domain_file import load_domain  # noqa: E402
 
 ADULT_ROWS = 48_842
 SCHEMA = load_domain(engines.ADULT_DIR / "adult.toml")["adult"]

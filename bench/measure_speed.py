@@ -21,7 +21,7 @@ from pathlib import Path
 
 import duckdb
 
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 from dpsql.measure.backend import DuckDBBackend, Source
 
 ROOT = Path(__file__).resolve().parents[1]

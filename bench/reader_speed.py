@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 from dpsql.measure.cellsql import index_sql
 from dpsql.measure.backend import DuckDBBackend
 from dpsql.measure.source import Source

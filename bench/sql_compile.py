@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 from dpsql.sql import compile as compile_sql
 
 TARGET_MS = 5.0

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import sqlglot
 
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 from dpsql.errors import Error
 from dpsql.sql import compile as compile_sql
 

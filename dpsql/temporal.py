@@ -23,6 +23,7 @@ unlike an integer's clamped end bins) and text that is not ISO 8601.  Public met
 from __future__ import annotations
 
 import bisect
+from abc import abstractmethod
 import datetime as dt
 import re
 from dataclasses import dataclass, field
@@ -82,8 +83,9 @@ class Temporal(Attribute):
             nxt = advance(nxt, bin)
         object.__setattr__(self, "_starts", tuple(starts))
 
+    @abstractmethod
     def _bounds_of(self, lo: Any, hi: Any) -> tuple[Any, Any, Any]:
-        raise NotImplementedError
+        """(lo, hi, the end instant) of the declared period as this kind's values."""
 
     # --- cells ----------------------------------------------------------------------------
     @property
@@ -128,9 +130,9 @@ class Temporal(Attribute):
         return None          # no SUM or AVG of a date
 
     # --- values ---------------------------------------------------------------------------
+    @abstractmethod
     def wall_value(self, value: Any) -> Any:
         """A Python value as a point of this axis (wall time), or None when it is not one."""
-        raise NotImplementedError
 
     def index_of(self, value: Any) -> int:
         if value is None:
@@ -277,6 +279,9 @@ class TimestampRange(Temporal):
     python_type = dt.datetime
     sql_type = "TIMESTAMP"
     _step = _ONE_MICRO
+
+    def identity_extra(self) -> tuple[Any, ...]:
+        return (self.timezone,)   # the same instants in another zone land in other cells
 
     def __init__(self, name: str, lo: Any, hi: Any, bin: str = "hour", nullable: bool = False,
                  timezone: str = "UTC") -> None:

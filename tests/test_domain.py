@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql.domain import (OTHER_LABEL, Categorical, Domain, IntegerRange, Numeric, TableSchema,
-                          load_domain, load_table_schemas)
+from dpsql.domain import OTHER_LABEL, Categorical, Domain, IntegerRange, Numeric, TableSchema
+from dpsql.domain_file import load_domain, load_table_schemas
 from dpsql.errors import ConfigError, DomainViolationError, UnknownColumnError, UnsupportedQueryError
 
 ADULT_TOML = Path(__file__).resolve().parent.parent / "examples" / "adult" / "adult.toml"

@@ -17,7 +17,8 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from dpsql.domain import Categorical, IntegerRange, Numeric, load_domain
+from dpsql.domain import Categorical, IntegerRange, Numeric
+from dpsql.domain_file import load_domain
 from dpsql.measure.cellsql import index_sql
 
 ADULT_TOML = Path(__file__).resolve().parent.parent / "examples" / "adult" / "adult.toml"

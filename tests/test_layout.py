@@ -52,7 +52,10 @@ def test_the_engine_never_imports_a_front_end():
 
 
 def test_no_two_files_import_each_other():
-    modules = {_module(p): p for p in _files()}
+    """Across the whole package (lazy and TYPE_CHECKING imports count): dpsql.domain imported
+    dpsql.temporal inside a function and dpsql.measure.source and .views named each other
+    for annotations (the shared piece moved down: dpsql/domain_file.py, views.HopSource)."""
+    modules = {_module(p): p for d in ("dpsql", "repl") for p in (ROOT / d).rglob("*.py")}
     graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
     pairs = sorted({tuple(sorted((a, b))) for a, deps in graph.items() for b in deps if a in graph.get(b, ())})
     assert not pairs, pairs

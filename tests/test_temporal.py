@@ -8,7 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from dpsql.domain import domain_fingerprint, load_domain, TableSchema
+from dpsql.domain import domain_fingerprint, TableSchema
+from dpsql.domain_file import load_domain
 from dpsql.errors import ConfigError, DomainViolationError
 from dpsql.temporal import DateRange, TimestampRange
 from dpsql.timeaxis import Interval, extract, parse_date, parse_interval, parse_timestamp, truncate

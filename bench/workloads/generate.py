@@ -32,7 +32,7 @@ SEED = 20261122
 RANGE_QUERIES = 200
 
 sys.path.insert(0, str(ROOT))
-from dpsql.domain import load_domain  # noqa: E402  (public metadata only)
+from dpsql.domain_file import load_domain  # noqa: E402  (public metadata only)
 
 DOMAINS = {
     "adult": ROOT / "examples" / "adult" / "adult.toml",

@@ -20,7 +20,8 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from dpsql.domain import TableSchema, check_keys, load_domain
+from dpsql.domain import TableSchema, check_keys
+from dpsql.domain_file import load_domain
 from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public
 from dpsql.errors import ConfigError
 from dpsql.engine.people import PeopleSchema, people_views

@@ -180,7 +180,7 @@ class Source:
     conf: tuple = ()                # spark: ((key, value), ...) session settings
     # a people schema's view: the join path from the person to this table, read from the
     # hops' own sources (dpsql.measure.views); kind is then the hops' kind
-    view: View | None = None
+    view: View[Source] | None = None
 
     @staticmethod
     def from_config(spec: Mapping, base: Path, where: str = "source") -> Source:

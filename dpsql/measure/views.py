@@ -26,12 +26,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from dpsql.sql.syntax import exp
 
-if TYPE_CHECKING:
-    from dpsql.measure.source import Source
+
+class HopSource(Protocol):
+    """What a view needs of a hop's source (``dpsql.measure.source.Source`` is one): how it
+    is read and which content it holds.  A protocol, so this module stays below ``source``
+    (which holds a ``View``) instead of the two importing each other."""
+
+    def describe(self) -> dict: ...
+
+    def fingerprint(self, store: Path | None = None) -> dict: ...
+
+
+#: The hops' source type (``Source`` in use): views are generic in it, so the backends read
+#: each hop's full ``Source`` while this module never imports it.
+S = TypeVar("S", bound=HopSource)
 
 #: The view's column holding the person's key (the privacy unit id of the view).
 PERSON = "__person"
@@ -40,7 +52,7 @@ SEP = "__"
 
 
 @dataclass(frozen=True)
-class Hop:
+class Hop(Generic[S]):
     """One table on a view's path (the person first).
 
     ``columns``: (source column, view column) for each declared attribute read from this
@@ -48,7 +60,7 @@ class Hop:
     person); ``own_key``: this table's primary key, joined to by the next hop."""
 
     table: str
-    source: Source
+    source: S
     columns: tuple[tuple[str, str], ...]
     key: str | None = None
     parent_key: str | None = None
@@ -59,7 +71,7 @@ EXISTS = "exists"
 
 
 @dataclass(frozen=True)
-class View:
+class View(Generic[S]):
     """The join path from the person to ``table`` with its per-person row bound.
 
     ``exists`` (the person's own view only): for each other table T, the hops from the
@@ -69,17 +81,17 @@ class View:
     rows, one per person."""
 
     table: str
-    hops: tuple[Hop, ...]
+    hops: tuple[Hop[S], ...]
     person_key: str
     max_rows: int
-    exists: tuple[tuple[str, tuple[Hop, ...]], ...] = ()
+    exists: tuple[tuple[str, tuple[Hop[S], ...]], ...] = ()
 
     @property
     def path(self) -> tuple[str, ...]:
         return tuple(h.table for h in self.hops)
 
     @property
-    def members(self) -> tuple[Hop, ...]:
+    def members(self) -> tuple[Hop[S], ...]:
         """Every table read, in the order :meth:`relation` takes their scans."""
         return self.hops + tuple(h for _, hops in self.exists for h in hops)
 
@@ -123,7 +135,7 @@ class View:
 
     def describe(self) -> dict:
         """How the view is read (public): part of the release identity of its table."""
-        def hop(h: Hop) -> dict:
+        def hop(h: Hop[S]) -> dict:
             return {"table": h.table, "key": h.key, "parent_key": h.parent_key,
                     "columns": [list(c) for c in h.columns], "read": h.source.describe()}
         out: dict = {"kind": "view", "person_key": self.person_key, "max_rows": self.max_rows,
@@ -137,7 +149,7 @@ class View:
         return {h.table: h.source.fingerprint(store) for h in self.members}
 
 
-def _keys_below(hops: Sequence[Hop], scans: Sequence[exp.Expr], j: int) -> exp.Select:
+def _keys_below(hops: Sequence[Hop[S]], scans: Sequence[exp.Expr], j: int) -> exp.Select:
     """``SELECT DISTINCT CAST(e0.<key to the person> AS VARCHAR) AS __k FROM e0 JOIN e1 …``
     along ``hops`` (the first references the person)."""
     alias = [f"__e{j}_{i}" for i in range(len(hops))]
@@ -166,4 +178,4 @@ def _table_expr(scan: exp.Expr) -> exp.Expr:
     return scan.copy()
 
 
-__all__ = ["Hop", "View", "PERSON", "SEP", "EXISTS"]
+__all__ = ["Hop", "HopSource", "View", "PERSON", "SEP", "EXISTS"]

@@ -194,7 +194,7 @@ def test_offset_noise_is_proportional_to_each_columns_bins_and_the_split_minimis
 def load_domain_text(text: str):
     import tempfile
 
-    from dpsql.domain import load_domain
+    from dpsql.domain_file import load_domain
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "t.toml"
         path.write_text(text)

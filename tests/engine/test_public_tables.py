@@ -71,7 +71,7 @@ def test_configuration_errors_name_the_problem(tmp_path, name, edit, says):
 
 
 def test_labels_from_needs_a_configuration():
-    from dpsql.domain import load_domain
+    from dpsql.domain_file import load_domain
     with pytest.raises(ConfigError) as info:
         load_domain(STAR / "flights.toml")
     assert "labels_from" in info.value.message

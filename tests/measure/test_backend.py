@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 from dpsql.linalg import Explicit, Identity, Kron, Prefix, Total
 from dpsql.measure import release as rel
 from dpsql.measure.backend import DuckDBBackend, Source, brute_force_counts, project_counts, reduce_cliques

@@ -29,7 +29,8 @@ import pytest
 
 import dpsql
 import engines
-from dpsql.domain import Categorical, IntegerRange, Numeric, TableSchema, load_domain
+from dpsql.domain import Categorical, IntegerRange, Numeric, TableSchema
+from dpsql.domain_file import load_domain
 from dpsql.measure.backend import DuckDBBackend
 from dpsql.measure.postgres import PostgresBackend
 from dpsql.measure.reader import parse_number, type_family

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from dpsql import errors
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 
 ROOT = Path(__file__).resolve().parents[2]
 ADULT_CONFIG = ROOT / "examples" / "adult" / "dpsql.toml"

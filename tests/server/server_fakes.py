@@ -14,7 +14,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql import errors
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 
 ROOT = Path(__file__).resolve().parents[2]
 ADULT_CONFIG = ROOT / "examples" / "adult" / "dpsql.toml"

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 from dpsql.server import pgtypes
 from dpsql.server.server import serve
 from dpsql.server.shadow import schema_ddl

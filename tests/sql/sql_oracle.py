@@ -20,7 +20,7 @@ import numpy as np
 import sqlglot
 from sqlglot import exp
 
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 from dpsql.measure.cellsql import index_sql
 from dpsql.linalg import Kron, Weighted
 from dpsql.sql import compile as compile_sql

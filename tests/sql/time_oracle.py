@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import duckdb
 
-from dpsql.domain import load_domain
+from dpsql.domain_file import load_domain
 from dpsql.measure.cellsql import index_sql
 from dpsql.timeaxis import iso_text
 from sql_oracle import FIXTURES, Oracle
