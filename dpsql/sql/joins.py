@@ -47,6 +47,7 @@ from dpsql.errors import (ProgrammingError, StatementTooComplexError, UnknownCol
                           UnknownTableError, UnsupportedQueryError)
 from dpsql.linalg import Bucket, Explicit, Indicator, Kron, Total, Union, Values, Weighted
 from dpsql.sql.cells import OTHER, DimRef, conjuncts, snippet
+from dpsql.timeaxis import iso_text
 
 __all__ = ["TableRef", "JoinEdge", "JoinTree", "JoinedAttribute", "join_tree", "star", "expand", "expand_linear",
            "public_in_lists", "reads_only_public", "answer_public", "table_columns"]
@@ -313,11 +314,13 @@ def _key_values(attr, stmt, node) -> list:
 
 
 def _public_value(v):
-    # the evaluator compares numbers and text; other public values are read as their text
+    # the evaluator computes on numbers, text, dates and timestamps (dpsql.sql.timefuncs: so
+    # a public DATE column compares, truncates and extracts as a declared date column does);
+    # a time of day and other public values are read as their text
     if isinstance(v, decimal.Decimal):
         return float(v)
-    if isinstance(v, (datetime.date, datetime.datetime, datetime.time)):
-        return v.isoformat(sep=" ") if isinstance(v, datetime.datetime) else v.isoformat()
+    if isinstance(v, datetime.time):
+        return v.isoformat()
     return v
 
 
@@ -677,6 +680,11 @@ def _literal(v) -> exp.Expr:
         return exp.Boolean(this=v)
     if isinstance(v, (int, float)):
         return exp.Literal.number(repr(v) if isinstance(v, float) else str(v))
+    if isinstance(v, datetime.date):     # a typed literal: DATE '…' or TIMESTAMP '…'
+        if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+            return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMPTZ")
+        kind = "TIMESTAMP" if isinstance(v, datetime.datetime) else "DATE"
+        return exp.cast(exp.Literal.string(iso_text(v)), kind)
     return exp.Literal.string(str(v))
 
 
