@@ -1,6 +1,6 @@
 """A people view's group bound (issue 32): configuration, the exact L2 factor, the noise the
 measurement calibrates with it, and what ``dpsql plan`` shows (docs/privacy.md §2a, "Groups
-per person").  The cross-engine brute force is tests/measure/test_people_groups.py."""
+per person").  The cross-engine brute force is tests/measure/test_people_group_engines.py."""
 
 from __future__ import annotations
 
