@@ -23,7 +23,7 @@ from typing import Any
 from dpsql import config_schema
 from dpsql.domain import TableSchema
 from dpsql.domain_file import load_domain
-from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public
+from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public, unclamp_keys
 from dpsql.errors import ConfigError
 from dpsql.engine.people import PeopleSchema, people_views
 from dpsql.measure.source import Source
@@ -313,6 +313,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         raise ConfigError(f"{where}: every table is public", hint="declare the private table: [tables.NAME] with "
                                                                   "domain and source")
     references = declared_references(tables_spec, tables, public_db, where)
+    tables = unclamp_keys(tables, references)
     people = None
     if raw.get("people") is not None:
         tables, sources, people = people_views(raw["people"], tables, sources, base, where)
