@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpsql.domain import Attribute, IntegerRange, TableSchema, check_keys
+from dpsql.domain import Attribute, IntegerRange, TableSchema
 from dpsql.errors import ConfigError
 from dpsql.measure.source import FILE_KINDS, Source
 from dpsql.measure.views import EXISTS, PERSON, SEP, Hop, View
 from dpsql.plan.views import GroupBound
 
-PEOPLE_KEYS = ("person", "key", "hash_key_file", "tables")
-TABLE_KEYS = ("parent", "foreign_key", "primary_key", "max_rows", "group_by", "max_groups", "max_rows_per_group")
+# [people]'s keys and their types are declared in dpsql.config_schema and checked when the
+# configuration loads; what follows checks them against the declared tables.
 GROUP_KEYS = ("group_by", "max_groups", "max_rows_per_group")
 _GROUP_HINT = ('group_by = ["status"], max_groups = 2, max_rows_per_group = 2: each person keeps rows of at '
                'most 2 statuses, at most 2 in each (all three, beside max_rows)')
@@ -112,7 +112,6 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
     pw = f"{where}: [people]"
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{pw} must be a table", hint='[people] person = "customers", key = "custkey"')
-    check_keys(spec, PEOPLE_KEYS, pw)
     person = _name(spec.get("person"), "person", pw, 'person = "customers" (the table with one row per person)')
     key = _name(spec.get("key"), "key", pw, 'key = "custkey" (the person table\'s primary key)')
     if person not in tables:
@@ -127,7 +126,6 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         if not isinstance(link, Mapping):
             raise ConfigError(f"{lw} must be a table",
                               hint='parent = "customers", foreign_key = "custkey", max_rows = 8')
-        check_keys(link, TABLE_KEYS, lw)
         if name == person:
             raise ConfigError(f"{lw}: {name!r} is the person table; it references nobody",
                               hint="its key is [people] key; its view holds one row per person")
