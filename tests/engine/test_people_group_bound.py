@@ -113,7 +113,7 @@ def test_the_group_bound_is_part_of_the_release_identity(spec):
 
 @pytest.mark.parametrize("change, words", [
     ({"max_groups": 2}, "needs group_by and max_rows_per_group"),
-    ({**GROUPED, "max_groups": 0}, "max_groups must be an integer"),
+    ({**GROUPED, "max_groups": 0}, "max_groups must be positive"),
     ({**GROUPED, "group_by": []}, "group_by must be a list"),
     ({**GROUPED, "group_by": ["nope"]}, "group_by names 'nope'"),
     ({**GROUPED, "max_rows_per_group": 4}, "above max_rows = 3"),
