@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpsql.domain import Attribute, IntegerRange, TableSchema, check_keys
+from dpsql.domain import Attribute, IntegerRange, TableSchema
 from dpsql.errors import ConfigError
 from dpsql.measure.source import FILE_KINDS, Source
 from dpsql.measure.views import EXISTS, PERSON, SEP, Hop, View
 
-PEOPLE_KEYS = ("person", "key", "hash_key_file", "tables")
-TABLE_KEYS = ("parent", "foreign_key", "primary_key", "max_rows")
+# [people]'s keys and their types are declared in dpsql.config_schema and checked when the
+# configuration loads; what follows checks them against the declared tables.
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,6 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
     pw = f"{where}: [people]"
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{pw} must be a table", hint='[people] person = "customers", key = "custkey"')
-    check_keys(spec, PEOPLE_KEYS, pw)
     person = _name(spec.get("person"), "person", pw, 'person = "customers" (the table with one row per person)')
     key = _name(spec.get("key"), "key", pw, 'key = "custkey" (the person table\'s primary key)')
     if person not in tables:
@@ -96,7 +95,6 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         if not isinstance(link, Mapping):
             raise ConfigError(f"{lw} must be a table",
                               hint='parent = "customers", foreign_key = "custkey", max_rows = 8')
-        check_keys(link, TABLE_KEYS, lw)
         if name == person:
             raise ConfigError(f"{lw}: {name!r} is the person table; it references nobody",
                               hint="its key is [people] key; its view holds one row per person")
