@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from dpsql.domain import IntegerRange, TableSchema
 from dpsql.errors import ConfigError
 from dpsql.measure.source import Source
 from dpsql.public import Reference
 
-__all__ = ["PRIVATE_ONLY", "is_public", "load_public", "labels_resolver", "declared_references"]
+__all__ = ["PRIVATE_ONLY", "is_public", "load_public", "labels_resolver", "declared_references", "unclamp_keys"]
 
 #: Keys of a private table that a public one may not have (it has no domain, budget or unit).
 PRIVATE_ONLY = ("domain", "domain_table", "privacy_unit", "rows")
@@ -147,3 +148,23 @@ def _check_key(schema, column: str, values: list, ref: str, where: str) -> None:
     if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
         raise ConfigError(f"{where}: {ref} holds values that are not integers but '{column}' is an integer",
                           hint="join columns of one type")
+    if not attr.nullable:
+        # its values outside lo..hi need a cell that joins no row (unclamp_keys)
+        raise ConfigError(f"{where}: the integer join key '{column}' must be nullable: values outside "
+                          f"{attr.lo}..{attr.hi} land in its NULL cell, which joins no dimension row",
+                          hint=f"declare nullable = true for '{column}' in the domain file")
+
+
+def unclamp_keys(tables: Mapping, references) -> dict:
+    """The private tables with every integer column declared as a key ``clamp = False``:
+    a value outside ``lo..hi`` lands in the NULL cell (``_check_key`` requires one), which
+    joins no dimension row, instead of the end bin, which would join the end key's row.
+    Decided from the declared keys alone, so the same on every backend; the rule is part of
+    the domain's fingerprint (docs/privacy.md §7.4)."""
+    keyed = {(r.table, r.column) for r in references}
+    out = {}
+    for name, schema in tables.items():
+        attrs = tuple(a.unclamped() if isinstance(a, IntegerRange) and (name, a.name) in keyed else a
+                      for a in schema.attributes)
+        out[name] = schema if attrs == schema.attributes else TableSchema(schema.name, attrs, schema.source)
+    return out
