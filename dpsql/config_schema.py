@@ -217,6 +217,9 @@ SCHEMA: dict[str, Section] = {
         "foreign_key": _k("str", "this table's column equal to the parent's primary key"),
         "primary_key": _k("str", "needed when another table references this one"),
         "max_rows": _k("int", "the most rows of this table one person contributes", minimum=1),
+        "group_by": _k("strings", "view columns whose values are a person's groups (with max_groups)"),
+        "max_groups": _k("int", "the most groups of group_by one person's rows fall in", minimum=1),
+        "max_rows_per_group": _k("int", "the most rows one person keeps in each group", minimum=1),
     }),
     "server": Section("the wire server", {
         "max_statement_bytes": _k("int", "larger frontend messages are refused (54000)", default=256 * 1024,

@@ -179,7 +179,11 @@ class Source:
     view: View[Source] | None = None
 
     @staticmethod
-    def from_config(spec: Mapping, base: Path, where: str = "source") -> Source:
+    def from_config(spec: Mapping, base: Path, where: str = "source", public: bool = False) -> Source:
+        """The source ``spec`` declares; ``public``: it holds a public table, read once when
+        the configuration is loaded (``dpsql.engine.public``), whose content is part of no
+        release's identity except through ``labels_from`` (then through the domain), so a
+        postgres one needs no ``data_version`` or ``version_query``."""
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{where}: source must be a table", hint='e.g. source = { csv = "adult.csv" }')
         if "spark" in spec:
@@ -246,7 +250,7 @@ class Source:
         if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool)
                                     or str(version) == ""):
             raise ConfigError(f"{where}: source.data_version must be a non-empty string or integer")
-        if kind == "postgres" and version is None and kw.get("version_query") is None:
+        if kind == "postgres" and version is None and kw.get("version_query") is None and not public:
             raise ConfigError(f"{where}: a postgres source needs data_version or version_query, so that "
                               "a changed table makes earlier releases stale",
                               hint='data_version = "2024-06-30" (bump it when the table changes), or '

@@ -28,11 +28,12 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql import labels as wording
-from dpsql.errors import DataError, DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
+from dpsql.errors import DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql import timefuncs
+from dpsql.sql.scalars import SCALARS, Scalar, check_arity, round_places
 from dpsql.timeaxis import iso_text
 
-__all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE",
+__all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "operands",
            "position_literal", "snippet"]
 
 
@@ -49,7 +50,6 @@ class _Other:
 OTHER = _Other()
 _EMPTY = object()     # the empty string compared with a closed categorical that has no '' label
 
-INT4_MAX = 2 ** 31 - 1
 #: Per-cell evaluations one statement may spend (each ~1-2 µs of Python: about a second).
 WORK_LIMIT = 1_000_000
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
@@ -105,6 +105,12 @@ def snippet(node: exp.Expr | None, limit: int = 120) -> str:
     else:
         text = node.sql(dialect="postgres")
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def operands(node: exp.Func) -> list[exp.Expr]:
+    """A function call's arguments in order (``round(x, 2)``: x, 2; a cast's type is not one)."""
+    keys = () if isinstance(node, exp.Cast) else ("decimals", "truncate", "to", "expression")
+    return [node.this] + [a for k in keys if (a := node.args.get(k)) is not None] + list(node.expressions)
 
 
 def columns_in(node: exp.Expr) -> list[exp.Column]:
@@ -334,22 +340,10 @@ class CellEvaluator:
             return self._map(node, [self.value(node.this)], lambda a: -a)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod)):
             return self._arith(node)
-        if isinstance(node, exp.Floor):
-            return self._map(node, [self.value(node.this)], lambda a: math.floor(a))
-        if isinstance(node, exp.Ceil):
-            return self._map(node, [self.value(node.this)], lambda a: math.ceil(a))
-        if isinstance(node, exp.Abs):
-            return self._map(node, [self.value(node.this)], abs, monotone=False)
-        if isinstance(node, exp.Round):
-            digits = node.args.get("decimals")
-            ok, d = literal_value(digits) if digits is not None else (True, 0)
-            if not ok or not isinstance(d, int) or isinstance(d, bool):
-                self._fail(UnsupportedQueryError, node, f"{snippet(node)} needs a constant integer number "
-                           "of decimal places", "e.g. round(age / 3.0, 1)")
-            if abs(d) > INT4_MAX:
-                self._fail(DataError, node, f"integer out of range: {d} decimal places in {snippet(node)}",
-                           f"use a number of decimal places between -{INT4_MAX} and {INT4_MAX}")
-            return self._map(node, [self.value(node.this)], lambda a: _round_half_away(a, d))
+        fn = SCALARS.get(type(node).__name__.lower()) if isinstance(node, exp.Func) else None
+        if fn is not None and not fn.partial:
+            # (a partial function is NULL outside its domain where engines raise: not on cells)
+            return self._scalar(node, fn)
         if isinstance(node, exp.Cast):
             return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this), text_ok=True)
         if isinstance(node, exp.WidthBucket):
@@ -396,6 +390,22 @@ class CellEvaluator:
             name = f"'{snippet(node, 60)}'"
         self._fail(UnsupportedQueryError, node, f"{name} is not supported in dpsql expressions",
                    "use arithmetic, floor/ceil/round, width_bucket, COALESCE or CASE WHEN")
+
+    def _scalar(self, node, fn: Scalar) -> Evaluated:
+        """A function of ``scalars.SCALARS`` on each cell; its constant arguments (ROUND's
+        places) are checked as for released values (``postprocess.to_ir``)."""
+        args = operands(node)
+        check_arity(fn.name, len(args))
+        constants = []
+        if fn.name == "round" and len(args) > 1:
+            ok, d = self._constant(args[1])
+            try:
+                constants.append(round_places(ok, d, snippet(node)))
+            except Error as err:
+                err.position = self.pos(args[1])
+                raise
+        value = (lambda a: None) if None in constants else (lambda a: fn.value(a, *constants))
+        return self._map(node, [self.value(node.this)], value, monotone=fn.monotone)
 
     def _map(self, node, args: list[Evaluated], fn, monotone: bool = True, text_ok: bool = False) -> Evaluated:
         if not monotone and self.wide and self.attr.kind != "categorical":
@@ -805,18 +815,3 @@ def _like_regex(pattern: str, escape: str | None) -> str:
         out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
         i += 1
     return "".join(out)
-
-
-def _round_half_away(a, d):
-    """round(a, d) half away from zero; ``d`` may be huge (no 10**d is ever built)."""
-    if isinstance(a, int) and d >= 0:
-        return a
-    if d > 308:
-        return a                      # no double has digits that far right
-    if d < -308:
-        return 0 if isinstance(a, int) else 0.0
-    scale = 10 ** d
-    r = math.floor(abs(a) * scale + 0.5) / scale
-    r = r if a >= 0 else -r
-    return int(r) if d == 0 and isinstance(a, int) else r
-
