@@ -16,7 +16,6 @@ message: a silently wrong answer is worse than a refusal.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import operator
 import re
@@ -30,8 +29,7 @@ from sqlglot import exp
 from dpsql import labels as wording
 from dpsql.errors import DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql import timefuncs
-from dpsql.sql.scalars import SCALARS, Scalar, check_arity, round_places
-from dpsql.timeaxis import iso_text
+from dpsql.sql.scalars import SCALARS, Scalar, cast_value, check_arity, round_places
 
 __all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "operands",
            "position_literal", "snippet"]
@@ -176,7 +174,7 @@ def literal_value(node: exp.Expr) -> tuple[bool, Any]:
     if isinstance(node, exp.Cast):
         ok, v = literal_value(node.this)
         if ok:
-            return True, _cast(v, node.to.this)
+            return True, cast_value(v, node.to.this)
     return timefuncs.time_literal(node)
 
 
@@ -194,26 +192,6 @@ def position_literal(node: exp.Expr, n: int, clause: str, pos: Callable) -> int 
         raise UnsupportedQueryError(f"{clause} position {v} is not in select list",
                                     position=pos(node), hint=f"use 1..{n}")
     return v
-
-def _cast(v, dtype):
-    if v is None:
-        return None
-    T = exp.DataType.Type
-    if dtype in timefuncs.TIME_TYPES:
-        return timefuncs.cast_time(v, dtype)
-    try:
-        if dtype in (T.INT, T.BIGINT, T.SMALLINT, T.TINYINT):
-            return int(round(float(v))) if not isinstance(v, int) else v
-        if dtype in (T.DOUBLE, T.FLOAT, T.DECIMAL):
-            return float(v)
-        if dtype in (T.VARCHAR, T.TEXT, T.CHAR):
-            return iso_text(v) if isinstance(v, dt.date) else str(v)
-    except (TypeError, ValueError, OverflowError):
-        raise DomainViolationError(f"cannot cast {str(v)[:40]!r} to {dtype.value.lower()}",
-                                   hint="cast a value that has the target type's form") from None
-    raise UnsupportedQueryError(f"cast to {dtype.value.lower()} is not supported",
-                                hint="cast to integer, double or text")
-
 
 @dataclass
 class Evaluated:
@@ -345,14 +323,15 @@ class CellEvaluator:
             # (a partial function is NULL outside its domain where engines raise: not on cells)
             return self._scalar(node, fn)
         if isinstance(node, exp.Cast):
-            return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this), text_ok=True)
+            return self._map(node, [self.value(node.this)], lambda a: cast_value(a, node.to.this), text_ok=True)
         if isinstance(node, exp.WidthBucket):
             return self._width_bucket(node)
         if isinstance(node, timefuncs.TRUNC_NODES):
             unit = timefuncs.trunc_unit(node)
             return self._map(node, [self.value(node.this)], lambda a: timefuncs.truncated(a, unit))
         if isinstance(node, (exp.Date, exp.TsOrDsToDate)):       # DATE(col): Looker's date timeframe
-            return self._map(node, [self.value(node.this)], lambda a: _cast(a, exp.DataType.Type.DATE), text_ok=True)
+            return self._map(node, [self.value(node.this)], lambda a: cast_value(a, exp.DataType.Type.DATE),
+                             text_ok=True)
         if isinstance(node, exp.TimeToStr):
             # to_char/strftime need not be monotone ('%w'): only of a value constant on each cell
             vals, null = self.constant_values(node.this)

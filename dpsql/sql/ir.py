@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.sql.scalars import SCALARS
+from dpsql.sql.scalars import SCALARS, cast_type, cast_value
 
-__all__ = ["Agg", "Key", "Lit", "Op", "Call", "Case", "Expr", "Output", "SortKey", "ARITHMETIC",
+__all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "ARITHMETIC",
            "BOOLEAN", "children", "uses", "walk", "is_exact_integer", "type_of", "interval", "divide"]
 
 
@@ -60,10 +60,18 @@ class Op:
 @dataclass(frozen=True)
 class Call:
     """A function: a scalar of ``scalars.SCALARS`` (``round``'s second argument a :class:`Lit`
-    of its checked decimal places) or one of ``coalesce nullif greatest least cast to_char``."""
+    of its checked decimal places) or one of ``coalesce nullif greatest least to_char``."""
 
     name: str
     args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Cast:
+    """``CAST(arg AS to)``: ``to`` is sqlglot's target type (checked by ``scalars.cast_type``)."""
+
+    arg: Expr
+    to: Any
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ class Case:
     default: Expr | None
 
 
-Expr = Agg | Key | Lit | Op | Call | Case
+Expr = Agg | Key | Lit | Op | Call | Cast | Case
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,8 @@ _INTEGER_OPS = frozenset({"+", "-", "*", "%", "int/", "neg"})
 def children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, (Op, Call)):
         return e.args
+    if isinstance(e, Cast):
+        return (e.arg,)
     if isinstance(e, Case):
         return tuple(x for pair in e.branches for x in pair) + ((e.default,) if e.default is not None else ())
     return ()
@@ -153,8 +163,10 @@ def type_of(e: Expr, key_type: Callable[[int], str], agg_type: Callable[[int], s
         if is_exact_integer(e, key_type):
             return "integer"
         return "boolean" if e.op in BOOLEAN else "double precision"
+    if isinstance(e, Cast):
+        return cast_type(e.to)
     if isinstance(e, Call):
-        if e.name in ("cast", "coalesce", "nullif") and e.args:
+        if e.name in ("coalesce", "nullif") and e.args:
             return type_of(e.args[0], key_type, agg_type)
         if e.name == "to_char":
             return "text"
@@ -208,13 +220,17 @@ def interval(e: Expr, aggs: list[Range | None], keys: list[np.ndarray | None], n
                 corners = np.stack([a0 * b0, a0 * b1, a1 * b0, a1 * b1])
             return np.nanmin(corners, axis=0), np.nanmax(corners, axis=0)
         return divide((a0, a1), (b0, b1))
-    if isinstance(e, Call) and e.args and (e.name in SCALARS or e.name in ("cast", "greatest", "least")):
+    if isinstance(e, Cast) and cast_type(e.to) in ("integer", "double precision"):
+        arg = interval(e.arg, aggs, keys, n)
+        if arg is None or cast_type(e.to) == "double precision":
+            return arg
+        return tuple(np.array([v if not np.isfinite(v) else cast_value(v, e.to) for v in end.tolist()])
+                     for end in arg)  # type: ignore[return-value]  # rounding is monotone
+    if isinstance(e, Call) and e.args and (e.name in SCALARS or e.name in ("greatest", "least")):
         args = [interval(a, aggs, keys, n) for a in e.args]
         if any(a is None for a in args):
             return None
         lo, hi = args[0]  # type: ignore[misc]
-        if e.name == "cast":
-            return lo, hi
         if e.name in ("greatest", "least"):
             pick = np.maximum if e.name == "greatest" else np.minimum
             for a in args[1:]:

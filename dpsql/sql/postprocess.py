@@ -39,10 +39,10 @@ from sqlglot import exp
 from dpsql.errors import Error, InterfaceError, PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
 from dpsql.sql.cells import DimRef, columns_in, literal_value, operands, position_literal, snippet
-from dpsql.sql.ir import (Agg, Call, Case, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
+from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, check_arity, round_places
+from dpsql.sql.scalars import SCALARS, cast_type, check_arity, round_places
 
 __all__ = ["AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
@@ -129,7 +129,7 @@ def order_items(tree, columns, ir, pos) -> list[SortKey]:
 
 
 _CALLS = (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,
-          exp.Sqrt, exp.Ln, exp.Cast)
+          exp.Sqrt, exp.Ln)
 
 
 def _constant(e: Expr) -> tuple[bool, Any]:
@@ -209,9 +209,16 @@ def to_ir(node, low) -> Expr:
             err.position = low.pos(digits)
             raise
         return Call("round", (to_ir(node.this, low), Lit(places)))
+    if isinstance(node, exp.Cast):
+        try:
+            cast_type(node.to.this)
+        except Error as err:
+            err.position = low.pos(node.to)
+            raise
+        return Cast(to_ir(node.this, low), node.to.this)
     if isinstance(node, _CALLS):
         nodes = operands(node)
-        name = "cast" if isinstance(node, exp.Cast) else type(node).__name__.lower()
+        name = type(node).__name__.lower()
         if name in SCALARS:
             check_arity(name, len(nodes))
         return Call(name, tuple(to_ir(a, low) for a in nodes))

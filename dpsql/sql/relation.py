@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpsql.errors import DataError, UnsupportedQueryError
-from dpsql.sql.ir import Agg, Call, Expr, Key, Lit, Op
-from dpsql.sql.scalars import SCALARS
+from dpsql.sql.ir import Agg, Call, Cast, Expr, Key, Lit, Op
+from dpsql.sql.scalars import SCALARS, cast_type, cast_value
 
 # The two-sided 95% normal quantile (dpsql.engine.variance.Z95): a binning bound β is
 # reported inside the standard error as β/Z95, so ``± Z95·se`` widens by exactly β.
@@ -139,6 +139,19 @@ def _scalar(name: str, args: list[V]) -> V:
         return V(val, {k: fn.chain(d, x.val, val) for k, d in x.grad.items()})
 
 
+def _cast(x: V, to) -> V:
+    """CAST of each row (``scalars.cast_value``, as on cells).  A number cast to a number keeps
+    its derivatives: rounding to an integer does not make an estimate more certain."""
+    kind = cast_type(to)
+    if x.num and kind == "double precision":
+        return x
+    if x.num and kind == "integer":
+        val = np.array([v if not math.isfinite(v) else cast_value(v, to) for v in x.val.tolist()], dtype=float)
+        return V(val, dict(x.grad))
+    out = np.array([cast_value(v, to) for v in _as_obj(x)], dtype=object)
+    return _as_num(V(out, None, False)) if kind in ("integer", "double precision") else V(out, None, False)
+
+
 def _fn(name: str, args: list[V], n: int) -> V:
     if name in SCALARS:
         return _scalar(name, args)
@@ -165,8 +178,6 @@ def _fn(name: str, args: list[V], n: int) -> V:
             val = np.where([e is True for e in eq], np.nan, a.val)
             return V(val, dict(a.grad))
         return V(np.array([None if e is True else x for x, e in zip(a.val, eq)], dtype=object), None, False)
-    if name == "cast":
-        return args[0]
     if name == "to_char":
         fmt = str(_as_obj(args[1])[0])
         days: list = list(_as_obj(args[0]))
@@ -227,6 +238,8 @@ class Evaluator:
             raise AssertionError(op)
         if isinstance(e, Call):
             return _fn(e.name, [self(a) for a in e.args], n)
+        if isinstance(e, Cast):
+            return _cast(self(e.arg), e.to)
         conds = [_as_obj(self(c)) for c, _ in e.branches]
         vals = [self(v) for _, v in e.branches] + ([self(e.default)] if e.default is not None else [])
         numeric = all(v.num for v in vals)

@@ -12,16 +12,21 @@ its range from the range's ends) and its result type; the checks of constant arg
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
-from dpsql.errors import DataError, UnsupportedQueryError
+from dpsql.errors import DataError, DomainViolationError, UnsupportedQueryError
+from dpsql.sql import timefuncs
+from dpsql.timeaxis import iso_text
 
-__all__ = ["Scalar", "SCALARS", "INT4_MAX", "check_arity", "round_places", "round_half_away"]
+__all__ = ["Scalar", "SCALARS", "INT4_MAX", "check_arity", "round_places", "round_half_away", "cast_value",
+           "cast_type"]
 
 INT4_MAX = 2 ** 31 - 1
 
@@ -119,3 +124,49 @@ def round_places(constant: bool, d: Any, shown: str) -> int | None:
         raise DataError(f"round: {str(d)[:20]} is not a valid number of decimal places",
                         hint=f"use an integer between -{INT4_MAX} and {INT4_MAX}")
     return d
+
+
+# --- CAST ------------------------------------------------------------------------------------
+
+_T = exp.DataType.Type
+_INTEGER = (_T.INT, _T.BIGINT, _T.SMALLINT, _T.TINYINT)
+_DOUBLE = (_T.DOUBLE, _T.FLOAT, _T.DECIMAL)
+_TEXT = (_T.VARCHAR, _T.TEXT, _T.CHAR)
+
+
+def cast_type(dtype: Any) -> str:
+    """The PostgreSQL type name of ``CAST(… AS dtype)``; refused for types dpsql does not cast to."""
+    if dtype in _INTEGER:
+        return "integer"
+    if dtype in _DOUBLE:
+        return "double precision"
+    if dtype in _TEXT:
+        return "text"
+    if dtype in timefuncs.DATE_TYPES:
+        return "date"
+    if dtype in timefuncs.TIME_TYPES:
+        return "timestamp"
+    raise UnsupportedQueryError(f"cast to {dtype.value.lower()} is not supported",
+                                hint="cast to integer, double or text")
+
+
+def cast_value(v: Any, dtype: Any) -> Any:
+    """``CAST(v AS dtype)`` of one value (a constant, a cell's, or a released one): integers
+    round half to even (PostgreSQL's float-to-int), dates and timestamps by
+    ``timefuncs.cast_time``."""
+    if v is None:
+        return None
+    if dtype in timefuncs.TIME_TYPES:
+        return timefuncs.cast_time(v, dtype)
+    try:
+        if dtype in _INTEGER:
+            return int(round(float(v))) if not isinstance(v, int) else v
+        if dtype in _DOUBLE:
+            return float(v)
+        if dtype in _TEXT:
+            return iso_text(v) if isinstance(v, dt.date) else str(v)
+    except (TypeError, ValueError, OverflowError):
+        raise DomainViolationError(f"cannot cast {str(v)[:40]!r} to {dtype.value.lower()}",
+                                   hint="cast a value that has the target type's form") from None
+    cast_type(dtype)            # refuses the type
+    raise AssertionError(dtype)

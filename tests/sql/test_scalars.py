@@ -102,3 +102,34 @@ def test_output_types_follow_one_rule_in_a_query_and_an_outer_stage(catalog, tor
     assert top.columns[0].type == "text"
     ours = top.postprocess({lq.name: np.ones(lq.matrix.shape[0]) for lq in top.linear_queries})[0]
     assert ours[0][0] == "2013-01"
+
+
+def test_cast_of_values_converts_as_on_cells(oracle, catalog):
+    """CAST over released values returned its argument unchanged (CAST(AVG(age) AS INTEGER)
+    gave 38.58…, typed double precision); it now converts each value as on cells, typed as
+    the target, and equals DuckDB on exact answers."""
+    sql = "SELECT sex, CAST(AVG(age) AS INTEGER) AS a, CAST(SUM(age) AS DOUBLE) AS s FROM adult GROUP BY sex"
+    cq, ours = oracle.ours(sql)
+    assert [c.type for c in cq.columns] == ["text", "integer", "double precision"]
+    assert rows_equal(oracle.normalise(cq, ours), oracle.duck(sql), False)
+    assert all(isinstance(r[1], int) for r in ours)
+    text = compile_sql("SELECT sex, CAST(COUNT(*) AS TEXT) FROM adult GROUP BY sex", catalog)
+    assert text.columns[1].type == "text"
+    assert text.postprocess({lq.name: np.full(lq.matrix.shape[0], 12.5) for lq in text.linear_queries})[0] \
+        == [("Female", "12.5"), ("Male", "12.5")]
+    one = compile_sql("SELECT CAST(AVG(age) AS INTEGER) FROM adult", catalog)
+    answers = {lq.name: np.array([77.2]) for lq in one.linear_queries}      # AVG = 77.2 / 77.2
+    rows, errs = one.postprocess(answers, {k: np.ones(1) for k in answers})
+    assert isinstance(rows[0][0], int) and errs[0][0] is not None    # its error passes through
+
+
+def test_a_cast_refused_on_cells_is_refused_alike_on_values(catalog):
+    cells = _refusal(catalog, "SELECT CAST(age / 7.0 AS BOOLEAN) AS b, COUNT(*) FROM adult GROUP BY 1")
+    values = _refusal(catalog, "SELECT CAST(AVG(age) AS BOOLEAN) FROM adult")
+    assert type(cells) is type(values) is errors.UnsupportedQueryError
+    assert cells.message == values.message == "cast to boolean is not supported"
+    cq = compile_sql("SELECT sex, CAST(sex AS INTEGER) FROM adult GROUP BY sex", catalog)
+    with pytest.raises(errors.DomainViolationError) as keys:
+        cq.postprocess({lq.name: np.ones(lq.matrix.shape[0]) for lq in cq.linear_queries})
+    cells = _refusal(catalog, "SELECT CAST(sex AS INTEGER) AS s, COUNT(*) FROM adult GROUP BY 1")
+    assert keys.value.message == cells.message and "cannot cast" in cells.message
