@@ -109,8 +109,6 @@ _SOURCE_KEYS = {
     "table": _k("str", "the table inside a duckdb database, PostgreSQL or the Spark catalog",
                 kinds=("duckdb", "postgres", "spark")),
     "data_version": _k("str|int", "names the content instead of its SHA-256"),
-    "id_column": _k("str", "the privacy unit's id column (as privacy_unit.id)"),
-    "max_rows": _k("int", "rows kept per id_column value (as privacy_unit.max_rows)", default=1, minimum=1),
     "delimiter": _k("str", "one ASCII character", default=",", kinds=("csv",)),
     "quote": _k("str", 'one ASCII character, or "" for no quoting', default='"', kinds=("csv",)),
     "escape": _k("str", "inside quoted fields (default: the quote)", default='"', kinds=("csv",)),

@@ -188,7 +188,7 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         src = sources[name]
         if src.id_column is not None:
             raise ConfigError(f"{where}: table {name!r} declares its own privacy unit, but [people] protects "
-                              "it per person", hint="remove privacy_unit (or id_column) from the table: its rows "
+                              "it per person", hint="remove privacy_unit from the table: its rows "
                                                     "are bounded per person by [people.tables] max_rows")
         if src.kind == "csv":
             raise ConfigError(f"{where}: table {name!r}: a people schema joins typed sources (parquet, duckdb, "
