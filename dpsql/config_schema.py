@@ -211,6 +211,8 @@ SCHEMA: dict[str, Section] = {
         "key": _k("str", "its primary key"),
         "hash_key_file": _k("str", "a secret key choosing the rows kept (optional)"),
         "tables": _k("table", "the other private tables", section="people_tables"),
+        "truncation_share": _k("number", "the share of each view's budget that releases the rows its bound "
+                                         "drops, in [0, 1) (0: not released)", default=0),
     }),
     "people_tables": Section("the other private tables", each="people_table"),
     "people_table": Section("a table's link towards the person", {
