@@ -84,6 +84,9 @@ class Router:
     def contributions(self, schema: TableSchema, cap: int) -> np.ndarray:
         return self.backend(schema.name).contributions(schema, cap)
 
+    def truncation(self, schema: TableSchema, cap: int) -> tuple[int, int]:
+        return self.backend(schema.name).truncation(schema, cap)
+
     def data_check(self, schema: TableSchema, examples: int = 5):
         return self.backend(schema.name).data_check(schema, examples)
 
