@@ -23,6 +23,7 @@ docs/privacy.md §6 argues why the lost, never-seen draw may be redrawn).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -64,6 +65,11 @@ if TYPE_CHECKING:
 USELESS_SHARE = 10**6
 
 
+def _groups(source, noise: str):
+    """A view's group bound, when it lowers the sensitivity: L2 (Gaussian) noise only (the
+    L1 norm of a person's change is still max_rows)."""
+    view = source.view
+    return view.groups if view is not None and noise == "gaussian" else None
 
 
 def gaussian_sigma2_unit(rho: float) -> float:
@@ -236,7 +242,8 @@ class Engine(ModelFitting):
                         current[table] = self.identity(table)
                     ident = current[table]
                     # a bound chosen for a people view (people_bound) is keyed "bound:<identity>:…"
-                    ok = entry.key.removeprefix("bound:").startswith(ident.key() + ":")
+                    # and the rows a bound drops "truncation:<identity>:…" (people_truncation)
+                    ok = entry.key.removeprefix("bound:").removeprefix("truncation:").startswith(ident.key() + ":")
                     reasons = () if ok else tuple(ident.differences(mech.get("identity")))
                     if not ok and not reasons:
                         reasons = ("measured under another identity",)
@@ -320,8 +327,9 @@ class Engine(ModelFitting):
         planned = self._offset_blocks(table, strategy, rho) if queries is None else None
         share = planned[1] if planned is not None else Fraction(0)
         added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
-        s2_all = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
-        s2 = gaussian_sigma2_unit(float(rho - share)) * unit_rows ** 2
+        rows2 = self.rows_sq(table, strategy)
+        s2_all = gaussian_sigma2_unit(float(rho)) * rows2
+        s2 = gaussian_sigma2_unit(float(rho - share)) * rows2
         per_query = []
         for i, (part, (sql, aggregate, unit), (tse, base_tse, floor)) in enumerate(zip(
                 workload.parts, labels, query_errors(strategy))):
@@ -353,6 +361,16 @@ class Engine(ModelFitting):
                           None if bound is None else math.sqrt(bound[0] * s2_all / m),
                           bool(bound and bound[1]), self.config.planner.objective,
                           tuple(per_query), advice, units, float(share))
+
+    def rows_sq(self, table: str, strategy: Strategy) -> float:
+        """The squared rows-per-unit factor of ``strategy``'s noise on ``table``: max_rows²,
+        or less where a view's group bound applies (``release.effective_rows_sq``)."""
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        if groups is None:
+            return float(source.unit_rows ** 2)
+        return rel.effective_rows_sq([(b.clique, b.query, b.weight) for b in strategy.blocks],
+                                     source.unit_rows, groups)
 
     def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
@@ -411,7 +429,17 @@ class Engine(ModelFitting):
         people = self.config.people
         if table is None or people is None or table not in people.views:
             return total
-        return self.view_shares(total).get(table, Fraction(0))
+        share = self.view_shares(total).get(table, Fraction(0))
+        return share - self.truncation_rho(table)
+
+    def truncation_rho(self, table: str) -> Fraction:
+        """The slice of a bounded view's share that releases the rows its bound drops
+        (``[people] truncation_share``, ``dpsql/engine/people_truncation.py``); 0 otherwise."""
+        people = self.config.people
+        if people is None or table not in people.views or table == people.person or not people.truncation_share:
+            return Fraction(0)
+        total = (self.config.workload_budget or self.config.budget).rho
+        return self.view_shares(total).get(table, Fraction(0)) * people.truncation_share
 
     def view_shares(self, rho: Fraction) -> dict[str, Fraction]:
         """The workload budget ``rho`` divided across the views that have workload queries,
@@ -437,8 +465,11 @@ class Engine(ModelFitting):
         state = self._state(table)
         source = self.config.sources[table]
         extra, share = offsets if offsets is not None else ([], Fraction(0))
+        # a view's group bound lowers the L2 row factor of the counts' blocks that separate
+        # its groups (release.rows_sq); the offsets keep max_rows (never less private)
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
-                                          family=self.config.noise, unit_rows=source.unit_rows)
+                                          family=self.config.noise, unit_rows=source.unit_rows,
+                                          groups=_groups(source, self.config.noise))
         if extra:
             oplan = rel.calibrate(extra, share, family=self.config.noise, unit_rows=source.unit_rows)
             blocks = blocks + list(extra)
@@ -478,10 +509,13 @@ class Engine(ModelFitting):
             share = Fraction(rho) if rho is not None else self.workload_rho(table)
             blocks, plan, key = self._release_plan(table, state.strategy, share, "workload",
                                                    self.offset_plan(table, state.strategy, share))
-            if key in state.release_keys or self._unreleased_charge(key):
-                return Fraction(0)
-            self._check_useful(table, blocks, plan, share)
-            return share
+            cost = Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else share
+            if cost:
+                self._check_useful(table, blocks, plan, share)
+        if rho is None and self.truncation_rho(table) > 0:
+            from dpsql.engine.people_truncation import truncation_cost
+            cost += truncation_cost(self, table, self.truncation_rho(table))
+        return cost
 
     def unreleased_charges(self) -> list:
         """Ledger charges without a release (their process died before recording it); the
@@ -625,9 +659,17 @@ class Engine(ModelFitting):
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
+        configured = rho is None
         rho = rho if rho is not None else self.workload_rho(table)
-        return self.measure_strategy(table, state.strategy, rho, self.WORKLOAD_PRINCIPAL, "workload", requested_by,
-                                     self.offset_plan(table, state.strategy, Fraction(rho)))
+        report = self.measure_strategy(table, state.strategy, rho, self.WORKLOAD_PRINCIPAL, "workload",
+                                       requested_by, self.offset_plan(table, state.strategy, Fraction(rho)))
+        slice_ = self.truncation_rho(table) if configured else Fraction(0)
+        if slice_ > 0:
+            # the rest of the view's share: how many rows its bound drops, with noise
+            from dpsql.engine.people_truncation import release_truncation
+            released = release_truncation(self, table, slice_)
+            report = dataclasses.replace(report, rho=report.rho + released.rho)
+        return report
 
     def offset_models(self, table: str) -> dict:
         """Per column, the least-squares answers of its released binning offsets

@@ -34,15 +34,18 @@ __all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan"]
 @dataclass(frozen=True)
 class ViewCost:
     """A view's planning inputs: its bound k, its strategy's unit-noise expected error E
-    (planner objective) and cost = k²·E (``dpsql.plan.views``)."""
+    (planner objective) and cost = k²·E (``dpsql.plan.views``); under a group bound k² is
+    the strategy's effective squared row factor ``rows_sq`` (``Engine.rows_sq``)."""
 
     table: str
     max_rows: int
     expected_error: float
+    rows_sq: float | None = None
 
     @property
     def cost(self) -> float:
-        return self.max_rows ** 2 * self.expected_error
+        k2 = self.max_rows ** 2 if self.rows_sq is None else self.rows_sq
+        return k2 * self.expected_error
 
 
 def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
@@ -61,7 +64,7 @@ def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
     for table, workload in planned.items():
         k = people.bound(table)
         strategy = engine.optimize_counted(workload, Fraction(rho) / len(planned), k)
-        out[table] = ViewCost(table, k, float(strategy.expected_error))
+        out[table] = ViewCost(table, k, float(strategy.expected_error), engine.rows_sq(table, strategy))
     return out
 
 
@@ -74,10 +77,24 @@ class ViewPlan:
     report: PlanReport | None    # its plan at that share (None: no workload query reads it)
     total_error: float           # expected total squared error at the share (planner objective)
     dropped_at_least: int | None  # rows its bound must drop, from declared public sizes
+    groups: Any = None           # its GroupBound (dpsql.plan.views), or None
+    rows_sq: float | None = None  # its noise's squared row factor (k² without a group bound)
+    truncation_rho: Fraction = Fraction(0)   # the slice releasing the rows its bound drops
+    truncation: Any = None       # that release (people_truncation.Truncation), once made
 
     def line(self) -> str:
         path = " -> ".join(self.path)
         head = f"  {self.table}: {path}, at most {self.max_rows} row{'' if self.max_rows == 1 else 's'} per person"
+        if self.groups is not None:
+            from dpsql.plan.views import grouped_l2_sq
+            g = self.groups
+            head += (f" in at most {g.max_groups} group{'' if g.max_groups == 1 else 's'} of "
+                     f"({', '.join(g.attributes)}), {g.max_rows_per_group} per group (L2 sensitivity "
+                     f"{math.sqrt(grouped_l2_sq(self.max_rows, g.max_groups, g.max_rows_per_group)):.4g} rows "
+                     f"for marginals over the groups, {self.max_rows} otherwise")
+            if self.rows_sq is not None:
+                head += f"; this plan's noise: {math.sqrt(self.rows_sq):.4g} rows"
+            head += ")"
         if self.report is None:
             return f"{head}; no workload query reads it (not measured)"
         units = "; ".join(f"{u.unit} {u.rmse:,.2f}" for u in self.report.units)
@@ -95,18 +112,25 @@ class PeoplePlan:
 
     def lines(self) -> list[str]:
         out = [f"people schema: {len(self.views)} views of the same persons share rho = {float(self.rho):.4g} "
-               "(split to minimise the total expected error: rho_v proportional to max_rows_v * sqrt(E_v))"]
+               "(split to minimise the total expected error: rho_v proportional to max_rows_v * sqrt(E_v), "
+               "max_rows_v the row factor of the view's noise)"]
         for v in self.views:
             out.append(v.line())
+            if v.truncation is not None:
+                out.append("    " + v.truncation.line())
+            elif v.truncation_rho > 0:
+                out.append(f"    truncation: rho {float(v.truncation_rho):.4g} of its share releases, with noise, how "
+                           "many rows the bound drops when it is measured (not released yet)")
             if v.dropped_at_least:
                 out.append(f"    truncation: at least {v.dropped_at_least:,} rows of {v.table} are dropped by the "
                            "bound (from the declared public sizes)")
             elif v.dropped_at_least == 0 and v.max_rows > 1:
                 out.append("    truncation: the declared public sizes do not force the bound to drop rows; how "
                            "many it drops is not released")
-        if any(v.dropped_at_least is None for v in self.views if v.max_rows > 1):
+        if any(v.dropped_at_least is None and v.truncation_rho == 0 for v in self.views if v.max_rows > 1):
             out.append("  truncation bias unknown: the rows a bound drops are never counted in the clear; declare "
-                       "[tables.NAME] rows (public sizes) of the table and of the person table to bound it")
+                       "[tables.NAME] rows (public sizes) of the table and of the person table to bound it, or "
+                       "[people] truncation_share to release it with noise")
         if self.even_error > 0 and math.isfinite(self.even_error):
             out.append(f"total expected squared error {self.total_error:,.4g} (planner objective); an even split "
                        f"would give {self.even_error:,.4g}")
@@ -128,11 +152,18 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
     views = []
     for table, view in people.views.items():
         share = shares.get(table, Fraction(0))
-        report = engine.plan(table, rho=share) if table in shares else None
+        # a bounded view's counts get its share less the truncation slice (people_truncation)
+        slice_ = share * people.truncation_share if table != people.person else Fraction(0)
+        report = engine.plan(table, rho=share - slice_) if table in shares else None
         dropped = None
         if persons is not None and table in rows:
             dropped = max(0, rows[table] - view.max_rows * persons)
         total = expected_total({table: costs[table].cost}, shares) if table in costs else 0.0
-        views.append(ViewPlan(table, view.path, view.max_rows, share, report, total, dropped))
+        released = None
+        if slice_ > 0 and rho == engine.workload_rho():
+            from dpsql.engine.people_truncation import released_truncation
+            released = released_truncation(engine, table)
+        views.append(ViewPlan(table, view.path, view.max_rows, share - slice_, report, total, dropped, view.groups,
+                              costs[table].rows_sq if table in costs else None, slice_, released))
     cost_map = {v: c.cost for v, c in costs.items()}
     return PeoplePlan(rho, tuple(views), expected_total(cost_map, shares), even_total(rho, cost_map))

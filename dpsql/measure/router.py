@@ -20,6 +20,8 @@ from dpsql.measure.source import FILE_KINDS, Source
 
 if TYPE_CHECKING:
     from dpsql.measure.counting import Backend
+    from dpsql.measure.postgres import PostgresBackend
+    from dpsql.measure.spark import SparkBackend
 
 Clique = tuple[str, ...]
 
@@ -82,6 +84,9 @@ class Router:
     def contributions(self, schema: TableSchema, cap: int) -> np.ndarray:
         return self.backend(schema.name).contributions(schema, cap)
 
+    def truncation(self, schema: TableSchema, cap: int) -> tuple[int, int]:
+        return self.backend(schema.name).truncation(schema, cap)
+
     def data_check(self, schema: TableSchema, examples: int = 5):
         return self.backend(schema.name).data_check(schema, examples)
 
@@ -98,4 +103,29 @@ def open_backend(sources: Mapping[str, Source], *, fingerprint_store: Path | Non
     return Router(sources, fingerprint_store=fingerprint_store, **duckdb_options)
 
 
-__all__ = ["Router", "open_backend"]
+def read_public(name: str, source: Source) -> tuple[list[tuple[str, str]], list[tuple]]:
+    """Columns (name, DuckDB type) and rows of public table ``name`` held by PostgreSQL or
+    Spark, read once by that engine's backend (``read_public``) and released; files are read
+    by DuckDB itself (``dpsql.measure.backend.PublicDatabase``)."""
+    backend: PostgresBackend | SparkBackend
+    if source.kind == "postgres":
+        from dpsql.measure.postgres import PostgresBackend
+        backend = PostgresBackend({name: source})
+    elif source.kind == "spark":
+        from dpsql.measure.spark import SparkBackend
+        backend = SparkBackend({name: source})
+    else:
+        raise ConfigError(f"public table {name!r}: a {source.kind} source is read by DuckDB",
+                          hint="PublicDatabase reads csv, parquet and duckdb sources itself")
+    try:
+        columns, rows = backend.read_public(name)
+    finally:
+        backend.close()
+    # an engine's table has no row order (PostgreSQL returns a heap's order, Spark its files'
+    # and partitions'): sorted by its columns, so that labels_from, which lists a column's
+    # values in row order, gives the same domain (and fingerprint) at every load
+    rows.sort(key=lambda r: tuple((v is None, 0 if v is None else v) for v in r))
+    return columns, rows
+
+
+__all__ = ["Router", "open_backend", "read_public"]

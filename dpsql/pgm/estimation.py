@@ -39,13 +39,15 @@ from dpsql.pgm.loss import MarginalLoss, SparseLoss
 from dpsql.pgm.measurement import (Measurement, estimate_total, identity_scale, lambda_max,
                                    lipschitz, subgradient_bound)
 from dpsql.pgm.model import GraphicalModel
+from dpsql.triangulation import MAX_MODEL_CELLS
 
 __all__ = ["DEFAULT_CAPACITY", "ExactSetup", "JointTable", "Progress", "check_capacity", "estimate",
            "estimated_gap", "exact_setup", "first_order", "joint_table", "solve_dense_block",
            "solve_dual"]
 
-#: The default model capacity (JT-SIZE in cells): the engine's (``FitLimits.capacity``).
-DEFAULT_CAPACITY = FitLimits().capacity
+# The largest junction tree a fit builds by default: the engine's [planner] max_model_cells,
+# declared once in dpsql/triangulation.py (FitLimits.capacity's default).
+DEFAULT_CAPACITY = MAX_MODEL_CELLS
 
 
 @dataclass(frozen=True)

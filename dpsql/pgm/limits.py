@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from dpsql.triangulation import MAX_MODEL_CELLS
+
 __all__ = ["FitLimits"]
 
 
@@ -22,8 +24,9 @@ class FitLimits:
     """The thresholds of the fit, with the reason for each value."""
 
     #: JT-SIZE (cells of the junction tree) up to which the exact model is fitted, else the
-    #: relaxed one (thesis Remark 1; the engine's ``[planner] max_model_cells``).
-    capacity: int = 20_000_000
+    #: relaxed one (thesis Remark 1; the engine's ``[planner] max_model_cells``, whose one
+    #: default is ``dpsql.triangulation.MAX_MODEL_CELLS``).
+    capacity: int = MAX_MODEL_CELLS
     #: Fits end when the estimated (or certified) optimality gap is at most atol + rtol·loss,
     #: the loss in units of each measurement's σ, so the test is the same at every noise
     #: scale.  0.5 bounds every fitted value's distance from the optimum by 0.7 σ in the worst
