@@ -456,7 +456,8 @@ class Engine(ModelFitting):
             from dpsql.measure.ordered import counts_bound, ordered_blocks
             oblocks = ordered_blocks(strategy, counts_bound(strategy, self.config.table_rows.get(table),
                                                             source.unit_rows))
-            oplan = rel.calibrate(oblocks, rho, family=self.config.noise, unit_rows=source.unit_rows)
+            oplan = rel.calibrate(oblocks, rho, family=self.config.noise,  # type: ignore[arg-type]
+                                  unit_rows=source.unit_rows)        # a LatticeBlock's view
             key = _identity(state).key() + ":" + _sha(
                 purpose, "ordered", float(oplan.rho), [str(p) for p in oplan.params],
                 *[(b.clique, b.scale, b.weight) for b in oblocks], *[f for b in oblocks for f in b.factors])

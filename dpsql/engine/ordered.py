@@ -96,9 +96,12 @@ def answer_ordered(schema, estimate, compiled):
         if lq.blocks != 1 or len(terms) != 1:
             return None      # rows summed across blocks would add correlated variances
         w, factors = terms[0]
-        if _ordered_axis(schema, factors) != k:
+        if all(isinstance(g, linalg.Total) for g in factors):
+            f = factors[k]       # COUNT(*) alone: the total of the column's cells
+        elif _ordered_axis(schema, factors) == k:
+            f = factors[k]
+        else:
             return None
-        f = factors[k]
         if lq.kind == "quantile":
             masks = lq.cell_masks
             if not isinstance(f, linalg.Identity) or w != 1.0 or lq.layout.quantile_group_map is not None \
