@@ -41,6 +41,7 @@ from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
                                    SpendPreview, unit_of, units_of)
 from dpsql.engine.fitting import ModelFitting
+from dpsql.engine.ordered import is_ordered_payload, is_ordered_strategy
 from dpsql.engine.state import TableState, _identity, _retire_model, _sha
 from dpsql.errors import (BudgetExhaustedError, LedgerCorruptError, OperationalError,
                           ProgrammingError, UselessMeasurementError)
@@ -64,6 +65,11 @@ if TYPE_CHECKING:
 USELESS_SHARE = 10**6
 
 
+def _groups(source, noise: str):
+    """A view's group bound, when it lowers the sensitivity: L2 (Gaussian) noise only (the
+    L1 norm of a person's change is still max_rows)."""
+    view = source.view
+    return view.groups if view is not None and noise == "gaussian" else None
 
 
 def gaussian_sigma2_unit(rho: float) -> float:
@@ -210,7 +216,7 @@ class Engine(ModelFitting):
                 if payload is None:   # listed by entries() but unreadable: never guess a release
                     raise LedgerCorruptError(f"the ledger lists release {entry.key!r} but holds no payload for it",
                                              hint="restore the ledger file from a backup")
-                if _ordered_payload(payload):
+                if is_ordered_payload(payload):
                     from dpsql.measure import ordered
                     state.ordered.append(ordered.unpack(payload))
                     state.ordered_estimate = None
@@ -329,8 +335,9 @@ class Engine(ModelFitting):
         planned = self._offset_blocks(table, strategy, rho) if queries is None else None
         share = planned[1] if planned is not None else Fraction(0)
         added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
-        s2_all = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
-        s2 = gaussian_sigma2_unit(float(rho - share)) * unit_rows ** 2
+        rows2 = self.rows_sq(table, strategy)
+        s2_all = gaussian_sigma2_unit(float(rho)) * rows2
+        s2 = gaussian_sigma2_unit(float(rho - share)) * rows2
         per_query = []
         for i, (part, (sql, aggregate, unit), (tse, base_tse, floor)) in enumerate(zip(
                 workload.parts, labels, query_errors(strategy))):
@@ -363,6 +370,16 @@ class Engine(ModelFitting):
                           bool(bound and bound[1]), self.config.planner.objective,
                           tuple(per_query), advice, units, float(share))
 
+    def rows_sq(self, table: str, strategy: Strategy) -> float:
+        """The squared rows-per-unit factor of ``strategy``'s noise on ``table``: max_rows²,
+        or less where a view's group bound applies (``release.effective_rows_sq``)."""
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        if groups is None:
+            return float(source.unit_rows ** 2)
+        return rel.effective_rows_sq([(b.clique, b.query, b.weight) for b in strategy.blocks],
+                                     source.unit_rows, groups)
+
     def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
 
@@ -380,7 +397,7 @@ class Engine(ModelFitting):
                       progress=(lambda *a, **kw: self.progress("plan", {"args": a, **kw}))
                       if self._listeners else None)
         strategy = optimize(workload, **kwargs)
-        if _is_ordered(strategy):
+        if is_ordered_strategy(strategy):
             return strategy      # integer blocks by construction (measure/ordered.py)
         blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
         if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
@@ -402,7 +419,7 @@ class Engine(ModelFitting):
         from dpsql.plan import Workload
 
         strategy = self.optimize(workload, rho, unit_rows)
-        if _is_ordered(strategy):
+        if is_ordered_strategy(strategy):
             return strategy      # a tree's leaves and the Toeplitz root are invertible: total known
         probe = [Measurement(b.clique, b.query, np.zeros(b.query.shape[0]), 1.0) for b in strategy.blocks]
         if estimate_total(list(released) + probe) is not None:
@@ -450,7 +467,7 @@ class Engine(ModelFitting):
         state = self._state(table)
         source = self.config.sources[table]
         extra, share = offsets if offsets is not None else ([], Fraction(0))
-        if _is_ordered(strategy):
+        if is_ordered_strategy(strategy):
             # a tree's levels or the Toeplitz root's integer coefficients, over one column:
             # their own blocks (no n×n lattice factor), the int64 bound from the declared rows
             from dpsql.measure.ordered import counts_bound, ordered_blocks
@@ -462,8 +479,11 @@ class Engine(ModelFitting):
                 purpose, "ordered", float(oplan.rho), [str(p) for p in oplan.params],
                 *[(b.clique, b.scale, b.weight) for b in oblocks], *[f for b in oblocks for f in b.factors])
             return oblocks, oplan, key
+        # a view's group bound lowers the L2 row factor of the counts' blocks that separate
+        # its groups (release.rows_sq); the offsets keep max_rows (never less private)
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
-                                          family=self.config.noise, unit_rows=source.unit_rows)
+                                          family=self.config.noise, unit_rows=source.unit_rows,
+                                          groups=_groups(source, self.config.noise))
         if extra:
             oplan = rel.calibrate(extra, share, family=self.config.noise, unit_rows=source.unit_rows)
             blocks = blocks + list(extra)
@@ -629,7 +649,7 @@ class Engine(ModelFitting):
                         for b, x, p in zip(blocks, exact, plan.params)]
             del exact, counts, sums
             kill_point("drawn")
-            if _is_ordered(strategy):
+            if is_ordered_strategy(strategy):
                 from dpsql.measure import ordered
                 done = ordered.release_of(strategy, released, plan.rho)
                 self.ledger.record_release(charge_id, key, ordered.pack(done))
@@ -756,22 +776,6 @@ class Engine(ModelFitting):
 
     def close(self) -> None:
         self.backend.close()
-
-
-def _is_ordered(strategy) -> bool:
-    """An ``OrderedStrategy`` (plan/ordered.py), told without importing the planner: a
-    process that only answers never imports it (issue 17)."""
-    return type(strategy).__name__ == "OrderedStrategy"
-
-
-def _ordered_payload(payload: bytes) -> bool:
-    """Whether a release payload is an ordered release (``measure.ordered.pack``): read
-    from the npz's member names, without importing the planner."""
-    import io
-    import zipfile
-
-    with zipfile.ZipFile(io.BytesIO(payload)) as z:
-        return "__ordered__.npy" in z.namelist()
 
 
 #: Test hook (tests/engine/test_crash_recovery.py): ``DPSQL_KILL_AT=<step>`` makes the process

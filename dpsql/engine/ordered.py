@@ -21,6 +21,8 @@ Two arrows of the pipeline change for such a column, both from public metadata o
 
 from __future__ import annotations
 
+import io
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,8 @@ import numpy as np
 from dpsql import linalg
 from dpsql.linalg import kron_terms
 
-__all__ = ["workload_matrix", "answer_ordered", "ORDERED_KINDS", "MAX_ROWS"]
+__all__ = ["workload_matrix", "answer_ordered", "is_ordered_strategy", "is_ordered_payload",
+           "ORDERED_KINDS", "MAX_ROWS"]
 
 #: Attribute kinds whose cells are ordered values (a CDF means something over them).
 ORDERED_KINDS = ("integer", "date", "timestamp")
@@ -36,6 +39,19 @@ ORDERED_KINDS = ("integer", "date", "timestamp")
 #: The most rows one linear query may ask of the ordered release (each is a dense row over
 #: the column's cells): a GROUP BY over every cell takes the identity's closed form instead.
 MAX_ROWS = 512
+
+
+def is_ordered_strategy(strategy) -> bool:
+    """An ``OrderedStrategy`` (plan/ordered.py), told without importing the planner: a
+    process that only answers never imports it (issue 17)."""
+    return type(strategy).__name__ == "OrderedStrategy"
+
+
+def is_ordered_payload(payload: bytes) -> bool:
+    """Whether a release payload is an ordered release (``measure.ordered.pack``): read
+    from the npz's member names, without importing the planner."""
+    with zipfile.ZipFile(io.BytesIO(payload)) as z:
+        return "__ordered__.npy" in z.namelist()
 
 
 def _large_cells() -> int:

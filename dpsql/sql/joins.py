@@ -28,7 +28,9 @@ Key cells: a NULL key matches nothing (SQL's NULL ≠ NULL); the "(other)" cell 
 categorical matches nothing either, because the configuration refuses a reference whose
 public keys are not all declared labels (``dpsql.engine.config``); a closed categorical's
 invalid values share cell 0 or the NULL cell and join like them, as they are counted.
-Integer keys join on their value and need one-value bins.
+Integer keys join on their value and need one-value bins; a declared integer key is read
+unclamped (``IntegerRange.clamp``), so its values outside the declared range sit in the
+NULL cell and match nothing, instead of joining the end key's rows.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from dpsql.errors import (ProgrammingError, StatementTooComplexError, UnknownCol
                           UnknownTableError, UnsupportedQueryError)
 from dpsql.linalg import Bucket, Explicit, Indicator, Kron, Total, Union, Values, Weighted
 from dpsql.sql.cells import OTHER, DimRef, conjuncts, snippet
+from dpsql.timeaxis import iso_text
 
 __all__ = ["TableRef", "JoinEdge", "JoinTree", "JoinedAttribute", "join_tree", "star", "expand", "expand_linear",
            "public_in_lists", "reads_only_public", "answer_public", "table_columns"]
@@ -311,11 +314,13 @@ def _key_values(attr, stmt, node) -> list:
 
 
 def _public_value(v):
-    # the evaluator compares numbers and text; other public values are read as their text
+    # the evaluator computes on numbers, text, dates and timestamps (dpsql.sql.timefuncs: so
+    # a public DATE column compares, truncates and extracts as a declared date column does);
+    # a time of day and other public values are read as their text
     if isinstance(v, decimal.Decimal):
         return float(v)
-    if isinstance(v, (datetime.date, datetime.datetime, datetime.time)):
-        return v.isoformat(sep=" ") if isinstance(v, datetime.datetime) else v.isoformat()
+    if isinstance(v, datetime.time):
+        return v.isoformat()
     return v
 
 
@@ -675,6 +680,11 @@ def _literal(v) -> exp.Expr:
         return exp.Boolean(this=v)
     if isinstance(v, (int, float)):
         return exp.Literal.number(repr(v) if isinstance(v, float) else str(v))
+    if isinstance(v, datetime.date):     # a typed literal: DATE '…' or TIMESTAMP '…'
+        if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+            return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMPTZ")
+        kind = "TIMESTAMP" if isinstance(v, datetime.datetime) else "DATE"
+        return exp.cast(exp.Literal.string(iso_text(v)), kind)
     return exp.Literal.string(str(v))
 
 

@@ -28,7 +28,7 @@ WORKLOAD = [
 def test_public_tables_and_keys_load():
     cfg = load_config(STAR / "dpsql.toml")
     assert set(cfg.tables) == {"flights"}
-    assert set(cfg.public_tables) == {"carriers", "alliances", "airports", "states"}
+    assert set(cfg.public_tables) == {"carriers", "alliances", "airports", "states", "holidays"}
     airports = cfg.public_tables["airports"]
     assert [(c.name, c.type) for c in airports.columns] == [("faa", "text"), ("name", "text"), ("state", "text"),
                                                            ("alt", "bigint")]
@@ -36,6 +36,9 @@ def test_public_tables_and_keys_load():
     dest = cfg.tables["flights"].attribute("dest")
     assert dest.labels_ == tuple(airports.values("faa"))
     assert {str(r) for r in cfg.references} >= {"flights.dest → airports.faa", "airports.state → states.code"}
+    # dates and timestamps of a dimension keep their types (docs/config.md, "Public tables")
+    assert [(c.name, c.type) for c in cfg.public_tables["holidays"].columns] == [
+        ("month", "bigint"), ("day", "date"), ("name", "text"), ("announced", "timestamp")]
 
 
 def _star_copy(tmp_path: Path, replace: dict[str, str]) -> Path:
@@ -54,7 +57,7 @@ def _star_copy(tmp_path: Path, replace: dict[str, str]) -> Path:
     ("dpsql.toml", ('[tables.carriers]\npublic = true', '[tables.carriers]\npublic = true\nrows = 4'), "no rows"),
     ("dpsql.toml", ('origin = "airports.faa"', 'origin = "airports.iata"'), "no column 'iata'"),
     ("dpsql.toml", ('origin = "airports.faa"', 'origin = "planes.faa"'), "not a public table"),
-    ("dpsql.toml", ('origin = "airports.faa"', 'month = "airports.faa"'), "holds values that are not integers"),
+    ("dpsql.toml", ('month = "holidays.month"', 'month = "airports.faa"'), "holds values that are not integers"),
     ("dpsql.toml", ('origin = "airports.faa"', 'distance = "airports.alt"'), "cannot be a join key"),
     ("dpsql.toml", ('public = true\nsource = { csv = "states.csv" }',
                     'public = "yes"\nsource = { csv = "states.csv" }'), "public must be true or false"),
