@@ -15,23 +15,9 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from age_sex import write_table
 from dpsql.engine.aim import aim_options
 from dpsql.errors import ConfigError
-
-DOMAIN = """
-[tables.t]
-source = { csv = "t.csv" }
-
-[tables.t.columns.age]
-type = "integer"
-lo = 17
-hi = 90
-bin_width = 10
-
-[tables.t.columns.sex]
-type = "categorical"
-labels = ["Female", "Male"]
-"""
 
 CONFIG = """
 [dpsql]
@@ -61,10 +47,7 @@ allow_spend = true
 
 
 def _connect(tmp: Path, lines: int | None, extra: str = ""):
-    tmp.mkdir(parents=True, exist_ok=True)
-    rows = [f"{17 + (i * 7) % 70},{['Female', 'Male'][i % 2]}" for i in range(40)]
-    (tmp / "t.csv").write_text("\n".join(["age,sex"] + rows) + "\n")
-    (tmp / "d.toml").write_text(DOMAIN)
+    write_table(tmp, 40)
     if lines is not None:
         extra += f", max_record_lines = {lines}"
     (tmp / "dpsql.toml").write_text(CONFIG.format(extra=extra))
