@@ -182,12 +182,15 @@ def expand_linear(lq, schema, joined: dict[str, JoinedAttribute]):
 
 
 def expand(cq, schema, joined: dict[str, JoinedAttribute]):
-    """``cq`` (compiled over the joined attributes) with its own linear queries multiplied
-    by the expansions, over ``schema``."""
+    """``cq`` (compiled over the joined attributes) with its own linear queries, and the
+    offset queries of its SUMs over binned columns, multiplied by the expansions, over
+    ``schema`` (an offset query left over the joined cells was applied to the key's offset
+    sums, which have the key's width: SUM over a join failed once offsets were measured)."""
     if cq.is_schema_probe or not joined:
         return replace(cq, schema=schema)
     program = cq.program
     program.lq_by_name = {k: expand_linear(v, schema, joined) for k, v in program.lq_by_name.items()}
     out = [program.lq_by_name.get(lq.name, lq) for lq in cq.linear_queries]
+    offsets = [program.lq_by_name.get(lq.name) or expand_linear(lq, schema, joined) for lq in cq.offset_queries]
     program.joined = dict(joined)
-    return replace(cq, linear_queries=out, schema=schema)
+    return replace(cq, linear_queries=out, offset_queries=offsets, schema=schema)

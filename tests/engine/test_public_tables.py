@@ -189,3 +189,35 @@ def test_a_duckdb_public_table_leaves_nothing_else_of_its_file_reachable(tmp_pat
         with pytest.raises(Exception) as info:
             db.query(sql)
         assert "42" not in str(info.value)
+
+
+def test_sums_over_a_join_use_the_measured_offsets(tmp_path):
+    """Review finding: a SUM of a binned column over a join raised ValueError (operands could
+    not be broadcast) once the column's binning offsets were measured: the SUM's offset query
+    stayed over the join's cells instead of the key's, so it did not fit the offset sums.
+    Now it is expanded like the counts, and the answer is the raw data's SUM (not the bins')."""
+    import duckdb
+    workload = ["SELECT carrier, origin, dest, month, COUNT(*) FROM flights GROUP BY 1, 2, 3, 4",
+                "SELECT dest, month, SUM(distance) FROM flights GROUP BY 1, 2"]
+    con = dpsql.connect(STAR / "dpsql.toml", user="t", ledger=str(tmp_path / "l"), cache_dir=str(tmp_path / "c"),
+                        budget=HUGE, workload=workload)
+    raw = duckdb.connect()
+    try:
+        con.session.measure()
+        for name in ("flights", "airports", "holidays"):
+            raw.execute(f"CREATE TABLE {name} AS SELECT * FROM read_csv('{STAR / (name + '.csv')}', header = true, "
+                        "nullstr = '')")
+        for sql in ["SELECT a.state, SUM(f.distance) FROM flights f JOIN airports a ON f.dest = a.faa GROUP BY 1",
+                    "SELECT h.name, SUM(f.distance), AVG(f.distance) FROM flights f JOIN holidays h "
+                    "ON f.month = h.month GROUP BY 1"]:
+            cur = con.cursor()
+            cur.execute(sql)
+            ours = {r[0]: r[1:] for r in cur.fetchall()}
+            exact = {r[0]: r[1:] for r in raw.execute(sql).fetchall()}
+            assert set(exact) <= set(ours), sql
+            for key, values in ours.items():
+                for v, e in zip(values, exact.get(key, (0, 0))):
+                    assert abs(v - float(e)) <= 20 + 1e-4 * abs(float(e)), (sql, key, v, e)
+    finally:
+        raw.close()
+        con.close()
