@@ -169,3 +169,22 @@ def _spark_literal(v) -> str:
     if isinstance(v, str):
         return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return str(v)
+
+
+def test_engine_types_map_to_duckdb_types():
+    """The column types each engine's catalog gives, as the DuckDB types the public database
+    holds them in (no engine needed: the mapping reads type names only)."""
+    from dpsql.errors import ConfigError
+    from dpsql.measure import postgres, spark
+    assert spark.public_column("d", "date") == ("DATE", "`d`")
+    assert spark.public_column("t", "timestamp") == ("TIMESTAMP", "CAST(`t` AS STRING) AS `t`")
+    assert spark.public_column("n", "timestamp_ntz") == ("TIMESTAMP", "`n`")
+    assert spark.public_column("p", "decimal(10,2)") == ("DECIMAL(10,2)", "`p`")
+    assert spark.public_column("a`b", "array<int>") == ("VARCHAR", "CAST(`a``b` AS STRING) AS `a``b`")
+    assert spark._timestamp("t", "2023-06-01 09:00:00.25") == dt.datetime(2023, 6, 1, 9, 0, 0, 250000)
+    with pytest.raises(ConfigError, match="outside years"):
+        spark._timestamp("t", "+12345-01-01 00:00:00")
+    assert postgres.public_column("at", "timestamp(3) with time zone") == ("TIMESTAMP", "(\"at\" AT TIME ZONE 'UTC')")
+    assert postgres.public_column("c", "character varying(20)") == ("VARCHAR", '"c"')
+    assert postgres.public_column("big", "numeric(60,2)") == ("DOUBLE", 'CAST("big" AS double precision)')
+    assert postgres.public_column("ip", "inet") == ("VARCHAR", 'CAST("ip" AS text)')
