@@ -158,3 +158,22 @@ def test_out_of_range_keys_join_nothing(measured, sql):
     assert set(exact) <= set(ours), (ours, exact)
     for key, value in ours.items():
         assert abs(value - exact.get(key, 0)) <= 0.5, (key, value, exact.get(key))
+
+
+def test_dpsql_check_says_where_out_of_range_keys_land(tmp_path):
+    """The operator's data check reports 13, 99, … of the key month as landing in its NULL
+    cell (it said "the last bin (clamped)")."""
+    import io
+
+    from dpsql.cli import _check_tables
+    from dpsql.measure.router import open_backend
+    cfg = load_config(_write(tmp_path))
+    backend = open_backend(cfg.sources)
+    out = io.StringIO()
+    try:
+        assert not _check_tables(cfg.tables, backend, None, out=out)
+    finally:
+        backend.close()
+    text = out.getvalue()
+    assert "2 below range → the NULL cell" in text and "4 above range → the NULL cell" in text, text
+    assert "clamped" not in text
