@@ -124,10 +124,27 @@ def test_postgres_public_column_types(pg_server, tmp_path):
     config = _star_copy(tmp_path, {})
     config.write_text(config.read_text() + f'\n[tables.extras]\npublic = true\nsource = {{ postgres = '
                                            f'"{pg_server.url}", table = "public_extras" }}\n')
-    extras = load_config(config).public_tables["extras"]
-    assert [(c.name, c.type) for c in extras.columns] == [
-        ("id", "integer"), ("price", "numeric"), ("ratio", "double precision"), ("at", "timestamp"),
-        ("code", "text"), ("label", "text"), ("doc", "text"), ("tags", "text"), ("born", "date")]
+    cfg = load_config(config)
+    extras = cfg.public_tables["extras"]
+    types = [("id", "integer"), ("price", "numeric"), ("ratio", "double precision"), ("at", "timestamp"),
+             ("code", "text"), ("label", "text"), ("doc", "text"), ("tags", "text"), ("born", "date")]
+    assert [(c.name, c.type) for c in extras.columns] == types
+    # the wire server's catalog (its shadow DDL, loaded into a scratch database as dpsql serve
+    # loads it) lists them with these types, for BI tools to browse
+    import psycopg
+
+    from dpsql.public import StarCatalog
+    from dpsql.server.shadow import schema_ddl
+    pg_server.execute("DROP DATABASE IF EXISTS shadow_check", "CREATE DATABASE shadow_check")
+    with psycopg.connect(pg_server.url.replace("/dpsql?", "/shadow_check?"), autocommit=True) as conn:
+        for statement in schema_ddl(StarCatalog(cfg.tables, cfg.public_tables, cfg.references)):
+            conn.execute(statement)
+        listed = conn.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = "
+                              "'extras' ORDER BY ordinal_position").fetchall()
+        viewed = conn.execute("SELECT column_name, data_type FROM dpsql_columns WHERE table_name = 'extras' "
+                              "ORDER BY ordinal_position").fetchall()
+    assert listed == [(n, "timestamp without time zone" if t == "timestamp" else t) for n, t in types]
+    assert viewed == types
     import decimal
     assert extras.rows[0] == (1, decimal.Decimal("12.50"), 0.25, dt.datetime(2024, 3, 1, 10, 0), "ab ", "x",
                               '{"a": 1}', "{p,q}", dt.date(2000, 2, 29))
