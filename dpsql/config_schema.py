@@ -109,8 +109,6 @@ _SOURCE_KEYS = {
     "table": _k("str", "the table inside a duckdb database, PostgreSQL or the Spark catalog",
                 kinds=("duckdb", "postgres", "spark")),
     "data_version": _k("str|int", "names the content instead of its SHA-256"),
-    "id_column": _k("str", "the privacy unit's id column (as privacy_unit.id)"),
-    "max_rows": _k("int", "rows kept per id_column value (as privacy_unit.max_rows)", default=1, minimum=1),
     "delimiter": _k("str", "one ASCII character", default=",", kinds=("csv",)),
     "quote": _k("str", 'one ASCII character, or "" for no quoting', default='"', kinds=("csv",)),
     "escape": _k("str", "inside quoted fields (default: the quote)", default='"', kinds=("csv",)),
@@ -219,6 +217,9 @@ SCHEMA: dict[str, Section] = {
         "foreign_key": _k("str", "this table's column equal to the parent's primary key"),
         "primary_key": _k("str", "needed when another table references this one"),
         "max_rows": _k("int", "the most rows of this table one person contributes", minimum=1),
+        "group_by": _k("strings", "view columns whose values are a person's groups (with max_groups)"),
+        "max_groups": _k("int", "the most groups of group_by one person's rows fall in", minimum=1),
+        "max_rows_per_group": _k("int", "the most rows one person keeps in each group", minimum=1),
     }),
     "server": Section("the wire server", {
         "max_statement_bytes": _k("int", "larger frontend messages are refused (54000)", default=256 * 1024,

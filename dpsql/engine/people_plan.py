@@ -34,15 +34,18 @@ __all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan"]
 @dataclass(frozen=True)
 class ViewCost:
     """A view's planning inputs: its bound k, its strategy's unit-noise expected error E
-    (planner objective) and cost = k²·E (``dpsql.plan.views``)."""
+    (planner objective) and cost = k²·E (``dpsql.plan.views``); under a group bound k² is
+    the strategy's effective squared row factor ``rows_sq`` (``Engine.rows_sq``)."""
 
     table: str
     max_rows: int
     expected_error: float
+    rows_sq: float | None = None
 
     @property
     def cost(self) -> float:
-        return self.max_rows ** 2 * self.expected_error
+        k2 = self.max_rows ** 2 if self.rows_sq is None else self.rows_sq
+        return k2 * self.expected_error
 
 
 def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
@@ -61,7 +64,7 @@ def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
     for table, workload in planned.items():
         k = people.bound(table)
         strategy = engine.optimize_counted(workload, Fraction(rho) / len(planned), k)
-        out[table] = ViewCost(table, k, float(strategy.expected_error))
+        out[table] = ViewCost(table, k, float(strategy.expected_error), engine.rows_sq(table, strategy))
     return out
 
 
@@ -74,10 +77,22 @@ class ViewPlan:
     report: PlanReport | None    # its plan at that share (None: no workload query reads it)
     total_error: float           # expected total squared error at the share (planner objective)
     dropped_at_least: int | None  # rows its bound must drop, from declared public sizes
+    groups: Any = None           # its GroupBound (dpsql.plan.views), or None
+    rows_sq: float | None = None  # its noise's squared row factor (k² without a group bound)
 
     def line(self) -> str:
         path = " -> ".join(self.path)
         head = f"  {self.table}: {path}, at most {self.max_rows} row{'' if self.max_rows == 1 else 's'} per person"
+        if self.groups is not None:
+            from dpsql.plan.views import grouped_l2_sq
+            g = self.groups
+            head += (f" in at most {g.max_groups} group{'' if g.max_groups == 1 else 's'} of "
+                     f"({', '.join(g.attributes)}), {g.max_rows_per_group} per group (L2 sensitivity "
+                     f"{math.sqrt(grouped_l2_sq(self.max_rows, g.max_groups, g.max_rows_per_group)):.4g} rows "
+                     f"for marginals over the groups, {self.max_rows} otherwise")
+            if self.rows_sq is not None:
+                head += f"; this plan's noise: {math.sqrt(self.rows_sq):.4g} rows"
+            head += ")"
         if self.report is None:
             return f"{head}; no workload query reads it (not measured)"
         units = "; ".join(f"{u.unit} {u.rmse:,.2f}" for u in self.report.units)
@@ -95,7 +110,8 @@ class PeoplePlan:
 
     def lines(self) -> list[str]:
         out = [f"people schema: {len(self.views)} views of the same persons share rho = {float(self.rho):.4g} "
-               "(split to minimise the total expected error: rho_v proportional to max_rows_v * sqrt(E_v))"]
+               "(split to minimise the total expected error: rho_v proportional to max_rows_v * sqrt(E_v), "
+               "max_rows_v the row factor of the view's noise)"]
         for v in self.views:
             out.append(v.line())
             if v.dropped_at_least:
@@ -133,6 +149,7 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
         if persons is not None and table in rows:
             dropped = max(0, rows[table] - view.max_rows * persons)
         total = expected_total({table: costs[table].cost}, shares) if table in costs else 0.0
-        views.append(ViewPlan(table, view.path, view.max_rows, share, report, total, dropped))
+        views.append(ViewPlan(table, view.path, view.max_rows, share, report, total, dropped, view.groups,
+                              costs[table].rows_sq if table in costs else None))
     cost_map = {v: c.cost for v, c in costs.items()}
     return PeoplePlan(rho, tuple(views), expected_total(cost_map, shares), even_total(rho, cost_map))

@@ -1,8 +1,9 @@
 """Public tables and declared keys in ``dpsql.toml`` (issue 31; format in docs/config.md).
 
-``[tables.NAME] public = true`` with a ``source`` declares a public dimension table: read
-whole when the configuration is loaded (``dpsql.measure.backend.PublicDatabase``), shown
-exactly, never charged.  ``keys = { column = "table.column" }`` (on a private or a public
+``[tables.NAME] public = true`` with a ``source`` (any kind: a file, a PostgreSQL table, a
+Spark table or Parquet files) declares a public dimension table: read whole when the
+configuration is loaded (``dpsql.measure.backend.PublicDatabase``), shown exactly, never
+charged.  ``keys = { column = "table.column" }`` (on a private or a public
 table; a list for several targets) declares a reference that queries may join on, and a
 categorical's ``labels_from = "table.column"`` (in the domain file) takes its labels from a
 public column.  Every check here reads the configuration and the public tables only.
@@ -44,15 +45,15 @@ def load_public(tables_spec: Mapping, base: Path, where: str):
                               hint="its content is public metadata: it has a source and, optionally, keys")
         if "source" not in spec:
             raise ConfigError(f"{twhere}: missing source", hint='source = { csv = "carriers.csv" }')
-        source = Source.from_config(spec["source"], base, twhere)
-        if source.kind not in ("csv", "parquet", "duckdb"):
-            raise ConfigError(f"{twhere}: a {source.kind} source cannot hold a public table yet",
-                              hint="give the public table as a CSV, Parquet or DuckDB file")
-        sources[name] = source
+        sources[name] = Source.from_config(spec["source"], base, twhere, public=True)
     if not sources:
         return None
     from dpsql.measure.backend import PublicDatabase
-    return PublicDatabase(sources)
+    from dpsql.measure.router import read_public
+    # files are read by DuckDB's own readers; a PostgreSQL or Spark table by its engine, once,
+    # its rows then held beside the others (public metadata: read in the clear)
+    contents = {name: read_public(name, s) for name, s in sources.items() if s.kind in ("postgres", "spark")}
+    return PublicDatabase(sources, contents)
 
 
 def _split(ref, where: str) -> tuple[str, str]:
