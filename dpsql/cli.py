@@ -387,8 +387,12 @@ def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
                 n = problems.get(status)
                 if not n:
                     continue
-                lands = {"below_range": "the first bin (clamped)", "above_range": "the last bin (clamped)",
-                         "not_integer": "the bin containing the value"}.get(status, place)
+                # numbers beyond the range clamp into the end bins; out-of-period times and an
+                # integer join key's values (IntegerRange.clamp) go to the invalid place
+                clamped = att.kind == "numeric" or (att.kind == "integer" and getattr(att, "clamp", True))
+                ranges = {"below_range": "the first bin (clamped)", "above_range": "the last bin (clamped)"} \
+                    if clamped else {}
+                lands = {**ranges, "not_integer": "the bin containing the value"}.get(status, place)
                 if status == "null_not_nullable":
                     lands = place
                 examples = ", ".join(f"{_show(v)} ×{c:,}" for v, c in col.examples.get(status, []))
@@ -486,6 +490,11 @@ def cmd_measure(args) -> int:
               "run made before it could release them (nothing spent now)")
     else:
         print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent {_spend_text(report.rho, delta)}")
+    if engine.truncation_rho(table) > 0:
+        from dpsql.engine.people_truncation import released_truncation
+        released = released_truncation(engine, table)
+        if released is not None:
+            print(released.line())
     if args.no_fit:
         return 0
     return _prepare_model(engine, table, status)
