@@ -28,7 +28,7 @@ from dpsql.errors import ProgrammingError
 # not import the engine's (tests/test_layout.py: no two files import each other)
 Engine = Any
 
-__all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan"]
+__all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan", "increment_shares"]
 
 
 @dataclass(frozen=True)
@@ -155,3 +155,22 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
         views.append(ViewPlan(table, view.path, view.max_rows, share, report, total, dropped))
     cost_map = {v: c.cost for v, c in costs.items()}
     return PeoplePlan(rho, tuple(views), expected_total(cost_map, shares), even_total(rho, cost_map))
+
+
+def increment_shares(engine: Engine, rho: Fraction) -> dict[str, Fraction]:
+    """An increment's budget ``rho`` divided across the views whose workload queries no
+    release supports yet (``dpsql measure --increment`` of a people schema): the workload's
+    split (``Engine.view_shares``) restricted to those views and scaled to add up to exactly
+    ``rho``, so a view gets the part of the budget the plan gives it beside the others that
+    need one.  Empty when every query is supported.  Public: the workload, the domains and
+    the released measurements' shapes; the model fitted to the releases is post-processing."""
+    shares = engine.view_shares(engine.workload_rho())
+    needing = {view: share for view, share in shares.items() if engine.unsupported_workload(view)}
+    if not needing:
+        return {}
+    total = sum(needing.values(), Fraction(0))
+    if total == 0:
+        return {view: Fraction(rho) / len(needing) for view in needing}
+    out = {view: Fraction(rho) * share / total for view, share in needing.items()}
+    assert sum(out.values(), Fraction(0)) == rho
+    return out
