@@ -427,9 +427,10 @@ def cmd_measure(args) -> int:
         # a people schema: measure every view the workload reads, each at its share; an
         # increment divides its budget across the views that need one the same way
         engine = session.engine
+        parts: dict[str, Fraction | None]
         if args.increment:
             from dpsql.engine.people_plan import increment_shares
-            parts = increment_shares(engine, _increment_rho(args, engine))
+            parts = dict(increment_shares(engine, _increment_rho(args, engine)))
         else:
             parts = {view: None for view in engine.view_shares(engine.workload_rho())}
         status.clear()

@@ -3,10 +3,11 @@
 The workload is split by view (each query compiles to the view of the table it reads), every
 view's strategy is planned by HDMM as for any table, and the workload budget is divided
 across the views to minimise their total expected error in the planner's objective
-(``dpsql.plan.views``: ρ_v ∝ √c_v, ``ViewCost.cost``).  ``people_plan`` is what ``dpsql plan`` prints for such a configuration: each
-view's path, bound, share, expected errors, and what public metadata says about the rows
-its bound drops.  Everything here is public: configuration, workload, domains, and the
-tables' declared public sizes (``[tables.NAME] rows``); nothing reads the data.
+(``dpsql.plan.views``: ρ_v ∝ √c_v, ``ViewCost.cost``).  ``people_plan`` is what ``dpsql
+plan`` prints for such a configuration: each view's path, bound, share, expected errors,
+and what public metadata says about the rows its bound drops.  Everything here is public:
+configuration, workload, domains, and the tables' declared public sizes (``[tables.NAME]
+rows``); nothing reads the data.
 
 Truncation bias (rows a bound drops) is reported only from public metadata: with declared
 sizes N_T of a table and P of the person table, at least max(0, N_T − k_T·P) of T's rows

@@ -38,8 +38,8 @@ __all__ = ["split_budget", "expected_total", "even_total"]
 def split_budget(rho: Fraction, costs: Mapping[str, float]) -> dict[str, Fraction]:
     """The shares ρ_v minimising Σ_v costs[v] / (2ρ_v) with Σ_v ρ_v = ``rho`` exactly.
 
-    ``costs[v]`` = c_v ≥ 0 (k_v²·E_v or n_v·E_v, ``ViewCost``).  A view of cost 0 (nothing to measure) gets 0; when every
-    cost is 0 the budget is split evenly."""
+    ``costs[v]`` = c_v ≥ 0 (k_v²·E_v or n_v·E_v, ``ViewCost``).  A view of cost 0 (nothing
+    to measure) gets 0; when every cost is 0 the budget is split evenly."""
     rho = Fraction(rho)
     if rho <= 0:
         raise ValueError("the budget must be positive")

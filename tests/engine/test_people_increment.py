@@ -27,7 +27,8 @@ ADDED = ["SELECT nation, COUNT(*) FROM customers GROUP BY nation",
 def _config(tmp_path: Path, queries: list[str]) -> Path:
     files = shop.write_parquet(shop.shop_rows(customers=80), tmp_path / "data")
     (tmp_path / "shop.toml").write_text(shop.DOMAIN)
-    tables = "".join(f'[tables.{t}]\ndomain = "shop.toml"\nsource = {{ parquet = "{p}" }}\n\n' for t, p in files.items())
+    tables = "".join(f'[tables.{t}]\ndomain = "shop.toml"\nsource = {{ parquet = "{p}" }}\n\n'
+                     for t, p in files.items())
     people = shop.people_section()
     links = "".join(f"[people.tables.{t}]\n" + "".join(
         f'{k} = {v if isinstance(v, int) else chr(34) + v + chr(34)}\n' for k, v in link.items()) + "\n"
