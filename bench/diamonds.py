@@ -24,6 +24,8 @@ import tarfile
 from importlib.util import find_spec
 from pathlib import Path
 
+import table_config
+
 NAME = "diamonds"
 CUTS = ["Fair", "Good", "Very Good", "Premium", "Ideal"]
 COLORS = ["D", "E", "F", "G", "H", "I", "J"]
@@ -118,33 +120,8 @@ edges = {PRICE_EDGES[:-1]}
 
 def config_toml(epsilon: float = 1.0, ledger: Path | None = None, base: Path | None = None,
                 binning: str = "offsets") -> str:
-    queries = "\n".join(f"  {json.dumps(q)}," for q in WORKLOAD)
-    at = (lambda name: json.dumps(str(base / name))) if base is not None else json.dumps
-    return f"""[dpsql]
-ledger = {json.dumps(str(ledger)) if ledger is not None else '"diamonds.ledger"'}
-noise = "gaussian"
-cache_dir = {at(".dpsql-cache")}
-policy = "informed"
-
-[budget]
-epsilon = {epsilon}
-delta = 1e-6
-
-[tables.diamonds]
-domain = {at("diamonds.toml")}
-source = {{ csv = {at("diamonds.csv")} }}
-privacy_unit = "row"
-
-[workload]
-queries = [
-{queries}
-]
-
-[planner]
-restarts = 1
-seed = 0
-binning = "{binning}"
-"""
+    """The configuration (bench/table_config.py) over this table and its workload."""
+    return table_config.config_toml("diamonds", WORKLOAD, epsilon, ledger, base, binning)
 
 
 def write_csv(path: Path) -> int:
@@ -165,12 +142,7 @@ def write_csv(path: Path) -> int:
 
 def prepare(workdir: Path, epsilon: float = 1.0) -> Path:
     """Write the table, its domain and a configuration into ``workdir``; the config's path."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    if not (workdir / "diamonds.csv").exists():
-        write_csv(workdir / "diamonds.csv")
-    (workdir / "diamonds.toml").write_text(domain_toml())
-    (workdir / "dpsql.toml").write_text(config_toml(epsilon))
-    return workdir / "dpsql.toml"
+    return table_config.prepare(workdir, "diamonds", write_csv, domain_toml(), config_toml(epsilon))
 
 
 def main() -> None:

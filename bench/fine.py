@@ -125,7 +125,7 @@ def end_to_end(rows, seed=1):
     backend = DuckDBBackend({"t": Source("csv", path)}, threads=1)
     W = Workload.of_queries(schema.domain, queries)
     s, w1, c1 = _timed(optimize, W)
-    release, w2, c2 = _timed(measure_ordered, backend, schema, s, rho)
+    release, w2, c2 = _timed(measure_ordered, backend, schema, s, rho, charge=lambda plan: None, rows=rows)
     est, w3, c3 = _timed(OrderedEstimate, release)
     (cdf, var), w4, c4 = _timed(est.cdf)
     quant, w5, c5 = _timed(lambda: [est.quantile(q) for q in qs])

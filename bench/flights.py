@@ -21,10 +21,11 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import zipfile
 from importlib import resources
 from pathlib import Path
+
+import table_config
 
 WORKLOAD = [
     "SELECT COUNT(*) FROM flights",
@@ -110,36 +111,8 @@ hi = 23
 
 def config_toml(epsilon: float = 1.0, ledger: Path | None = None, base: Path | None = None,
                 binning: str = "offsets") -> str:
-    """The configuration; ``ledger`` elsewhere than beside it and ``base`` the directory of
-    the table, domain and plan cache when the file is written somewhere else; ``binning``
-    the planner's treatment of SUM/AVG over wide bins (docs/engine.md, "Binning offsets")."""
-    queries = "\n".join(f'  "{q}",' for q in WORKLOAD)
-    at = (lambda name: json.dumps(str(base / name))) if base is not None else json.dumps
-    return f"""[dpsql]
-ledger = {json.dumps(str(ledger)) if ledger is not None else '"flights.ledger"'}
-noise = "gaussian"
-cache_dir = {at(".dpsql-cache")}
-policy = "informed"
-
-[budget]
-epsilon = {epsilon}
-delta = 1e-6
-
-[tables.flights]
-domain = {at("flights.toml")}
-source = {{ csv = {at("flights.csv")} }}
-privacy_unit = "row"
-
-[workload]
-queries = [
-{queries}
-]
-
-[planner]
-restarts = 1
-seed = 0
-binning = "{binning}"
-"""
+    """The configuration (bench/table_config.py) over this table and its workload."""
+    return table_config.config_toml("flights", WORKLOAD, epsilon, ledger, base, binning)
 
 
 def write_csv(path: Path) -> int:
@@ -158,12 +131,7 @@ def write_csv(path: Path) -> int:
 
 def prepare(workdir: Path, epsilon: float = 1.0) -> Path:
     """Write the table, its domain and a configuration into ``workdir``; the config's path."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    if not (workdir / "flights.csv").exists():
-        write_csv(workdir / "flights.csv")
-    (workdir / "flights.toml").write_text(domain_toml())
-    (workdir / "dpsql.toml").write_text(config_toml(epsilon))
-    return workdir / "dpsql.toml"
+    return table_config.prepare(workdir, "flights", write_csv, domain_toml(), config_toml(epsilon))
 
 
 def main() -> None:

@@ -190,7 +190,7 @@ def marginal_workload(domain, k: int):
 def part_residual(args) -> None:
     from dpsql.engine.config import load_config
     from dpsql.plan import optimize, svd_bound
-    from dpsql.plan.planner import opt_residual
+    from dpsql.plan.operators import opt_residual
 
     print("\n## residual: optimize() vs ResidualPlanner's optimum on marginal workloads (Gaussian)")
     print("| workload | marginals | optimize() chose | optimize() TSE | RP optimum TSE "

@@ -512,12 +512,17 @@ class IntegerRange(_Binned):
     is ``edges[-1]..hi``.  Values below ``lo`` clamp to the first bin, above ``hi`` to the
     last; a non-integer value goes to the bin whose range it falls in (``29.5`` with unit
     bins goes to ``29``), which is what the ``x < next_start`` SQL tests compute.
+
+    ``clamp = False`` (a join key, set by the configuration from its declared keys:
+    ``dpsql.engine.public.unclamp_keys``) sends values outside ``lo..hi`` to
+    :attr:`invalid_index` instead: clamped, they would join the end key's dimension row.
     """
 
     lo: int = 0
     hi: int = 0
     bin_width: int = 1
     edges: tuple[int, ...] | None = None
+    clamp: bool = True
     _starts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False, hash=False)
 
     kind = "integer"
@@ -526,14 +531,29 @@ class IntegerRange(_Binned):
     sql_type = "INTEGER"
 
     def __init__(self, name: str, lo: int, hi: int, bin_width: int = 1, edges: Sequence[int] | None = None,
-                 nullable: bool = False) -> None:
+                 nullable: bool = False, clamp: bool = True) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
         object.__setattr__(self, "bin_width", bin_width)
         object.__setattr__(self, "edges", None if edges is None else tuple(edges))
         object.__setattr__(self, "nullable_", nullable)
+        object.__setattr__(self, "clamp", clamp)
         object.__setattr__(self, "_starts", self._validate())
+
+    def unclamped(self) -> IntegerRange:
+        """The same cells, with values outside ``lo..hi`` sent to :attr:`invalid_index`."""
+        return IntegerRange(self.name, self.lo, self.hi, self.bin_width, self.edges, self.nullable, clamp=False)
+
+    def index_of(self, value: Any) -> int:
+        if not self.clamp and _is_real(value) and not _is_nan(value) and not self.lo <= value <= self.hi:
+            return self.invalid_index
+        return super().index_of(value)
+
+    def identity_extra(self) -> tuple[Any, ...]:
+        # the out-of-range rule decides where a value lands (a release measured with clamped
+        # keys must not answer a join); clamped attributes keep their earlier fingerprint
+        return () if self.clamp else ("out of range: invalid",)
 
     def _validate(self) -> tuple[int, ...]:
         self._check_common()

@@ -13,7 +13,7 @@ query over the join is a linear query W·x of the private histogram x with W rea
 public tables; answering it from released measurements is post-processing
 (``docs/privacy.md``, "Joins with public tables").  This module holds only the public side:
 the tables' content and the references.  ``dpsql.sql.joins`` compiles joins; the content is
-read by ``dpsql.measure.backend.read_public_table``.
+read by ``dpsql.measure.backend.PublicDatabase``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def adult_config(tmp_path):
 # takes the `spark` fixture belongs here too (or it starts a second JVM on the other worker).
 SPARK_FILES = frozenset({"tests/measure/test_engines.py", "tests/measure/test_sources.py",
                          "tests/measure/test_people_engines.py",
-                         "tests/measure/test_init_sources.py"})
+                         "tests/measure/test_init_sources.py", "tests/measure/test_public_engines.py"})
 
 
 @pytest.hookimpl(optionalhook=True)   # a pytest-xdist hook: without xdist nothing calls it

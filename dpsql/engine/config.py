@@ -14,72 +14,30 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from dpsql.domain import TableSchema, check_keys
+from dpsql import config_schema
+from dpsql.domain import TableSchema
 from dpsql.domain_file import load_domain
-from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public
+from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public, unclamp_keys
 from dpsql.errors import ConfigError
 from dpsql.engine.people import PeopleSchema, people_views
 from dpsql.measure.source import Source
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
 
-POLICIES = ("informed", "infer", "measure", "refuse")
-ERROR_COLUMNS = ("off", "stderr", "ci95", "bounds")
 
-# The configuration schema: every key dpsql.toml may hold, per section (docs/config.md).
-# Anything else is a ConfigError naming the key and the closest valid one, so a typo such as
-# ``privacy_unt`` can never silently weaken the privacy of a table.  A nested entry names
-# the schema of its value; "*" stands for any name (tables, users).  To add an option, add
-# its key here and read it in ``load_config``.
-_DPSQL_KEYS = ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_user", "error_columns")
-_BUDGET = ("epsilon", "delta", "rho")
-SCHEMA: dict[str, Any] = {
-    "": {"dpsql": "dpsql", "budget": "budget", "tables": "tables", "workload": "workload",
-         "policy": "policy", "planner": "planner", "model": "model", "server": "server", "people": None,
-         **{k: None for k in _DPSQL_KEYS}},
-    "dpsql": {k: None for k in _DPSQL_KEYS},
-    "budget": {**{k: None for k in _BUDGET}, "per_user": "user_budget", "users": "users"},
-    "user_budget": {k: None for k in _BUDGET},
-    "users": {"*": "user_budget"},
-    "tables": {"*": "table"},
-    "table": {"domain": None, "domain_table": None, "source": None, "privacy_unit": "privacy_unit",
-              "rows": None, "public": None, "keys": None},
-    "privacy_unit": {"id": None, "max_rows": None, "hash_key_file": None},
-    "workload": {"files": None, "queries": None, **{k: None for k in _BUDGET}},
-    "policy": {"unsupported": None, "allow_spend": None, **{k: None for k in _BUDGET}},
-    "planner": {"restarts": None, "seed": None, "max_clique_cells": None, "max_model_cells": None, "mode": None,
-                "aim_max_model_cells": None, "objective": None, "binning": None},
-    "query": {"sql": None, "weight": None},   # an inline [workload] queries entry
-    "model": {"iters": None},
-    # read by the wire server (dpsql/server/config.py, which also checks the values)
-    "server": {"max_statement_bytes": None, "max_user_statements": None, "max_connections": None,
-               "max_user_connections": None, "query_log_max_bytes": None, "query_log_files": None,
-               "max_session_memory": None,
-               "max_unauthenticated": None, "auth_timeout": None, "catalog_timeout": None, "query_log": None,
-               "error_columns": None, "estimator": None, "users": "server_users"},
-    "server_users": {"*": "server_user"},
-    "server_user": {"error_columns": None, "estimator": None, "connection_limit": None},
-}
+
+_default = config_schema.default
 
 
 def validate_keys(raw: Mapping, where: str, section: str = "", path: str = "") -> None:
-    """Check every key of ``raw`` against :data:`SCHEMA` (recursively)."""
-    spec = SCHEMA[section]
-    if "*" in spec:
-        for name, value in raw.items():
-            if isinstance(value, Mapping) and spec["*"]:
-                validate_keys(value, where, spec["*"], f"{path}.{name}" if path else str(name))
-        return
-    check_keys(raw, spec, f"{where}: [{path}]" if path else where)
-    for key, value in raw.items():
-        sub = spec[key]
-        if sub is not None and isinstance(value, Mapping):
-            validate_keys(value, where, sub, f"{path}.{key}" if path else key)
+    """Check ``raw`` against the declared schema (:mod:`dpsql.config_schema`): unknown keys,
+    types and allowed values, recursively."""
+    config_schema.check(raw, section, where, path)
 
 
 @dataclass(frozen=True)
@@ -126,23 +84,21 @@ def _rho(value: Any, where: str) -> Fraction:
     return rho
 
 
-PLANNER_MODES = ("hdmm", "aim")
-BINNING_MODES = ("offsets", "bound")
-
-
 @dataclass(frozen=True)
 class PlannerOptions:
-    restarts: int = 3
-    seed: int = 0
-    max_clique_cells: int = 2_000_000
-    max_model_cells: int = 20_000_000
-    objective: str = "relative"      # or "absolute" (dpsql.plan.objective)
-    mode: str = "hdmm"                       # "aim": adaptive measurement (thesis ch. 5)
-    aim_max_model_cells: int = 80 * 2**20 // 8  # AIM's JT-SIZE cap (thesis: 80 MB of float64)
+    """``[planner]``; every default is the schema's (dpsql.config_schema)."""
+
+    restarts: int = _default("planner", "restarts")
+    seed: int = _default("planner", "seed")
+    max_clique_cells: int = _default("planner", "max_clique_cells")
+    max_model_cells: int = _default("planner", "max_model_cells")
+    objective: str = _default("planner", "objective")      # dpsql.plan.objective
+    mode: str = _default("planner", "mode")                # "aim": adaptive measurement (thesis ch. 5)
+    aim_max_model_cells: int = _default("planner", "aim_max_model_cells")  # AIM's JT-SIZE cap
     # SUM/AVG over wide bins: "offsets" measures the rows' offsets from their bins' values
     # with the workload (unbiased answers); "bound" measures Σ half bin widths and widens the
     # interval by the worst-case binning error instead (docs/engine.md, "Binning offsets")
-    binning: str = "offsets"
+    binning: str = _default("planner", "binning")
 
 
 @dataclass(frozen=True)
@@ -160,14 +116,14 @@ class Config:
     table_rows: dict[str, int]
     ledger_path: Path
     cache_dir: Path
-    noise: str = "gaussian"
-    policy: str = "informed"
+    noise: str = _default("dpsql", "noise")
+    policy: str = _default("dpsql", "policy")
     workload: tuple[str, ...] = ()
     workload_weights: tuple[float, ...] = ()   # per workload statement (default 1)
     planner: PlannerOptions = field(default_factory=PlannerOptions)
-    fit_iters: int = 20000      # a limit: fits end at convergence (engine.FIT_GAP)
-    default_user: str = "analyst"
-    error_columns: str = "off"
+    fit_iters: int = _default("dpsql", "fit_iters")   # a limit: fits end at convergence (FIT_GAP)
+    default_user: str = _default("dpsql", "default_user")
+    error_columns: str = _default("dpsql", "error_columns")
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
     # public dimension tables (dpsql.public, read whole: PublicDatabase) and declared keys
     public_db: Any = field(default=None, compare=False, repr=False)
@@ -251,48 +207,15 @@ def _workload_sql(spec: Any, base: Path, where: str) -> list[tuple[str, float]]:
                 raise ConfigError(f"{where}: workload file not found: {p}")
             out.extend((q, _leading_weight(q, f"{where}: {p.name}"))
                        for q in split_statements(p.read_text()))
-        elif isinstance(item, Mapping):
-            validate_keys(item, where, "query", "workload.queries[]")
+        elif isinstance(item, Mapping):     # its keys and types: config_schema "query"
             if "sql" not in item:
                 raise ConfigError(f"{where}: a query entry needs sql",
                                   hint='queries = [{ sql = "SELECT ...", weight = 3 }]')
-            w = _weight(item.get("weight", 1.0), where)
+            w = _weight(item.get("weight", _default("query", "weight")), where)
             out.extend((q, w) for q in split_statements(str(item["sql"])))
         else:
             out.extend((q, _leading_weight(q, where)) for q in split_statements(item))
     return out
-
-
-def _privacy_unit(source: Source, unit: Any, base: Path, where: str) -> Source:
-    """The privacy unit, from ``privacy_unit`` in dpsql.toml or ``id_column`` (and
-    ``max_rows``) in the source; both may be given only if they agree."""
-    if unit is None:
-        return source  # source.id_column (if any) stands; hash key optional (docs/privacy.md §2)
-    if unit == "row":
-        if source.id_column is not None:
-            raise ConfigError(f"{where}: privacy_unit is \"row\" but the source declares "
-                              f"id_column = {source.id_column!r}",
-                              hint="remove one of them: they disagree about who is protected")
-        return source
-    if not isinstance(unit, Mapping) or "id" not in unit or "max_rows" not in unit:
-        raise ConfigError(f"{where}: privacy_unit is \"row\" or {{ id = COLUMN, max_rows = K, hash_key_file = PATH }}")
-    ident, max_rows = unit["id"], unit["max_rows"]
-    if not isinstance(ident, str) or not ident:
-        raise ConfigError(f"{where}: privacy_unit.id must be a column name")
-    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
-        raise ConfigError(f"{where}: privacy_unit.max_rows must be an integer ≥ 1")
-    if source.id_column is not None and (source.id_column, source.max_rows_per_id) != (ident, max_rows):
-        raise ConfigError(f"{where}: privacy_unit {{ id = {ident!r}, max_rows = {max_rows} }} disagrees with "
-                          f"the source's id_column = {source.id_column!r}, max_rows = {source.max_rows_per_id}",
-                          hint="declare the privacy unit in one place")
-    key = None
-    key_file = unit.get("hash_key_file")
-    if key_file:
-        kp = Path(key_file) if Path(key_file).is_absolute() else base / key_file
-        if not kp.exists():
-            raise ConfigError(f"{where}: hash key file not found: {kp}")
-        key = kp.read_text().strip()
-    return replace(source, id_column=ident, max_rows_per_id=max_rows, hash_key=key)
 
 
 def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config:
@@ -304,7 +227,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     validate_keys(raw, where)
     base = path.parent if path else Path.cwd()
     section = raw.get("dpsql", {})
-    for key in ("ledger", "noise", "policy", "cache_dir", "fit_iters", "default_user", "error_columns"):
+    for key in config_schema.SCHEMA["dpsql"].keys:    # accepted at the top level too
         if key in raw and key not in ("budget",):
             section = {**section, key: raw[key]}
 
@@ -342,26 +265,16 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         if not src_spec:
             raise ConfigError(f"{twhere}: missing source", hint='source = { csv = "adult.csv" }')
         src_base = base if spec.get("source") else dpath.parent
-        source = Source.from_config(src_spec, src_base, twhere)
-        source = _privacy_unit(source, spec.get("privacy_unit"), base, twhere)
-        if source.id_column is not None and source.dialect.max_record_lines != 1:
-            # fragments of a multi-line record carry no readable id and are not counted; the
-            # person's rows are bounded by max_rows alone (docs/privacy.md §2)
-            raise ConfigError(f"{twhere}: source.max_record_lines is for privacy_unit = \"row\"",
-                              hint="with an id column each person's rows are bounded by max_rows; "
-                                   "remove max_record_lines")
+        source = Source.from_config(src_spec, src_base, twhere).with_unit(spec.get("privacy_unit"), base, twhere)
         sources[name] = source
-        if "rows" in spec:
-            rows = spec["rows"]
-            if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
-                raise ConfigError(f"{twhere}: rows must be a positive integer (the table's public size), "
-                                  f"got {rows!r}", hint="e.g. rows = 48842, from the data's documentation")
-            table_rows[name] = rows
+        if "rows" in spec:     # a positive integer (config_schema)
+            table_rows[name] = spec["rows"]
 
     if not tables:
         raise ConfigError(f"{where}: every table is public", hint="declare the private table: [tables.NAME] with "
                                                                   "domain and source")
     references = declared_references(tables_spec, tables, public_db, where)
+    tables = unclamp_keys(tables, references)
     people = None
     if raw.get("people") is not None:
         tables, sources, people = people_views(raw["people"], tables, sources, base, where)
@@ -383,29 +296,22 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
     workload_budget = None
     if isinstance(wl, Mapping) and ("epsilon" in wl or "rho" in wl):
         workload_budget = BudgetSpec.parse(wl, f"{where}: [workload]", default_delta)
-    policy_spec = raw.get("policy", section.get("policy", "informed"))
+    policy_spec = raw.get("policy", section.get("policy", _default("dpsql", "policy")))
     query_budget = None
     allow_spend = False
     if isinstance(policy_spec, Mapping):
-        policy = policy_spec.get("unsupported", "informed")
-        allow_spend = policy_spec.get("allow_spend", False)
-        if not isinstance(allow_spend, bool):
-            raise ConfigError(f"{where}: [policy] allow_spend must be true or false")
+        policy = policy_spec.get("unsupported", _default("policy", "unsupported"))
+        allow_spend = policy_spec.get("allow_spend", _default("policy", "allow_spend"))
         if "epsilon" in policy_spec or "rho" in policy_spec:
             query_budget = BudgetSpec.parse(policy_spec, f"{where}: [policy]", default_delta)
     else:
         policy = policy_spec
-    if policy not in POLICIES:
-        raise ConfigError(f"{where}: policy {policy!r} is not one of {', '.join(POLICIES)}")
     if policy == "measure" and query_budget is None:
         raise ConfigError(f"{where}: policy \"measure\" needs a per-query budget",
                           hint='[policy] unsupported = "measure", epsilon = 0.05')
-    noise = section.get("noise", "gaussian")
-    if noise not in ("gaussian", "laplace"):
-        raise ConfigError(f"{where}: noise must be \"gaussian\" or \"laplace\", got {noise!r}")
-    error_columns = section.get("error_columns", "off")
-    if error_columns not in ERROR_COLUMNS:
-        raise ConfigError(f"{where}: error_columns must be one of {', '.join(ERROR_COLUMNS)}")
+    # the values' types and choices were checked against the schema (validate_keys)
+    noise = section.get("noise", _default("dpsql", "noise"))
+    error_columns = section.get("error_columns", _default("dpsql", "error_columns"))
 
     ledger = section.get("ledger")
     if ledger is None:
@@ -413,37 +319,16 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
             raise ConfigError(f"{where}: no ledger path", hint='ledger = "dpsql.ledger"')
         ledger = path.with_suffix(".ledger")
     ledger_path = Path(ledger) if Path(ledger).is_absolute() else base / ledger
-    cache = section.get("cache_dir", ".dpsql-cache")
+    cache = section.get("cache_dir", _default("dpsql", "cache_dir"))
     cache_dir = Path(cache) if Path(cache).is_absolute() else base / cache
-    planner_spec = dict(raw.get("planner", {}))
-    mode = planner_spec.pop("mode", "hdmm")
-    if mode not in PLANNER_MODES:
-        raise ConfigError(f"{where}: [planner] mode must be \"hdmm\" or \"aim\", got {mode!r}",
-                          hint='mode = "aim" selects marginals adaptively (docs/engine.md, "AIM")')
-    objective = planner_spec.pop("objective", "relative")
-    if objective not in ("relative", "absolute"):
-        raise ConfigError(f"{where}: [planner] objective must be \"relative\" or \"absolute\", "
-                          f"got {objective!r}",
-                          hint="relative: each query counts against its own per-query baseline")
-    binning = planner_spec.pop("binning", "offsets")
-    if binning not in BINNING_MODES:
-        raise ConfigError(f"{where}: [planner] binning must be \"offsets\" or \"bound\", got {binning!r}",
-                          hint='"offsets" (the default) measures the binning offsets: unbiased SUM/AVG '
-                               '(docs/engine.md, "Binning offsets")')
-    try:
-        planner = PlannerOptions(**{k: int(v) for k, v in planner_spec.items()},
-                                 objective=objective, mode=mode, binning=binning)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: [planner]: {exc}",
-                          hint="options: restarts, seed, max_clique_cells, max_model_cells, "
-                               "objective, mode, binning, aim_max_model_cells") from None
+    planner = PlannerOptions(**raw.get("planner", {}))
     return Config(path=path, tables=tables, sources=sources, budget=budget, user_budgets=users,
                   default_user_budget=default_user_budget, workload_budget=workload_budget,
                   query_budget=query_budget, table_rows=table_rows, ledger_path=ledger_path, cache_dir=cache_dir,
                   noise=noise, policy=policy, workload=tuple(q for q, _ in workload),
                   workload_weights=tuple(w for _, w in workload), planner=planner,
-                  fit_iters=int(section.get("fit_iters", raw.get("model", {}).get("iters", 20000))),
-                  default_user=str(section.get("default_user", "analyst")),
+                  fit_iters=section.get("fit_iters", raw.get("model", {}).get("iters", _default("dpsql", "fit_iters"))),
+                  default_user=section.get("default_user", _default("dpsql", "default_user")),
                   error_columns=error_columns, allow_spend=allow_spend, public_db=public_db,
                   references=references, people=people)
 

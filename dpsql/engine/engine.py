@@ -64,6 +64,11 @@ if TYPE_CHECKING:
 USELESS_SHARE = 10**6
 
 
+def _groups(source, noise: str):
+    """A view's group bound, when it lowers the sensitivity: L2 (Gaussian) noise only (the
+    L1 norm of a person's change is still max_rows)."""
+    view = source.view
+    return view.groups if view is not None and noise == "gaussian" else None
 
 
 def gaussian_sigma2_unit(rho: float) -> float:
@@ -320,8 +325,9 @@ class Engine(ModelFitting):
         planned = self._offset_blocks(table, strategy, rho) if queries is None else None
         share = planned[1] if planned is not None else Fraction(0)
         added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
-        s2_all = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
-        s2 = gaussian_sigma2_unit(float(rho - share)) * unit_rows ** 2
+        rows2 = self.rows_sq(table, strategy)
+        s2_all = gaussian_sigma2_unit(float(rho)) * rows2
+        s2 = gaussian_sigma2_unit(float(rho - share)) * rows2
         per_query = []
         for i, (part, (sql, aggregate, unit), (tse, base_tse, floor)) in enumerate(zip(
                 workload.parts, labels, query_errors(strategy))):
@@ -353,6 +359,16 @@ class Engine(ModelFitting):
                           None if bound is None else math.sqrt(bound[0] * s2_all / m),
                           bool(bound and bound[1]), self.config.planner.objective,
                           tuple(per_query), advice, units, float(share))
+
+    def rows_sq(self, table: str, strategy: Strategy) -> float:
+        """The squared rows-per-unit factor of ``strategy``'s noise on ``table``: max_rows²,
+        or less where a view's group bound applies (``release.effective_rows_sq``)."""
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        if groups is None:
+            return float(source.unit_rows ** 2)
+        return rel.effective_rows_sq([(b.clique, b.query, b.weight) for b in strategy.blocks],
+                                     source.unit_rows, groups)
 
     def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
@@ -437,8 +453,11 @@ class Engine(ModelFitting):
         state = self._state(table)
         source = self.config.sources[table]
         extra, share = offsets if offsets is not None else ([], Fraction(0))
+        # a view's group bound lowers the L2 row factor of the counts' blocks that separate
+        # its groups (release.rows_sq); the offsets keep max_rows (never less private)
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
-                                          family=self.config.noise, unit_rows=source.unit_rows)
+                                          family=self.config.noise, unit_rows=source.unit_rows,
+                                          groups=_groups(source, self.config.noise))
         if extra:
             oplan = rel.calibrate(extra, share, family=self.config.noise, unit_rows=source.unit_rows)
             blocks = blocks + list(extra)

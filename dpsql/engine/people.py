@@ -25,13 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpsql.domain import Attribute, IntegerRange, TableSchema, check_keys
+from dpsql.domain import Attribute, IntegerRange, TableSchema
 from dpsql.errors import ConfigError
 from dpsql.measure.source import FILE_KINDS, Source
 from dpsql.measure.views import EXISTS, PERSON, SEP, Hop, View
+from dpsql.plan.views import GroupBound
 
-PEOPLE_KEYS = ("person", "key", "hash_key_file", "tables")
-TABLE_KEYS = ("parent", "foreign_key", "primary_key", "max_rows")
+# [people]'s keys and their types are declared in dpsql.config_schema and checked when the
+# configuration loads; what follows checks them against the declared tables.
+GROUP_KEYS = ("group_by", "max_groups", "max_rows_per_group")
+_GROUP_HINT = ('group_by = ["status"], max_groups = 2, max_rows_per_group = 2: each person keeps rows of at '
+               'most 2 statuses, at most 2 in each (all three, beside max_rows)')
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,33 @@ def _engine(source: Source) -> str:
     return "duckdb" if source.kind in FILE_KINDS else source.kind
 
 
+def _group_spec(link: Mapping, max_rows: int, where: str) -> tuple[tuple[str, ...], int, int] | None:
+    """(group_by, max_groups, max_rows_per_group) of a table's link, all or none."""
+    given = [k for k in GROUP_KEYS if k in link]
+    if not given:
+        return None
+    if len(given) < len(GROUP_KEYS):
+        lacking = [k for k in GROUP_KEYS if k not in link]
+        raise ConfigError(f"{where}: {', '.join(given)} needs {' and '.join(lacking)} too: a person's rows "
+                          "spread over at most max_groups groups of group_by, at most max_rows_per_group in "
+                          "each, is what lowers the L2 sensitivity (max_groups alone does not)", hint=_GROUP_HINT)
+    by = link["group_by"]
+    by = [by] if isinstance(by, str) else by
+    if not isinstance(by, list) or not by or not all(isinstance(c, str) and c for c in by) \
+            or len(set(by)) != len(by):
+        raise ConfigError(f"{where}: group_by must be a list of distinct column names of the view", hint=_GROUP_HINT)
+    out = []
+    for k in ("max_groups", "max_rows_per_group"):
+        v = link[k]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"{where}: {k} must be an integer ≥ 1", hint=_GROUP_HINT)
+        out.append(v)
+    if out[1] > max_rows:
+        raise ConfigError(f"{where}: max_rows_per_group = {out[1]} is above max_rows = {max_rows}",
+                          hint="no group can hold more rows than the person keeps: lower it to at most max_rows")
+    return tuple(by), out[0], out[1]
+
+
 def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, Source],
                  base: Path, where: str) -> tuple[dict[str, TableSchema], dict[str, Source], PeopleSchema]:
     """Check ``[people]`` against the declared tables and build every private table's view:
@@ -81,7 +112,6 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
     pw = f"{where}: [people]"
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{pw} must be a table", hint='[people] person = "customers", key = "custkey"')
-    check_keys(spec, PEOPLE_KEYS, pw)
     person = _name(spec.get("person"), "person", pw, 'person = "customers" (the table with one row per person)')
     key = _name(spec.get("key"), "key", pw, 'key = "custkey" (the person table\'s primary key)')
     if person not in tables:
@@ -96,7 +126,6 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         if not isinstance(link, Mapping):
             raise ConfigError(f"{lw} must be a table",
                               hint='parent = "customers", foreign_key = "custkey", max_rows = 8')
-        check_keys(link, TABLE_KEYS, lw)
         if name == person:
             raise ConfigError(f"{lw}: {name!r} is the person table; it references nobody",
                               hint="its key is [people] key; its view holds one row per person")
@@ -113,7 +142,8 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         pk = link.get("primary_key")
         if pk is not None:
             pk = _name(pk, "primary_key", lw, 'primary_key = "orderkey"')
-        links[name] = {"parent": parent, "foreign_key": fk, "max_rows": rows, "primary_key": pk}
+        links[name] = {"parent": parent, "foreign_key": fk, "max_rows": rows, "primary_key": pk,
+                       "groups": _group_spec(link, rows, lw)}
 
     # every private table reaches the person, along parents that are declared and acyclic
     for name in tables:
@@ -154,7 +184,7 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         src = sources[name]
         if src.id_column is not None:
             raise ConfigError(f"{where}: table {name!r} declares its own privacy unit, but [people] protects "
-                              "it per person", hint="remove privacy_unit (or id_column) from the table: its rows "
+                              "it per person", hint="remove privacy_unit from the table: its rows "
                                                     "are bounded per person by [people.tables] max_rows")
     engines = {_engine(sources[n]) for n in tables}
     urls = {sources[n].url for n in tables}
@@ -195,7 +225,16 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
             raise ConfigError(f"{where}: the view of {name!r} would have two columns named {dup[0]!r}",
                               hint=f"rename the column in the domain file: ancestors' columns are named "
                                    f"TABLE{SEP}COLUMN in a view")
-        view = View(name, tuple(hops), key, 1 if name == person else links[name]["max_rows"], exists)
+        groups = None
+        if name != person and links[name]["groups"] is not None:
+            by, g, r = links[name]["groups"]
+            missing = [c for c in by if c not in names]
+            if missing:
+                raise ConfigError(f"{where}: [people.tables.{name}] group_by names {missing[0]!r}, which is not a "
+                                  f"column of {name!r}'s view", hint=f"its columns: {', '.join(names)} "
+                                                                     f"(ancestors' as TABLE{SEP}COLUMN)")
+            groups = GroupBound(by, g, r)
+        view = View(name, tuple(hops), key, 1 if name == person else links[name]["max_rows"], exists, groups)
         views[name] = view
         first = sources[path[0]]
         out_sources[name] = Source(kind=first.kind, url=first.url, conf=first.conf, id_column=PERSON,

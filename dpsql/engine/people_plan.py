@@ -35,24 +35,27 @@ __all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan", "i
 @dataclass(frozen=True)
 class ViewCost:
     """A view's planning inputs: its bound k, its strategy's unit-noise expected error E in
-    the planner's objective, the number n of its workload queries, and its cost c, the
+    the planner's objective, the number n of its workload queries, its noise's squared row
+    factor (k², or ``rows_sq`` under a group bound: ``Engine.rows_sq``), and its cost c, the
     factor of 1/(2ρ_v) in the whole workload's objective (``dpsql.plan.views``).
 
     Under ``objective = "absolute"`` E sums the queries' squared errors at unit noise, and
-    the view's bound multiplies every noise σ by k: c = k²·E.  Under ``"relative"`` (the
-    default) E sums each query's error over its baseline b_q = n·Δ_q² (one of the view's n
-    queries alone at 1/n of its budget, ``plan.objective``), but the workload's objective
-    measures every query against the baseline of the whole workload: one of its Q queries
-    alone at ρ/Q, with noise for that query's own bound, k²·Q·Δ_q²/(2ρ).  The bound then
-    cancels — a query over line items is as well answered at k times the σ of a count of
-    persons as its own baseline is — and the sum over the view is (ρ/ρ_v)·(n/Q)·E: c = n·E
-    (the constant 1/Q is the same for every view).  Weighting it by k² instead (before)
-    gave a view of 128 rows per person 128 times the share of a person view of the same
-    structure, whose queries then came out at 4× their baseline (bench/people_tpch.py)."""
+    the view's row factor multiplies every noise variance: c = k²·E (``rows_sq``·E).  Under
+    ``"relative"`` (the default) E sums each query's error over its baseline b_q = n·Δ_q²
+    (one of the view's n queries alone at 1/n of its budget, ``plan.objective``), but the
+    workload's objective measures every query against the baseline of the whole workload:
+    one of its Q queries alone at ρ/Q, with noise for the view's row factor, as the plan's
+    baselines carry it (``Engine.plan``).  The row factor then cancels — a query over line
+    items is as well answered at k times the σ of a count of persons as its own baseline
+    is — and the sum over the view is (ρ/ρ_v)·(n/Q)·E: c = n·E (the constant 1/Q is the
+    same for every view).  Weighting it by k² instead (before) gave a view of 128 rows per
+    person 128 times the share of a person view of the same structure, whose queries then
+    came out at 4× their baseline (bench/people_tpch.py)."""
 
     table: str
     max_rows: int
     expected_error: float
+    rows_sq: float | None = None
     queries: int = 1
     objective: str = "absolute"
 
@@ -60,7 +63,8 @@ class ViewCost:
     def cost(self) -> float:
         if self.objective == "relative":
             return self.queries * self.expected_error
-        return self.max_rows ** 2 * self.expected_error
+        k2 = self.max_rows ** 2 if self.rows_sq is None else self.rows_sq
+        return k2 * self.expected_error
 
 
 def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
@@ -79,8 +83,8 @@ def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
     for table, workload in planned.items():
         k = people.bound(table)
         strategy = engine.optimize_counted(workload, Fraction(rho) / len(planned), k)
-        out[table] = ViewCost(table, k, float(strategy.expected_error), len(workload.parts),
-                              engine.config.planner.objective)
+        out[table] = ViewCost(table, k, float(strategy.expected_error), engine.rows_sq(table, strategy),
+                              len(workload.parts), engine.config.planner.objective)
     return out
 
 
@@ -93,10 +97,22 @@ class ViewPlan:
     report: PlanReport | None    # its plan at that share (None: no workload query reads it)
     total_error: float           # expected total squared error at the share (planner objective)
     dropped_at_least: int | None  # rows its bound must drop, from declared public sizes
+    groups: Any = None           # its GroupBound (dpsql.plan.views), or None
+    rows_sq: float | None = None  # its noise's squared row factor (k² without a group bound)
 
     def line(self) -> str:
         path = " -> ".join(self.path)
         head = f"  {self.table}: {path}, at most {self.max_rows} row{'' if self.max_rows == 1 else 's'} per person"
+        if self.groups is not None:
+            from dpsql.plan.views import grouped_l2_sq
+            g = self.groups
+            head += (f" in at most {g.max_groups} group{'' if g.max_groups == 1 else 's'} of "
+                     f"({', '.join(g.attributes)}), {g.max_rows_per_group} per group (L2 sensitivity "
+                     f"{math.sqrt(grouped_l2_sq(self.max_rows, g.max_groups, g.max_rows_per_group)):.4g} rows "
+                     f"for marginals over the groups, {self.max_rows} otherwise")
+            if self.rows_sq is not None:
+                head += f"; this plan's noise: {math.sqrt(self.rows_sq):.4g} rows"
+            head += ")"
         if self.report is None:
             return f"{head}; no workload query reads it (not measured)"
         units = "; ".join(f"{u.unit} {u.rmse:,.2f}" for u in self.report.units)
@@ -153,7 +169,8 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
         if persons is not None and table in rows:
             dropped = max(0, rows[table] - view.max_rows * persons)
         total = expected_total({table: costs[table].cost}, shares) if table in costs else 0.0
-        views.append(ViewPlan(table, view.path, view.max_rows, share, report, total, dropped))
+        views.append(ViewPlan(table, view.path, view.max_rows, share, report, total, dropped, view.groups,
+                              costs[table].rows_sq if table in costs else None))
     cost_map = {v: c.cost for v, c in costs.items()}
     return PeoplePlan(rho, tuple(views), expected_total(cost_map, shares), even_total(rho, cost_map))
 

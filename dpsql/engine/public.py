@@ -1,8 +1,9 @@
 """Public tables and declared keys in ``dpsql.toml`` (issue 31; format in docs/config.md).
 
-``[tables.NAME] public = true`` with a ``source`` declares a public dimension table: read
-whole when the configuration is loaded (``dpsql.measure.backend.PublicDatabase``), shown
-exactly, never charged.  ``keys = { column = "table.column" }`` (on a private or a public
+``[tables.NAME] public = true`` with a ``source`` (any kind: a file, a PostgreSQL table, a
+Spark table or Parquet files) declares a public dimension table: read whole when the
+configuration is loaded (``dpsql.measure.backend.PublicDatabase``), shown exactly, never
+charged.  ``keys = { column = "table.column" }`` (on a private or a public
 table; a list for several targets) declares a reference that queries may join on, and a
 categorical's ``labels_from = "table.column"`` (in the domain file) takes its labels from a
 public column.  Every check here reads the configuration and the public tables only.
@@ -13,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from dpsql.domain import IntegerRange, TableSchema
 from dpsql.errors import ConfigError
 from dpsql.measure.source import Source
 from dpsql.public import Reference
 
-__all__ = ["PRIVATE_ONLY", "is_public", "load_public", "labels_resolver", "declared_references"]
+__all__ = ["PRIVATE_ONLY", "is_public", "load_public", "labels_resolver", "declared_references", "unclamp_keys"]
 
 #: Keys of a private table that a public one may not have (it has no domain, budget or unit).
 PRIVATE_ONLY = ("domain", "domain_table", "privacy_unit", "rows")
@@ -43,15 +45,15 @@ def load_public(tables_spec: Mapping, base: Path, where: str):
                               hint="its content is public metadata: it has a source and, optionally, keys")
         if "source" not in spec:
             raise ConfigError(f"{twhere}: missing source", hint='source = { csv = "carriers.csv" }')
-        source = Source.from_config(spec["source"], base, twhere)
-        if source.kind not in ("csv", "parquet", "duckdb"):
-            raise ConfigError(f"{twhere}: a {source.kind} source cannot hold a public table yet",
-                              hint="give the public table as a CSV, Parquet or DuckDB file")
-        sources[name] = source
+        sources[name] = Source.from_config(spec["source"], base, twhere, public=True)
     if not sources:
         return None
     from dpsql.measure.backend import PublicDatabase
-    return PublicDatabase(sources)
+    from dpsql.measure.router import read_public
+    # files are read by DuckDB's own readers; a PostgreSQL or Spark table by its engine, once,
+    # its rows then held beside the others (public metadata: read in the clear)
+    contents = {name: read_public(name, s) for name, s in sources.items() if s.kind in ("postgres", "spark")}
+    return PublicDatabase(sources, contents)
 
 
 def _split(ref, where: str) -> tuple[str, str]:
@@ -146,3 +148,23 @@ def _check_key(schema, column: str, values: list, ref: str, where: str) -> None:
     if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
         raise ConfigError(f"{where}: {ref} holds values that are not integers but '{column}' is an integer",
                           hint="join columns of one type")
+    if not attr.nullable:
+        # its values outside lo..hi need a cell that joins no row (unclamp_keys)
+        raise ConfigError(f"{where}: the integer join key '{column}' must be nullable: values outside "
+                          f"{attr.lo}..{attr.hi} land in its NULL cell, which joins no dimension row",
+                          hint=f"declare nullable = true for '{column}' in the domain file")
+
+
+def unclamp_keys(tables: Mapping, references) -> dict:
+    """The private tables with every integer column declared as a key ``clamp = False``:
+    a value outside ``lo..hi`` lands in the NULL cell (``_check_key`` requires one), which
+    joins no dimension row, instead of the end bin, which would join the end key's row.
+    Decided from the declared keys alone, so the same on every backend; the rule is part of
+    the domain's fingerprint (docs/privacy.md §7.4)."""
+    keyed = {(r.table, r.column) for r in references}
+    out = {}
+    for name, schema in tables.items():
+        attrs = tuple(a.unclamped() if isinstance(a, IntegerRange) and (name, a.name) in keyed else a
+                      for a in schema.attributes)
+        out[name] = schema if attrs == schema.attributes else TableSchema(schema.name, attrs, schema.source)
+    return out

@@ -39,7 +39,7 @@ from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError
                           PrivacyViolationError, ProgrammingError, UnsupportedQueryError,
                           UselessMeasurementError)
 
-POLICIES = ("informed", "infer", "measure", "refuse")
+from dpsql.config_schema import ERROR_COLUMNS, ESTIMATORS, POLICIES
 #: Who a session serves.  In-process front ends (CLI, DB-API, shell) are the operator's, who runs
 #: dpsql's commands; behind ``dpsql serve`` an analyst cannot, so hints name what to ask the
 #: operator for instead of a command (issue 33 item 5).
@@ -181,13 +181,13 @@ class Session:
     # -- settings ------------------------------------------------------------------------
     def _defaults(self) -> dict[str, str]:
         cfg = self.engine.config
-        return {"dpsql.error_columns": cfg.error_columns, "dpsql.estimator": "pgm",
+        return {"dpsql.error_columns": cfg.error_columns, "dpsql.estimator": ESTIMATORS[0],
                 "dpsql.policy": cfg.policy,
                 "dpsql.allow_spend": "on" if cfg.allow_spend else "off"}
 
     #: Every setting a session understands and its allowed values.
-    ALLOWED = {"dpsql.error_columns": ("off", "stderr", "ci95", "bounds"),
-               "dpsql.estimator": ("pgm", "least_squares"),
+    ALLOWED = {"dpsql.error_columns": ERROR_COLUMNS,
+               "dpsql.estimator": ESTIMATORS,
                "dpsql.policy": POLICIES,
                "dpsql.allow_spend": ("off", "on")}
 

@@ -24,7 +24,7 @@ from dpsql.errors import ProgrammingError
 from dpsql.linalg.base import QueryMatrix
 
 __all__ = ["LowerToeplitz", "sqrt_prefix_coefficients", "series_inverse", "convolve",
-           "exact_convolve"]
+           "exact_convolve", "EXACT_MAX"]
 
 
 def sqrt_prefix_coefficients(n: int) -> np.ndarray:
@@ -63,40 +63,76 @@ def series_inverse(a: np.ndarray, n: int) -> np.ndarray:
 #: convolution below 2^16 · n ≤ 2^37 for n ≤ 2^21, where FFT rounding is < 10⁻³.
 _LIMB = 8
 
+#: The largest value ``exact_convolve`` returns: every entry is exact below it (and
+#: saturates at it), so that noise added in int64 cannot overflow either.
+EXACT_MAX = 1 << 62
 
-def exact_convolve(a: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
-    """The first n terms of a * x exactly, for non-negative int64 a and x with a·x sums
-    below 2^62: both split into 8-bit limbs, every limb pair convolved by FFT (exact after
-    rounding: each partial result is an integer below 2^37), recombined in int64."""
+
+def _limbs(v: np.ndarray, count: int) -> list[np.ndarray]:
+    """``count`` 8-bit limbs of non-negative int64 v, least significant first."""
+    return [((v >> (_LIMB * k)) & 0xFF).astype(np.float64) for k in range(count)]
+
+
+def exact_convolve(a: np.ndarray, x: np.ndarray, n: int, *, bound: int) -> np.ndarray:
+    """The first n terms of a * x exactly, for non-negative int64 coefficients a and counts
+    x whose total is at most ``bound``, a public number (a table's declared rows times the
+    rows one privacy unit may add).
+
+    Both are split into 8-bit limbs, the limb products of each weight convolved by one FFT
+    (exact after rounding: each partial sum is an integer below 2^40) and recombined with
+    carries.  Nothing depends on the data but the values: the refusal
+    (max(a)·bound ≥ 2^62, which could overflow) and the number of limbs come from ``a``
+    and ``bound`` alone; each count is clipped to ``bound`` (so its limbs suffice), and an
+    entry that would reach :data:`EXACT_MAX` (only when the data exceed ``bound``)
+    saturates at it.  Clipping and saturating are coordinate-wise 1-Lipschitz, so neither
+    raises a measurement's sensitivity.  Before issue 35's review the overflow check read
+    the counts' total: a refusal that depended on the data."""
     a = np.asarray(a, dtype=np.int64)
     x = np.asarray(x, dtype=np.int64)
-    if a.size and (a.min() < 0 or x.min(initial=0) < 0):
-        raise ProgrammingError("exact_convolve takes non-negative integers")
+    bound = int(bound)
+    if bound < 1:
+        raise ProgrammingError("exact_convolve needs a positive bound on the counts' total")
+    if a.size and int(a.min()) < 0:
+        raise ProgrammingError("exact_convolve takes non-negative coefficients")
     if max(a.size, x.size) > 1 << 21:
         raise ProgrammingError("exact_convolve is exact up to 2^21 terms")
-    if int(a.max(initial=0)) * int(x[:n].sum(dtype=object)) >= 1 << 62:
-        raise ArithmeticError("the convolution could overflow int64")
-
-    def limbs(v: np.ndarray) -> list[np.ndarray]:
-        out, v = [], v.copy()
-        while np.any(v):
-            out.append((v & 0xFF).astype(np.float64))
-            v >>= _LIMB
-        return out or [np.zeros(v.size)]
-
-    la, lx = limbs(a[:n]), limbs(x[:n])
+    if int(a.max(initial=0)) * bound >= EXACT_MAX:
+        raise ArithmeticError(f"the convolution with counts totalling up to {bound:,} could "
+                              "overflow int64")
+    # counts are non-negative by construction (COUNT(*) per cell); the clip keeps them
+    # within the limbs the public bound gives
+    xs = np.clip(x[:n], 0, bound)
+    la = _limbs(a[:n], max(1, -(-int(a.max(initial=0)).bit_length() // _LIMB)))
+    lx = _limbs(xs, max(1, -(-bound.bit_length() // _LIMB)))
     size = _fft_size(min(a.size, n) + min(x.size, n))
     fa = [np.fft.rfft(v, size) for v in la]
     fx = [np.fft.rfft(v, size) for v in lx]
-    total = np.zeros(n, dtype=np.int64)
-    for i, A in enumerate(fa):
-        for j, X in enumerate(fx):
-            part = np.fft.irfft(A * X, size)[:n]
+    value = np.zeros(n, dtype=np.int64)
+    over = np.zeros(n, dtype=bool)
+    carry = np.zeros(n, dtype=np.int64)
+    top = EXACT_MAX.bit_length() - 1          # 62: bits kept exactly
+    digits = len(la) + len(lx) - 1
+    # a carry is below 2^33, so five more digit places take what is left of it
+    for s in range(digits + 5):
+        if s < digits:
+            spec = sum(fa[i] * fx[s - i] for i in range(len(la)) if 0 <= s - i < len(lx))
+            part = np.fft.irfft(spec, size)[:n]
             r = np.rint(part)
-            if np.abs(part - r).max(initial=0.0) > 0.25:      # cannot happen below 2^21 terms
+            if np.abs(part - r).max(initial=0.0) > 0.25:    # cannot happen below 2^21 terms
                 raise ArithmeticError("limb convolution lost exactness")
-            total += r.astype(np.int64) << (_LIMB * (i + j))
-    return total
+            t = r.astype(np.int64) + carry
+        else:
+            t = carry
+        digit, carry = t & 0xFF, t >> _LIMB
+        shift = _LIMB * s
+        if shift >= top:
+            over |= digit != 0
+        else:
+            keep = min(_LIMB, top - shift)
+            value += (digit & ((1 << keep) - 1)) << shift
+            over |= (digit >> keep) != 0
+    over |= carry != 0
+    return np.where(over, EXACT_MAX, value)
 
 
 class LowerToeplitz(QueryMatrix):

@@ -21,7 +21,7 @@ from dpsql.sql.syntax import exp
 from dpsql.temporal import Temporal, TimestampRange
 from dpsql.timeaxis import iso_text
 
-__all__ = ["index_sql", "bins_sql", "is_nan", "column_expr", "time_literal", "time_index_sql"]
+__all__ = ["index_sql", "bins_sql", "outside_range", "is_nan", "column_expr", "time_literal", "time_index_sql"]
 
 # Above this many thresholds a flat WHEN chain costs O(n) comparisons per row; a balanced
 # nested CASE costs O(log n) and is just as portable (and NULL/NaN still take one path).
@@ -83,14 +83,27 @@ def _threshold_literal(att: Attribute):
     return exp.Literal.number
 
 
+def outside_range(att: Attribute, x: exp.Expr, cell: exp.Expr, literal=exp.Literal.number) -> exp.Expr:
+    """``cell``, except that a value ``x`` outside ``lo..hi`` of an integer attribute declared
+    ``clamp = False`` (a join key, ``IntegerRange.index_of``) lands in ``invalid_index``;
+    ``literal`` writes a bound in ``x``'s type.  ``cell`` alone for every other attribute."""
+    if not isinstance(att, IntegerRange) or att.clamp:
+        return cell
+    outside = exp.or_(exp.LT(this=x.copy(), expression=literal(att.lo)),
+                      exp.GT(this=x.copy(), expression=literal(att.hi)))
+    return exp.Case().when(outside, exp.Literal.number(att.invalid_index), copy=False).else_(cell, copy=False)
+
+
 def bins_sql(att: Attribute, column) -> exp.Expr:
     """The bin of a value that is neither NULL nor NaN (the ``x < t`` chain of
     :func:`index_sql` without its NULL and NaN branches), for a binned attribute: for a
     reader that knows from the column's declared type that neither can occur
-    (``dpsql.measure.reader``)."""
+    (``dpsql.measure.reader``).  An unclamped integer's values outside its range go to
+    ``invalid_index`` (:func:`outside_range`)."""
     if not isinstance(att, (IntegerRange, Numeric)):
         raise TypeError(f"bins_sql needs a binned attribute, got {att.kind} column '{att.name}'")
-    return _threshold_case(_numeric_value(att, column_expr(column)), att.thresholds(), _threshold_literal(att), 0)
+    x = _numeric_value(att, column_expr(column))
+    return outside_range(att, x, _threshold_case(x, att.thresholds(), _threshold_literal(att), 0))
 
 
 def time_literal(att: Temporal, wall, family: str) -> exp.Expr:

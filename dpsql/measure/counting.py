@@ -405,7 +405,7 @@ class SqlBackend(ABC):
         cells = sqlgen.cells_select(schema, rel, conv, id_expr, offsets)
         if source.id_column and bounded:
             return sqlgen.bounded(cells, len(schema.attributes), source.max_rows_per_id, self.dialect,
-                                  offset_columns(schema, offsets))
+                                  offset_columns(schema, offsets), group_cells(schema, source))
         return cells
 
     def measurement_query(self, schema: TableSchema, cliques: Sequence[Clique], columns: Mapping[str, str],
@@ -532,6 +532,16 @@ class SqlBackend(ABC):
                  .order_by(exp.Ordered(this=exp.column("n"), desc=True), exp.Ordered(this=exp.column("v")))
                  .limit(int(limit)))
         return [(v, int(n)) for v, n in rd.run(query, what="checking the rows")]
+
+
+def group_cells(schema: TableSchema, source: Source) -> tuple[list[int], int, int] | None:
+    """A view's group bound as ``sqlgen.bounded`` takes it: the group attributes' cell
+    indices, g and r (None without one)."""
+    groups = source.view.groups if source.view is not None else None
+    if groups is None:
+        return None
+    names = [a.name for a in schema.attributes]
+    return [names.index(a) for a in groups.attributes], groups.max_groups, groups.max_rows_per_group
 
 
 @contextlib.contextmanager

@@ -53,6 +53,10 @@ class TableIdentity:
         (``Source.fingerprint()`` or what the reader hashed)."""
         unit = ("row" if source.id_column is None
                 else f"id={source.id_column};max_rows={source.max_rows_per_id}")
+        groups = source.view.groups if source.view is not None else None
+        if groups is not None:
+            unit += (f";groups={','.join(groups.attributes)};max_groups={groups.max_groups};"
+                     f"max_rows_per_group={groups.max_rows_per_group}")
         return TableIdentity(schema.name, domain_fingerprint(schema),
                              _sha({"read": source.describe(), "content": content}), unit, noise)
 

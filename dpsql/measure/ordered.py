@@ -26,35 +26,99 @@ same weights, so every reported standard error is that estimator's exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from dpsql.errors import ProgrammingError
-from dpsql.linalg.toeplitz import LowerToeplitz, convolve, exact_convolve, series_inverse
+from dpsql.errors import ProgrammingError, UnsupportedQueryError
+from dpsql.linalg.toeplitz import EXACT_MAX, LowerToeplitz, convolve, exact_convolve, series_inverse
+from dpsql.linalg.tree import Tree
 from dpsql.measure import release as rel
 from dpsql.plan.ordered import OrderedStrategy
 from dpsql.sql.postprocess import Z95, quantile_band, quantile_from_histogram
 
-__all__ = ["OrderedRelease", "OrderedEstimate", "measure_ordered"]
+__all__ = ["OrderedBlock", "OrderedRelease", "OrderedEstimate", "measure_ordered", "ordered_blocks",
+           "counts_bound", "release_of"]
 
 
-@dataclass(frozen=True)
-class _Block:
-    """What ``release.calibrate`` and ``release.noisy_values`` read of a lattice block."""
+@dataclass(frozen=True, eq=False)
+class OrderedBlock:
+    """One measured block of an ordered strategy, with what ``release.calibrate``,
+    ``release.noisy_values`` and the engine's measurement read of a ``LatticeBlock``
+    (``clique``, ``scale``, ``weight``, ``factors``, ``offsets``, ``rows()``,
+    ``apply(counts)``, the exact sensitivities): a tree level (every cell in one of its
+    rows: Δ₁ = Δ₂² = 1) or the Toeplitz root's integer coefficients (column 0 holds every
+    coefficient: Δ₂² = Σ a_k², Δ₁ = Σ a_k), over the column's histogram.
 
-    sens2: int
-    sens1: int
+    ``bound`` is a public bound on the histogram's total (the declared rows times the rows a
+    privacy unit may add), the only thing ``toeplitz.exact_convolve`` decides by."""
+
+    clique: tuple[str, ...]
+    n: int
+    tree: Tree | None
+    level: int
+    coeffs: np.ndarray | None
     scale: float
     weight: float
+    bound: int
+    offsets: None = None
 
     def l2_sensitivity_sq(self) -> int:
-        return self.sens2
+        return 1 if self.coeffs is None else int(sum(int(x) * int(x) for x in self.coeffs))
 
     def l1_sensitivity(self) -> int:
-        return self.sens1
+        return 1 if self.coeffs is None else int(sum(abs(int(x)) for x in self.coeffs))
+
+    def rows(self) -> int:
+        return self.n if self.tree is None else self.tree.nodes[self.level]
+
+    @property
+    def factors(self) -> tuple[np.ndarray, ...]:
+        """What the release key hashes: the tree's shape and level, or the coefficients."""
+        if self.tree is None:
+            assert self.coeffs is not None
+            return (np.asarray(self.coeffs, dtype=np.int64),)
+        return (np.array([self.n, self.level, *self.tree.radices], dtype=np.int64),)
+
+    def apply(self, counts: np.ndarray) -> np.ndarray:
+        """The block's exact integer values on the column's histogram."""
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.shape != (self.n,):
+            raise ProgrammingError(f"expected {self.n} cells of {self.clique[0]!r}, got {counts.shape}")
+        if self.tree is None:
+            assert self.coeffs is not None
+            return exact_convolve(self.coeffs, counts, self.n, bound=self.bound)
+        return self.tree.sums(counts)[self.level]
+
+
+def counts_bound(strategy: OrderedStrategy, rows: int | None, unit_rows: int = 1) -> int:
+    """A public bound on the histogram's total for ``exact_convolve``: the declared ``rows``
+    (``[tables.<t>] rows``) times ``unit_rows``, or, undeclared, the largest total the
+    Toeplitz coefficients keep exact below 2^62 (2^46 rows: any real table)."""
+    top = (EXACT_MAX - 1) // max(1, int(np.max(strategy.coeffs))) if strategy.coeffs is not None \
+        else EXACT_MAX - 1
+    return top if rows is None else max(1, int(rows) * int(unit_rows))
+
+
+def ordered_blocks(strategy: OrderedStrategy, bound: int) -> list[OrderedBlock]:
+    """The measured blocks of ``strategy`` (public: no data)."""
+    clique = (strategy.attribute,)
+    if strategy.coeffs is not None:
+        if int(np.max(strategy.coeffs)) * int(bound) >= EXACT_MAX:
+            # before any data is read: exact_convolve would refuse it after counting
+            raise UnsupportedQueryError(
+                f"the Toeplitz strategy over {strategy.attribute!r} is measured exactly in int64 "
+                f"for at most {(EXACT_MAX - 1) // int(np.max(strategy.coeffs)):,} rows, and the "
+                f"table declares {bound:,} (rows times the rows one unit may add)",
+                hint="declare the table's rows as its real size")
+        return [OrderedBlock(clique, strategy.size, None, 0, np.asarray(strategy.coeffs, dtype=np.int64),
+                             float(strategy.scale), 1.0, bound)]
+    assert strategy.tree is not None
+    return [OrderedBlock(clique, strategy.size, strategy.tree, lv, None, 1.0, float(w), bound)
+            for lv, w in enumerate(strategy.weights) if w > 0]
 
 
 @dataclass(frozen=True)
@@ -69,34 +133,32 @@ class OrderedRelease:
     rho: Fraction
 
 
-def _blocks(strategy: OrderedStrategy) -> list[_Block]:
-    if strategy.coeffs is not None:
-        a = [int(x) for x in strategy.coeffs]
-        return [_Block(sum(x * x for x in a), sum(abs(x) for x in a), strategy.scale, 1.0)]
-    return [_Block(1, 1, 1.0, w) for w in strategy.weights if w > 0]
-
-
 def measure_ordered(backend: Any, schema: Any, strategy: OrderedStrategy,
-                    rho: Fraction | float, *, unit_rows: int = 1) -> OrderedRelease:
-    """Count, apply, and add calibrated discrete noise (module docstring, steps 1–3)."""
-    attr = strategy.attribute
-    counts = np.asarray(backend.count_marginals(schema, [(attr,)])[(attr,)], dtype=np.int64)
-    if counts.shape != (strategy.size,):
-        raise ProgrammingError(f"expected {strategy.size} cells of {attr!r}, got {counts.shape}")
-    if strategy.coeffs is not None:
-        exact = [exact_convolve(strategy.coeffs, counts, counts.size)]
-    else:
-        assert strategy.tree is not None
-        sums = strategy.tree.sums(counts)
-        exact = [s for s, w in zip(sums, strategy.weights) if w > 0]
-    blocks = _blocks(strategy)
+                    rho: Fraction | float, *, charge: Callable[[rel.NoisePlan], Any],
+                    unit_rows: int = 1, rows: int | None = None) -> OrderedRelease:
+    """Count, apply, charge, and add calibrated discrete noise (module docstring, steps 1–3),
+    in the engine's order (``Engine.measure_strategy``, which is how SQL reaches this
+    measurement): the blocks and their noise are planned from public metadata, the
+    counts read and applied, then ``charge(plan)`` is called (a durable ledger charge: if
+    it raises, no noise is drawn and nothing is released), and only then the noise."""
+    blocks = ordered_blocks(strategy, counts_bound(strategy, rows, unit_rows))
     plan = rel.calibrate(blocks, rho, family=strategy.noise,  # type: ignore[arg-type]
                          unit_rows=unit_rows)
-    values = tuple(rel.noisy_values(b, e, p, strategy.noise)  # type: ignore[arg-type]
-                   for b, e, p in zip(blocks, exact, plan.params))
-    sds = tuple(rel.stddev(b, p, strategy.noise)  # type: ignore[arg-type]
-                for b, p in zip(blocks, plan.params))
-    return OrderedRelease(strategy, values, sds, plan.rho)
+    attr = strategy.attribute
+    counts = backend.count_marginals(schema, [(attr,)])[(attr,)]
+    exact = [b.apply(counts) for b in blocks]
+    charge(plan)
+    released = [(b, rel.noisy_values(b, e, p, strategy.noise),  # type: ignore[arg-type]
+                 rel.stddev(b, p, strategy.noise))  # type: ignore[arg-type]
+                for b, e, p in zip(blocks, exact, plan.params)]
+    return release_of(strategy, released, plan.rho)
+
+
+def release_of(strategy: OrderedStrategy, released: Sequence[tuple[OrderedBlock, np.ndarray, float]],
+               rho: Fraction) -> OrderedRelease:
+    """The ``OrderedRelease`` of noisy blocks (in ``ordered_blocks``' order)."""
+    return OrderedRelease(strategy, tuple(np.asarray(v, dtype=np.float64) for _, v, _ in released),
+                          tuple(float(sd) for _, _, sd in released), Fraction(rho))
 
 
 def _floored(sd: float, scale: float) -> float:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from typing import Any
 
 from dpsql import errors
@@ -163,6 +164,59 @@ class PostgresBackend(SqlBackend):
             yield _PgRead(conn, view.relation(scans).subquery("__view"))
 
 
+    # -- public tables (issue 31) ---------------------------------------------------------------
+    def read_public(self, table: str) -> tuple[list[tuple[str, str]], list[tuple]]:
+        """Columns (name, DuckDB type) and every row of the public table ``table``, read in one
+        read-only snapshot.  Its content is public metadata (docs/privacy.md §7.4): it is read
+        in the clear, once, when the configuration is loaded.  Types come from pg_attribute
+        (:func:`public_column`), never from the rows."""
+        source = self._source(table)
+        with self._transaction(source, f"reading public table {table!r}") as conn, conn.cursor() as cur:
+            cur.execute(_COLUMNS_SQL, [table_name(source)])
+            described = cur.fetchall()
+            if not described:
+                raise ConfigError(f"public table {table!r}: PostgreSQL has no table {source.table!r} (or this role "
+                                  "may not see it)", hint="check source.table and the role's SELECT privilege")
+            columns, items = [], []
+            for name, pg_type in described:
+                duck, item = public_column(str(name), str(pg_type))
+                columns.append((str(name), duck))
+                items.append(item)
+            cur.execute(f"SELECT {', '.join(items)} FROM {table_name(source)}")
+            rows = [tuple(r) for r in cur.fetchall()]
+        return columns, rows
+
+
+_PUBLIC_TYPES = {"smallint": "SMALLINT", "integer": "INTEGER", "bigint": "BIGINT", "boolean": "BOOLEAN",
+                 "real": "FLOAT", "double precision": "DOUBLE", "date": "DATE", "text": "VARCHAR",
+                 "name": "VARCHAR"}
+
+
+def public_column(name: str, pg_type: str) -> tuple[str, str]:
+    """(DuckDB type, select item) of a public table's column of PostgreSQL type ``pg_type``
+    (``format_type``'s spelling).  Text of any length is VARCHAR; ``numeric(p, s)`` is
+    DECIMAL(p, s) and a bare ``numeric`` a double; a timestamp with time zone is read as its
+    UTC timestamp (dpsql's session zone is UTC, docs/sql.md "Time"); a type DuckDB has no
+    counterpart for (json, inet, arrays, …) is read as PostgreSQL's text of it."""
+    col = '"' + name.replace('"', '""') + '"'
+    if pg_type in _PUBLIC_TYPES:
+        return _PUBLIC_TYPES[pg_type], col
+    if re.fullmatch(r"(character varying|character|bpchar)(\(\d+\))?", pg_type):
+        return "VARCHAR", col
+    m = re.fullmatch(r"numeric\((\d+),(\d+)\)", pg_type)
+    if m and int(m.group(1)) <= 38:
+        return f"DECIMAL({m.group(1)},{m.group(2)})", col
+    if pg_type.startswith("numeric"):
+        return "DOUBLE", f"CAST({col} AS double precision)"
+    if re.fullmatch(r"timestamp(\(\d\))? without time zone", pg_type):
+        return "TIMESTAMP", col
+    if re.fullmatch(r"timestamp(\(\d\))? with time zone", pg_type):
+        return "TIMESTAMP", f"({col} AT TIME ZONE 'UTC')"
+    if re.fullmatch(r"time(\(\d\))? without time zone", pg_type):
+        return "TIME", col
+    return "VARCHAR", f"CAST({col} AS text)"
+
+
 class _PgRead:
     def __init__(self, conn: psycopg.Connection, scan: exp.Expr) -> None:
         self.conn, self.scan, self._n = conn, scan, 0
@@ -256,4 +310,4 @@ def wire_error(exc) -> errors.Error:
     return out
 
 
-__all__ = ["PostgresBackend", "WireClient", "WireReply", "table_name", "wire_error"]
+__all__ = ["PostgresBackend", "WireClient", "WireReply", "public_column", "table_name", "wire_error"]

@@ -45,7 +45,7 @@ import numpy as np
 
 from dpsql.domain import Attribute, Categorical, IntegerRange
 from dpsql.errors import ConfigError
-from dpsql.measure.cellsql import bins_sql, index_sql, is_nan, time_index_sql, time_literal
+from dpsql.measure.cellsql import bins_sql, index_sql, is_nan, outside_range, time_index_sql, time_literal
 from dpsql.measure.source import CsvDialect, Source
 from dpsql.sql.syntax import data_type, exp
 from dpsql.temporal import Temporal
@@ -586,11 +586,15 @@ def uniform_bins_sql(att: Attribute, x: exp.Expr, dialect: str) -> exp.Expr | No
         offset = exp.Paren(this=exp.Add(this=clamped, expression=_lit(-lo)))
     else:
         offset = clamped
+    bin_: exp.Expr
     if width == 1:
-        return offset
-    if dialect == "postgres":   # bigint / bigint truncates there (typed: sqlglot writes a
-        return exp.Div(this=offset, expression=_lit(width), typed=True)   # plain "/"; DIV() is numeric)
-    return exp.IntDiv(this=offset, expression=_lit(width))   # DuckDB //, Spark DIV
+        bin_ = offset
+    elif dialect == "postgres":   # bigint / bigint truncates there (typed: sqlglot writes a
+        bin_ = exp.Div(this=offset, expression=_lit(width), typed=True)   # plain "/"; DIV() is numeric)
+    else:
+        bin_ = exp.IntDiv(this=offset, expression=_lit(width))   # DuckDB //, Spark DIV
+    # a join key's values outside lo..hi are not clamped (IntegerRange.clamp)
+    return outside_range(att, value, bin_)
 
 
 #: Integer bounds a DOUBLE holds exactly (text values are parsed to DOUBLE).
@@ -616,7 +620,9 @@ def text_bins_sql(att: Attribute, x: exp.Expr, dialect: str) -> exp.Expr | None:
         return exp.cast(exp.Literal.number(repr(float(v))), "DOUBLE")
     clamped = exp.Anonymous(this="least", expressions=[
         exp.Anonymous(this="greatest", expressions=[x.copy(), bound(att.lo)]), bound(att.hi)])
-    return uniform_bins_sql(att, exp.func("floor", clamped), dialect)
+    cell = uniform_bins_sql(att, exp.func("floor", clamped), dialect)
+    # a join key's values outside lo..hi: compared before the clamp, as exact doubles
+    return None if cell is None else outside_range(att, x, cell, bound)
 
 
 def _number_status(att: Attribute, x: exp.Expr) -> exp.Expr:

@@ -18,7 +18,9 @@ Noise calibration (Gaussian).  The planner's strategy is the stack of rows w_b·
 common σ.  Measuring M_b x + Z_b with Z_b ~ N_ℤ(0, σ_b²), σ_b = σ/(w_b s_b), is that same
 mechanism up to post-processing.  Its zCDP cost is at most Σ_b k²Δ₂(M_b)²/(2σ_b²) where k is
 the number of rows one privacy unit may contribute (CKS20 Thm 14 for independent
-coordinates; the column-wise maximum is bounded by the sum of per-block maxima).  σ is
+coordinates; the column-wise maximum is bounded by the sum of per-block maxima); under a
+view's group bound, k² is S² ≤ k² for the blocks that separate its groups (``rows_sq``,
+``docs/privacy.md`` §2a).  σ is
 chosen so that this equals the requested ρ, then the exact rational cost of the σ_b
 actually used is computed with ``fractions`` and never exceeds the request.
 """
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.linalg import Identity, Kron, QueryMatrix
+from dpsql.plan.views import GroupBound
 from dpsql.privacy import noise as _noise
 
 GRID = 1 << 12  # finest resolution of real-valued factors: relative rounding error ≤ 2^-13
@@ -181,8 +184,42 @@ def _real_sensitivity(clique, query, p: int) -> float:
     return out
 
 
+def rows_sq(clique: Sequence[str], factors: Sequence[Any], unit_rows: int,
+            groups: GroupBound | None = None) -> int:
+    """The squared row factor of one block's L2 sensitivity: k² (k = ``unit_rows``), or,
+    under a group bound, ``groups.l2_sq(k)`` when the block *separates* the groups — every
+    group attribute is in its clique and each row of that attribute's factor has at most
+    one non-zero entry, so each measured value reads one group only and the values of
+    different groups are disjoint coordinates (``docs/privacy.md`` §2a, "Groups per
+    person").  A joint factor over several attributes is not inspected: k² holds for it."""
+    k2 = int(unit_rows) * int(unit_rows)
+    if groups is None or not set(groups.attributes) <= set(clique) or len(factors) != len(clique):
+        return k2
+    for attr, f in zip(clique, factors):
+        if attr in groups.attributes:
+            d = f.dense() if isinstance(f, _Basis) else np.asarray(f)
+            if d.ndim != 2 or bool(np.any((d != 0).sum(axis=1) > 1)):
+                return k2
+    return min(k2, groups.l2_sq(unit_rows))
+
+
+def effective_rows_sq(blocks, unit_rows: int, groups: GroupBound | None = None) -> float:
+    """The squared row factor the noise of planner blocks ``(clique, query, weight)`` will
+    carry on average: Σ_b rows_sq_b·Δ_b²·w_b² / Σ_b Δ_b²·w_b² (k² without a group bound or
+    when no block separates the groups), as ``calibrate`` sets one σ for all blocks."""
+    k2 = float(int(unit_rows) ** 2)
+    if groups is None:
+        return k2
+    num = den = 0.0
+    for c, q, w in blocks:
+        d = (_real_sensitivity(c, q, 2) * w) ** 2
+        num += rows_sq(c, _dense_factors(c, q), unit_rows, groups) * d
+        den += d
+    return num / den if den > 0 else k2
+
+
 def lattice_blocks(blocks, rho: Fraction | float, *, family: str = "gaussian",
-                   unit_rows: int = 1) -> tuple[list[LatticeBlock], NoisePlan]:
+                   unit_rows: int = 1, groups: GroupBound | None = None) -> tuple[list[LatticeBlock], NoisePlan]:
     """Lattice versions of planner blocks ``(clique, query, weight)`` and their noise plan.
 
     The noise each block will get (in query units) is estimated from the real strategy;
@@ -197,7 +234,8 @@ def lattice_blocks(blocks, rho: Fraction | float, *, family: str = "gaussian",
     sens = [_real_sensitivity(c, q, p) for c, q, _ in blocks]
     rho_f = float(rho)   # an estimate of the noise only: calibrate checks the cost exactly
     if family == "gaussian":
-        sigma = math.sqrt(sum((unit_rows * s * w) ** 2 for s, (_, _, w) in zip(sens, blocks)) / (2 * rho_f))
+        k2 = [rows_sq(c, _dense_factors(c, q), unit_rows, groups) for c, q, _ in blocks]
+        sigma = math.sqrt(sum(r * (s * w) ** 2 for r, s, (_, _, w) in zip(k2, sens, blocks)) / (2 * rho_f))
     else:
         sigma = sum(unit_rows * s * w for s, (_, _, w) in zip(sens, blocks)) / math.sqrt(2 * rho_f) * math.sqrt(2)
     res = []
@@ -212,7 +250,7 @@ def lattice_blocks(blocks, rho: Fraction | float, *, family: str = "gaussian",
         res.append(min(r, 1.0))
     for _ in range(64):
         lattice = [to_lattice(c, q, w, r) for (c, q, w), r in zip(blocks, res)]
-        plan = calibrate(lattice, rho, family=family, unit_rows=unit_rows)
+        plan = calibrate(lattice, rho, family=family, unit_rows=unit_rows, groups=groups)
         limit = MAX_LATTICE_SIGMA ** 2 if family == "gaussian" else MAX_LATTICE_SIGMA
         over = [i for i, prm in enumerate(plan.params)
                 if float(prm) > limit and any(not _is_integer(d) for d in _dense_factors(*blocks[i][:2]))]
@@ -231,24 +269,26 @@ class NoisePlan:
 
 
 def calibrate(blocks: Sequence[LatticeBlock], rho: Fraction | float, *, family: str = "gaussian",
-              unit_rows: int = 1) -> NoisePlan:
+              unit_rows: int = 1, groups: GroupBound | None = None) -> NoisePlan:
     """Per-block noise so that the total zCDP cost is ≤ ``rho`` (exactly computed: ``rho``
     may be an exact Fraction; the float arithmetic below only finds the noise, which the
-    1e-9 nudge makes large enough for the exact check to pass)."""
+    1e-9 nudge makes large enough for the exact check to pass).  Under a group bound a
+    block that separates the groups has the smaller squared row factor ``rows_sq`` (L2
+    only: Laplace's L1 factor stays k)."""
     if not rho > 0:
         raise ValueError("rho must be positive")
     budget, rho = Fraction(rho), float(rho)
-    k2 = unit_rows * unit_rows
     eff = [b.weight * b.scale for b in blocks]
     if family == "gaussian":
+        k2 = [rows_sq(b.clique, b.factors, unit_rows, groups) for b in blocks]
         sens = [b.l2_sensitivity_sq() for b in blocks]
-        total = sum(k2 * s * e * e for s, e in zip(sens, eff))
+        total = sum(r * s * e * e for r, s, e in zip(k2, sens, eff))
         sigma2 = total / (2.0 * rho)
         params = []
         for e in eff:
             # float → exact rational, nudged up so the rational cost cannot exceed rho
             params.append(Fraction(sigma2 / (e * e) * (1 + 1e-9)))
-        cost = sum((Fraction(k2 * s) / (2 * p) for s, p in zip(sens, params)), Fraction(0))
+        cost = sum((Fraction(r * s) / (2 * p) for r, s, p in zip(k2, sens, params)), Fraction(0))
     elif family == "laplace":
         # pure ε-DP costs ε²/2 in zCDP (thesis Prop. 4); ε = Σ_b kΔ₁(M_b)/b_b
         eps = math.sqrt(2.0 * rho)

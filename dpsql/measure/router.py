@@ -20,6 +20,8 @@ from dpsql.measure.source import FILE_KINDS, Source
 
 if TYPE_CHECKING:
     from dpsql.measure.counting import Backend
+    from dpsql.measure.postgres import PostgresBackend
+    from dpsql.measure.spark import SparkBackend
 
 Clique = tuple[str, ...]
 
@@ -98,4 +100,24 @@ def open_backend(sources: Mapping[str, Source], *, fingerprint_store: Path | Non
     return Router(sources, fingerprint_store=fingerprint_store, **duckdb_options)
 
 
-__all__ = ["Router", "open_backend"]
+def read_public(name: str, source: Source) -> tuple[list[tuple[str, str]], list[tuple]]:
+    """Columns (name, DuckDB type) and rows of public table ``name`` held by PostgreSQL or
+    Spark, read once by that engine's backend (``read_public``) and released; files are read
+    by DuckDB itself (``dpsql.measure.backend.PublicDatabase``)."""
+    backend: PostgresBackend | SparkBackend
+    if source.kind == "postgres":
+        from dpsql.measure.postgres import PostgresBackend
+        backend = PostgresBackend({name: source})
+    elif source.kind == "spark":
+        from dpsql.measure.spark import SparkBackend
+        backend = SparkBackend({name: source})
+    else:
+        raise ConfigError(f"public table {name!r}: a {source.kind} source is read by DuckDB",
+                          hint="PublicDatabase reads csv, parquet and duckdb sources itself")
+    try:
+        return backend.read_public(name)
+    finally:
+        backend.close()
+
+
+__all__ = ["Router", "open_backend", "read_public"]

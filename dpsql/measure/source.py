@@ -17,13 +17,13 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from dpsql.domain import check_keys
+from dpsql import config_schema
 from dpsql.errors import ConfigError
 from dpsql.files import atomic_write
 
@@ -36,21 +36,17 @@ if TYPE_CHECKING:
 READER_VERSION = 3
 MAX_RECORD_LINES = 10_000
 
-KINDS = ("csv", "parquet", "duckdb", "postgres", "spark")
+KINDS = config_schema.SOURCE_KINDS      # each kind's keys: config_schema.source_keys
 FILE_KINDS = ("csv", "parquet", "duckdb")
-_COMMON_KEYS = ("data_version", "id_column", "max_rows")
-_KIND_KEYS = {
-    "csv": ("delimiter", "quote", "escape", "header", "encoding", "null", "columns", "max_record_bytes",
-            "max_record_lines"),
-    "parquet": ("hive_partitioning",),
-    "duckdb": ("table",),
-    "postgres": ("table", "statement_timeout", "passfile", "version_query"),
-    "spark": ("table", "parquet", "hive_partitioning", "conf"),
-}
 GLOB_CHARS = "*?["
-DEFAULT_STATEMENT_TIMEOUT = 600.0
+DEFAULT_STATEMENT_TIMEOUT: float = config_schema.default("source", "statement_timeout")
 ENCODINGS = {"utf-8": "utf-8", "utf8": "utf-8", "latin-1": "latin-1", "latin1": "latin-1",
              "iso-8859-1": "latin-1", "cp1252": "cp1252", "windows-1252": "cp1252"}
+
+
+def _default(key: str) -> Any:
+    """A source key's declared default (dpsql.config_schema)."""
+    return config_schema.default("source", key)
 
 
 @dataclass(frozen=True)
@@ -65,15 +61,15 @@ class CsvDialect:
     privacy unit every sensitivity is multiplied by it (``Source.unit_rows``,
     docs/privacy.md §2)."""
 
-    delimiter: str = ","
-    quote: str = '"'          # "" disables quoting
-    escape: str = '"'         # inside quoted fields; the quote itself = doubled quotes
-    header: bool = True       # the first record names the fields
-    encoding: str = "utf-8"   # utf-8 | latin-1 | cp1252; undecodable bytes read as U+FFFD
-    null: tuple[str, ...] = ("",)   # unquoted field texts that mean NULL
+    delimiter: str = _default("delimiter")
+    quote: str = _default("quote")          # "" disables quoting
+    escape: str = _default("escape")        # inside quoted fields; the quote itself = doubled quotes
+    header: bool = _default("header")       # the first record names the fields
+    encoding: str = _default("encoding")    # utf-8 | latin-1 | cp1252; undecodable bytes read as U+FFFD
+    null: tuple[str, ...] = _default("null")   # unquoted field texts that mean NULL
     columns: tuple[str, ...] | None = None  # field names when header = false
-    max_record_bytes: int = 4 << 20   # longer records are read as malformed
-    max_record_lines: int = 1         # physical lines one person's record may span
+    max_record_bytes: int = _default("max_record_bytes")   # longer records are read as malformed
+    max_record_lines: int = _default("max_record_lines")   # physical lines one person's record may span
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -183,7 +179,11 @@ class Source:
     view: View[Source] | None = None
 
     @staticmethod
-    def from_config(spec: Mapping, base: Path, where: str = "source") -> Source:
+    def from_config(spec: Mapping, base: Path, where: str = "source", public: bool = False) -> Source:
+        """The source ``spec`` declares; ``public``: it holds a public table, read once when
+        the configuration is loaded (``dpsql.engine.public``), whose content is part of no
+        release's identity except through ``labels_from`` (then through the domain), so a
+        postgres one needs no ``data_version`` or ``version_query``."""
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{where}: source must be a table", hint='e.g. source = { csv = "adult.csv" }')
         if "spark" in spec:
@@ -200,7 +200,13 @@ class Source:
                                   hint='e.g. source = { csv = "adult.csv" } or '
                                        '{ postgres = "postgresql://dpsql@db:5432/hr", table = "public.people" }')
             kind = kinds[0]
-        check_keys(spec, (kind,) + _COMMON_KEYS + _KIND_KEYS[kind], f"{where}: source ({kind})")
+        if "id_column" in spec or "max_rows" in spec:
+            # the privacy unit is declared in one place, under the table (issue 36 item 4)
+            ident = spec.get("id_column", "COLUMN")
+            raise ConfigError(f"{where}: source.id_column and source.max_rows no longer declare the privacy unit",
+                              hint=f"declare it once, under [tables.NAME] in dpsql.toml: privacy_unit = "
+                                   f"{{ id = {json.dumps(ident)}, max_rows = {spec.get('max_rows', 1)} }}")
+        config_schema.check(spec, "source", where, kind=kind, label=f"{where}: source ({kind})")
         raw = spec[kind]
         if not isinstance(raw, str) or not raw:
             what = {"postgres": "connection URL", "spark": "master URL"}.get(kind, "path")
@@ -244,23 +250,44 @@ class Source:
         if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool)
                                     or str(version) == ""):
             raise ConfigError(f"{where}: source.data_version must be a non-empty string or integer")
-        if kind == "postgres" and version is None and kw.get("version_query") is None:
+        if kind == "postgres" and version is None and kw.get("version_query") is None and not public:
             raise ConfigError(f"{where}: a postgres source needs data_version or version_query, so that "
                               "a changed table makes earlier releases stale",
                               hint='data_version = "2024-06-30" (bump it when the table changes), or '
                                    'version_query = "SELECT max(updated_at) FROM public.people"')
-        id_column = spec.get("id_column")
-        if id_column is not None and (not isinstance(id_column, str) or not id_column):
-            raise ConfigError(f"{where}: source.id_column must be a column name")
-        max_rows = spec.get("max_rows", 1)
-        if "max_rows" in spec and id_column is None:
-            raise ConfigError(f"{where}: source.max_rows needs source.id_column",
-                              hint="max_rows bounds the rows kept per id_column value")
-        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
-            raise ConfigError(f"{where}: source.max_rows must be a positive integer")
         dialect = CsvDialect.from_spec(spec, where) if kind == "csv" else CsvDialect()
-        return Source(kind=kind, table=table, id_column=id_column, max_rows_per_id=max_rows,
-                      dialect=dialect, data_version=None if version is None else str(version), **kw)
+        return Source(kind=kind, table=table, dialect=dialect,
+                      data_version=None if version is None else str(version), **kw)
+
+    def with_unit(self, unit: Any, base: Path, where: str = "privacy_unit") -> Source:
+        """This source read under the privacy unit declared for its table, the one place a
+        unit is declared: ``privacy_unit = "row"`` (None: the same) or ``{ id = COLUMN,
+        max_rows = K, hash_key_file = PATH }`` (docs/config.md, "Privacy unit"; the path is
+        relative to ``base``).  Its keys' types were checked against dpsql.config_schema."""
+        if unit is None or unit == "row":
+            return self
+        if not isinstance(unit, Mapping) or "id" not in unit or "max_rows" not in unit:
+            raise ConfigError(f"{where}: privacy_unit is \"row\" or {{ id = COLUMN, max_rows = K, "
+                              "hash_key_file = PATH }", hint='e.g. privacy_unit = { id = "person_id", max_rows = 3 }')
+        ident, max_rows = unit["id"], unit["max_rows"]
+        if not isinstance(ident, str) or not ident:
+            raise ConfigError(f"{where}: privacy_unit.id must be a column name")
+        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
+            raise ConfigError(f"{where}: privacy_unit.max_rows must be an integer ≥ 1")
+        if self.dialect.max_record_lines != 1:
+            # fragments of a multi-line record carry no readable id and are not counted; the
+            # person's rows are bounded by max_rows alone (docs/privacy.md §2)
+            raise ConfigError(f"{where}: source.max_record_lines is for privacy_unit = \"row\"",
+                              hint="with an id column each person's rows are bounded by max_rows; "
+                                   "remove max_record_lines")
+        key = None
+        key_file = unit.get("hash_key_file")
+        if key_file:
+            kp = Path(key_file) if Path(key_file).is_absolute() else base / key_file
+            if not kp.exists():
+                raise ConfigError(f"{where}: hash key file not found: {kp}")
+            key = kp.read_text().strip()
+        return replace(self, id_column=ident, max_rows_per_id=max_rows, hash_key=key)
 
     # -- identity of the content -------------------------------------------------------------
     @property

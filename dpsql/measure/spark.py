@@ -23,8 +23,10 @@ for a local master).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import os
+import re
 from urllib.parse import unquote, urlsplit
 
 
@@ -211,6 +213,57 @@ class SparkBackend(SqlBackend):
             raise changed_error(table, while_reading=True)
 
 
+    # -- public tables (issue 31) ---------------------------------------------------------------
+    def read_public(self, table: str) -> tuple[list[tuple[str, str]], list[tuple]]:
+        """Columns (name, DuckDB type) and every row of the public table ``table`` (its
+        content is public metadata, read in the clear once when the configuration is loaded;
+        docs/privacy.md §7.4).  Types come from the DataFrame's schema
+        (:func:`public_column`), never from the rows."""
+        frame, _ = self._frame(self._source(table))
+        columns, items, stamps = [], [], []
+        for i, f in enumerate(frame.schema.fields):
+            duck, item = public_column(f.name, f.dataType.simpleString())
+            columns.append((f.name, duck))
+            items.append(item)
+            if item.startswith("CAST") and duck == "TIMESTAMP":
+                stamps.append(i)
+        try:
+            rows = [tuple(r) for r in frame.selectExpr(*items).collect()]
+        except Exception as exc:  # noqa: BLE001 - py4j, PySpark and Connect errors alike
+            raise engine_error("Spark", f"reading public table {table!r}", exc) from None
+        if stamps:       # a session-zone (UTC) timestamp, read as its text: not Python's local time
+            rows = [tuple(_timestamp(v) if i in stamps else v for i, v in enumerate(r)) for r in rows]
+        return columns, rows
+
+
+_PUBLIC_TYPES = {"tinyint": "SMALLINT", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT",
+                 "float": "FLOAT", "double": "DOUBLE", "boolean": "BOOLEAN", "string": "VARCHAR", "date": "DATE",
+                 "timestamp_ntz": "TIMESTAMP"}
+
+
+def public_column(name: str, spark_type: str) -> tuple[str, str]:
+    """(DuckDB type, select expression) of a public table's column of Spark type
+    ``spark_type`` (``simpleString``).  A TIMESTAMP (an instant) is read as its text in the
+    session zone, UTC (``ENFORCED``): PySpark would convert it to the Python process's local
+    time; a type DuckDB has no counterpart for (arrays, maps, structs, …) is read as Spark's
+    text of it."""
+    col = "`" + name.replace("`", "``") + "`"
+    if spark_type in _PUBLIC_TYPES:
+        return _PUBLIC_TYPES[spark_type], col
+    if re.fullmatch(r"(var)?char\(\d+\)", spark_type):
+        return "VARCHAR", col
+    m = re.fullmatch(r"decimal\((\d+),(\d+)\)", spark_type)
+    if m:
+        return f"DECIMAL({m.group(1)},{m.group(2)})", col
+    if spark_type == "timestamp":
+        return "TIMESTAMP", f"CAST({col} AS STRING) AS {col}"
+    return "VARCHAR", f"CAST({col} AS STRING) AS {col}"
+
+
+def _timestamp(text):
+    return None if text is None else datetime.datetime.fromisoformat(text)
+
+
 def _base_path(location: str) -> str:
     """The directory above the first glob character (where partition directories start)."""
     cut = min([location.index(c) for c in GLOB_CHARS if c in location] or [len(location)])
@@ -230,4 +283,4 @@ class _SparkRead:
             raise engine_error("Spark", what, exc, self.secret) from None
 
 
-__all__ = ["SparkBackend"]
+__all__ = ["SparkBackend", "public_column"]

@@ -122,11 +122,11 @@ def sha256_hex(text: exp.Expr, dialect: str) -> exp.Expr:
     return exp.SHA2(this=text, length=exp.Literal.number(256))   # DuckDB sha256(x), Spark sha2(x, 256)
 
 
-def row_hash(ncells: int, dialect: str) -> exp.Expr:
+def row_hash(ncells: int, dialect: str, key: exp.Expr | None = None) -> exp.Expr:
     """The bounding order of a row: SHA-256 of ``key|id|c0,c1,…`` (the row's cells are its
     fingerprint: text every engine writes alike; rows with equal cells count alike, so
     ties between them cannot change a count)."""
-    parts: list[exp.Expr] = [key_expression(dialect), exp.Literal.string("|"),
+    parts: list[exp.Expr] = [key_expression(dialect) if key is None else key, exp.Literal.string("|"),
                                    exp.cast(exp.column(ID), "VARCHAR"), exp.Literal.string("|")]
     for i in range(ncells):
         if i:
@@ -135,7 +135,27 @@ def row_hash(ncells: int, dialect: str) -> exp.Expr:
     return sha256_hex(exp.Concat(expressions=parts), dialect)
 
 
-def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Sequence[str] = ()) -> exp.Select:
+def group_hash(indices: Sequence[int], dialect: str, key: exp.Expr | None = None) -> exp.Expr:
+    """The order of a person's groups: SHA-256 of ``key|id|g|c_i,c_j,…`` over the group
+    attributes' cells (``g`` keeps it apart from every row hash)."""
+    parts: list[exp.Expr] = [key_expression(dialect) if key is None else key, exp.Literal.string("|"),
+                             exp.cast(exp.column(ID), "VARCHAR"), exp.Literal.string("|g|")]
+    for n, i in enumerate(indices):
+        if n:
+            parts.append(exp.Literal.string(","))
+        parts.append(exp.cast(exp.column(cell_column(i)), "VARCHAR"))
+    return sha256_hex(exp.Concat(expressions=parts), dialect)
+
+
+def _c_order(order: exp.Expr, dialect: str) -> exp.Expr:
+    # PostgreSQL compares the hex digests byte by byte only under the "C" collation
+    if dialect == "postgres":
+        return exp.Collate(this=order, expression=exp.to_identifier("C", quoted=True))
+    return order
+
+
+def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Sequence[str] = (),
+            groups: tuple[Sequence[int], int, int] | None = None) -> exp.Select:
     """Keep at most ``max_rows`` rows per privacy unit, chosen by the keyed hash; rows
     without an id (``__id`` NULL) are dropped.
 
@@ -146,10 +166,17 @@ def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Se
     never an engine's random().  Each id's kept rows depend on that id's rows only, so
     bounding is stable with factor ``max_rows`` whatever the key (docs/privacy.md §2); a
     secret key only makes the choice unpredictable.  Dropping rows without an id is a
-    row-wise filter (stable with factor 1)."""
-    order = row_hash(ncells, dialect)
-    if dialect == "postgres":
-        order = exp.Collate(this=order, expression=exp.to_identifier("C", quoted=True))
+    row-wise filter (stable with factor 1).
+
+    With ``groups`` = (the group attributes' cell indices, g, r), each id first keeps its
+    rows of at most g groups (distinct values of those cells), the first by ``group_hash``
+    (ties, impossible but for a SHA-256 collision, broken by the cells themselves, so never
+    more than g), and at most r rows in each group by the row hash; then at most
+    ``max_rows`` of those by the row hash.  Each step reads one id's rows only, so the kept
+    rows of a person still depend on that person's rows alone (docs/privacy.md §2a)."""
+    if groups is not None:
+        return _bounded_groups(cells, ncells, max_rows, dialect, extra, groups)
+    order = _c_order(row_hash(ncells, dialect), dialect)
     # ``extra`` columns (integer lattice offsets) only break ties between rows with equal
     # cells, so the kept rows' cells are those the counting query keeps, and their offsets
     # are the same on every engine
@@ -161,6 +188,42 @@ def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Se
              .from_(exp.alias_(exp.Subquery(this=cells), "__dpsql_cells"))
              .where(exp.Not(this=exp.Is(this=exp.column(ID), expression=exp.Null()))))
     return (exp.select(*[c.copy() for c in cols]).from_(exp.alias_(exp.Subquery(this=inner), "__dpsql_ranked"))
+            .where(exp.LTE(this=exp.column("__dpsql_rank"), expression=exp.Literal.number(max_rows))))
+
+
+def _bounded_groups(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Sequence[str],
+                    groups: tuple[Sequence[int], int, int]) -> exp.Select:
+    """``bounded`` with a group bound (its docstring): three layers over the cells."""
+    indices, max_groups, per_group = groups
+    cols = [exp.column(cell_column(i)) for i in range(ncells)] + [exp.column(c) for c in extra]
+    gcols = [exp.column(cell_column(i)) for i in indices]
+    # the key enters once (DuckDB binds one positional parameter), as a column both hashes read
+    keyed = (exp.select(*cols, exp.column(ID), exp.alias_(key_expression(dialect), "__dpsql_k"))
+             .from_(exp.alias_(exp.Subquery(this=cells), "__dpsql_cells"))
+             .where(exp.Not(this=exp.Is(this=exp.column(ID), expression=exp.Null()))))
+    key = exp.column("__dpsql_k")
+    hashed = (exp.select(*[c.copy() for c in cols], exp.column(ID),
+                         exp.alias_(row_hash(ncells, dialect, key.copy()), "__dpsql_h"),
+                         exp.alias_(group_hash(indices, dialect, key.copy()), "__dpsql_gh"))
+              .from_(exp.alias_(exp.Subquery(this=keyed), "__dpsql_keyed")))
+    by_row = [exp.Ordered(this=_c_order(exp.column("__dpsql_h"), dialect))] + \
+        [exp.Ordered(this=exp.column(c)) for c in extra]
+    group_rank = exp.Window(this=exp.Anonymous(this="DENSE_RANK", expressions=[]),
+                            partition_by=[exp.column(ID)],
+                            order=exp.Order(expressions=[exp.Ordered(this=_c_order(exp.column("__dpsql_gh"), dialect))]
+                                            + [exp.Ordered(this=g.copy()) for g in gcols]))
+    in_group = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(ID)] + [g.copy() for g in gcols],
+                          order=exp.Order(expressions=[o.copy() for o in by_row]))
+    ranked = (exp.select(*[c.copy() for c in cols], exp.column(ID), exp.column("__dpsql_h"),
+                         exp.alias_(group_rank, "__dpsql_grank"), exp.alias_(in_group, "__dpsql_grow"))
+              .from_(exp.alias_(exp.Subquery(this=hashed), "__dpsql_hashed")))
+    overall = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(ID)],
+                         order=exp.Order(expressions=[o.copy() for o in by_row]))
+    kept = (exp.select(*[c.copy() for c in cols], exp.alias_(overall, "__dpsql_rank"))
+            .from_(exp.alias_(exp.Subquery(this=ranked), "__dpsql_granked"))
+            .where(exp.and_(exp.LTE(this=exp.column("__dpsql_grank"), expression=exp.Literal.number(max_groups)),
+                            exp.LTE(this=exp.column("__dpsql_grow"), expression=exp.Literal.number(per_group)))))
+    return (exp.select(*[c.copy() for c in cols]).from_(exp.alias_(exp.Subquery(this=kept), "__dpsql_ranked"))
             .where(exp.LTE(this=exp.column("__dpsql_rank"), expression=exp.Literal.number(max_rows))))
 
 

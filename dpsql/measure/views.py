@@ -28,6 +28,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
+from dpsql.plan.views import GroupBound
 from dpsql.sql.syntax import exp
 
 
@@ -78,13 +79,18 @@ class View(Generic[S]):
     person's child down to T; the view then has a column ``T__exists``, 1 when the person
     has a row of T's view and 0 otherwise — a function of that person's rows alone, so
     counting persons with an order (``COUNT(DISTINCT custkey)``) is a count of this view's
-    rows, one per person."""
+    rows, one per person.
+
+    ``groups``: the view's per-person group bound (``[people.tables.T] group_by``,
+    ``max_groups``, ``max_rows_per_group``), enforced by the same keyed-hash truncation
+    (``sqlgen.bounded``) before ``max_rows``; None when only ``max_rows`` bounds it."""
 
     table: str
     hops: tuple[Hop[S], ...]
     person_key: str
     max_rows: int
     exists: tuple[tuple[str, tuple[Hop[S], ...]], ...] = ()
+    groups: GroupBound | None = None
 
     @property
     def path(self) -> tuple[str, ...]:
@@ -140,6 +146,8 @@ class View(Generic[S]):
                     "columns": [list(c) for c in h.columns], "read": h.source.describe()}
         out: dict = {"kind": "view", "person_key": self.person_key, "max_rows": self.max_rows,
                      "hops": [hop(h) for h in self.hops]}
+        if self.groups is not None:
+            out["groups"] = self.groups.describe()
         if self.exists:
             out["exists"] = [[t, [hop(h) for h in hops]] for t, hops in self.exists]
         return out

@@ -30,9 +30,58 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["split_budget", "expected_total", "even_total"]
+__all__ = ["split_budget", "expected_total", "even_total", "GroupBound", "grouped_l2_sq"]
+
+
+def grouped_l2_sq(max_rows: int, max_groups: int, max_rows_per_group: int) -> int:
+    """The largest Σ_γ n_γ² over integers 0 ≤ n_γ ≤ r, at most g of them non-zero, with
+    Σ_γ n_γ ≤ k (k = ``max_rows``, g = ``max_groups``, r = ``max_rows_per_group``): the
+    squared L2 norm of the change one person makes to a marginal that separates their
+    groups (``docs/privacy.md`` §2a, "Groups per person").
+
+    The greedy vector (r, …, r, m, 0, …) with q = min(g, ⌊k/r⌋) entries r and a remainder
+    m = min(k − q·r, r) when q < g weakly majorizes every feasible vector (its top-j partial
+    sums are min(j·r, k) for j ≤ g, the most any feasible vector's can be), and t ↦ t² is
+    convex and increasing on t ≥ 0, so the greedy vector's Σ n² is the maximum (Schur).
+    It is q·r² + m² ≤ min(k², g·r², k·r)."""
+    k, g, r = int(max_rows), int(max_groups), int(max_rows_per_group)
+    if k < 1 or g < 1 or r < 1:
+        raise ValueError("bounds must be positive integers")
+    r = min(r, k)
+    q = min(g, k // r)
+    m = 0 if q == g else min(k - q * r, r)
+    return q * r * r + m * m
+
+
+@dataclass(frozen=True)
+class GroupBound:
+    """A view's per-person group bound: each person keeps rows of at most ``max_groups``
+    distinct values of ``attributes`` (view columns) and at most ``max_rows_per_group`` rows
+    in each, on top of the view's ``max_rows`` (Tumult's MaxGroupsPerID with
+    MaxRowsPerGroupPerID).  A marginal whose clique holds every one of ``attributes`` then
+    moves by at most √(``grouped_l2_sq``) in L2 when one person is removed, instead of
+    ``max_rows``."""
+
+    attributes: tuple[str, ...]
+    max_groups: int
+    max_rows_per_group: int
+
+    def __post_init__(self) -> None:
+        if not self.attributes:
+            raise ValueError("a group bound names at least one attribute")
+        if self.max_groups < 1 or self.max_rows_per_group < 1:
+            raise ValueError("group bounds must be positive")
+
+    def l2_sq(self, max_rows: int) -> int:
+        """The squared L2 row factor of a separating block (``grouped_l2_sq``)."""
+        return grouped_l2_sq(max_rows, self.max_groups, self.max_rows_per_group)
+
+    def describe(self) -> dict:
+        return {"group_by": list(self.attributes), "max_groups": self.max_groups,
+                "max_rows_per_group": self.max_rows_per_group}
 
 
 def split_budget(rho: Fraction, costs: Mapping[str, float]) -> dict[str, Fraction]:

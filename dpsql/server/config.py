@@ -19,7 +19,9 @@
     estimator = "pgm"                # dpsql.estimator: pgm | least_squares
     connection_limit = 80            # this user's own connection limit (PostgreSQL's CONNECTION LIMIT)
 
-Unknown keys and bad values are refused, naming the key.  Command-line options of
+Keys, types, defaults and allowed values are declared once, in ``dpsql.config_schema`` (the engine
+checks the same section when it loads the file); unknown keys and bad values are refused, naming
+the file and the key.  Command-line options of
 ``dpsql serve`` override the file.
 
 An analyst's session starts from the server's defaults (``error_columns`` is ``ci95`` unless the
@@ -35,86 +37,68 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dpsql import config_schema
+from dpsql.config_schema import ERROR_COLUMNS, ESTIMATORS
 from dpsql.errors import ConfigError
 
-DEFAULT_MAX_STATEMENT = 256 * 1024
-USER_SETTINGS = {"error_columns": ("dpsql.error_columns", ("off", "stderr", "ci95", "bounds")),
-                 "estimator": ("dpsql.estimator", ("pgm", "least_squares"))}
-SERVER_DEFAULTS = {"dpsql.error_columns": "ci95"}   # every analyst's session, unless [server] says otherwise
+# Keys, types, defaults and allowed values: config_schema.SCHEMA["server"] and ["server_user"]
+# (the engine checks the same section when it loads the file).
+_DEFAULTS = config_schema.SCHEMA["server"].keys
+DEFAULT_MAX_STATEMENT: int = _DEFAULTS["max_statement_bytes"].default
+USER_SETTINGS = {"error_columns": ("dpsql.error_columns", ERROR_COLUMNS),
+                 "estimator": ("dpsql.estimator", ESTIMATORS)}
+# every analyst's session, unless [server] says otherwise
+SERVER_DEFAULTS = {"dpsql.error_columns": _DEFAULTS["error_columns"].default}
 USER_LIMITS = ("connection_limit",)     # per-user keys that are server limits, not session settings
-_NUMBERS = {"max_statement_bytes": int, "max_user_statements": int, "max_connections": int,
-            "max_user_connections": int, "query_log_max_bytes": int, "query_log_files": int,
-            "max_session_memory": int,
-            "max_unauthenticated": int, "auth_timeout": float, "catalog_timeout": float}
+
+
+def _default(key: str):
+    return _DEFAULTS[key].default
 
 
 @dataclass
 class ServerConfig:
     max_statement_bytes: int = DEFAULT_MAX_STATEMENT
-    max_user_statements: int = 2
-    max_connections: int = 100
+    max_user_statements: int = _default("max_user_statements")
+    max_connections: int = _default("max_connections")
     max_user_connections: int | None = None   # None: half of max_connections
-    max_unauthenticated: int = 256
-    auth_timeout: float = 5.0
-    catalog_timeout: float = 10.0
+    max_unauthenticated: int = _default("max_unauthenticated")
+    auth_timeout: float = _default("auth_timeout")
+    catalog_timeout: float = _default("catalog_timeout")
     query_log: str | None = None          # a path, or "-" for stderr
-    query_log_max_bytes: int = 64 * 1024 * 1024
-    max_session_memory: int = 64 * 1024 * 1024
-    query_log_files: int = 4
+    query_log_max_bytes: int = _default("query_log_max_bytes")
+    max_session_memory: int = _default("max_session_memory")
+    query_log_files: int = _default("query_log_files")
     settings: dict[str, str] = field(default_factory=lambda: dict(SERVER_DEFAULTS))  # {dpsql.x: value}
     user_settings: dict[str, dict[str, str]] = field(default_factory=dict)   # user -> {dpsql.x: value}
     user_connection_limits: dict[str, int] = field(default_factory=dict)     # user -> connection_limit
 
 
-def parse_server_section(section, where: str = "[server]", base: Path | None = None) -> ServerConfig:
-    if not isinstance(section, dict):
-        raise ConfigError(f"{where} must be a table")
+_NUMBERS = tuple(k for k, spec in _DEFAULTS.items() if set(spec.types) <= {"int", "number"})
+
+
+def parse_server_section(section, where: str = "<config>", base: Path | None = None) -> ServerConfig:
+    """The server's settings from a ``[server]`` table, checked against the schema first."""
+    config_schema.check(section, "server", where, "server")
     cfg = ServerConfig()
-    allowed = set(_NUMBERS) | set(USER_SETTINGS) | {"query_log", "users"}
-    unknown = sorted(set(section) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}", hint=f"allowed keys: {', '.join(sorted(allowed))}")
-    for key, kind in _NUMBERS.items():
+    for key in _NUMBERS:
         if key in section:
-            value = section[key]
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or (kind is int and not isinstance(value, int))):
-                raise ConfigError(f"{where}: {key} must be a{'n integer' if kind is int else ' number'}")
-            if value <= 0:
-                raise ConfigError(f"{where}: {key} must be positive")
-            setattr(cfg, key, kind(value))
+            setattr(cfg, key, float(section[key]) if "number" in _DEFAULTS[key].types else section[key])
     if "query_log" in section:
         log = section["query_log"]
-        if not isinstance(log, str) or not log:
-            raise ConfigError(f"{where}: query_log must be a path or \"-\" (stderr)")
+        if not log:
+            raise ConfigError(f"{where}: [server] query_log must be a path or \"-\" (stderr)")
         cfg.query_log = log if log == "-" or os.path.isabs(log) or base is None else str(base / log)
-    for key, (name, values) in USER_SETTINGS.items():
+    for key, (name, _values) in USER_SETTINGS.items():
         if key in section:
-            if section[key] not in values:
-                raise ConfigError(f"{where}: {key} must be one of {', '.join(values)}")
             cfg.settings[name] = section[key]
-    users = section.get("users", {})
-    if not isinstance(users, dict):
-        raise ConfigError(f"{where}.users must be a table of tables")
-    for user, settings in users.items():
-        here = f"{where}.users.{user}"
-        if not isinstance(settings, dict):
-            raise ConfigError(f"{here} must be a table")
-        bad = sorted(set(settings) - set(USER_SETTINGS) - set(USER_LIMITS))
-        if bad:
-            raise ConfigError(f"{here}: unknown key(s) {bad}",
-                              hint=f"allowed keys: {', '.join([*USER_SETTINGS, *USER_LIMITS])}")
+    for user, settings in section.get("users", {}).items():
         out = {}
         for key, value in settings.items():
             if key == "connection_limit":
-                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                    raise ConfigError(f"{here}: connection_limit must be a positive integer")
                 cfg.user_connection_limits[user] = value
-                continue
-            name, values = USER_SETTINGS[key]
-            if value not in values:
-                raise ConfigError(f"{here}: {key} must be one of {', '.join(values)}")
-            out[name] = value
+            else:
+                out[USER_SETTINGS[key][0]] = value
         if out:
             cfg.user_settings[user] = out
     return cfg
@@ -132,4 +116,4 @@ def load_server_config(config) -> ServerConfig:
         raise ConfigError(f"configuration file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    return parse_server_section(raw.get("server", {}), f"{path}: [server]", path.resolve().parent)
+    return parse_server_section(raw.get("server", {}), str(path), path.resolve().parent)

@@ -16,7 +16,6 @@ message: a silently wrong answer is worse than a refusal.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import operator
 import re
@@ -28,11 +27,11 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql import labels as wording
-from dpsql.errors import DataError, DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
+from dpsql.errors import DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql import timefuncs
-from dpsql.timeaxis import iso_text
+from dpsql.sql.scalars import SCALARS, Scalar, cast_value, check_arity, round_places
 
-__all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE",
+__all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "operands",
            "position_literal", "snippet"]
 
 
@@ -49,7 +48,6 @@ class _Other:
 OTHER = _Other()
 _EMPTY = object()     # the empty string compared with a closed categorical that has no '' label
 
-INT4_MAX = 2 ** 31 - 1
 #: Per-cell evaluations one statement may spend (each ~1-2 µs of Python: about a second).
 WORK_LIMIT = 1_000_000
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
@@ -105,6 +103,12 @@ def snippet(node: exp.Expr | None, limit: int = 120) -> str:
     else:
         text = node.sql(dialect="postgres")
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def operands(node: exp.Func) -> list[exp.Expr]:
+    """A function call's arguments in order (``round(x, 2)``: x, 2; a cast's type is not one)."""
+    keys = () if isinstance(node, exp.Cast) else ("decimals", "truncate", "to", "expression")
+    return [node.this] + [a for k in keys if (a := node.args.get(k)) is not None] + list(node.expressions)
 
 
 def columns_in(node: exp.Expr) -> list[exp.Column]:
@@ -170,7 +174,7 @@ def literal_value(node: exp.Expr) -> tuple[bool, Any]:
     if isinstance(node, exp.Cast):
         ok, v = literal_value(node.this)
         if ok:
-            return True, _cast(v, node.to.this)
+            return True, cast_value(v, node.to.this)
     return timefuncs.time_literal(node)
 
 
@@ -188,26 +192,6 @@ def position_literal(node: exp.Expr, n: int, clause: str, pos: Callable) -> int 
         raise UnsupportedQueryError(f"{clause} position {v} is not in select list",
                                     position=pos(node), hint=f"use 1..{n}")
     return v
-
-def _cast(v, dtype):
-    if v is None:
-        return None
-    T = exp.DataType.Type
-    if dtype in timefuncs.TIME_TYPES:
-        return timefuncs.cast_time(v, dtype)
-    try:
-        if dtype in (T.INT, T.BIGINT, T.SMALLINT, T.TINYINT):
-            return int(round(float(v))) if not isinstance(v, int) else v
-        if dtype in (T.DOUBLE, T.FLOAT, T.DECIMAL):
-            return float(v)
-        if dtype in (T.VARCHAR, T.TEXT, T.CHAR):
-            return iso_text(v) if isinstance(v, dt.date) else str(v)
-    except (TypeError, ValueError, OverflowError):
-        raise DomainViolationError(f"cannot cast {str(v)[:40]!r} to {dtype.value.lower()}",
-                                   hint="cast a value that has the target type's form") from None
-    raise UnsupportedQueryError(f"cast to {dtype.value.lower()} is not supported",
-                                hint="cast to integer, double or text")
-
 
 @dataclass
 class Evaluated:
@@ -334,31 +318,20 @@ class CellEvaluator:
             return self._map(node, [self.value(node.this)], lambda a: -a)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod)):
             return self._arith(node)
-        if isinstance(node, exp.Floor):
-            return self._map(node, [self.value(node.this)], lambda a: math.floor(a))
-        if isinstance(node, exp.Ceil):
-            return self._map(node, [self.value(node.this)], lambda a: math.ceil(a))
-        if isinstance(node, exp.Abs):
-            return self._map(node, [self.value(node.this)], abs, monotone=False)
-        if isinstance(node, exp.Round):
-            digits = node.args.get("decimals")
-            ok, d = literal_value(digits) if digits is not None else (True, 0)
-            if not ok or not isinstance(d, int) or isinstance(d, bool):
-                self._fail(UnsupportedQueryError, node, f"{snippet(node)} needs a constant integer number "
-                           "of decimal places", "e.g. round(age / 3.0, 1)")
-            if abs(d) > INT4_MAX:
-                self._fail(DataError, node, f"integer out of range: {d} decimal places in {snippet(node)}",
-                           f"use a number of decimal places between -{INT4_MAX} and {INT4_MAX}")
-            return self._map(node, [self.value(node.this)], lambda a: _round_half_away(a, d))
+        fn = SCALARS.get(type(node).__name__.lower()) if isinstance(node, exp.Func) else None
+        if fn is not None and not fn.partial:
+            # (a partial function is NULL outside its domain where engines raise: not on cells)
+            return self._scalar(node, fn)
         if isinstance(node, exp.Cast):
-            return self._map(node, [self.value(node.this)], lambda a: _cast(a, node.to.this), text_ok=True)
+            return self._map(node, [self.value(node.this)], lambda a: cast_value(a, node.to.this), text_ok=True)
         if isinstance(node, exp.WidthBucket):
             return self._width_bucket(node)
         if isinstance(node, timefuncs.TRUNC_NODES):
             unit = timefuncs.trunc_unit(node)
             return self._map(node, [self.value(node.this)], lambda a: timefuncs.truncated(a, unit))
         if isinstance(node, (exp.Date, exp.TsOrDsToDate)):       # DATE(col): Looker's date timeframe
-            return self._map(node, [self.value(node.this)], lambda a: _cast(a, exp.DataType.Type.DATE), text_ok=True)
+            return self._map(node, [self.value(node.this)], lambda a: cast_value(a, exp.DataType.Type.DATE),
+                             text_ok=True)
         if isinstance(node, exp.TimeToStr):
             # to_char/strftime need not be monotone ('%w'): only of a value constant on each cell
             vals, null = self.constant_values(node.this)
@@ -396,6 +369,22 @@ class CellEvaluator:
             name = f"'{snippet(node, 60)}'"
         self._fail(UnsupportedQueryError, node, f"{name} is not supported in dpsql expressions",
                    "use arithmetic, floor/ceil/round, width_bucket, COALESCE or CASE WHEN")
+
+    def _scalar(self, node, fn: Scalar) -> Evaluated:
+        """A function of ``scalars.SCALARS`` on each cell; its constant arguments (ROUND's
+        places) are checked as for released values (``postprocess.to_ir``)."""
+        args = operands(node)
+        check_arity(fn.name, len(args))
+        constants = []
+        if fn.name == "round" and len(args) > 1:
+            ok, d = self._constant(args[1])
+            try:
+                constants.append(round_places(ok, d, snippet(node)))
+            except Error as err:
+                err.position = self.pos(args[1])
+                raise
+        value = (lambda a: None) if None in constants else (lambda a: fn.value(a, *constants))
+        return self._map(node, [self.value(node.this)], value, monotone=fn.monotone)
 
     def _map(self, node, args: list[Evaluated], fn, monotone: bool = True, text_ok: bool = False) -> Evaluated:
         if not monotone and self.wide and self.attr.kind != "categorical":
@@ -805,18 +794,3 @@ def _like_regex(pattern: str, escape: str | None) -> str:
         out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
         i += 1
     return "".join(out)
-
-
-def _round_half_away(a, d):
-    """round(a, d) half away from zero; ``d`` may be huge (no 10**d is ever built)."""
-    if isinstance(a, int) and d >= 0:
-        return a
-    if d > 308:
-        return a                      # no double has digits that far right
-    if d < -308:
-        return 0 if isinstance(a, int) else 0.0
-    scale = 10 ** d
-    r = math.floor(abs(a) * scale + 0.5) / scale
-    r = r if a >= 0 else -r
-    return int(r) if d == 0 and isinstance(a, int) else r
-

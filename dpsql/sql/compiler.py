@@ -36,7 +36,8 @@ from dpsql.sql.joins import (answer_public, expand, join_tree, public_in_lists, 
                              table_columns)
 from dpsql.sql.people import person_join
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
-from dpsql.sql.postprocess import AggPlan, Program, Restriction, int_ir, order_items, to_ir
+from dpsql.sql.ir import Agg, Expr, type_of, uses
+from dpsql.sql.postprocess import AggPlan, Program, Restriction, order_items, to_ir
 from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.stage import compile_stage
@@ -449,36 +450,12 @@ class _Lowering:
             extra.extend(inner.linear_queries)
         return out, extra
 
-    def ir_has_agg(self, node_ir) -> bool:
-        if node_ir[0] == "agg":
-            return True
-        return any(self.ir_has_agg(c) for c in node_ir[2]) if node_ir[0] in ("op", "fn") else \
-            node_ir[0] == "case" and any(self.ir_has_agg(x) for x in _case_children(node_ir))
+    def ir_has_agg(self, e: Expr) -> bool:
+        return uses(e, lambda x: isinstance(x, Agg))
 
-    def ir_type(self, node_ir) -> str:
-        if node_ir[0] == "op" and int_ir(node_ir, self):
-            return "integer"
-        if node_ir[0] == "key":
-            return self.keys[node_ir[1]].type
-        if node_ir[0] == "fn" and node_ir[1] == "to_char":
-            return "text"
-        if node_ir[0] == "lit":
-            v = node_ir[1]
-            return "integer" if isinstance(v, int) and not isinstance(v, bool) else \
-                "boolean" if isinstance(v, bool) else "text" if isinstance(v, str) else "double precision"
-        if node_ir[0] == "op" and node_ir[1] in ("=", "!=", "<", "<=", ">", ">=", "and", "or", "not", "isnull"):
-            return "boolean"
-        return "double precision"
-
-
-def _case_children(node_ir):
-    _, branches, default = node_ir[0], node_ir[1], node_ir[2]
-    out = []
-    for c, v in branches:
-        out += [c, v]
-    if default is not None:
-        out.append(default)
-    return out
+    def ir_type(self, e: Expr) -> str:
+        # aggregates here are noisy values (double precision); keys have their domain's type
+        return type_of(e, lambda i: self.keys[i].type, lambda i: "double precision")
 
 
 class _Compiler:

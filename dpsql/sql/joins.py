@@ -28,7 +28,9 @@ Key cells: a NULL key matches nothing (SQL's NULL ≠ NULL); the "(other)" cell 
 categorical matches nothing either, because the configuration refuses a reference whose
 public keys are not all declared labels (``dpsql.engine.config``); a closed categorical's
 invalid values share cell 0 or the NULL cell and join like them, as they are counted.
-Integer keys join on their value and need one-value bins.
+Integer keys join on their value and need one-value bins; a declared integer key is read
+unclamped (``IntegerRange.clamp``), so its values outside the declared range sit in the
+NULL cell and match nothing, instead of joining the end key's rows.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from dpsql.errors import (ProgrammingError, StatementTooComplexError, UnknownCol
                           UnknownTableError, UnsupportedQueryError)
 from dpsql.linalg import Bucket, Explicit, Indicator, Kron, Total, Union, Values, Weighted
 from dpsql.sql.cells import OTHER, DimRef, conjuncts, snippet
+from dpsql.timeaxis import iso_text
 
 __all__ = ["TableRef", "JoinEdge", "JoinTree", "JoinedAttribute", "join_tree", "star", "expand", "expand_linear",
            "public_in_lists", "reads_only_public", "answer_public", "table_columns"]
@@ -311,11 +314,13 @@ def _key_values(attr, stmt, node) -> list:
 
 
 def _public_value(v):
-    # the evaluator compares numbers and text; other public values are read as their text
+    # the evaluator computes on numbers, text, dates and timestamps (dpsql.sql.timefuncs: so
+    # a public DATE column compares, truncates and extracts as a declared date column does);
+    # a time of day and other public values are read as their text
     if isinstance(v, decimal.Decimal):
         return float(v)
-    if isinstance(v, (datetime.date, datetime.datetime, datetime.time)):
-        return v.isoformat(sep=" ") if isinstance(v, datetime.datetime) else v.isoformat()
+    if isinstance(v, datetime.time):
+        return v.isoformat()
     return v
 
 
@@ -598,15 +603,18 @@ def expand_linear(lq, schema, joined: dict[str, JoinedAttribute]):
 
 
 def expand(cq, schema, joined: dict[str, JoinedAttribute]):
-    """``cq`` (compiled over the joined attributes) with its own linear queries multiplied
-    by the expansions, over ``schema``."""
+    """``cq`` (compiled over the joined attributes) with its own linear queries, and the
+    offset queries of its SUMs over binned columns, multiplied by the expansions, over
+    ``schema`` (an offset query left over the joined cells was applied to the key's offset
+    sums, which have the key's width: SUM over a join failed once offsets were measured)."""
     if cq.is_schema_probe or not joined:
         return replace(cq, schema=schema)
     program = cq.program
     program.lq_by_name = {k: expand_linear(v, schema, joined) for k, v in program.lq_by_name.items()}
     out = [program.lq_by_name.get(lq.name, lq) for lq in cq.linear_queries]
+    offsets = [program.lq_by_name.get(lq.name) or expand_linear(lq, schema, joined) for lq in cq.offset_queries]
     program.joined = dict(joined)
-    return replace(cq, linear_queries=out, schema=schema)
+    return replace(cq, linear_queries=out, offset_queries=offsets, schema=schema)
 
 
 # --- public tables read on their own ------------------------------------------------------
@@ -675,6 +683,11 @@ def _literal(v) -> exp.Expr:
         return exp.Boolean(this=v)
     if isinstance(v, (int, float)):
         return exp.Literal.number(repr(v) if isinstance(v, float) else str(v))
+    if isinstance(v, datetime.date):     # a typed literal: DATE '…' or TIMESTAMP '…'
+        if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+            return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMPTZ")
+        kind = "TIMESTAMP" if isinstance(v, datetime.datetime) else "DATE"
+        return exp.cast(exp.Literal.string(iso_text(v)), kind)
     return exp.Literal.string(str(v))
 
 

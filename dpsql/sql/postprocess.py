@@ -36,12 +36,15 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from dpsql.errors import DataError, InterfaceError, PrivacyViolationError, UnsupportedQueryError
+from dpsql.errors import Error, InterfaceError, PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal, snippet
+from dpsql.sql.cells import DimRef, columns_in, literal_value, operands, position_literal, snippet
+from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
+                          is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
+from dpsql.sql.scalars import SCALARS, cast_type, check_arity, round_places
 
-__all__ = ["AggPlan", "Program", "Restriction", "to_ir", "int_ir", "run_program", "evaluate_program",
+__all__ = ["AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
 
 
@@ -70,9 +73,9 @@ class AggPlan:
 
 @dataclass
 class Program:
-    outputs: list
-    having: Any
-    order: list
+    outputs: list[Expr]
+    having: Expr | None
+    order: list[SortKey]
     limit: int | None
     offset: int | None
     distinct: bool
@@ -99,10 +102,10 @@ _BINARY = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.IntDiv: "
            exp.And: "and", exp.Or: "or"}
 
 
-def order_items(tree, columns, ir, pos) -> list:
-    """The statement's ORDER BY as ``(ir, desc, nulls_first)`` sort keys: a position or an
-    output column's name sorts by that output (``("out", i)``), anything else by ``ir(node)``.
-    NULLs sort as larger than any value unless NULLS FIRST/LAST says otherwise (PostgreSQL)."""
+def order_items(tree, columns, ir, pos) -> list[SortKey]:
+    """The statement's ORDER BY as sort keys: a position or an output column's name sorts by
+    that output (:class:`~dpsql.sql.ir.Output`), anything else by ``ir(node)``.  NULLs sort
+    as larger than any value unless NULLS FIRST/LAST says otherwise (PostgreSQL)."""
     order = tree.args.get("order")
     if order is None:
         return []
@@ -116,29 +119,42 @@ def order_items(tree, columns, ir, pos) -> list:
             nulls_first = desc
         v = position_literal(node, len(columns), "ORDER BY", pos)
         if v is not None:
-            out.append((("out", v - 1), desc, bool(nulls_first)))
+            out.append(SortKey(Output(v - 1), desc, bool(nulls_first)))
             continue
         if isinstance(node, exp.Column) and not node.table and node.name.lower() in names:
-            out.append((("out", names[node.name.lower()]), desc, bool(nulls_first)))
+            out.append(SortKey(Output(names[node.name.lower()]), desc, bool(nulls_first)))
             continue
-        out.append((ir(node), desc, bool(nulls_first)))
+        out.append(SortKey(ir(node), desc, bool(nulls_first)))
     return out
 
 
-def to_ir(node, low):
+_CALLS = (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,
+          exp.Sqrt, exp.Ln)
+
+
+def _constant(e: Expr) -> tuple[bool, Any]:
+    """(True, value) for an expression of constants (``1 + 1``), evaluated once; (False, None)
+    when it reads an aggregate or a group key."""
+    if uses(e, lambda x: isinstance(x, (Agg, Key))):
+        return False, None
+    v = py_value(as_obj(Evaluator(1, [], [])(e))[0])
+    return True, int(v) if v is not None and is_exact_integer(e, lambda i: "") else v
+
+
+def to_ir(node, low) -> Expr:
     """Translate an output expression; aggregates and group keys become leaves."""
     if isinstance(node, exp.Paren):
         return to_ir(node.this, low)
     if is_aggregate(node):
-        return ("agg", low.register(node))
+        return Agg(low.register(node))
     has_cols = bool(columns_in(node))
     if has_cols and not any(is_aggregate(n) for n in node.walk()):
         c = low.canon(node)
         if c in low.key_index:
-            return ("key", low.key_index[c])
+            return Key(low.key_index[c])
     ok, v = literal_value(node)
     if ok:
-        return ("lit", v)
+        return Lit(v)
     if isinstance(node, exp.Column):
         body = low.output_alias(node)
         if body is not None:  # DuckDB lets HAVING and ORDER BY expressions name output aliases
@@ -159,63 +175,69 @@ def to_ir(node, low):
             position=low.pos(node),
             hint=f"add it to GROUP BY (GROUP BY {node.shown}) or aggregate (e.g. COUNT(*))")
     if type(node) in _BINARY:
-        args = [to_ir(node.this, low), to_ir(node.expression, low)]
-        if isinstance(node, exp.Div) and node.args.get("typed") and all(int_ir(a, low) for a in args):
+        args = (to_ir(node.this, low), to_ir(node.expression, low))
+        key_type = lambda i: low.keys[i].type  # noqa: E731
+        if isinstance(node, exp.Div) and node.args.get("typed") and all(is_exact_integer(a, key_type) for a in args):
             # PostgreSQL divides integers by truncation; only exact (non-noisy) integers qualify.
-            return ("op", "int/", args)
-        return ("op", _BINARY[type(node)], args)
+            return Op("int/", args)
+        return Op(_BINARY[type(node)], args)
     if isinstance(node, exp.Neg):
-        return ("op", "neg", [to_ir(node.this, low)])
+        return Op("neg", (to_ir(node.this, low),))
     if isinstance(node, exp.Not):
-        return ("op", "not", [to_ir(node.this, low)])
+        return Op("not", (to_ir(node.this, low),))
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-        test = ("op", "isnull", [to_ir(node.this, low)])
-        return ("op", "not", [test]) if node.args.get("negate") else test
+        test = Op("isnull", (to_ir(node.this, low),))
+        return Op("not", (test,)) if node.args.get("negate") else test
     if isinstance(node, exp.Between):
         x, lo, hi = to_ir(node.this, low), to_ir(node.args["low"], low), to_ir(node.args["high"], low)
-        inside = ("op", "and", [("op", ">=", [x, lo]), ("op", "<=", [x, hi])])
+        inside = Op("and", (Op(">=", (x, lo)), Op("<=", (x, hi))))
         if node.args.get("symmetric"):
-            return ("op", "or", [inside, ("op", "and", [("op", ">=", [x, hi]), ("op", "<=", [x, lo])])])
+            return Op("or", (inside, Op("and", (Op(">=", (x, hi)), Op("<=", (x, lo))))))
         return inside
-    if isinstance(node, (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Nullif,
-                         exp.Greatest, exp.Least, exp.Sqrt, exp.Ln, exp.Cast)):
-        args = [node.this] + [a for k in ("decimals", "expression") if (a := node.args.get(k)) is not None] \
-            + list(node.expressions)
-        name = "cast" if isinstance(node, exp.Cast) else type(node).__name__.lower()
-        if isinstance(node, exp.Round) and node.args.get("decimals") is not None:
-            ok, d = literal_value(node.args["decimals"])
-            if ok and d is not None and (not isinstance(d, int) or isinstance(d, bool) or abs(d) > 2 ** 31 - 1):
-                raise DataError(f"round: {str(d)[:20]} is not a valid number of decimal places",
-                                position=low.pos(node.args["decimals"]),
-                                hint="use an integer between -2147483647 and 2147483647")
-        return ("fn", name, [to_ir(a, low) for a in args])
+    if isinstance(node, exp.Round):
+        # the decimal places are checked once, for cells and values alike (scalars.round_places)
+        check_arity("round", len(operands(node)))
+        digits = node.args.get("decimals")
+        if digits is None:
+            return Call("round", (to_ir(node.this, low),))
+        ok, d = literal_value(digits)
+        if not ok:
+            ok, d = _constant(to_ir(digits, low))
+        try:
+            places = round_places(ok, d, snippet(node))
+        except Error as err:
+            err.position = low.pos(digits)
+            raise
+        return Call("round", (to_ir(node.this, low), Lit(places)))
+    if isinstance(node, exp.Cast):
+        try:
+            cast_type(node.to.this)
+        except Error as err:
+            err.position = low.pos(node.to)
+            raise
+        return Cast(to_ir(node.this, low), node.to.this)
+    if isinstance(node, _CALLS):
+        nodes = operands(node)
+        name = type(node).__name__.lower()
+        if name in SCALARS:
+            check_arity(name, len(nodes))
+        return Call(name, tuple(to_ir(a, low) for a in nodes))
     if isinstance(node, exp.TimeToStr) and isinstance(node.args.get("format"), exp.Literal):
         # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
-        return ("fn", "to_char", [to_ir(node.this, low), ("lit", str(node.args["format"].this))])
+        return Call("to_char", (to_ir(node.this, low), Lit(str(node.args["format"].this))))
     if isinstance(node, exp.Case):
         if node.this is not None:
             subject = node.this
-            branches = [(to_ir(exp.EQ(this=subject.copy(), expression=b.this.copy()), low),
-                         to_ir(b.args["true"], low)) for b in node.args.get("ifs") or []]
+            branches = tuple((to_ir(exp.EQ(this=subject.copy(), expression=b.this.copy()), low),
+                              to_ir(b.args["true"], low)) for b in node.args.get("ifs") or [])
         else:
-            branches = [(to_ir(b.this, low), to_ir(b.args["true"], low)) for b in node.args.get("ifs") or []]
+            branches = tuple((to_ir(b.this, low), to_ir(b.args["true"], low)) for b in node.args.get("ifs") or [])
         default = node.args.get("default")
-        return ("case", branches, to_ir(default, low) if default is not None else None)
+        return Case(branches, to_ir(default, low) if default is not None else None)
     label = f"function {low.written(node)}" if isinstance(node, exp.Func) else f"'{snippet(node, 60)}'"
     raise UnsupportedQueryError(f"{label} is not supported in the select list, HAVING or ORDER BY",
                                 position=low.call_pos(node) if isinstance(node, exp.Func) else low.pos(node),
                                 hint="use arithmetic, comparisons, CASE, ROUND, ABS, COALESCE on aggregates")
-
-
-def int_ir(ir, low) -> bool:
-    """Is this IR an exact integer (group key or literal, never an aggregate)?"""
-    if ir[0] == "key":
-        return low.keys[ir[1]].type == "integer"
-    if ir[0] == "lit":
-        return isinstance(ir[1], int) and not isinstance(ir[1], bool)
-    if ir[0] == "op" and ir[1] in ("+", "-", "*", "%", "int/", "neg"):
-        return all(int_ir(a, low) for a in ir[2])
-    return False
 
 
 # --- evaluation ------------------------------------------------------------------------
@@ -535,7 +557,7 @@ def run_program(cq, answers, stderrs, present=None, bounds=None, with_bias=False
     With ``bounds`` (linear query name → (lower, upper) per entry), a third list holds,
     per output cell, its ``(lower, upper)`` range by interval arithmetic (None for
     non-numeric cells, where no finite range follows, and for queries over derived tables;
-    see :func:`_interval`).
+    see :func:`dpsql.sql.ir.interval`).
 
     Rows are produced for the listed groups (``cq.groups``: those the WHERE allows).
     ``present`` (a boolean mask over ``cq.groups``, or a dict from ``id(program)`` to such a
@@ -588,17 +610,18 @@ def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Re
         keep = np.array([x is True for x in h], dtype=bool)
     outs = [ev(o) for o in program.outputs]
     types = [c.type for c in cq.columns]
-    ranks = [program.keys[o[1]].sort_rank if o[0] == "key" else None for o in program.outputs]
+    ranks = [program.keys[o.index].sort_rank if isinstance(o, Key) else None for o in program.outputs]
     full = Relation(outs, vars_, types, [c.name for c in cq.columns], ranks)
     rows, _ = full.rows(False)
     order = []
-    for spec, desc, nulls_first in program.order:
-        col = [r[spec[1]] for r in rows] if spec[0] == "out" else [py_value(x) for x in as_obj(ev(spec))]
-        key_ir = program.outputs[spec[1]] if spec[0] == "out" else spec
-        rank = program.keys[key_ir[1]].sort_rank if key_ir[0] == "key" else None
+    for spec in program.order:
+        by = spec.by
+        col = [r[by.index] for r in rows] if isinstance(by, Output) else [py_value(x) for x in as_obj(ev(by))]
+        key_ir = program.outputs[by.index] if isinstance(by, Output) else by
+        rank = program.keys[key_ir.index].sort_rank if isinstance(key_ir, Key) else None
         if rank is not None:
             col = [None if v is None else rank[v] for v in col]
-        order.append((col, desc, nulls_first))
+        order.append((col, spec.desc, spec.nulls_first))
     chosen = np.asarray(select_rows(rows, keep, order, program.distinct, program.offset, program.limit),
                         dtype=np.int64)
     rel = Relation([take(o, chosen) for o in outs], [v[chosen] for v in vars_], types, full.names, ranks,
@@ -652,7 +675,7 @@ def _bound_rows(cq, rel, bounds) -> list[tuple]:
     key_num = [np.array([np.nan if x is None else float(x) for x in col]) if all(
         x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in col) else None
         for col in key_cols]
-    ivs = [_interval(o, agg_iv, key_num, n) for o in program.outputs]
+    ivs = [interval(o, agg_iv, key_num, n) for o in program.outputs]
     return [tuple(None if iv is None or not (np.isfinite(iv[0][i]) or np.isfinite(iv[1][i]))
                   else (float(iv[0][i]), float(iv[1][i])) for iv in ivs) for i in range(n)]
 
@@ -684,7 +707,7 @@ def _aggregate_bounds(program: Program, bounds, groups: int) -> list[tuple[np.nd
         elif plan.kind == "avg":
             s = (got[0][0].sum(axis=0), got[0][1].sum(axis=0))
             c = (got[1][0].sum(axis=0), got[1][1].sum(axis=0))
-            lo, hi = _iv_div(s, c)
+            lo, hi = divide(s, c)
             v = plan.cell_values[~np.isnan(plan.cell_values)] if plan.cell_values is not None else None
             if v is not None and v.size:  # an average lies within its values' range
                 lo = np.clip(lo, v.min(), v.max())
@@ -697,65 +720,3 @@ def _aggregate_bounds(program: Program, bounds, groups: int) -> list[tuple[np.nd
         else:
             out.append(None)
     return out
-
-
-def _iv_div(a, b):
-    """[a] / [b] where the divisor's range excludes 0 (else unbounded)."""
-    lo_b, hi_b = b
-    ok = (lo_b > 0) | (hi_b < 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        corners = np.stack([a[0] / lo_b, a[0] / hi_b, a[1] / lo_b, a[1] / hi_b])
-        return (np.where(ok, np.nanmin(corners, axis=0), -np.inf),
-                np.where(ok, np.nanmax(corners, axis=0), np.inf))
-
-
-def _interval(ir, agg_iv, key_num, n):
-    """Interval evaluation of an output expression: (lower, upper) arrays or None."""
-    tag = ir[0]
-    if tag == "agg":
-        return agg_iv[ir[1]]
-    if tag == "key":
-        v = key_num[ir[1]]
-        return None if v is None else (v, v)
-    if tag == "lit":
-        v = ir[1]
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return np.full(n, float(v)), np.full(n, float(v))
-        return None
-    if tag == "op" and ir[1] in ("+", "-", "*", "/", "neg"):
-        args = [_interval(a, agg_iv, key_num, n) for a in ir[2]]
-        if any(a is None for a in args):
-            return None
-        if ir[1] == "neg":
-            return -args[0][1], -args[0][0]
-        (a0, a1), (b0, b1) = args
-        if ir[1] == "+":
-            return a0 + b0, a1 + b1
-        if ir[1] == "-":
-            return a0 - b1, a1 - b0
-        if ir[1] == "*":
-            with np.errstate(invalid="ignore"):
-                corners = np.stack([a0 * b0, a0 * b1, a1 * b0, a1 * b1])
-            return np.nanmin(corners, axis=0), np.nanmax(corners, axis=0)
-        return _iv_div((a0, a1), (b0, b1))
-    if tag == "fn" and ir[1] in ("round", "floor", "ceil", "cast", "abs", "greatest", "least"):
-        args = [_interval(a, agg_iv, key_num, n) for a in ir[2]]
-        if not args or any(a is None for a in args):
-            return None
-        lo, hi = args[0]
-        if ir[1] in ("round", "floor", "ceil"):
-            scale = 10.0 ** int(args[1][0][0]) if ir[1] == "round" and len(args) > 1 else 1.0
-            f = np.floor if ir[1] == "floor" else np.ceil if ir[1] == "ceil" else (
-                lambda x: np.sign(x) * np.floor(np.abs(x) * scale + 0.5) / scale)
-            return f(lo), f(hi)  # all three are monotone
-        if ir[1] == "cast":
-            return lo, hi
-        if ir[1] == "abs":
-            return (np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0.0)),
-                    np.maximum(np.abs(lo), np.abs(hi)))
-        pick = np.maximum if ir[1] == "greatest" else np.minimum
-        out_lo, out_hi = lo, hi
-        for a in args[1:]:
-            out_lo, out_hi = pick(out_lo, a[0]), pick(out_hi, a[1])
-        return out_lo, out_hi
-    return None

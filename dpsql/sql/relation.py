@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpsql.errors import DataError, UnsupportedQueryError
+from dpsql.sql.ir import Agg, Call, Cast, Expr, Key, Lit, Op
+from dpsql.sql.scalars import SCALARS, cast_type, cast_value
 
 # The two-sided 95% normal quantile (dpsql.engine.variance.Z95): a binning bound β is
 # reported inside the standard error as β/Z95, so ``± Z95·se`` widens by exactly β.
@@ -124,7 +126,35 @@ def _kleene(op: str, a: V, b: V | None = None) -> V:
     return V(out, None, False)
 
 
+def _scalar(name: str, args: list[V]) -> V:
+    """A function of ``scalars.SCALARS`` on each row of its first argument; the rest are
+    constants (ROUND's places, a checked :class:`~dpsql.sql.ir.Lit`)."""
+    fn = SCALARS[name]
+    x = _as_num(args[0])
+    constants = [_as_int(_as_obj(a)[0]) for a in args[1:]]
+    if any(c is None for c in constants):
+        return V(np.full(len(x.val), np.nan), {})          # round(x, NULL) is NULL
+    val = fn.apply(x.val, *constants)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return V(val, {k: fn.chain(d, x.val, val) for k, d in x.grad.items()})
+
+
+def _cast(x: V, to) -> V:
+    """CAST of each row (``scalars.cast_value``, as on cells).  A number cast to a number keeps
+    its derivatives: rounding to an integer does not make an estimate more certain."""
+    kind = cast_type(to)
+    if x.num and kind == "double precision":
+        return x
+    if x.num and kind == "integer":
+        val = np.array([v if not math.isfinite(v) else cast_value(v, to) for v in x.val.tolist()], dtype=float)
+        return V(val, dict(x.grad))
+    out = np.array([cast_value(v, to) for v in _as_obj(x)], dtype=object)
+    return _as_num(V(out, None, False)) if kind in ("integer", "double precision") else V(out, None, False)
+
+
 def _fn(name: str, args: list[V], n: int) -> V:
+    if name in SCALARS:
+        return _scalar(name, args)
     if name == "coalesce":
         vals = [_as_obj(a) for a in args]
         out = np.array([next((v[i] for v in vals if v[i] is not None), None) for i in range(n)], dtype=object)
@@ -148,45 +178,12 @@ def _fn(name: str, args: list[V], n: int) -> V:
             val = np.where([e is True for e in eq], np.nan, a.val)
             return V(val, dict(a.grad))
         return V(np.array([None if e is True else x for x, e in zip(a.val, eq)], dtype=object), None, False)
-    if name == "cast":
-        return args[0]
     if name == "to_char":
         fmt = str(_as_obj(args[1])[0])
         days: list = list(_as_obj(args[0]))
         if any(v is not None and not isinstance(v, datetime.date) for v in days):
             raise UnsupportedQueryError("to_char needs a date or timestamp", hint="format date and timestamp columns")
         return V(np.array([None if v is None else v.strftime(fmt) for v in days], dtype=object), None, False)
-    x = _as_num(args[0])
-    if name == "round":
-        d = _as_num(args[1]).val[0] if len(args) > 1 else 0.0
-        if math.isnan(d):
-            return V(np.full(n, np.nan), {})          # round(x, NULL) is NULL
-        if d != int(d) or abs(d) > 2 ** 31 - 1:
-            raise DataError(f"round: {d:g} is not a valid number of decimal places",
-                            hint="use an integer between -2147483647 and 2147483647")
-        d = int(d)
-        # Rounding does not make an estimate more certain: its error passes through unchanged.
-        if d > 308:
-            return V(x.val.copy(), dict(x.grad))
-        if d < -308:
-            return V(np.where(np.isnan(x.val), np.nan, 0.0), dict(x.grad))
-        scale = 10.0 ** d
-        with np.errstate(over="ignore", invalid="ignore"):
-            scaled = np.abs(x.val) * scale
-            r = np.sign(x.val) * np.floor(scaled + 0.5) / scale
-        return V(np.where(np.isfinite(scaled), r, x.val), dict(x.grad))
-    if name == "abs":
-        return V(np.abs(x.val), {k: d * np.sign(x.val) for k, d in x.grad.items()})
-    if name in ("floor", "ceil"):
-        f = np.floor if name == "floor" else np.ceil
-        return V(f(x.val), dict(x.grad))
-    if name == "sqrt":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = np.sqrt(np.where(x.val < 0, np.nan, x.val))
-            return V(r, {k: d / (2 * r) for k, d in x.grad.items()})
-    if name == "ln":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return V(np.log(np.where(x.val <= 0, np.nan, x.val)), {k: d / x.val for k, d in x.grad.items()})
     if name in ("greatest", "least"):
         nums = [_as_num(a) for a in args]
         stack = np.vstack([a.val for a in nums])
@@ -203,34 +200,30 @@ def _fn(name: str, args: list[V], n: int) -> V:
 
 
 class Evaluator:
-    """Evaluates IR over all rows at once; numeric values carry their partial derivatives.
+    """Evaluates the IR (``dpsql.sql.ir``) over all rows at once; numeric values carry their
+    partial derivatives.  Leaves: :class:`~dpsql.sql.ir.Agg` reads ``aggs``,
+    :class:`~dpsql.sql.ir.Key` reads ``keys`` (columns, as :class:`V`; an outer stage's
+    input columns are its keys)."""
 
-    Leaves: ``("agg", i)`` the i-th aggregate (a :class:`V`), ``("key", i)`` the i-th group
-    key (a :class:`V`), ``("in", j)`` the j-th column of an input relation (outer stages)."""
-
-    def __init__(self, n: int, aggs: list, keys: list, inputs: list | None = None) -> None:
+    def __init__(self, n: int, aggs: list, keys: list) -> None:
         self.aggs = aggs
         self.keys = keys
-        self.inputs = inputs or []
         self.n = n
 
-    def __call__(self, ir) -> V:
-        tag = ir[0]
+    def __call__(self, e: Expr) -> V:
         n = self.n
-        if tag == "agg":
-            a = self.aggs[ir[1]]
+        if isinstance(e, Agg):
+            a = self.aggs[e.index]
             return V(a.val.copy(), dict(a.grad), a.num)
-        if tag == "key":
-            return self.keys[ir[1]]
-        if tag == "in":
-            return self.inputs[ir[1]]
-        if tag == "lit":
-            v = ir[1]
+        if isinstance(e, Key):
+            return self.keys[e.index]
+        if isinstance(e, Lit):
+            v = e.value
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 return V(np.full(n, float(v)), {})
             return V(np.array([v] * n, dtype=object), None, False)
-        if tag == "op":
-            op, args = ir[1], [self(a) for a in ir[2]]
+        if isinstance(e, Op):
+            op, args = e.op, [self(a) for a in e.args]
             if op in ("+", "-", "*", "/", "%", "int/"):
                 return _arith(op, *args)
             if op == "neg":
@@ -242,31 +235,29 @@ class Evaluator:
                 return _kleene(op, *args)
             if op == "isnull":
                 return V(np.array([x is None for x in _as_obj(args[0])], dtype=object), None, False)
-        if tag == "fn":
-            return _fn(ir[1], [self(a) for a in ir[2]], n)
-        if tag == "case":
-            branches, default = ir[1], ir[2]
-            conds = [_as_obj(self(c)) for c, _ in branches]
-            vals = [self(v) for _, v in branches] + ([self(default)] if default is not None else [])
-            numeric = all(v.num for v in vals)
-            pick = np.full(n, len(branches))
-            for j in range(len(branches) - 1, -1, -1):
-                pick = np.where([c is True for c in conds[j]], j, pick)
-            if numeric:
-                val = np.full(n, np.nan)
-                grad: dict[int, np.ndarray] = {}
-                for j, v in enumerate(vals):
-                    sel = pick == j
-                    val = np.where(sel, v.val, val)
-                    for k, d in v.grad.items():
-                        grad[k] = grad.get(k, 0) + np.where(sel, d, 0.0)
-                return V(val, grad)
-            objs = [_as_obj(v) for v in vals]
-            return V(np.array([objs[p][i] if p < len(objs) else None for i, p in enumerate(pick)],
-                              dtype=object), None, False)
-        raise AssertionError(tag)
-
-
+            raise AssertionError(op)
+        if isinstance(e, Call):
+            return _fn(e.name, [self(a) for a in e.args], n)
+        if isinstance(e, Cast):
+            return _cast(self(e.arg), e.to)
+        conds = [_as_obj(self(c)) for c, _ in e.branches]
+        vals = [self(v) for _, v in e.branches] + ([self(e.default)] if e.default is not None else [])
+        numeric = all(v.num for v in vals)
+        pick = np.full(n, len(e.branches))
+        for j in range(len(e.branches) - 1, -1, -1):
+            pick = np.where([c is True for c in conds[j]], j, pick)
+        if numeric:
+            val = np.full(n, np.nan)
+            grad: dict[int, np.ndarray] = {}
+            for j, v in enumerate(vals):
+                sel = pick == j
+                val = np.where(sel, v.val, val)
+                for k, d in v.grad.items():
+                    grad[k] = grad.get(k, 0) + np.where(sel, d, 0.0)
+            return V(val, grad)
+        objs = [_as_obj(v) for v in vals]
+        return V(np.array([objs[p][i] if p < len(objs) else None for i, p in enumerate(pick)],
+                          dtype=object), None, False)
 
 
 def _as_int(x):

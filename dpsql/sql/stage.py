@@ -33,7 +33,8 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.aggregates import is_aggregate
 from dpsql.sql.cells import canonical, literal_value, snippet
 from dpsql.sql.derived import folded, limit_clause
-from dpsql.sql.postprocess import int_ir, order_items, to_ir
+from dpsql.sql.ir import Agg, Case, Expr, Key, Output, children, type_of, uses
+from dpsql.sql.postprocess import order_items, to_ir
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.relation import Evaluator, Relation, V, as_num, as_obj, full_grad, py_value, select_rows, take
 from dpsql.sql.timefuncs import extract_name
@@ -138,29 +139,19 @@ class _Lowering:
         return self.agg_index[key]
 
 
-def _type_of(ir, low: _Lowering, inner_types: list[str]) -> str:
-    tag = ir[0]
-    if tag == "key":
-        return low.keys[ir[1]].type
-    if tag == "agg":
-        func, arg_ir, _ = low.aggs[ir[1]]
+def _type_of(e: Expr, low: _Lowering) -> str:
+    """``ir.type_of`` over a stage's leaves: keys have the inner columns' (or the outer group
+    keys') types; COUNT is an integer, MIN and MAX have their argument's type, SUM and AVG
+    are double precision."""
+    def agg_type(i: int) -> str:
+        func, arg_ir, _ = low.aggs[i]
         if func in ("count", "count_star"):
             return "integer"
         if func in ("min", "max") and arg_ir is not None:
             assert low.rows is not None     # compile_stage sets it before any aggregate is lowered
-            return _type_of(arg_ir, low.rows, inner_types)
+            return _type_of(arg_ir, low.rows)
         return "double precision"
-    if tag == "lit":
-        v = ir[1]
-        return "integer" if isinstance(v, int) and not isinstance(v, bool) else \
-            "boolean" if isinstance(v, bool) else "text" if isinstance(v, str) else "double precision"
-    if tag == "op" and int_ir(ir, low):
-        return "integer"
-    if tag == "op" and ir[1] in ("=", "!=", "<", "<=", ">", ">=", "and", "or", "not", "isnull"):
-        return "boolean"
-    if tag == "fn" and ir[1] in ("cast", "coalesce", "nullif") and ir[2]:
-        return _type_of(ir[2][0], low, inner_types)
-    return "double precision"
+    return type_of(e, lambda i: low.keys[i].type, agg_type)
 
 
 @dataclass
@@ -170,11 +161,11 @@ class StageProgram:
     inner: CompiledQuery
     row_mode: bool
     identity: bool
-    where: Any
-    keys: list
+    where: Expr | None
+    keys: list[Expr]
     aggs: list
-    outputs: list
-    having: Any
+    outputs: list[Expr]
+    having: Expr | None
     order: list
     limit: int | None
     offset: int | None
@@ -233,13 +224,14 @@ class StageProgram:
         full = Relation(outs, variances, self.types, [c.name for c in cq.columns], self.ranks)
         rows, _ = full.rows(False)
         order = []
-        for spec, desc, nulls_first in self.order:
-            ir = self.outputs[spec[1]] if spec[0] == "out" else spec
-            col = [r[spec[1]] for r in rows] if spec[0] == "out" else [py_value(x) for x in as_obj(ev(spec))]
-            rank = self.key_ranks[ir[1]] if ir[0] == "key" and ir[1] < len(self.key_ranks) else None
+        for spec in self.order:
+            by = spec.by
+            ir = self.outputs[by.index] if isinstance(by, Output) else by
+            col = [r[by.index] for r in rows] if isinstance(by, Output) else [py_value(x) for x in as_obj(ev(by))]
+            rank = self.key_ranks[ir.index] if isinstance(ir, Key) and ir.index < len(self.key_ranks) else None
             if rank is not None:
                 col = [None if v is None else rank.get(v, v) for v in col]
-            order.append((col, desc, nulls_first))
+            order.append((col, spec.desc, spec.nulls_first))
         chosen = np.asarray(select_rows(rows, keep, order, self.distinct, self.offset, self.limit), dtype=np.int64)
         return Relation([take(o, chosen) for o in outs], [v[chosen] for v in variances], self.types,
                         full.names, self.ranks)
@@ -318,7 +310,7 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
     group = tree.args.get("group")
     has_aggs = any(is_aggregate(n) for _, b in projections for n in b.walk()) or tree.args.get("having") is not None
     where_ir = to_ir(tree.args["where"].this, rows) if tree.args.get("where") is not None else None
-    if where_ir is not None and _has_agg_ir(where_ir):
+    if where_ir is not None and uses(where_ir, lambda e: isinstance(e, Agg)):
         raise ProgrammingError("aggregate functions are not allowed in WHERE", position=stmt.pos(tree.args["where"]),
                                hint="move the condition to HAVING")
     identity = True
@@ -343,8 +335,8 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
                 continue
             ir = to_ir(node, rows)
             low.key_index[c] = len(low.keys)
-            rank = rows.keys[ir[1]].sort_rank if ir[0] == "key" else None
-            low.keys.append(_Key(_type_of(ir, rows, inner_types), rank))
+            rank = rows.keys[ir.index].sort_rank if isinstance(ir, Key) else None
+            low.keys.append(_Key(_type_of(ir, rows), rank))
             key_irs.append(ir)
             key_ranks.append(rank)
         identity = _one_row_per_group(inner, key_irs)
@@ -353,7 +345,7 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
     for name, body in projections:
         ir = to_ir(body, low)
         outputs.append(ir)
-        columns.append(OutputColumn(name or _default_name(body, low), _type_of(ir, low, inner_types),
+        columns.append(OutputColumn(name or _default_name(body, low), _type_of(ir, low),
                                     _noisy(ir, low, inner)))
     low.aliases = {folded(exp.to_identifier(a)): b for a, b in projections if a}
     if not low.row_mode and not identity:
@@ -368,7 +360,7 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
     having_ir = to_ir(having.this, low) if having is not None else None
     order = order_items(tree, columns, lambda node: to_ir(node, low), low.pos)
     limit, offset = limit_clause(tree, stmt.pos)
-    ranks = [key_ranks[o[1]] if o[0] == "key" and o[1] < len(key_ranks) else None for o in outputs]
+    ranks = [key_ranks[o.index] if isinstance(o, Key) and o.index < len(key_ranks) else None for o in outputs]
     program = StageProgram(inner=inner, row_mode=low.row_mode, identity=identity, where=where_ir, keys=key_irs,
                            aggs=low.aggs, outputs=outputs, having=having_ir, order=order, limit=limit, offset=offset,
                            distinct=tree.args.get("distinct") is not None, types=[c.type for c in columns],
@@ -391,7 +383,7 @@ def _rank(inner: CompiledQuery, j: int):
     if ranks is not None:
         return ranks[j]
     o = outs[j]
-    return prog.keys[o[1]].sort_rank if o[0] == "key" else None
+    return prog.keys[o.index].sort_rank if isinstance(o, Key) else None
 
 
 def _one_row_per_group(inner: CompiledQuery, key_irs: list) -> bool:
@@ -402,37 +394,26 @@ def _one_row_per_group(inner: CompiledQuery, key_irs: list) -> bool:
     if isinstance(prog, StageProgram):
         if prog.row_mode:
             return False
-        cols = {ir[1] for ir in key_irs if ir[0] == "key"}
-        needed = [j for j, o in enumerate(prog.outputs) if o[0] == "key"]
+        cols = {ir.index for ir in key_irs if isinstance(ir, Key)}
+        needed = [j for j, o in enumerate(prog.outputs) if isinstance(o, Key)]
         return len(prog.keys) == len(needed) and set(needed) <= cols or not prog.keys
     if not keys:
         return True
-    named = {prog.outputs[ir[1]][1] for ir in key_irs
-             if ir[0] == "key" and prog.outputs[ir[1]][0] == "key"}
+    named = {o.index for ir in key_irs if isinstance(ir, Key) and isinstance(o := prog.outputs[ir.index], Key)}
     return named >= set(range(len(keys)))
 
 
-def _has_agg_ir(ir) -> bool:
-    if ir[0] == "agg":
+def _noisy(e: Expr, low: _Lowering, inner: CompiledQuery) -> bool:
+    """Does ``e``'s value come from a noisy one: an aggregate, or (row-wise) an inner aggregate
+    column?  A CASE's conditions do not count, only the values it picks from."""
+    if isinstance(e, Agg):
         return True
-    if ir[0] in ("op", "fn"):
-        return any(_has_agg_ir(a) for a in ir[2])
-    if ir[0] == "case":
-        return any(_has_agg_ir(c) or _has_agg_ir(v) for c, v in ir[1]) or \
-            (ir[2] is not None and _has_agg_ir(ir[2]))
-    return False
-
-
-def _noisy(ir, low: _Lowering, inner: CompiledQuery) -> bool:
-    if ir[0] == "agg":
-        return True
-    if ir[0] == "key" and low.row_mode:
-        return inner.columns[ir[1]].is_aggregate
-    if ir[0] in ("op", "fn"):
-        return any(_noisy(a, low, inner) for a in ir[2])
-    if ir[0] == "case":
-        return any(_noisy(v, low, inner) for _, v in ir[1]) or (ir[2] is not None and _noisy(ir[2], low, inner))
-    return False
+    if isinstance(e, Key):
+        return low.row_mode and inner.columns[e.index].is_aggregate
+    if isinstance(e, Case):
+        return any(_noisy(v, low, inner) for _, v in e.branches) or \
+            (e.default is not None and _noisy(e.default, low, inner))
+    return any(_noisy(a, low, inner) for a in children(e))
 
 
 def _default_name(body, low: _Lowering) -> str:

@@ -19,24 +19,10 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from age_sex import write_table
 from dpsql.engine.engine import KILL_AT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-
-DOMAIN = """
-[tables.t]
-source = { csv = "t.csv" }
-
-[tables.t.columns.age]
-type = "integer"
-lo = 17
-hi = 90
-bin_width = 10
-
-[tables.t.columns.sex]
-type = "categorical"
-labels = ["Female", "Male"]
-"""
 
 CONFIG = """
 [dpsql]
@@ -56,9 +42,7 @@ queries = ["SELECT age, sex, COUNT(*) FROM t GROUP BY age, sex"]
 
 
 def _make(tmp: Path) -> Path:
-    rows = [f"{17 + (i * 7) % 70},{['Female', 'Male'][i % 2]}" for i in range(50)]
-    (tmp / "t.csv").write_text("\n".join(["age,sex"] + rows) + "\n")
-    (tmp / "d.toml").write_text(DOMAIN)
+    write_table(tmp, 50)
     (tmp / "dpsql.toml").write_text(CONFIG)
     return tmp / "dpsql.toml"
 

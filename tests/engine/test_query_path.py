@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow   # each test measures, then answers in new CLI pr
 # Modules a process answering from a saved model must not import: the planner and its
 # numerics, the fit's sparse loss, the junction-tree builder, the source engine, the front
 # ends it does not use, and optional extras.
-HEAVY = ("scipy", "networkx", "duckdb", "dpsql.plan.planner", "dpsql.plan.marginals",
+HEAVY = ("scipy", "networkx", "duckdb", "dpsql.plan.planner", "dpsql.plan.operators", "dpsql.plan.marginals",
          "dpsql.measure.backend", "dpsql.server.server", "prompt_toolkit", "pyarrow", "pandas",
          "psycopg", "ssl")
 

@@ -15,23 +15,9 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from age_sex import write_table
 from dpsql.engine.aim import aim_options
 from dpsql.errors import ConfigError
-
-DOMAIN = """
-[tables.t]
-source = { csv = "t.csv" }
-
-[tables.t.columns.age]
-type = "integer"
-lo = 17
-hi = 90
-bin_width = 10
-
-[tables.t.columns.sex]
-type = "categorical"
-labels = ["Female", "Male"]
-"""
 
 CONFIG = """
 [dpsql]
@@ -48,6 +34,7 @@ epsilon = 10.0
 [tables.t]
 domain = "d.toml"
 source = {{ csv = "t.csv"{extra} }}
+{unit}
 
 [workload]
 queries = ["SELECT age, COUNT(*) FROM t GROUP BY age"]
@@ -60,14 +47,11 @@ allow_spend = true
 """
 
 
-def _connect(tmp: Path, lines: int | None, extra: str = ""):
-    tmp.mkdir(parents=True, exist_ok=True)
-    rows = [f"{17 + (i * 7) % 70},{['Female', 'Male'][i % 2]}" for i in range(40)]
-    (tmp / "t.csv").write_text("\n".join(["age,sex"] + rows) + "\n")
-    (tmp / "d.toml").write_text(DOMAIN)
+def _connect(tmp: Path, lines: int | None, extra: str = "", unit: str = ""):
+    write_table(tmp, 40)
     if lines is not None:
         extra += f", max_record_lines = {lines}"
-    (tmp / "dpsql.toml").write_text(CONFIG.format(extra=extra))
+    (tmp / "dpsql.toml").write_text(CONFIG.format(extra=extra, unit=unit))
     return dpsql.connect(str(tmp / "dpsql.toml"))
 
 
@@ -97,7 +81,7 @@ def test_max_record_lines_is_checked(tmp_path):
             _connect(tmp_path / f"bad{bad}", None, extra=f", max_record_lines = {bad!r}".replace("'", '"')
                      .replace("True", "true"))
     with pytest.raises(ConfigError, match='privacy_unit = "row"'):
-        _connect(tmp_path / "id", 2, extra=', id_column = "sex", max_rows = 2')
+        _connect(tmp_path / "id", 2, unit='privacy_unit = { id = "sex", max_rows = 2 }')
     assert math.isfinite(_connect(tmp_path / "ok", 2).session.measure_cost())
 
 

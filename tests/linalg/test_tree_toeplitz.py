@@ -80,8 +80,31 @@ def test_exact_convolution_matches_python_integers():
     n = 5000
     a = rng.integers(0, 1 << 16, n)
     x = rng.integers(0, 1 << 24, n)
-    y = exact_convolve(a, x, n)
+    y = exact_convolve(a, x, n, bound=int(x.sum()))
     for i in (0, 1, 17, 2500, n - 1):
         assert int(y[i]) == sum(int(a[k]) * int(x[i - k]) for k in range(i + 1))
     with pytest.raises(ArithmeticError):
-        exact_convolve(np.full(10, 1 << 40), np.full(10, 1 << 30), 10)
+        exact_convolve(np.full(10, 1 << 40), np.full(10, 1 << 30), 10, bound=10 << 30)
+
+
+def test_exact_convolution_refuses_by_the_public_bound_alone():
+    """Review of issue 35: the overflow refusal read the counts' total (a refusal that
+    depended on the data).  It depends on the coefficients and the declared bound only:
+    zero counts are refused under a bound that could overflow, and counts beyond the bound
+    saturate instead of being refused."""
+    a = np.full(8, 1 << 16, dtype=np.int64)
+    with pytest.raises(ArithmeticError):
+        exact_convolve(a, np.zeros(8, dtype=np.int64), 8, bound=1 << 46)
+    big = np.full(8, 1 << 47, dtype=np.int64)          # a total far above 2^62 / 2^16
+    y = exact_convolve(a, big, 8, bound=1000)
+    assert y.dtype == np.int64 and np.all(y >= 0)
+    # clipped to the bound per count, then exact: 2^16 · 1000 · (i + 1)
+    assert [int(v) for v in y] == [(1 << 16) * 1000 * (i + 1) for i in range(8)]
+
+
+def test_exact_convolution_saturates_instead_of_overflowing():
+    a = np.array([1 << 16, 1 << 16], dtype=np.int64)
+    x = np.array([1 << 45, 1 << 45], dtype=np.int64)
+    y = exact_convolve(a, x, 2, bound=(1 << 45) + 1)
+    assert int(y[0]) == 1 << 61                     # exact below 2^62
+    assert int(y[1]) == 1 << 62                     # 2^62 exactly: saturated, not wrapped

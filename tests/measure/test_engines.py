@@ -58,8 +58,8 @@ def strategy(n_pairs=20, n_triples=10, seed=30):
 
 
 CLIQUES = strategy()
-UNITS = {"row": {}, "max_rows=1": {"id_column": "pid", "max_rows": 1},
-         "max_rows=3": {"id_column": "pid", "max_rows": 3}}
+UNITS = {"row": {}, "max_rows=1": {"id": "pid", "max_rows": 1},
+         "max_rows=3": {"id": "pid", "max_rows": 3}}
 
 
 # --- the Python reference ------------------------------------------------------------------
@@ -144,10 +144,10 @@ def spark_tables(lake, spark):
 
 def sources(tmp, pg, table, unit):
     """The same table as a source of each engine."""
-    out = {"duckdb": Source.from_config({"parquet": str(tmp / f"{table}.parquet"), **unit}, tmp),
-           "postgres": Source.from_config({"postgres": pg.url, "table": table, "data_version": 1, **unit}, tmp)}
-    out["spark"] = Source.from_config({"spark": "local[2]", "table": table, **unit}, tmp)
-    return {k: _keyed(s) for k, s in out.items()}
+    out = {"duckdb": Source.from_config({"parquet": str(tmp / f"{table}.parquet")}, tmp),
+           "postgres": Source.from_config({"postgres": pg.url, "table": table, "data_version": 1}, tmp)}
+    out["spark"] = Source.from_config({"spark": "local[2]", "table": table}, tmp)
+    return {k: _keyed(s.with_unit(unit or None, tmp)) for k, s in out.items()}
 
 
 def _keyed(source):
@@ -261,7 +261,7 @@ HOSTILE_CLIQUES = [(a,) for a in HOSTILE.column_names] + [("x", "t", "s"), ("b",
 @pytest.mark.parametrize("unit", ["row", "max_rows=3"])
 def test_hostile_fixture_lands_alike_everywhere(lake, pg, spark_tables, unit):
     tmp, con = lake
-    unit_spec = UNITS[unit] if unit == "row" else {"id_column": "pid", "max_rows": 2}
+    unit_spec = UNITS[unit] if unit == "row" else {"id": "pid", "max_rows": 2}
     rows = reference_cells(con, HOSTILE, f"SELECT * FROM read_parquet('{tmp / 'hostile.parquet'}')")
     expected = reference_counts(rows, HOSTILE, HOSTILE_CLIQUES, unit_spec.get("max_rows"))
     _assert_identical_everywhere(tmp, pg, "hostile", unit_spec, HOSTILE, HOSTILE_CLIQUES, expected)
@@ -324,8 +324,8 @@ def test_postgres_errors_are_withheld_and_the_key_never_leaks(pg, tmp_path):
     pg.execute("CREATE OR REPLACE VIEW bad AS SELECT pid, 1 / (age - 39) AS age, sex FROM adult")
     schema = TableSchema("bad", (IntegerRange("age", 0, 10), Categorical("sex", ["Female", "Male"])))
     from dataclasses import replace
-    source = replace(Source.from_config({"postgres": pg.url, "table": "bad", "data_version": 1,
-                                         "id_column": "pid", "max_rows": 1}, tmp_path), hash_key=KEY)
+    source = replace(Source.from_config({"postgres": pg.url, "table": "bad", "data_version": 1}, tmp_path)
+                     .with_unit({"id": "pid", "max_rows": 1}, tmp_path), hash_key=KEY)
     backend = PostgresBackend({"bad": source})
     with pytest.raises(dpsql.OperationalError) as info:
         backend.count_marginals(schema, [("age",)])
@@ -415,3 +415,54 @@ def test_time_columns_land_alike_everywhere(lake, pg, times):
         np.add.at(arr, tuple(table[:, pos[a]] for a in clique), 1)
         expected[clique] = arr
     _assert_identical_everywhere(tmp, pg, "times", {}, schema, cliques, expected)
+
+
+# --- integer join keys (issue 31): out of range is not clamped --------------------------------
+
+JOIN_KEYS = TableSchema("joinkeys", (
+    IntegerRange("kb", 1, 12, nullable=True).unclamped(),                               # BIGINT
+    IntegerRange("ki", 1, 12, nullable=True).unclamped(),                               # INTEGER
+    IntegerRange("kd", 1, 12, nullable=True).unclamped(),                               # DOUBLE
+    IntegerRange("kt", 1, 12, nullable=True).unclamped(),                               # TEXT read as numbers
+    IntegerRange("kn", -3, 40, edges=list(range(-3, 41)), nullable=True).unclamped(),   # DECIMAL, the chain
+))
+JOIN_KEY_COLUMNS = {"kb": "BIGINT", "ki": "INTEGER", "kd": "DOUBLE", "kt": "VARCHAR", "kn": "DECIMAL(10,3)"}
+JOIN_KEY_VALUES = {
+    "kb": [None, 0, 1, 12, 13, -1, 99, -2 ** 63, 2 ** 63 - 1, 6],
+    "ki": [None, 0, 1, 12, 13, -2 ** 31, 2 ** 31 - 1, 7],
+    "kd": [None, 0.5, 1.0, 12.0, 12.5, 13.0, math.nan, math.inf, -math.inf, 0.9999, 1e300, -0.0],
+    "kt": [None, "0", "1", "12", "13", " 12 ", "1e1", "12.5", "abc", "99999999999999999999", "-0", "1e999"],
+    "kn": [None, Decimal("40.000"), Decimal("40.001"), Decimal("-3.000"), Decimal("-3.001"), Decimal("-5.5"),
+           Decimal("9999999.999"), Decimal("7.000")],
+}
+
+
+@pytest.fixture(scope="module")
+def join_keys(tmp_path_factory, pg_server, spark):
+    tmp = tmp_path_factory.mktemp("joinkeys")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE joinkeys (" + ", ".join(f"{c} {t}" for c, t in JOIN_KEY_COLUMNS.items()) + ")")
+    n = max(len(v) for v in JOIN_KEY_VALUES.values()) * 3
+    rows = [[JOIN_KEY_VALUES[c][(i * (k + 1)) % len(JOIN_KEY_VALUES[c])] for k, c in enumerate(JOIN_KEY_COLUMNS)]
+            for i in range(n)]
+    con.executemany(f"INSERT INTO joinkeys VALUES ({', '.join('?' * len(JOIN_KEY_COLUMNS))})", rows)
+    rel = "SELECT * FROM joinkeys"
+    engines.write_parquet(con, rel, tmp / "joinkeys.parquet")
+    pg_server.load("joinkeys", engines.pg_ddl(con, rel), con.execute(rel).fetchall())
+    spark.sql("DROP TABLE IF EXISTS joinkeys")
+    spark.sql(f"CREATE TABLE joinkeys USING parquet LOCATION '{tmp / 'joinkeys.parquet'}'")
+    yield tmp, con, pg_server
+    con.close()
+
+
+def test_join_keys_out_of_range_land_alike_everywhere(join_keys):
+    """An integer join key's values outside lo..hi land in its NULL cell on DuckDB,
+    PostgreSQL and Spark alike, for integer, float, decimal and text columns: equal to
+    ``index_of``, cell by cell (clamped, 13 would join December's dimension row)."""
+    tmp, con, pg = join_keys
+    rows = reference_cells(con, JOIN_KEYS, f"SELECT * FROM read_parquet('{tmp / 'joinkeys.parquet'}')")
+    cliques = [(a,) for a in JOIN_KEYS.column_names] + [("kb", "kt", "kn")]
+    expected = reference_counts(rows, JOIN_KEYS, cliques)
+    kb = JOIN_KEYS.attribute("kb")
+    assert expected[("kb",)][kb.null_index] > expected[("kb",)][11] > 0     # 13, 99, … apart from 12
+    _assert_identical_everywhere(tmp, pg, "joinkeys", {}, JOIN_KEYS, cliques, expected)

@@ -10,6 +10,8 @@ import duckdb
 import numpy as np
 import pytest
 
+import dpsql.errors
+
 from dpsql.domain import Domain, IntegerRange, TableSchema
 from dpsql.linalg import AllRange, Indicator, Prefix, Total
 from dpsql.measure.backend import DuckDBBackend
@@ -45,7 +47,7 @@ def test_answers_at_a_huge_budget_are_duckdbs_exact_answers(incomes, noise, oper
     backend, schema, path = incomes
     s = _strategy(schema, noise)
     assert s.operator == operator
-    release = measure_ordered(backend, schema, s, Fraction(10 ** 12))
+    release = measure_ordered(backend, schema, s, Fraction(10 ** 12), charge=lambda plan: None)
     assert release.rho <= 10 ** 12
     est = OrderedEstimate(release)
     con = duckdb.connect()
@@ -90,7 +92,7 @@ def test_reported_variances_are_the_estimators_own(monkeypatch, noise):
         strategies.append(toeplitz_strategy(W.terms))
     counts = np.random.default_rng(3).integers(0, 30, n)
     for s in strategies:
-        rel = measure_ordered(_fake_backend(counts), None, s, Fraction(1, 3))
+        rel = measure_ordered(_fake_backend(counts), None, s, Fraction(1, 3), charge=lambda plan: None)
         assert rel.rho <= Fraction(1, 3)
         est = OrderedEstimate(rel)
         # the dense estimator: weighted least squares over the (padded) strategy rows
@@ -125,3 +127,30 @@ def test_reported_variances_are_the_estimators_own(monkeypatch, noise):
         D = P - q * P[-1]
         assert np.allclose(est._rank_sd(q), np.sqrt(np.einsum("ij,jk,ik->i", D, cov, D)), rtol=1e-7)
         assert math.isfinite(cdf[-1])
+
+
+def test_the_overflow_refusal_reads_the_declared_rows_not_the_data(monkeypatch):
+    """Review of issue 35: ``exact_convolve``'s overflow check read the counts' total, so
+    whether a measurement was refused (after counting) depended on the data.  Now the
+    declared rows decide it, before the backend is asked; counts beyond them only saturate."""
+    import dpsql.plan.gram as gram
+    import dpsql.plan.workload as workload
+    monkeypatch.setattr(gram, "LARGE_CELLS", 20)
+    monkeypatch.setattr(workload, "LARGE_CELLS", 20)
+    n = 64
+    W = Workload.of_queries(Domain(["x"], [n]), [QuerySpec("cdf", Prefix(n)), QuerySpec("r", AllRange(n))],
+                            "gaussian")
+    s = toeplitz_strategy(W.terms)
+    asked = []
+
+    class Spy:
+        def count_marginals(self, schema, cliques):
+            asked.append(cliques)
+            return {cliques[0]: np.full(n, 1 << 44, dtype=np.int64)}   # 2^50 rows in all
+
+    release = measure_ordered(Spy(), None, s, Fraction(1, 2), charge=lambda plan: None, rows=10 ** 6)
+    assert asked and release.values[0].size == n and np.all(np.isfinite(release.values[0]))
+    asked.clear()
+    with pytest.raises(dpsql.errors.UnsupportedQueryError):
+        measure_ordered(Spy(), None, s, Fraction(1, 2), charge=lambda plan: None, rows=1 << 50)
+    assert not asked              # refused from the declaration, before any count

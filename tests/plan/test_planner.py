@@ -119,7 +119,7 @@ def test_dense_optimiser_cap_is_explained(workloads):
 
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_opt_marginals_plus_supports_and_is_exact_on_a_small_domain(workloads, noise):
-    from dpsql.plan.planner import opt_marginals_plus
+    from dpsql.plan.operators import opt_marginals_plus
 
     W = workloads["range-union"]          # one marginal term, two range terms
     s = opt_marginals_plus(W, noise, restarts=1, seed=0)
@@ -131,7 +131,7 @@ def test_opt_marginals_plus_supports_and_is_exact_on_a_small_domain(workloads, n
 
 def test_opt_marginals_plus_needs_both_kinds_of_terms(workloads):
     from dpsql.errors import UnsupportedQueryError
-    from dpsql.plan.planner import opt_marginals_plus
+    from dpsql.plan.operators import opt_marginals_plus
 
     for kind in ("marginals", "prefix-kron"):
         with pytest.raises(UnsupportedQueryError):
@@ -145,7 +145,7 @@ def test_mixed_error_equals_its_brute_force_definition(monkeypatch, noise):
     block; checked here against that definition computed densely."""
     import sys
 
-    from dpsql.plan.planner import opt_marginals_plus
+    from dpsql.plan.operators import opt_marginals_plus
     from dpsql.plan.strategy import union_sensitivity
     from dpsql.plan.workload import workload_terms
 

@@ -17,7 +17,8 @@ from dpsql.linalg import (
 )
 from dpsql.plan import Workload, opt_kron, opt_union, optimize, round_strategy
 from dpsql.plan.gram import FactorPinv, column_classes
-from dpsql.plan.planner import DEFAULT_GRID, opt_marginals_plus
+from dpsql.plan.operators import opt_marginals_plus
+from dpsql.plan.planner import DEFAULT_GRID
 
 from plan_oracles import dense_tse, supports
 

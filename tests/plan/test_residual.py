@@ -16,7 +16,7 @@ from dpsql.domain import Domain
 from dpsql.linalg import Identity, Indicator, Kron, Marginals, Prefix, Total
 from dpsql.plan import QuerySpec, Workload, opt_marginals, optimize, svd_bound
 from dpsql.plan.algebra import JointSupport, algebra_form, residual_factor
-from dpsql.plan.planner import opt_residual, opt_residual_plus
+from dpsql.plan.operators import opt_residual, opt_residual_plus
 from dpsql.plan.strategy import factor_kind
 
 from plan_oracles import dense_tse, supports

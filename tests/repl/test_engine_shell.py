@@ -13,11 +13,12 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
 import duckdb
 import pytest
+
+from tmux_screen import tmux, type_text, wait_screen
 
 from driver import ENTER, UP, driven, run_keys
 from fakes import ADULT_CONFIG, ROOT
@@ -176,29 +177,6 @@ def test_script_mode_exit_codes(tmp_path, capsys):
 
 # -- screen ---------------------------------------------------------------------------------
 
-def _tmux(socket, *args, check=True):
-    return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30, check=check)
-
-
-def _type(socket, text):
-    """Type ``text`` literally, then Enter.  tmux reads an argument ending in ``;`` as a
-    command separator, so that ``;`` is escaped."""
-    if text.endswith(";"):
-        text = text[:-1] + "\\;"
-    _tmux(socket, "send-keys", "-t", "shell", "-l", text)
-    _tmux(socket, "send-keys", "-t", "shell", "Enter")
-
-
-def _wait_screen(socket, needle, limit=240.0):
-    deadline = time.monotonic() + limit
-    while True:
-        screen = _tmux(socket, "capture-pane", "-p", "-t", "shell").stdout
-        if needle in screen:
-            return screen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{needle!r} never appeared; screen:\n{screen}")
-        time.sleep(0.2)
-
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -210,16 +188,16 @@ def test_screen_in_tmux(tmp_path):
     subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-s", "shell", "-x", "110",
                     "-y", "40", command], check=True, env=env, timeout=30)
     try:
-        _wait_screen(socket, "dpsql=>")
-        _type(socket, "\\measure")
-        question = _wait_screen(socket, "Measure now? [y/N]")
+        wait_screen(socket, "dpsql=>")
+        type_text(socket, "\\measure")
+        question = wait_screen(socket, "Measure now? [y/N]")
         assert "Measuring the workload spends ρ =" in question
-        _type(socket, "y")
-        _wait_screen(socket, "Measured")
-        _wait_screen(socket, " model ")  # the next prompt (and its toolbar) is up
-        _type(socket, "SELECT sex, COUNT(*) FROM adult GROUP BY sex;")
-        _wait_screen(socket, "(2 rows")
-        screen = _wait_screen(socket, "model v1")
+        type_text(socket, "y")
+        wait_screen(socket, "Measured")
+        wait_screen(socket, " model ")  # the next prompt (and its toolbar) is up
+        type_text(socket, "SELECT sex, COUNT(*) FROM adult GROUP BY sex;")
+        wait_screen(socket, "(2 rows")
+        screen = wait_screen(socket, "model v1")
         lines = screen.splitlines()
         female = next(line for line in lines if line.startswith(" Female |"))
         male = next(line for line in lines if line.startswith(" Male   |"))
@@ -227,9 +205,9 @@ def test_screen_in_tmux(tmp_path):
         assert lines[lines.index(female) - 1].startswith("--------+-")
         toolbar = [line for line in lines if " user " in line and " left " in line]
         assert toolbar and "ε=" in toolbar[-1] and "model v" in toolbar[-1]
-        _type(socket, "\\q")
+        type_text(socket, "\\q")
     finally:
-        _tmux(socket, "kill-server", check=False)
+        tmux(socket, "kill-server", check=False)
 
 
 def test_the_shell_asks_before_a_query_spends(tmp_path):

@@ -12,10 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
+
+from tmux_screen import tmux, type_text, wait_screen
 
 from dpsql.display import Z95
 
@@ -96,28 +97,6 @@ def test_without_connect_the_options_conflict_is_explained(engine_server):
 
 # -- screen -----------------------------------------------------------------------------------
 
-def _tmux(socket, *args, check=True):
-    return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30, check=check)
-
-
-def _type(socket, text, enter=True):
-    if text.endswith(";"):      # tmux reads a trailing ';' as a command separator
-        text = text[:-1] + "\\;"
-    _tmux(socket, "send-keys", "-t", "shell", "-l", text)
-    if enter:
-        _tmux(socket, "send-keys", "-t", "shell", "Enter")
-
-
-def _wait_screen(socket, needle, limit=120.0):
-    deadline = time.monotonic() + limit
-    while True:
-        screen = _tmux(socket, "capture-pane", "-p", "-t", "shell").stdout
-        if needle in screen:
-            return screen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{needle!r} never appeared; screen:\n{screen}")
-        time.sleep(0.2)
-
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -132,22 +111,22 @@ def test_connected_shell_on_screen(engine_server, tmp_path):
     subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-s", "shell", "-x", "120",
                     "-y", "40", command], check=True, env=env, timeout=30)
     try:
-        screen = _wait_screen(socket, "dpsql=>")
+        screen = wait_screen(socket, "dpsql=>")
         toolbar = [line for line in screen.splitlines() if " user alice" in line]
         assert toolbar and " left ε=" in toolbar[-1] and f"server 127.0.0.1:{thread.port}" in toolbar[-1], screen
         # Tab offers the declared labels of sex, read from the server's catalog
-        _type(socket, "SELECT sex, COUNT(*) FROM adult WHERE age BETWEEN 30 AND 40 AND sex = 'Fe", enter=False)
-        _tmux(socket, "send-keys", "-t", "shell", "Tab")
-        _wait_screen(socket, "sex = 'Female'")
-        _type(socket, " GROUP BY sex;")
-        screen = _wait_screen(socket, "(1 row")
+        type_text(socket, "SELECT sex, COUNT(*) FROM adult WHERE age BETWEEN 30 AND 40 AND sex = 'Fe", enter=False)
+        tmux(socket, "send-keys", "-t", "shell", "Tab")
+        wait_screen(socket, "sex = 'Female'")
+        type_text(socket, " GROUP BY sex;")
+        screen = wait_screen(socket, "(1 row")
         female = next(line for line in screen.splitlines() if line.startswith(" Female |"))
         assert "±" in female
-        _type(socket, "\\measure -y")
-        screen = _wait_screen(socket, "is the operator's")
+        type_text(socket, "\\measure -y")
+        screen = wait_screen(socket, "is the operator's")
         assert "ERROR [42501]: \\measure is the operator's" in screen
-        _type(socket, "\\q")
+        type_text(socket, "\\q")
     finally:
-        _tmux(socket, "kill-server", check=False)
+        tmux(socket, "kill-server", check=False)
     # history is kept as in the operator's shell
     assert "GROUP BY sex" in (tmp_path / "history").read_text()

@@ -102,6 +102,23 @@ def test_the_remote_shell_catalog_has_the_public_tables_beside_the_private(star_
         ("faa", "text"), ("name", "text"), ("state", "text"), ("alt", "bigint")]
 
 
+def test_public_dates_are_dates_over_the_wire(star_server):
+    """A dimension's DATE and TIMESTAMP columns: typed so in the catalog, and a GROUP BY over
+    them answers with dates (OID 1082), not text."""
+    import datetime as dt
+    conn, _, thread = star_server
+    got = bounded(lambda: conn.execute(
+        "SELECT h.day, COUNT(*) AS n FROM flights f JOIN holidays h ON f.month = h.month "
+        "WHERE h.day < DATE '2024-02-01' GROUP BY 1 ORDER BY 1").fetchall())
+    assert [r[0] for r in got] == [dt.date(2024, 1, 1), dt.date(2024, 1, 15)]
+    if thread.server.shadow is None:
+        return
+    rows = bounded(lambda: conn.execute(
+        "SELECT column_name, data_type FROM dpsql_columns WHERE table_name = 'holidays' "
+        "ORDER BY ordinal_position").fetchall())
+    assert rows == [("month", "bigint"), ("day", "date"), ("name", "text"), ("announced", "timestamp")]
+
+
 def test_a_preview_of_a_public_table_is_exact(star_server):
     conn, local, _ = star_server
     got = bounded(lambda: conn.execute("SELECT * FROM airports ORDER BY faa LIMIT 3").fetchall())

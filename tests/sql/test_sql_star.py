@@ -92,6 +92,19 @@ def test_public_column_names_are_postgres_names(star):
     assert [c.type for c in cq.columns] == ["text", "bigint", "text", "bigint"]
 
 
+def test_public_dates_and_timestamps_keep_their_types(star):
+    """A dimension's DATE and TIMESTAMP columns are dates and timestamps in SQL: grouped on,
+    truncated and extracted like a declared date column, and typed so in the answer's
+    columns (they were read as text: date_trunc and comparisons with dates were refused)."""
+    import datetime as dt
+    cq = compile_sql("SELECT h.day, date_trunc('month', h.announced) AS m, COUNT(*) FROM flights f "
+                     "JOIN holidays h ON f.month = h.month GROUP BY 1, 2", star.catalog)
+    assert [c.type for c in cq.columns][:2] == ["date", "timestamp"]
+    cq = compile_sql("SELECT day, announced FROM holidays ORDER BY day LIMIT 1", star.catalog)
+    assert [c.type for c in cq.columns] == ["date", "timestamp"]
+    assert cq.exact_rows == [(dt.date(2024, 1, 1), dt.datetime(2023, 6, 1, 9, 0))]
+
+
 def test_the_public_database_reaches_no_file(star):
     """Defence in depth: even a statement naming a file reader, were it ever sent to the
     public tables' database, cannot read anything (external access is off and locked)."""

@@ -1,0 +1,244 @@
+"""The post-processing IR: what a select list, HAVING, ORDER BY (and an outer stage's WHERE
+and GROUP BY) compute from a query's aggregates and group keys, as small frozen values.
+
+``postprocess.to_ir`` lowers SQL to it.  Each meaning has one evaluator:
+
+* values, with partial derivatives for standard errors: ``relation.Evaluator``;
+* ranges by interval arithmetic: :func:`interval`;
+* the output column's type (a PostgreSQL type name): :func:`type_of`.
+
+The scalar functions they apply are one table, ``scalars.SCALARS``, shared with the
+evaluation of expressions on a column's cells (``cells.py``).  Everything here is a
+function of released answers and public metadata (post-processing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpsql.sql.scalars import SCALARS, cast_type, cast_value
+
+__all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "ARITHMETIC",
+           "BOOLEAN", "children", "uses", "walk", "is_exact_integer", "type_of", "interval", "divide"]
+
+
+@dataclass(frozen=True)
+class Agg:
+    """The query's ``index``-th aggregate."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Key:
+    """The ``index``-th group key (in an outer stage over rows: the ``index``-th input column)."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A constant: None (NULL), a bool, a number, a string, a date or timestamp."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Op:
+    """An operator: arithmetic (``+ - * / %``, ``int/`` PostgreSQL's truncating division of
+    exact integers, ``neg``), a comparison (``= != < <= > >=``), Kleene logic (``and or not``)
+    or ``isnull``."""
+
+    op: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A function: a scalar of ``scalars.SCALARS`` (``round``'s second argument a :class:`Lit`
+    of its checked decimal places) or one of ``coalesce nullif greatest least to_char``."""
+
+    name: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Cast:
+    """``CAST(arg AS to)``: ``to`` is sqlglot's target type (checked by ``scalars.cast_type``)."""
+
+    arg: Expr
+    to: Any
+
+
+@dataclass(frozen=True)
+class Case:
+    """``CASE WHEN c THEN v … ELSE default END`` (default None: NULL)."""
+
+    branches: tuple[tuple[Expr, Expr], ...]
+    default: Expr | None
+
+
+Expr = Agg | Key | Lit | Op | Call | Cast | Case
+
+
+@dataclass(frozen=True)
+class Output:
+    """ORDER BY an output column: a position or an output column's name."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """One ORDER BY item; NULLs sort as larger than any value unless ``nulls_first`` says."""
+
+    by: Expr | Output
+    desc: bool
+    nulls_first: bool
+
+
+ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "int/", "neg"})
+COMPARISON = frozenset({"=", "!=", "<", "<=", ">", ">="})
+BOOLEAN = COMPARISON | {"and", "or", "not", "isnull"}
+_INTEGER_OPS = frozenset({"+", "-", "*", "%", "int/", "neg"})
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, (Op, Call)):
+        return e.args
+    if isinstance(e, Cast):
+        return (e.arg,)
+    if isinstance(e, Case):
+        return tuple(x for pair in e.branches for x in pair) + ((e.default,) if e.default is not None else ())
+    return ()
+
+
+def uses(e: Expr, leaf: Callable[[Expr], bool]) -> bool:
+    """Does ``e`` contain a node for which ``leaf`` holds?"""
+    return leaf(e) or any(uses(c, leaf) for c in children(e))
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    yield e
+    for c in children(e):
+        yield from walk(c)
+
+
+# --- types ---------------------------------------------------------------------------------
+
+def is_exact_integer(e: Expr, key_type: Callable[[int], str]) -> bool:
+    """Is ``e`` an exact integer: integer group keys and literals under + - * % int/ neg,
+    never an aggregate (a noisy value is not an integer)?"""
+    if isinstance(e, Key):
+        return key_type(e.index) == "integer"
+    if isinstance(e, Lit):
+        return isinstance(e.value, int) and not isinstance(e.value, bool)
+    if isinstance(e, Op) and e.op in _INTEGER_OPS:
+        return all(is_exact_integer(a, key_type) for a in e.args)
+    return False
+
+
+def literal_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    return "text" if isinstance(v, str) else "double precision"
+
+
+def type_of(e: Expr, key_type: Callable[[int], str], agg_type: Callable[[int], str]) -> str:
+    """The PostgreSQL type name of ``e``'s values; ``key_type(i)`` and ``agg_type(i)`` type the
+    leaves."""
+    if isinstance(e, Key):
+        return key_type(e.index)
+    if isinstance(e, Agg):
+        return agg_type(e.index)
+    if isinstance(e, Lit):
+        return literal_type(e.value)
+    if isinstance(e, Op):
+        if is_exact_integer(e, key_type):
+            return "integer"
+        return "boolean" if e.op in BOOLEAN else "double precision"
+    if isinstance(e, Cast):
+        return cast_type(e.to)
+    if isinstance(e, Call):
+        if e.name in ("coalesce", "nullif") and e.args:
+            return type_of(e.args[0], key_type, agg_type)
+        if e.name == "to_char":
+            return "text"
+        if e.name in SCALARS:
+            return SCALARS[e.name].result
+    return "double precision"
+
+
+# --- ranges --------------------------------------------------------------------------------
+
+Range = tuple[np.ndarray, np.ndarray]
+
+
+def divide(a: Range, b: Range) -> Range:
+    """[a] / [b] where the divisor's range excludes 0 (else unbounded)."""
+    lo_b, hi_b = b
+    ok = (lo_b > 0) | (hi_b < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corners = np.stack([a[0] / lo_b, a[0] / hi_b, a[1] / lo_b, a[1] / hi_b])
+        return (np.where(ok, np.nanmin(corners, axis=0), -np.inf),
+                np.where(ok, np.nanmax(corners, axis=0), np.inf))
+
+
+def interval(e: Expr, aggs: list[Range | None], keys: list[np.ndarray | None], n: int) -> Range | None:
+    """Interval evaluation of ``e`` over ``n`` rows: (lower, upper) arrays, or None where no
+    range follows (text, booleans, CASE, …).  ``aggs[i]`` is the range of aggregate i, ``keys[i]``
+    the numeric values of group key i (None when not numeric)."""
+    if isinstance(e, Agg):
+        return aggs[e.index]
+    if isinstance(e, Key):
+        v = keys[e.index]
+        return None if v is None else (v, v)
+    if isinstance(e, Lit):
+        if isinstance(e.value, (int, float)) and not isinstance(e.value, bool):
+            return np.full(n, float(e.value)), np.full(n, float(e.value))
+        return None
+    if isinstance(e, Op) and e.op in ("+", "-", "*", "/", "neg"):
+        args = [interval(a, aggs, keys, n) for a in e.args]
+        if any(a is None for a in args):
+            return None
+        if e.op == "neg":
+            lo, hi = args[0]  # type: ignore[misc]
+            return -hi, -lo
+        (a0, a1), (b0, b1) = args  # type: ignore[misc]
+        if e.op == "+":
+            return a0 + b0, a1 + b1
+        if e.op == "-":
+            return a0 - b1, a1 - b0
+        if e.op == "*":
+            with np.errstate(invalid="ignore"):
+                corners = np.stack([a0 * b0, a0 * b1, a1 * b0, a1 * b1])
+            return np.nanmin(corners, axis=0), np.nanmax(corners, axis=0)
+        return divide((a0, a1), (b0, b1))
+    if isinstance(e, Cast) and cast_type(e.to) in ("integer", "double precision"):
+        arg = interval(e.arg, aggs, keys, n)
+        if arg is None or cast_type(e.to) == "double precision":
+            return arg
+        return tuple(np.array([v if not np.isfinite(v) else cast_value(v, e.to) for v in end.tolist()])
+                     for end in arg)  # type: ignore[return-value]  # rounding is monotone
+    if isinstance(e, Call) and e.args and (e.name in SCALARS or e.name in ("greatest", "least")):
+        args = [interval(a, aggs, keys, n) for a in e.args]
+        if any(a is None for a in args):
+            return None
+        lo, hi = args[0]  # type: ignore[misc]
+        if e.name in ("greatest", "least"):
+            pick = np.maximum if e.name == "greatest" else np.minimum
+            for a in args[1:]:
+                lo, hi = pick(lo, a[0]), pick(hi, a[1])  # type: ignore[index]
+            return lo, hi
+        fn = SCALARS[e.name]
+        if fn.partial:
+            return None
+        extra = [a.value for a in e.args[1:] if isinstance(a, Lit)]
+        return fn.range(lo, hi, *extra)
+    return None

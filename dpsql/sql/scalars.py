@@ -1,0 +1,172 @@
+"""The scalar functions of dpsql's expressions: one table, read by every evaluator.
+
+A function is applied to values in two places: to the cells of a declared domain (public
+values: ``cells.CellEvaluator``, e.g. ``GROUP BY round(age / 10.0)``) and to released,
+post-processed values (``relation.Evaluator``, e.g. ``ROUND(AVG(age), 1)``, with partial
+derivatives for the delta method; ``ir.interval`` for ranges).  Each :class:`Scalar` says
+once how many arguments it takes, the value on one non-NULL argument, how an error passes
+through it (``chain``), whether it is monotone (evaluable on a wide bin from its ends, and
+its range from the range's ends) and its result type; the checks of constant arguments
+(ROUND's decimal places) are here too, so both places refuse alike, with one message.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.errors import DataError, DomainViolationError, UnsupportedQueryError
+from dpsql.sql import timefuncs
+from dpsql.timeaxis import iso_text
+
+__all__ = ["Scalar", "SCALARS", "INT4_MAX", "check_arity", "round_places", "round_half_away", "cast_value",
+           "cast_type"]
+
+INT4_MAX = 2 ** 31 - 1
+
+
+def round_half_away(a, d: int = 0):
+    """round(a, d) half away from zero; ``d`` may be huge (no 10**d is ever built).  An
+    integer with d ≥ 0 stays that integer; infinities and digits beyond a double's stay."""
+    if isinstance(a, int) and d >= 0:
+        return a
+    if d > 308:
+        return a                      # no double has digits that far right
+    if d < -308:
+        return 0 if isinstance(a, int) else 0.0
+    scale = 10.0 ** d
+    scaled = abs(a) * scale
+    if not math.isfinite(scaled):
+        return a
+    r = math.floor(scaled + 0.5) / scale
+    return r if a >= 0 else -r
+
+
+def _whole(f: Callable[[float], int]) -> Callable[[Any], Any]:
+    """floor/ceil: an integer, except that ±inf stays itself (math.floor(inf) raises)."""
+    return lambda a: a if isinstance(a, float) and not math.isfinite(a) else f(a)
+
+
+def _same(d, x, r):
+    # Rounding does not make an estimate more certain: its error passes through unchanged.
+    return d
+
+
+def _abs_image(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0.0)), np.maximum(np.abs(lo), np.abs(hi))
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One scalar function of a value ``x`` (and constants after it, e.g. ROUND's places)."""
+
+    name: str
+    arity: tuple[int, int]                   # fewest and most arguments
+    value: Callable[..., Any]                # f(x, *constants) of a non-NULL x; None is NULL
+    chain: Callable[[Any, np.ndarray, np.ndarray], Any]   # ∂f/∂a from ∂x/∂a (d), x and f(x)
+    monotone: bool                           # non-decreasing in x
+    partial: bool = False                    # NULL outside its domain (sqrt(-1)), where engines raise
+    image: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    result: str = "double precision"
+
+    def apply(self, x: np.ndarray, *constants) -> np.ndarray:
+        """``value`` on each row of a float column; NaN (NULL) stays NaN."""
+        out = np.full(len(x), np.nan)
+        for i, a in enumerate(x.tolist()):
+            if not math.isnan(a):
+                r = self.value(a, *constants)
+                out[i] = np.nan if r is None else r
+        return out
+
+    def range(self, lo: np.ndarray, hi: np.ndarray, *constants) -> tuple[np.ndarray, np.ndarray]:
+        """The values' range for x in [lo, hi] (monotone: the ends' images)."""
+        if self.image is not None:
+            return self.image(lo, hi)
+        return self.apply(lo, *constants), self.apply(hi, *constants)
+
+
+SCALARS: dict[str, Scalar] = {s.name: s for s in (
+    Scalar("round", (1, 2), round_half_away, _same, monotone=True),
+    Scalar("floor", (1, 1), _whole(math.floor), _same, monotone=True),
+    Scalar("ceil", (1, 1), _whole(math.ceil), _same, monotone=True),
+    Scalar("abs", (1, 1), abs, lambda d, x, r: d * np.sign(x), monotone=False, image=_abs_image),
+    Scalar("sqrt", (1, 1), lambda a: None if a < 0 else math.sqrt(a), lambda d, x, r: d / (2 * r),
+           monotone=True, partial=True),
+    Scalar("ln", (1, 1), lambda a: None if a <= 0 else math.log(a), lambda d, x, r: d / x,
+           monotone=True, partial=True),
+)}
+
+
+def check_arity(name: str, n: int) -> None:
+    lo, hi = SCALARS[name].arity
+    if not lo <= n <= hi:
+        takes = str(lo) if lo == hi else f"{lo} to {hi}"
+        raise UnsupportedQueryError(f"function {name} takes {takes} argument{'s' if hi > 1 else ''}, not {n}",
+                                    hint=f"call {name} with {takes}")
+
+
+def round_places(constant: bool, d: Any, shown: str) -> int | None:
+    """ROUND's number of decimal places, checked (the caller adds the error's position):
+    ``constant`` says whether the argument is a constant, ``d`` its value; None for NULL
+    (the result is NULL, as in PostgreSQL)."""
+    if not constant:
+        raise UnsupportedQueryError(f"{shown} needs a constant integer number of decimal places",
+                                    hint="e.g. round(AVG(age), 1)")
+    if d is None:
+        return None
+    if not isinstance(d, int) or isinstance(d, bool) or abs(d) > INT4_MAX:
+        raise DataError(f"round: {str(d)[:20]} is not a valid number of decimal places",
+                        hint=f"use an integer between -{INT4_MAX} and {INT4_MAX}")
+    return d
+
+
+# --- CAST ------------------------------------------------------------------------------------
+
+_T = exp.DataType.Type
+_INTEGER = (_T.INT, _T.BIGINT, _T.SMALLINT, _T.TINYINT)
+_DOUBLE = (_T.DOUBLE, _T.FLOAT, _T.DECIMAL)
+_TEXT = (_T.VARCHAR, _T.TEXT, _T.CHAR)
+
+
+def cast_type(dtype: Any) -> str:
+    """The PostgreSQL type name of ``CAST(… AS dtype)``; refused for types dpsql does not cast to."""
+    if dtype in _INTEGER:
+        return "integer"
+    if dtype in _DOUBLE:
+        return "double precision"
+    if dtype in _TEXT:
+        return "text"
+    if dtype in timefuncs.DATE_TYPES:
+        return "date"
+    if dtype in timefuncs.TIME_TYPES:
+        return "timestamp"
+    raise UnsupportedQueryError(f"cast to {dtype.value.lower()} is not supported",
+                                hint="cast to integer, double or text")
+
+
+def cast_value(v: Any, dtype: Any) -> Any:
+    """``CAST(v AS dtype)`` of one value (a constant, a cell's, or a released one): integers
+    round half to even (PostgreSQL's float-to-int), dates and timestamps by
+    ``timefuncs.cast_time``."""
+    if v is None:
+        return None
+    if dtype in timefuncs.TIME_TYPES:
+        return timefuncs.cast_time(v, dtype)
+    try:
+        if dtype in _INTEGER:
+            return int(round(float(v))) if not isinstance(v, int) else v
+        if dtype in _DOUBLE:
+            return float(v)
+        if dtype in _TEXT:
+            return iso_text(v) if isinstance(v, dt.date) else str(v)
+    except (TypeError, ValueError, OverflowError):
+        raise DomainViolationError(f"cannot cast {str(v)[:40]!r} to {dtype.value.lower()}",
+                                   hint="cast a value that has the target type's form") from None
+    cast_type(dtype)            # refuses the type
+    raise AssertionError(dtype)
