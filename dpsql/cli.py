@@ -495,6 +495,11 @@ def cmd_measure(args) -> int:
               "run made before it could release them (nothing spent now)")
     else:
         print(f"measured {report.blocks} blocks ({report.cells:,} cells), spent {_spend_text(report.rho, delta)}")
+    if engine.truncation_rho(table) > 0:
+        from dpsql.engine.people_truncation import released_truncation
+        released = released_truncation(engine, table)
+        if released is not None:
+            print(released.line())
     if args.no_fit:
         return 0
     return _prepare_model(engine, table, status)

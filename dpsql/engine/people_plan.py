@@ -99,6 +99,8 @@ class ViewPlan:
     dropped_at_least: int | None  # rows its bound must drop, from declared public sizes
     groups: Any = None           # its GroupBound (dpsql.plan.views), or None
     rows_sq: float | None = None  # its noise's squared row factor (k² without a group bound)
+    truncation_rho: Fraction = Fraction(0)   # the slice releasing the rows its bound drops
+    truncation: Any = None       # that release (people_truncation.Truncation), once made
 
     def line(self) -> str:
         path = " -> ".join(self.path)
@@ -134,15 +136,21 @@ class PeoplePlan:
                "error at unit noise)"]
         for v in self.views:
             out.append(v.line())
+            if v.truncation is not None:
+                out.append("    " + v.truncation.line())
+            elif v.truncation_rho > 0:
+                out.append(f"    truncation: rho {float(v.truncation_rho):.4g} of its share releases, with noise, how "
+                           "many rows the bound drops when it is measured (not released yet)")
             if v.dropped_at_least:
                 out.append(f"    truncation: at least {v.dropped_at_least:,} rows of {v.table} are dropped by the "
                            "bound (from the declared public sizes)")
             elif v.dropped_at_least == 0 and v.max_rows > 1:
                 out.append("    truncation: the declared public sizes do not force the bound to drop rows; how "
                            "many it drops is not released")
-        if any(v.dropped_at_least is None for v in self.views if v.max_rows > 1):
+        if any(v.dropped_at_least is None and v.truncation_rho == 0 for v in self.views if v.max_rows > 1):
             out.append("  truncation bias unknown: the rows a bound drops are never counted in the clear; declare "
-                       "[tables.NAME] rows (public sizes) of the table and of the person table to bound it")
+                       "[tables.NAME] rows (public sizes) of the table and of the person table to bound it, or "
+                       "[people] truncation_share to release it with noise")
         if self.even_error > 0 and math.isfinite(self.even_error):
             out.append(f"total expected squared error {self.total_error:,.4g} (planner objective); an even split "
                        f"would give {self.even_error:,.4g}")
@@ -164,13 +172,19 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
     views = []
     for table, view in people.views.items():
         share = shares.get(table, Fraction(0))
-        report = engine.plan(table, rho=share) if table in shares else None
+        # a bounded view's counts get its share less the truncation slice (people_truncation)
+        slice_ = share * people.truncation_share if table != people.person else Fraction(0)
+        report = engine.plan(table, rho=share - slice_) if table in shares else None
         dropped = None
         if persons is not None and table in rows:
             dropped = max(0, rows[table] - view.max_rows * persons)
         total = expected_total({table: costs[table].cost}, shares) if table in costs else 0.0
-        views.append(ViewPlan(table, view.path, view.max_rows, share, report, total, dropped, view.groups,
-                              costs[table].rows_sq if table in costs else None))
+        released = None
+        if slice_ > 0 and rho == engine.workload_rho():
+            from dpsql.engine.people_truncation import released_truncation
+            released = released_truncation(engine, table)
+        views.append(ViewPlan(table, view.path, view.max_rows, share - slice_, report, total, dropped, view.groups,
+                              costs[table].rows_sq if table in costs else None, slice_, released))
     cost_map = {v: c.cost for v, c in costs.items()}
     return PeoplePlan(rho, tuple(views), expected_total(cost_map, shares), even_total(rho, cost_map))
 

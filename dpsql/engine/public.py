@@ -78,7 +78,8 @@ def _public_column(db, ref, where: str):
 
 def labels_resolver(db, where: str):
     """``labels_from`` for ``load_domain``: the distinct non-NULL values of a public column,
-    in the table's row order."""
+    in the table's row order (a file's; a PostgreSQL or Spark table's rows sorted by their
+    columns, ``dpsql.measure.router.read_public``)."""
     def labels(ref: str) -> list:
         table, column = _public_column(db, ref, f"{where}: labels_from")
         values = list(dict.fromkeys(v for v in table.values(column) if v is not None))
