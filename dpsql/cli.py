@@ -387,8 +387,12 @@ def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
                 n = problems.get(status)
                 if not n:
                     continue
-                lands = {"below_range": "the first bin (clamped)", "above_range": "the last bin (clamped)",
-                         "not_integer": "the bin containing the value"}.get(status, place)
+                # numbers beyond the range clamp into the end bins; out-of-period times and an
+                # integer join key's values (IntegerRange.clamp) go to the invalid place
+                clamped = att.kind == "numeric" or (att.kind == "integer" and getattr(att, "clamp", True))
+                ranges = {"below_range": "the first bin (clamped)", "above_range": "the last bin (clamped)"} \
+                    if clamped else {}
+                lands = {**ranges, "not_integer": "the bin containing the value"}.get(status, place)
                 if status == "null_not_nullable":
                     lands = place
                 examples = ", ".join(f"{_show(v)} ×{c:,}" for v, c in col.examples.get(status, []))
