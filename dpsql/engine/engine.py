@@ -23,6 +23,7 @@ docs/privacy.md §6 argues why the lost, never-seen draw may be redrawn).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -249,7 +250,8 @@ class Engine(ModelFitting):
                         current[table] = self.identity(table)
                     ident = current[table]
                     # a bound chosen for a people view (people_bound) is keyed "bound:<identity>:…"
-                    ok = entry.key.removeprefix("bound:").startswith(ident.key() + ":")
+                    # and the rows a bound drops "truncation:<identity>:…" (people_truncation)
+                    ok = entry.key.removeprefix("bound:").removeprefix("truncation:").startswith(ident.key() + ":")
                     reasons = () if ok else tuple(ident.differences(mech.get("identity")))
                     if not ok and not reasons:
                         reasons = ("measured under another identity",)
@@ -441,7 +443,17 @@ class Engine(ModelFitting):
         people = self.config.people
         if table is None or people is None or table not in people.views:
             return total
-        return self.view_shares(total).get(table, Fraction(0))
+        share = self.view_shares(total).get(table, Fraction(0))
+        return share - self.truncation_rho(table)
+
+    def truncation_rho(self, table: str) -> Fraction:
+        """The slice of a bounded view's share that releases the rows its bound drops
+        (``[people] truncation_share``, ``dpsql/engine/people_truncation.py``); 0 otherwise."""
+        people = self.config.people
+        if people is None or table not in people.views or table == people.person or not people.truncation_share:
+            return Fraction(0)
+        total = (self.config.workload_budget or self.config.budget).rho
+        return self.view_shares(total).get(table, Fraction(0)) * people.truncation_share
 
     def view_shares(self, rho: Fraction) -> dict[str, Fraction]:
         """The workload budget ``rho`` divided across the views that have workload queries,
@@ -523,10 +535,13 @@ class Engine(ModelFitting):
             share = Fraction(rho) if rho is not None else self.workload_rho(table)
             blocks, plan, key = self._release_plan(table, state.strategy, share, "workload",
                                                    self.offset_plan(table, state.strategy, share))
-            if key in state.release_keys or self._unreleased_charge(key):
-                return Fraction(0)
-            self._check_useful(table, blocks, plan, share)
-            return share
+            cost = Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else share
+            if cost:
+                self._check_useful(table, blocks, plan, share)
+        if rho is None and self.truncation_rho(table) > 0:
+            from dpsql.engine.people_truncation import truncation_cost
+            cost += truncation_cost(self, table, self.truncation_rho(table))
+        return cost
 
     def unreleased_charges(self) -> list:
         """Ledger charges without a release (their process died before recording it); the
@@ -681,9 +696,17 @@ class Engine(ModelFitting):
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
+        configured = rho is None
         rho = rho if rho is not None else self.workload_rho(table)
-        return self.measure_strategy(table, state.strategy, rho, self.WORKLOAD_PRINCIPAL, "workload", requested_by,
-                                     self.offset_plan(table, state.strategy, Fraction(rho)))
+        report = self.measure_strategy(table, state.strategy, rho, self.WORKLOAD_PRINCIPAL, "workload",
+                                       requested_by, self.offset_plan(table, state.strategy, Fraction(rho)))
+        slice_ = self.truncation_rho(table) if configured else Fraction(0)
+        if slice_ > 0:
+            # the rest of the view's share: how many rows its bound drops, with noise
+            from dpsql.engine.people_truncation import release_truncation
+            released = release_truncation(self, table, slice_)
+            report = dataclasses.replace(report, rho=report.rho + released.rho)
+        return report
 
     def offset_models(self, table: str) -> dict:
         """Per column, the least-squares answers of its released binning offsets

@@ -38,11 +38,13 @@ from dpsql.pgm.loss import SPARSE_MAX_NNZ, MarginalLoss, SparseLoss
 from dpsql.pgm.measurement import (Measurement, estimate_total, identity_scale, lambda_max,
                                    lipschitz, subgradient_bound)
 from dpsql.pgm.model import GraphicalModel
+from dpsql.triangulation import MAX_MODEL_CELLS
 
 __all__ = ["DEFAULT_CAPACITY", "Progress", "estimate", "estimated_gap", "check_capacity"]
 
-# 10⁷ float64 cells = 80 MB of parameters: the model capacity of thesis §5 (AIM).
-DEFAULT_CAPACITY = 10_000_000
+# The largest junction tree a fit builds by default: the engine's [planner] max_model_cells,
+# declared once in dpsql/triangulation.py.
+DEFAULT_CAPACITY = MAX_MODEL_CELLS
 #: The sparse loss is used when its matrix has at most this many non-zeros per measurement.
 #: Its products cost ~3 ns per non-zero each way; the sum-tree loss (MarginalLoss) ~10-15 µs
 #: of numpy calls per measurement plus reductions over the hosts.  On the adult dashboard
