@@ -29,6 +29,7 @@ from typing import Any
 
 from dpsql.domain import check_keys
 from dpsql.errors import ConfigError
+from dpsql.triangulation import AIM_MODEL_CELLS, MAX_MODEL_CELLS
 
 __all__ = ["Key", "Section", "SCHEMA", "check", "default", "source_keys",
            "ERROR_COLUMNS", "ESTIMATORS", "POLICIES", "NOISES", "PLANNER_MODES", "OBJECTIVES",
@@ -109,8 +110,6 @@ _SOURCE_KEYS = {
     "table": _k("str", "the table inside a duckdb database, PostgreSQL or the Spark catalog",
                 kinds=("duckdb", "postgres", "spark")),
     "data_version": _k("str|int", "names the content instead of its SHA-256"),
-    "id_column": _k("str", "the privacy unit's id column (as privacy_unit.id)"),
-    "max_rows": _k("int", "rows kept per id_column value (as privacy_unit.max_rows)", default=1, minimum=1),
     "delimiter": _k("str", "one ASCII character", default=",", kinds=("csv",)),
     "quote": _k("str", 'one ASCII character, or "" for no quoting', default='"', kinds=("csv",)),
     "escape": _k("str", "inside quoted fields (default: the quote)", default='"', kinds=("csv",)),
@@ -195,14 +194,14 @@ SCHEMA: dict[str, Section] = {
         "restarts": _k("int", "HDMM random restarts per operator", default=3, minimum=1),
         "seed": _k("int", "planning is deterministic for a seed", default=0),
         "max_clique_cells": _k("int", "largest marginal a strategy may count", default=2_000_000, minimum=1),
-        "max_model_cells": _k("int", "largest junction tree the exact model may build", default=20_000_000,
+        "max_model_cells": _k("int", "largest junction tree the exact model may build", default=MAX_MODEL_CELLS,
                               minimum=1),
         "objective": _k("str", "what the planner minimises", default="relative", choices=OBJECTIVES),
         "mode": _k("str", "hdmm, or aim (adaptive rounds)", default="hdmm", choices=PLANNER_MODES),
         "binning": _k("str", "SUM/AVG over wide bins: measured offsets or the bound", default="offsets",
                       choices=BINNING_MODES),
         "aim_max_model_cells": _k("int", "AIM's JT-SIZE cap (thesis default 80 MB of float64)",
-                                  default=80 * 2**20 // 8, minimum=1),
+                                  default=AIM_MODEL_CELLS, minimum=1),
     }),
     "model": Section("model options", {
         "iters": _k("int", "the same as fit_iters", minimum=1),
@@ -212,6 +211,8 @@ SCHEMA: dict[str, Section] = {
         "key": _k("str", "its primary key"),
         "hash_key_file": _k("str", "a secret key choosing the rows kept (optional)"),
         "tables": _k("table", "the other private tables", section="people_tables"),
+        "truncation_share": _k("number", "the share of each view's budget that releases the rows its bound "
+                                         "drops, in [0, 1) (0: not released)", default=0),
     }),
     "people_tables": Section("the other private tables", each="people_table"),
     "people_table": Section("a table's link towards the person", {

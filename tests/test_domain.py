@@ -361,7 +361,7 @@ def test_loader_missing_file(tmp_path):
 def test_loader_several_tables_and_order(tmp_path):
     path = _write(tmp_path, """
 [tables.b]
-source = { parquet = "data/b.parquet", id_column = "pid" }
+source = { parquet = "data/b.parquet", data_version = "v1" }
 [tables.b.columns.z]
 type = "numeric"
 edges = [0, 0.5, 1]
@@ -380,7 +380,7 @@ closed = true
     assert list(schemas) == ["b", "a"]
     assert schemas["b"].column_names == ("z", "y")
     assert schemas["b"].domain == Domain(["z", "y"], [3, 2])
-    assert schemas["b"].source == {"parquet": str(tmp_path / "data" / "b.parquet"), "id_column": "pid"}
+    assert schemas["b"].source == {"parquet": str(tmp_path / "data" / "b.parquet"), "data_version": "v1"}
     assert schemas["a"].source is None and schemas["a"].domain["x"] == 2
 
 

@@ -27,6 +27,7 @@ from dpsql.engine.public import declared_references, is_public, labels_resolver,
 from dpsql.errors import ConfigError
 from dpsql.engine.people import PeopleSchema, people_views
 from dpsql.measure.source import Source
+from dpsql.pgm.limits import FitLimits
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
 
 
@@ -121,7 +122,7 @@ class Config:
     workload: tuple[str, ...] = ()
     workload_weights: tuple[float, ...] = ()   # per workload statement (default 1)
     planner: PlannerOptions = field(default_factory=PlannerOptions)
-    fit_iters: int = _default("dpsql", "fit_iters")   # a limit: fits end at convergence (FIT_GAP)
+    fit_iters: int = _default("dpsql", "fit_iters")   # a limit: fits end at convergence (FitLimits.gap)
     default_user: str = _default("dpsql", "default_user")
     error_columns: str = _default("dpsql", "error_columns")
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
@@ -130,6 +131,15 @@ class Config:
     references: tuple = ()
     # [people]: private tables protected per person, each served through its view (dpsql/engine/people.py)
     people: PeopleSchema | None = None
+
+    # the fit's thresholds (dpsql.pgm.limits) but the capacity, which is [planner] max_model_cells
+    fit_base_limits: FitLimits = field(default_factory=FitLimits)
+
+    @property
+    def fit_limits(self) -> FitLimits:
+        """Every threshold of the fit, passed to ``dpsql.pgm.auto.fit`` and part of each saved
+        model's key (``dpsql.pgm.finishers.fit_key``)."""
+        return replace(self.fit_base_limits, capacity=self.planner.max_model_cells)
 
     @property
     def public_tables(self) -> dict:
@@ -218,38 +228,6 @@ def _workload_sql(spec: Any, base: Path, where: str) -> list[tuple[str, float]]:
     return out
 
 
-def _privacy_unit(source: Source, unit: Any, base: Path, where: str) -> Source:
-    """The privacy unit, from ``privacy_unit`` in dpsql.toml or ``id_column`` (and
-    ``max_rows``) in the source; both may be given only if they agree."""
-    if unit is None:
-        return source  # source.id_column (if any) stands; hash key optional (docs/privacy.md §2)
-    if unit == "row":
-        if source.id_column is not None:
-            raise ConfigError(f"{where}: privacy_unit is \"row\" but the source declares "
-                              f"id_column = {source.id_column!r}",
-                              hint="remove one of them: they disagree about who is protected")
-        return source
-    if not isinstance(unit, Mapping) or "id" not in unit or "max_rows" not in unit:
-        raise ConfigError(f"{where}: privacy_unit is \"row\" or {{ id = COLUMN, max_rows = K, hash_key_file = PATH }}")
-    ident, max_rows = unit["id"], unit["max_rows"]
-    if not isinstance(ident, str) or not ident:
-        raise ConfigError(f"{where}: privacy_unit.id must be a column name")
-    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
-        raise ConfigError(f"{where}: privacy_unit.max_rows must be an integer ≥ 1")
-    if source.id_column is not None and (source.id_column, source.max_rows_per_id) != (ident, max_rows):
-        raise ConfigError(f"{where}: privacy_unit {{ id = {ident!r}, max_rows = {max_rows} }} disagrees with "
-                          f"the source's id_column = {source.id_column!r}, max_rows = {source.max_rows_per_id}",
-                          hint="declare the privacy unit in one place")
-    key = None
-    key_file = unit.get("hash_key_file")
-    if key_file:
-        kp = Path(key_file) if Path(key_file).is_absolute() else base / key_file
-        if not kp.exists():
-            raise ConfigError(f"{where}: hash key file not found: {kp}")
-        key = kp.read_text().strip()
-    return replace(source, id_column=ident, max_rows_per_id=max_rows, hash_key=key)
-
-
 def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config:
     raw, path = _read(config)
     for key, value in overrides.items():
@@ -297,14 +275,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         if not src_spec:
             raise ConfigError(f"{twhere}: missing source", hint='source = { csv = "adult.csv" }')
         src_base = base if spec.get("source") else dpath.parent
-        source = Source.from_config(src_spec, src_base, twhere)
-        source = _privacy_unit(source, spec.get("privacy_unit"), base, twhere)
-        if source.id_column is not None and source.dialect.max_record_lines != 1:
-            # fragments of a multi-line record carry no readable id and are not counted; the
-            # person's rows are bounded by max_rows alone (docs/privacy.md §2)
-            raise ConfigError(f"{twhere}: source.max_record_lines is for privacy_unit = \"row\"",
-                              hint="with an id column each person's rows are bounded by max_rows; "
-                                   "remove max_record_lines")
+        source = Source.from_config(src_spec, src_base, twhere).with_unit(spec.get("privacy_unit"), base, twhere)
         sources[name] = source
         if "rows" in spec:     # a positive integer (config_schema)
             table_rows[name] = spec["rows"]

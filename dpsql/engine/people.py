@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,9 @@ class PeopleSchema:
     person: str
     key: str
     views: dict[str, View]
+    # the share of each bounded view's budget that releases the rows its bound drops
+    # (dpsql/engine/people_truncation.py); 0: not released
+    truncation_share: Fraction = Fraction(0)
 
     def bound(self, table: str) -> int:
         """The most rows of ``table``'s view one person contributes (1 for the person)."""
@@ -184,13 +188,8 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         src = sources[name]
         if src.id_column is not None:
             raise ConfigError(f"{where}: table {name!r} declares its own privacy unit, but [people] protects "
-                              "it per person", hint="remove privacy_unit (or id_column) from the table: its rows "
+                              "it per person", hint="remove privacy_unit from the table: its rows "
                                                     "are bounded per person by [people.tables] max_rows")
-        if src.kind == "csv":
-            raise ConfigError(f"{where}: table {name!r}: a people schema joins typed sources (parquet, duckdb, "
-                              "postgres, spark), not csv",
-                              hint="convert the file to Parquet (e.g. COPY (SELECT * FROM 'f.csv') TO "
-                                   "'f.parquet' in DuckDB) and declare its column types")
     engines = {_engine(sources[n]) for n in tables}
     urls = {sources[n].url for n in tables}
     if len(engines) > 1 or ("postgres" in engines and len(urls) > 1):
@@ -245,7 +244,12 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         out_sources[name] = Source(kind=first.kind, url=first.url, conf=first.conf, id_column=PERSON,
                                    max_rows_per_id=view.max_rows, hash_key=key_text, view=view)
         out_tables[name] = TableSchema(name, tuple(attrs))
-    return out_tables, out_sources, PeopleSchema(person, key, views)
+    share = spec.get("truncation_share", 0)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
+        raise ConfigError(f"{pw}: truncation_share must be a number in [0, 1)",
+                          hint="e.g. truncation_share = 0.05: 5% of each view's share releases how many rows its "
+                               "bound drops, with noise")
+    return out_tables, out_sources, PeopleSchema(person, key, views, Fraction(str(share)))
 
 
 __all__ = ["PeopleSchema", "people_views"]

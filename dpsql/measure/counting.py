@@ -334,11 +334,13 @@ class SqlBackend(ABC):
             if i == 0:
                 out[PERSON] = cols[view.person_key]
         for table, hops in view.exists:
-            for hop in hops:
-                cols = self._describe(hop.source)
-                for key in (hop.key, ) + ((hop.parent_key,) if hop is not hops[0] else ()):
-                    if key is not None and key not in cols:
-                        raise ConfigError(f"table {hop.table!r}: the source has no column {key!r} (a key)",
+            for j, hop in enumerate(hops):
+                # a hop's key is its own column; its parent_key is the previous hop's (TPC-H
+                # names them apart: lineitem.l_orderkey = orders.o_orderkey)
+                owned = [(hop, hop.key)] + ([(hops[j - 1], hop.parent_key)] if j else [])
+                for holder, key in owned:
+                    if key is not None and key not in self._describe(holder.source):
+                        raise ConfigError(f"table {holder.table!r}: the source has no column {key!r} (a key)",
                                           hint="fix [people] in the configuration, or the source")
             out[f"{table}{SEP}{EXISTS}"] = _INTEGER[self.dialect]
         return out
@@ -488,6 +490,38 @@ class SqlBackend(ABC):
         for m, p in rows:
             out[int(m)] += int(p)
         return out
+
+    def truncation(self, schema: TableSchema, cap: int) -> tuple[int, int]:
+        """Exact (Σ_p min(rows p's bound drops, ``cap``), Σ_p rows p keeps) over a person
+        view's persons.  Private counts: only ``dpsql.engine.people_truncation`` reads them,
+        and releases them with noise."""
+        source = self._source(schema.name)
+        if source.view is None:
+            raise ConfigError(f"table {schema.name!r} is not a view of a people schema")
+        n = len(schema.attributes)
+        with self._lock:
+            columns = self.check_schema(schema)
+            with self._read_source(schema.name, source, None) as rd:
+                raw = self.cells_query(schema, columns, rd.scan, bounded=False)
+                kept = sqlgen.bounded(raw.copy(), n, source.max_rows_per_id, self.dialect,
+                                      groups=group_cells(schema, source), keep_id=True)
+                pid, count = exp.column(sqlgen.ID), exp.Count(this=exp.Star())
+                every = (exp.select(exp.alias_(pid.copy(), "pid"), exp.alias_(count.copy(), "n"))
+                         .from_(exp.alias_(exp.Subquery(this=raw), "__every"))
+                         .where(exp.Not(this=exp.Is(this=pid.copy(), expression=exp.Null()))).group_by(pid.copy()))
+                mine = (exp.select(exp.alias_(pid.copy(), "pid"), exp.alias_(count.copy(), "m"))
+                        .from_(exp.alias_(exp.Subquery(this=kept), "__kept")).group_by(pid.copy()))
+                m = exp.Coalesce(this=exp.column("m", table="b"), expressions=[exp.Literal.number(0)])
+                dropped = exp.Least(this=exp.Sub(this=exp.column("n", table="a"), expression=m.copy()),
+                                    expressions=[exp.Literal.number(int(cap))])
+                query = (exp.select(exp.alias_(exp.Sum(this=dropped), "d"), exp.alias_(exp.Sum(this=m), "k"))
+                         .from_(exp.alias_(exp.Subquery(this=every), "a"))
+                         .join(exp.alias_(exp.Subquery(this=mine), "b"),
+                               on=exp.EQ(this=exp.column("pid", table="a"), expression=exp.column("pid", table="b")),
+                               join_type="LEFT"))
+                rows = rd.run(query, source.hash_key or "", what="counting the rows the bound drops")
+        d, k = rows[0]
+        return int(d or 0), int(k or 0)
 
     # -- operator data check (local only: never reachable by analysts) --------------------------
     def data_check(self, schema: TableSchema, examples: int = 5) -> DataCheck:

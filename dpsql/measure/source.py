@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -200,6 +200,12 @@ class Source:
                                   hint='e.g. source = { csv = "adult.csv" } or '
                                        '{ postgres = "postgresql://dpsql@db:5432/hr", table = "public.people" }')
             kind = kinds[0]
+        if "id_column" in spec or "max_rows" in spec:
+            # the privacy unit is declared in one place, under the table (issue 36 item 4)
+            ident = spec.get("id_column", "COLUMN")
+            raise ConfigError(f"{where}: source.id_column and source.max_rows no longer declare the privacy unit",
+                              hint=f"declare it once, under [tables.NAME] in dpsql.toml: privacy_unit = "
+                                   f"{{ id = {json.dumps(ident)}, max_rows = {spec.get('max_rows', 1)} }}")
         config_schema.check(spec, "source", where, kind=kind, label=f"{where}: source ({kind})")
         raw = spec[kind]
         if not isinstance(raw, str) or not raw:
@@ -249,18 +255,39 @@ class Source:
                               "a changed table makes earlier releases stale",
                               hint='data_version = "2024-06-30" (bump it when the table changes), or '
                                    'version_query = "SELECT max(updated_at) FROM public.people"')
-        id_column = spec.get("id_column")
-        if id_column is not None and (not isinstance(id_column, str) or not id_column):
-            raise ConfigError(f"{where}: source.id_column must be a column name")
-        max_rows = spec.get("max_rows", _default("max_rows"))
-        if "max_rows" in spec and id_column is None:
-            raise ConfigError(f"{where}: source.max_rows needs source.id_column",
-                              hint="max_rows bounds the rows kept per id_column value")
-        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
-            raise ConfigError(f"{where}: source.max_rows must be a positive integer")
         dialect = CsvDialect.from_spec(spec, where) if kind == "csv" else CsvDialect()
-        return Source(kind=kind, table=table, id_column=id_column, max_rows_per_id=max_rows,
-                      dialect=dialect, data_version=None if version is None else str(version), **kw)
+        return Source(kind=kind, table=table, dialect=dialect,
+                      data_version=None if version is None else str(version), **kw)
+
+    def with_unit(self, unit: Any, base: Path, where: str = "privacy_unit") -> Source:
+        """This source read under the privacy unit declared for its table, the one place a
+        unit is declared: ``privacy_unit = "row"`` (None: the same) or ``{ id = COLUMN,
+        max_rows = K, hash_key_file = PATH }`` (docs/config.md, "Privacy unit"; the path is
+        relative to ``base``).  Its keys' types were checked against dpsql.config_schema."""
+        if unit is None or unit == "row":
+            return self
+        if not isinstance(unit, Mapping) or "id" not in unit or "max_rows" not in unit:
+            raise ConfigError(f"{where}: privacy_unit is \"row\" or {{ id = COLUMN, max_rows = K, "
+                              "hash_key_file = PATH }", hint='e.g. privacy_unit = { id = "person_id", max_rows = 3 }')
+        ident, max_rows = unit["id"], unit["max_rows"]
+        if not isinstance(ident, str) or not ident:
+            raise ConfigError(f"{where}: privacy_unit.id must be a column name")
+        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
+            raise ConfigError(f"{where}: privacy_unit.max_rows must be an integer ≥ 1")
+        if self.dialect.max_record_lines != 1:
+            # fragments of a multi-line record carry no readable id and are not counted; the
+            # person's rows are bounded by max_rows alone (docs/privacy.md §2)
+            raise ConfigError(f"{where}: source.max_record_lines is for privacy_unit = \"row\"",
+                              hint="with an id column each person's rows are bounded by max_rows; "
+                                   "remove max_record_lines")
+        key = None
+        key_file = unit.get("hash_key_file")
+        if key_file:
+            kp = Path(key_file) if Path(key_file).is_absolute() else base / key_file
+            if not kp.exists():
+                raise ConfigError(f"{where}: hash key file not found: {kp}")
+            key = kp.read_text().strip()
+        return replace(self, id_column=ident, max_rows_per_id=max_rows, hash_key=key)
 
     # -- identity of the content -------------------------------------------------------------
     @property

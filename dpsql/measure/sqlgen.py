@@ -155,7 +155,7 @@ def _c_order(order: exp.Expr, dialect: str) -> exp.Expr:
 
 
 def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Sequence[str] = (),
-            groups: tuple[Sequence[int], int, int] | None = None) -> exp.Select:
+            groups: tuple[Sequence[int], int, int] | None = None, keep_id: bool = False) -> exp.Select:
     """Keep at most ``max_rows`` rows per privacy unit, chosen by the keyed hash; rows
     without an id (``__id`` NULL) are dropped.
 
@@ -173,9 +173,11 @@ def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Se
     (ties, impossible but for a SHA-256 collision, broken by the cells themselves, so never
     more than g), and at most r rows in each group by the row hash; then at most
     ``max_rows`` of those by the row hash.  Each step reads one id's rows only, so the kept
-    rows of a person still depend on that person's rows alone (docs/privacy.md §2a)."""
+    rows of a person still depend on that person's rows alone (docs/privacy.md §2a).
+
+    ``keep_id``: the kept rows keep their id column too (``SqlBackend.truncation``)."""
     if groups is not None:
-        return _bounded_groups(cells, ncells, max_rows, dialect, extra, groups)
+        return _bounded_groups(cells, ncells, max_rows, dialect, extra, groups, keep_id)
     order = _c_order(row_hash(ncells, dialect), dialect)
     # ``extra`` columns (integer lattice offsets) only break ties between rows with equal
     # cells, so the kept rows' cells are those the counting query keeps, and their offsets
@@ -183,7 +185,8 @@ def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Se
     window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(ID)],
                         order=exp.Order(expressions=[exp.Ordered(this=order)]
                                         + [exp.Ordered(this=exp.column(c)) for c in extra]))
-    cols = [exp.column(cell_column(i)) for i in range(ncells)] + [exp.column(c) for c in extra]
+    cols = [exp.column(cell_column(i)) for i in range(ncells)] + [exp.column(c) for c in extra] + \
+        ([exp.column(ID)] if keep_id else [])
     inner = (exp.select(*cols, exp.alias_(window, "__dpsql_rank"))
              .from_(exp.alias_(exp.Subquery(this=cells), "__dpsql_cells"))
              .where(exp.Not(this=exp.Is(this=exp.column(ID), expression=exp.Null()))))
@@ -192,7 +195,7 @@ def bounded(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Se
 
 
 def _bounded_groups(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, extra: Sequence[str],
-                    groups: tuple[Sequence[int], int, int]) -> exp.Select:
+                    groups: tuple[Sequence[int], int, int], keep_id: bool = False) -> exp.Select:
     """``bounded`` with a group bound (its docstring): three layers over the cells."""
     indices, max_groups, per_group = groups
     cols = [exp.column(cell_column(i)) for i in range(ncells)] + [exp.column(c) for c in extra]
@@ -219,11 +222,12 @@ def _bounded_groups(cells: exp.Expr, ncells: int, max_rows: int, dialect: str, e
               .from_(exp.alias_(exp.Subquery(this=hashed), "__dpsql_hashed")))
     overall = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(ID)],
                          order=exp.Order(expressions=[o.copy() for o in by_row]))
-    kept = (exp.select(*[c.copy() for c in cols], exp.alias_(overall, "__dpsql_rank"))
+    out = [c.copy() for c in cols] + ([exp.column(ID)] if keep_id else [])
+    kept = (exp.select(*[c.copy() for c in out], exp.alias_(overall, "__dpsql_rank"))
             .from_(exp.alias_(exp.Subquery(this=ranked), "__dpsql_granked"))
             .where(exp.and_(exp.LTE(this=exp.column("__dpsql_grank"), expression=exp.Literal.number(max_groups)),
                             exp.LTE(this=exp.column("__dpsql_grow"), expression=exp.Literal.number(per_group)))))
-    return (exp.select(*[c.copy() for c in cols]).from_(exp.alias_(exp.Subquery(this=kept), "__dpsql_ranked"))
+    return (exp.select(*[c.copy() for c in out]).from_(exp.alias_(exp.Subquery(this=kept), "__dpsql_ranked"))
             .where(exp.LTE(this=exp.column("__dpsql_rank"), expression=exp.Literal.number(max_rows))))
 
 

@@ -267,16 +267,26 @@ def test_unknown_source_keys_are_errors(tmp_path, source, key):
     assert repr(key) in info.value.message
 
 
-def test_id_column_in_the_source_bounds_contributions(tmp_path):
-    """Was silently ignored (row-level privacy with no per-person bound)."""
-    domain = DOMAIN.replace('source = { csv = "t.csv" }', 'source = { csv = "t.csv", id_column = "pid" }')
-    con = dpsql.connect(make(tmp_path, domain=domain))
+def test_the_privacy_unit_bounds_contributions(tmp_path):
+    """An id column was once silently ignored (row-level privacy with no per-person bound)."""
+    con = dpsql.connect(make(tmp_path, unit='privacy_unit = { id = "pid", max_rows = 1 }'))
     assert con.session.engine.config.sources["t"].id_column == "pid"
     assert con.session.engine.identity("t").unit == "id=pid;max_rows=1"
     con.session.measure()
     assert round(total(con)) == 23                  # one row for each of 23 people
-    with pytest.raises(ConfigError, match="disagree"):
-        load_config(make(tmp_path / "x", domain=domain, unit='privacy_unit = "row"'))
+
+
+def test_the_privacy_unit_is_declared_in_one_place(tmp_path):
+    """Issue 36 item 4: ``id_column``/``max_rows`` in a source (here the domain file's) was a
+    second declaration of the unit, with its own default (max_rows 1 where privacy_unit
+    requires it) and no hash key; it is refused with the privacy_unit line to write."""
+    domain = DOMAIN.replace('source = { csv = "t.csv" }', 'source = { csv = "t.csv", id_column = "pid" }')
+    with pytest.raises(ConfigError, match="no longer declare the privacy unit") as info:
+        load_config(make(tmp_path, domain=domain))
+    assert 'privacy_unit = { id = "pid", max_rows = 1 }' in info.value.hint
+    domain = DOMAIN.replace('source = { csv = "t.csv" }', 'source = { csv = "t.csv", max_rows = 2 }')
+    with pytest.raises(ConfigError, match="no longer declare the privacy unit"):
+        load_config(make(tmp_path / "x", domain=domain, unit='privacy_unit = { id = "pid", max_rows = 2 }'))
 
 
 def test_dialect_options_are_declared_not_sniffed(tmp_path):

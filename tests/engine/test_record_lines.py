@@ -34,6 +34,7 @@ epsilon = 10.0
 [tables.t]
 domain = "d.toml"
 source = {{ csv = "t.csv"{extra} }}
+{unit}
 
 [workload]
 queries = ["SELECT age, COUNT(*) FROM t GROUP BY age"]
@@ -46,11 +47,11 @@ allow_spend = true
 """
 
 
-def _connect(tmp: Path, lines: int | None, extra: str = ""):
+def _connect(tmp: Path, lines: int | None, extra: str = "", unit: str = ""):
     write_table(tmp, 40)
     if lines is not None:
         extra += f", max_record_lines = {lines}"
-    (tmp / "dpsql.toml").write_text(CONFIG.format(extra=extra))
+    (tmp / "dpsql.toml").write_text(CONFIG.format(extra=extra, unit=unit))
     return dpsql.connect(str(tmp / "dpsql.toml"))
 
 
@@ -80,7 +81,7 @@ def test_max_record_lines_is_checked(tmp_path):
             _connect(tmp_path / f"bad{bad}", None, extra=f", max_record_lines = {bad!r}".replace("'", '"')
                      .replace("True", "true"))
     with pytest.raises(ConfigError, match='privacy_unit = "row"'):
-        _connect(tmp_path / "id", 2, extra=', id_column = "sex", max_rows = 2')
+        _connect(tmp_path / "id", 2, unit='privacy_unit = { id = "sex", max_rows = 2 }')
     assert math.isfinite(_connect(tmp_path / "ok", 2).session.measure_cost())
 
 

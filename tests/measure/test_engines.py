@@ -58,8 +58,8 @@ def strategy(n_pairs=20, n_triples=10, seed=30):
 
 
 CLIQUES = strategy()
-UNITS = {"row": {}, "max_rows=1": {"id_column": "pid", "max_rows": 1},
-         "max_rows=3": {"id_column": "pid", "max_rows": 3}}
+UNITS = {"row": {}, "max_rows=1": {"id": "pid", "max_rows": 1},
+         "max_rows=3": {"id": "pid", "max_rows": 3}}
 
 
 # --- the Python reference ------------------------------------------------------------------
@@ -144,10 +144,10 @@ def spark_tables(lake, spark):
 
 def sources(tmp, pg, table, unit):
     """The same table as a source of each engine."""
-    out = {"duckdb": Source.from_config({"parquet": str(tmp / f"{table}.parquet"), **unit}, tmp),
-           "postgres": Source.from_config({"postgres": pg.url, "table": table, "data_version": 1, **unit}, tmp)}
-    out["spark"] = Source.from_config({"spark": "local[2]", "table": table, **unit}, tmp)
-    return {k: _keyed(s) for k, s in out.items()}
+    out = {"duckdb": Source.from_config({"parquet": str(tmp / f"{table}.parquet")}, tmp),
+           "postgres": Source.from_config({"postgres": pg.url, "table": table, "data_version": 1}, tmp)}
+    out["spark"] = Source.from_config({"spark": "local[2]", "table": table}, tmp)
+    return {k: _keyed(s.with_unit(unit or None, tmp)) for k, s in out.items()}
 
 
 def _keyed(source):
@@ -261,7 +261,7 @@ HOSTILE_CLIQUES = [(a,) for a in HOSTILE.column_names] + [("x", "t", "s"), ("b",
 @pytest.mark.parametrize("unit", ["row", "max_rows=3"])
 def test_hostile_fixture_lands_alike_everywhere(lake, pg, spark_tables, unit):
     tmp, con = lake
-    unit_spec = UNITS[unit] if unit == "row" else {"id_column": "pid", "max_rows": 2}
+    unit_spec = UNITS[unit] if unit == "row" else {"id": "pid", "max_rows": 2}
     rows = reference_cells(con, HOSTILE, f"SELECT * FROM read_parquet('{tmp / 'hostile.parquet'}')")
     expected = reference_counts(rows, HOSTILE, HOSTILE_CLIQUES, unit_spec.get("max_rows"))
     _assert_identical_everywhere(tmp, pg, "hostile", unit_spec, HOSTILE, HOSTILE_CLIQUES, expected)
@@ -324,8 +324,8 @@ def test_postgres_errors_are_withheld_and_the_key_never_leaks(pg, tmp_path):
     pg.execute("CREATE OR REPLACE VIEW bad AS SELECT pid, 1 / (age - 39) AS age, sex FROM adult")
     schema = TableSchema("bad", (IntegerRange("age", 0, 10), Categorical("sex", ["Female", "Male"])))
     from dataclasses import replace
-    source = replace(Source.from_config({"postgres": pg.url, "table": "bad", "data_version": 1,
-                                         "id_column": "pid", "max_rows": 1}, tmp_path), hash_key=KEY)
+    source = replace(Source.from_config({"postgres": pg.url, "table": "bad", "data_version": 1}, tmp_path)
+                     .with_unit({"id": "pid", "max_rows": 1}, tmp_path), hash_key=KEY)
     backend = PostgresBackend({"bad": source})
     with pytest.raises(dpsql.OperationalError) as info:
         backend.count_marginals(schema, [("age",)])

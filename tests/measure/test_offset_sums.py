@@ -44,8 +44,7 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 def _sums(path: Path, unit: dict | None = None) -> dict:
     schema = TableSchema("t", ATTRS)
-    src = {"csv": str(path), **(unit or {})}
-    backend = DuckDBBackend({"t": Source.from_config(src, path.parent)})
+    backend = DuckDBBackend({"t": Source.from_config({"csv": str(path)}, path.parent).with_unit(unit, path.parent)})
     try:
         return backend.sum_offsets(schema, [(c, a) for c in CLIQUES for a in ("x", "y", "z")])
     finally:
@@ -79,7 +78,7 @@ def test_engine_sums_equal_the_brute_force_reference(tmp_path):
     assert not got[((), "z")].any()
 
 
-@pytest.mark.parametrize("unit", [None, {"id_column": "id", "max_rows": 2}])
+@pytest.mark.parametrize("unit", [None, {"id": "id", "max_rows": 2}])
 def test_removing_one_row_or_unit_moves_each_offset_measurement_by_at_most_its_sensitivity(tmp_path, unit):
     """Every neighbour (one row, or with a privacy unit one id, removed): the change of each
     lattice block's measurement M·o in L2 is at most k·√(Δ₂²) as the release calibrates it

@@ -205,9 +205,10 @@ def test_postgres_types_checked_from_the_catalog(pg_server, tmp_path):
                       "uid uuid, name varchar(20))",
                       "INSERT INTO typed VALUES ('ab', 0.5, '2000-01-01', 1.5, gen_random_uuid(), 'x')")
 
-    def backend(**unit):
+    def backend(id_column=None):
+        unit = {"id": id_column, "max_rows": 1} if id_column else None
         return PostgresBackend({"typed": Source.from_config({"postgres": pg_server.url, "table": "typed",
-                                                             "data_version": 1, **unit}, tmp_path)})
+                                                             "data_version": 1}, tmp_path).with_unit(unit, tmp_path)})
     cases = [(Categorical("code", ["ab"]), "type character\\(3\\)"),
              (Categorical("born", ["x"]), "type date"),
              (Categorical("ratio", ["x"]), "type double precision")]
@@ -265,7 +266,8 @@ def test_postgres_data_check(pg_server, tmp_path):
     schema = TableSchema("checked", (IntegerRange("age", 0, 99, nullable=True),
                                      Categorical("sex", ["F", "M"], closed=True)))
     backend = open_backend({"checked": Source.from_config({"postgres": pg_server.url, "table": "checked",
-                                                           "data_version": 1, "id_column": "pid"}, tmp_path)})
+                                                           "data_version": 1}, tmp_path)
+                            .with_unit({"id": "pid", "max_rows": 1}, tmp_path)})
     report = backend.data_check(schema)
     backend.close()
     cols = {c.name: c for c in report.columns}
