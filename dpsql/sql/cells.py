@@ -679,9 +679,10 @@ class CellEvaluator:
         if isinstance(left, DimRef) and self.attr.is_key(left.shown):
             # the private key itself, reached through a join: compared as the bare column is
             # (declared labels only), on the key's cells, then read per joined cell
-            key = CellEvaluator(self.attr.key, self.pos, self.words, self.meter, self.table)
+            key = CellEvaluator(self.attr.key_attr(left.shown), self.pos, self.words, self.meter, self.table)
             t, f = key._compare_column(node, op, v)
-            return t[self.attr.source], f[self.attr.source]
+            cells = self.attr.key_cells(left.shown)
+            return t[cells], f[cells]
         vals, null = self.constant_values(left)
         t = np.zeros(self.n, bool)
         f = np.zeros(self.n, bool)
