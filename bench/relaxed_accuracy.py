@@ -16,7 +16,7 @@ Exact ≤ Saturated ≤ Factor < Noisy.
         [--iters 1000] [--gap 0.5,1e-3] [--append bench/RESULTS.md]
 
 ``--gap ATOL,RTOL`` stops the two relaxed estimators as the engine does (``dpsql.pgm.auto.fit``:
-estimated optimality gap ≤ atol + rtol·loss, rtol at least ``auto.RELAXED_RTOL``), with ``--iters``
+estimated optimality gap ≤ atol + rtol·loss, rtol at least ``FitLimits.relaxed_rtol``), with ``--iters``
 only a limit; the table then also gives their mean iterations.
 """
 
@@ -123,9 +123,9 @@ def main() -> None:
     for k in args.ks:
         opts = {} if args.damping is None else {"damping": args.damping}
         if args.gap:
-            from dpsql.pgm.auto import RELAXED_RTOL
+            from dpsql.pgm.limits import FitLimits
             atol, rtol = (float(x) for x in args.gap.split(","))
-            opts["gap"] = (atol, max(rtol, RELAXED_RTOL))
+            opts["gap"] = (atol, max(rtol, FitLimits().relaxed_rtol))
         rows = [run_trial(k, t, args.records, args.iters, **opts) for t in range(args.trials)]
         mean = {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
         ok_in = mean["exact_in"] <= mean["saturated_in"] <= mean["factor_in"] < mean["noisy_in"]

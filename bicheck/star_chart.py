@@ -19,18 +19,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from drive import PASSWORD, ROOT, ApiError, Superset, log, read_log, start_dpsql  # noqa: E402
+from drive import PASSWORD, ROOT, log  # noqa: E402
+from harness import Check, run  # noqa: E402
 
 WORKLOAD = "SELECT a.name, COUNT(*) FROM flights f JOIN airports a ON f.origin = a.faa GROUP BY a.name"
 DATASET_SQL = "SELECT f.origin, a.name AS airport, a.tzone FROM flights f JOIN airports a ON f.origin = a.faa"
@@ -76,88 +73,47 @@ def chart(dataset_id: int) -> tuple[dict, dict]:
     return spec, context
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--superset-venv", default=str(ROOT / "bicheck" / ".venv-superset"))
-    ap.add_argument("--out", default=str(ROOT / "bicheck" / "out"))
-    ap.add_argument("--screenshots", default=str(ROOT / "docs" / "img"))
-    args = ap.parse_args(argv)
-    t0 = time.monotonic()
-    out = Path(args.out).resolve() / "star"
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    venv = Path(args.superset_venv)
-    config = prepare(out / "dpsql")
-    dpsql_proc, port = start_dpsql(config, out)
-    superset = Superset(venv, out)
-    results: dict = {"dataset_sql": DATASET_SQL}
-    ok = False
-    try:
-        superset.start()
-        uri = f"postgresql://superset:{PASSWORD}@127.0.0.1:{port}/dpsql"
-        db = superset.api("POST", "/api/v1/database/", {"database_name": "dpsql star", "sqlalchemy_uri": uri,
-                                                         "expose_in_sqllab": True, "allow_run_async": False})
-        # Superset samples a new virtual dataset's SQL with LIMIT 1 to learn its columns: a
-        # row-level read that dpsql refuses by design (42501).  So, as an analyst does in
-        # Superset's "Edit dataset" dialog, the physical dataset `flights` is turned into a
-        # virtual one (the join) with its columns declared; Superset then only ever sends the
-        # aggregates its charts generate around that SQL.
-        ds = superset.api("POST", "/api/v1/dataset/", {"database": db["id"], "schema": "public",
-                                                        "table_name": "flights"})
-        # origin kept (by id), the public columns added; without override_columns, which would
-        # re-sample the SQL
-        reflected = {c["column_name"]: c["id"] for c in
-                     superset.api("GET", f"/api/v1/dataset/{ds['id']}")["result"]["columns"]}
-        declared = [{"id": reflected["origin"], "column_name": "origin"}]
-        declared += [{"column_name": name, "type": "TEXT", "groupby": True, "filterable": True}
-                     for name in ("airport", "tzone")]
-        superset.api("PUT", f"/api/v1/dataset/{ds['id']}",
-                     {"table_name": "flights_by_airport", "sql": DATASET_SQL, "columns": declared})
-        columns = superset.api("GET", f"/api/v1/dataset/{ds['id']}")["result"]["columns"]
-        results["dataset_columns"] = {c["column_name"]: c.get("type") for c in columns}
-        log(f"virtual dataset {ds['id']}: {results['dataset_columns']}")
-        spec, context = chart(ds["id"])
-        saved = superset.api("POST", "/api/v1/chart/", spec)
-        sql = superset.api("POST", "/api/v1/chart/data", dict(context, result_type="query"))
-        results["generated_sql"] = [q.get("query") for q in sql.get("result", [])]
-        before = len(read_log(out / "queries.jsonl"))
-        data = superset.api("POST", "/api/v1/chart/data", context)
-        rows = data["result"][0]["data"]
-        results["rows"] = rows
-        statements = [{k: e[k] for k in ("route", "statement", "outcome", "sqlstate", "message") if k in e}
-                      for e in read_log(out / "queries.jsonl", before) if e["route"] in ("engine", "error")]
-        results["dpsql_statements"] = statements
-        log(f"chart {saved['id']}: {rows}; Superset sent {results['generated_sql']}")
-        log(f"dpsql log: {statements}")
-        with tempfile.TemporaryDirectory() as shots:
-            shot = subprocess.run([str(venv / "bin" / "python"), str(ROOT / "bicheck" / "screenshot.py"),
-                                   superset.url, shots, str(saved["id"])], capture_output=True, text=True,
-                                  timeout=600)
-            if shot.returncode == 0:
-                dest = Path(args.screenshots) / "superset_star_join.png"
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(Path(shots) / "superset_chart_1.png", dest)
-                results["screenshot"] = str(dest)
-                log(f"screenshot: {dest}")
-            else:
-                log(f"screenshot failed: {shot.stderr[-2000:]}")
-        names = {r.get("airport") for r in rows}
-        dp = [s for s in statements if "JOIN" in s.get("statement", "").upper()
-              and s.get("outcome") == "ok" and s.get("route") == "engine"]
-        ok = names == AIRPORTS and bool(dp) and "screenshot" in results
-    except ApiError as exc:
-        log(f"FAILED: {exc}")
-        results["error"] = str(exc)
-    finally:
-        superset.stop()
-        dpsql_proc.send_signal(signal.SIGTERM)
-        dpsql_proc.wait(60)
-    results["seconds"] = round(time.monotonic() - t0)
-    (out / "report.json").write_text(json.dumps(results, indent=2, default=str))
-    log(f"report: {out / 'report.json'}; {results['seconds']} s; {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+def check(c: Check) -> bool:
+    superset, results = c.superset, c.results
+    results["dataset_sql"] = DATASET_SQL
+    db = c.database("dpsql star")
+    # Superset samples a new virtual dataset's SQL with LIMIT 1 to learn its columns: a
+    # row-level read that dpsql refuses by design (42501).  So, as an analyst does in
+    # Superset's "Edit dataset" dialog, the physical dataset `flights` is turned into a
+    # virtual one (the join) with its columns declared; Superset then only ever sends the
+    # aggregates its charts generate around that SQL.
+    ds = superset.api("POST", "/api/v1/dataset/", {"database": db["id"], "schema": "public",
+                                                    "table_name": "flights"})
+    # origin kept (by id), the public columns added; without override_columns, which would
+    # re-sample the SQL
+    reflected = {col["column_name"]: col["id"] for col in
+                 superset.api("GET", f"/api/v1/dataset/{ds['id']}")["result"]["columns"]}
+    declared = [{"id": reflected["origin"], "column_name": "origin"}]
+    declared += [{"column_name": name, "type": "TEXT", "groupby": True, "filterable": True}
+                 for name in ("airport", "tzone")]
+    superset.api("PUT", f"/api/v1/dataset/{ds['id']}",
+                 {"table_name": "flights_by_airport", "sql": DATASET_SQL, "columns": declared})
+    columns = superset.api("GET", f"/api/v1/dataset/{ds['id']}")["result"]["columns"]
+    results["dataset_columns"] = {col["column_name"]: col.get("type") for col in columns}
+    log(f"virtual dataset {ds['id']}: {results['dataset_columns']}")
+    spec, context = chart(ds["id"])
+    saved = superset.api("POST", "/api/v1/chart/", spec)
+    sql = superset.api("POST", "/api/v1/chart/data", dict(context, result_type="query"))
+    results["generated_sql"] = [q.get("query") for q in sql.get("result", [])]
+    before = c.logged()
+    data = superset.api("POST", "/api/v1/chart/data", context)
+    rows = data["result"][0]["data"]
+    results["rows"] = rows
+    statements = [e for e in c.log_since(before) if e["route"] in ("engine", "error")]
+    results["dpsql_statements"] = statements
+    log(f"chart {saved['id']}: {rows}; Superset sent {results['generated_sql']}")
+    log(f"dpsql log: {statements}")
+    shot = c.screenshot(saved["id"], "superset_star_join.png")
+    names = {r.get("airport") for r in rows}
+    dp = [s for s in statements if "JOIN" in s.get("statement", "").upper()
+          and s.get("outcome") == "ok" and s.get("route") == "engine"]
+    return names == AIRPORTS and bool(dp) and shot
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("star", __doc__.splitlines()[0], prepare, check))

@@ -18,20 +18,17 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from drive import PASSWORD, ROOT, ApiError, Superset, log, read_log, start_dpsql  # noqa: E402
+from drive import PASSWORD, log  # noqa: E402
+from harness import Check, run  # noqa: E402
 
 DOMAIN = """# flights of 2013 from New York: public period and airports (bicheck/time_chart.py)
 [tables.flights]
@@ -118,73 +115,31 @@ def chart(dataset_id: int) -> tuple[dict, dict]:
     return spec, context
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--superset-venv", default=str(ROOT / "bicheck" / ".venv-superset"))
-    ap.add_argument("--out", default=str(ROOT / "bicheck" / "out"))
-    ap.add_argument("--screenshots", default=str(ROOT / "docs" / "img"))
-    args = ap.parse_args(argv)
-    t0 = time.monotonic()
-    out = Path(args.out).resolve() / "time"
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    venv = Path(args.superset_venv)
-    config = prepare(out / "dpsql")
-    dpsql_proc, port = start_dpsql(config, out)
-    superset = Superset(venv, out)
-    results: dict = {}
-    ok = False
-    try:
-        superset.start()
-        uri = f"postgresql://superset:{PASSWORD}@127.0.0.1:{port}/dpsql"
-        db = superset.api("POST", "/api/v1/database/", {"database_name": "dpsql flights", "sqlalchemy_uri": uri,
-                                                         "expose_in_sqllab": True, "allow_run_async": False})
-        ds = superset.api("POST", "/api/v1/dataset/", {"database": db["id"], "schema": "public",
-                                                        "table_name": "flights"})
-        columns = superset.api("GET", f"/api/v1/dataset/{ds['id']}")["result"]["columns"]
-        results["dataset_columns"] = {c["column_name"]: {"type": c.get("type"), "is_dttm": c.get("is_dttm")}
-                                      for c in columns}
-        log(f"dataset {ds['id']}: {results['dataset_columns']}")
-        time_axis = results["dataset_columns"].get("flight_date", {})
-        spec, context = chart(ds["id"])
-        saved = superset.api("POST", "/api/v1/chart/", spec)
-        before = len(read_log(out / "queries.jsonl"))
-        sql = superset.api("POST", "/api/v1/chart/data", dict(context, result_type="query"))
-        results["generated_sql"] = [q.get("query") for q in sql.get("result", [])]
-        data = superset.api("POST", "/api/v1/chart/data", context)
-        rows = data["result"][0]["data"]
-        results["rows"] = len(rows)
-        results["sample"] = rows[:4]
-        results["dpsql_statements"] = [{k: e[k] for k in ("route", "statement", "outcome", "sqlstate", "message")
-                                        if k in e} for e in read_log(out / "queries.jsonl", before)]
-        log(f"chart {saved['id']}: {len(rows)} rows from dpsql; Superset sent {results['generated_sql']}")
-        with tempfile.TemporaryDirectory() as shots:
-            shot = subprocess.run([str(venv / "bin" / "python"), str(ROOT / "bicheck" / "screenshot.py"),
-                                   superset.url, shots, str(saved["id"])], capture_output=True, text=True,
-                                  timeout=600)
-            if shot.returncode == 0:
-                dest = Path(args.screenshots) / "superset_time_series.png"
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(Path(shots) / "superset_chart_1.png", dest)
-                results["screenshot"] = str(dest)
-                log(f"screenshot: {dest}")
-            else:
-                log(f"screenshot failed: {shot.stderr[-2000:]}")
-        ok = (len(rows) == 12 * 3 and bool(time_axis.get("is_dttm"))
-              and "DATE" in str(time_axis.get("type", "")).upper() and "screenshot" in results)
-    except ApiError as exc:
-        log(f"FAILED: {exc}")
-        results["error"] = str(exc)
-    finally:
-        superset.stop()
-        dpsql_proc.send_signal(signal.SIGTERM)
-        dpsql_proc.wait(60)
-    results["seconds"] = round(time.monotonic() - t0)
-    (out / "report.json").write_text(json.dumps(results, indent=2, default=str))
-    log(f"report: {out / 'report.json'}; {results['seconds']} s; {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+def check(c: Check) -> bool:
+    superset, results = c.superset, c.results
+    db = c.database("dpsql flights")
+    ds = superset.api("POST", "/api/v1/dataset/", {"database": db["id"], "schema": "public",
+                                                    "table_name": "flights"})
+    columns = superset.api("GET", f"/api/v1/dataset/{ds['id']}")["result"]["columns"]
+    results["dataset_columns"] = {col["column_name"]: {"type": col.get("type"), "is_dttm": col.get("is_dttm")}
+                                  for col in columns}
+    log(f"dataset {ds['id']}: {results['dataset_columns']}")
+    time_axis = results["dataset_columns"].get("flight_date", {})
+    spec, context = chart(ds["id"])
+    saved = superset.api("POST", "/api/v1/chart/", spec)
+    before = c.logged()
+    sql = superset.api("POST", "/api/v1/chart/data", dict(context, result_type="query"))
+    results["generated_sql"] = [q.get("query") for q in sql.get("result", [])]
+    data = superset.api("POST", "/api/v1/chart/data", context)
+    rows = data["result"][0]["data"]
+    results["rows"] = len(rows)
+    results["sample"] = rows[:4]
+    results["dpsql_statements"] = c.log_since(before)
+    log(f"chart {saved['id']}: {len(rows)} rows from dpsql; Superset sent {results['generated_sql']}")
+    shot = c.screenshot(saved["id"], "superset_time_series.png")
+    return (len(rows) == 12 * 3 and bool(time_axis.get("is_dttm"))
+            and "DATE" in str(time_axis.get("type", "")).upper() and shot)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("time", __doc__.splitlines()[0], prepare, check))

@@ -387,8 +387,12 @@ def _check_tables(tables: dict, backend, table: str | None, out=None) -> bool:
                 n = problems.get(status)
                 if not n:
                     continue
-                lands = {"below_range": "the first bin (clamped)", "above_range": "the last bin (clamped)",
-                         "not_integer": "the bin containing the value"}.get(status, place)
+                # numbers beyond the range clamp into the end bins; out-of-period times and an
+                # integer join key's values (IntegerRange.clamp) go to the invalid place
+                clamped = att.kind == "numeric" or (att.kind == "integer" and getattr(att, "clamp", True))
+                ranges = {"below_range": "the first bin (clamped)", "above_range": "the last bin (clamped)"} \
+                    if clamped else {}
+                lands = {**ranges, "not_integer": "the bin containing the value"}.get(status, place)
                 if status == "null_not_nullable":
                     lands = place
                 examples = ", ".join(f"{_show(v)} ×{c:,}" for v, c in col.examples.get(status, []))
@@ -423,16 +427,25 @@ def cmd_measure(args) -> int:
     session = con.session
     mode = args.mode or session.engine.config.planner.mode
     people = session.engine.config.people
-    if people is not None and args.table is None and not args.increment:
-        # a people schema: measure every view the workload reads, each at its share
+    if people is not None and args.table is None:
+        # a people schema: measure every view the workload reads, each at its share; an
+        # increment divides its budget across the views that need one the same way
         engine = session.engine
-        views = list(engine.view_shares(engine.workload_rho()))
+        parts: dict[str, Fraction | None]
+        if args.increment:
+            from dpsql.engine.people_plan import increment_shares
+            parts = dict(increment_shares(engine, _increment_rho(args, engine)))
+        else:
+            parts = {view: None for view in engine.view_shares(engine.workload_rho())}
         status.clear()
         con.close()
+        if not parts:
+            print("every workload query is supported by the released measurements: nothing to measure")
+            return 0
         rc = 0
-        for view in views:
+        for view, share in parts.items():
             print(f"view {view} ({' -> '.join(people.path(view))}):")
-            rc = max(rc, cmd_measure(argparse.Namespace(**{**vars(args), "table": view})))
+            rc = max(rc, cmd_measure(argparse.Namespace(**{**vars(args), "table": view, "increment_rho": share})))
         return rc
     if not _check_tables(session.engine.catalog, session.engine.backend, args.table):
         if not args.force:
@@ -448,7 +461,7 @@ def cmd_measure(args) -> int:
             raise errors.ProgrammingError("--increment extends a planned (hdmm) workload",
                                           hint="AIM's rounds re-use what was measured: run "
                                                "dpsql measure --mode aim again with a new budget")
-        rho = _increment_rho(args, engine)
+        rho = _increment_rho(args, engine, table)
         strategy = engine.increment_strategy(table, rho)
         status.clear()
         if strategy is None:
@@ -521,16 +534,20 @@ def _prepare_model(engine, table: str, status: StatusLine) -> int:
     return 0
 
 
-def _increment_rho(args, engine) -> Fraction:
-    """The increment's exact ρ: --rho (read toward privacy, as the configuration's), --epsilon
-    at the configured δ (rounded down), or the workload budget capped by what is left."""
+def _increment_rho(args, engine, table: str | None = None) -> Fraction:
+    """The increment's exact ρ: a view's part of a people schema's increment (set by
+    cmd_measure), --rho (read toward privacy, as the configuration's), --epsilon at the
+    configured δ (rounded down), or the workload budget — a view's share of it — capped by
+    what is left."""
     from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
+    if getattr(args, "increment_rho", None) is not None:
+        return args.increment_rho
     if args.rho is not None:
         return budget_rho(args.rho)
     if args.epsilon is not None:
         return epsilon_delta_to_rho(args.epsilon, engine.config.budget.delta)
     left = engine.ledger.remaining(None)
-    rho = min(engine.workload_rho(), left)
+    rho = min(engine.workload_rho(table), left)
     if rho <= 0:
         raise errors.BudgetExhaustedError("no budget is left for an increment",
                                           hint="the operator grants a new budget (a new ledger)",

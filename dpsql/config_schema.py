@@ -29,6 +29,7 @@ from typing import Any
 
 from dpsql.domain import check_keys
 from dpsql.errors import ConfigError
+from dpsql.triangulation import AIM_MODEL_CELLS, MAX_MODEL_CELLS
 
 __all__ = ["Key", "Section", "SCHEMA", "check", "default", "source_keys",
            "ERROR_COLUMNS", "ESTIMATORS", "POLICIES", "NOISES", "PLANNER_MODES", "OBJECTIVES",
@@ -193,14 +194,14 @@ SCHEMA: dict[str, Section] = {
         "restarts": _k("int", "HDMM random restarts per operator", default=3, minimum=1),
         "seed": _k("int", "planning is deterministic for a seed", default=0),
         "max_clique_cells": _k("int", "largest marginal a strategy may count", default=2_000_000, minimum=1),
-        "max_model_cells": _k("int", "largest junction tree the exact model may build", default=20_000_000,
+        "max_model_cells": _k("int", "largest junction tree the exact model may build", default=MAX_MODEL_CELLS,
                               minimum=1),
         "objective": _k("str", "what the planner minimises", default="relative", choices=OBJECTIVES),
         "mode": _k("str", "hdmm, or aim (adaptive rounds)", default="hdmm", choices=PLANNER_MODES),
         "binning": _k("str", "SUM/AVG over wide bins: measured offsets or the bound", default="offsets",
                       choices=BINNING_MODES),
         "aim_max_model_cells": _k("int", "AIM's JT-SIZE cap (thesis default 80 MB of float64)",
-                                  default=80 * 2**20 // 8, minimum=1),
+                                  default=AIM_MODEL_CELLS, minimum=1),
     }),
     "model": Section("model options", {
         "iters": _k("int", "the same as fit_iters", minimum=1),

@@ -73,15 +73,30 @@ class PublicTable:
 
 @dataclass(frozen=True)
 class Reference:
-    """``table.column`` holds keys of ``target.target_column`` (a public table)."""
+    """``table.columns`` hold keys of ``target.target_columns`` (a public table), column i
+    referencing target column i; a composite key (several columns) is joined on all of its
+    columns at once."""
 
     table: str
-    column: str
+    columns: tuple[str, ...]
     target: str
-    target_column: str
+    target_columns: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.columns) != len(self.target_columns) or not self.columns:
+            raise ConfigError(f"reference {self}: {len(self.columns)} column(s) against "
+                              f"{len(self.target_columns)} target column(s)",
+                              hint='name as many target columns as key columns: "a, b" = "t.x, t.y"')
+
+    @property
+    def pairs(self) -> frozenset[tuple[str, str]]:
+        """The (column, target column) equalities the reference stands for."""
+        return frozenset(zip(self.columns, self.target_columns))
 
     def __str__(self) -> str:
-        return f"{self.table}.{self.column} → {self.target}.{self.target_column}"
+        def side(table: str, cols: tuple[str, ...]) -> str:
+            return f"{table}.{cols[0]}" if len(cols) == 1 else f"{table}.({', '.join(cols)})"
+        return f"{side(self.table, self.columns)} → {side(self.target, self.target_columns)}"
 
 
 def public_fingerprint(table: PublicTable) -> str:
@@ -113,9 +128,19 @@ class StarCatalog(dict):
         self.people = people
 
     def reference(self, table: str, column: str, target: str, target_column: str) -> Reference | None:
-        """The declared reference between the two columns, in either direction."""
-        for r in self.references:
-            if (r.table, r.column, r.target, r.target_column) == (table, column, target, target_column) or \
-                    (r.target, r.target_column, r.table, r.column) == (table, column, target, target_column):
+        """The declared one-column reference between the two columns, in either direction."""
+        for pairs, r in self.references_between(table, target):
+            if pairs == frozenset({(column, target_column)}):
                 return r
         return None
+
+    def references_between(self, table: str, other: str) -> list[tuple[frozenset[tuple[str, str]], Reference]]:
+        """Every declared reference between two tables, in either direction, with its column
+        pairs oriented (column of ``table``, column of ``other``)."""
+        out = []
+        for r in self.references:
+            if (r.table, r.target) == (table, other):
+                out.append((r.pairs, r))
+            elif (r.target, r.table) == (table, other):
+                out.append((frozenset((b, a) for a, b in r.pairs), r))
+        return out

@@ -13,7 +13,18 @@ import heapq
 from collections.abc import Iterable, Sequence
 from math import prod
 
-__all__ = ["canonical", "elimination_order", "maximal_cliques", "tree_cells"]
+__all__ = ["AIM_MODEL_CELLS", "MAX_MODEL_CELLS", "canonical", "elimination_order", "maximal_cliques",
+           "tree_cells"]
+
+#: The largest junction tree, in cells, the exact model may build: the one default of the
+#: model-size cap (issue 36 item 4; it was written five times with three values).  The
+#: planner's ``Caps.model_size``, the fit's ``dpsql.pgm.DEFAULT_CAPACITY`` and dpsql.toml's
+#: ``[planner] max_model_cells`` (``dpsql.config_schema``) all read it, so the library's default
+#: is the engine's.  2·10⁷ float64 cells: 160 MB of parameters.
+MAX_MODEL_CELLS = 20_000_000
+#: AIM's own cap on the model its rounds may grow (MAX-SIZE, thesis §5.6.5: 80 MB of float64);
+#: the engine runs AIM under the smaller of the two (``dpsql.engine.aim.aim_options``).
+AIM_MODEL_CELLS = 80 * 2**20 // 8
 
 
 def canonical(order: dict[str, int], clique: Iterable[str]) -> tuple[str, ...]:

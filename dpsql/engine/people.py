@@ -191,11 +191,6 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
             raise ConfigError(f"{where}: table {name!r} declares its own privacy unit, but [people] protects "
                               "it per person", hint="remove privacy_unit from the table: its rows "
                                                     "are bounded per person by [people.tables] max_rows")
-        if src.kind == "csv":
-            raise ConfigError(f"{where}: table {name!r}: a people schema joins typed sources (parquet, duckdb, "
-                              "postgres, spark), not csv",
-                              hint="convert the file to Parquet (e.g. COPY (SELECT * FROM 'f.csv') TO "
-                                   "'f.parquet' in DuckDB) and declare its column types")
     engines = {_engine(sources[n]) for n in tables}
     urls = {sources[n].url for n in tables}
     if len(engines) > 1 or ("postgres" in engines and len(urls) > 1):

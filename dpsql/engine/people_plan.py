@@ -2,11 +2,12 @@
 
 The workload is split by view (each query compiles to the view of the table it reads), every
 view's strategy is planned by HDMM as for any table, and the workload budget is divided
-across the views to minimise their total expected error (``dpsql.plan.views``: ρ_v ∝
-k_v·√E_v).  ``people_plan`` is what ``dpsql plan`` prints for such a configuration: each
-view's path, bound, share, expected errors, and what public metadata says about the rows
-its bound drops.  Everything here is public: configuration, workload, domains, and the
-tables' declared public sizes (``[tables.NAME] rows``); nothing reads the data.
+across the views to minimise their total expected error in the planner's objective
+(``dpsql.plan.views``: ρ_v ∝ √c_v, ``ViewCost.cost``).  ``people_plan`` is what ``dpsql
+plan`` prints for such a configuration: each view's path, bound, share, expected errors,
+and what public metadata says about the rows its bound drops.  Everything here is public:
+configuration, workload, domains, and the tables' declared public sizes (``[tables.NAME]
+rows``); nothing reads the data.
 
 Truncation bias (rows a bound drops) is reported only from public metadata: with declared
 sizes N_T of a table and P of the person table, at least max(0, N_T − k_T·P) of T's rows
@@ -28,22 +29,40 @@ from dpsql.errors import ProgrammingError
 # not import the engine's (tests/test_layout.py: no two files import each other)
 Engine = Any
 
-__all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan"]
+__all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan", "increment_shares"]
 
 
 @dataclass(frozen=True)
 class ViewCost:
-    """A view's planning inputs: its bound k, its strategy's unit-noise expected error E
-    (planner objective) and cost = k²·E (``dpsql.plan.views``); under a group bound k² is
-    the strategy's effective squared row factor ``rows_sq`` (``Engine.rows_sq``)."""
+    """A view's planning inputs: its bound k, its strategy's unit-noise expected error E in
+    the planner's objective, the number n of its workload queries, its noise's squared row
+    factor (k², or ``rows_sq`` under a group bound: ``Engine.rows_sq``), and its cost c, the
+    factor of 1/(2ρ_v) in the whole workload's objective (``dpsql.plan.views``).
+
+    Under ``objective = "absolute"`` E sums the queries' squared errors at unit noise, and
+    the view's row factor multiplies every noise variance: c = k²·E (``rows_sq``·E).  Under
+    ``"relative"`` (the default) E sums each query's error over its baseline b_q = n·Δ_q²
+    (one of the view's n queries alone at 1/n of its budget, ``plan.objective``), but the
+    workload's objective measures every query against the baseline of the whole workload:
+    one of its Q queries alone at ρ/Q, with noise for the view's row factor, as the plan's
+    baselines carry it (``Engine.plan``).  The row factor then cancels — a query over line
+    items is as well answered at k times the σ of a count of persons as its own baseline
+    is — and the sum over the view is (ρ/ρ_v)·(n/Q)·E: c = n·E (the constant 1/Q is the
+    same for every view).  Weighting it by k² instead (before) gave a view of 128 rows per
+    person 128 times the share of a person view of the same structure, whose queries then
+    came out at 4× their baseline (bench/people_tpch.py)."""
 
     table: str
     max_rows: int
     expected_error: float
     rows_sq: float | None = None
+    queries: int = 1
+    objective: str = "absolute"
 
     @property
     def cost(self) -> float:
+        if self.objective == "relative":
+            return self.queries * self.expected_error
         k2 = self.max_rows ** 2 if self.rows_sq is None else self.rows_sq
         return k2 * self.expected_error
 
@@ -64,7 +83,8 @@ def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
     for table, workload in planned.items():
         k = people.bound(table)
         strategy = engine.optimize_counted(workload, Fraction(rho) / len(planned), k)
-        out[table] = ViewCost(table, k, float(strategy.expected_error), engine.rows_sq(table, strategy))
+        out[table] = ViewCost(table, k, float(strategy.expected_error), engine.rows_sq(table, strategy),
+                              len(workload.parts), engine.config.planner.objective)
     return out
 
 
@@ -112,8 +132,8 @@ class PeoplePlan:
 
     def lines(self) -> list[str]:
         out = [f"people schema: {len(self.views)} views of the same persons share rho = {float(self.rho):.4g} "
-               "(split to minimise the total expected error: rho_v proportional to max_rows_v * sqrt(E_v), "
-               "max_rows_v the row factor of the view's noise)"]
+               "(split to minimise the total expected error: rho_v proportional to the square root of each view's "
+               "error at unit noise)"]
         for v in self.views:
             out.append(v.line())
             if v.truncation is not None:
@@ -167,3 +187,22 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
                               costs[table].rows_sq if table in costs else None, slice_, released))
     cost_map = {v: c.cost for v, c in costs.items()}
     return PeoplePlan(rho, tuple(views), expected_total(cost_map, shares), even_total(rho, cost_map))
+
+
+def increment_shares(engine: Engine, rho: Fraction) -> dict[str, Fraction]:
+    """An increment's budget ``rho`` divided across the views whose workload queries no
+    release supports yet (``dpsql measure --increment`` of a people schema): the workload's
+    split (``Engine.view_shares``) restricted to those views and scaled to add up to exactly
+    ``rho``, so a view gets the part of the budget the plan gives it beside the others that
+    need one.  Empty when every query is supported.  Public: the workload, the domains and
+    the released measurements' shapes; the model fitted to the releases is post-processing."""
+    shares = engine.view_shares(engine.workload_rho())
+    needing = {view: share for view, share in shares.items() if engine.unsupported_workload(view)}
+    if not needing:
+        return {}
+    total = sum(needing.values(), Fraction(0))
+    if total == 0:
+        return {view: Fraction(rho) / len(needing) for view in needing}
+    out = {view: Fraction(rho) * share / total for view, share in needing.items()}
+    assert sum(out.values(), Fraction(0)) == rho
+    return out

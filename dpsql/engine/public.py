@@ -3,7 +3,8 @@
 ``[tables.NAME] public = true`` with a ``source`` (any kind: a file, a PostgreSQL table, a
 Spark table or Parquet files) declares a public dimension table: read whole when the
 configuration is loaded (``dpsql.measure.backend.PublicDatabase``), shown exactly, never
-charged.  ``keys = { column = "table.column" }`` (on a private or a public
+charged.  ``keys = { column = "table.column" }`` (``"a, b" = "t.x, t.y"`` for a composite
+key; on a private or a public
 table; a list for several targets) declares a reference that queries may join on, and a
 categorical's ``labels_from = "table.column"`` (in the domain file) takes its labels from a
 public column.  Every check here reads the configuration and the public tables only.
@@ -78,7 +79,8 @@ def _public_column(db, ref, where: str):
 
 def labels_resolver(db, where: str):
     """``labels_from`` for ``load_domain``: the distinct non-NULL values of a public column,
-    in the table's row order."""
+    in the table's row order (a file's; a PostgreSQL or Spark table's rows sorted by their
+    columns, ``dpsql.measure.router.read_public``)."""
     def labels(ref: str) -> list:
         table, column = _public_column(db, ref, f"{where}: labels_from")
         values = list(dict.fromkeys(v for v in table.values(column) if v is not None))
@@ -106,20 +108,47 @@ def declared_references(tables_spec: Mapping, schemas: Mapping, db, where: str) 
         keys = spec["keys"]
         if not isinstance(keys, Mapping):
             raise ConfigError(f"{twhere} must be a table", hint='keys = { origin = "airports.faa" }')
-        for column, targets in keys.items():
+        for key, targets in keys.items():
+            cwhere = f"{twhere}: {key}"
+            columns = _columns(key, cwhere)
             for ref in targets if isinstance(targets, list) else [targets]:
-                cwhere = f"{twhere}: {column}"
-                table, target_column = _public_column(db, ref, cwhere)
-                values = [v for v in table.values(target_column) if v is not None]
-                if name in schemas:
-                    _check_key(schemas[name], column, values, ref, cwhere)
-                else:
-                    source = db.tables.get(name) if db is not None else None
-                    if source is None or column not in source.column_names:
-                        raise ConfigError(f"{cwhere}: table {name!r} has no column {column!r}",
-                                          hint="keys name a column of the table they are declared in")
-                out.append(Reference(name, column, table.name, target_column))
+                table, target_columns = _targets(db, ref, len(columns), cwhere)
+                for column, target_column in zip(columns, target_columns):
+                    values = [v for v in table.values(target_column) if v is not None]
+                    if name in schemas:
+                        _check_key(schemas[name], column, values, f"{table.name}.{target_column}", cwhere)
+                    else:
+                        source = db.tables.get(name) if db is not None else None
+                        if source is None or column not in source.column_names:
+                            raise ConfigError(f"{cwhere}: table {name!r} has no column {column!r}",
+                                              hint="keys name a column of the table they are declared in")
+                out.append(Reference(name, columns, table.name, target_columns))
     return tuple(out)
+
+
+def _columns(key, where: str) -> tuple[str, ...]:
+    """A key's columns: ``origin``, or ``"origin, month"`` for a composite key."""
+    columns = tuple(c.strip() for c in str(key).split(","))
+    if not all(columns) or len(set(columns)) != len(columns):
+        raise ConfigError(f"{where}: {key!r} does not name distinct columns",
+                          hint='a composite key names its columns separated by commas: "origin, month"')
+    return columns
+
+
+def _targets(db, ref, n: int, where: str):
+    """The public table and its ``n`` columns a reference names: ``"airports.faa"``, or
+    ``"weather.origin, weather.month"`` (one ``table.column`` per key column, one table)."""
+    if not isinstance(ref, str):
+        raise ConfigError(f"{where}: {ref!r} is not \"table.column\"", hint='e.g. "airports.faa"')
+    parts = [_public_column(db, p.strip(), where) for p in ref.split(",")]
+    if len(parts) != n:
+        raise ConfigError(f"{where}: {n} key column(s) but {len(parts)} target column(s) in {ref!r}",
+                          hint='name one target per key column, in order: "origin, month" = '
+                               '"weather.origin, weather.month"')
+    if len({t.name for t, _ in parts}) != 1:
+        raise ConfigError(f"{where}: {ref!r} names columns of several tables",
+                          hint="a composite key references the columns of one public table")
+    return parts[0][0], tuple(c for _, c in parts)
 
 
 def _check_key(schema, column: str, values: list, ref: str, where: str) -> None:
@@ -148,6 +177,14 @@ def _check_key(schema, column: str, values: list, ref: str, where: str) -> None:
     if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
         raise ConfigError(f"{where}: {ref} holds values that are not integers but '{column}' is an integer",
                           hint="join columns of one type")
+    outside = [v for v in dict.fromkeys(values) if not attr.lo <= v <= attr.hi]
+    if outside:
+        # a private row holding such a value lands in the NULL cell (unclamp_keys) and could
+        # not join the public rows SQL joins it with, as for an open categorical's labels
+        shown = ", ".join(repr(v) for v in outside[:5]) + (" …" if len(outside) > 5 else "")
+        raise ConfigError(f"{where}: {len(outside)} key(s) of {ref} lie outside '{column}''s declared range "
+                          f"{attr.lo}..{attr.hi} ({shown}): rows holding them could not be joined",
+                          hint=f"widen lo/hi of '{column}' to cover the public keys")
     if not attr.nullable:
         # its values outside lo..hi need a cell that joins no row (unclamp_keys)
         raise ConfigError(f"{where}: the integer join key '{column}' must be nullable: values outside "
@@ -161,7 +198,7 @@ def unclamp_keys(tables: Mapping, references) -> dict:
     joins no dimension row, instead of the end bin, which would join the end key's row.
     Decided from the declared keys alone, so the same on every backend; the rule is part of
     the domain's fingerprint (docs/privacy.md §7.4)."""
-    keyed = {(r.table, r.column) for r in references}
+    keyed = {(r.table, c) for r in references for c in r.columns}
     out = {}
     for name, schema in tables.items():
         attrs = tuple(a.unclamped() if isinstance(a, IntegerRange) and (name, a.name) in keyed else a

@@ -126,9 +126,50 @@ class DuckDBBackend(SqlBackend):
 
     @contextlib.contextmanager
     def _read(self, table: str, source: Source, expect: dict | None):
+        if source.kind == "csv":
+            with self._read_csv(table, source, expect) as rd:
+                yield rd
+            return
         files = parquet_files(source) if source.kind == "parquet" and source.is_glob else None
         with consistent_files(table, source.fingerprint, expect):
             yield _DuckRead(self, self._typed_scan(source, files))
+
+    @contextlib.contextmanager
+    def _read_csv(self, table: str, source: Source, expect: dict | None):
+        """A CSV table read as a hop of a person view (a CSV table alone is encoded once,
+        ``_encode``): the file framed into a private copy by the total reader, and each
+        well-formed record's fields as text, unquoted, its declared null strings NULL — what
+        the CSV path hands ``convert_text``, as the VARCHAR columns a typed source would
+        have (the view's cells are then read by ``typed_column``, which converts VARCHAR
+        text alike).  A malformed record has no key, so it reaches no person and is not
+        counted, as a row without an id is not under ``max_rows``.  The framed copy is
+        removed when the read ends."""
+        with consistent_files(table, source.fingerprint, expect):
+            framed = reader.normalise_csv(source, self._tmp())
+            try:
+                remember_fingerprint(source.file, framed.stat_key, framed.fingerprint)
+                if source.data_version is None and framed.fingerprint != source.fingerprint():
+                    raise changed_error(table, while_reading=True)
+                d = source.dialect
+                names = list(dict.fromkeys(framed.header))
+                rel = reader.csv_fields(reader.line_scan(framed.path, d), d, framed.header, names)
+                cols = []
+                for name in names:
+                    raw = exp.column(name, quoted=True)
+                    text = reader.unquote_sql(raw, d)
+                    if d.null:
+                        text = exp.Case().when(exp.In(this=raw.copy(), expressions=[exp.Literal.string(v)
+                                                                                     for v in d.null]),
+                                               exp.Null()).else_(text)
+                    cols.append(exp.alias_(text, name, quoted=True))
+                scan = exp.select(*cols).from_(exp.alias_(exp.Subquery(this=rel), "__csv")).where(
+                    exp.column("__ok"))
+                yield _DuckRead(self, scan)
+            finally:
+                try:
+                    os.unlink(framed.path)
+                except OSError:
+                    pass
 
     # -- CSV: frame and encode once ---------------------------------------------------------
     def _frame(self, schema: TableSchema):
@@ -177,7 +218,7 @@ class DuckDBBackend(SqlBackend):
         if cached is not None and cached[1] == current:
             return cached[0]
         source = self._source(schema.name)
-        if source.kind != "csv":
+        if not _framed_csv(source):
             raise ConfigError("only CSV sources are encoded once")
         name = "cells_" + hashlib.sha256(schema.name.encode()).hexdigest()[:16]
         try:
@@ -228,7 +269,7 @@ class DuckDBBackend(SqlBackend):
     def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
                         expect: dict | None = None) -> dict[Clique, np.ndarray]:
         """Exact counts; with ``expect`` (a :meth:`fingerprint`), only from that content."""
-        if self._source(schema.name).kind != "csv":
+        if not _framed_csv(self._source(schema.name)):
             return super().count_marginals(schema, cliques, expect)
         check_cliques(schema, cliques)
         if not cliques:
@@ -249,7 +290,7 @@ class DuckDBBackend(SqlBackend):
         """``SqlBackend.sum_offsets``; a CSV source is framed again and read through the
         total reader with its values (the encoded table holds cells only)."""
         source = self._source(schema.name)
-        if source.kind != "csv":
+        if not _framed_csv(source):
             return super().sum_offsets(schema, requests, expect)
         check_cliques(schema, [c for c, _ in requests])
         if not requests:
@@ -273,7 +314,7 @@ class DuckDBBackend(SqlBackend):
         """Per column, how many values landed where (``reader.STATUSES``), with a few example
         values of each problem.  Reads raw rows: an operator tool (``dpsql check``)."""
         source = self._source(schema.name)
-        if source.kind != "csv":
+        if not _framed_csv(source):
             return super().data_check(schema, examples)
         with self._lock:
             try:
@@ -329,7 +370,7 @@ class DuckDBBackend(SqlBackend):
         rows (columns ``sqlgen.cell_column(i)``), read like a measurement reads them."""
         source = self._source(schema.name)
         cols = ", ".join(select)
-        if source.kind == "csv":
+        if _framed_csv(source):
             self._con.execute(f'CREATE TABLE "{name}" AS SELECT {cols} FROM {self._encode(schema)}')
             return
         columns = self.check_schema(schema)
@@ -356,6 +397,12 @@ class DuckDBBackend(SqlBackend):
     def close(self) -> None:
         self._con.close()
         self._scratch.close()
+
+
+def _framed_csv(source: Source) -> bool:
+    """A CSV table read on its own (framed and encoded once); a person view whose first
+    table is a CSV file has kind csv too, but is read through its hops (``_read_csv``)."""
+    return source.kind == "csv" and source.view is None
 
 
 class _DuckRead:

@@ -334,11 +334,13 @@ class SqlBackend(ABC):
             if i == 0:
                 out[PERSON] = cols[view.person_key]
         for table, hops in view.exists:
-            for hop in hops:
-                cols = self._describe(hop.source)
-                for key in (hop.key, ) + ((hop.parent_key,) if hop is not hops[0] else ()):
-                    if key is not None and key not in cols:
-                        raise ConfigError(f"table {hop.table!r}: the source has no column {key!r} (a key)",
+            for j, hop in enumerate(hops):
+                # a hop's key is its own column; its parent_key is the previous hop's (TPC-H
+                # names them apart: lineitem.l_orderkey = orders.o_orderkey)
+                owned = [(hop, hop.key)] + ([(hops[j - 1], hop.parent_key)] if j else [])
+                for holder, key in owned:
+                    if key is not None and key not in self._describe(holder.source):
+                        raise ConfigError(f"table {holder.table!r}: the source has no column {key!r} (a key)",
                                           hint="fix [people] in the configuration, or the source")
             out[f"{table}{SEP}{EXISTS}"] = _INTEGER[self.dialect]
         for column, _, _ in view.filters:   # the flags of conditions (their views' keys checked above)

@@ -338,7 +338,8 @@ def csv_fields(scan: exp.Expr, dialect: CsvDialect, header: Sequence[str],
     return exp.select(*cols).from_(exp.alias_(exp.Subquery(this=mid), "__fields"))
 
 
-def _unquote_sql(x: exp.Expr, d: CsvDialect) -> exp.Expr:
+def unquote_sql(x: exp.Expr, d: CsvDialect) -> exp.Expr:
+    """The text of a raw CSV field: outer quotes removed, escaped quotes undone."""
     if not d.quote:
         return x
     inner = exp.Substring(this=x.copy(), start=exp.Literal.number(2),
@@ -413,7 +414,7 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
     is_null: exp.Expr
     if d is not None:
         is_null = exp.In(this=raw.copy(), expressions=[_s(v) for v in d.null]) if d.null else exp.false()
-        text = _unquote_sql(raw, d)
+        text = unquote_sql(raw, d)
     else:
         is_null = exp.Is(this=raw.copy(), expression=exp.Null())
         text = raw.copy()
@@ -726,7 +727,7 @@ def typed_column(att: Attribute, col: exp.Expr, sql_type: str, tag: str,
     return Converted(pre, cell.else_(value), status.else_(_number_status(att, x)))
 
 
-__all__ = ["normalise_csv", "split_fields", "unquote", "line_scan", "csv_fields", "convert_text",
+__all__ = ["normalise_csv", "split_fields", "unquote", "unquote_sql", "line_scan", "csv_fields", "convert_text",
            "typed_column", "label_index_sql", "integer_value_sql", "uniform_bins_sql", "text_bins_sql",
            "accepts", "accepts_id",
            "type_family", "is_nan", "number_sql", "parse_number", "STATUSES",

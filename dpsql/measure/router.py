@@ -118,9 +118,14 @@ def read_public(name: str, source: Source) -> tuple[list[tuple[str, str]], list[
         raise ConfigError(f"public table {name!r}: a {source.kind} source is read by DuckDB",
                           hint="PublicDatabase reads csv, parquet and duckdb sources itself")
     try:
-        return backend.read_public(name)
+        columns, rows = backend.read_public(name)
     finally:
         backend.close()
+    # an engine's table has no row order (PostgreSQL returns a heap's order, Spark its files'
+    # and partitions'): sorted by its columns, so that labels_from, which lists a column's
+    # values in row order, gives the same domain (and fingerprint) at every load
+    rows.sort(key=lambda r: tuple((v is None, 0 if v is None else v) for v in r))
+    return columns, rows
 
 
 __all__ = ["Router", "open_backend", "read_public"]

@@ -232,7 +232,7 @@ class SparkBackend(SqlBackend):
         except Exception as exc:  # noqa: BLE001 - py4j, PySpark and Connect errors alike
             raise engine_error("Spark", f"reading public table {table!r}", exc) from None
         if stamps:       # a session-zone (UTC) timestamp, read as its text: not Python's local time
-            rows = [tuple(_timestamp(v) if i in stamps else v for i, v in enumerate(r)) for r in rows]
+            rows = [tuple(_timestamp(table, v) if i in stamps else v for i, v in enumerate(r)) for r in rows]
         return columns, rows
 
 
@@ -260,8 +260,14 @@ def public_column(name: str, spark_type: str) -> tuple[str, str]:
     return "VARCHAR", f"CAST({col} AS STRING) AS {col}"
 
 
-def _timestamp(text):
-    return None if text is None else datetime.datetime.fromisoformat(text)
+def _timestamp(table: str, text: str | None) -> datetime.datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:       # public data: the value may be shown
+        raise ConfigError(f"public table {table!r}: timestamp {text[:40]!r} is outside years 1..9999",
+                          hint="filter or cast such timestamps in a view of the table") from None
 
 
 def _base_path(location: str) -> str:

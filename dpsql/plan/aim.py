@@ -43,14 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.triangulation import elimination_order
+from dpsql.triangulation import AIM_MODEL_CELLS, elimination_order
 
 __all__ = ["AIMOptions", "Round", "RoundResult", "AIMResult", "DEFAULT_MODEL_CELLS",
            "workload_marginals", "downward_closure", "candidate_weights", "scaled_l1",
            "exact_scores", "epsilon_for", "jt_size", "run_aim", "plan_summary", "advise", "Advice"]
 
-#: Thesis default model capacity: 80 MB of float64 (§5.6.5), in cells.
-DEFAULT_MODEL_CELLS = 80 * 2**20 // 8
+#: Thesis default model capacity: 80 MB of float64 (§5.6.5), in cells (declared once, below
+#: plan and pgm).
+DEFAULT_MODEL_CELLS = AIM_MODEL_CELLS
 #: Model marginals are rounded to this dyadic grid before they meet the data (exact scores).
 SCORE_GRID_BITS = 20
 _EPS_BITS = 40

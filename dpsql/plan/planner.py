@@ -39,7 +39,7 @@ from dpsql.plan.strategy import Strategy, factor_kind
 from dpsql.plan.union import group_by_support
 from dpsql.plan.error import noise_norm, term_errors
 from dpsql.plan.workload import WorkloadTerms, workload_terms
-from dpsql.triangulation import tree_cells
+from dpsql.triangulation import MAX_MODEL_CELLS, tree_cells
 
 __all__ = ["Caps", "Candidate", "CANDIDATES", "optimize", "junction_tree_size", "DEFAULT_GRID"]
 
@@ -57,7 +57,7 @@ class Caps:
     """Limits on what a strategy may ask of the measure and reconstruct steps."""
 
     marginal_cells: int = 10 ** 7      # cells of the largest marginal counted in the database
-    model_size: int = 10 ** 8          # cells of the junction tree the cliques induce
+    model_size: int = MAX_MODEL_CELLS  # cells of the junction tree the cliques induce (the engine's default)
     opt0_cells: int = 4096             # largest attribute OPT_0 optimises densely
     marginal_parameters: int = 4096    # largest downward closure OPT_M optimises over
 

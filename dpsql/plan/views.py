@@ -5,11 +5,14 @@ measurements compose: their shares ρ_v must add up to the workload budget ρ.  
 (discrete) Gaussian mechanism a view measured with share ρ_v has expected total squared
 error
 
-    err_v(ρ_v) = c_v / (2 ρ_v),   c_v = k_v² · E_v,
+    err_v(ρ_v) = c_v / (2 ρ_v),
 
-where k_v is the view's per-person row bound (every sensitivity is multiplied by it) and E_v
-the unit-noise expected error of its strategy (HDMM's ``Strategy.expected_error``: the
-strategy's squared sensitivity times ‖W A⁺‖²_F, in the planner's objective).  Minimising
+in the planner's objective, with c_v from the view's unit-noise expected error E_v (HDMM's
+``Strategy.expected_error``: the strategy's squared sensitivity times ‖W A⁺‖²_F):
+c_v = k_v²·E_v for absolute errors, k_v the view's per-person row bound (every sensitivity
+is multiplied by it), and c_v = n_v·E_v for errors relative to each query's baseline, n_v
+the view's number of queries (the bound multiplies the baseline too and cancels:
+``dpsql.engine.people_plan.ViewCost``).  Minimising
 Σ_v c_v / (2ρ_v) subject to Σ_v ρ_v = ρ (Lagrange: c_v / (2ρ_v²) equal for all v) gives
 
     ρ_v = ρ · √c_v / Σ_u √c_u,   total = (Σ_v √c_v)² / (2ρ),
@@ -84,8 +87,8 @@ class GroupBound:
 def split_budget(rho: Fraction, costs: Mapping[str, float]) -> dict[str, Fraction]:
     """The shares ρ_v minimising Σ_v costs[v] / (2ρ_v) with Σ_v ρ_v = ``rho`` exactly.
 
-    ``costs[v]`` = k_v² · E_v ≥ 0.  A view of cost 0 (nothing to measure) gets 0; when every
-    cost is 0 the budget is split evenly."""
+    ``costs[v]`` = c_v ≥ 0 (k_v²·E_v or n_v·E_v, ``ViewCost``).  A view of cost 0 (nothing
+    to measure) gets 0; when every cost is 0 the budget is split evenly."""
     rho = Fraction(rho)
     if rho <= 0:
         raise ValueError("the budget must be positive")

@@ -198,8 +198,8 @@ def build_key(canonical: str, node: exp.Expr, attr, evaluator: CellEvaluator) ->
         return GroupKey(canonical, node, attr, values, typ, rank)
     if isinstance(inner, DimRef) and attr.is_key(inner.shown):
         # a joined key grouped as the bare column is (its "(other)" cell a group of its own)
-        values, typ = column_key_values(attr.key)
-        return GroupKey(canonical, node, attr, [values[k] for k in attr.source], typ)
+        values, typ = column_key_values(attr.key_attr(inner.shown))
+        return GroupKey(canonical, node, attr, [values[k] for k in attr.key_cells(inner.shown)], typ)
     values, null = evaluator.constant_values(node)
     values = [None if null[i] else values[i] for i in range(len(values))]
     if any(v is OTHER for v in values):

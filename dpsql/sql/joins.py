@@ -4,8 +4,8 @@ A statement's FROM clause is read into a :class:`JoinTree`: the tables it names 
 private or public) and, per join, its kind and the column pairs its ON / USING equates.
 The representation knows nothing of privacy, so a later join of two private tables can use
 it; today :func:`star` accepts exactly one private table joined (INNER or LEFT, chains
-included) with public tables on declared keys, and refuses every other shape with a
-SQLSTATE and a hint.
+included) with public tables on declared keys (composite ones too), and refuses every other
+shape with a SQLSTATE and a hint.
 
 **The compilation.**  Every public table is public metadata, so the rows a private row
 joins with depend only on the private row's value of the key column it is joined on.  For
@@ -24,6 +24,15 @@ private table's own histogram x — the same measurements, the same model, no ex
 A key matching several rows gives F·E entries above 1 (its answer's error scales with
 them); the sensitivity of the measurements, which never see E, does not change.
 
+A composite key (``ON f.origin = w.origin AND f.month = w.month``, declared as one key),
+and public tables hanging from overlapping key columns, are evaluated on every combination
+of the columns' cells; the query compiles over the largest column with the others folded to
+one cell, and :func:`expand_linear` writes F·E over their product back as one Kronecker
+block per cell combination of the folded columns.  An ON condition that reads the joined
+public table alone filters its rows before they are matched (``catalog.query``, public data;
+for a LEFT join rows matching none keep NULLs); an INNER join's condition on one other
+table moves to WHERE.
+
 Key cells: a NULL key matches nothing (SQL's NULL ≠ NULL); the "(other)" cell of an open
 categorical matches nothing either, because the configuration refuses a reference whose
 public keys are not all declared labels (``dpsql.engine.config``); a closed categorical's
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,8 +55,8 @@ from sqlglot import exp
 
 from dpsql.errors import (ProgrammingError, StatementTooComplexError, UnknownColumnError,
                           UnknownTableError, UnsupportedQueryError)
-from dpsql.linalg import Bucket, Explicit, Indicator, Kron, Total, Union, Values, Weighted
 from dpsql.sql.cells import OTHER, DimRef, conjuncts, snippet
+from dpsql.sql.joined import JoinedAttribute, expand, expand_linear, folded_part
 from dpsql.timeaxis import iso_text
 
 __all__ = ["TableRef", "JoinEdge", "JoinTree", "JoinedAttribute", "join_tree", "star", "expand", "expand_linear",
@@ -103,6 +113,11 @@ class JoinEdge:
     pairs: tuple[tuple[tuple[int, str], tuple[int, str]], ...]
     node: exp.Expr = field(compare=False, repr=False)
     using: tuple[str, ...] = ()      # USING (…) columns: unqualified, they name the left side's
+    # ON conditions that read the attached public table alone: they choose which of its rows
+    # match (for a LEFT join, rows matching none keep NULLs)
+    filters: tuple[exp.Expr, ...] = field(default=(), compare=False, repr=False)
+    # ON conditions of an INNER join that read one other table: the same as in WHERE
+    where: tuple[exp.Expr, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -218,24 +233,56 @@ def _edge(j: exp.Join, tables: list[TableRef], stmt) -> JoinEdge:
                 raise ProgrammingError(f"common column name \"{ident.name}\" appears more than once in the left "
                                        "tables", position=stmt.pos(ident), hint="write the join with ON")
             pairs.append((lefts[0], (right, rcol)))
-    else:
+    filters: list[exp.Expr] = []
+    where: list[exp.Expr] = []
+    if not j.args.get("using"):
         for cond in conjuncts(j.args["on"]):
-            if not isinstance(cond, exp.EQ) or not isinstance(cond.this, exp.Column) or \
-                    not isinstance(cond.expression, exp.Column):
-                raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' is not an equality of two columns: "
-                                            "only equi-joins on declared keys are supported",
-                                            position=stmt.pos(cond),
-                                            hint="move other conditions to WHERE; " + _HINT_SHAPE)
-            a, b = _side(cond.this, tables, stmt), _side(cond.expression, tables, stmt)
-            if a[0] == right and b[0] != right:
-                a, b = b, a
-            if b[0] != right or a[0] == right:
-                raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' must equate a column of "
-                                            f"\"{tables[right].alias}\" with one of the tables before it",
-                                            position=stmt.pos(cond), hint=_HINT_SHAPE)
-            pairs.append((a, b))
+            if isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column) and \
+                    isinstance(cond.expression, exp.Column):
+                a, b = _side(cond.this, tables, stmt), _side(cond.expression, tables, stmt)
+                if a[0] != b[0]:
+                    if a[0] == right:
+                        a, b = b, a
+                    if b[0] != right:
+                        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' must equate a column of "
+                                                    f"\"{tables[right].alias}\" with one of the tables before it",
+                                                    position=stmt.pos(cond), hint=_HINT_SHAPE)
+                    pairs.append((a, b))
+                    continue
+            _on_condition(cond, tables, right, side == "LEFT", stmt, filters, where)
+        if not pairs:
+            raise UnsupportedQueryError(f"the join of \"{tables[right].alias}\" equates no columns: it is a cross "
+                                        "join", position=stmt.pos(j), hint=_HINT_SHAPE)
     using = tuple(rc for _, (_, rc) in pairs) if j.args.get("using") else ()
-    return JoinEdge("left" if side == "LEFT" else "inner", right, tuple(pairs), j, using)
+    return JoinEdge("left" if side == "LEFT" else "inner", right, tuple(pairs), j, using, tuple(filters), tuple(where))
+
+
+def _on_condition(cond, tables: list[TableRef], right: int, left_join: bool, stmt, filters: list,
+                  where: list) -> None:
+    """Place an ON condition that is not a key equality: one reading the attached public
+    table alone chooses which of its rows match (``filters``, INNER or LEFT); in an INNER
+    join one reading a single other table filters as in WHERE (``where``); anything else
+    (a comparison across tables, a LEFT join's condition on the rows it keeps) is refused."""
+    if any(isinstance(n, (exp.Select, exp.Subquery)) for n in cond.walk()):
+        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' holds a subquery", position=stmt.pos(cond),
+                                    hint="write it in WHERE")
+    at = {_side(c, tables, stmt)[0] for c in cond.find_all(exp.Column)}
+    if at <= {right} and not tables[right].private:
+        filters.append(cond)
+        return
+    if len(at) > 1:
+        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' compares columns of two tables other than "
+                                    "by equality: only equi-joins on declared keys are supported",
+                                    position=stmt.pos(cond), hint="conditions in ON may read the joined public table "
+                                                                  "alone; " + _HINT_SHAPE)
+    if left_join:
+        other = next(iter(at), right)
+        whose = "the private table" if tables[other].private else f"\"{tables[other].alias}\""
+        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' reads {whose} inside a LEFT JOIN's ON: it "
+                                    "would keep the rows it rejects, with NULL columns", position=stmt.pos(cond),
+                                    hint="move it to WHERE to drop those rows; conditions in a LEFT JOIN's ON may "
+                                         f"read \"{tables[right].alias}\" alone")
+    where.append(cond)
 
 
 def _side(col: exp.Column, tables: list[TableRef], stmt) -> tuple[int, str]:
@@ -257,48 +304,6 @@ def _side(col: exp.Column, tables: list[TableRef], stmt) -> tuple[int, str]:
 
 
 # --- the star: one private table, public dimensions --------------------------------------
-
-@dataclass
-class JoinedAttribute:
-    """The cells of a join hanging from key attribute ``key`` (see the module docstring):
-    ``source[j]`` is the key cell of joined cell j, ``values[shown][j]`` the value of a
-    column there.  Duck-types the parts of ``Attribute`` the compiler reads."""
-
-    key: Any
-    source: np.ndarray
-    values: dict[str, list]
-    kind: str = "joined"
-    nullable: bool = False
-    null_index: None = None
-    other_index: None = None
-
-    @property
-    def name(self) -> str:
-        return self.key.name
-
-    @property
-    def size(self) -> int:
-        return len(self.source)
-
-    def labels(self) -> list:
-        keys = self.key.labels()
-        return [f"{keys[k]}·{j}" for j, k in enumerate(self.source)]
-
-    def bin_bounds(self):
-        return None
-
-    def cell_values(self):
-        return None
-
-    def column(self, shown: str) -> list:
-        return self.values[shown]
-
-    def is_key(self, shown: str) -> bool:
-        """Does ``shown`` name the private key column itself (not a joined table's)?"""
-        return shown in self.keys
-
-    keys: frozenset = frozenset()
-
 
 def _key_values(attr, stmt, node) -> list:
     """The value each cell of a join key holds (None: NULL, OTHER: undeclared)."""
@@ -344,36 +349,78 @@ def star(tree: exp.Select, jt: JoinTree, stmt, catalog) -> tuple[exp.Select, Any
             raise UnsupportedQueryError("a LEFT JOIN onto the private table would add rows for public keys that no "
                                         "private row has", position=stmt.pos(e.node),
                                         hint="put the private table first: FROM flights f LEFT JOIN airports a ON …")
-        for (li, lc), (ri, rc) in e.pairs:
-            _declared(catalog, jt.tables[li], lc, jt.tables[ri], rc, stmt, e.node)
-    # Which key of the private table each public table hangs from (through chains).
-    root: dict[int, str] = {}
+        _declared(catalog, jt, e, stmt)
     order = _attach_order(jt, fact, stmt)
-    for e in order:
-        keys = set()
-        for (li, lc), _ in e.pairs:
-            keys.add(lc if li == fact else root[li])
-        if len(keys) > 1:
-            raise UnsupportedQueryError(f"\"{jt.tables[e.right].alias}\" is joined on several columns of the private "
-                                        f"table ({', '.join(sorted(keys))})", position=stmt.pos(e.node),
-                                        hint="join each public table on one key column of the private table")
-        root[e.right] = keys.pop()
+    # Which key columns of the private table each public table hangs from (through chains):
+    # tables joined on overlapping columns hang from the union of them (one joined attribute)
+    comps = _components(order, fact, schema.column_names)
+    # an INNER join's ON conditions on one table are WHERE's (every join is INNER when the
+    # private table is not first, and the edges are then re-attached from it)
+    moved = [c for e in jt.edges for c in e.where + (e.filters if fact != 0 else ())]
+    if moved:
+        tree = tree.copy()
+        tree.set("where", exp.Where(this=exp.and_(*([tree.args["where"].this] if tree.args.get("where") else []),
+                                                  *[c.copy() for c in moved])))
     used = _references(tree, jt, stmt)
     joined: dict[str, JoinedAttribute] = {}
-    for key in sorted({root[i] for i in root}, key=schema.column_names.index):
-        attr = schema.attribute(key)
-        edges = [e for e in order if root[e.right] == key]
-        joined[key] = _expand_key(attr, jt, fact, edges, used, stmt)
-    tree = _rewrite(tree, jt, fact, root, joined, stmt)
-    attrs = tuple(joined.get(a.name, a) for a in schema.attributes)
+    root: dict[int, str] = {}            # public table → the joined attribute it lives in
+    fact_root: dict[str, str] = {}       # private key column → the same
+    for keys in sorted(set(comps.values()), key=lambda k: schema.column_names.index(k[0])):
+        edges = [e for e in order if comps[e.right] == keys]
+        ja = _expand_key([schema.attribute(k) for k in keys], jt, fact, edges, used, stmt, catalog)
+        joined[ja.name] = ja
+        fact_root.update((k, ja.name) for k in keys)
+        root.update((e.right, ja.name) for e in edges)
+    tree = _rewrite(tree, jt, fact, root, fact_root, stmt)
+    attrs = tuple(joined[a.name] if a.name in joined else folded_part(a) if a.name in fact_root else a
+                  for a in schema.attributes)
     return tree, type(schema)(schema.name, attrs, schema.source), joined
 
 
-def _declared(catalog, left: TableRef, lc: str, right: TableRef, rc: str, stmt, node) -> None:
-    refs = getattr(catalog, "reference", None)
-    if refs is None or refs(left.name, lc, right.name, rc) is None:
-        raise UnsupportedQueryError(f"{left.name}.{lc} = {right.name}.{rc} is not a declared key",
-                                    position=stmt.pos(node), hint=_HINT_DECLARE)
+def _components(order: list[JoinEdge], fact: int, columns) -> dict[int, tuple[str, ...]]:
+    """Per public table, the private key columns its joins read (schema order); tables whose
+    columns overlap share them all (union-find over the key columns)."""
+    parent: dict[str, str] = {}
+
+    def find(c: str) -> str:
+        while parent[c] != c:
+            c = parent[c]
+        return c
+    rep: dict[int, str] = {}
+    for e in order:
+        cols = [lc if li == fact else rep[li] for (li, lc), _ in e.pairs]
+        for c in cols:
+            parent.setdefault(c, c)
+        for c in cols[1:]:
+            parent[find(c)] = find(cols[0])
+        rep[e.right] = cols[0]
+    groups: dict[str, list[str]] = {}
+    for c in parent:
+        groups.setdefault(find(c), []).append(c)
+    return {t: tuple(sorted(groups[find(c)], key=list(columns).index)) for t, c in rep.items()}
+
+
+def _declared(catalog, jt: JoinTree, e: JoinEdge, stmt) -> None:
+    """Each table's equalities in a join are declared keys: whole composite keys, or
+    one-column keys (a composite key joined on some of its columns is not declared)."""
+    groups: dict[int, set] = {}
+    for (li, lc), (_, rc) in e.pairs:
+        groups.setdefault(li, set()).add((lc, rc))
+    right = jt.tables[e.right]
+    for li, pairs in groups.items():
+        left = jt.tables[li]
+        between = getattr(catalog, "references_between", None)
+        refs = between(left.name, right.name) if between is not None else []
+        remaining = set(pairs)
+        for declared, _ in sorted(refs, key=lambda r: -len(r[0])):
+            if declared <= remaining:
+                remaining -= declared
+        if remaining:
+            lc, rc = sorted(remaining)[0]
+            partial = [r for declared, r in refs if (lc, rc) in declared]
+            hint = f"{partial[0]} is declared: join on all of its columns" if partial else _HINT_DECLARE
+            raise UnsupportedQueryError(f"{left.name}.{lc} = {right.name}.{rc} is not a declared key",
+                                        position=stmt.pos(e.node), hint=hint)
 
 
 def _attach_order(jt: JoinTree, fact: int, stmt) -> list[JoinEdge]:
@@ -390,7 +437,7 @@ def _attach_order(jt: JoinTree, fact: int, stmt) -> list[JoinEdge]:
             if len(new) == 1 and sides & reached:
                 n = new.pop()
                 pairs = tuple((a, b) if b[0] == n else (b, a) for a, b in e.pairs)
-                out.append(JoinEdge(e.kind, n, pairs, e.node))
+                out.append(replace(e, right=n, pairs=pairs, filters=()))   # star() moved them to WHERE
                 reached.add(n)
                 todo.remove(e)
                 break
@@ -458,9 +505,16 @@ def _shown(jt: JoinTree, at: tuple[int, str]) -> str:
     return f"{jt.tables[at[0]].alias}.{at[1]}"
 
 
-def _expand_key(attr, jt: JoinTree, fact: int, edges: list[JoinEdge], used: set, stmt) -> JoinedAttribute:
-    """Evaluate the joins hanging from ``attr`` on each of its cells (public data only)."""
-    keys = _key_values(attr, stmt, edges[0].node)
+def _expand_key(attrs: list, jt: JoinTree, fact: int, edges: list[JoinEdge], used: set, stmt,
+                catalog) -> JoinedAttribute:
+    """Evaluate the joins hanging from key attributes ``attrs`` (one, or a composite key's)
+    on each of their cells (each combination of cells: public data only)."""
+    keys = {a.name: _key_values(a, stmt, edges[0].node) for a in attrs}
+    sizes = [a.size for a in attrs]
+    if int(np.prod(sizes)) > MAX_JOINED_CELLS:
+        raise StatementTooComplexError(f"the join on {', '.join(a.name for a in attrs)} has more than "
+                                       f"{MAX_JOINED_CELLS:,} combinations of key cells",
+                                       position=stmt.pos(edges[0].node), hint="join on fewer key columns")
     members = [e.right for e in edges]
     # per joined row: {table index: row tuple or None}; the private side is the key value
     indexes = []
@@ -468,15 +522,16 @@ def _expand_key(attr, jt: JoinTree, fact: int, edges: list[JoinEdge], used: set,
         table: Any = jt.tables[e.right].table
         cols = [table.index(rc) for _, (_, rc) in e.pairs]
         index: dict[tuple, list] = {}
-        for row in table.rows:
+        for row in _matching_rows(jt.tables[e.right], e.filters, catalog, stmt):
             k = tuple(row[c] for c in cols)
             if any(v is None for v in k):
                 continue           # NULL never equals anything
             index.setdefault(k, []).append(row)
         indexes.append(index)
-    source: list[int] = []
+    source: list[tuple[int, ...]] = []
     rows_out: list[dict] = []
-    for cell, value in enumerate(keys):
+    for cells in itertools.product(*(range(n) for n in sizes)):
+        value = {a.name: keys[a.name][c] for a, c in zip(attrs, cells)}
         rows: list[dict] = [{}]
         for e, index in zip(edges, indexes):
             nxt: list[dict] = []
@@ -484,7 +539,7 @@ def _expand_key(attr, jt: JoinTree, fact: int, edges: list[JoinEdge], used: set,
                 probe = []
                 for (li, lc), _ in e.pairs:
                     if li == fact:
-                        probe.append(None if value is OTHER else value)
+                        probe.append(None if value[lc] is OTHER else value[lc])
                     else:
                         left = r.get(li)
                         probe.append(None if left is None else left[jt.tables[li].table.index(lc)])
@@ -494,31 +549,62 @@ def _expand_key(attr, jt: JoinTree, fact: int, edges: list[JoinEdge], used: set,
                 elif e.kind == "left":
                     nxt.append({**r, e.right: None})
             rows = nxt
-        source.extend([cell] * len(rows))
+        source.extend([cells] * len(rows))
         rows_out.extend(rows)
         if len(source) > MAX_JOINED_CELLS:
-            raise StatementTooComplexError(f"the join on '{attr.name}' gives more than {MAX_JOINED_CELLS:,} "
+            raise StatementTooComplexError(f"the join on '{attrs[0].name}' gives more than {MAX_JOINED_CELLS:,} "
                                            "(key, dimension row) pairs", position=stmt.pos(edges[0].node),
                                            hint="join fewer tables, or tables whose keys match fewer rows")
     if not source:
-        raise UnsupportedQueryError(f"no declared value of '{attr.name}' matches a row of the joined tables",
-                                    position=stmt.pos(edges[0].node), hint="check the join keys")
+        raise UnsupportedQueryError(f"no declared value of {', '.join(repr(a.name) for a in attrs)} matches a row "
+                                    "of the joined tables", position=stmt.pos(edges[0].node),
+                                    hint="check the join keys")
+    cells_of = np.asarray(source, dtype=np.int64).reshape(len(source), len(attrs))
+    parts = tuple((a, cells_of[:, i]) for i, a in enumerate(attrs))
     values: dict[str, list] = {}
-    own = set()
+    key_of: dict[str, int] = {}
+    names = [a.name for a in attrs]
     for ti, col in used:
         if ti == fact:
-            if col == attr.name:
-                values[_shown(jt, (ti, col))] = [keys[c] for c in source]
-                own.add(_shown(jt, (ti, col)))
+            if col in names:
+                i = names.index(col)
+                values[_shown(jt, (ti, col))] = [keys[col][c] for c in cells_of[:, i]]
+                key_of[_shown(jt, (ti, col))] = i
             continue
         if ti not in members:
             continue
         idx = jt.tables[ti].table.index(col)
         values[_shown(jt, (ti, col))] = [None if r.get(ti) is None else _public_value(r[ti][idx]) for r in rows_out]
-    return JoinedAttribute(attr, np.asarray(source, dtype=np.int64), values, keys=frozenset(own))
+    # the query is compiled over the largest key attribute (its groups stay on it); the
+    # others are folded to one cell and enumerated again by expand_linear
+    top = max(range(len(attrs)), key=lambda i: (sizes[i], -i))
+    return JoinedAttribute(attrs[top], parts[top][1], values, parts=parts, key_of=key_of)
 
 
-def _rewrite(tree, jt: JoinTree, fact: int, root: dict, joined: dict, stmt) -> exp.Select:
+def _matching_rows(ref: TableRef, filters: tuple, catalog, stmt) -> tuple:
+    """The rows of a public table that its join's ON conditions on it alone accept: run by
+    ``catalog.query`` over the public tables (exactly, as SQL evaluates them: NULL rejects)."""
+    table: Any = ref.table
+    if not filters:
+        return table.rows
+    query = getattr(catalog, "query", None)
+    if query is None:
+        raise UnsupportedQueryError("public tables cannot be read here", position=stmt.pos(filters[0]),
+                                    hint="connect through a configuration that declares the public tables")
+    source = exp.Table(this=exp.to_identifier(ref.name, quoted=True),
+                       alias=exp.TableAlias(this=exp.to_identifier(ref.alias, quoted=True)))
+    cond = exp.and_(*[f.copy() for f in filters])
+    for col in cond.find_all(exp.Column):       # "public"."airports"."alt" as a.alt is
+        col.set("table", exp.to_identifier(ref.alias, quoted=True))
+        col.set("db", None)
+        col.set("catalog", None)
+    sql = exp.select(exp.Star()).distinct().from_(source).where(cond)
+    _, rows = query(sql.sql(dialect="duckdb"))
+    accepted = {tuple(map(repr, r)) for r in rows}
+    return tuple(r for r in table.rows if tuple(map(repr, r)) in accepted)
+
+
+def _rewrite(tree, jt: JoinTree, fact: int, root: dict, fact_root: dict, stmt) -> exp.Select:
     """Replace every column of a joined table, and every joined key, by its DimRef; drop
     the table joins (what they mean now lives in the joined attributes)."""
     tree = tree.copy()
@@ -531,12 +617,12 @@ def _rewrite(tree, jt: JoinTree, fact: int, root: dict, joined: dict, stmt) -> e
         if at is None:
             continue
         ti, col = at
-        if ti == fact and col not in joined:
+        if ti == fact and col not in fact_root:
             if node.args.get("table") is not None:
                 node.set("table", qual.copy())      # the private table under its own alias
                 node.set("db", None)
             continue
-        key = col if ti == fact else root.get(ti)
+        key = fact_root[col] if ti == fact else root.get(ti)
         if key is None:
             raise UnsupportedQueryError(f"{snippet(node)} belongs to a table that is not joined to the private table",
                                         position=stmt.pos(node), hint=_HINT_SHAPE)
@@ -563,58 +649,6 @@ def _start(node) -> int | None:
         if s is not None and (best is None or s < best):
             best = s
     return best
-
-
-# --- F·E: back to the private table's own cells --------------------------------------
-
-def _compose(factor, attr: JoinedAttribute):
-    """``factor`` (m × joined cells) times the expansion E: m × the key's cells."""
-    n = attr.key.size
-    dense = np.asarray(factor.dense(), dtype=float)
-    out = np.zeros((dense.shape[0], n))
-    np.add.at(out.T, attr.source, dense.T)
-    if out.shape[0] == 1:
-        w = out[0]
-        if np.all(w == 1):
-            return Total(n)
-        if np.all((w == 0) | (w == 1)):
-            return Indicator(n, w.astype(bool))
-        return Values(n, w)
-    nonzero = out != 0
-    if np.all(out[nonzero] == 1) and np.all(nonzero.sum(axis=0) <= 1) and isinstance(factor, Bucket):
-        mapping = np.where(nonzero.any(axis=0), nonzero.argmax(axis=0), -1)
-        return Bucket(n, mapping, buckets=out.shape[0])
-    return Explicit(out)
-
-
-def expand_linear(lq, schema, joined: dict[str, JoinedAttribute]):
-    """A linear query built over the joined attributes, over ``schema`` (the private
-    table's declared domain): each factor on a joined attribute times its expansion."""
-    names = [a.name for a in schema.attributes]
-    blocks = []
-    touched = set(lq.attributes)
-    for block in lq.matrix.blocks:
-        factors = [(_compose(f, joined[a]) if a in joined else f) for a, f in zip(names, block.base.factors)]
-        # an INNER join restricts (or repeats) its key's cells even where the query reads
-        # nothing of it: the composed factor is then no longer the all-ones Total
-        touched |= {a for a, f in zip(names, factors) if not isinstance(f, Total)}
-        blocks.append(Weighted(block.weight, Kron(factors)))
-    return replace(lq, matrix=Union(blocks), attributes=tuple(a for a in names if a in touched))
-
-
-def expand(cq, schema, joined: dict[str, JoinedAttribute]):
-    """``cq`` (compiled over the joined attributes) with its own linear queries, and the
-    offset queries of its SUMs over binned columns, multiplied by the expansions, over
-    ``schema`` (an offset query left over the joined cells was applied to the key's offset
-    sums, which have the key's width: SUM over a join failed once offsets were measured)."""
-    if cq.is_schema_probe or not joined:
-        return replace(cq, schema=schema)
-    program = cq.program
-    program.lq_by_name = {k: expand_linear(v, schema, joined) for k, v in program.lq_by_name.items()}
-    out = [program.lq_by_name.get(lq.name, lq) for lq in cq.linear_queries]
-    offsets = [program.lq_by_name.get(lq.name) or expand_linear(lq, schema, joined) for lq in cq.offset_queries]
-    program.joined = dict(joined)
-    return replace(cq, linear_queries=out, offset_queries=offsets, schema=schema)
 
 
 # --- public tables read on their own ------------------------------------------------------

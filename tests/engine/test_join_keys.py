@@ -25,6 +25,8 @@ HUGE = {"epsilon": 1e7, "delta": 1e-6}
 MONTHS = [1, 1, 2, 2, 2, 3, 5, 12, 12, 12, 0, 13, 13, 99, -3, 10 ** 12, None, 7, 12, 1]
 CARRIERS = ["AA", "DL", "AA", "UA", "DL", "AA", "UA", "DL", "AA", "AA", "UA", "DL", "AA", "DL", "UA", "AA", "DL",
             "AA", "UA", "DL"]
+# a composite key (month, carrier): (2, AA) matches two fares
+FARES = [(1, "AA", 100), (1, "DL", 120), (2, "AA", 90), (2, "AA", 95), (12, "UA", 300), (12, "DL", 310)]
 CALENDAR = [(1, "winter", "Q1"), (2, "winter", "Q1"), (2, "carnival", "Q1"), (3, "spring", "Q1"),
             (5, "spring", "Q2"), (7, "summer", "Q3"), (12, "winter", "Q4")]
 DOMAIN = """
@@ -44,9 +46,11 @@ closed = true
 def _write(tmp: Path, keyed: bool = True, nullable: bool = True) -> Path:
     rows = ["month,carrier"] + [f"{'' if m is None else m},{c}" for m, c in zip(MONTHS, CARRIERS)]
     (tmp / "flights.csv").write_text("\n".join(rows) + "\n")
+    (tmp / "fares.csv").write_text("month,carrier,fare\n" + "".join(f"{m},{c},{p}\n" for m, c, p in FARES))
     (tmp / "calendar.csv").write_text("month,season,quarter\n" + "".join(f"{m},{s},{q}\n" for m, s, q in CALENDAR))
     (tmp / "flights.toml").write_text(DOMAIN.format(nullable=str(nullable).lower()))
-    keys = '\n[tables.flights.keys]\nmonth = "calendar.month"\n' if keyed else ""
+    keys = ('\n[tables.flights.keys]\nmonth = "calendar.month"\n"month, carrier" = "fares.month, fares.carrier"\n'
+            if keyed else "")
     (tmp / "dpsql.toml").write_text(f"""
 [dpsql]
 ledger = "{tmp / 'ledger'}"
@@ -63,6 +67,10 @@ source = {{ csv = "flights.csv" }}
 [tables.calendar]
 public = true
 source = {{ csv = "calendar.csv" }}
+
+[tables.fares]
+public = true
+source = {{ csv = "fares.csv" }}
 """)
     return tmp / "dpsql.toml"
 
@@ -90,6 +98,16 @@ def test_the_out_of_range_rule_is_part_of_the_domain_fingerprint(tmp_path):
     assert domain_fingerprint(plain) == domain_fingerprint(clamped)
 
 
+def test_public_keys_outside_the_declared_range_are_refused(tmp_path):
+    """A private 13 lands in the NULL cell and joins nothing, so a public row keyed 13 could
+    never be joined as SQL joins it: refused, as an open categorical missing public keys is."""
+    config = _write(tmp_path)
+    (tmp_path / "fares.csv").write_text((tmp_path / "fares.csv").read_text() + "13,AA,999\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert "outside 'month''s declared range 1..12 (13)" in info.value.message and info.value.hint
+
+
 def test_an_integer_key_must_be_nullable(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(_write(tmp_path, nullable=False))
@@ -106,6 +124,10 @@ JOINS = [
     "SELECT f.carrier, COUNT(*) FROM flights f JOIN calendar c ON f.month = c.month WHERE c.quarter = 'Q4' "
     "GROUP BY f.carrier",
     "SELECT COUNT(*) FROM flights f LEFT JOIN calendar c ON f.month = c.month WHERE c.season IS NULL",
+    # the composite key (month, carrier), and a LEFT join whose ON filters the public table
+    "SELECT r.fare, COUNT(*) FROM flights f JOIN fares r ON f.month = r.month AND f.carrier = r.carrier GROUP BY 1",
+    "SELECT r.fare, c.season, COUNT(*) FROM flights f LEFT JOIN fares r ON f.month = r.month "
+    "AND f.carrier = r.carrier AND r.fare < 200 LEFT JOIN calendar c ON f.month = c.month GROUP BY 1, 2",
 ]
 
 
@@ -118,6 +140,7 @@ def measured(tmp_path_factory):
     raw.execute(f"CREATE TABLE flights AS SELECT * FROM read_csv('{tmp / 'flights.csv'}', header=true, "
                 "columns={'month': 'BIGINT', 'carrier': 'VARCHAR'}, nullstr='')")
     raw.execute(f"CREATE TABLE calendar AS SELECT * FROM read_csv('{tmp / 'calendar.csv'}', header=true)")
+    raw.execute(f"CREATE TABLE fares AS SELECT * FROM read_csv('{tmp / 'fares.csv'}', header=true)")
     yield con, raw
     raw.close()
     con.close()
@@ -135,3 +158,22 @@ def test_out_of_range_keys_join_nothing(measured, sql):
     assert set(exact) <= set(ours), (ours, exact)
     for key, value in ours.items():
         assert abs(value - exact.get(key, 0)) <= 0.5, (key, value, exact.get(key))
+
+
+def test_dpsql_check_says_where_out_of_range_keys_land(tmp_path):
+    """The operator's data check reports 13, 99, … of the key month as landing in its NULL
+    cell (it said "the last bin (clamped)")."""
+    import io
+
+    from dpsql.cli import _check_tables
+    from dpsql.measure.router import open_backend
+    cfg = load_config(_write(tmp_path))
+    backend = open_backend(cfg.sources)
+    out = io.StringIO()
+    try:
+        assert not _check_tables(cfg.tables, backend, None, out=out)
+    finally:
+        backend.close()
+    text = out.getvalue()
+    assert "2 below range → the NULL cell" in text and "4 above range → the NULL cell" in text, text
+    assert "clamped" not in text

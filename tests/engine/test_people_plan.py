@@ -47,10 +47,12 @@ def test_views_share_the_budget_to_minimise_the_total_error(spec):
     assert set(shares) == {"customers", "orders", "lineitem"}
     assert sum(shares.values(), Fraction(0)) == total
     assert shares == {t: engine.workload_rho(t) for t in shares}
-    # ρ_v ∝ k_v·√E_v, E_v of each view's strategy
+    # under the default relative objective ρ_v ∝ √(n_v·E_v), E_v of each view's strategy
+    # and n_v its number of queries (the bound cancels: ViewCost)
     from dpsql.engine.people_plan import view_costs
     costs = view_costs(engine, total)
-    weights = {t: c.max_rows * math.sqrt(c.expected_error) for t, c in costs.items()}
+    weights = {t: math.sqrt(c.queries * c.expected_error) for t, c in costs.items()}
+    assert {t: c.queries for t, c in costs.items()} == {"customers": 1, "orders": 1, "lineitem": 1}
     for t in shares:
         assert float(shares[t] / total) == pytest.approx(weights[t] / sum(weights.values()), rel=1e-12)
     plan = people_plan(engine)
@@ -58,6 +60,31 @@ def test_views_share_the_budget_to_minimise_the_total_error(spec):
     text = "\n".join(plan.lines())
     assert "customers -> orders -> lineitem, at most 5 rows per person" in text
     assert "rho share" in text
+
+
+def test_under_the_relative_objective_a_views_bound_does_not_buy_it_budget(spec):
+    """Each query's error is judged against its own baseline, which carries the same bound:
+    a view's max_rows multiplies both, so the split must not depend on it (before, ρ_v ∝
+    k_v·√E_v gave the line items' view 10× the share at max_rows 50 than at 5)."""
+    shares = {}
+    for k in (5, 50):
+        spec["people"]["tables"]["lineitem"]["max_rows"] = k
+        engine = Engine(load_config(spec))
+        shares[k] = engine.view_shares(engine.workload_rho())
+    assert shares[5] == shares[50]
+
+
+def test_under_the_absolute_objective_the_split_weights_views_by_their_bound(spec):
+    """Absolute squared errors: every σ of a view is k_v times the unit one, ρ_v ∝ k_v·√E_v."""
+    spec["planner"] = {"objective": "absolute"}
+    engine = Engine(load_config(spec))
+    total = engine.workload_rho()
+    shares = engine.view_shares(total)
+    from dpsql.engine.people_plan import view_costs
+    costs = view_costs(engine, total)
+    weights = {t: c.max_rows * math.sqrt(c.expected_error) for t, c in costs.items()}
+    for t in shares:
+        assert float(shares[t] / total) == pytest.approx(weights[t] / sum(weights.values()), rel=1e-12)
 
 
 def test_measuring_every_view_spends_exactly_the_total_and_answers_with_the_planned_error(spec):

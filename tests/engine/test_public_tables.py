@@ -22,13 +22,17 @@ WORKLOAD = [
     "LEFT JOIN states s ON a.state = s.code GROUP BY s.region",
     "SELECT al.alliance, COUNT(*) FROM flights f JOIN alliances al ON f.carrier = al.carrier GROUP BY 1",
     "SELECT month, COUNT(*) FROM flights GROUP BY month",
+    # composite keys, and a LEFT join whose ON filters the public table (the NULL group keeps
+    # the rows it rejects)
+    "SELECT h.role, s.season, COUNT(*) FROM flights f JOIN hubs h ON f.carrier = h.carrier AND f.origin = h.origin "
+    "LEFT JOIN seasons s ON f.origin = s.origin AND f.month = s.month AND s.season <> 'festival' GROUP BY 1, 2",
 ]
 
 
 def test_public_tables_and_keys_load():
     cfg = load_config(STAR / "dpsql.toml")
     assert set(cfg.tables) == {"flights"}
-    assert set(cfg.public_tables) == {"carriers", "alliances", "airports", "states", "holidays"}
+    assert set(cfg.public_tables) == {"carriers", "alliances", "airports", "states", "holidays", "hubs", "seasons"}
     airports = cfg.public_tables["airports"]
     assert [(c.name, c.type) for c in airports.columns] == [("faa", "text"), ("name", "text"), ("state", "text"),
                                                            ("alt", "bigint")]
@@ -36,6 +40,8 @@ def test_public_tables_and_keys_load():
     dest = cfg.tables["flights"].attribute("dest")
     assert dest.labels_ == tuple(airports.values("faa"))
     assert {str(r) for r in cfg.references} >= {"flights.dest → airports.faa", "airports.state → states.code"}
+    assert {str(r) for r in cfg.references} >= {"flights.(carrier, origin) → hubs.(carrier, origin)",
+                                                 "flights.(origin, month) → seasons.(origin, month)"}
     # dates and timestamps of a dimension keep their types (docs/config.md, "Public tables")
     assert [(c.name, c.type) for c in cfg.public_tables["holidays"].columns] == [
         ("month", "bigint"), ("day", "date"), ("name", "text"), ("announced", "timestamp")]
@@ -65,6 +71,16 @@ def _star_copy(tmp_path: Path, replace: dict[str, str]) -> Path:
     ("flights.toml", ('labels = ["AA", "B6", "DL", "UA", "ZZ"]', 'labels = ["AA", "B6", "ZZ"]'),
      "not labels of the open column"),
     ("flights.toml", ('labels_from = "airports.faa"', 'labels_from = "airports"'), "table.column"),
+    # composite keys: one target column per key column, of one table, each checked as a key
+    ("dpsql.toml", ('"carrier, origin" = "hubs.carrier, hubs.origin"', '"carrier, origin" = "hubs.carrier"'),
+     "2 key column(s) but 1 target column(s)"),
+    ("dpsql.toml", ('"carrier, origin" = "hubs.carrier, hubs.origin"',
+                    '"carrier, origin" = "hubs.carrier, airports.faa"'), "names columns of several tables"),
+    ("dpsql.toml", ('"carrier, origin" = "hubs.carrier, hubs.origin"',
+                    '"carrier, carrier" = "hubs.carrier, hubs.origin"'), "does not name distinct columns"),
+    ("dpsql.toml", ('"origin, month" = "seasons.origin, seasons.month"',
+                    '"origin, month" = "seasons.origin, seasons.season"'), "holds values that are not integers"),
+    ("hubs.csv", ("AA,BOS,hub,80", "WN,LGA,hub,80"), "not labels of the open column"),
 ])
 def test_configuration_errors_name_the_problem(tmp_path, name, edit, says):
     config = _star_copy(tmp_path, {name: edit})

@@ -3,7 +3,8 @@ by their engine when the configuration is loaded, typed from that engine's catal
 TIMESTAMP stay dates and timestamps), and joined exactly like the same tables read from CSV
 files: the answers at a near-infinite budget equal DuckDB's exact join over the CSV files.
 Their content is part of a release's identity only through ``labels_from`` (the domain), as
-for a file-backed table.  Skipped, like the other cross-engine tests, where PostgreSQL or
+for a file-backed table, and their rows are sorted (an engine's table has no row order), so
+that the labels come in the same order at every load.  Skipped, like the other cross-engine tests, where PostgreSQL or
 Spark is missing (``tests/measure/conftest.py``)."""
 
 from __future__ import annotations
@@ -97,9 +98,19 @@ def test_public_tables_in_postgres(pg_server, from_files, tmp_path):
     _same_tables(cfg, from_files)
     assert [(c.name, c.type) for c in cfg.public_tables["holidays"].columns] == [
         ("month", "bigint"), ("day", "date"), ("name", "text"), ("announced", "timestamp")]
-    # labels_from read from PostgreSQL: the same domain, the same release identity
-    assert domain_fingerprint(cfg.tables["flights"]) == domain_fingerprint(from_files.tables["flights"])
     _answers_equal_exact(config, from_files, tmp_path)
+    # labels_from read from PostgreSQL: the airports' codes, sorted (a table has no row order)
+    dest = cfg.tables["flights"].attribute("dest")
+    assert list(dest.labels_) == sorted(from_files.tables["flights"].attribute("dest").labels_)
+    # the release identity: an update that moves a row to the end of PostgreSQL's heap does
+    # not change it, nor does an edit of a dimension that only joins; a new airport does
+    before = domain_fingerprint(cfg.tables["flights"])
+    pg_server.execute("UPDATE public_airports SET alt = alt WHERE faa = 'EWR'",
+                      "UPDATE public_carriers SET name = 'JetBlue' WHERE carrier = 'B6'")
+    assert load_config(config).public_tables["carriers"].values("name")[1] == "JetBlue"
+    assert domain_fingerprint(load_config(config).tables["flights"]) == before
+    pg_server.execute("INSERT INTO public_airports VALUES ('SEA', 'Seattle Tacoma Intl', 'WA', 433)")
+    assert domain_fingerprint(load_config(config).tables["flights"]) != before
 
 
 def test_postgres_public_column_types(pg_server, tmp_path):
@@ -113,10 +124,27 @@ def test_postgres_public_column_types(pg_server, tmp_path):
     config = _star_copy(tmp_path, {})
     config.write_text(config.read_text() + f'\n[tables.extras]\npublic = true\nsource = {{ postgres = '
                                            f'"{pg_server.url}", table = "public_extras" }}\n')
-    extras = load_config(config).public_tables["extras"]
-    assert [(c.name, c.type) for c in extras.columns] == [
-        ("id", "integer"), ("price", "numeric"), ("ratio", "double precision"), ("at", "timestamp"),
-        ("code", "text"), ("label", "text"), ("doc", "text"), ("tags", "text"), ("born", "date")]
+    cfg = load_config(config)
+    extras = cfg.public_tables["extras"]
+    types = [("id", "integer"), ("price", "numeric"), ("ratio", "double precision"), ("at", "timestamp"),
+             ("code", "text"), ("label", "text"), ("doc", "text"), ("tags", "text"), ("born", "date")]
+    assert [(c.name, c.type) for c in extras.columns] == types
+    # the wire server's catalog (its shadow DDL, loaded into a scratch database as dpsql serve
+    # loads it) lists them with these types, for BI tools to browse
+    import psycopg
+
+    from dpsql.public import StarCatalog
+    from dpsql.server.shadow import schema_ddl
+    pg_server.execute("DROP DATABASE IF EXISTS shadow_check", "CREATE DATABASE shadow_check")
+    with psycopg.connect(pg_server.url.replace("/dpsql?", "/shadow_check?"), autocommit=True) as conn:
+        for statement in schema_ddl(StarCatalog(cfg.tables, cfg.public_tables, cfg.references)):
+            conn.execute(statement)
+        listed = conn.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = "
+                              "'extras' ORDER BY ordinal_position").fetchall()
+        viewed = conn.execute("SELECT column_name, data_type FROM dpsql_columns WHERE table_name = 'extras' "
+                              "ORDER BY ordinal_position").fetchall()
+    assert listed == [(n, "timestamp without time zone" if t == "timestamp" else t) for n, t in types]
+    assert viewed == types
     import decimal
     assert extras.rows[0] == (1, decimal.Decimal("12.50"), 0.25, dt.datetime(2024, 3, 1, 10, 0), "ab ", "x",
                               '{"a": 1}', "{p,q}", dt.date(2000, 2, 29))
@@ -142,7 +170,8 @@ def test_public_tables_in_spark(spark, from_files, tmp_path):
         "airports": f'{{ spark = "local[2]", parquet = "{tmp_path / "airports.parquet"}" }}'})
     cfg = load_config(config)
     _same_tables(cfg, from_files)
-    assert domain_fingerprint(cfg.tables["flights"]) == domain_fingerprint(from_files.tables["flights"])
+    dest = cfg.tables["flights"].attribute("dest")
+    assert list(dest.labels_) == sorted(from_files.tables["flights"].attribute("dest").labels_)
     assert spark.sql("SELECT 1").collect()[0][0] == 1      # the shared session still runs
     _answers_equal_exact(config, from_files, tmp_path)
 
@@ -157,3 +186,22 @@ def _spark_literal(v) -> str:
     if isinstance(v, str):
         return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return str(v)
+
+
+def test_engine_types_map_to_duckdb_types():
+    """The column types each engine's catalog gives, as the DuckDB types the public database
+    holds them in (no engine needed: the mapping reads type names only)."""
+    from dpsql.errors import ConfigError
+    from dpsql.measure import postgres, spark
+    assert spark.public_column("d", "date") == ("DATE", "`d`")
+    assert spark.public_column("t", "timestamp") == ("TIMESTAMP", "CAST(`t` AS STRING) AS `t`")
+    assert spark.public_column("n", "timestamp_ntz") == ("TIMESTAMP", "`n`")
+    assert spark.public_column("p", "decimal(10,2)") == ("DECIMAL(10,2)", "`p`")
+    assert spark.public_column("a`b", "array<int>") == ("VARCHAR", "CAST(`a``b` AS STRING) AS `a``b`")
+    assert spark._timestamp("t", "2023-06-01 09:00:00.25") == dt.datetime(2023, 6, 1, 9, 0, 0, 250000)
+    with pytest.raises(ConfigError, match="outside years"):
+        spark._timestamp("t", "+12345-01-01 00:00:00")
+    assert postgres.public_column("at", "timestamp(3) with time zone") == ("TIMESTAMP", "(\"at\" AT TIME ZONE 'UTC')")
+    assert postgres.public_column("c", "character varying(20)") == ("VARCHAR", '"c"')
+    assert postgres.public_column("big", "numeric(60,2)") == ("DOUBLE", 'CAST("big" AS double precision)')
+    assert postgres.public_column("ip", "inet") == ("VARCHAR", 'CAST("ip" AS text)')

@@ -20,6 +20,7 @@ from dpsql.linalg import Identity, Kron, Prefix, Sum, Total, Union, Weighted
 from dpsql.pgm import Measurement, estimate
 from dpsql.pgm.appgm import ExactModel, RelaxedModel, fit, max_entropy_marginal
 from dpsql.pgm.convex_gbp import ConvexGBP
+from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.out_of_model import consistency_targets
 from dpsql.pgm.relaxed import estimate_relaxed
 
@@ -220,7 +221,7 @@ def test_discrepancy_stop_ends_at_the_first_iteration_within_the_noise():
     assert discrepancy_level(ms) == level == 48 + 36 + 24 + 8
     seen = []
     model = fit(dom, ms, iters=2000, exact_method="adaptive", stop="discrepancy",
-                callback=lambda pr: seen.append(pr.loss))
+                callback=lambda pr: seen.append(pr.loss), limits=FitLimits(discrepancy_above=0))
     assert isinstance(model, ExactModel) and "discrepancy principle" in model.summary()
     it = int(model.stopped.split("iteration ")[1].split(",")[0])
     assert len(seen) == it < 2000
@@ -246,7 +247,8 @@ def test_discrepancy_stop_that_never_triggers_says_so_and_bad_options_raise():
     dom = Domain(list("ABC"), [2, 3, 2])
     p = _data(3, dom.shape, 5_000.0, 5.0)
     ms = _measure(dom, p, [("A", "B"), ("B", "C")], 1.0, 4)
-    model = fit(dom, ms, iters=1, stop="discrepancy")  # one step from uniform: far above m
+    model = fit(dom, ms, iters=1, stop="discrepancy",   # one step from uniform: far above m
+                limits=FitLimits(discrepancy_above=0))
     assert "did not trigger" in model.summary()
     assert len(model.loss) == 2
     with pytest.raises(ValueError):
