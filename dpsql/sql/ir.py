@@ -60,7 +60,8 @@ class Op:
 @dataclass(frozen=True)
 class Call:
     """A function: a scalar of ``scalars.SCALARS`` (``round``'s second argument a :class:`Lit`
-    of its checked decimal places) or one of ``coalesce nullif greatest least to_char``."""
+    of its checked decimal places, ``to_char``'s its format) or one of ``coalesce nullif greatest
+    least``."""
 
     name: str
     args: tuple[Expr, ...]
@@ -168,8 +169,6 @@ def type_of(e: Expr, key_type: Callable[[int], str], agg_type: Callable[[int], s
     if isinstance(e, Call):
         if e.name in ("coalesce", "nullif") and e.args:
             return type_of(e.args[0], key_type, agg_type)
-        if e.name == "to_char":
-            return "text"
         if e.name in SCALARS:
             return SCALARS[e.name].result
     return "double precision"
@@ -237,7 +236,7 @@ def interval(e: Expr, aggs: list[Range | None], keys: list[np.ndarray | None], n
                 lo, hi = pick(lo, a[0]), pick(hi, a[1])  # type: ignore[index]
             return lo, hi
         fn = SCALARS[e.name]
-        if fn.partial:
+        if fn.partial or not fn.numeric:
             return None
         extra = [a.value for a in e.args[1:] if isinstance(a, Lit)]
         return fn.range(lo, hi, *extra)
