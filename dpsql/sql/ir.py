@@ -14,7 +14,7 @@ function of released answers and public metadata (post-processing).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +22,8 @@ import numpy as np
 
 from dpsql.sql.scalars import SCALARS, cast_type, cast_value
 
-__all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "ARITHMETIC",
-           "BOOLEAN", "children", "uses", "walk", "is_exact_integer", "type_of", "interval", "divide"]
+__all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "COMPARISON",
+           "BOOLEAN", "children", "uses", "is_exact_integer", "type_of", "interval", "divide"]
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,6 @@ class SortKey:
     nulls_first: bool
 
 
-ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "int/", "neg"})
 COMPARISON = frozenset({"=", "!=", "<", "<=", ">", ">="})
 BOOLEAN = COMPARISON | {"and", "or", "not", "isnull"}
 _INTEGER_OPS = frozenset({"+", "-", "*", "%", "int/", "neg"})
@@ -121,12 +120,6 @@ def children(e: Expr) -> tuple[Expr, ...]:
 def uses(e: Expr, leaf: Callable[[Expr], bool]) -> bool:
     """Does ``e`` contain a node for which ``leaf`` holds?"""
     return leaf(e) or any(uses(c, leaf) for c in children(e))
-
-
-def walk(e: Expr) -> Iterator[Expr]:
-    yield e
-    for c in children(e):
-        yield from walk(c)
 
 
 # --- types ---------------------------------------------------------------------------------

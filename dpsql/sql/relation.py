@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpsql.errors import DataError, UnsupportedQueryError
-from dpsql.sql.ir import Agg, Call, Cast, Expr, Key, Lit, Op
+from dpsql.sql.ir import COMPARISON, Agg, Call, Cast, Expr, Key, Lit, Op
 from dpsql.sql.scalars import SCALARS, cast_type, cast_value
 
 # The two-sided 95% normal quantile (dpsql.engine.variance.Z95): a binning bound β is
@@ -226,7 +226,7 @@ class Evaluator:
             if op == "neg":
                 a = _as_num(args[0])
                 return V(-a.val, {k: -d for k, d in a.grad.items()})
-            if op in ("=", "!=", "<", "<=", ">", ">="):
+            if op in COMPARISON:
                 return _compare(op, *args)
             if op in ("and", "or", "not"):
                 return _kleene(op, *args)
