@@ -168,7 +168,7 @@ def _theta_from_marginals(tree: JunctionTree, mu: Sequence[np.ndarray]) -> list[
 
 
 def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int = 1000,
-             method: str = "md", warm_start: GraphicalModel | None = None, tol: float | _GapTest = 0.0,
+             method: str | None = None, warm_start: GraphicalModel | None = None, tol: float | _GapTest = 0.0,
              callback: Callable[[Progress], bool | None] | None = None,
              capacity: int | None = None, total: float | None = None,
              norm: str = "l2", stepsize: float | None = None,
@@ -176,8 +176,9 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
              workload: Sequence | None = None, limits: FitLimits | None = None) -> GraphicalModel:
     """Fit a graphical model to ``measurements`` (thesis Algorithm 2 or 3).
 
-    ``method`` is "md" (Algorithm 2, default), "accelerated" (Algorithm 3) or
-    "adaptive" (accelerated with a backtracked Lipschitz estimate and restarts).
+    ``method`` is "md" (Algorithm 2), "accelerated" (Algorithm 3) or "adaptive" (accelerated
+    with a backtracked Lipschitz estimate and restarts); by default "adaptive" with the L2 loss,
+    the engine's method, and "md" with the L1 loss (the only one for it).
     ``warm_start`` continues from a previous model's potentials (or, when its cliques
     do not fit the new tree, from its marginals).  ``callback(Progress)`` runs after
     every iteration; returning True stops the fit.
@@ -202,6 +203,8 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     pieces as finishers (:mod:`dpsql.pgm.finishers`) and reports which one ran.
     """
     limits = limits if limits is not None else FitLimits()
+    if method is None:
+        method = "adaptive" if norm == "l2" else "md"
     if start not in ("maxent", "least_squares"):
         raise ValueError(f"estimate: start must be 'maxent' or 'least_squares', got {start!r}")
     setup = exact_setup(domain, measurements, method, norm, capacity if capacity is not None
