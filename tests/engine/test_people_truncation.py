@@ -30,6 +30,9 @@ def _spec(tmp_path: Path, tag: str, share=0.2, rows=None):
     spec = shop.config(d, {t: {"parquet": str(p)} for t, p in files.items()},
                        workload={"queries": WORKLOAD}, policy="refuse")
     spec["people"]["truncation_share"] = share
+    # public sizes that force no drop: the plan must not also say the figure is not released
+    spec["tables"]["customers"]["rows"] = 1000
+    spec["tables"]["orders"]["rows"] = 1000
     return spec
 
 
@@ -66,6 +69,7 @@ def test_the_dropped_rows_are_released_with_noise_and_charged_before_release(tmp
         assert shown is not None and shown.reused
         text = "\n".join(people_plan(engine).lines())
         assert "released with noise" in text and f"about {shown.dropped:,.0f} rows dropped" in text
+        assert "how many it drops is not released" not in text
         figures.append((shown.dropped, shown.kept, shown.stddev))
         con.close()
     dropped, kept = _exact(_spec(tmp_path, "x"), "orders")
