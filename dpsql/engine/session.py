@@ -111,6 +111,9 @@ class Result:
     # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
     # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
     appended: int = 0
+    # public remarks printed beside the rows: the rows a people view's bound drops, as
+    # released with noise (dpsql/engine/people_truncation.py), when the answer reads such a view
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,14 @@ class Session:
         self._remember(key, result)
         return self._with_error_columns(result)
 
+    def _notes(self, table: str) -> tuple[str, ...]:
+        """The truncation figure of the view ``table`` as released with noise, if any (public)."""
+        if self.engine.truncation_rho(table) <= 0:
+            return ()
+        from dpsql.engine.people_truncation import released_truncation
+        released = released_truncation(self.engine, table)
+        return () if released is None else (f"{table}: {released.line()}",)
+
     def _answer_ordered(self, compiled):
         """(answers, stderrs, model description) from the table's ordered release
         (``engine.ordered.answer_ordered``), or None when it cannot answer the statement."""
@@ -313,7 +324,7 @@ class Session:
         return Result(columns, list(rows), cleaned, inferred,
                       cost=Fraction(0) if cost is None else cost, seconds=time.perf_counter() - t0,
                       model_version=version, model=model_kind, bounds=ranges,
-                      binnable=compiled.may_be_binned(),
+                      binnable=compiled.may_be_binned(), notes=self._notes(compiled.table),
                       bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
                                   for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
 
