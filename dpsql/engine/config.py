@@ -14,7 +14,7 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from collections.abc import Mapping
@@ -27,6 +27,7 @@ from dpsql.engine.public import declared_references, is_public, labels_resolver,
 from dpsql.errors import ConfigError
 from dpsql.engine.people import PeopleSchema, people_views
 from dpsql.measure.source import Source
+from dpsql.pgm.limits import FitLimits
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
 
 
@@ -121,7 +122,7 @@ class Config:
     workload: tuple[str, ...] = ()
     workload_weights: tuple[float, ...] = ()   # per workload statement (default 1)
     planner: PlannerOptions = field(default_factory=PlannerOptions)
-    fit_iters: int = _default("dpsql", "fit_iters")   # a limit: fits end at convergence (FIT_GAP)
+    fit_iters: int = _default("dpsql", "fit_iters")   # a limit: fits end at convergence (FitLimits.gap)
     default_user: str = _default("dpsql", "default_user")
     error_columns: str = _default("dpsql", "error_columns")
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
@@ -130,6 +131,15 @@ class Config:
     references: tuple = ()
     # [people]: private tables protected per person, each served through its view (dpsql/engine/people.py)
     people: PeopleSchema | None = None
+
+    # the fit's thresholds (dpsql.pgm.limits) but the capacity, which is [planner] max_model_cells
+    fit_base_limits: FitLimits = field(default_factory=FitLimits)
+
+    @property
+    def fit_limits(self) -> FitLimits:
+        """Every threshold of the fit, passed to ``dpsql.pgm.auto.fit`` and part of each saved
+        model's key (``dpsql.pgm.finishers.fit_key``)."""
+        return replace(self.fit_base_limits, capacity=self.planner.max_model_cells)
 
     @property
     def public_tables(self) -> dict:
