@@ -321,3 +321,23 @@ def test_the_measure_policy_measures_a_fine_columns_quantile_on_demand(small):
     finally:
         con.close()
         dpsql.dbapi._engines.clear()
+
+
+def test_a_nullable_fine_columns_quantile_leaves_the_nulls_out(tmp_path):
+    """A nullable column's NULL cell sits after its values: the quantile reads the CDF of
+    the value cells alone (N = their total), as SQL ignores NULLs."""
+    x = _table(tmp_path, 5_000, 2_999)
+    lines = ["income"] + [str(v) for v in x] + [""] * 200
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "d.toml").write_text((tmp_path / "d.toml").read_text() + "nullable = true\n")
+    con = dpsql.connect(_config(tmp_path, 1e7), user="tester")
+    try:
+        con.session.measure()
+        cur = con.cursor()
+        for sql in QUERIES[:2] + ["SELECT COUNT(*) FROM t WHERE income BETWEEN 100 AND 900"]:
+            cur.execute(sql)
+            assert cur.result.model.startswith("ordered") and not cur.result.inferred[0], sql
+            assert cur.fetchone()[0] == pytest.approx(float(_exact(tmp_path, sql)), abs=0.5), sql
+    finally:
+        con.close()
+        dpsql.dbapi._engines.clear()
