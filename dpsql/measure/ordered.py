@@ -177,6 +177,7 @@ class OrderedEstimate:
     def __init__(self, release: OrderedRelease) -> None:
         s = self.strategy = release.strategy
         self.n = s.size
+        self._gram_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if s.coeffs is not None:
             a = s.coeffs.astype(np.float64) * s.scale
             self._d = series_inverse(a, self.n)               # A⁻¹'s coefficients
@@ -263,9 +264,11 @@ class OrderedEstimate:
         cells (all n by default; n − 1 leaves out a NULL cell, which sits last)."""
         n = self.n if cells is None else int(cells)
         if self.strategy.coeffs is not None:
-            m = self._m[:n]                                     # v_j (j < n) reads m_0..m_j only
-            own = np.cumsum(m * m)                              # ‖v_j‖²
-            cross = convolve(m, m[::-1, None], n)[:, 0]         # ⟨v_j, v_{n−1}⟩
+            if n not in self._gram_rows:        # q-free: one FFT per estimate, not per quantile
+                m = self._m[:n]                                 # v_j (j < n) reads m_0..m_j only
+                self._gram_rows[n] = (np.cumsum(m * m),                      # ‖v_j‖²
+                                      convolve(m, m[::-1, None], n)[:, 0])  # ⟨v_j, v_{n−1}⟩
+            own, cross = self._gram_rows[n]
             var = own - 2.0 * q * cross + q * q * own[-1]
             return np.sqrt(np.maximum(self._s2 * var, 0.0))
         tree = self.strategy.tree
