@@ -298,7 +298,7 @@ def run_dpsql(config: Path, rho: float, trials: int, workdir: Path, sqls: list[s
     """Per trial, per query {group: answer}; per query the per-query baseline (the plan's
     baseline of its view, rescaled to one of len(sqls) queries at ρ/len(sqls)); the views'
     shares; the seconds spent measuring and answering."""
-    answers, baselines, shares, seconds = [], {}, {}, 0.0
+    answers, baselines, expected, bounds, shares, seconds = [], {}, {}, {}, {}, 0.0
     for t in range(trials):
         con = dpsql.connect(config, user="bench", ledger=str(workdir / f"t{t}.ledger"),
                             cache_dir=str(workdir / "cache"), budget={"rho": rho}, workload=sqls)
@@ -308,10 +308,12 @@ def run_dpsql(config: Path, rho: float, trials: int, workdir: Path, sqls: list[s
             for view, share in views.items():
                 report = con.session.plan(view)
                 shares[view] = float(share)
+                bounds[view] = {"rmse": report.rmse, "svd_bound": report.bound_rmse, "exact": report.bound_exact}
                 n = len(report.per_query)
                 for q in report.per_query:
                     # plan baseline: one of n view queries at ρ_v/n; rescaled to one of Q at ρ/Q
                     baselines[q.sql] = q.baseline * math.sqrt(len(sqls) * float(share) / (n * rho))
+                    expected[q.sql] = q.stderr
         t0 = time.perf_counter()
         for view in views:
             con.session.measure(view)
@@ -323,7 +325,8 @@ def run_dpsql(config: Path, rho: float, trials: int, workdir: Path, sqls: list[s
         seconds += time.perf_counter() - t0
         answers.append(trial)
         con.close()
-    return {"answers": answers, "baselines": baselines, "shares": shares, "seconds": seconds}
+    return {"answers": answers, "baselines": baselines, "expected": expected, "view_bounds": bounds,
+            "shares": shares, "seconds": seconds}
 
 
 def tumult_job(data: Path, rho: float, trials: int, bounds: dict[str, int]) -> dict:
@@ -353,6 +356,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--tumult-trials", type=int, default=None,
+                        help="Tumult's trials (default: --trials; each is ~15 min of Spark on a loaded 2-core VM)")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--orders-bound", type=int, default=32)
@@ -361,6 +366,7 @@ def main() -> None:
     args = parser.parse_args()
     from dpsql.privacy.accountant import epsilon_delta_to_rho
     rho = float(epsilon_delta_to_rho(args.epsilon, args.delta))
+    tm_trials = args.tumult_trials or args.trials
     bounds = {"customers": 1, "orders": args.orders_bound, "lineitem": args.lineitem_bound}
     data = generate(args.scale)
     sqls = [to_sql(g, a) for _, g, a in DASHBOARD]
@@ -372,52 +378,69 @@ def main() -> None:
     theirs = None
     if not args.no_tumult:
         from peers import tumult
-        theirs = tumult.run(tumult_job(data, rho, args.trials, bounds), timeout=7200,
+        theirs = tumult.run(tumult_job(data, rho, tm_trials, bounds), timeout=4 * 3600,
                             runner=HERE / "peers" / "tumult_people_runner.py")
+    OUT.mkdir(exist_ok=True)
+    # the raw answers of this run, before any summary is computed from them
+    (OUT / "people_tpch_raw.json").write_text(json.dumps(
+        {"dpsql": [[[list(k) + [v] for k, v in q.items()] for q in t] for t in ours["answers"]],
+         "tumult": theirs}, default=str))
     rows, all_dp, all_tm, all_base = [], [], [], []
     for i, (name, group, agg) in enumerate(DASHBOARD):
         dp_err, tm_err = [], []
         for t in range(args.trials):
-            tm = {tuple(k): v for k, v in theirs["results"][name][t]} if theirs else {}
             for k in keys[i]:
-                truth = exact[i].get(k, 0.0)
-                dp_err.append(ours["answers"][t][i].get(k, 0.0) - truth)
-                if theirs:
-                    tm_err.append(tm.get(k, 0.0) - truth)
+                dp_err.append(ours["answers"][t][i].get(k, 0.0) - exact[i].get(k, 0.0))
+        for t in range(tm_trials if theirs else 0):
+            tm = {tuple(k): v for k, v in theirs["results"][name][t]}
+            for k in keys[i]:
+                tm_err.append(tm.get(k, 0.0) - exact[i].get(k, 0.0))
         base = ours["baselines"][sqls[i]]
         all_dp += dp_err
         all_tm += tm_err
-        all_base += [base] * len(dp_err)
+        all_base += [base] * len(keys[i])
         total = abs(sum(exact[i].values())) or 1.0
         rows.append({"query": name, "view": deepest(group, agg), "groups": len(keys[i]), "sql": sqls[i],
-                     "dpsql": rmse(dp_err), "tumult": rmse(tm_err) if theirs else None, "baseline": base,
+                     "dpsql": rmse(dp_err), "dpsql_expected": ours["expected"][sqls[i]],
+                     "tumult": rmse(tm_err) if theirs else None, "baseline": base,
                      "truth_total": total})
     ratios = [r["dpsql"] / r["tumult"] for r in rows if r["tumult"]]
     summary = {"scale": args.scale, "rho": rho, "epsilon": args.epsilon, "delta": args.delta, "trials": args.trials,
+               "tumult_trials": tm_trials if theirs else 0, "view_plans": ours["view_bounds"],
                "bounds": bounds, "shares": ours["shares"], "dpsql": rmse(all_dp),
                "tumult": rmse(all_tm) if theirs else None, "baseline": rmse(all_base),
                "mean_ratio": sum(ratios) / len(ratios) if ratios else None,
                "dpsql_vs_baseline": sum(r["dpsql"] / r["baseline"] for r in rows) / len(rows),
+               "expected_vs_baseline": sum(r["dpsql_expected"] / r["baseline"] for r in rows) / len(rows),
+               "tumult_vs_baseline": (sum(r["tumult"] / r["baseline"] for r in rows) / len(rows)) if theirs else None,
                "dpsql_seconds": ours["seconds"], "tumult_seconds": theirs["seconds"] if theirs else None,
                "tumult_version": theirs["version"] if theirs else None, "queries": rows,
                "r2t_published": R2T_PUBLISHED}
     OUT.mkdir(exist_ok=True)
     (OUT / "people_tpch.json").write_text(json.dumps(summary, indent=2))
-    print("| query | view | groups | dpsql RMSE | Tumult join_private RMSE | per-query baseline | dpsql / Tumult |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| query | view | groups | dpsql RMSE | dpsql expected (plan) | Tumult join_private RMSE | "
+          "per-query baseline | dpsql / Tumult |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         tm = f"{r['tumult']:,.0f}" if r["tumult"] is not None else "-"
         ratio = f"{r['dpsql'] / r['tumult']:.2f}" if r["tumult"] else "-"
-        print(f"| {r['query']} | {r['view']} | {r['groups']} | {r['dpsql']:,.0f} | {tm} | "
+        print(f"| {r['query']} | {r['view']} | {r['groups']} | {r['dpsql']:,.0f} | {r['dpsql_expected']:,.0f} | "
+              f"{tm} | "
               f"{r['baseline']:,.0f} | {ratio} |")
     tm = f"**{summary['tumult']:,.0f}**" if theirs else "-"
     ratio = f"**{summary['dpsql'] / summary['tumult']:.2f}**" if theirs else "-"
-    print(f"| **all rows** | | {len(all_dp) // args.trials} | **{summary['dpsql']:,.0f}** | {tm} | "
+    print(f"| **all rows** | | {len(all_dp) // args.trials} | **{summary['dpsql']:,.0f}** | | {tm} | "
           f"{summary['baseline']:,.0f} | {ratio} |")
     if ratios:
         print(f"mean of the per-query ratios dpsql / Tumult: {summary['mean_ratio']:.2f}; "
               f"{sum(x <= 0.5 for x in ratios)} of {len(ratios)} queries at or below 0.5")
-    print(f"mean of the per-query ratios dpsql / baseline: {summary['dpsql_vs_baseline']:.2f}")
+    print(f"mean of the per-query ratios to the baseline: dpsql {summary['dpsql_vs_baseline']:.2f} (the plan "
+          f"expects {summary['expected_vs_baseline']:.2f})" +
+          (f", Tumult {summary['tumult_vs_baseline']:.2f}" if theirs else ""))
+    for view, p in ours["view_bounds"].items():
+        bound = f"{p['svd_bound']:,.4g}" if p["svd_bound"] is not None else "-"
+        print(f"view {view}: planned RMSE per row {p['rmse']:,.4g}, SVD lower bound {bound}"
+              + ("" if p["exact"] else " (of its marginal queries only)"))
     print("\nwhole-table totals (relative error, RMSE over trials / exact total):")
     print("| total | exact | dpsql | Tumult |")
     print("|---|---:|---:|---:|")
@@ -428,7 +451,8 @@ def main() -> None:
     print(f"R2T, published: {R2T_PUBLISHED}")
     shares = ", ".join(f"{v} {s / rho:.1%}" for v, s in ours["shares"].items())
     print(f"TPC-H SF {args.scale:g}; rho = {rho:.6g} (epsilon {args.epsilon} at delta {args.delta}), {args.trials} "
-          f"trials; bounds {bounds}; dpsql's view shares: {shares}; dpsql measure+fit+answer "
+          f"trials (Tumult {tm_trials if theirs else 0}); bounds {bounds}; dpsql's view shares: {shares}; "
+          "dpsql measure+fit+answer "
           f"{ours['seconds']:.0f} s" + (f", Tumult {theirs['seconds']:.0f} s" if theirs else ""))
 
 
