@@ -42,6 +42,7 @@ from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
                                    SpendPreview, unit_of, units_of)
 from dpsql.engine.fitting import ModelFitting
+from dpsql.engine.ordered import is_ordered_payload, is_ordered_strategy
 from dpsql.engine.state import TableState, _identity, _retire_model, _sha
 from dpsql.errors import (BudgetExhaustedError, LedgerCorruptError, OperationalError,
                           ProgrammingError, UselessMeasurementError)
@@ -201,6 +202,7 @@ class Engine(ModelFitting):
             if identity != state.identity:
                 state.released, state.release_keys = [], set()
                 state.offsets, state.offset_models = [], None
+                state.ordered, state.ordered_estimate = [], None
                 state.model = state.variance = state.model_last = state.stale = None
                 if state.identity is not None:
                     # sessions cache answers per model version: the old identity's answers
@@ -215,6 +217,12 @@ class Engine(ModelFitting):
                 if payload is None:   # listed by entries() but unreadable: never guess a release
                     raise LedgerCorruptError(f"the ledger lists release {entry.key!r} but holds no payload for it",
                                              hint="restore the ledger file from a backup")
+                if is_ordered_payload(payload):
+                    from dpsql.measure import ordered
+                    state.ordered.append(ordered.unpack(payload))
+                    state.ordered_estimate = None
+                    state.release_keys.add(entry.key)
+                    continue
                 state.released.extend(rel.unpack(payload))
                 offsets = rel.unpack_offsets(payload)
                 if offsets:
@@ -264,6 +272,7 @@ class Engine(ModelFitting):
         index of its SUM's query part.  Under ``[planner] binning = "offsets"`` the
         offsets replace the binning-bound queries (Σ half bin widths), which are then left
         out of the workload (docs/engine.md, "Binning offsets")."""
+        from dpsql.engine.ordered import workload_matrix
         from dpsql.plan import QuerySpec, Workload
         from dpsql.sql import compile as compile_sql
 
@@ -288,8 +297,9 @@ class Engine(ModelFitting):
                 if lq.name in replaced:
                     continue
                 part_of[lq.name] = len(blocks)
-                blocks.append(lq.matrix)
-                specs.append(QuerySpec(f"{sql} [{lq.description}]", lq.matrix, weight))
+                matrix = workload_matrix(state.schema, lq)   # a fine column's quantile: its CDF
+                blocks.append(matrix)
+                specs.append(QuerySpec(f"{sql} [{lq.description}]", matrix, weight))
                 labels.append((sql, lq.description, unit_of(lq.kind, lq.description)))
             offsets += [(lq, part_of[pairs[lq.name][1]]) for lq in cq.offset_queries
                         if lq.name in pairs and pairs[lq.name][1] in part_of]
@@ -389,6 +399,8 @@ class Engine(ModelFitting):
                       progress=(lambda *a, **kw: self.progress("plan", {"args": a, **kw}))
                       if self._listeners else None)
         strategy = optimize(workload, **kwargs)
+        if is_ordered_strategy(strategy):
+            return strategy      # integer blocks by construction (measure/ordered.py)
         blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
         if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
                 blocks, rho, family=self.config.noise, unit_rows=unit_rows):
@@ -409,6 +421,8 @@ class Engine(ModelFitting):
         from dpsql.plan import Workload
 
         strategy = self.optimize(workload, rho, unit_rows)
+        if is_ordered_strategy(strategy):
+            return strategy      # a tree's leaves and the Toeplitz root are invertible: total known
         probe = [Measurement(b.clique, b.query, np.zeros(b.query.shape[0]), 1.0) for b in strategy.blocks]
         if estimate_total(list(released) + probe) is not None:
             return strategy
@@ -465,6 +479,18 @@ class Engine(ModelFitting):
         state = self._state(table)
         source = self.config.sources[table]
         extra, share = offsets if offsets is not None else ([], Fraction(0))
+        if is_ordered_strategy(strategy):
+            # a tree's levels or the Toeplitz root's integer coefficients, over one column:
+            # their own blocks (no n×n lattice factor), the int64 bound from the declared rows
+            from dpsql.measure.ordered import counts_bound, ordered_blocks
+            oblocks = ordered_blocks(strategy, counts_bound(strategy, self.config.table_rows.get(table),
+                                                            source.unit_rows))
+            oplan = rel.calibrate(oblocks, rho, family=self.config.noise,  # type: ignore[arg-type]
+                                  unit_rows=source.unit_rows)        # a LatticeBlock's view
+            key = _identity(state).key() + ":" + _sha(
+                purpose, "ordered", float(oplan.rho), [str(p) for p in oplan.params],
+                *[(b.clique, b.scale, b.weight) for b in oblocks], *[f for b in oblocks for f in b.factors])
+            return oblocks, oplan, key
         # a view's group bound lowers the L2 row factor of the counts' blocks that separate
         # its groups (release.rows_sq); the offsets keep max_rows (never less private)
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
@@ -610,7 +636,7 @@ class Engine(ModelFitting):
                     requested_rho=Fraction(cost), remaining_rho=Fraction(view.remaining))
             if unreleased is None:
                 self._check_useful(table, blocks, plan, cost)   # before any data is read
-            cliques = [b.clique for b in blocks if b.offsets is None]
+            cliques = list(dict.fromkeys(b.clique for b in blocks if b.offsets is None))
             requests = [(b.clique, b.offsets) for b in blocks if b.offsets is not None]
             self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells})
             if hasattr(self.backend, "fingerprint"):
@@ -638,17 +664,28 @@ class Engine(ModelFitting):
                         for b, x, p in zip(blocks, exact, plan.params)]
             del exact, counts, sums
             kill_point("drawn")
-            self.ledger.record_release(charge_id, key, rel.pack(released))
-            kill_point("released")
+            if is_ordered_strategy(strategy):
+                from dpsql.measure import ordered
+                done = ordered.release_of(strategy, released, plan.rho)
+                self.ledger.record_release(charge_id, key, ordered.pack(done))
+                kill_point("released")
+                state.ordered.append(done)
+                state.ordered_estimate = None
+                state.release_keys.add(key)
+                released = []
+            else:
+                self.ledger.record_release(charge_id, key, rel.pack(released))
+                kill_point("released")
             if any(b.offsets for b, _, _ in released):
                 state.offsets.extend(r for r in released if r[0].offsets)
                 state.offset_models = None
                 released = [r for r in released if not r[0].offsets]
-            state.released.extend(released)
-            state.release_keys.add(key)
-            _retire_model(state)  # refit lazily with a warm start
+            if released:
+                state.released.extend(released)
+                state.release_keys.add(key)
+                _retire_model(state)  # refit lazily with a warm start
         self.progress("measure", {"table": table, "blocks": len(blocks), "cells": cells, "done": True})
-        if self.fit_in_background:
+        if self.fit_in_background and state.released:
             self.prepare(table)
         return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0,
                              completed=unreleased is not None)
@@ -737,6 +774,18 @@ class Engine(ModelFitting):
             return None
         return self.measure_strategy(table, strategy, rho, self.WORKLOAD_PRINCIPAL,
                                      "workload-increment", requested_by)
+
+    def ordered_estimate(self, table: str):
+        """The closed-form estimate (``measure.ordered.OrderedEstimate``) of the table's
+        latest ordered release (a fine column's tree or Toeplitz measurement), or None."""
+        with self._lock:
+            state = self._sync(table)
+            if not state.ordered:
+                return None
+            if state.ordered_estimate is None:
+                from dpsql.measure.ordered import OrderedEstimate
+                state.ordered_estimate = OrderedEstimate(state.ordered[-1])
+            return state.ordered_estimate
 
     # -- model -------------------------------------------------------------------------------
 

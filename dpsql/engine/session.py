@@ -226,6 +226,11 @@ class Session:
             if isinstance(params, Mapping) else tuple(params)
         key = (sql, bound, self.settings["dpsql.estimator"], self.policy)
         self.engine.refresh()  # releases made by other processes since the last statement
+        # a fine ordered column's release answers what it can, in closed form (issue 35)
+        ordered = self._answer_ordered(compiled)
+        if ordered is not None:
+            return self._with_error_columns(self._result(compiled, columns, ordered[:2], [], t0, None, 0,
+                                                         ordered[2]))
         # during a refit the previous model answers what it supports (issue 34 item 8)
         model, variance, version = self.engine.model(compiled.table, stale_ok=True)
         cached = self._cache.get(key)
@@ -261,6 +266,26 @@ class Session:
                 answers, stderrs, unsupported = self._answer(compiled, model, variance)
             elif policy == "informed":
                 self._refuse_prior(compiled, unsupported)
+        result = self._result(compiled, columns, (answers, stderrs), unsupported, t0, cost, version,
+                              _model_kind(model))
+        self._remember(key, result)
+        return self._with_error_columns(result)
+
+    def _answer_ordered(self, compiled):
+        """(answers, stderrs, model description) from the table's ordered release
+        (``engine.ordered.answer_ordered``), or None when it cannot answer the statement."""
+        estimate = self.engine.ordered_estimate(compiled.table)
+        if estimate is None:
+            return None
+        from dpsql.engine.ordered import answer_ordered
+        got = answer_ordered(self.engine.catalog[compiled.table], estimate, compiled)
+        if got is None:
+            return None
+        return got[0], got[1], f"ordered {estimate.strategy.operator}"
+
+    def _result(self, compiled, columns, answered, unsupported, t0, cost, version, model_kind) -> Result:
+        """The rows of a statement from its linear queries' answers and standard errors."""
+        answers, stderrs = answered[0], answered[1]
         bounds = self._bounds(compiled, answers, stderrs, unsupported) if unsupported else None
         # Unsupported rows carry an infinite variance through the post-processing (the
         # delta method keeps inf where it would turn NaN into "no stderr"); a value is
@@ -285,13 +310,12 @@ class Session:
             cleaned.append(tuple(out))
             inferred.append(flag)
             ranges.append(tuple(rng))
-        result = Result(columns, list(rows), cleaned, inferred,
-                        cost=cost, seconds=time.perf_counter() - t0, model_version=version,
-                        model=_model_kind(model), bounds=ranges, binnable=compiled.may_be_binned(),
-                        bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
-                                    for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
-        self._remember(key, result)
-        return self._with_error_columns(result)
+        return Result(columns, list(rows), cleaned, inferred,
+                      cost=Fraction(0) if cost is None else cost, seconds=time.perf_counter() - t0,
+                      model_version=version, model=model_kind, bounds=ranges,
+                      binnable=compiled.may_be_binned(),
+                      bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
+                                  for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
 
     def plan(self, table: str | None = None, queries: Sequence[str] | None = None,
              rho: Fraction | None = None) -> PlanReport:
@@ -612,7 +636,7 @@ class Session:
                                              "= 'informed'")
 
     def _session_command(self, command, t0) -> Result:
-        kind, name, value = command
+        kind, name, value = command.kind, command.name, command.value or ""
         if name == BUDGET_SETTING:
             if kind != "show":
                 raise ProgrammingError(f"{name} is read-only", hint=f"SHOW {name}")
@@ -651,8 +675,8 @@ class Session:
             else:
                 self.settings.pop(name, None)
             return Result([], [], message="RESET", seconds=time.perf_counter() - t0)
-        if kind in ("begin", "commit", "rollback"):
-            return Result([], [], message=kind.upper(), seconds=time.perf_counter() - t0)
+        if kind in ("begin", "commit", "rollback", "rollback_to", "ack"):
+            return Result([], [], message=command.tag or kind.upper(), seconds=time.perf_counter() - t0)
         raise ProgrammingError(f"unsupported session command {kind}")
 
     def _check_policy(self, policy: str) -> None:

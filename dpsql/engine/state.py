@@ -55,6 +55,10 @@ class TableState:
     # column, their least-squares answers (built on first use after a release)
     offsets: list[Released] = field(default_factory=list)
     offset_models: dict | None = None
+    # releases of a fine ordered column (``measure.ordered.OrderedRelease``; never in the
+    # model) and the closed-form estimate of the latest, built on first use
+    ordered: list = field(default_factory=list)
+    ordered_estimate: object = None
 
 
 def _retire_model(state: TableState) -> None:

@@ -26,6 +26,9 @@ same weights, so every reported standard error is that estimator's exactly.
 
 from __future__ import annotations
 
+import io
+import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -41,7 +44,7 @@ from dpsql.plan.ordered import OrderedStrategy
 from dpsql.sql.postprocess import Z95, quantile_band, quantile_from_histogram
 
 __all__ = ["OrderedBlock", "OrderedRelease", "OrderedEstimate", "measure_ordered", "ordered_blocks",
-           "counts_bound", "release_of"]
+           "counts_bound", "release_of", "pack", "unpack", "is_ordered"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,6 +210,17 @@ class OrderedEstimate:
             var = tree.variance(tree.prefix_norms(np.arange(self.n)), self._v)
         return np.cumsum(self.cells), var
 
+    def cell_variance(self) -> np.ndarray:
+        """The variance of each cell's estimate (x̂ = A⁻¹y: Σ_{k≤i} d_k² noise units for the
+        Toeplitz root; the same for every cell of a tree, whose unit row e_i has
+        ‖P_l e_i‖² = 1/s_l)."""
+        if self.strategy.coeffs is not None:
+            return self._s2 * np.cumsum(self._d * self._d)
+        tree = self.strategy.tree
+        assert tree is not None
+        unit = np.array([[1.0 / s for s in tree.sizes]])
+        return np.full(self.n, float(tree.variance(unit, self._v)[0]))
+
     def answer(self, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows Q (k × n) over the cells: answers and variances."""
         Q = np.atleast_2d(np.asarray(Q, dtype=np.float64))
@@ -285,3 +299,46 @@ class OrderedEstimate:
         hi = v if high is None else np.asarray(high, dtype=float)
         band = quantile_band(np.cumsum(self.cells), self._rank_sd(q), lo, hi, q, z=z)
         return point, band
+
+
+# -- the ledger's payload -------------------------------------------------------------------
+#: The npz member that marks an ordered release (``release.pack``'s payloads hold ``__meta__``).
+ORDERED_META = "__ordered__"
+
+
+def pack(release: OrderedRelease) -> bytes:
+    """Serialize an ordered release: the strategy's public shape (tree radices and level
+    weights, or the integer coefficients and their scale) and the noisy values."""
+    s = release.strategy
+    meta = {"attribute": s.attribute, "n": s.size, "noise": s.noise, "scale": float(s.scale),
+            "radices": list(s.tree.radices) if s.tree is not None else None,
+            "weights": [float(w) for w in s.weights], "stddev": list(release.stddev),
+            "rho": str(release.rho), "blocks": len(release.values)}
+    # Any: numpy's savez stub would read a key as allow_pickle (as in release.pack)
+    arrays: dict[str, Any] = {f"y{i}": np.asarray(v, dtype=np.float64) for i, v in enumerate(release.values)}
+    if s.coeffs is not None:
+        arrays["coeffs"] = np.asarray(s.coeffs, dtype=np.int64)
+    arrays[ORDERED_META] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def is_ordered(payload: bytes) -> bool:
+    with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+        return ORDERED_META in z.files
+
+
+def unpack(payload: bytes) -> OrderedRelease:
+    """The ``OrderedRelease`` of a payload written by :func:`pack` (its strategy carries what
+    the estimator reads; the planner's errors are not stored)."""
+    with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+        meta = json.loads(bytes(z[ORDERED_META]).decode())
+        values = tuple(np.asarray(z[f"y{i}"], dtype=np.float64) for i in range(int(meta["blocks"])))
+        coeffs = np.asarray(z["coeffs"], dtype=np.int64) if "coeffs" in z.files else None
+    n = int(meta["n"])
+    tree = Tree(n, meta["radices"]) if meta["radices"] is not None else None
+    strategy = OrderedStrategy((meta["attribute"],), (n,), meta["attribute"], meta["noise"], math.nan,
+                               tree=tree, weights=tuple(meta["weights"]), coeffs=coeffs,
+                               scale=float(meta["scale"]))
+    return OrderedRelease(strategy, values, tuple(float(x) for x in meta["stddev"]), Fraction(meta["rho"]))

@@ -38,13 +38,13 @@ from sqlglot import exp
 
 from dpsql.errors import Error, InterfaceError, PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import DimRef, columns_in, literal_value, operands, position_literal, snippet
+from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal, snippet
 from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, cast_type, check_arity, round_places
+from dpsql.sql.scalars import SCALARS, cast_type, char_format, check_arity, operands, round_places
 
-__all__ = ["AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
+__all__ = ["Answers", "AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
 
 
@@ -222,9 +222,15 @@ def to_ir(node, low) -> Expr:
         if name in SCALARS:
             check_arity(name, len(nodes))
         return Call(name, tuple(to_ir(a, low) for a in nodes))
-    if isinstance(node, exp.TimeToStr) and isinstance(node.args.get("format"), exp.Literal):
+    if isinstance(node, exp.TimeToStr):
         # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
-        return Call("to_char", (to_ir(node.this, low), Lit(str(node.args["format"].this))))
+        fmt = node.args.get("format")
+        try:
+            checked = char_format(*(literal_value(fmt) if fmt is not None else (False, None)))
+        except Error as err:
+            err.position = low.pos(fmt if fmt is not None else node)
+            raise
+        return Call("to_char", (to_ir(node.this, low), Lit(checked)))
     if isinstance(node, exp.Case):
         if node.this is not None:
             subject = node.this
@@ -449,6 +455,12 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
             a, var = got[0]
             # a quantile's plan carries its cells' values, q and method (_plan_aggregate)
             assert plan.cell_values is not None and plan.q is not None and plan.method is not None
+            cdf = getattr(answers, "cdfs", {}).get(lq.name)
+            if cdf is not None:
+                x, v = _quantile_from_cdf(cdf, plan, groups)
+                vals.append(x)
+                vars_.append(v)
+                continue
             hist = _histograms(lq, a, groups)
             out = np.array([np.nan if (r := quantile_from_histogram(hist[g], plan.cell_values, plan.q,
                                                                      plan.method)) is None else r
@@ -461,6 +473,32 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
                                                      low=plan.cell_low, high=plan.cell_high)
                                    for g in range(groups)]))
     return vals, vars_, biases
+
+
+class Answers(dict):
+    """Linear query name → answers, plus ``cdfs``: per quantile query answered from an
+    estimate with correlated cells (``dpsql.measure.ordered.OrderedEstimate``, issue 35),
+    that estimate, whose ``quantile(q, values, method, low=, high=)`` gives the point and
+    the 95% interval of its noisy CDF's band (the cells' variances alone would treat them
+    as independent)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cdfs: dict[str, Any] = {}
+
+
+def _quantile_from_cdf(cdf, plan, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """One group's quantile and its squared "standard error" (the interval's half-width
+    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate; NaN where the
+    cells' values are not one increasing value per cell (no interval is claimed then)."""
+    v = np.asarray(plan.cell_values, dtype=float)
+    if groups != 1 or not np.all(np.isfinite(v)) or np.any(np.diff(v) < 0):
+        return np.full(groups, np.nan), np.full(groups, np.nan)
+    x, (a, b) = cdf.quantile(plan.q, v, plan.method, low=plan.cell_low, high=plan.cell_high)
+    if x is None or not math.isfinite(x):
+        return np.full(1, np.nan), np.full(1, np.nan)
+    half = max(x - a, b - x, 0.0)
+    return np.array([x]), np.array([(half / Z95) ** 2])
 
 
 # A bound computed from a noisy value holds when that value is within this many standard
