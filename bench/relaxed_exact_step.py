@@ -124,10 +124,10 @@ def pairs(name: str, k: int, eps: float, records: int = 100_000, identity: bool 
 def run(spec: str, eps: float) -> dict:
     import scipy.sparse.linalg as spla
 
-    from dpsql.engine.fitting import FIT_GAP
     from dpsql.linalg.threads import one_blas_thread
     from dpsql.pgm import relaxed, relaxed_polish
     from dpsql.pgm.auto import fit
+    from dpsql.pgm.limits import FitLimits
 
     kind, _, arg = spec.partition(":")
     if kind == "replay":
@@ -145,13 +145,15 @@ def run(spec: str, eps: float) -> dict:
         step["kkt_nnz"] = max(step.get("kkt_nnz", 0), int(A.nnz))
         return lu
 
-    def measured(graph, measurements, tables, total, max_bytes=None):
-        # The limits the step tests are in relaxed_polish (memory_limit, MAX_NNZ); they are
-        # lifted here to see what a larger step costs, and the estimate is reported.
+    # The limits the step tests are FitLimits.relaxed_step_* (memory, Hessian non-zeros); they are
+    # lifted here to see what a larger step costs, and the estimate is reported.
+    limits = FitLimits(relaxed_step_max_nnz=10 ** 10)
+
+    def measured(graph, measurements, tables, total, max_bytes, fit_limits):
         before = _status("VmRSS")
         _reset_peak()
         t0, c0 = time.perf_counter(), time.process_time()
-        built = relaxed_polish.loss_matrix(graph, measurements)
+        built = relaxed_polish.loss_matrix(graph, measurements, fit_limits.relaxed_step_max_nnz)
         rows = relaxed_polish.local_constraints(graph, total)[0].shape[0]
         step["constraint_rows"] = rows
         if built is not None:
@@ -159,7 +161,7 @@ def run(spec: str, eps: float) -> dict:
             step["hessian_nnz"] = int((P.T @ P).nnz)
             step["estimate_mb"] = relaxed_polish.step_bytes(step["hessian_nnz"] + graph.size, rows) / 2 ** 20
             step["limit_mb"] = relaxed_polish.memory_limit() / 2 ** 20
-        out = inner(graph, measurements, tables, total, max_bytes=1 << 60)
+        out = inner(graph, measurements, tables, total, 1 << 60, fit_limits)
         step.update({"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                      "peak_mb": (_status("VmHWM") - before) / 2 ** 20, "rss_before_mb": before / 2 ** 20,
                      "cells": graph.size, "regions": len(graph.regions),
@@ -168,12 +170,12 @@ def run(spec: str, eps: float) -> dict:
 
     relaxed._exact_step = measured
     spla.splu = splu
-    relaxed_polish.MAX_NNZ = 10 ** 10
     stamps = []
     t0 = time.perf_counter()
     with one_blas_thread():
         model = fit(dom, ms, method="relaxed", iters=20000, exact_method="adaptive",
-                    stop="discrepancy", gap=FIT_GAP, callback=lambda p: stamps.append(time.perf_counter()))
+                    stop="discrepancy", gap=limits.gap, limits=limits,
+                    callback=lambda p: stamps.append(time.perf_counter()))
     total_s = time.perf_counter() - t0
     per_iter = (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1) if stamps else float("nan")
     return {**info, **step, "fit_s": total_s, "iterations": len(stamps), "iter_s": per_iter,

@@ -49,15 +49,15 @@ from relaxed_exact_step import replay  # noqa: E402
 
 
 def fit_engine(dom, ms, exact_after=None):
-    from dpsql.engine.fitting import FIT_GAP
     from dpsql.linalg.threads import one_blas_thread
     from dpsql.pgm.auto import fit
+    from dpsql.pgm.limits import FitLimits
 
     opts = {} if exact_after is None else {"exact_after": exact_after}
     t0 = time.perf_counter()
     with one_blas_thread():
         model = fit(dom, ms, method="relaxed", iters=20000, exact_method="adaptive",
-                    stop="discrepancy", gap=FIT_GAP, **opts)
+                    stop="discrepancy", gap=FitLimits().gap, **opts)
     return model, time.perf_counter() - t0
 
 

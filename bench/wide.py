@@ -135,9 +135,9 @@ def answer_all(model, pairs) -> tuple[dict, float]:
 
 def run_dpsql(dom, ms, pairs, method: str, cpu_limit: float) -> dict:
     """The engine's fit call (``Engine._fit``'s arguments), ``method`` "auto" or "relaxed"."""
-    from dpsql.engine.fitting import FIT_GAP, LARGE_EXACT_MODEL
     from dpsql.linalg.threads import one_blas_thread
     from dpsql.pgm.auto import fit
+    from dpsql.pgm.limits import FitLimits
 
     t0, w0 = time.process_time(), time.perf_counter()
     state = {"iterations": 0}
@@ -148,7 +148,7 @@ def run_dpsql(dom, ms, pairs, method: str, cpu_limit: float) -> dict:
 
     with one_blas_thread():
         model = fit(dom, ms, method=method, iters=20000, exact_method="adaptive", stop="discrepancy",
-                    stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP, callback=callback)
+                    gap=FitLimits().gap, callback=callback)
         fit_s = time.process_time() - t0
         tables, answer_s = answer_all(model, pairs)
     return {"fit_s": fit_s, "answer_s": answer_s, "tables": tables, "summary": model.summary(),

@@ -300,10 +300,11 @@ def describe_progress(stage: str, info: dict) -> str:
         return (f"measuring: counting {info.get('blocks', '?')} marginals in one scan…"
                 if not info.get("done") else f"measured {info.get('blocks', '?')} blocks")
     if stage == "fit":
+        path = f" ({info['path']}: {info['certificate']})" if "path" in info else ""
         if info.get("loaded"):
-            return "model loaded from disk"
+            return "model loaded from disk" + path
         if info.get("done"):
-            return f"model fitted in {info.get('seconds', 0):.1f} s"
+            return f"model fitted in {info.get('seconds', 0):.1f} s" + path
         it, total = info.get("iteration", 0), info.get("iterations")
         return f"fitting the model: iteration {it:,}" + (f" of at most {total:,}" if total else "") + \
             (f", loss {info['loss']:.6g}" if "loss" in info else "")

@@ -5,6 +5,7 @@ the CLI, repl/app.py and repl/commands.py imported each other)."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -159,3 +160,15 @@ def test_every_name_the_package_uses_is_defined():
                           "--select", "F821,F822", "--target-version", "py311", "dpsql", "repl"],
                          cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_strategy_is_answered_by_one_least_squares():
+    """Issue 36 item 4: ``dpsql.plan.reconstruct`` answered a strategy by ``np.linalg.pinv``
+    per factor and LSQR (numerics of the BLAS kernel), reached only by its tests, beside the
+    engine's ``VarianceModel.least_squares`` on ``GramPinv``.  The planner and the engine
+    call neither pinv nor LSQR; tests/plan/test_reconstruct.py runs on the engine's."""
+    import dpsql.plan
+    assert "least_squares" not in dir(dpsql.plan)
+    bad = sorted(p.relative_to(ROOT).as_posix() for d in ("plan", "engine") for p in (ROOT / "dpsql" / d).rglob("*.py")
+                 if re.search(r"\blsqr\(|linalg\.pinv\(", p.read_text()))
+    assert not bad, bad

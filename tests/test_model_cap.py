@@ -19,12 +19,15 @@ def test_the_library_caps_the_model_where_the_engine_does():
     from dpsql import pgm
     from dpsql.pgm.auto import fit
     from dpsql.pgm.estimation import estimate
+    from dpsql.pgm.limits import FitLimits
 
     cap = PlannerOptions().max_model_cells
     assert Caps().model_size == cap
     assert pgm.DEFAULT_CAPACITY == cap
-    assert signature(fit).parameters["capacity"].default == cap
-    assert signature(estimate).parameters["capacity"].default == cap
+    # the fit's capacity is FitLimits.capacity unless a caller passes one (issue 36 item 1)
+    assert FitLimits().capacity == cap
+    assert signature(fit).parameters["capacity"].default is None
+    assert signature(estimate).parameters["capacity"].default is None
 
 
 def test_aims_cap_has_one_default():

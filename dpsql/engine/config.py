@@ -14,7 +14,7 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from collections.abc import Mapping
@@ -25,9 +25,12 @@ from dpsql.domain import TableSchema
 from dpsql.domain_file import load_domain
 from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public, unclamp_keys
 from dpsql.errors import ConfigError
-from dpsql.engine.people import PeopleSchema, people_views
+from dpsql.engine.people import PeopleSchema, people_views, with_flags
 from dpsql.measure.source import Source
+from dpsql.pgm.limits import FitLimits
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
+from dpsql.public import StarCatalog
+from dpsql.sql.people import person_flags
 
 
 
@@ -121,7 +124,7 @@ class Config:
     workload: tuple[str, ...] = ()
     workload_weights: tuple[float, ...] = ()   # per workload statement (default 1)
     planner: PlannerOptions = field(default_factory=PlannerOptions)
-    fit_iters: int = _default("dpsql", "fit_iters")   # a limit: fits end at convergence (FIT_GAP)
+    fit_iters: int = _default("dpsql", "fit_iters")   # a limit: fits end at convergence (FitLimits.gap)
     default_user: str = _default("dpsql", "default_user")
     error_columns: str = _default("dpsql", "error_columns")
     allow_spend: bool = False     # non-interactive callers may spend without asking ([policy])
@@ -130,6 +133,15 @@ class Config:
     references: tuple = ()
     # [people]: private tables protected per person, each served through its view (dpsql/engine/people.py)
     people: PeopleSchema | None = None
+
+    # the fit's thresholds (dpsql.pgm.limits) but the capacity, which is [planner] max_model_cells
+    fit_base_limits: FitLimits = field(default_factory=FitLimits)
+
+    @property
+    def fit_limits(self) -> FitLimits:
+        """Every threshold of the fit, passed to ``dpsql.pgm.auto.fit`` and part of each saved
+        model's key (``dpsql.pgm.finishers.fit_key``)."""
+        return replace(self.fit_base_limits, capacity=self.planner.max_model_cells)
 
     @property
     def public_tables(self) -> dict:
@@ -293,6 +305,11 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
 
     wl = raw.get("workload")
     workload = _workload_sql(wl, base, f"{where}: [workload]")
+    if people is not None:
+        # COUNT(DISTINCT person) with conditions on other tables' rows: a measured flag per
+        # person and condition (dpsql/sql/people.py), a column of the person's view
+        flags = person_flags([q for q, _ in workload], StarCatalog(tables, people=people))
+        tables, sources, people = with_flags(people, tables, sources, flags)
     workload_budget = None
     if isinstance(wl, Mapping) and ("epsilon" in wl or "rho" in wl):
         workload_budget = BudgetSpec.parse(wl, f"{where}: [workload]", default_delta)

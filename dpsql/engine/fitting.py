@@ -22,6 +22,7 @@ from dpsql.errors import Error, OperationalError
 from dpsql.linalg.threads import one_blas_thread
 from dpsql.measure import release as rel
 from dpsql.pgm.auto import fit
+from dpsql.pgm.finishers import fit_key
 from dpsql.pgm.measurement import Measurement, estimate_total
 from dpsql.pgm.store import load_model, save_model
 
@@ -31,20 +32,10 @@ if TYPE_CHECKING:
     from dpsql.engine.config import Config
     from dpsql.pgm import GraphicalModel
 
-#: Bumped whenever a saved model of the same releases would differ (Engine.model_path).
+#: Bumped whenever the saved file's layout changes (Engine.model_path).  What the fit
+#: computes is named by ``fit_key``: its finishers' names and versions and every FitLimits
+#: value (it replaced a hand-edited estimator version string, issue 36 item 1).
 MODEL_FORMAT = "1"
-#: The estimator's identity: part of every saved model's key, so a fit by an older
-#: estimator is never loaded after the estimator changed.
-ESTIMATOR_VERSION = "pgm-2026-11-dense-block-joint-dual-workload-metric"
-
-#: Fits end when the estimated optimality gap is at most atol + rtol·loss (loss in units of
-#: each measurement's σ, so the test is the same at every noise scale; ``fit_iters`` is a
-#: limit).  0.5 bounds every fitted value's distance from the optimum by 0.7 σ in the worst
-#: case and by √(0.5/m) σ ≈ 0.02 σ on average over m ≈ 1,000 noisy values.
-FIT_GAP = (0.5, 1e-6)
-
-#: Exact models above this many cells stop at the discrepancy principle (see Engine._fit).
-LARGE_EXACT_MODEL = 1_000_000
 
 
 class ModelFitting:
@@ -123,8 +114,8 @@ class ModelFitting:
             with self._lock:
                 base = _sha(_identity(self._state(table)).key(), *sorted(release_keys))
         # the declared workload too: the dense-block fit projects in its metric (_fit)
-        ident = _sha(MODEL_FORMAT, ESTIMATOR_VERSION, base, self.config.fit_iters,
-                     self.config.planner.max_model_cells, self.workload_identity())
+        ident = _sha(MODEL_FORMAT, fit_key(self.config.fit_limits), base, self.config.fit_iters,
+                     self.workload_identity())
         return Path(str(self.config.ledger_path) + ".models") / f"{table}-{ident[:40]}.npz"
 
     def workload_identity(self) -> str:
@@ -150,7 +141,8 @@ class ModelFitting:
         if path.exists():
             model = load_model(path, dom)
             if model is not None:
-                self.progress("fit", {"table": table, "loaded": True, "done": True, "seconds": 0.0})
+                self.progress("fit", {"table": table, "loaded": True, "done": True, "seconds": 0.0,
+                                      **_report_info(model)})
                 return model
         measurements = self.fit_measurements(released)
         if estimate_total(measurements) is None and previous is None:
@@ -222,13 +214,15 @@ class ModelFitting:
 
     def _fit(self, domain, measurements, previous, table: str = ""):
         """Exact junction-tree model when it fits the capacity, else the relaxed
-        region-graph model (NeurIPS 2021); the model's summary says which and why.  The
+        region-graph model (NeurIPS 2021); the model's summary says which and why, and its
+        ``report`` (dpsql.pgm.report.FitReport) which finisher ran, which is sent with the
+        "fit" progress event that ends the fit (``path``, ``certificate``).  The
         exact fit uses the accelerated method with adaptive curvature: on the adult
         dashboard its largest error on the measured marginals after 1,000 iterations is ~1
         count where plain mirror descent (Alg. 2) is still ~50 off, which would rival the
         noise at ε = 1.
 
-        A large exact model (more than ``LARGE_EXACT_MODEL`` cells) stops at the discrepancy
+        A large exact model (more than ``FitLimits.discrepancy_above`` cells) stops at the discrepancy
         principle (loss ≤ number of noisy values, ``fit(stop="discrepancy")``): on adult
         with 15 random triples (5.3 M cells) that is 63 iterations, 44 s and error 0.205 on
         the measured marginals, where 1,000 iterations took ~11 min of CPU for 0.268 (the
@@ -244,14 +238,25 @@ class ModelFitting:
         # One BLAS thread, as the planner: on the loaded 2-core machine the 40-query
         # dashboard's exact fit took 1.70 s against 1.81 s, 300 iterations of the 55-marginal
         # relaxed fit 7.9 s against 9.3 s (bench/trust.py --parts blas, bench/RESULTS.md).
+        limits = self.config.fit_limits
         with one_blas_thread():
+            # the library's defaults are these (exact_method, stop, gap): stated for the reader
             model = fit(domain, measurements, iters=iters, warm_start=previous,
-                        workload=lambda: self.fit_workload(table),
-                        capacity=self.config.planner.max_model_cells, exact_method="adaptive",
-                        stop="discrepancy", stop_above=LARGE_EXACT_MODEL, gap=FIT_GAP,
+                        workload=lambda: self.fit_workload(table), limits=limits,
+                        exact_method="adaptive", stop="discrepancy", gap=limits.gap,
                         callback=callback if self._listeners else None)
-        self.progress("fit", {"table": table, "done": True, "seconds": time.perf_counter() - t0})
+        self.progress("fit", {"table": table, "done": True, "seconds": time.perf_counter() - t0,
+                              **_report_info(model)})
         return model
 
 
-__all__ = ["ModelFitting", "MODEL_FORMAT", "ESTIMATOR_VERSION", "FIT_GAP", "LARGE_EXACT_MODEL"]
+def _report_info(model) -> dict:
+    """The fit report's path and certificate for a progress event (public: functions of the
+    released measurements and of sizes)."""
+    report = getattr(model, "report", None)
+    if report is None:
+        return {}
+    return {"path": report.path, "certificate": report.certificate.describe()}
+
+
+__all__ = ["ModelFitting", "MODEL_FORMAT"]

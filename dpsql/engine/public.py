@@ -169,6 +169,14 @@ def _check_key(schema, column: str, values: list, ref: str, where: str) -> None:
             raise ConfigError(f"{where}: {len(missing)} key(s) of {ref} are not labels of the open column "
                               f"'{column}' ({shown}): rows with them would share its (other) cell",
                               hint=f'declare labels_from = "{ref}" for \'{column}\', or list those labels')
+        if attr.invalid_index < len(attr.labels_):
+            # closed and not nullable: NULL and undeclared values land in the first label's
+            # cell and would join that label's dimension rows; the NULL cell joins none
+            raise ConfigError(f"{where}: the closed categorical join key '{column}' must be nullable: its NULL "
+                              f"and undeclared values would land in the cell of {attr.labels_[0]!r} and join "
+                              f"{ref} = {attr.labels_[0]!r}, where SQL joins them with no row",
+                              hint=f"declare nullable = true for '{column}' in the domain file (they then land "
+                                   "in its NULL cell, which joins no dimension row), or drop closed = true")
         return
     bounds = attr.bin_bounds()
     if attr.kind != "integer" or any(b is not None and b[0] != b[1] for b in bounds):

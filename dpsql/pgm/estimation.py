@@ -5,20 +5,13 @@ entropic mirror descent: every iterate is μ = MARGINAL-ORACLE(θ) for log-poten
 θ on the junction tree's cliques, so the answer is a graphical model p_θ (the
 maximum-entropy distribution with the fitted marginals).
 
-* ``method="md"`` — Algorithm 2, θ ← θ − η ∇L(μ), with an Armijo backtracking line
-  search on η: the step is accepted when L drops by at least half of the linear
-  prediction ⟨∇L(μ), μ − μ'⟩ (which is non-negative for a mirror step); η grows
-  before each iteration (×2 until the first backtrack, ×1.05 after) so the search
-  tracks the local curvature at about one oracle call per iteration.
-* ``method="accelerated"`` — Algorithm 3, Nesterov's accelerated dual averaging with
-  θ = −t(t+1)/(4K·N) ḡ, K the Lipschitz constant of the L2 loss (per unit N²) and N
-  the total: the same O(1/t²) rate once the constant is known, no line search.
-* ``method="adaptive"`` — the accelerated method with K backtracked to the local
-  curvature and restarted when the loss rises (:func:`_adaptive`); the fastest to
-  a tight optimum, since the worst-case K of Algorithm 3 is usually far too large.
-
-With the L1 loss, "md" uses the classical η₀/√t schedule (a line search stalls at
-the kinks of ‖·‖₁).
+* ``method="adaptive"`` (the default with the L2 loss, and the engine's) — the accelerated
+  method with K backtracked to the local curvature and restarted when the loss rises
+  (:func:`_adaptive`); the fastest to a tight optimum, since the worst-case K of Algorithm 3
+  is usually far too large.
+* ``method="md"`` (Algorithm 2 with an Armijo line search; with the L1 loss the η₀/√t
+  schedule) and ``method="accelerated"`` (Algorithm 3) — the thesis's own methods, which the
+  engine never runs: references for tests and benches, in :mod:`dpsql.pgm.experimental`.
 
 μ is kept on the scale of counts (it sums to the total N), as the measurements are.
 """
@@ -34,33 +27,20 @@ from dpsql.domain import Domain
 from dpsql.errors import ModelTooLargeError
 from dpsql.pgm.inference import BeliefPropagation
 from dpsql.pgm.junction_tree import JunctionTree
-from dpsql.pgm.loss import SPARSE_MAX_NNZ, MarginalLoss, SparseLoss
-from dpsql.pgm.measurement import (Measurement, estimate_total, identity_scale, lambda_max,
-                                   lipschitz, subgradient_bound)
+from dpsql.pgm.limits import FitLimits
+from dpsql.pgm.loss import MarginalLoss, SparseLoss
+from dpsql.pgm.measurement import Measurement, estimate_total, identity_scale, lipschitz
 from dpsql.pgm.model import GraphicalModel
+from dpsql.pgm.progress import GapTest, Progress, converged, estimated_gap
 from dpsql.triangulation import MAX_MODEL_CELLS
 
-__all__ = ["DEFAULT_CAPACITY", "Progress", "estimate", "estimated_gap", "check_capacity"]
+__all__ = ["DEFAULT_CAPACITY", "ExactSetup", "JointTable", "Progress", "check_capacity", "estimate",
+           "estimated_gap", "exact_setup", "first_order", "joint_table", "solve_dense_block",
+           "solve_dual"]
 
 # The largest junction tree a fit builds by default: the engine's [planner] max_model_cells,
-# declared once in dpsql/triangulation.py.
+# declared once in dpsql/triangulation.py (FitLimits.capacity's default).
 DEFAULT_CAPACITY = MAX_MODEL_CELLS
-#: The sparse loss is used when its matrix has at most this many non-zeros per measurement.
-#: Its products cost ~3 ns per non-zero each way; the sum-tree loss (MarginalLoss) ~10-15 µs
-#: of numpy calls per measurement plus reductions over the hosts.  On the adult dashboard
-#: (39 measurements, 19,173 non-zeros) the sparse loss is ~4x faster; on NLTCS's 137 one-
-#: and two-way marginals, all inside one 65,536-cell clique (8,978,432 non-zeros), the
-#: sum-tree loss took 2 ms where the sparse one took 58 ms (16 ms with scipy; issue 17).
-SPARSE_NNZ_PER_MEASUREMENT = 3000
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What the callback sees after each iteration; return True from it to stop."""
-
-    iteration: int
-    loss: float
-    step: float
 
 
 def check_capacity(tree: JunctionTree, capacity: int) -> None:
@@ -172,16 +152,17 @@ def _theta_from_marginals(tree: JunctionTree, mu: Sequence[np.ndarray]) -> list[
 
 
 def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int = 1000,
-             method: str = "md", warm_start: GraphicalModel | None = None, tol: float | _GapTest = 0.0,
+             method: str | None = None, warm_start: GraphicalModel | None = None, tol: float | GapTest = 0.0,
              callback: Callable[[Progress], bool | None] | None = None,
-             capacity: int = DEFAULT_CAPACITY, total: float | None = None,
+             capacity: int | None = None, total: float | None = None,
              norm: str = "l2", stepsize: float | None = None,
              gap: tuple[float, float] | None = None, start: str = "maxent",
-             workload: Sequence | None = None) -> GraphicalModel:
+             workload: Sequence | None = None, limits: FitLimits | None = None) -> GraphicalModel:
     """Fit a graphical model to ``measurements`` (thesis Algorithm 2 or 3).
 
-    ``method`` is "md" (Algorithm 2, default), "accelerated" (Algorithm 3) or
-    "adaptive" (accelerated with a backtracked Lipschitz estimate and restarts).
+    ``method`` is "md" (Algorithm 2), "accelerated" (Algorithm 3) or "adaptive" (accelerated
+    with a backtracked Lipschitz estimate and restarts); by default "adaptive" with the L2 loss,
+    the engine's method, and "md" with the L1 loss (the only one for it).
     ``warm_start`` continues from a previous model's potentials (or, when its cliques
     do not fit the new tree, from its marginals).  ``callback(Progress)`` runs after
     every iteration; returning True stops the fit.
@@ -194,14 +175,48 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     squared residuals in units of their own σ, so the test does not depend on the noise
     scale.  ``start`` is "maxent" (θ = 0, the uniform model: the path early stopping relies
     on) or "least_squares" (:func:`_least_squares_start`; used when no ``warm_start`` is
-    given).  ``capacity`` bounds the junction tree in cells;
+    given).  ``capacity`` bounds the junction tree in cells (default ``limits.capacity``);
     beyond it ModelTooLargeError is raised before any work.  ``norm`` is "l2"
     (default; Gaussian likelihood) or "l1" (Laplace; md only).  ``workload``: the query
     matrices (over the whole domain) the answers are scored on, or a function returning them
     (called only where they are used); where the fit is solved on the joint table of the
     measured attributes, it is then solved in the workload's metric
     (:mod:`dpsql.pgm.workload_fit`; ``model.metric`` says which metric was used).
+    ``limits``: the size thresholds of the direct solves and the face step
+    (:class:`~dpsql.pgm.limits.FitLimits`).  :func:`dpsql.pgm.auto.fit` runs the same
+    pieces as finishers (:mod:`dpsql.pgm.finishers`) and reports which one ran.
     """
+    limits = limits if limits is not None else FitLimits()
+    if method is None:
+        method = "adaptive" if norm == "l2" else "md"
+    if start not in ("maxent", "least_squares"):
+        raise ValueError(f"estimate: start must be 'maxent' or 'least_squares', got {start!r}")
+    setup = exact_setup(domain, measurements, method, norm, capacity if capacity is not None
+                        else limits.capacity, total, warm_start)
+    if gap is not None and norm == "l2":
+        solved = _solve_joint(domain, setup, gap, workload, limits)
+        if solved is not None:
+            return solved
+    return first_order(domain, setup, iters=iters, method=method, warm_start=warm_start, tol=tol,
+                       callback=callback, norm=norm, stepsize=stepsize, gap=gap, start=start,
+                       limits=limits)
+
+
+@dataclass(frozen=True)
+class ExactSetup:
+    """What every exact finisher starts from: the checked measurements, the junction tree
+    (within the capacity), the number of records and the marginal oracle."""
+
+    measurements: list[Measurement]
+    tree: JunctionTree
+    total: float
+    bp: BeliefPropagation
+
+
+def exact_setup(domain: Domain, measurements: Sequence[Measurement], method: str, norm: str,
+                capacity: int, total: float | None, warm_start: GraphicalModel | None) -> ExactSetup:
+    """Check the arguments, triangulate (ModelTooLargeError beyond ``capacity``) and resolve
+    the total (see :func:`estimate`)."""
     measurements = list(measurements)
     _check(domain, measurements)
     if method not in ("md", "accelerated", "adaptive"):
@@ -221,9 +236,18 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
         else:
             raise ValueError("estimate: no measurement determines the number of records "
                              "(1ᵀ is in no query's row space); pass total=")
-    total = max(float(total), 1.0)
-    bp = BeliefPropagation(tree)
-    loss = choose_loss(tree, measurements, norm, method)
+    return ExactSetup(measurements, tree, max(float(total), 1.0), BeliefPropagation(tree))
+
+
+def first_order(domain: Domain, setup: ExactSetup, *, iters: int, method: str,
+                warm_start: GraphicalModel | None, tol: float | GapTest = 0.0,
+                callback: Callable[[Progress], bool | None] | None = None, norm: str = "l2",
+                stepsize: float | None = None, gap: tuple[float, float] | None = None,
+                start: str = "maxent", limits: FitLimits) -> GraphicalModel:
+    """The first-order fit (Algorithm 2 or 3, see :func:`estimate`), ended by the exact
+    face step (:func:`_polish_step`) when ``gap`` is given with the L2 loss."""
+    measurements, tree, total, bp = setup.measurements, setup.tree, setup.total, setup.bp
+    loss = choose_loss(tree, measurements, norm, method, limits)
     if start not in ("maxent", "least_squares"):
         raise ValueError(f"estimate: start must be 'maxent' or 'least_squares', got {start!r}")
     if warm_start is None and start == "least_squares" and norm == "l2":
@@ -231,242 +255,211 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     else:
         theta = _initial_theta(domain, tree, bp, warm_start)
     if gap is not None:
-        tol = _GapTest(*gap)
-    solved = None
-    if gap is not None and norm == "l2":
-        solved = _solve_joint(domain, tree, bp, measurements, total, gap, workload)
-    if solved is not None:
-        theta, history, certificate, metric = solved
-        return _fitted(domain, tree, theta, total, measurements, history, solved=certificate,
-                       metric=metric)
-    if method == "md" and norm == "l1":
-        theta, history = _subgradient(bp, loss, theta, total, measurements, iters, tol,
-                                      callback, stepsize)
-    elif method == "md":
-        theta, history = _mirror_descent(bp, loss, theta, total, measurements, iters, tol,
-                                         callback, stepsize)
-    elif method == "adaptive":
+        tol = GapTest(*gap)
+    if method == "adaptive":
         theta, history = _adaptive(bp, loss, theta, total, measurements, iters, tol, callback)
     else:
-        theta, history = _accelerated(bp, loss, theta, total, measurements, iters, tol, callback)
-    polished = None
+        # the thesis's own methods, which the engine never runs (references for tests and benches)
+        from dpsql.pgm import experimental
+        if method == "md" and norm == "l1":
+            theta, history = experimental.subgradient(bp, loss, theta, total, measurements, iters,
+                                                      tol, callback, stepsize)
+        elif method == "md":
+            theta, history = experimental.mirror_descent(bp, loss, theta, total, measurements, iters,
+                                                         tol, callback, stepsize)
+        else:
+            mu, history = experimental.accelerated(bp, loss, theta, total, measurements, iters, tol,
+                                                   callback)
+            theta = _theta_from_marginals(tree, mu)
+    polished = refused = None
     if gap is not None and norm == "l2":
-        theta, polished = _polish_step(tree, bp, loss, measurements, theta, total, history)
-    return _fitted(domain, tree, theta, total, measurements, history, polished=polished)
+        theta, polished = _polish_step(tree, bp, loss, measurements, theta, total, history, limits)
+        if isinstance(polished, str):
+            polished, refused = None, polished
+    return _fitted(domain, tree, theta, total, measurements, history, polished=polished,
+                   refused=refused)
 
 
 def _fitted(domain, tree, theta, total, measurements, history, polished=None, solved=None,
-            metric=None) -> GraphicalModel:
+            metric=None, refused=None) -> GraphicalModel:
     """The fitted model with how its fit ended: ``polished`` (the exact face step's report),
-    ``solved`` (the direct solve's certificate), ``metric`` (the workload-metric choice)."""
+    ``solved`` (the direct solve's certificate), ``metric`` (the workload-metric choice),
+    ``refused`` (why the face step was not taken, when it was tried)."""
     model = GraphicalModel(domain, tree, theta, total,
                            measured=[m.clique for m in measurements], loss=history)
     model.polished = polished
     model.solved = solved
     model.metric = metric
+    model.refused = refused
     return model
 
 
 def choose_loss(tree: JunctionTree, measurements: Sequence[Measurement], norm: str = "l2",
-                method: str = "adaptive") -> MarginalLoss | SparseLoss:
+                method: str = "adaptive", limits: FitLimits | None = None) -> MarginalLoss | SparseLoss:
     """The loss the estimator evaluates: the sparse one (L2, accelerated methods) when it is
-    the cheaper of the two (at most SPARSE_NNZ_PER_MEASUREMENT non-zeros per measurement),
-    else the sum-tree loss."""
+    the cheaper of the two (at most ``limits.sparse_nnz_per_measurement`` non-zeros per
+    measurement, ``limits.sparse_max_nnz`` in all), else the sum-tree loss."""
+    limits = limits if limits is not None else FitLimits()
     if norm == "l2" and method in ("adaptive", "accelerated"):
         loss = SparseLoss.build(tree, measurements, max_nnz=min(
-            SPARSE_MAX_NNZ, SPARSE_NNZ_PER_MEASUREMENT * len(measurements)))
+            limits.sparse_max_nnz, limits.sparse_nnz_per_measurement * len(measurements)))
         if loss is not None:
             return loss
     return MarginalLoss(tree, measurements, norm)
 
 
-def _solve_joint(domain, tree, bp, measurements, total, gap, workload=None):
-    """Problem 4 solved directly on the joint table of the measured attributes, when that
-    table is small (:func:`dpsql.pgm.polish.solve_clique`; ``polish.CLIQUE_MAX_CELLS``).
+@dataclass(frozen=True)
+class JointTable:
+    """Problem 4 on the joint table of the measured attributes (``joint``, sizes ``shape``):
+    its loss and, when one Kronecker block covers the table, the block's Gram inverse as a
+    preconditioner (else None)."""
+
+    joint: tuple[str, ...]
+    shape: tuple[int, ...]
+    loss: MarginalLoss
+    precond: object | None
+
+
+def joint_table(setup: ExactSetup, limits: FitLimits) -> JointTable | str:
+    """The joint table of the measured attributes, or why there is none to solve on (over
+    ``limits.dense_block_max_cells``).
 
     Over the measured attributes' joint table the marginal polytope is the scaled simplex,
     and every measured clique's marginal is a sum of its cells, so the loss is the same
     function of the measured marginals; the junction tree's clique tables are the joint's
     marginals (consistent by construction) and the potentials reproduce them (thesis §4.2:
-    the model is the maximum-entropy distribution with those marginals).  Returns
-    (potentials, loss history, (rounds or steps, gap bound, "clique" | "dual"), metric) when the
-    solve (``solve_clique``, or :func:`dpsql.pgm.joint_dual.solve_joint_dual` without a covering
-    Kronecker block) certifies the optimum within the gap tolerance, else None (the first-order
-    fit then runs as before).  On the "clique" path, with a ``workload`` whose rows over the
-    joint table are small enough, the fit in the workload's metric is computed too
-    (:mod:`dpsql.pgm.workload_fit`) and kept when Stein's estimate of the workload's error is
-    lower; ``metric`` is then the ``MetricChoice``, else None."""
-    from dpsql.pgm.polish import CLIQUE_MAX_CELLS, preconditioner, solve_clique   # fitting only
+    the model is the maximum-entropy distribution with those marginals).  With a Kronecker
+    block over the whole joint table, its Gram inverse preconditions an active-set Newton
+    method (the dense-block case: OPT_⊗ on the workload's attributes).  Without one
+    (nltcs/ranges' 4-way blocks), conjugate gradients did not certify in 40 rounds; there,
+    when the first-order fit's exact last step would be refused for its size, the entropic
+    path of :mod:`dpsql.pgm.joint_dual` solves the problem in the few Fourier coefficients the
+    measured marginals span."""
+    from dpsql.pgm.polish import preconditioner   # fitting only
 
+    tree = setup.tree
     position = {a: i for i, a in enumerate(tree.attributes)}
-    joint = tuple(sorted({a for m in measurements for a in m.clique}, key=position.__getitem__))
+    joint = tuple(sorted({a for m in setup.measurements for a in m.clique}, key=position.__getitem__))
     shape = tuple(tree.sizes[a] for a in joint)
-    if not joint or int(np.prod(shape, dtype=np.int64)) > CLIQUE_MAX_CELLS:
-        return None
+    if not joint:
+        return "no attribute is measured"
+    cells = int(np.prod(shape, dtype=np.int64))
+    if cells > limits.dense_block_max_cells:
+        return (f"the joint table of the measured attributes has {cells:,} cells, over "
+                f"dense_block_max_cells = {limits.dense_block_max_cells:,}")
     jtree = JunctionTree(joint, {a: tree.sizes[a] for a in joint}, [joint])
-    loss = MarginalLoss(jtree, measurements)
-    # With a Kronecker block over the whole joint table, its Gram inverse preconditions an
-    # active-set Newton method (the dense-block case: OPT_⊗ on the workload's attributes).
-    # Without one (nltcs/ranges' 4-way blocks), conjugate gradients did not certify in 40
-    # rounds; there, when the first-order fit's exact last step would be refused for its size,
-    # the entropic path of dpsql.pgm.joint_dual solves the problem in the few Fourier
-    # coefficients the measured marginals span.
-    precond = preconditioner(loss, shape)
-    if precond is not None:
-        table, history, certified = solve_clique(loss, shape, total, gap[0], gap[1], precond=precond)
-        how = "clique"
-    else:
-        from dpsql.pgm.joint_dual import face_step_refused, solve_joint_dual
-        if not face_step_refused(tree, measurements):
-            return None
-        result = solve_joint_dual(joint, shape, measurements, total, gap[0], gap[1])
-        if result is None:
-            return None
-        table, history, certified, info = result
-        how = "dual"
+    loss = MarginalLoss(jtree, setup.measurements)
+    return JointTable(joint, shape, loss, preconditioner(loss, shape))
+
+
+def _joint_theta(setup: ExactSetup, jt: JointTable, table: np.ndarray) -> list[np.ndarray]:
+    """Potentials of the model whose clique tables are the joint table's marginals."""
+    tree, bp, total = setup.tree, setup.bp, setup.total
+    mu = bp.marginals([np.zeros(s) for s in bp.shapes], total)   # unmeasured cliques: uniform
+    for i, clique in enumerate(tree.cliques):
+        if set(clique) <= set(jt.joint):
+            axes = tuple(k for k, a in enumerate(jt.joint) if a not in clique)
+            mu[i] = table.sum(axis=axes) if axes else table
+    return _theta_from_marginals(tree, mu)
+
+
+def solve_dense_block(domain: Domain, setup: ExactSetup, jt: JointTable, gap: tuple[float, float],
+                      workload, limits: FitLimits) -> GraphicalModel | str:
+    """Problem 4 solved on the joint table by :func:`dpsql.pgm.polish.solve_clique`
+    (preconditioned active-set Newton), certified by its Frank–Wolfe gap; or why not (the
+    solve did not certify within its budget).  With a ``workload`` whose rows over the joint
+    table fit ``limits.workload_max_entries``, the fit in the workload's metric is computed
+    too (:mod:`dpsql.pgm.workload_fit`) and kept when Stein's estimate of the workload's error
+    is lower (``model.metric``, the ``MetricChoice``)."""
+    from dpsql.pgm.polish import solve_clique   # fitting only
+
+    total = setup.total
+    loss, shape = jt.loss, jt.shape
+    table, history, certified = solve_clique(loss, shape, total, gap[0], gap[1], precond=jt.precond)
     if not certified:
-        return None
+        return "the active-set Newton solve did not certify the optimum within its budget"
     metric = None
-    if how == "clique" and callable(workload):
+    if callable(workload):
         # Compiled only here: the engine's workload costs the planner's imports (scipy) and
         # ~0.2 s, which fits off this path never need (bench/trust.py --parts fit).
         workload = workload() or None
-    if how == "clique" and workload is not None:
+    if workload is not None:
         # the fit in the workload's metric, kept when its error estimate is lower
         from dpsql.pgm.workload_fit import choose_fit, joint_workload
-        W = joint_workload(domain, workload, joint)
+        W = joint_workload(domain, workload, jt.joint, limits.workload_max_entries)
         if W is not None:
             table, history, loss, metric = choose_fit(loss, shape, total, W, gap[0], gap[1],
-                                                      precond, table, history)
-    mu = bp.marginals([np.zeros(s) for s in bp.shapes], total)   # unmeasured cliques: uniform
-    for i, clique in enumerate(tree.cliques):
-        if set(clique) <= set(joint):
-            axes = tuple(k for k, a in enumerate(joint) if a not in clique)
-            mu[i] = table.sum(axis=axes) if axes else table
-    if how == "dual":
-        return _theta_from_marginals(tree, mu), history, (info["steps"], info["gap"], how), None
+                                                      jt.precond, table, history)
     _, grads = loss([table])
     fw = float(np.vdot(grads[0], table)) - total * float(grads[0].min()) if grads[0] is not None else 0.0
-    return _theta_from_marginals(tree, mu), history, (len(history) - 1, fw, how), metric
+    return _fitted(domain, setup.tree, _joint_theta(setup, jt, table), total, setup.measurements,
+                   history, solved=(len(history) - 1, fw, "clique"), metric=metric)
 
 
-def _polish_step(tree, bp, loss, measurements, theta, total, history):
+def solve_dual(domain: Domain, setup: ExactSetup, jt: JointTable, gap: tuple[float, float],
+               limits: FitLimits) -> GraphicalModel | str:
+    """Problem 4 solved on the joint table by :func:`dpsql.pgm.joint_dual.solve_joint_dual`,
+    certified by its duality gap; or why not (over the limits, or not certified)."""
+    from dpsql.pgm.joint_dual import solve_joint_dual
+
+    result = solve_joint_dual(jt.joint, jt.shape, setup.measurements, setup.total, gap[0], gap[1],
+                              limits=limits)
+    if isinstance(result, str):
+        return result
+    table, history, certified, info = result
+    if not certified:
+        return f"the entropic path did not certify the optimum in {info['steps']} Newton steps"
+    return _fitted(domain, setup.tree, _joint_theta(setup, jt, table), setup.total,
+                   setup.measurements, history, solved=(info["steps"], info["gap"], "dual"))
+
+
+def _solve_joint(domain, setup: ExactSetup, gap, workload, limits: FitLimits) -> GraphicalModel | None:
+    """The direct solves on the joint table of the measured attributes (:func:`joint_table`):
+    the dense-block solve when a Kronecker block covers the table, else the joint dual when
+    the first-order fit's face step would be refused for its size; the model when one
+    certifies the optimum within the gap tolerance, else None (the first-order fit then
+    runs).  :mod:`dpsql.pgm.finishers` runs the same two as finishers of their own."""
+    from dpsql.pgm.joint_dual import face_step_refused
+
+    jt = joint_table(setup, limits)
+    if isinstance(jt, str):
+        return None
+    if jt.precond is not None:
+        out = solve_dense_block(domain, setup, jt, gap, workload, limits)
+    elif face_step_refused(setup.tree, setup.measurements, limits):
+        out = solve_dual(domain, setup, jt, gap, limits)
+    else:
+        return None
+    return None if isinstance(out, str) else out
+
+
+def _polish_step(tree, bp, loss, measurements, theta, total, history, limits: FitLimits):
     """The exact step of :mod:`dpsql.pgm.polish` after a converged fit: returns the potentials
-    and the loss (first-order, polished), or the fit's own potentials and None."""
-    from dpsql.pgm.polish import POLISH_DENSE_LIMIT, POLISH_MAX_CELLS, POLISH_MAX_NNZ, polish
+    and the loss (first-order, polished), or the fit's own potentials and why the step was
+    not taken."""
+    from dpsql.pgm.polish import polish
 
-    if tree.size > POLISH_MAX_CELLS:
-        return theta, None
+    if tree.size > limits.face_step_max_cells:
+        return theta, (f"the junction tree has {tree.size:,} cells, over face_step_max_cells = "
+                       f"{limits.face_step_max_cells:,}")
     # Σ_rows nnz(row)² ≥ nnz²/rows: a matrix past this many non-zeros fails the Hessian test
     # below anyway, so it is not built (NLTCS's marginals: 9 million).
     rows = sum(int(m.query.shape[0]) for m in measurements)
     sparse = loss if isinstance(loss, SparseLoss) else SparseLoss.build(
-        tree, measurements, dense_limit=POLISH_DENSE_LIMIT,
-        max_nnz=int(np.sqrt(float(POLISH_MAX_NNZ) * rows)) + 1)
+        tree, measurements, dense_limit=limits.face_step_dense_entries,
+        max_nnz=int(np.sqrt(float(limits.face_step_max_nnz) * rows)) + 1)
     # The size test before the matrix goes to scipy: a fit too large for the step never
     # imports scipy (issue 17).
-    if sparse is None or sparse.hessian_nnz_bound() > POLISH_MAX_NNZ:
-        return theta, None
+    if sparse is None or sparse.hessian_nnz_bound() > limits.face_step_max_nnz:
+        return theta, (f"its Hessian could have more than face_step_max_nnz = "
+                       f"{limits.face_step_max_nnz:,} non-zeros")
     mu = bp.marginals(theta, total)
-    tables = polish(tree, sparse.P.to_scipy(), sparse.w, sparse.y, mu, total)
+    tables = polish(tree, sparse.P.to_scipy(), sparse.w, sparse.y, mu, total,
+                    limits.face_step_max_cells, limits.face_step_max_nnz)
     if tables is None:
-        return theta, None
+        return theta, "the solve on the face did not lower the loss"
     before, after = sparse.value(mu), sparse.value(tables)
     return _theta_from_marginals(tree, tables), (before, after)
-
-
-#: Iterations over which the loss decrease is measured by :func:`estimated_gap`.
-GAP_WINDOW = 50
-
-
-def estimated_gap(history: Sequence[float], window: int = GAP_WINDOW) -> float:
-    """An estimate of L(μ_t) − L* from the loss history, in the loss's units.
-
-    For the first-order methods here, L_t − L* ≤ C/t^k with k = 1 (mirror descent) or 2
-    (accelerated), so the decrease over the last ``window`` iterations is about k·window·C/t^(k+1)
-    and L_t − L* ≈ decrease · t/(k·window) ≤ decrease · t/window: the estimate takes the
-    conservative k = 1.  (When the convergence is linear it overestimates the gap.)  Not a
-    certificate, but it needs no knowledge of the noise scale, and on the adult dashboards it
-    was within a factor of 2 above the gap measured against a 3,000-iteration fit.
-    Infinite before ``window`` iterations."""
-    t = len(history) - 1
-    if t < window:
-        return float("inf")
-    return max(history[-window - 1] - history[-1], 0.0) * t / window
-
-
-class _GapTest:
-    """Stop once the estimated optimality gap is at most atol + rtol·loss."""
-
-    def __init__(self, atol: float, rtol: float) -> None:
-        self.atol, self.rtol = float(atol), float(rtol)
-
-    def reached(self, history: Sequence[float]) -> bool:
-        return estimated_gap(history) <= self.atol + self.rtol * abs(history[-1])
-
-
-def _converged(history: list[float], tol, window: int = 10) -> bool:
-    if isinstance(tol, _GapTest):
-        return tol.reached(history)
-    if tol <= 0 or len(history) <= window:
-        return False
-    old, new = history[-window - 1], history[-1]
-    return old - new <= tol * max(abs(new), 1e-300) * window
-
-
-def _curvature(loss: MarginalLoss, mu, measurements) -> float:
-    """A bound on the curvature of L along mirror steps at μ, for the first step size.
-
-    A mirror step moves μ_r by about μ_r ⊙ Δθ, so measurement i has curvature at most
-    2 λ_max(Q_iᵀQ_i)/σ_i² · max_x μ_{r_i}(x); the worst case over p, 2 λ/σ² · N (the
-    Lipschitz constant times N), is far too pessimistic once cliques have many cells.
-    Armijo corrects the estimate either way; a good start saves iterations of ramp-up.
-    """
-    total = 0.0
-    for g in loss.groups:
-        peak = float(mu[g.host].max())
-        for t in g.terms:
-            total += 2.0 * t.weight * lambda_max(t.query) * peak
-    return total
-
-
-def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):
-    """Thesis Algorithm 2 with Armijo backtracking (see the module docstring).
-
-    Each rejected trial costs a full oracle call, so after the first backtrack the
-    step grows by only 5% per iteration: trials then succeed ~95% of the time
-    (≈1.07 oracle calls per iteration), while before it the step doubles so that a
-    cautious first step is corrected geometrically.  The gradient is evaluated with
-    the trial's loss, since almost every trial is accepted.
-    """
-    mu = bp.marginals(theta, total)
-    value, grad = loss(mu)
-    if stepsize is None:
-        stepsize = 1.0 / max(_curvature(loss, mu, measurements), 1e-300)
-    alpha = stepsize
-    hosts = [i for i, g in enumerate(grad) if g is not None]
-    history = [value]
-    growth = 2.0
-    for it in range(1, iters + 1):
-        alpha *= growth
-        while True:
-            new_theta = list(theta)
-            for h in hosts:
-                new_theta[h] = theta[h] - alpha * grad[h]
-            new_mu = bp.marginals(new_theta, total)
-            new_value, new_grad = loss(new_mu)
-            predicted = sum(float(np.vdot(grad[h], mu[h] - new_mu[h])) for h in hosts)
-            if value - new_value >= 0.5 * predicted or alpha < 1e-300:
-                break
-            alpha *= 0.5
-            growth = 1.05
-        theta, mu, value, grad = new_theta, new_mu, new_value, new_grad
-        history.append(value)
-        if callback is not None and callback(Progress(it, value, alpha)):
-            break
-        if _converged(history, tol) or predicted <= 0.0:
-            break
-    return theta, history
 
 
 class _FlatLoss:
@@ -570,70 +563,6 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
         L *= _DECAY
         if callback is not None and callback(Progress(t, history[-1], a)):
             break
-        if _converged(history, tol):
+        if converged(history, tol):
             break
     return _theta_from_marginals(bp.tree, bp.split(x)), history
-
-
-def _subgradient(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):
-    """Thesis Algorithm 2 for the non-smooth L1 loss: η_t = η₀/√t, best iterate kept.
-
-    A line search stalls at the kinks of ‖·‖₁, so the classical schedule for entropic
-    mirror descent is used instead: η₀ = √(2 log n)/G with n the domain size and G
-    a bound on ‖∇L‖_∞ (O(1/√t) convergence of the best iterate).
-    """
-    log_n = float(sum(np.log(s) for s in bp.tree.sizes.values()))
-    eta0 = stepsize if stepsize is not None else np.sqrt(2.0 * max(log_n, 1.0)) / max(
-        subgradient_bound(measurements), 1e-300)
-    mu = bp.marginals(theta, total)
-    value, grad = loss(mu)
-    best, best_theta = value, theta
-    history = [value]
-    for t in range(1, iters + 1):
-        eta = eta0 / np.sqrt(t)
-        theta = [th if g is None else th - eta * g for th, g in zip(theta, grad)]
-        mu = bp.marginals(theta, total)
-        value, grad = loss(mu)
-        if value < best:
-            best, best_theta = value, theta
-        history.append(best)
-        if callback is not None and callback(Progress(t, best, eta)):
-            break
-        if _converged(history, tol):
-            break
-    return best_theta, history
-
-
-def _accelerated(bp, loss, theta0, total, measurements, iters, tol, callback):
-    """Thesis Algorithm 3 (accelerated dual averaging), started from ``theta0``."""
-    K = max(lipschitz(measurements), 1e-300) * total
-    nu = bp.marginals(theta0, total)
-    mu = [m.copy() for m in nu]
-    gbar: list[np.ndarray | None] = [None] * len(mu)
-    theta = theta0
-    history = [loss.value(mu)]
-    for t in range(1, iters + 1):
-        c = 2.0 / (t + 1)
-        omega = [(1 - c) * m + c * v for m, v in zip(mu, nu)]
-        _, g = loss(omega)
-        for h, gh in enumerate(g):
-            prev = gbar[h]
-            if gh is not None:
-                gbar[h] = c * gh if prev is None else (1 - c) * prev + c * gh
-            elif prev is not None:
-                gbar[h] = (1 - c) * prev
-        scale = -t * (t + 1) / (4.0 * K)
-        theta = [th if gb is None else th + scale * gb for th, gb in zip(theta0, gbar)]
-        nu = bp.marginals(theta, total)
-        mu = [(1 - c) * m + c * v for m, v in zip(mu, nu)]
-        value = loss.value(mu)
-        history.append(value)
-        if callback is not None and callback(Progress(t, value, 1.0 / K)):
-            break
-        if _converged(history, tol):
-            break
-    # Algorithm 3 returns the averaged iterate μ, not the last oracle output ν.  μ is a
-    # convex combination of calibrated marginals, hence calibrated on the junction tree,
-    # so the junction-tree factorisation gives potentials reproducing it exactly.
-    return _theta_from_marginals(bp.tree, mu), history
-

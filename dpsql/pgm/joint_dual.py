@@ -44,14 +44,13 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.measurement import Measurement, dense
 
-__all__ = ["JOINT_MAX_CELLS", "MAX_FEATURES", "face_step_refused", "solve_joint_dual"]
+__all__ = ["face_step_refused", "solve_joint_dual"]
 
-#: Joint tables up to this many cells (a few transforms of the table per Newton step).
-JOINT_MAX_CELLS = 1 << 21
-#: Characters (K) up to this many: each step factors a K × K matrix.
-MAX_FEATURES = 1000
+# The size limits (joint table cells, characters K, densified query entries) are
+# FitLimits.joint_dual_* (dpsql.pgm.limits).
 #: Newton steps over all values of τ before the solve gives up.
 MAX_STEPS = 150
 #: τ shrinks by this factor once a Newton step is short (the decrement below the tolerance).
@@ -60,20 +59,16 @@ SHRINK = 0.1
 DECREMENT = 1.0
 #: ... and the dual gradient's squared norm at most this fraction of the gap tolerance.
 RESIDUAL = 1e-4
-#: Queries are densified per measurement: at most this many entries (|rows| × |clique cells|).
-QUERY_LIMIT = 1 << 20
 
 
-def face_step_refused(tree, measurements: Sequence[Measurement]) -> bool:
+def face_step_refused(tree, measurements: Sequence[Measurement], limits: FitLimits) -> bool:
     """Whether the first-order fit's exact last step (:func:`dpsql.pgm.polish.polish`) would
-    be refused for its size: the junction tree over ``POLISH_MAX_CELLS`` cells, or the bound
-    Σ_rows nnz(row)² on its Hessian's non-zeros over ``POLISH_MAX_NNZ`` (a measured value on
+    be refused for its size: the junction tree over ``limits.face_step_max_cells`` cells, or the
+    bound Σ_rows nnz(row)² on its Hessian's non-zeros over ``face_step_max_nnz`` (a measured value on
     clique C hosted by clique h touches nnz(query row)·|h|/|C| cells of the tree).  Only then is
     this solver used: elsewhere the first-order fit ends on the exact optimum of its face, and
     keeps its path (nltcs/ranges: bound 6.7·10⁹)."""
-    from dpsql.pgm.polish import POLISH_MAX_CELLS, POLISH_MAX_NNZ
-
-    if tree.size > POLISH_MAX_CELLS:
+    if tree.size > limits.face_step_max_cells:
         return True
     position = {a: i for i, a in enumerate(tree.attributes)}
     bound = 0
@@ -82,10 +77,10 @@ def face_step_refused(tree, measurements: Sequence[Measurement]) -> bool:
         cells = prod(tree.sizes[a] for a in canon)
         spread = tree.clique_size(tree.cliques[tree.host(canon)]) // max(cells, 1)
         rows, cols = (int(x) for x in m.query.shape)
-        per_row = np.count_nonzero(dense(m.query), axis=1) if rows * cols <= QUERY_LIMIT \
+        per_row = np.count_nonzero(dense(m.query), axis=1) if rows * cols <= limits.joint_dual_query_entries \
             else np.full(rows, cols)
         bound += int(((per_row.astype(np.int64) * spread) ** 2).sum())
-        if min(bound, tree.size ** 2) > POLISH_MAX_NNZ:
+        if min(bound, tree.size ** 2) > limits.face_step_max_nnz:
             return True
     return False
 
@@ -95,7 +90,7 @@ class _Problem:
     attributes ``joint`` (sizes ``shape``)."""
 
     def __init__(self, joint: Sequence[str], shape: Sequence[int],
-                 measurements: Sequence[Measurement]) -> None:
+                 measurements: Sequence[Measurement], max_features: int = FitLimits().joint_dual_max_features) -> None:
         self.joint, self.shape = tuple(joint), tuple(int(s) for s in shape)
         self.n = prod(self.shape)
         self.real = all(s == 2 for s in self.shape)    # Walsh functions: every DFT is real
@@ -111,7 +106,7 @@ class _Problem:
             per_meas.append(axes)
         self.index = np.unique(np.concatenate([flat for _, flat in cliques.values()]))
         self.K = self.index.size
-        if self.K > MAX_FEATURES:
+        if self.K > max_features:
             return
         pos = {int(f): i for i, f in enumerate(self.index)}
         dtype = float if self.real else complex
@@ -215,21 +210,28 @@ def _softmax(a: np.ndarray, tau: float, total: float) -> tuple[np.ndarray, float
 
 
 def solve_joint_dual(joint: Sequence[str], shape: Sequence[int], measurements: Sequence[Measurement],
-                     total: float, atol: float, rtol: float, max_steps: int = MAX_STEPS):
+                     total: float, atol: float, rtol: float, max_steps: int = MAX_STEPS,
+                     limits: FitLimits | None = None):
     """Problem 4 on the joint table of ``joint`` (sizes ``shape``, C order) by the entropic
     path (module docstring).  Returns (table, loss history, certified, info) with ``info`` =
-    {"steps", "gap", "tau", "features"}, or None when the problem is outside the limits
-    (:data:`JOINT_MAX_CELLS`, :data:`MAX_FEATURES`)."""
+    {"steps", "gap", "tau", "features"}, or why the problem is outside the limits
+    (``FitLimits.joint_dual_*``), a str."""
+    limits = limits if limits is not None else FitLimits()
     n = prod(int(s) for s in shape)
-    if n > JOINT_MAX_CELLS or not measurements:
-        return None
+    if not measurements:
+        return "no measurement"
+    if n > limits.joint_dual_max_cells:
+        return (f"the joint table has {n:,} cells, over joint_dual_max_cells = "
+                f"{limits.joint_dual_max_cells:,}")
     for m in measurements:
         cells = prod(int(shape[list(joint).index(a)]) for a in m.clique)
-        if int(m.query.shape[0]) * cells > QUERY_LIMIT:
-            return None
-    problem = _Problem(joint, shape, measurements)
-    if problem.K > MAX_FEATURES:
-        return None
+        if int(m.query.shape[0]) * cells > limits.joint_dual_query_entries:
+            return (f"the query on {m.clique} has more than joint_dual_query_entries = "
+                    f"{limits.joint_dual_query_entries:,} entries")
+    problem = _Problem(joint, shape, measurements, limits.joint_dual_max_features)
+    if problem.K > limits.joint_dual_max_features:
+        return (f"the measured marginals span {problem.K:,} characters, over "
+                f"joint_dual_max_features = {limits.joint_dual_max_features:,}")
     # scipy's BLAS is loaded here, after the caller limited the loaded ones to one thread: limit
     # it too (its two spinning threads made each 460 × 460 Cholesky factor 0.4 s at load 8)
     from scipy.linalg import cho_factor, cho_solve    # fitting only (a loaded model never needs it)

@@ -46,6 +46,7 @@ class GraphicalModel:
     polished: tuple | None = None
     solved: tuple | None = None
     metric: Any = None
+    refused: str | None = None     # why the face step was not taken, when it was tried
 
     def __init__(self, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray],
                  total: float, *, measured: Iterable[Sequence[str]] = (),

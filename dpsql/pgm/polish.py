@@ -17,7 +17,7 @@ only when its loss is below the first-order fit's, so the step never makes the f
 tiny ridge λ‖d‖² on the step keeps the directions no measurement determines where the fit
 left them (the maximum-entropy completion, thesis §4.2) and makes the system non-singular.
 
-Used for trees whose Hessian is small (``POLISH_MAX_NNZ``): there the solve takes
+Used for trees whose Hessian is small (``FitLimits.face_step_max_nnz``): there the solve takes
 milliseconds, while reaching the same precision by mirror descent takes tens of thousands of
 iterations on ill-conditioned weights.
 """
@@ -37,17 +37,13 @@ if TYPE_CHECKING:
 # scipy is imported inside the functions: a fit whose tree is over the limits below never
 # loads it (issue 17: the adult dashboard's fit, 0.9 s, spent 0.2-0.4 s importing scipy).
 
-__all__ = ["POLISH_MAX_NNZ", "polish"]
+__all__ = ["polish"]
 
-#: The exact step is tried when the Hessian PᵀWP has at most this many non-zeros (bounded
-#: above by Σ_rows nnz(row)² of the measurement matrix and by cells²) and the tree at most
-#: 10⁵ cells.
-POLISH_MAX_NNZ = 2_000_000
-POLISH_MAX_CELLS = 100_000
-#: Queries up to this many entries are densified to build the step's matrix (32 MB); the
-#: first-order loss stops at ``measurement.DENSE_LIMIT`` (a 740 × 740 prefix block on adult
-#: (age, race, sex) is over it, and its fit was left at the 0.5 tolerance).
-POLISH_DENSE_LIMIT = 1 << 22
+# The step's size limits are FitLimits.face_step_* (dpsql.pgm.limits): the Hessian PᵀWP at
+# most 2·10⁶ non-zeros (bounded above by Σ_rows nnz(row)² of the measurement matrix and by
+# cells²), the tree at most 10⁵ cells, queries up to 2²² entries densified for the matrix (the
+# first-order loss stops at ``measurement.DENSE_LIMIT``: a 740 × 740 prefix block on adult
+# (age, race, sex) is over it, and its fit was left at the 0.5 tolerance).
 #: Relative size of the ridge on the step (against the largest diagonal of the Hessian).
 RIDGE = 1e-12
 #: Active-set rounds: cells the solve makes negative are fixed at 0 and the solve repeated.
@@ -104,14 +100,14 @@ def hessian_nnz_bound(P: sp.csr_matrix) -> int:
 
 
 def polish(tree: JunctionTree, P: sp.csr_matrix, w: np.ndarray, y: np.ndarray,
-           mu: Sequence[np.ndarray], total: float) -> list[np.ndarray] | None:
+           mu: Sequence[np.ndarray], total: float, max_cells: int, max_nnz: int) -> list[np.ndarray] | None:
     """The loss minimiser over consistent non-negative tables on the fit's face, or None.
 
     ``P``, ``w``, ``y``: the loss Σ w (Pμ − y)² over the concatenated tables (``SparseLoss``);
     ``mu``: the first-order fit's calibrated tables.  Returns new tables (consistent, ≥ 0,
     total ``total``) whose loss is below that of ``mu``, or None when the step does not
-    improve the loss or the system is too large."""
-    if tree.size > POLISH_MAX_CELLS or hessian_nnz_bound(P) > POLISH_MAX_NNZ:
+    improve the loss or the system is too large (``max_cells``, ``max_nnz``: the FitLimits)."""
+    if tree.size > max_cells or hessian_nnz_bound(P) > max_nnz:
         return None
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
@@ -182,8 +178,7 @@ def polish(tree: JunctionTree, P: sp.csr_matrix, w: np.ndarray, y: np.ndarray,
 # descent needed > 15,000 iterations (> 160 s) for adult/ranges at ε = 100 and stopped at its
 # iteration limit; see bench/RESULTS.md, "Dense-block fits".
 
-#: Single-clique trees up to this many cells are solved by :func:`solve_clique`.
-CLIQUE_MAX_CELLS = 4_000_000
+# Single-clique trees up to FitLimits.dense_block_max_cells are solved by solve_clique.
 #: Active-set rounds and conjugate-gradient iterations per round.
 CLIQUE_ROUNDS = 200
 CG_ITERS = 400

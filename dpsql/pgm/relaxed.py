@@ -55,7 +55,8 @@ import numpy as np
 
 from dpsql.domain import Domain
 from dpsql.pgm.convex_gbp import ConvexGBP
-from dpsql.pgm.estimation import Progress, estimated_gap
+from dpsql.pgm.progress import Progress, estimated_gap
+from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.loss import MarginalLoss
 from dpsql.pgm.measurement import Measurement, estimate_total, lambda_max
 from dpsql.pgm.region_graph import RegionGraph
@@ -65,11 +66,9 @@ __all__ = ["RelaxedFit", "auto_kappa", "estimate_relaxed", "region_curvatures"]
 # A loss more than this fraction above its running best counts as a rise; smaller
 # wobbles are the round-off of a converged iterate and must not shrink the step.
 _RISE = 1e-3
-# With the exact last step, the first-order fit hands over after this many iterations
-# (the active-set method needs only a start inside the polytope; on adult's 121 marginals
-# at ε = 100 it certified the optimum in 7 rounds from 300 iterations, whose loss was still
-# 2,600 times the optimum).
-EXACT_AFTER = 300
+# With the exact last step, the first-order fit hands over after
+# FitLimits.relaxed_exact_after iterations (the active-set method needs only a start inside
+# the polytope).
 # Polishing iterations run Convex-GBP to this change (log units), at most this many sweeps.
 _POLISH_TOL = 1e-6
 _POLISH_SWEEPS = 10
@@ -230,8 +229,8 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
                      final_sweeps: int = 2000, polish: int | None = None,
                      callback: Callable[[Progress], bool | None] | None = None,
                      gap: tuple[float, float] | None = None,
-                     exact_after: int | None = EXACT_AFTER,
-                     exact_memory: int | None = None) -> RelaxedFit:
+                     exact_after: int | None = FitLimits().relaxed_exact_after,
+                     exact_memory: int | None = None, limits: FitLimits | None = None) -> RelaxedFit:
     """Solve Problem 2 by Prox-PGM with warm-started CONVEX-GBP (see the module docstring).
 
     ``region_graph`` is "saturated" (default), "capped" (needs ``region_capacity``
@@ -244,8 +243,10 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
     enough: first after ``exact_after`` iterations (None: only at the end), and if that step
     is refused, the first-order fit goes on to its stop and the step is tried again (unless
     it was refused for its size).  ``exact_memory`` caps the step's memory in bytes (default
-    ``relaxed_polish.MEMORY_FRACTION`` of the machine's).  Returns a :class:`RelaxedFit`.
+    ``limits.relaxed_step_memory_fraction`` of the machine's; ``limits``: the step's size
+    limits, :class:`~dpsql.pgm.limits.FitLimits`).  Returns a :class:`RelaxedFit`.
     """
+    limits = limits if limits is not None else FitLimits()
     measurements = list(measurements)
     _check(domain, measurements)
     if norm not in ("l1", "l2"):
@@ -324,7 +325,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
             break
         if exact and it == exact_after and it < iters:
             final = oracle.run(theta, total, lam, sweeps=final_sweeps, tol=gbp_tol)
-            tables, polished = _exact_step(graph, measurements, final.marginals, total, exact_memory)
+            tables, polished = _exact_step(graph, measurements, final.marginals, total, exact_memory, limits)
             if not isinstance(polished, str):
                 early = (tables, polished, final.messages)
                 break
@@ -340,7 +341,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
         history.append(loss.value(tables))
         polished = None
         if exact:
-            tables, polished = _exact_step(graph, measurements, tables, total, exact_memory)
+            tables, polished = _exact_step(graph, measurements, tables, total, exact_memory, limits)
             if isinstance(polished, str):
                 refused = "; ".join(x for x in (refused, f"at the end: {polished}") if x)
                 polished = None
@@ -364,18 +365,19 @@ def _refusal(text: str, too_large: bool) -> _Refusal:
     return out
 
 
-def _exact_step(graph, measurements, tables, total, max_bytes=None):
+def _exact_step(graph, measurements, tables, total, max_bytes, limits: FitLimits):
     """Problem 2 solved exactly from the first-order fit (:mod:`dpsql.pgm.relaxed_polish`):
     (tables, (loss before, loss after, rounds, certified)), or the fit's own tables and why
     the step was refused (a :class:`_Refusal`)."""
-    from dpsql.pgm.relaxed_polish import MAX_NNZ, TooLarge, active_set_step, loss_matrix  # scipy: fitting only
+    from dpsql.pgm.relaxed_polish import TooLarge, active_set_step, loss_matrix  # scipy: fitting only
 
-    built = loss_matrix(graph, measurements)
+    built = loss_matrix(graph, measurements, limits.relaxed_step_max_nnz, limits.relaxed_step_dense_entries)
     if built is None:
         return tables, _refusal("a query is too large to write as a sparse matrix, or the Hessian "
-                                f"would have more than {MAX_NNZ:,} non-zeros", True)
+                                f"would have more than {limits.relaxed_step_max_nnz:,} non-zeros", True)
     P, w, y = built
-    step = active_set_step(graph, P, w, y, tables, total, max_bytes=max_bytes)
+    step = active_set_step(graph, P, w, y, tables, total, max_bytes=max_bytes,
+                           fraction=limits.relaxed_step_memory_fraction)
     if isinstance(step, str):
         return tables, _refusal(step, isinstance(step, TooLarge))
     new, rounds, optimal = step

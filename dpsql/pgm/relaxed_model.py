@@ -31,6 +31,7 @@ from dpsql.pgm.factor import Factor
 from dpsql.pgm.measurement import dense
 from dpsql.pgm.out_of_model import max_entropy_marginal
 from dpsql.pgm.relaxed import RelaxedFit
+from dpsql.pgm.report import FitReport
 
 __all__ = ["RelaxedModel"]
 
@@ -50,7 +51,7 @@ class RelaxedModel:
 
     def __init__(self, domain: Domain, fit: RelaxedFit, *, measured: Iterable[Sequence[str]] = (),
                  reason: str = "requested", seconds: float | None = None,
-                 stopped: str | None = None) -> None:
+                 stopped: str | None = None, report: FitReport | None = None) -> None:
         self.domain = domain
         self.fit = fit
         self.graph = fit.graph
@@ -59,6 +60,7 @@ class RelaxedModel:
         self.reason = reason
         self.seconds = seconds
         self.stopped = stopped
+        self.report = report    # the finisher that ran, its certificate, the refusals
         self._position = {a: i for i, a in enumerate(domain.attributes)}
         self._cache: dict[tuple[str, ...], np.ndarray] = {}
 
@@ -197,11 +199,7 @@ class RelaxedModel:
                 "out-of-model marginals: maximum entropy subject to minimum L2 violation "
                 "(Problem 4)",
             ]
-            if self.stopped:
-                lines.append(f"stopped: {self.stopped}")
-            if self.seconds is not None:
-                lines.append(f"fitted in {self.seconds:.2f} s")
-            return "\n".join(lines)
+            return "\n".join(lines + self._ending())
         lines = [
             "relaxed model (Approx-Private-PGM: Prox-PGM over the local polytope, "
             "NeurIPS 2021 §4)",
@@ -215,11 +213,15 @@ class RelaxedModel:
             "out-of-model marginals: maximum entropy subject to minimum L2 violation "
             "(Problem 4)",
         ]
-        if self.stopped:
-            lines.append(f"stopped: {self.stopped}")
+        return "\n".join(lines + self._ending())
+
+    def _ending(self) -> list[str]:
+        lines = [f"stopped: {self.stopped}"] if self.stopped else []
+        if self.report is not None:
+            lines += self.report.lines()
         if self.seconds is not None:
             lines.append(f"fitted in {self.seconds:.2f} s")
-        return "\n".join(lines)
+        return lines
 
     def __repr__(self) -> str:
         return (f"RelaxedModel({len(self.domain)} attributes, {len(self.graph.regions)} regions, "

@@ -16,7 +16,7 @@ marginals, sums of 74 or 99 slightly biased cells of exactly measured pair table
 out 10× further from the truth than least squares' (bench/RESULTS.md, issue 17).
 
 So, when the problem is small enough to factor (its estimated peak memory within
-``memory_limit``; the Hessian at most ``MAX_NNZ`` non-zeros), the fit ends
+``memory_limit``; the Hessian at most ``FitLimits.relaxed_step_max_nnz`` non-zeros), the fit ends
 with the quadratic program solved exactly from where the first-order fit stopped: a
 primal-dual active-set method (Hintermüller, Ito & Kunisch 2002) on
 
@@ -43,27 +43,29 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.loss import measurement_matrix
 from dpsql.pgm.measurement import Entries, structured_entries
 from dpsql.pgm.polish import summing_matrix
 from dpsql.pgm.region_graph import RegionGraph
 
-__all__ = ["MAX_NNZ", "MEMORY_FRACTION", "POLISH_DENSE_LIMIT", "TooLarge", "active_set_step",
+__all__ = ["TooLarge", "active_set_step",
            "local_constraints", "loss_matrix", "memory_limit", "step_bytes"]
 
-#: The step is tried when its estimated peak memory (``step_bytes``) is at most this
-#: fraction of the machine's physical memory (``memory_limit``; a caller may set its own cap,
-#: ``estimate_relaxed(exact_memory=...)``): 3 GB on the 24 GB development machine, which
-#: admits adult's 121 marginals (estimate 1.0 GB, measured 0.6 GB, ~20 s) and refuses steps
-#: like all pairs of 45 stroke attributes measured directly (351,076 cells, 40,547 constraint
-#: rows: estimate 25 GB; measured 6.1 GB and 6.5 minutes, where the old limit of 400,000 cells
-#: let it run).  Physical memory, not what is free at the moment, so the fit does not depend
-#: on what else the machine runs.
-MEMORY_FRACTION = 0.125
-#: ... and the Hessian PᵀWP has at most this many non-zeros, a bound ``loss_matrix`` checks
-#: before it builds anything (adult's 121 marginals: 49,293 cells, 4.4·10⁶ non-zeros, most in
-#: the dense blocks of the strategy's Kronecker queries).
-MAX_NNZ = 12_000_000
+# The step is tried when its estimated peak memory (``step_bytes``) is at most
+# ``FitLimits.relaxed_step_memory_fraction`` (1/8) of the machine's physical memory
+# (``memory_limit``; a caller may set its own cap,
+# ``estimate_relaxed(exact_memory=...)``): 3 GB on the 24 GB development machine, which
+# admits adult's 121 marginals (estimate 1.0 GB, measured 0.6 GB, ~20 s) and refuses steps
+# like all pairs of 45 stroke attributes measured directly (351,076 cells, 40,547 constraint
+# rows: estimate 25 GB; measured 6.1 GB and 6.5 minutes, where the old limit of 400,000 cells
+# let it run).  Physical memory, not what is free at the moment, so the fit does not depend
+# on what else the machine runs.  ... and the Hessian PᵀWP has at most
+# ``FitLimits.relaxed_step_max_nnz`` (12·10⁶) non-zeros, a bound ``loss_matrix`` checks before
+# it builds anything (adult's 121 marginals: 49,293 cells, 4.4·10⁶ non-zeros, most in the
+# dense blocks of the strategy's Kronecker queries).  Queries up to
+# ``FitLimits.relaxed_step_dense_entries`` entries are densified to build the loss matrix.
+_DEFAULT = FitLimits()
 #: The step's peak memory above the process's when it starts: per non-zero of the Hessian
 #: (the ridge makes it at least one per cell) — the Hessian, its free block, the equilibrated
 #: KKT matrix and their share of the LU factors — plus the LU factors' block of the
@@ -76,9 +78,6 @@ MAX_NNZ = 12_000_000
 #: it (bench/RESULTS.md, issue 17).
 BYTES_PER_NNZ = 160
 BYTES_PER_DENSE_ENTRY = 16
-#: Queries up to this many entries are densified to build the loss matrix (as
-#: ``dpsql.pgm.polish``).
-POLISH_DENSE_LIMIT = 1 << 22
 #: Relative size of the ridge (against the largest diagonal entry of the Hessian).
 RIDGE = 1e-8
 #: The regularisation of the constraint block, in the units of the equilibrated system.
@@ -106,13 +105,14 @@ def physical_memory() -> int | None:
         return None
 
 
-def memory_limit(max_bytes: int | None = None) -> int:
-    """The memory the step may use: ``max_bytes`` when given, else ``MEMORY_FRACTION`` of the
+def memory_limit(max_bytes: int | None = None,
+                 fraction: float = _DEFAULT.relaxed_step_memory_fraction) -> int:
+    """The memory the step may use: ``max_bytes`` when given, else ``fraction`` of the
     machine's physical memory (2 GB when the OS does not say)."""
     if max_bytes is not None:
         return int(max_bytes)
     total = physical_memory()
-    return int(MEMORY_FRACTION * total) if total else 2 << 30
+    return int(fraction * total) if total else 2 << 30
 
 
 def step_bytes(hessian_nnz: int, constraint_rows: int) -> int:
@@ -120,23 +120,23 @@ def step_bytes(hessian_nnz: int, constraint_rows: int) -> int:
     return BYTES_PER_NNZ * int(hessian_nnz) + BYTES_PER_DENSE_ENTRY * int(constraint_rows) ** 2
 
 
-def _entries(q) -> Entries | None:
-    """A query's non-zeros for the loss matrix, Kronecker factors kept apart; None when it
-    cannot be made sparse or has more than ``MAX_NNZ`` of them."""
-    e = structured_entries(q, POLISH_DENSE_LIMIT)
-    return None if e is None or e[2].size > MAX_NNZ else e
-
-
-def loss_matrix(graph: RegionGraph, measurements
+def loss_matrix(graph: RegionGraph, measurements, max_nnz: int = _DEFAULT.relaxed_step_max_nnz,
+                dense_entries: int = _DEFAULT.relaxed_step_dense_entries,
                 ) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
     """(P, w, y) with the L2 loss Σ w (Pτ − y)² over the concatenated region tables (C order,
     canonical attribute order), each measurement on the smallest region holding its clique
     (the host the first-order loss uses), P as a scipy matrix for the solves; None when a
-    query cannot be made sparse or the Hessian PᵀWP could have more than ``MAX_NNZ``
+    query cannot be made sparse or the Hessian PᵀWP could have more than ``max_nnz``
     non-zeros.  The matrix is :func:`dpsql.pgm.loss.measurement_matrix`'s, the junction
     tree's builder with the region graph's hosts."""
+    def entries(q) -> Entries | None:
+        # a query's non-zeros, Kronecker factors kept apart; None when it cannot be made
+        # sparse or has more than max_nnz of them
+        e = structured_entries(q, dense_entries)
+        return None if e is None or e[2].size > max_nnz else e
+
     built = measurement_matrix(measurements, graph.attributes, graph.sizes, graph.regions, graph.host,
-                               _entries, max_hessian_nnz=MAX_NNZ)
+                               entries, max_hessian_nnz=max_nnz)
     if built is None:
         return None
     P, w, y = built
@@ -219,7 +219,9 @@ def _solve(Hff: sp.csc_matrix, Cf: sp.csr_matrix, rhs: np.ndarray) -> np.ndarray
 
 def active_set_step(graph: RegionGraph, P: sp.csr_matrix, w: np.ndarray, y: np.ndarray,
                     tau: Sequence[np.ndarray], total: float, rounds: int = ROUNDS,
-                    trace=None, max_bytes: int | None = None) -> tuple[list[np.ndarray], int, bool] | str:
+                    trace=None, max_bytes: int | None = None,
+                    fraction: float = _DEFAULT.relaxed_step_memory_fraction,
+                    ) -> tuple[list[np.ndarray], int, bool] | str:
     """The minimiser of the loss Σ w (Pτ − y)² over L(G) (plus the ridge), from ``tau``.
 
     ``P``, ``w``, ``y``: the loss over the concatenated region tables (:func:`loss_matrix`);
@@ -227,11 +229,11 @@ def active_set_step(graph: RegionGraph, P: sp.csr_matrix, w: np.ndarray, y: np.n
     (tables, active-set rounds, optimal) — consistent, non-negative, loss below that of
     ``tau`` — or, when the solves fail or the result would not improve the fit, a string
     saying why; a :class:`TooLarge` one when the step's estimated memory (``step_bytes``)
-    exceeds ``memory_limit(max_bytes)`` (checked on the cells before anything is built, and
+    exceeds ``memory_limit(max_bytes, fraction)`` (checked on the cells before anything is built, and
     on the Hessian before anything is factored).  ``optimal`` is False when the rounds had to stop releasing cells
     (``FREE_ROUNDS``): the tables are then feasible and better than ``tau`` but some cells
     held at 0 might lower the loss further."""
-    limit = memory_limit(max_bytes)
+    limit = memory_limit(max_bytes, fraction)
 
     def too_large(need: int, what: str) -> TooLarge | None:
         if need <= limit:
@@ -239,7 +241,7 @@ def active_set_step(graph: RegionGraph, P: sp.csr_matrix, w: np.ndarray, y: np.n
         return TooLarge(f"it would need about {need / 2 ** 30:.3g} GB of memory ({what}), over its "
                         f"limit of {limit / 2 ** 30:.3g} GB"
                         + (" (the caller's)" if max_bytes is not None else
-                           f" ({MEMORY_FRACTION:g} of the machine's memory)"))
+                           f" ({fraction:g} of the machine's memory)"))
 
     C, b, offsets = local_constraints(graph, total)
     # Cheap first (every cell is a Hessian non-zero: the ridge), then with the Hessian built.

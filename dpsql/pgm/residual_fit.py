@@ -43,7 +43,7 @@ determines (h_S = 0) get a ridge of 10⁻⁸ of the largest curvature toward z_S
 point: z(λ) with every non-empty coordinate shrunk toward the uniform tables of its total by
 the least t that makes all m_A ≥ 0 (same total, exactly consistent).  The fit stops when
 twice the gap between the best of each, in the loss's units (noise variances), is within the
-caller's tolerance — the test the engine's other fits pass (``engine.FIT_GAP``).
+caller's tolerance — the test the engine's other fits pass (``FitLimits.gap``).
 """
 
 from __future__ import annotations
@@ -56,13 +56,14 @@ from math import prod
 import numpy as np
 
 from dpsql.domain import Domain
+from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.measurement import Measurement, dense
 from dpsql.pgm.region_graph import RegionGraph
 
 __all__ = ["ResidualForm", "residual_form", "estimate_residual", "ResidualResult"]
 
-#: Attributes with more cells than this are not handled (an eigendecomposition per attribute).
-MAX_ATTRIBUTE_CELLS = 4096
+# Attributes with more than FitLimits.residual_max_attribute_cells cells are not handled (an
+# eigendecomposition per attribute).
 #: Undetermined directions: ridge relative to the largest curvature (docstring).
 RIDGE = 1e-8
 _TOL = 1e-9
@@ -143,7 +144,8 @@ class ResidualForm:
         return _Solver(self, cl).forward(zhat)
 
 
-def residual_form(domain: Domain, measurements: Sequence[Measurement]) -> ResidualForm | str:
+def residual_form(domain: Domain, measurements: Sequence[Measurement],
+                  max_attribute_cells: int = FitLimits().residual_max_attribute_cells) -> ResidualForm | str:
     """The residual form of ``measurements``, or a sentence saying why they have none (a query
     that is not a Kronecker product of per-attribute factors, a factor whose gram does not keep
     1 an eigenvector, or factors of one attribute without a common eigenbasis)."""
@@ -160,8 +162,8 @@ def residual_form(domain: Domain, measurements: Sequence[Measurement]) -> Residu
         idx = []
         for a, f in zip(m.clique, fs):
             n = sizes[a]
-            if n > MAX_ATTRIBUTE_CELLS:
-                return f"attribute {a!r} has {n:,} cells (more than {MAX_ATTRIBUTE_CELLS:,})"
+            if n > max_attribute_cells:
+                return f"attribute {a!r} has {n:,} cells (more than {max_attribute_cells:,})"
             if int(f.shape[1]) != n:
                 return f"the query on {m.clique} does not match the domain"
             F = dense(f)

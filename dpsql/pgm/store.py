@@ -28,12 +28,13 @@ import numpy as np
 
 from dpsql.domain import Domain
 from dpsql.files import atomic_write
-from dpsql.pgm.auto import ExactModel
+from dpsql.pgm.exact_model import ExactModel
 from dpsql.pgm.junction_tree import JunctionTree
 from dpsql.pgm.model import GraphicalModel
 from dpsql.pgm.region_graph import RegionGraph
 from dpsql.pgm.relaxed import RelaxedFit
 from dpsql.pgm.relaxed_model import RelaxedModel
+from dpsql.pgm.report import FitReport
 
 __all__ = ["FORMAT", "save_model", "load_model"]
 
@@ -55,7 +56,8 @@ def _header_common(model, kind: str, domain: Domain) -> dict:
             "measured": [list(c) for c in model.measured], "loss": [float(x) for x in model.loss[-200:]],
             # a bare GraphicalModel has no fit report: only ExactModel and RelaxedModel do
             "reason": getattr(model, "reason", ""), "seconds": getattr(model, "seconds", None),
-            "stopped": getattr(model, "stopped", None)}
+            "stopped": getattr(model, "stopped", None),
+            "report": report.to_json() if (report := getattr(model, "report", None)) is not None else None}
 
 
 def save_model(model, path: str | os.PathLike) -> None:
@@ -93,6 +95,12 @@ def save_model(model, path: str | os.PathLike) -> None:
         fh, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays), prefix=".model-")
 
 
+def _report(header: dict) -> FitReport | None:
+    """The saved fit report (None for files written before reports existed)."""
+    data = header.get("report")
+    return FitReport.from_json(data) if data is not None else None
+
+
 def load_model(path: str | os.PathLike, domain: Domain):
     """The model saved at ``path`` for ``domain``, or None when it cannot be used."""
     try:
@@ -125,7 +133,7 @@ def load_model(path: str | os.PathLike, domain: Domain):
             probs = [arrays[f"probs_{i}"] for i in range(n)]
             gm = GraphicalModel.from_parts(domain, tree, theta, header["total"], probs,
                                            header["log_partition"], measured=measured, loss=header["loss"])
-            return ExactModel(gm, header["reason"], header["seconds"], header["stopped"])
+            return ExactModel(gm, header["reason"], header["seconds"], header["stopped"], _report(header))
         if header["kind"] == "relaxed":
             graph = RegionGraph(domain.attributes, sizes, [tuple(r) for r in header["regions"]],
                                 [(tuple(p), tuple(c)) for p, c in header["edges"]], kind=header["graph_kind"])
@@ -137,7 +145,8 @@ def load_model(path: str | os.PathLike, domain: Domain):
                              arrays["kappa"], header["damping"],
                              method=header.get("method", "prox-pgm"))
             return RelaxedModel(domain, fit, measured=measured, reason=header["reason"],
-                                seconds=header["seconds"], stopped=header["stopped"])
+                                seconds=header["seconds"], stopped=header["stopped"],
+                                report=_report(header))
     except (KeyError, ValueError, TypeError):
         return None
     return None

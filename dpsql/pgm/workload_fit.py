@@ -22,7 +22,7 @@ released values (and of the public workload): no privacy cost.
 Applied where x̂ and Wx̂ are cheap: one Kronecker block covering the joint table of the measured
 attributes (the dense-block path of :func:`dpsql.pgm.estimation.estimate`, solved by
 :func:`dpsql.pgm.polish.solve_clique`), and a workload whose rows over that table fit in
-``WORKLOAD_MAX_ENTRIES`` dense entries.
+``FitLimits.workload_max_entries`` dense entries.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsql.domain import Domain
+from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.measurement import dense
 from dpsql.pgm.polish import _pcg, solve_clique, top_eigenvalue
 
-__all__ = ["WORKLOAD_WEIGHT", "WORKLOAD_MAX_ENTRIES", "MetricChoice", "WorkloadLoss", "choose_fit",
+__all__ = ["WORKLOAD_WEIGHT", "MetricChoice", "WorkloadLoss", "choose_fit",
            "joint_workload", "solve_in_workload_metric", "workload_risks"]
 
 #: W's term against the measurements', in the spectral norms of their Hessians.  Chosen on
@@ -45,8 +46,6 @@ __all__ = ["WORKLOAD_WEIGHT", "WORKLOAD_MAX_ENTRIES", "MetricChoice", "WorkloadL
 #: measurement-metric fit on both; 100 (W's metric nearly alone) lost on ranges, whose 200
 #: range rows are then held at least squares' answers and lose what non-negativity gains there.
 WORKLOAD_WEIGHT = 10.0
-#: Dense workload rows over the joint table, at most (64 MB): adult/ranges is 202 × 7,326.
-WORKLOAD_MAX_ENTRIES = 1 << 23
 #: Conjugate-gradient iterations and relative residual of the least-squares estimate x̂.
 LS_ITERS = 500
 LS_RTOL = 1e-10
@@ -86,12 +85,13 @@ def _outside(f, size: int) -> np.ndarray:
     return (dense(f).sum(axis=1) / size)[:, None]
 
 
-def joint_workload(domain: Domain, workload: Sequence, joint: Sequence[str]) -> np.ndarray | None:
+def joint_workload(domain: Domain, workload: Sequence, joint: Sequence[str],
+                   max_entries: int = FitLimits().workload_max_entries) -> np.ndarray | None:
     """The workload's rows as a dense matrix over the joint table of ``joint`` (attributes in
     domain order, C-order cells): each Kron term's factors on ``joint``, its other attributes at
     the model's uniform completion.  ``workload`` holds query matrices over the whole domain
     (factors aligned with ``domain.attributes``, weights applied).  None when a query is not a
-    Union / Weighted / Kron tree, the rows would exceed ``WORKLOAD_MAX_ENTRIES`` entries, or
+    Union / Weighted / Kron tree, the rows would exceed ``max_entries`` entries, or
     there are none."""
     members = set(joint)
     n = int(np.prod([domain[a] for a in domain.attributes if a in members], dtype=np.int64))
@@ -110,7 +110,7 @@ def joint_workload(domain: Domain, workload: Sequence, joint: Sequence[str]) -> 
                 rows *= int(f.shape[0])
                 mats.append(f if a in members else None)
             entries += rows * n
-            if entries > WORKLOAD_MAX_ENTRIES:
+            if entries > max_entries:
                 return None
             m = np.full((1, 1), float(coef))
             for a, size, f in zip(domain.attributes, domain.shape, factors):

@@ -2,7 +2,8 @@
 
 ``optimize(W, noise, ...)`` returns a :class:`Strategy` whose measurement blocks the
 measure step counts; ``expected_error``/``rmse``/``svd_bound`` evaluate strategies from
-structured grams; ``least_squares`` is the HDMM-only reconstruction baseline.
+structured grams.  A strategy's measurements are answered by least squares in the engine
+(``dpsql.engine.variance``, on ``dpsql.linalg.rowscaled.GramPinv``), the one implementation.
 
 The names below are imported on first use (PEP 562): a process that only answers from a
 saved model imports ``dpsql.plan.joint`` (standard errors of ResidualPlanner releases) and
@@ -23,7 +24,6 @@ _EXPORTS = {
     "Caps": "planner", "optimize": "planner",
     "opt_0": "operators", "opt_kron": "operators", "opt_marginals": "operators",
     "opt_per_query": "operators", "opt_union": "operators", "round_strategy": "operators",
-    "LeastSquaresEstimate": "reconstruct", "least_squares": "reconstruct",
     "MeasurementBlock": "strategy", "Strategy": "strategy",
     "svd_bound": "svd_bound", "svd_lower_bound": "svd_bound",
     "Workload": "workload",
@@ -49,6 +49,6 @@ __all__ = [
     "expected_error", "rmse", "per_query_variance", "svd_bound", "svd_lower_bound",
     "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query", "optimize", "round_strategy",
     "OrderedStrategy", "opt_ordered",
-    "least_squares", "LeastSquaresEstimate", "StrategyCache",
+    "StrategyCache",
     "analytic_gaussian_sigma", "gaussian_sigma", "zcdp_sigma",
 ]

@@ -29,9 +29,9 @@ from sqlglot import exp
 from dpsql import labels as wording
 from dpsql.errors import DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql import timefuncs
-from dpsql.sql.scalars import SCALARS, Scalar, cast_value, check_arity, round_places
+from dpsql.sql.scalars import SCALARS, Scalar, cast_value, char_format, check_arity, operands, round_places
 
-__all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE", "operands",
+__all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE",
            "position_literal", "snippet"]
 
 
@@ -103,12 +103,6 @@ def snippet(node: exp.Expr | None, limit: int = 120) -> str:
     else:
         text = node.sql(dialect="postgres")
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def operands(node: exp.Func) -> list[exp.Expr]:
-    """A function call's arguments in order (``round(x, 2)``: x, 2; a cast's type is not one)."""
-    keys = () if isinstance(node, exp.Cast) else ("decimals", "truncate", "to", "expression")
-    return [node.this] + [a for k in keys if (a := node.args.get(k)) is not None] + list(node.expressions)
 
 
 def columns_in(node: exp.Expr) -> list[exp.Column]:
@@ -334,8 +328,10 @@ class CellEvaluator:
                              text_ok=True)
         if isinstance(node, exp.TimeToStr):
             # to_char/strftime need not be monotone ('%w'): only of a value constant on each cell
+            fmt = self._checked(char_format, node.args.get("format"))
             vals, null = self.constant_values(node.this)
-            return self._map(node, [Evaluated(vals, list(vals), null)], timefuncs.formatter(node), text_ok=True)
+            return self._map(node, [Evaluated(vals, list(vals), null)], lambda a: SCALARS["to_char"].value(a, fmt),
+                             text_ok=True)
         if isinstance(node, exp.Extract) or type(node) in timefuncs.EXTRACT_NODES:
             arg = self.value(node.expression if isinstance(node, exp.Extract) else node.this)
             try:
@@ -377,14 +373,19 @@ class CellEvaluator:
         check_arity(fn.name, len(args))
         constants = []
         if fn.name == "round" and len(args) > 1:
-            ok, d = self._constant(args[1])
-            try:
-                constants.append(round_places(ok, d, snippet(node)))
-            except Error as err:
-                err.position = self.pos(args[1])
-                raise
+            constants.append(self._checked(lambda ok, d: round_places(ok, d, snippet(node)), args[1]))
         value = (lambda a: None) if None in constants else (lambda a: fn.value(a, *constants))
         return self._map(node, [self.value(node.this)], value, monotone=fn.monotone)
+
+    def _checked(self, check, arg):
+        """``check(is_constant, value)`` of a function's constant argument ``arg`` (the table's
+        check, shared with released values), the error at ``arg``."""
+        ok, v = self._constant(arg) if arg is not None else (False, None)
+        try:
+            return check(ok, v)
+        except Error as err:
+            err.position = self.pos(arg) if arg is not None else None
+            raise
 
     def _map(self, node, args: list[Evaluated], fn, monotone: bool = True, text_ok: bool = False) -> Evaluated:
         if not monotone and self.wide and self.attr.kind != "categorical":

@@ -14,7 +14,7 @@ function of released answers and public metadata (post-processing).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +22,8 @@ import numpy as np
 
 from dpsql.sql.scalars import SCALARS, cast_type, cast_value
 
-__all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "ARITHMETIC",
-           "BOOLEAN", "children", "uses", "walk", "is_exact_integer", "type_of", "interval", "divide"]
+__all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "COMPARISON",
+           "BOOLEAN", "children", "uses", "is_exact_integer", "type_of", "interval", "divide"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ class Op:
 @dataclass(frozen=True)
 class Call:
     """A function: a scalar of ``scalars.SCALARS`` (``round``'s second argument a :class:`Lit`
-    of its checked decimal places) or one of ``coalesce nullif greatest least to_char``."""
+    of its checked decimal places, ``to_char``'s its format) or one of ``coalesce nullif greatest
+    least``."""
 
     name: str
     args: tuple[Expr, ...]
@@ -101,7 +102,6 @@ class SortKey:
     nulls_first: bool
 
 
-ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "int/", "neg"})
 COMPARISON = frozenset({"=", "!=", "<", "<=", ">", ">="})
 BOOLEAN = COMPARISON | {"and", "or", "not", "isnull"}
 _INTEGER_OPS = frozenset({"+", "-", "*", "%", "int/", "neg"})
@@ -120,12 +120,6 @@ def children(e: Expr) -> tuple[Expr, ...]:
 def uses(e: Expr, leaf: Callable[[Expr], bool]) -> bool:
     """Does ``e`` contain a node for which ``leaf`` holds?"""
     return leaf(e) or any(uses(c, leaf) for c in children(e))
-
-
-def walk(e: Expr) -> Iterator[Expr]:
-    yield e
-    for c in children(e):
-        yield from walk(c)
 
 
 # --- types ---------------------------------------------------------------------------------
@@ -168,8 +162,6 @@ def type_of(e: Expr, key_type: Callable[[int], str], agg_type: Callable[[int], s
     if isinstance(e, Call):
         if e.name in ("coalesce", "nullif") and e.args:
             return type_of(e.args[0], key_type, agg_type)
-        if e.name == "to_char":
-            return "text"
         if e.name in SCALARS:
             return SCALARS[e.name].result
     return "double precision"
@@ -237,7 +229,7 @@ def interval(e: Expr, aggs: list[Range | None], keys: list[np.ndarray | None], n
                 lo, hi = pick(lo, a[0]), pick(hi, a[1])  # type: ignore[index]
             return lo, hi
         fn = SCALARS[e.name]
-        if fn.partial:
+        if fn.partial or not fn.numeric:
             return None
         extra = [a.value for a in e.args[1:] if isinstance(a, Lit)]
         return fn.range(lo, hi, *extra)

@@ -38,11 +38,11 @@ from sqlglot import exp
 
 from dpsql.errors import Error, InterfaceError, PrivacyViolationError, UnsupportedQueryError
 from dpsql.sql.aggregates import is_aggregate
-from dpsql.sql.cells import DimRef, columns_in, literal_value, operands, position_literal, snippet
+from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal, snippet
 from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, cast_type, check_arity, round_places
+from dpsql.sql.scalars import SCALARS, cast_type, char_format, check_arity, operands, round_places
 
 __all__ = ["Answers", "AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
@@ -222,9 +222,15 @@ def to_ir(node, low) -> Expr:
         if name in SCALARS:
             check_arity(name, len(nodes))
         return Call(name, tuple(to_ir(a, low) for a in nodes))
-    if isinstance(node, exp.TimeToStr) and isinstance(node.args.get("format"), exp.Literal):
+    if isinstance(node, exp.TimeToStr):
         # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
-        return Call("to_char", (to_ir(node.this, low), Lit(str(node.args["format"].this))))
+        fmt = node.args.get("format")
+        try:
+            checked = char_format(*(literal_value(fmt) if fmt is not None else (False, None)))
+        except Error as err:
+            err.position = low.pos(fmt if fmt is not None else node)
+            raise
+        return Call("to_char", (to_ir(node.this, low), Lit(checked)))
     if isinstance(node, exp.Case):
         if node.this is not None:
             subject = node.this

@@ -12,14 +12,13 @@ post-processing of released answers and public metadata.
 
 from __future__ import annotations
 
-import datetime
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dpsql.errors import DataError, UnsupportedQueryError
-from dpsql.sql.ir import Agg, Call, Cast, Expr, Key, Lit, Op
+from dpsql.sql.ir import COMPARISON, Agg, Call, Cast, Expr, Key, Lit, Op
 from dpsql.sql.scalars import SCALARS, cast_type, cast_value
 
 # The two-sided 95% normal quantile (dpsql.engine.variance.Z95): a binning bound β is
@@ -130,13 +129,17 @@ def _scalar(name: str, args: list[V]) -> V:
     """A function of ``scalars.SCALARS`` on each row of its first argument; the rest are
     constants (ROUND's places, a checked :class:`~dpsql.sql.ir.Lit`)."""
     fn = SCALARS[name]
-    x = _as_num(args[0])
     constants = [_as_int(_as_obj(a)[0]) for a in args[1:]]
+    if not fn.numeric:
+        return V(fn.apply(_as_obj(args[0]), *constants), None, False)
+    x = _as_num(args[0])
     if any(c is None for c in constants):
         return V(np.full(len(x.val), np.nan), {})          # round(x, NULL) is NULL
     val = fn.apply(x.val, *constants)
+    chain = fn.chain
+    assert chain is not None        # numeric
     with np.errstate(invalid="ignore", divide="ignore"):
-        return V(val, {k: fn.chain(d, x.val, val) for k, d in x.grad.items()})
+        return V(val, {k: chain(d, x.val, val) for k, d in x.grad.items()})
 
 
 def _cast(x: V, to) -> V:
@@ -178,12 +181,6 @@ def _fn(name: str, args: list[V], n: int) -> V:
             val = np.where([e is True for e in eq], np.nan, a.val)
             return V(val, dict(a.grad))
         return V(np.array([None if e is True else x for x, e in zip(a.val, eq)], dtype=object), None, False)
-    if name == "to_char":
-        fmt = str(_as_obj(args[1])[0])
-        days: list = list(_as_obj(args[0]))
-        if any(v is not None and not isinstance(v, datetime.date) for v in days):
-            raise UnsupportedQueryError("to_char needs a date or timestamp", hint="format date and timestamp columns")
-        return V(np.array([None if v is None else v.strftime(fmt) for v in days], dtype=object), None, False)
     if name in ("greatest", "least"):
         nums = [_as_num(a) for a in args]
         stack = np.vstack([a.val for a in nums])
@@ -229,7 +226,7 @@ class Evaluator:
             if op == "neg":
                 a = _as_num(args[0])
                 return V(-a.val, {k: -d for k, d in a.grad.items()})
-            if op in ("=", "!=", "<", "<=", ">", ">="):
+            if op in COMPARISON:
                 return _compare(op, *args)
             if op in ("and", "or", "not"):
                 return _kleene(op, *args)

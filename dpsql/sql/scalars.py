@@ -26,7 +26,7 @@ from dpsql.sql import timefuncs
 from dpsql.timeaxis import iso_text
 
 __all__ = ["Scalar", "SCALARS", "INT4_MAX", "check_arity", "round_places", "round_half_away", "cast_value",
-           "cast_type"]
+           "cast_type", "char_format", "operands"]
 
 INT4_MAX = 2 ** 31 - 1
 
@@ -58,6 +58,14 @@ def _same(d, x, r):
     return d
 
 
+def _to_char(v, fmt: str) -> str:
+    """``to_char(x, 'YYYY-MM')`` / DuckDB's ``strftime(x, '%Y-%m')`` (sqlglot has turned
+    either format into strftime's) of a date or timestamp."""
+    if not isinstance(v, dt.date):
+        raise UnsupportedQueryError("to_char needs a date or timestamp", hint="format date and timestamp columns")
+    return v.strftime(fmt)
+
+
 def _abs_image(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0.0)), np.maximum(np.abs(lo), np.abs(hi))
 
@@ -69,14 +77,22 @@ class Scalar:
     name: str
     arity: tuple[int, int]                   # fewest and most arguments
     value: Callable[..., Any]                # f(x, *constants) of a non-NULL x; None is NULL
-    chain: Callable[[Any, np.ndarray, np.ndarray], Any]   # ∂f/∂a from ∂x/∂a (d), x and f(x)
+    chain: Callable[[Any, np.ndarray, np.ndarray], Any] | None   # ∂f/∂a from ∂x/∂a (d), x and f(x)
     monotone: bool                           # non-decreasing in x
     partial: bool = False                    # NULL outside its domain (sqrt(-1)), where engines raise
     image: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
     result: str = "double precision"
 
+    @property
+    def numeric(self) -> bool:
+        """Of a number, to a number (else of any value, to text: no error passes through)."""
+        return self.chain is not None
+
     def apply(self, x: np.ndarray, *constants) -> np.ndarray:
-        """``value`` on each row of a float column; NaN (NULL) stays NaN."""
+        """``value`` on each row of a column: a float one (NaN is NULL and stays NaN) for a
+        numeric function, else an object one (None is NULL)."""
+        if not self.numeric:
+            return np.array([None if a is None else self.value(a, *constants) for a in x], dtype=object)
         out = np.full(len(x), np.nan)
         for i, a in enumerate(x.tolist()):
             if not math.isnan(a):
@@ -100,7 +116,14 @@ SCALARS: dict[str, Scalar] = {s.name: s for s in (
            monotone=True, partial=True),
     Scalar("ln", (1, 1), lambda a: None if a <= 0 else math.log(a), lambda d, x, r: d / x,
            monotone=True, partial=True),
+    Scalar("to_char", (2, 2), _to_char, None, monotone=False, result="text"),
 )}
+
+
+def operands(node: exp.Expression) -> list[exp.Expression]:
+    """A function call's arguments in order (``round(x, 2)``: x, 2; a cast's type is not one)."""
+    keys = () if isinstance(node, exp.Cast) else ("decimals", "truncate", "to", "expression")
+    return [node.this] + [a for k in keys if (a := node.args.get(k)) is not None] + list(node.expressions)
 
 
 def check_arity(name: str, n: int) -> None:
@@ -109,6 +132,13 @@ def check_arity(name: str, n: int) -> None:
         takes = str(lo) if lo == hi else f"{lo} to {hi}"
         raise UnsupportedQueryError(f"function {name} takes {takes} argument{'s' if hi > 1 else ''}, not {n}",
                                     hint=f"call {name} with {takes}")
+
+
+def char_format(constant: bool, fmt: Any) -> str:
+    """to_char's format, checked: a constant string."""
+    if not constant or not isinstance(fmt, str):
+        raise UnsupportedQueryError("to_char needs a constant format", hint="e.g. to_char(col, 'YYYY-MM')")
+    return fmt
 
 
 def round_places(constant: bool, d: Any, shown: str) -> int | None:

@@ -33,15 +33,25 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.aggregates import is_aggregate
 from dpsql.sql.cells import canonical, literal_value, snippet
 from dpsql.sql.derived import folded, limit_clause
-from dpsql.sql.ir import Agg, Case, Expr, Key, Output, children, type_of, uses
+from dpsql.sql.ir import Agg, Case, Expr, Key, Output, SortKey, children, type_of, uses
 from dpsql.sql.postprocess import order_items, to_ir
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.relation import Evaluator, Relation, V, as_num, as_obj, full_grad, py_value, select_rows, take
 from dpsql.sql.timefuncs import extract_name
 
-__all__ = ["compile_stage", "StageProgram"]
+__all__ = ["compile_stage", "StageProgram", "StageAgg"]
 
 _STAGE_AGGS = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Count)
+
+
+@dataclass(frozen=True)
+class StageAgg:
+    """An aggregate over the inner rows: ``func`` (sum avg min max count count_star), its
+    argument's IR over the inner columns (None for COUNT(*)) and the node, for messages."""
+
+    func: str
+    arg: Expr | None
+    node: Any
 
 
 @dataclass
@@ -62,7 +72,7 @@ class _Lowering:
         self.keys: list[_Key] = []
         self.key_index: dict = {}
         self.key_irs: list = []
-        self.aggs: list[tuple[str, Any, Any]] = []   # (function, argument IR, node)
+        self.aggs: list[StageAgg] = []
         self.agg_index: dict = {}
         self.aliases: dict = {}
         self.row_mode = True
@@ -135,7 +145,7 @@ class _Lowering:
         key = (func, repr(arg_ir))
         if key not in self.agg_index:
             self.agg_index[key] = len(self.aggs)
-            self.aggs.append((func, arg_ir, node))
+            self.aggs.append(StageAgg(func, arg_ir, node))
         return self.agg_index[key]
 
 
@@ -144,12 +154,12 @@ def _type_of(e: Expr, low: _Lowering) -> str:
     keys') types; COUNT is an integer, MIN and MAX have their argument's type, SUM and AVG
     are double precision."""
     def agg_type(i: int) -> str:
-        func, arg_ir, _ = low.aggs[i]
-        if func in ("count", "count_star"):
+        agg = low.aggs[i]
+        if agg.func in ("count", "count_star"):
             return "integer"
-        if func in ("min", "max") and arg_ir is not None:
+        if agg.func in ("min", "max") and agg.arg is not None:
             assert low.rows is not None     # compile_stage sets it before any aggregate is lowered
-            return _type_of(arg_ir, low.rows)
+            return _type_of(agg.arg, low.rows)
         return "double precision"
     return type_of(e, lambda i: low.keys[i].type, agg_type)
 
@@ -163,10 +173,10 @@ class StageProgram:
     identity: bool
     where: Expr | None
     keys: list[Expr]
-    aggs: list
+    aggs: list[StageAgg]
     outputs: list[Expr]
     having: Expr | None
-    order: list
+    order: list[SortKey]
     limit: int | None
     offset: int | None
     distinct: bool
@@ -202,11 +212,11 @@ class StageProgram:
             first = np.array([g[0] if g else -1 for g in members], dtype=np.int64)
             keys = [V(np.array([py_value(k.val[i]) if i >= 0 else None for i in first], dtype=object), None, False)
                     if not k.num else _first(k, first) for k in key_vals]
-            args = [take(ev_in(a), sel) if a is not None else None for _, a, _ in self.aggs]
+            args = [take(ev_in(a.arg), sel) if a.arg is not None else None for a in self.aggs]
             # Inner quantities a group's first row refers to (its keys, identity aggregates).
             base = [np.where(first >= 0, v[sel][np.maximum(first, 0)], np.nan) for v in variances]
             if self.identity:
-                aggs = [_identity(func, a, first, m) for (func, _, _), a in zip(self.aggs, args)]
+                aggs = [_identity(agg.func, a, first, m) for agg, a in zip(self.aggs, args)]
                 variances = base
             else:
                 aggs, extra = [], []
@@ -349,7 +359,8 @@ def compile_stage(stmt, tree: exp.Select, sub: exp.Subquery, inner: CompiledQuer
                                     _noisy(ir, low, inner)))
     low.aliases = {folded(exp.to_identifier(a)): b for a, b in projections if a}
     if not low.row_mode and not identity:
-        for func, _, node in low.aggs:
+        for agg in low.aggs:
+            func, node = agg.func, agg.node
             if func != "sum":
                 raise UnsupportedQueryError(
                     f"{func.upper().replace('_STAR', '(*)')} over groups of the subquery's rows is not supported: "

@@ -25,7 +25,7 @@ from dpsql.timeaxis import (DATE_UNITS, EXTRACT_FIELDS, TIMESTAMP_UNITS, Interva
                             normal_unit, parse_date, parse_interval, parse_timestamp, truncate)
 
 __all__ = ["time_literal", "cast_time", "TRUNC_NODES", "EXTRACT_NODES", "trunc_unit", "extract_field",
-           "extract_cells", "extract_on_cell", "split_message", "comparable", "add", "sub", "is_time", "formatter",
+           "extract_cells", "extract_on_cell", "split_message", "comparable", "add", "sub", "is_time",
            "extract_name"]
 
 T = exp.DataType.Type
@@ -125,21 +125,6 @@ def time_literal(node: exp.Expr) -> tuple[bool, Any]:
             target = T.DATE if isinstance(node, (exp.Date, exp.TsOrDsToDate)) else T.TIMESTAMP
             return True, cast_time(text.this, target)
     return False, None
-
-
-def formatter(node: exp.Expr):
-    """``to_char(x, 'YYYY-MM')`` / DuckDB's ``strftime(x, '%Y-%m')`` (sqlglot has turned
-    either format into strftime's) as a function of a date or timestamp."""
-    fmt = node.args.get("format")
-    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
-        raise UnsupportedQueryError("to_char needs a constant format", hint="e.g. to_char(col, 'YYYY-MM')")
-    text = str(fmt.this)
-
-    def apply(value: Any) -> str:
-        if not isinstance(value, dt.date):
-            raise UnsupportedQueryError("to_char needs a date or timestamp", hint="format date and timestamp columns")
-        return value.strftime(text)
-    return apply
 
 
 def extract_name(sql: str, pos: int | None) -> str:

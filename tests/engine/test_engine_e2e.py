@@ -3,7 +3,7 @@
 At a near-infinite budget the noise is (almost surely) zero, so every answer must equal
 DuckDB's exact answer on the binned data within 0.5.  Issue 17: the engine's fit used to stop
 after its 1,000 iterations, 3.5 counts off 16,192 on this dashboard; it now runs to
-convergence (estimated optimality gap in units of the noise, ``engine.FIT_GAP``) from a
+convergence (estimated optimality gap in units of the noise, ``FitLimits.gap_atol/gap_rtol``) from a
 least-squares start, with the engine's default settings.
 """
 
@@ -299,12 +299,15 @@ def test_quantiles_carry_a_standard_error(tmp_path):
 
 @pytest.mark.parametrize("large", [False, True])
 def test_large_exact_models_stop_at_the_discrepancy_principle(tmp_path, monkeypatch, large):
-    import dpsql.engine.fitting as engine_module  # LARGE_EXACT_MODEL is read by ModelFitting._fit
+    from dataclasses import replace
 
-    if large:
-        monkeypatch.setattr(engine_module, "LARGE_EXACT_MODEL", 0)
+    from dpsql.pgm.limits import FitLimits
+
     con = connect(tmp_path, budget={"epsilon": 1.0, "delta": 1e-6},
                   workload=["SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income"])
+    if large:   # the engine passes its config's FitLimits to the fit
+        engine = con.session.engine
+        engine.config = replace(engine.config, fit_base_limits=FitLimits(discrepancy_above=0))
     con.session.measure()
     model, _, _ = con.session.engine.model("adult")
     # small models run to convergence (issue 17) or are solved with a certificate (one block

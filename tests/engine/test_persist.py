@@ -69,6 +69,36 @@ def test_a_new_release_changes_the_key_and_a_broken_file_is_refitted(tmp_path):
     assert len(result.rows) == 10 and any("iteration" in info for _, info in events)
 
 
+def test_the_key_follows_the_fit_limits_and_the_fit_event_names_the_path(tmp_path):
+    """Issue 36 item 1: the saved model's key is derived from the finishers and every
+    FitLimits value the engine passes (no hand-edited estimator version), and the event that
+    ends a fit, fitted or loaded, names the finisher and its certificate."""
+    from dataclasses import replace
+
+    from dpsql.display import describe_progress
+    from dpsql.pgm.limits import FitLimits
+
+    cfg = _config(tmp_path)
+    engine = Engine(cfg)
+    Session(engine, "op").measure()
+    events = _events(engine)
+    engine.model("adult")
+    done = [info for stage, info in events if stage == "fit" and info.get("done")]
+    assert done and done[-1]["path"] == engine.model("adult")[0].report.path
+    assert f"({done[-1]['path']}: " in describe_progress("fit", done[-1])
+    key = engine.model_path("adult")
+    for limits in (FitLimits(face_step_max_nnz=1), FitLimits(relaxed_exact_after=1)):
+        assert Engine(replace(cfg, fit_base_limits=limits)).model_path("adult") != key
+    assert Engine(replace(cfg, planner=replace(cfg.planner, max_model_cells=10))).model_path("adult") != key
+    assert Engine(cfg).model_path("adult") == key
+    later = Engine(cfg)
+    events = _events(later)
+    later.model("adult")
+    loaded = [info for stage, info in events if stage == "fit" and info.get("loaded")]
+    assert loaded and loaded[0]["path"] == done[-1]["path"]
+    assert describe_progress("fit", loaded[0]).startswith("model loaded from disk (")
+
+
 @pytest.mark.slow
 def test_one_fit_for_all_concurrent_sessions_and_a_background_fit(tmp_path):
     cfg = _config(tmp_path)

@@ -70,7 +70,7 @@ print(json.dumps({"stopped": model.stopped, "polished": model.polished is not No
 
 def test_a_fit_over_the_exact_steps_limits_imports_neither_scipy_nor_networkx():
     # The total over the 1,600-cell (a, b) table makes the exact step's Hessian bound
-    # 1,600² > POLISH_MAX_NNZ, as the adult dashboard's total over its 1,480-cell root does.
+    # 1,600² > FitLimits.face_step_max_nnz, as the adult dashboard's total over its 1,480-cell root does.
     out = subprocess.run([sys.executable, "-c", FIT], capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert "converged" in got["stopped"], got

@@ -5,7 +5,7 @@ Newton steps along the entropic path (``dpsql.pgm.joint_dual`` via
 nltcs/ranges plans 4-way identity blocks over 16 binary attributes (a 65,536-cell joint, two
 32,768-cell cliques): no block covers the joint, so ``polish.solve_clique`` has no
 preconditioner, the exact face step is too large (its Hessian bound is over
-``POLISH_MAX_NNZ``), and the first-order fit took 1,365-3,891 iterations (18-52 s on a quiet
+``FitLimits.face_step_max_nnz``), and the first-order fit took 1,365-3,891 iterations (18-52 s on a quiet
 machine, 152-310 s in the suite).  The small analogues here have the same structure; the
 references are the brute-force bounded least squares of ``pgm_brute``."""
 
@@ -18,9 +18,10 @@ import pytest
 
 from dpsql.domain import Domain
 from dpsql.linalg import Identity, Kron, Prefix
-from dpsql.pgm import Measurement, joint_dual, polish
+from dpsql.pgm import Measurement, joint_dual
 from dpsql.pgm.auto import fit
 from dpsql.pgm.junction_tree import JunctionTree
+from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.loss import MarginalLoss
 
 from pgm_brute import joint_from_model, loss_full, marginal, solve_full
@@ -51,23 +52,21 @@ def _four_way(seed, d=10, blocks=16):
     return dom, ms, float(data.sum())
 
 
-@pytest.fixture
-def face_step_too_large(monkeypatch):
-    """The regime of nltcs: the first-order fit's exact face step is refused for its size
-    (nltcs/ranges' Hessian bound is 6.7·10⁹, far over POLISH_MAX_NNZ; these analogues' are not).
-    Only then does the fit take the entropic path."""
-    monkeypatch.setattr(polish, "POLISH_MAX_NNZ", 0)
+#: The regime of nltcs: the first-order fit's exact face step is refused for its size
+#: (nltcs/ranges' Hessian bound is 6.7·10⁹, far over face_step_max_nnz; these analogues' are not).
+#: Only then does the fit take the entropic path.
+TIGHT = FitLimits(face_step_max_nnz=0)
 
 
 def _first_order_only(monkeypatch):
     """The fit as before this solver (no joint solve)."""
-    monkeypatch.setattr(joint_dual, "solve_joint_dual", lambda *a, **k: None)
+    monkeypatch.setattr(joint_dual, "solve_joint_dual", lambda *a, **k: "off")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_four_way_blocks_without_a_covering_block(seed, monkeypatch, face_step_too_large):
+def test_four_way_blocks_without_a_covering_block(seed, monkeypatch):
     dom, ms, total = _four_way(seed)
-    model = fit(dom, ms, iters=20000, exact_method="adaptive", gap=(0.5, 1e-6), total=total)
+    model = fit(dom, ms, iters=20000, exact_method="adaptive", gap=(0.5, 1e-6), total=total, limits=TIGHT)
     assert model.solved is not None and model.solved[2] == "dual", model.stopped
     steps, bound = model.solved[0], model.solved[1]
     _, best = solve_full(dom, ms, total)
@@ -79,15 +78,15 @@ def test_four_way_blocks_without_a_covering_block(seed, monkeypatch, face_step_t
 
     _first_order_only(monkeypatch)
     # the same budget of (cheaper) first-order iterations ends far above the optimum ...
-    old = fit(dom, ms, iters=steps, exact_method="adaptive", gap=(0.5, 1e-6), total=total)
+    old = fit(dom, ms, iters=steps, exact_method="adaptive", gap=(0.5, 1e-6), total=total, limits=TIGHT)
     assert old.solved is None
     assert loss_full(dom, ms, joint_from_model(old.model).ravel()) - best > 10.0
     # ... and converging takes several times as many (233 and 451 on these seeds)
-    old = fit(dom, ms, iters=20000, exact_method="adaptive", gap=(0.5, 1e-6), total=total)
+    old = fit(dom, ms, iters=20000, exact_method="adaptive", gap=(0.5, 1e-6), total=total, limits=TIGHT)
     assert len(old.loss) - 1 > 4 * steps
 
 
-def test_mixed_sizes_and_range_queries(face_step_too_large):
+def test_mixed_sizes_and_range_queries():
     """Attributes of 3, 4, 2 and 3 values (complex characters) and prefix factors (the loss's
     Hessian in the coefficients is not diagonal); no block covers the joint."""
     dom = Domain(["A", "B", "C", "D"], [3, 4, 2, 3])
@@ -101,7 +100,7 @@ def test_mixed_sizes_and_range_queries(face_step_too_large):
     for clique, q, sd in specs:
         y = np.asarray(q.matvec(marginal(dom, data, clique).ravel()))
         ms.append(Measurement(clique, q, y + rng.normal(0, sd, y.size), sd))
-    model = fit(dom, ms, iters=20000, exact_method="adaptive", gap=(0.5, 1e-6), total=total)
+    model = fit(dom, ms, iters=20000, exact_method="adaptive", gap=(0.5, 1e-6), total=total, limits=TIGHT)
     assert model.solved is not None and model.solved[2] == "dual", model.stopped
     _, best = solve_full(dom, ms, total)
     got = loss_full(dom, ms, joint_from_model(model.model).ravel())
@@ -130,7 +129,7 @@ def test_loss_in_coefficients_is_the_marginal_loss(sizes):
     assert np.allclose(problem.cells(gc), grads[0].ravel(), rtol=1e-9, atol=1e-9 * np.abs(grads[0]).max())
 
 
-def test_maximum_entropy_among_the_minimisers(face_step_too_large):
+def test_maximum_entropy_among_the_minimisers():
     """A chain A–B–C measured on (A, B) and (B, C): the minimisers share those marginals, and
     the path's limit is the maximum-entropy one, A ⟂ C | B (thesis §4.2)."""
     dom = Domain(["A", "B", "C"], [3, 2, 4])
@@ -140,7 +139,7 @@ def test_maximum_entropy_among_the_minimisers(face_step_too_large):
     for clique in [("A", "B"), ("B", "C")]:
         mu = marginal(dom, data, clique).ravel()
         ms.append(Measurement(clique, np.eye(mu.size), mu + rng.normal(0, 0.5, mu.size), 0.5))
-    model = fit(dom, ms, iters=20000, exact_method="adaptive", gap=(1e-3, 1e-9), total=float(data.sum()))
+    model = fit(dom, ms, iters=20000, exact_method="adaptive", gap=(1e-3, 1e-9), total=float(data.sum()), limits=TIGHT)
     assert model.solved is not None and model.solved[2] == "dual", model.stopped
     p = joint_from_model(model.model)
     ab, bc, b = p.sum(axis=2), p.sum(axis=0), p.sum(axis=(0, 2))
@@ -148,10 +147,10 @@ def test_maximum_entropy_among_the_minimisers(face_step_too_large):
     assert np.allclose(p, independent, atol=1e-6 * p.sum())
 
 
-def test_over_the_limits_the_first_order_fit_runs(monkeypatch, face_step_too_large):
+def test_over_the_limits_the_first_order_fit_runs(monkeypatch):
     dom, ms, total = _four_way(0, d=8, blocks=6)
-    monkeypatch.setattr(joint_dual, "MAX_FEATURES", 10)
-    model = fit(dom, ms, iters=3000, exact_method="adaptive", gap=(0.5, 1e-6), total=total)
+    model = fit(dom, ms, iters=3000, exact_method="adaptive", gap=(0.5, 1e-6), total=total,
+                limits=FitLimits(face_step_max_nnz=0, joint_dual_max_features=10))
     assert model.solved is None
     assert "converged" in model.stopped
 
@@ -162,13 +161,13 @@ def test_used_only_where_the_face_step_is_refused():
     dom, small, total = _four_way(0, d=8, blocks=6)
     model = fit(dom, small, iters=3000, exact_method="adaptive", gap=(0.5, 1e-6), total=total)
     assert model.solved is None and model.polished is not None, model.stopped
-    assert not joint_dual.face_step_refused(model.tree, small)
+    assert not joint_dual.face_step_refused(model.tree, small, FitLimits())
     names = [f"a{i}" for i in range(16)]
     rng = np.random.default_rng(0)
     cliques = {tuple(sorted(rng.choice(names, 4, replace=False))) for _ in range(60)}
     ms = [Measurement(c, Kron([Identity(2)] * 4), np.zeros(16), 5.0) for c in cliques]
     tree = JunctionTree(names, dict.fromkeys(names, 2), list(cliques))
-    assert joint_dual.face_step_refused(tree, ms)
+    assert joint_dual.face_step_refused(tree, ms, FitLimits())
 
 
 def test_features_are_the_characters_inside_measured_cliques():

@@ -23,6 +23,7 @@ from dpsql.domain import Domain
 from dpsql.linalg import Identity, Kron
 from dpsql.pgm import Measurement
 from dpsql.pgm.auto import fit
+from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.region_graph import RegionGraph
 from dpsql.pgm.relaxed_polish import local_constraints
 
@@ -182,4 +183,4 @@ def test_the_memory_estimate_grows_with_the_hessian_and_the_limit_follows_the_ma
     assert rp.memory_limit(123) == 123
     phys = rp.physical_memory()
     if phys is not None:
-        assert rp.memory_limit() == int(rp.MEMORY_FRACTION * phys)
+        assert rp.memory_limit() == int(FitLimits().relaxed_step_memory_fraction * phys)

@@ -83,7 +83,7 @@ def test_round_of_a_huge_value_over_cells_keeps_it():
 
 def test_the_table_applies_to_released_columns_as_to_cells():
     x = np.array([-2.5, 0.4, np.nan, np.inf, 9.0])
-    for fn in SCALARS.values():
+    for fn in (f for f in SCALARS.values() if f.numeric):
         got = fn.apply(x)
         for a, r in zip(x.tolist(), got.tolist()):
             want = None if math.isnan(a) else fn.value(a)
@@ -133,3 +133,15 @@ def test_a_cast_refused_on_cells_is_refused_alike_on_values(catalog):
         cq.postprocess({lq.name: np.ones(lq.matrix.shape[0]) for lq in cq.linear_queries})
     cells = _refusal(catalog, "SELECT CAST(sex AS INTEGER) AS s, COUNT(*) FROM adult GROUP BY 1")
     assert keys.value.message == cells.message and "cannot cast" in cells.message
+
+
+@pytest.mark.parametrize("fmt", ["5", "flight_date"])
+def test_to_char_format_is_checked_alike_on_cells_and_values(toracle, fmt):
+    """to_char over a grouped key accepted a numeric format (every row the text '5') and
+    refused a column as an unsupported function; on cells both were 'needs a constant format'."""
+    cells = _refusal(toracle.catalog, f"SELECT to_char(flight_date, {fmt}) AS x, COUNT(*) FROM flights GROUP BY 1")
+    month = "date_trunc('month', flight_date)"
+    values = _refusal(toracle.catalog, f"SELECT to_char({month}, {fmt}), COUNT(*) FROM flights GROUP BY {month}")
+    assert type(cells) is type(values) is errors.UnsupportedQueryError
+    assert cells.message == values.message == "to_char needs a constant format"
+    assert cells.position == 29 and values.position == 50       # at the format, as written
