@@ -265,6 +265,10 @@ class Session:
                     + ", or aggregate attributes that were measured together")
             if policy == "measure":
                 cost = self._measure_for(compiled, unsupported).rho
+                ordered = self._answer_ordered(compiled)    # what was measured: a fine column's
+                if ordered is not None:
+                    result = self._result(compiled, columns, ordered[:2], [], t0, cost, 0, ordered[2])
+                    return self._with_error_columns(result)
                 model, variance, version = self.engine.model(compiled.table)
                 answers, stderrs, unsupported = self._answer(compiled, model, variance)
             elif policy == "informed":
@@ -598,7 +602,9 @@ class Session:
         from dpsql.plan import Workload   # the planner: only when a query is measured on demand
         table = compiled.table
         state = self.engine._state(table)
-        workload = Workload(state.schema.domain, linalg.Union([lq.matrix for lq in unsupported]))
+        from dpsql.engine.ordered import workload_matrix
+        workload = Workload(state.schema.domain,      # a fine column's quantile asks for its CDF
+                            linalg.Union([workload_matrix(state.schema, lq) for lq in unsupported]))
         query_budget = self.engine.config.query_budget
         if query_budget is None:
             raise OperationalError("policy 'measure' needs a per-query budget in the configuration",
