@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint bench bench-report bi-check clean
+.PHONY: demo test check lint bench bench-people bench-report bi-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) bench/run_all.py
+
+# Issue 32's acceptance alone: TPC-H people across tables, dpsql vs Tumult's join_private
+# (bench/people_tpch.py; creates bench/peers/.venv-tumult, needs a JDK 17). `make bench` runs it too.
+bench-people: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) bench/people_tpch.py $(PEOPLE_ARGS)
 
 # Evaluation suite against SmartNoise SQL (bench/suite.py; creates bench/peers/.venv-smartnoise),
 # then tables in bench/RESULTS.md, plots in docs/img/ and the README's results section.

@@ -1,6 +1,6 @@
 """The engine's fit on a few adult releases, with the code of two checkouts side by side.
 
-    python bench/fit_paths.py --old CHECKOUT [--repeat 3] [--cases dashboard,dashboard40,marginals55]
+    python bench/fit_paths.py --old CHECKOUT [--repeat 3] [--cases dashboard,ranges,dashboard40,marginals55]
 
 For a refactor of the fit (issue 36 item 1: the finishers of ``dpsql.pgm.finishers``) that
 must change no number.  Each case's release is measured once by this checkout (ε = 1) and
@@ -67,7 +67,13 @@ print(json.dumps({"loaded": bool(events and events[-1].get("loaded")), "kind": t
                   "path": events[-1].get("path") if events else None}))
 """
 
+def _ranges() -> list[str]:
+    from dpsql.sql.split import split_statements
+    return split_statements((ROOT / "bench" / "workloads" / "adult" / "ranges.sql").read_text())
+
+
 CASES = {"dashboard": ("adult dashboard (examples/adult/dashboard.sql)", None, "-"),
+         "ranges": ("adult ranges (bench/workloads/adult/ranges.sql)", _ranges, "-"),
          "dashboard40": ("40-query adult dashboard", dashboard40, "-"),
          "marginals55": ("55 one- and two-way marginals, 300 iterations", marginals55, "300")}
 
@@ -94,7 +100,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", required=True, type=Path, help="the checkout to compare with")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--cases", default="dashboard,dashboard40,marginals55")
+    parser.add_argument("--cases", default="dashboard,ranges,dashboard40,marginals55")
     args = parser.parse_args(argv)
     checkouts = {"old": args.old.resolve(), "new": ROOT}
     tmp = Path(tempfile.mkdtemp(prefix="fit-paths-"))

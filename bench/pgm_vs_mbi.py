@@ -131,7 +131,7 @@ def side_dpsql():
     if target:
         # Accuracy at equal fit: stop our mirror descent once it reaches mbi's final
         # objective, to separate optimiser progress from the estimate's quality.
-        model = estimate(domain, ms, iters=ITERS,
+        model = estimate(domain, ms, iters=ITERS, method="md",
                          callback=lambda p: p.loss <= float(target))
         out["matched_iterations"] = len(model.loss) - 1
         out["objective_matched"] = model.loss[-1]

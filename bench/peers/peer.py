@@ -54,11 +54,12 @@ class Peer:
         stamp.write_text(digest)
         return self.python()
 
-    def run(self, job: dict, timeout: float | None = None) -> dict:
-        """Run one job (see the runner) and return its report."""
+    def run(self, job: dict, timeout: float | None = None, runner: Path | None = None) -> dict:
+        """Run one job (see the runner: ``<name>_runner.py``, or another script of the same
+        venv such as ``tumult_people_runner.py``) and return its report."""
         py = str(self.ensure_venv())
         env = {**os.environ, **({"PYSPARK_PYTHON": py, "PYSPARK_DRIVER_PYTHON": py} if self.spark else {})}
-        proc = subprocess.run([py, str(self.runner)], input=json.dumps(job), text=True,
+        proc = subprocess.run([py, str(runner or self.runner)], input=json.dumps(job), text=True,
                               capture_output=True, timeout=timeout, env=env)
         if proc.returncode != 0:
             raise RuntimeError(f"{self.label} runner failed (exit {proc.returncode}):\n"

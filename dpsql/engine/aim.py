@@ -254,9 +254,10 @@ class _Driver:
         domain = self.schema.domain
         ms = [Measurement(c, Identity(int(np.size(y))), np.asarray(y, dtype=np.float64),
                           math.sqrt(float(s2))) for c, y, s2 in measured]
+        # a fixed number of iterations per round (no gap test, no discrepancy stop)
         return pgm_fit(domain, ms, iters=min(ROUND_ITERS, self.engine.config.fit_iters),
-                       warm_start=previous, capacity=self.engine.config.planner.max_model_cells,
-                       method="exact", exact_method="adaptive")
+                       warm_start=previous, limits=self.engine.config.fit_limits,
+                       method="exact", exact_method="adaptive", gap=None, stop=None)
 
 
 def _block(domain, clique) -> rel.LatticeBlock:

@@ -25,10 +25,12 @@ from dpsql.domain import TableSchema
 from dpsql.domain_file import load_domain
 from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public, unclamp_keys
 from dpsql.errors import ConfigError
-from dpsql.engine.people import PeopleSchema, people_views
+from dpsql.engine.people import PeopleSchema, people_views, with_flags
 from dpsql.measure.source import Source
 from dpsql.pgm.limits import FitLimits
 from dpsql.privacy.accountant import budget_rho, epsilon_delta_to_rho
+from dpsql.public import StarCatalog
+from dpsql.sql.people import person_flags
 
 
 
@@ -303,6 +305,11 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
 
     wl = raw.get("workload")
     workload = _workload_sql(wl, base, f"{where}: [workload]")
+    if people is not None:
+        # COUNT(DISTINCT person) with conditions on other tables' rows: a measured flag per
+        # person and condition (dpsql/sql/people.py), a column of the person's view
+        flags = person_flags([q for q, _ in workload], StarCatalog(tables, people=people))
+        tables, sources, people = with_flags(people, tables, sources, flags)
     workload_budget = None
     if isinstance(wl, Mapping) and ("epsilon" in wl or "rho" in wl):
         workload_budget = BudgetSpec.parse(wl, f"{where}: [workload]", default_delta)

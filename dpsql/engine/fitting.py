@@ -240,6 +240,7 @@ class ModelFitting:
         # relaxed fit 7.9 s against 9.3 s (bench/trust.py --parts blas, bench/RESULTS.md).
         limits = self.config.fit_limits
         with one_blas_thread():
+            # the library's defaults are these (exact_method, stop, gap): stated for the reader
             model = fit(domain, measurements, iters=iters, warm_start=previous,
                         workload=lambda: self.fit_workload(table), limits=limits,
                         exact_method="adaptive", stop="discrepancy", gap=limits.gap,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from dpsql.errors import ConfigError
 from dpsql.measure.source import FILE_KINDS, Source
 from dpsql.measure.views import EXISTS, PERSON, SEP, Hop, View
 from dpsql.plan.views import GroupBound
+from dpsql.sql.people import flag_column
 
 # [people]'s keys and their types are declared in dpsql.config_schema and checked when the
 # configuration loads; what follows checks them against the declared tables.
@@ -252,4 +253,23 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
     return out_tables, out_sources, PeopleSchema(person, key, views, Fraction(str(share)))
 
 
-__all__ = ["PeopleSchema", "people_views"]
+def with_flags(people: PeopleSchema, tables: dict[str, TableSchema], sources: dict[str, Source],
+               flags) -> tuple[dict[str, TableSchema], dict[str, Source], PeopleSchema]:
+    """The person's view with one more 0/1 column per (table, condition) of ``flags``
+    (``dpsql.sql.people.person_flags`` of the workload): 1 when the person has a row of that
+    table's view satisfying the condition, a function of that person's rows alone, so
+    ``COUNT(DISTINCT person) … WHERE <condition>`` counts this view's rows, one per person
+    (docs/privacy.md §2a).  Public: the workload's SQL and the schema."""
+    if not flags:
+        return tables, sources, people
+    view = people.views[people.person]
+    filters = tuple((flag_column(table, cond), people.views[table], cond) for table, cond in flags)
+    view = replace(view, filters=view.filters + filters)
+    schema = tables[people.person]
+    schema = TableSchema(schema.name, schema.attributes + tuple(IntegerRange(c, 0, 1) for c, _, _ in filters))
+    tables = {**tables, people.person: schema}
+    sources = {**sources, people.person: replace(sources[people.person], view=view)}
+    return tables, sources, replace(people, views={**people.views, people.person: view})
+
+
+__all__ = ["PeopleSchema", "people_views", "with_flags"]

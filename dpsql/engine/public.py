@@ -27,10 +27,8 @@ PRIVATE_ONLY = ("domain", "domain_table", "privacy_unit", "rows")
 
 
 def is_public(spec: Mapping, where: str) -> bool:
-    flag = spec.get("public", False)
-    if not isinstance(flag, bool):
-        raise ConfigError(f"{where}: public must be true or false, got {flag!r}", hint="public = true")
-    return flag
+    # true or false (dpsql.config_schema); anything else would be private, never public
+    return spec.get("public", False) is True
 
 
 def load_public(tables_spec: Mapping, base: Path, where: str):
@@ -169,6 +167,14 @@ def _check_key(schema, column: str, values: list, ref: str, where: str) -> None:
             raise ConfigError(f"{where}: {len(missing)} key(s) of {ref} are not labels of the open column "
                               f"'{column}' ({shown}): rows with them would share its (other) cell",
                               hint=f'declare labels_from = "{ref}" for \'{column}\', or list those labels')
+        if attr.invalid_index < len(attr.labels_):
+            # closed and not nullable: NULL and undeclared values land in the first label's
+            # cell and would join that label's dimension rows; the NULL cell joins none
+            raise ConfigError(f"{where}: the closed categorical join key '{column}' must be nullable: its NULL "
+                              f"and undeclared values would land in the cell of {attr.labels_[0]!r} and join "
+                              f"{ref} = {attr.labels_[0]!r}, where SQL joins them with no row",
+                              hint=f"declare nullable = true for '{column}' in the domain file (they then land "
+                                   "in its NULL cell, which joins no dimension row), or drop closed = true")
         return
     bounds = attr.bin_bounds()
     if attr.kind != "integer" or any(b is not None and b[0] != b[1] for b in bounds):

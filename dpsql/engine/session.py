@@ -636,7 +636,7 @@ class Session:
                                              "= 'informed'")
 
     def _session_command(self, command, t0) -> Result:
-        kind, name, value = command
+        kind, name, value = command.kind, command.name, command.value or ""
         if name == BUDGET_SETTING:
             if kind != "show":
                 raise ProgrammingError(f"{name} is read-only", hint=f"SHOW {name}")
@@ -675,8 +675,8 @@ class Session:
             else:
                 self.settings.pop(name, None)
             return Result([], [], message="RESET", seconds=time.perf_counter() - t0)
-        if kind in ("begin", "commit", "rollback"):
-            return Result([], [], message=kind.upper(), seconds=time.perf_counter() - t0)
+        if kind in ("begin", "commit", "rollback", "rollback_to", "ack"):
+            return Result([], [], message=command.tag or kind.upper(), seconds=time.perf_counter() - t0)
         raise ProgrammingError(f"unsupported session command {kind}")
 
     def _check_policy(self, policy: str) -> None:

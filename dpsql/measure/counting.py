@@ -343,6 +343,8 @@ class SqlBackend(ABC):
                         raise ConfigError(f"table {holder.table!r}: the source has no column {key!r} (a key)",
                                           hint="fix [people] in the configuration, or the source")
             out[f"{table}{SEP}{EXISTS}"] = _INTEGER[self.dialect]
+        for column, _, _ in view.filters:   # the flags of conditions (their views' keys checked above)
+            out[column] = _INTEGER[self.dialect]
         return out
 
     @contextlib.contextmanager

@@ -91,6 +91,10 @@ class View(Generic[S]):
     max_rows: int
     exists: tuple[tuple[str, tuple[Hop[S], ...]], ...] = ()
     groups: GroupBound | None = None
+    # (the person's own view only) per-person flags of conditions on other tables: (column,
+    # the view of the table the condition reads, the condition over that view's columns);
+    # the column is 1 when the person has a row of that view satisfying it
+    filters: tuple[tuple[str, View[S], exp.Expr], ...] = ()
 
     @property
     def path(self) -> tuple[str, ...]:
@@ -99,7 +103,8 @@ class View(Generic[S]):
     @property
     def members(self) -> tuple[Hop[S], ...]:
         """Every table read, in the order :meth:`relation` takes their scans."""
-        return self.hops + tuple(h for _, hops in self.exists for h in hops)
+        return self.hops + tuple(h for _, hops in self.exists for h in hops) + \
+            tuple(h for _, view, _ in self.filters for h in view.members)
 
     def relation(self, scans: Sequence[exp.Expr]) -> exp.Select:
         """``SELECT t0.<person key> AS __person, tI.<col> AS <view col>, … FROM scan0 AS t0
@@ -137,6 +142,20 @@ class View(Generic[S]):
             flag = exp.Case().when(exp.Is(this=exp.column("__k", table=found), expression=exp.Null()),
                                    exp.Literal.number(0)).else_(exp.Literal.number(1))
             select = select.select(exp.alias_(flag, f"{table}{SEP}{EXISTS}", quoted=True))
+        for j, (column, view, condition) in enumerate(self.filters):
+            # the persons having a row of view satisfying condition (its columns are the view's):
+            # a function of each person's own rows, LEFT JOINed to the person (none gives 0)
+            found = f"__f{j}"
+            n = len(view.members)
+            inner = exp.alias_(exp.Subquery(this=view.relation(scans[at:at + n])), f"__fv{j}")
+            at += n
+            sub = (exp.select(exp.alias_(exp.cast(exp.column(PERSON, quoted=True), "VARCHAR"), "__k"))
+                   .from_(inner).where(condition.copy()).distinct())
+            on = exp.EQ(this=exp.column("__k", table=found), expression=exp.cast(col(0, self.person_key), "VARCHAR"))
+            select = select.join(exp.alias_(exp.Subquery(this=sub), found), on=on, join_type="LEFT")
+            flag = exp.Case().when(exp.Is(this=exp.column("__k", table=found), expression=exp.Null()),
+                                   exp.Literal.number(0)).else_(exp.Literal.number(1))
+            select = select.select(exp.alias_(flag, column, quoted=True))
         return select
 
     def describe(self) -> dict:
@@ -150,6 +169,8 @@ class View(Generic[S]):
             out["groups"] = self.groups.describe()
         if self.exists:
             out["exists"] = [[t, [hop(h) for h in hops]] for t, hops in self.exists]
+        if self.filters:
+            out["filters"] = [[c, v.describe(), cond.sql(dialect="postgres")] for c, v, cond in self.filters]
         return out
 
     def fingerprint(self, store: Path | None = None) -> dict:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Literal
 
 from dpsql.domain import Domain
 from dpsql.pgm.estimation import Progress
@@ -39,16 +40,29 @@ from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.measurement import Measurement
 from dpsql.pgm.relaxed_model import RelaxedModel
 
-__all__ = ["ExactModel", "discrepancy_level", "fit"]
+__all__ = ["DEFAULT_ITERS", "ExactModel", "discrepancy_level", "fit"]
+
+
+#: ``fit``'s defaults are the engine's (``ModelFitting._fit``; issue 36 item 1: the library
+#: defaults were plain mirror descent for 1,000 iterations without a gap test, a path the engine
+#: never takes): iterations up to ``Config.fit_iters``' default, the adaptive method, the gap
+#: tolerance of the limits and the discrepancy stop for large exact models.
+DEFAULT_ITERS = 20_000
 
 
 def fit(domain: Domain, measurements: Sequence[Measurement], *, limits: FitLimits | None = None,
-        capacity: int | None = None, iters: int = 1000, warm_start=None,
+        capacity: int | None = None, iters: int = DEFAULT_ITERS, warm_start=None,
         callback: Callable[[Progress], bool | None] | None = None,
-        method: str = "auto", exact_method: str = "md", region_graph: str = "saturated",
-        total: float | None = None, norm: str = "l2", stop: str | None = None,
-        gap: tuple[float, float] | None = None, workload=None, **options) -> ExactModel | RelaxedModel:
+        method: str = "auto", exact_method: str = "adaptive", region_graph: str = "saturated",
+        total: float | None = None, norm: str = "l2",
+        stop: str | None | Literal["default"] = "default",
+        gap: tuple[float, float] | None | Literal["limits"] = "limits", workload=None,
+        **options) -> ExactModel | RelaxedModel:
     """Fit a model to ``measurements``: exact if JT-SIZE ≤ ``limits.capacity`` cells, else relaxed.
+
+    The defaults are the engine's (:data:`DEFAULT_ITERS`): ``exact_method="adaptive"``,
+    ``gap="limits"`` (``limits.gap``), ``stop="default"`` ("discrepancy" with the L2 loss, else
+    None); pass ``gap=None``/``stop=None`` for a fixed number of iterations.
 
     The fit is the first of the finishers of :mod:`dpsql.pgm.finishers` that applies (the
     table there and in docs/architecture.md); ``model.report`` (a
@@ -79,6 +93,8 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, limits: FitLimit
     if method not in ("auto", "exact", "relaxed", "residual"):
         raise ValueError(f"fit: method must be 'auto', 'exact', 'relaxed' or 'residual', "
                          f"got {method!r}")
+    if stop == "default":
+        stop = "discrepancy" if norm == "l2" else None
     if stop not in (None, "discrepancy"):
         raise ValueError(f"fit: stop must be None or 'discrepancy', got {stop!r}")
     if stop is not None and norm != "l2":
@@ -93,6 +109,8 @@ def fit(domain: Domain, measurements: Sequence[Measurement], *, limits: FitLimit
     limits = limits if limits is not None else FitLimits()
     if capacity is not None:
         limits = replace(limits, capacity=int(capacity))
+    if gap == "limits":
+        gap = limits.gap
     problem = Problem(domain, measurements, method, exact_method, region_graph, norm, stop, gap,
                       iters, total, warm_start, callback, workload, dict(options), limits)
     return run(problem)

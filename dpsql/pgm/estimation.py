@@ -5,20 +5,13 @@ entropic mirror descent: every iterate is μ = MARGINAL-ORACLE(θ) for log-poten
 θ on the junction tree's cliques, so the answer is a graphical model p_θ (the
 maximum-entropy distribution with the fitted marginals).
 
-* ``method="md"`` — Algorithm 2, θ ← θ − η ∇L(μ), with an Armijo backtracking line
-  search on η: the step is accepted when L drops by at least half of the linear
-  prediction ⟨∇L(μ), μ − μ'⟩ (which is non-negative for a mirror step); η grows
-  before each iteration (×2 until the first backtrack, ×1.05 after) so the search
-  tracks the local curvature at about one oracle call per iteration.
-* ``method="accelerated"`` — Algorithm 3, Nesterov's accelerated dual averaging with
-  θ = −t(t+1)/(4K·N) ḡ, K the Lipschitz constant of the L2 loss (per unit N²) and N
-  the total: the same O(1/t²) rate once the constant is known, no line search.
-* ``method="adaptive"`` — the accelerated method with K backtracked to the local
-  curvature and restarted when the loss rises (:func:`_adaptive`); the fastest to
-  a tight optimum, since the worst-case K of Algorithm 3 is usually far too large.
-
-With the L1 loss, "md" uses the classical η₀/√t schedule (a line search stalls at
-the kinks of ‖·‖₁).
+* ``method="adaptive"`` (the default with the L2 loss, and the engine's) — the accelerated
+  method with K backtracked to the local curvature and restarted when the loss rises
+  (:func:`_adaptive`); the fastest to a tight optimum, since the worst-case K of Algorithm 3
+  is usually far too large.
+* ``method="md"`` (Algorithm 2 with an Armijo line search; with the L1 loss the η₀/√t
+  schedule) and ``method="accelerated"`` (Algorithm 3) — the thesis's own methods, which the
+  engine never runs: references for tests and benches, in :mod:`dpsql.pgm.experimental`.
 
 μ is kept on the scale of counts (it sums to the total N), as the measurements are.
 """
@@ -36,9 +29,9 @@ from dpsql.pgm.inference import BeliefPropagation
 from dpsql.pgm.junction_tree import JunctionTree
 from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.loss import MarginalLoss, SparseLoss
-from dpsql.pgm.measurement import (Measurement, estimate_total, identity_scale, lambda_max,
-                                   lipschitz, subgradient_bound)
+from dpsql.pgm.measurement import Measurement, estimate_total, identity_scale, lipschitz
 from dpsql.pgm.model import GraphicalModel
+from dpsql.pgm.progress import GapTest, Progress, converged, estimated_gap
 from dpsql.triangulation import MAX_MODEL_CELLS
 
 __all__ = ["DEFAULT_CAPACITY", "ExactSetup", "JointTable", "Progress", "check_capacity", "estimate",
@@ -48,15 +41,6 @@ __all__ = ["DEFAULT_CAPACITY", "ExactSetup", "JointTable", "Progress", "check_ca
 # The largest junction tree a fit builds by default: the engine's [planner] max_model_cells,
 # declared once in dpsql/triangulation.py (FitLimits.capacity's default).
 DEFAULT_CAPACITY = MAX_MODEL_CELLS
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What the callback sees after each iteration; return True from it to stop."""
-
-    iteration: int
-    loss: float
-    step: float
 
 
 def check_capacity(tree: JunctionTree, capacity: int) -> None:
@@ -168,7 +152,7 @@ def _theta_from_marginals(tree: JunctionTree, mu: Sequence[np.ndarray]) -> list[
 
 
 def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int = 1000,
-             method: str = "md", warm_start: GraphicalModel | None = None, tol: float | _GapTest = 0.0,
+             method: str | None = None, warm_start: GraphicalModel | None = None, tol: float | GapTest = 0.0,
              callback: Callable[[Progress], bool | None] | None = None,
              capacity: int | None = None, total: float | None = None,
              norm: str = "l2", stepsize: float | None = None,
@@ -176,8 +160,9 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
              workload: Sequence | None = None, limits: FitLimits | None = None) -> GraphicalModel:
     """Fit a graphical model to ``measurements`` (thesis Algorithm 2 or 3).
 
-    ``method`` is "md" (Algorithm 2, default), "accelerated" (Algorithm 3) or
-    "adaptive" (accelerated with a backtracked Lipschitz estimate and restarts).
+    ``method`` is "md" (Algorithm 2), "accelerated" (Algorithm 3) or "adaptive" (accelerated
+    with a backtracked Lipschitz estimate and restarts); by default "adaptive" with the L2 loss,
+    the engine's method, and "md" with the L1 loss (the only one for it).
     ``warm_start`` continues from a previous model's potentials (or, when its cliques
     do not fit the new tree, from its marginals).  ``callback(Progress)`` runs after
     every iteration; returning True stops the fit.
@@ -202,6 +187,8 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], *, iters: int 
     pieces as finishers (:mod:`dpsql.pgm.finishers`) and reports which one ran.
     """
     limits = limits if limits is not None else FitLimits()
+    if method is None:
+        method = "adaptive" if norm == "l2" else "md"
     if start not in ("maxent", "least_squares"):
         raise ValueError(f"estimate: start must be 'maxent' or 'least_squares', got {start!r}")
     setup = exact_setup(domain, measurements, method, norm, capacity if capacity is not None
@@ -253,7 +240,7 @@ def exact_setup(domain: Domain, measurements: Sequence[Measurement], method: str
 
 
 def first_order(domain: Domain, setup: ExactSetup, *, iters: int, method: str,
-                warm_start: GraphicalModel | None, tol: float | _GapTest = 0.0,
+                warm_start: GraphicalModel | None, tol: float | GapTest = 0.0,
                 callback: Callable[[Progress], bool | None] | None = None, norm: str = "l2",
                 stepsize: float | None = None, gap: tuple[float, float] | None = None,
                 start: str = "maxent", limits: FitLimits) -> GraphicalModel:
@@ -268,17 +255,22 @@ def first_order(domain: Domain, setup: ExactSetup, *, iters: int, method: str,
     else:
         theta = _initial_theta(domain, tree, bp, warm_start)
     if gap is not None:
-        tol = _GapTest(*gap)
-    if method == "md" and norm == "l1":
-        theta, history = _subgradient(bp, loss, theta, total, measurements, iters, tol,
-                                      callback, stepsize)
-    elif method == "md":
-        theta, history = _mirror_descent(bp, loss, theta, total, measurements, iters, tol,
-                                         callback, stepsize)
-    elif method == "adaptive":
+        tol = GapTest(*gap)
+    if method == "adaptive":
         theta, history = _adaptive(bp, loss, theta, total, measurements, iters, tol, callback)
     else:
-        theta, history = _accelerated(bp, loss, theta, total, measurements, iters, tol, callback)
+        # the thesis's own methods, which the engine never runs (references for tests and benches)
+        from dpsql.pgm import experimental
+        if method == "md" and norm == "l1":
+            theta, history = experimental.subgradient(bp, loss, theta, total, measurements, iters,
+                                                      tol, callback, stepsize)
+        elif method == "md":
+            theta, history = experimental.mirror_descent(bp, loss, theta, total, measurements, iters,
+                                                         tol, callback, stepsize)
+        else:
+            mu, history = experimental.accelerated(bp, loss, theta, total, measurements, iters, tol,
+                                                   callback)
+            theta = _theta_from_marginals(tree, mu)
     polished = refused = None
     if gap is not None and norm == "l2":
         theta, polished = _polish_step(tree, bp, loss, measurements, theta, total, history, limits)
@@ -470,100 +462,6 @@ def _polish_step(tree, bp, loss, measurements, theta, total, history, limits: Fi
     return _theta_from_marginals(tree, tables), (before, after)
 
 
-#: Iterations over which the loss decrease is measured by :func:`estimated_gap`.
-GAP_WINDOW = 50
-
-
-def estimated_gap(history: Sequence[float], window: int = GAP_WINDOW) -> float:
-    """An estimate of L(μ_t) − L* from the loss history, in the loss's units.
-
-    For the first-order methods here, L_t − L* ≤ C/t^k with k = 1 (mirror descent) or 2
-    (accelerated), so the decrease over the last ``window`` iterations is about k·window·C/t^(k+1)
-    and L_t − L* ≈ decrease · t/(k·window) ≤ decrease · t/window: the estimate takes the
-    conservative k = 1.  (When the convergence is linear it overestimates the gap.)  Not a
-    certificate, but it needs no knowledge of the noise scale, and on the adult dashboards it
-    was within a factor of 2 above the gap measured against a 3,000-iteration fit.
-    Infinite before ``window`` iterations."""
-    t = len(history) - 1
-    if t < window:
-        return float("inf")
-    return max(history[-window - 1] - history[-1], 0.0) * t / window
-
-
-class _GapTest:
-    """Stop once the estimated optimality gap is at most atol + rtol·loss."""
-
-    def __init__(self, atol: float, rtol: float) -> None:
-        self.atol, self.rtol = float(atol), float(rtol)
-
-    def reached(self, history: Sequence[float]) -> bool:
-        return estimated_gap(history) <= self.atol + self.rtol * abs(history[-1])
-
-
-def _converged(history: list[float], tol, window: int = 10) -> bool:
-    if isinstance(tol, _GapTest):
-        return tol.reached(history)
-    if tol <= 0 or len(history) <= window:
-        return False
-    old, new = history[-window - 1], history[-1]
-    return old - new <= tol * max(abs(new), 1e-300) * window
-
-
-def _curvature(loss: MarginalLoss, mu, measurements) -> float:
-    """A bound on the curvature of L along mirror steps at μ, for the first step size.
-
-    A mirror step moves μ_r by about μ_r ⊙ Δθ, so measurement i has curvature at most
-    2 λ_max(Q_iᵀQ_i)/σ_i² · max_x μ_{r_i}(x); the worst case over p, 2 λ/σ² · N (the
-    Lipschitz constant times N), is far too pessimistic once cliques have many cells.
-    Armijo corrects the estimate either way; a good start saves iterations of ramp-up.
-    """
-    total = 0.0
-    for g in loss.groups:
-        peak = float(mu[g.host].max())
-        for t in g.terms:
-            total += 2.0 * t.weight * lambda_max(t.query) * peak
-    return total
-
-
-def _mirror_descent(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):
-    """Thesis Algorithm 2 with Armijo backtracking (see the module docstring).
-
-    Each rejected trial costs a full oracle call, so after the first backtrack the
-    step grows by only 5% per iteration: trials then succeed ~95% of the time
-    (≈1.07 oracle calls per iteration), while before it the step doubles so that a
-    cautious first step is corrected geometrically.  The gradient is evaluated with
-    the trial's loss, since almost every trial is accepted.
-    """
-    mu = bp.marginals(theta, total)
-    value, grad = loss(mu)
-    if stepsize is None:
-        stepsize = 1.0 / max(_curvature(loss, mu, measurements), 1e-300)
-    alpha = stepsize
-    hosts = [i for i, g in enumerate(grad) if g is not None]
-    history = [value]
-    growth = 2.0
-    for it in range(1, iters + 1):
-        alpha *= growth
-        while True:
-            new_theta = list(theta)
-            for h in hosts:
-                new_theta[h] = theta[h] - alpha * grad[h]
-            new_mu = bp.marginals(new_theta, total)
-            new_value, new_grad = loss(new_mu)
-            predicted = sum(float(np.vdot(grad[h], mu[h] - new_mu[h])) for h in hosts)
-            if value - new_value >= 0.5 * predicted or alpha < 1e-300:
-                break
-            alpha *= 0.5
-            growth = 1.05
-        theta, mu, value, grad = new_theta, new_mu, new_value, new_grad
-        history.append(value)
-        if callback is not None and callback(Progress(it, value, alpha)):
-            break
-        if _converged(history, tol) or predicted <= 0.0:
-            break
-    return theta, history
-
-
 class _FlatLoss:
     """The L2 loss on the flat layout (``BeliefPropagation.split``) through a linear image.
 
@@ -665,70 +563,6 @@ def _adaptive(bp, loss, theta0, total, measurements, iters, tol, callback):
         L *= _DECAY
         if callback is not None and callback(Progress(t, history[-1], a)):
             break
-        if _converged(history, tol):
+        if converged(history, tol):
             break
     return _theta_from_marginals(bp.tree, bp.split(x)), history
-
-
-def _subgradient(bp, loss, theta, total, measurements, iters, tol, callback, stepsize):
-    """Thesis Algorithm 2 for the non-smooth L1 loss: η_t = η₀/√t, best iterate kept.
-
-    A line search stalls at the kinks of ‖·‖₁, so the classical schedule for entropic
-    mirror descent is used instead: η₀ = √(2 log n)/G with n the domain size and G
-    a bound on ‖∇L‖_∞ (O(1/√t) convergence of the best iterate).
-    """
-    log_n = float(sum(np.log(s) for s in bp.tree.sizes.values()))
-    eta0 = stepsize if stepsize is not None else np.sqrt(2.0 * max(log_n, 1.0)) / max(
-        subgradient_bound(measurements), 1e-300)
-    mu = bp.marginals(theta, total)
-    value, grad = loss(mu)
-    best, best_theta = value, theta
-    history = [value]
-    for t in range(1, iters + 1):
-        eta = eta0 / np.sqrt(t)
-        theta = [th if g is None else th - eta * g for th, g in zip(theta, grad)]
-        mu = bp.marginals(theta, total)
-        value, grad = loss(mu)
-        if value < best:
-            best, best_theta = value, theta
-        history.append(best)
-        if callback is not None and callback(Progress(t, best, eta)):
-            break
-        if _converged(history, tol):
-            break
-    return best_theta, history
-
-
-def _accelerated(bp, loss, theta0, total, measurements, iters, tol, callback):
-    """Thesis Algorithm 3 (accelerated dual averaging), started from ``theta0``."""
-    K = max(lipschitz(measurements), 1e-300) * total
-    nu = bp.marginals(theta0, total)
-    mu = [m.copy() for m in nu]
-    gbar: list[np.ndarray | None] = [None] * len(mu)
-    theta = theta0
-    history = [loss.value(mu)]
-    for t in range(1, iters + 1):
-        c = 2.0 / (t + 1)
-        omega = [(1 - c) * m + c * v for m, v in zip(mu, nu)]
-        _, g = loss(omega)
-        for h, gh in enumerate(g):
-            prev = gbar[h]
-            if gh is not None:
-                gbar[h] = c * gh if prev is None else (1 - c) * prev + c * gh
-            elif prev is not None:
-                gbar[h] = (1 - c) * prev
-        scale = -t * (t + 1) / (4.0 * K)
-        theta = [th if gb is None else th + scale * gb for th, gb in zip(theta0, gbar)]
-        nu = bp.marginals(theta, total)
-        mu = [(1 - c) * m + c * v for m, v in zip(mu, nu)]
-        value = loss.value(mu)
-        history.append(value)
-        if callback is not None and callback(Progress(t, value, 1.0 / K)):
-            break
-        if _converged(history, tol):
-            break
-    # Algorithm 3 returns the averaged iterate μ, not the last oracle output ν.  μ is a
-    # convex combination of calibrated marginals, hence calibrated on the junction tree,
-    # so the junction-tree factorisation gives potentials reproducing it exactly.
-    return _theta_from_marginals(bp.tree, mu), history
-

@@ -55,7 +55,7 @@ import numpy as np
 
 from dpsql.domain import Domain
 from dpsql.pgm.convex_gbp import ConvexGBP
-from dpsql.pgm.estimation import Progress, estimated_gap
+from dpsql.pgm.progress import Progress, estimated_gap
 from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.loss import MarginalLoss
 from dpsql.pgm.measurement import Measurement, estimate_total, lambda_max

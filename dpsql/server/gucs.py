@@ -18,12 +18,12 @@ names among them are collected in ``engine_settings`` for the engine session.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from dpsql import errors
 from dpsql.server import codec, pgtypes
 from dpsql.server.results import Outcome, QueryError
 from dpsql.server.startup import Fatal
-from dpsql.sql.syntax import TokenType
+from dpsql.sql.session_commands import SessionCommand, parse_tokens
 
 REPORTED = {"application_name": "application_name", "client_encoding": "client_encoding",
             "datestyle": "DateStyle", "timezone": "TimeZone", "integer_datetimes": "integer_datetimes",
@@ -32,10 +32,6 @@ REPORTED = {"application_name": "application_name", "client_encoding": "client_e
             "is_superuser": "is_superuser", "session_authorization": "session_authorization",
             "default_transaction_read_only": "default_transaction_read_only",
             "in_hot_standby": "in_hot_standby"}
-_ALIASES = {"transaction isolation level": "transaction_isolation", "time zone": "timezone",
-            "session authorization": "session_authorization"}
-_NOOP_SET = {"TRANSACTION", "CHARACTERISTICS", "CONSTRAINTS"}
-_IDENTITY_SET = {"ROLE", "AUTHORIZATION", "SESSION_AUTHORIZATION"}
 
 
 def defaults(server_version: str, user: str) -> dict[str, str]:
@@ -62,73 +58,17 @@ def _version_num(version: str) -> str:
     return str(major * 10000 + minor)
 
 
-@dataclass(frozen=True)
-class Command:
-    kind: str          # set | show | reset | begin | commit | rollback | rollback_to | ack
-    name: str = ""
-    value: str | None = None
-    tag: str = ""
-
-
-def _token_text(tok) -> str:
-    return tok.text
+# The one parser of SET/SHOW/RESET and transaction statements (dpsql.sql.session_commands);
+# dpsql.* settings are forwarded to the engine session, which reads the statement with it too.
+Command = SessionCommand
 
 
 def parse_command(route) -> Command:
     """A session-control statement's meaning, from the router's tokens."""
-    tokens = list(route.tokens)
-    head = route.words[0]
-    upper = [t.text.upper() for t in tokens]
-    if head == "SET":
-        i = 1
-        while i < len(tokens) and upper[i] in ("SESSION", "LOCAL") and not (
-                i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.EQ):
-            i += 1
-        if i < len(tokens) and upper[i] in _IDENTITY_SET:
-            # the budget principal is whoever authenticated; switching identity would move charges
-            raise QueryError("0A000", "SET ROLE and SET SESSION AUTHORIZATION are not supported by dpsql",
-                             hint="connect as the user whose budget the queries should use")
-        if i < len(tokens) and upper[i] in _NOOP_SET:
-            return Command("ack", tag="SET")
-        if i + 1 < len(tokens) and upper[i] == "TIME" and upper[i + 1] == "ZONE":
-            name, j = "timezone", i + 2
-        else:
-            j = i
-            while j < len(tokens) and tokens[j].token_type != TokenType.EQ and upper[j] != "TO":
-                j += 1
-            name = "".join(t.text for t in tokens[i:j]).lower()
-            j += 1
-        values = [t for t in tokens[j:] if t.token_type != TokenType.COMMA]
-        if not name or not values:
-            raise QueryError("42601", "syntax error in SET", hint="SET name = value")
-        if (len(values) == 1 and values[0].text.upper() in ("DEFAULT", "LOCAL")
-                and values[0].token_type != TokenType.STRING):
-            return Command("reset", name)
-        value = ", ".join(_token_text(t) for t in values)
-        return Command("set", name, value)
-    if head == "SHOW":
-        name = " ".join(t.text for t in tokens[1:]).strip().lower()
-        return Command("show", _ALIASES.get(name, name.replace(" ", "")))
-    if head == "RESET":
-        name = " ".join(t.text for t in tokens[1:]).strip().lower()
-        return Command("reset", _ALIASES.get(name, name))
-    if head in ("BEGIN", "START"):
-        return Command("begin", tag="BEGIN")
-    if head in ("COMMIT", "END"):
-        return Command("commit", tag="COMMIT")
-    if head in ("ROLLBACK", "ABORT"):
-        if "TO" in upper:
-            return Command("rollback_to", tag="ROLLBACK")
-        return Command("rollback", tag="ROLLBACK")
-    if head == "SAVEPOINT":
-        return Command("ack", tag="SAVEPOINT")
-    if head == "RELEASE":
-        return Command("ack", tag="RELEASE")
-    if head == "DISCARD":
-        return Command("ack", tag="DISCARD ALL" if "ALL" in upper else "DISCARD")
-    if head == "DEALLOCATE":
-        return Command("ack", tag="DEALLOCATE ALL" if "ALL" in upper else "DEALLOCATE")
-    return Command("ack", tag=head)
+    try:
+        return parse_tokens(route.tokens)
+    except errors.Error as exc:
+        raise QueryError(exc.sqlstate, exc.message, hint=exc.hint) from None
 
 
 def _split_options(text: str) -> list[str]:

@@ -36,7 +36,8 @@ table moves to WHERE.
 Key cells: a NULL key matches nothing (SQL's NULL ≠ NULL); the "(other)" cell of an open
 categorical matches nothing either, because the configuration refuses a reference whose
 public keys are not all declared labels (``dpsql.engine.config``); a closed categorical's
-invalid values share cell 0 or the NULL cell and join like them, as they are counted.
+invalid values share its NULL cell, since a closed key must be nullable (cell 0, its invalid
+place otherwise, would join the first label's rows: ``engine.public._check_key``).
 Integer keys join on their value and need one-value bins; a declared integer key is read
 unclamped (``IntegerRange.clamp``), so its values outside the declared range sit in the
 NULL cell and match nothing, instead of joining the end key's rows.

@@ -21,15 +21,21 @@ two private tables on columns that are not a declared key pair, private tables o
 branches (orders and payments of the same customer: each person would be counted once per
 *pair* of their rows, without bound), a table on the path skipped (customers joined to
 lineitem directly), LEFT/RIGHT/FULL joins between private tables (a person without rows
-would add a row no view holds), and COUNT(DISTINCT …) of anything but the person's key with
-conditions on the person's own columns (``COUNT(DISTINCT c.custkey)`` is answered from the
-person view's 0/1 flags ``orders__exists``, sensitivity 1; a child table's columns in such a
-statement are refused).  The catalog's ``people`` (the engine's ``PeopleSchema``) is read by
+would add a row no view holds), and COUNT(DISTINCT …) of anything but the person's key
+(``COUNT(DISTINCT c.custkey)`` is answered from the person view's 0/1 flags ``orders__exists``,
+sensitivity 1).  Its WHERE conjuncts that read another table's columns are one condition:
+the person has a row of the deepest table's view satisfying it.  Each such condition of a
+``[workload]`` statement (``person_flags``, at configuration time) is one more flag of the
+person's view, ``T__has_<hash>`` (``flag_column``), so the statement is answered as a count
+of the person's view with that flag set; a condition no workload statement declared is
+refused with that hint (its flag was never measured), and so is grouping such a count by a
+child table's column (a person would fall in several groups).  The catalog's ``people`` (the engine's ``PeopleSchema``) is read by
 duck typing: this package imports nothing above it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +45,18 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.cells import conjuncts, snippet
 from dpsql.sql.joins import _folded, _table_ref
 
-__all__ = ["person_join"]
+__all__ = ["person_join", "person_flags", "flag_column"]
 
 # the person view's flag columns (dpsql.measure.views.SEP, EXISTS; this package may not import it)
 _SEP, _EXISTS = "__", "exists"
+
+
+def flag_column(table: str, condition: exp.Expr) -> str:
+    """The person view's column flagging the persons with a row of ``table``'s view that
+    satisfies ``condition`` (over that view's columns): named by a hash of its text, so the
+    same condition written anywhere finds the same measured flag."""
+    text = condition.sql(dialect="postgres")
+    return f"{table}{_SEP}has_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 _HINT = ("join private tables along the declared keys, from the person down one path: "
          "FROM customers c JOIN orders o ON o.custkey = c.custkey JOIN lineitem l ON l.orderkey = o.orderkey")
@@ -113,14 +127,14 @@ def _using(j: exp.Join, right: str, refs: list[_Private], stmt) -> exp.Expr:
     return exp.and_(*conds)
 
 
-def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
-    """``tree`` over the deepest private table's view when its FROM clause joins two or more
-    private tables of the catalog's people schema; otherwise ``tree`` unchanged."""
+def _analyse(tree: exp.Select, stmt, catalog):
+    """(people, refs, joins, COUNT(DISTINCT person) aggregates) of a statement over private
+    tables of a people schema, or None when it reads none."""
     people = getattr(catalog, "people", None)
     joins = [j for j in tree.args.get("joins") or [] if not isinstance(j.this, exp.Subquery)]
     from_ = tree.args.get("from_") or tree.args.get("from")
     if people is None or from_ is None:
-        return tree
+        return None
     items = [from_.this] + [j.this for j in joins]
     refs: list[_Private] = []
     for node in items:
@@ -128,13 +142,86 @@ def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
         if ref is not None and ref.private:
             own = tuple(src for src, _ in people.views[ref.name].hops[-1].columns)
             refs.append(_Private(ref.name, ref.alias, own, _keys(people, ref.name), node))
-    persons = _person_counts(tree, refs, people, stmt)
+    return people, refs, joins, _person_counts(tree, refs, people, stmt)
+
+
+def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
+    """``tree`` over the deepest private table's view when its FROM clause joins two or more
+    private tables of the catalog's people schema; otherwise ``tree`` unchanged."""
+    found = _analyse(tree, stmt, catalog)
+    if found is None:
+        return tree
+    people, refs, joins, persons = found
     if len(refs) < 2 and not persons:
         return tree
     deepest = _check_path(tree, joins, refs, people, stmt, catalog)
     if persons:
         return _count_persons(tree, stmt, catalog, refs, deepest, people, persons)
     return _rewrite(tree, stmt, catalog, refs, deepest, people)
+
+
+def person_flags(statements, catalog) -> list[tuple[str, exp.Expr]]:
+    """The per-person flags a workload needs: for each ``COUNT(DISTINCT person)`` statement
+    with conditions on another table's columns, (the deepest table, the condition over its
+    view's columns), in order and without repeats.  Public: SQL and the declared schema.
+    A statement that does not compile this far is left to the compiler to refuse."""
+    from dpsql.errors import Error
+    from dpsql.sql.parse import parse_statement
+
+    out: dict[str, tuple[str, exp.Expr]] = {}
+    for sql in statements:
+        try:
+            stmt = parse_statement(sql)
+            tree = stmt.tree
+            if not isinstance(tree, exp.Select):
+                continue
+            found = _analyse(tree, stmt, catalog)
+            if found is None or not found[3]:
+                continue
+            people, refs, joins, _ = found
+            deepest = _check_path(tree, joins, refs, people, stmt, catalog)
+            flag = _flag_condition(tree, stmt, refs, deepest, people)
+        except Error:
+            continue
+        if flag is not None:
+            out.setdefault(flag_column(deepest.name, flag[1]), (deepest.name, flag[1]))
+    return list(out.values())
+
+
+def _flag_condition(tree: exp.Select, stmt, refs: list[_Private], deepest: _Private,
+                    people) -> tuple[list[exp.Expr], exp.Expr] | None:
+    """(the WHERE conjuncts that read a column of a table other than the person's, their AND
+    over the deepest table's view columns), or None when there are none.  Refused (0A000):
+    such a conjunct with a subquery, or naming a key column the view does not hold."""
+    where = tree.args.get("where")
+    if where is None:
+        return None
+    moved = []
+    for cond in conjuncts(where.this):
+        hits = [(c, _resolve(c, refs, stmt, keys=True)) for c in cond.find_all(exp.Column)]
+        if not any(h is not None and h[0].name != people.person for _, h in hits):
+            continue
+        if cond.find(exp.Subquery, exp.Select) is not None:
+            raise UnsupportedQueryError(f"the condition '{snippet(cond, 60)}' on persons' rows holds a subquery",
+                                        position=stmt.pos(cond), hint="write it with the table's own columns")
+        moved.append((cond, hits))
+    if not moved:
+        return None
+    alias_free = []
+    for cond, hits in moved:
+        new = cond.copy()
+        for (old, hit), col in zip(hits, list(new.find_all(exp.Column))):
+            if hit is None:
+                continue
+            ref, name = hit
+            if name not in ref.own:
+                raise UnsupportedQueryError(f"the condition '{snippet(cond, 60)}' reads the key {snippet(old, 40)}, "
+                                            "which the tables' views do not hold", position=stmt.pos(old),
+                                            hint="condition persons' rows on declared (domain) columns")
+            col.set("this", exp.to_identifier(people.column(deepest.name, ref.name, name), quoted=True))
+            col.set("table", None)
+        alias_free.append(new)
+    return [c for c, _ in moved], exp.and_(*alias_free) if len(alias_free) > 1 else alias_free[0]
 
 
 def _check_path(tree, joins, refs: list[_Private], people, stmt, catalog) -> _Private:
@@ -233,10 +320,23 @@ def _count_persons(tree: exp.Select, stmt, catalog, refs: list[_Private], deepes
                                         "they are answered from different views", position=stmt.pos(agg),
                                         hint="ask for them in two statements")
     person = next((r for r in refs if r.name == people.person), None)
+    flag = _flag_condition(tree, stmt, refs, deepest, people)
+    moved = flag[0] if flag is not None else []
+    column = None
+    if flag is not None:
+        column = flag_column(deepest.name, flag[1])
+        if column not in catalog[people.person].column_names:
+            raise UnsupportedQueryError(
+                f"no per-person flag of '{snippet(flag[1], 60)}' on {deepest.name!r} was measured: counting "
+                "persons with such rows needs one", position=stmt.pos(moved[0]),
+                hint="add this statement to [workload]: each COUNT(DISTINCT person) condition there on another "
+                     "table's columns gets a measured 0/1 flag per person (sensitivity 1)")
     for col in tree.find_all(exp.Column):
         if any(col in c.find_all(exp.Column) for c in counts) or col.find_ancestor(exp.Select) is not tree:
             continue
         if any(col in j.find_all(exp.Column) for j in tree.args.get("joins") or []):
+            continue
+        if any(col in m.find_all(exp.Column) for m in moved):
             continue
         hit = _resolve(col, refs, stmt, keys=True)
         if hit is not None and hit[0].name != people.person:
@@ -260,10 +360,16 @@ def _count_persons(tree: exp.Select, stmt, catalog, refs: list[_Private], deepes
             if hit is not None and hit[1] in hit[0].keys:
                 agg.set("this", exp.Star())
     if deepest.name != people.person:
-        flag = exp.EQ(this=exp.column(f"{deepest.name}{_SEP}{_EXISTS}", table=exp.to_identifier(alias, quoted=True),
-                                      quoted=True), expression=exp.Literal.number(1))
+        name = column if column is not None else f"{deepest.name}{_SEP}{_EXISTS}"
+        cond = exp.EQ(this=exp.column(name, table=exp.to_identifier(alias, quoted=True), quoted=True),
+                      expression=exp.Literal.number(1))
         where = out.args.get("where")
-        out.set("where", exp.Where(this=exp.and_(flag, where.this) if where is not None else flag))
+        if where is not None and moved:
+            # the conditions on other tables' rows are the flag's: the rest stay
+            kept_conds = [c for c, original in zip(conjuncts(where.this), conjuncts(tree.args["where"].this))
+                          if not any(original is m for m in moved)]
+            where = exp.Where(this=exp.and_(*kept_conds)) if kept_conds else None
+        out.set("where", exp.Where(this=exp.and_(cond, where.this) if where is not None else cond))
     return out
 
 

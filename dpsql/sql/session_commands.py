@@ -1,84 +1,106 @@
-"""Session commands: SET / SHOW / RESET / BEGIN / COMMIT / ROLLBACK.
+"""Session commands: SET / SHOW / RESET / BEGIN / COMMIT / ROLLBACK (and the wire's no-op
+SAVEPOINT, DISCARD, ...): the one parser of them, for the engine session and the wire server.
 
-They touch no data and cost nothing; the engine answers them from the session's settings.
-Recognised from the sqlglot AST (never by matching text of data queries): a statement that
-parses to ``Set``, ``Transaction``, ``Commit`` or ``Rollback``, or to the generic
-``Command`` node for ``SHOW``/``RESET`` (which sqlglot does not model for PostgreSQL).
+They touch no data and cost nothing; the engine answers ``dpsql.*`` settings from the
+session's, the wire server the PostgreSQL settings drivers send (``dpsql/server/gucs.py``).
+Recognised from the statement's tokens (never by matching text of data queries), as
+PostgreSQL's grammar reads them: ``SET [SESSION | LOCAL] name {= | TO} value [, ...]``,
+``SET name = DEFAULT`` (a reset), ``SET TIME ZONE value``, ``SHOW name | ALL``,
+``RESET name | ALL``.  The server and the engine each had a parser once, and they disagreed:
+``SET dpsql.error_columns = DEFAULT`` was a reset on the wire and the invalid value 'default'
+in the engine the wire forwarded it to; ``SHOW TIME ZONE`` named two settings.
 """
 
 from __future__ import annotations
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ParseError
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.errors import SyntaxError as SQLSyntaxError
 from dpsql.sql.lexer import prepare
-from dpsql.sql.syntax import SQLGLOT_QUIET  # noqa: F401  (installs the filter)
+from dpsql.sql.syntax import Token, TokenType, tokens as statement_tokens
 
-SessionCommand = tuple[str, str, str]  # (kind, setting name, value)
+__all__ = ["SessionCommand", "parse_session_command", "parse_tokens", "ENGINE_HEADS"]
+
+#: The statements the engine session answers (the wire server also acknowledges SAVEPOINT,
+#: RELEASE, DISCARD, DEALLOCATE and UNLISTEN itself).
+ENGINE_HEADS = frozenset({"SET", "SHOW", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"})
+
+_ALIASES = {"transaction isolation level": "transaction_isolation", "time zone": "timezone",
+            "session authorization": "session_authorization"}
+_NOOP_SET = {"TRANSACTION", "CHARACTERISTICS", "CONSTRAINTS"}
+_IDENTITY_SET = {"ROLE", "AUTHORIZATION", "SESSION_AUTHORIZATION"}
 
 
-def _setting_name(node: exp.Expr) -> str:
-    if isinstance(node, exp.Column):
-        return ".".join(p.name for p in node.parts).lower()
-    return node.name.lower()
+@dataclass(frozen=True)
+class SessionCommand:
+    """``kind``: set | show | reset | begin | commit | rollback | rollback_to | ack (a no-op
+    answered with ``tag``); ``name`` lower-cased; ``value`` for set."""
+
+    kind: str
+    name: str = ""
+    value: str | None = None
+    tag: str = ""
 
 
-def _value(node: exp.Expr) -> str:
-    if isinstance(node, (exp.Literal, exp.Var, exp.Identifier)):
-        return str(node.name)
-    if isinstance(node, exp.Column):
-        return ".".join(p.name for p in node.parts)
-    return node.sql("postgres")
+def parse_tokens(tokens: Sequence[Token]) -> SessionCommand:
+    """A session command's meaning from its tokens (no semicolons; the first is its verb)."""
+    head = tokens[0].text.upper()
+    upper = [t.text.upper() for t in tokens]
+    if head == "SET":
+        i = 1
+        while i < len(tokens) and upper[i] in ("SESSION", "LOCAL") and not (
+                i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.EQ):
+            i += 1
+        if i < len(tokens) and upper[i] in _IDENTITY_SET:
+            # the budget principal is whoever authenticated; switching identity would move charges
+            raise UnsupportedQueryError("SET ROLE and SET SESSION AUTHORIZATION are not supported by dpsql",
+                                        position=tokens[0].start + 1,
+                                        hint="connect as the user whose budget the queries should use")
+        if i < len(tokens) and upper[i] in _NOOP_SET:
+            return SessionCommand("ack", tag="SET")
+        if i + 1 < len(tokens) and upper[i] == "TIME" and upper[i + 1] == "ZONE":
+            name, j = "timezone", i + 2
+        else:
+            j = i
+            while j < len(tokens) and tokens[j].token_type != TokenType.EQ and upper[j] != "TO":
+                j += 1
+            name = "".join(t.text for t in tokens[i:j]).lower()
+            j += 1
+        values = [t for t in tokens[j:] if t.token_type != TokenType.COMMA]
+        if not name or not values:
+            raise SQLSyntaxError("syntax error in SET", hint="SET name = value, e.g. SET dpsql.error_columns = 'ci95'")
+        if (len(values) == 1 and values[0].text.upper() in ("DEFAULT", "LOCAL")
+                and values[0].token_type != TokenType.STRING):
+            return SessionCommand("reset", name)
+        return SessionCommand("set", name, ", ".join(t.text for t in values))
+    if head in ("SHOW", "RESET"):
+        name = " ".join(t.text for t in tokens[1:]).strip().lower()
+        name = _ALIASES.get(name, name.replace(" ", "") if head == "SHOW" else name)
+        return SessionCommand(head.lower(), name or ("all" if head == "SHOW" else ""))
+    if head in ("BEGIN", "START"):
+        return SessionCommand("begin", tag="BEGIN")
+    if head in ("COMMIT", "END"):
+        return SessionCommand("commit", tag="COMMIT")
+    if head in ("ROLLBACK", "ABORT"):
+        return SessionCommand("rollback_to" if "TO" in upper else "rollback", tag="ROLLBACK")
+    if head in ("DISCARD", "DEALLOCATE"):
+        return SessionCommand("ack", tag=f"{head} ALL" if "ALL" in upper else head)
+    return SessionCommand("ack", tag=head)
 
 
 def parse_session_command(sql: str) -> SessionCommand | None:
-    """The session command in ``sql``, or None when it is not one."""
+    """The session command in ``sql`` for the engine session, or None when it is not one."""
     if not isinstance(sql, str):
         raise ProgrammingError(f"the statement must be a str, not {type(sql).__name__}",
                                hint="pass the SQL text (decode bytes first: sql.decode('utf-8'))")
     head = sql.lstrip().split(None, 1)[0].upper().rstrip(";") if sql.strip() else ""
-    if head not in ("SET", "SHOW", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"):
+    if head not in ENGINE_HEADS:
         return None
     prepare(sql)  # the lexer's checks: bounded nesting and size, closed quotes
-    try:  # SHOW falls back to a Command node with a warning, which syntax.SQLGLOT_QUIET drops
-        node = sqlglot.parse_one(sql, read="postgres")
-    except ParseError as exc:
-        err = exc.errors[0] if exc.errors else {}
-        raise SQLSyntaxError(f"syntax error in session command: {err.get('description', exc)}",
-                             hint="e.g. SET dpsql.error_columns = 'ci95'") from None
-    if isinstance(node, exp.Set):
-        items = node.expressions
-        if len(items) != 1 or not isinstance(items[0].this, exp.EQ):
-            raise SQLSyntaxError("SET takes one setting", hint="SET name = value")
-        eq = items[0].this
-        return ("set", _setting_name(eq.this), _value(eq.expression))
-    if isinstance(node, exp.Transaction):
-        return ("begin", "", "")
-    if isinstance(node, exp.Commit):
-        return ("commit", "", "")
-    if isinstance(node, exp.Rollback):
-        return ("rollback", "", "")
-    if isinstance(node, exp.Command):
-        verb = str(node.this).upper()
-        rest = node.expression
-        arg = "" if rest is None else rest if isinstance(rest, str) else rest.name
-        name = arg.strip().strip(";").strip().lower()
-        if verb == "SET":
-            words = name.split()
-            if words[:2] == ["time", "zone"] and len(words) == 3:
-                return ("set", "timezone", arg.strip().strip(";").split()[-1].strip("'"))
-            what = words[0].upper() if words else ""
-            start = len(sql) - len(sql.lstrip()) + 1
-            raise UnsupportedQueryError(f"SET {what} is not supported".replace("  ", " "), position=start,
-                                        hint="dpsql settings are set with SET dpsql.<name> = <value>; the "
-                                             "user is fixed when the connection opens")
-        if verb == "SHOW":
-            return ("show", name or "all", "")
-        if verb == "RESET":
-            return ("reset", name, "")
-        if verb in ("END", "ABORT"):
-            return ("commit" if verb == "END" else "rollback", "", "")
-    return None
+    toks = statement_tokens(sql)
+    toks = [t for t in toks or () if t.token_type != TokenType.SEMICOLON]
+    if not toks or toks[0].text.upper() != head:
+        raise SQLSyntaxError("syntax error in session command", hint="e.g. SET dpsql.error_columns = 'ci95'")
+    return parse_tokens(toks)

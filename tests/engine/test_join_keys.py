@@ -40,6 +40,7 @@ nullable = {nullable}
 type = "categorical"
 labels = ["AA", "DL", "UA"]
 closed = true
+nullable = true
 """
 
 

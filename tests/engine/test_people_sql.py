@@ -31,6 +31,12 @@ ACCEPTED = [
     # persons, not rows: customers with an order (with a line item), by nation
     f"SELECT c.nation, COUNT(DISTINCT c.custkey) FROM {JOIN_CO} WHERE c.nation <= 3 GROUP BY c.nation",
     f"SELECT COUNT(DISTINCT o.custkey) AS buyers FROM {JOIN_COL} WHERE c.nation = 1",
+    # persons with at least one such row: a measured flag per person and condition
+    f"SELECT c.nation, COUNT(DISTINCT c.custkey) FROM {JOIN_CO} WHERE o.priority = 1 AND c.nation <= 3 "
+    "GROUP BY c.nation",
+    f"SELECT COUNT(DISTINCT c.custkey) AS buyers FROM {JOIN_COL} WHERE l.flag = 'R' AND o.status = 'F'",
+    f"SELECT c.nation, COUNT(DISTINCT o.custkey) FROM {JOIN_CO} WHERE (o.priority >= 4 OR c.nation = 0) "
+    "AND c.nation <= 3 GROUP BY c.nation",
 ]
 
 
@@ -85,7 +91,7 @@ def test_join_columns_keep_their_names_and_compile_over_the_deepest_view(shop_fi
     assert cq.table == "lineitem"
     assert [c.name for c in cq.columns] == ["status", "flag", "count", "sum"]
     assert compile_sql(ACCEPTED[0], engine.catalog).table == "orders"
-    persons = compile_sql(ACCEPTED[-1], engine.catalog)
+    persons = compile_sql(ACCEPTED[6], engine.catalog)     # buyers: persons with a line item
     assert persons.table == "customers" and [c.name for c in persons.columns] == ["buyers"]
     assert "lineitem__exists" in persons.linear_queries[0].description
 
@@ -103,6 +109,11 @@ def test_join_columns_keep_their_names_and_compile_over_the_deepest_view(shop_fi
     ("SELECT COUNT(DISTINCT c.custkey), COUNT(*) FROM customers c JOIN orders o ON o.custkey = c.custkey",
      "different views"),
     ("SELECT COUNT(DISTINCT o.orderkey) FROM orders o", "DISTINCT"),
+    # a condition on orders outside the workload: no flag of it was measured
+    ("SELECT COUNT(DISTINCT c.custkey) FROM customers c JOIN orders o ON o.custkey = c.custkey "
+     "WHERE o.priority = 2", "add this statement to [workload]"),
+    ("SELECT COUNT(DISTINCT c.custkey) FROM customers c JOIN orders o ON o.custkey = c.custkey "
+     "WHERE o.orderkey > 5", "reads the key"),
 ])
 def test_refused_joins_name_sqlstate_and_hint(shop_files, tmp_path, sql, words):
     tmp, files = shop_files
@@ -111,6 +122,22 @@ def test_refused_joins_name_sqlstate_and_hint(shop_files, tmp_path, sql, words):
         compile_sql(sql, engine.catalog)
     assert info.value.sqlstate == "0A000" and info.value.hint
     assert words in str(info.value), str(info.value)
+
+
+def test_a_condition_on_persons_rows_is_one_measured_flag_of_the_persons_view(shop_files, tmp_path):
+    """The workload's COUNT(DISTINCT person) conditions on orders/line items become 0/1
+    columns of the person's view (one row per person: sensitivity 1), named by the
+    condition's text, so the same condition written with other aliases finds its flag."""
+    tmp, files = shop_files
+    engine = Engine(load_config(shop.config(tmp_path, {t: {"parquet": str(p)} for t, p in files.items()},
+                                            workload={"queries": ACCEPTED})))
+    flags = [c for c in engine.catalog["customers"].column_names if "__has_" in c]
+    assert len(flags) == 3 and flags[0].startswith("orders__has_") and flags[1].startswith("lineitem__has_")
+    again = compile_sql("SELECT nation, COUNT(DISTINCT x.custkey) FROM customers x JOIN orders y "
+                        "ON x.custkey = y.custkey WHERE y.priority = 1 AND x.nation <= 3 GROUP BY nation",
+                        engine.catalog)
+    assert again.table == "customers" and flags[0] in again.linear_queries[0].description
+    assert engine.config.sources["customers"].unit_rows == 1
 
 
 def test_private_tables_on_two_branches_are_refused(shop_files, tmp_path):

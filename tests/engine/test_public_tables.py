@@ -97,8 +97,9 @@ def test_labels_from_needs_a_configuration():
 
 
 def test_a_closed_key_may_leave_public_keys_undeclared():
-    """origin is closed (EWR, JFK, LGA) and airports lists more codes: no private row can
-    hold them, so the reference is accepted."""
+    """origin is closed (EWR, JFK, LGA) and nullable, and airports lists more codes: no
+    private row can hold them (one that does lands in the NULL cell), so the reference is
+    accepted."""
     cfg = load_config(STAR / "dpsql.toml")
     assert "flights.origin → airports.faa" in {str(r) for r in cfg.references}
 

@@ -268,7 +268,7 @@ def test_data_check_counts_every_status(tmp_path):
     ({"csv": "x.csv", "header": False}, "needs source.columns"),
     ({"csv": "x.csv", "delimiter": ";;"}, "one ASCII character"),
     ({"csv": "x.csv", "encoding": "utf-16"}, "not supported"),
-    ({"csv": "x.csv", "max_rows": 2}, "needs source.id_column"),
+    ({"csv": "x.csv", "max_rows": 2}, "no longer declare the privacy unit"),   # privacy_unit, under the table
     ({"duckdb": "x.duckdb"}, "needs table"),
     ({"csv": "x.csv", "parquet": "y.parquet"}, "exactly one"),
 ])

@@ -12,6 +12,7 @@ import numpy as np
 from scipy.optimize import lsq_linear
 
 from dpsql.domain import Domain
+from dpsql.linalg import Explicit, Identity, Kron, Prefix
 from dpsql.pgm import Measurement
 
 
@@ -122,3 +123,29 @@ def measure(rng, domain, data, cliques, queries, stddevs):
 
 def all_cells(domain: Domain):
     return itertools.product(*[range(n) for n in domain.shape])
+
+
+def _queries(rng, dom, cliques):
+    """Identity, Prefix-Kron and random integer queries, in each clique's own order."""
+    out = []
+    for i, c in enumerate(cliques):
+        n = dom.size(c)
+        kind = i % 3
+        if kind == 0:
+            out.append(Identity(n))
+        elif kind == 1:
+            out.append(Kron([Prefix(dom[a]) for a in c]))
+        else:
+            out.append(Explicit(rng.integers(-1, 3, size=(n + 2, n)).astype(float)))
+    return out
+
+
+def problem(seed, d=5, max_size=3, records=3000, k=5):
+    """A random domain, data and measurements of mixed query kinds and unequal noise."""
+    rng = np.random.default_rng(seed)
+    dom = random_domain(rng, d, max_size)
+    data = random_data(rng, dom, records)
+    cliques = random_cliques(rng, dom, k)
+    queries = _queries(rng, dom, cliques)
+    sd = [float(rng.uniform(1.0, 6.0)) for _ in cliques]  # unequal noise (appendix C.2)
+    return dom, data, measure(rng, dom, data, cliques, queries, sd)

@@ -86,7 +86,7 @@ def test_the_report_names_the_path_its_certificate_and_the_refusals():
     assert first.report.certificate.kind == ("face step" if first.polished is not None else "estimated gap")
 
     # without a gap tolerance the direct solves refuse and say why
-    plain = fit(dom, ms, total=total, iters=50)
+    plain = fit(dom, ms, total=total, iters=50, gap=None)
     assert plain.report.path == "first-order"
     assert all(r.reason == "no gap tolerance was given" for r in plain.report.refusals)
 
@@ -132,3 +132,26 @@ def test_limits_are_frozen_and_checked():
     with pytest.raises(ValueError, match="face_step_max_cells"):
         FitLimits(face_step_max_cells=-1)
     assert FitLimits().gap == (0.5, 1e-6)
+
+
+def test_the_library_defaults_are_the_engines():
+    """fit() with no options runs what the engine runs (ModelFitting._fit's arguments); it
+    ran plain mirror descent for 1,000 iterations without a gap test, which the engine never
+    does.  estimate()'s method defaults to the engine's "adaptive" with the L2 loss."""
+    from dpsql.engine.config import Config
+    from dpsql.pgm.auto import DEFAULT_ITERS
+    from dpsql.pgm.estimation import estimate
+
+    assert DEFAULT_ITERS == Config.__dataclass_fields__["fit_iters"].default
+    limits = FitLimits()
+    for dom, ms, total in (_chain(), _one_block()):
+        engine = fit(dom, ms, total=total, iters=DEFAULT_ITERS, exact_method="adaptive",
+                     stop="discrepancy", gap=limits.gap, limits=limits)
+        default = fit(dom, ms, total=total)
+        assert default.report.path == engine.report.path
+        for c in sorted(set(engine.measured)):
+            np.testing.assert_array_equal(default.marginal(c).values, engine.marginal(c).values)
+    dom, ms, total = _chain()
+    plain = estimate(dom, ms, total=total, iters=30)
+    adaptive = estimate(dom, ms, total=total, iters=30, method="adaptive")
+    np.testing.assert_array_equal(plain.marginal(("A", "B")).values, adaptive.marginal(("A", "B")).values)

@@ -1,52 +1,27 @@
-"""Estimation (thesis Algorithms 2 and 3) against a full-data-vector reference solver."""
+"""Estimation (the engine's adaptive method) against a full-data-vector reference solver; the
+thesis's Algorithms 2 and 3 (``dpsql.pgm.experimental``) are tested in test_experimental.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.optimize import linprog
 
 from dpsql.domain import Domain
 from dpsql.errors import ModelTooLargeError
 from dpsql.linalg import Explicit, Identity, Kron, Prefix, Total
 from dpsql.pgm import Measurement, estimate, model_size
 from dpsql.pgm.measurement import estimate_total
-from pgm_brute import (design, joint_from_model, loss_full, marginal, measure, random_cliques,
-                       random_data, random_domain, solve_full)
+from pgm_brute import (joint_from_model, loss_full, marginal, measure, problem, random_cliques, random_data,
+                       random_domain, solve_full)
 
 
-def _queries(rng, dom, cliques):
-    """Identity, Prefix-Kron and random integer queries, in each clique's own order."""
-    out = []
-    for i, c in enumerate(cliques):
-        n = dom.size(c)
-        kind = i % 3
-        if kind == 0:
-            out.append(Identity(n))
-        elif kind == 1:
-            out.append(Kron([Prefix(dom[a]) for a in c]))
-        else:
-            out.append(Explicit(rng.integers(-1, 3, size=(n + 2, n)).astype(float)))
-    return out
-
-
-def _problem(seed, d=5, max_size=3, records=3000, k=5):
-    rng = np.random.default_rng(seed)
-    dom = random_domain(rng, d, max_size)
-    data = random_data(rng, dom, records)
-    cliques = random_cliques(rng, dom, k)
-    queries = _queries(rng, dom, cliques)
-    sd = [float(rng.uniform(1.0, 6.0)) for _ in cliques]  # unequal noise (appendix C.2)
-    return dom, data, measure(rng, dom, data, cliques, queries, sd)
-
-
-@pytest.mark.parametrize("method", ["md", "adaptive"])
 @pytest.mark.parametrize("seed", range(6))
-def test_estimate_reaches_the_full_vector_optimum(seed, method):
-    dom, data, ms = _problem(seed)
+def test_estimate_reaches_the_full_vector_optimum(seed):
+    """The default method, the engine's "adaptive" (Algorithm 2, "md": test_experimental)."""
+    dom, data, ms = problem(seed)
     total = float(data.sum())
     _, best = solve_full(dom, ms, total)
-    model = estimate(dom, ms, iters=12000, total=total, tol=1e-13, method=method)
+    model = estimate(dom, ms, iters=12000, total=total, tol=1e-13)
     got = loss_full(dom, ms, joint_from_model(model))
     # The loss the estimator tracks is the same function of μ as the brute-force loss of p.
     assert got == pytest.approx(model.loss[-1], rel=1e-9)
@@ -113,23 +88,8 @@ def test_total_is_inverse_variance_weighted_when_unknown():
     assert estimate(dom, no_total, iters=5, total=40.0).total == 40.0
 
 
-def test_accelerated_method_meets_its_convergence_bound():
-    dom, data, ms = _problem(3, d=4)
-    total = float(data.sum())
-    _, best = solve_full(dom, ms, total)
-    t = 3000
-    model = estimate(dom, ms, iters=t, total=total, method="accelerated")
-    got = loss_full(dom, ms, joint_from_model(model))
-    assert got == pytest.approx(model.loss[-1], rel=1e-9)
-    # Algorithm 3 (Nesterov dual averaging): gap ≤ 4·K·N²·D / (t(t+1)) with K the
-    # Lipschitz constant per unit N² and D = KL(p*‖uniform) ≤ log n.
-    from dpsql.pgm.measurement import lipschitz
-    bound = 4 * lipschitz(ms) * total ** 2 * np.log(dom.size()) / (t * (t + 1))
-    assert best - 1e-9 * best <= got <= best + bound
-
-
 def test_warm_start_continues_from_the_previous_model():
-    dom, data, ms = _problem(4)
+    dom, data, ms = problem(4)
     total = float(data.sum())
     first = estimate(dom, ms, iters=300, total=total)
     again = estimate(dom, ms, iters=300, total=total, warm_start=first)
@@ -141,35 +101,6 @@ def test_warm_start_continues_from_the_previous_model():
     grown = estimate(dom, ms + extra, iters=1, total=total, warm_start=first)
     start = loss_full(dom, ms + extra, joint_from_model(first))
     assert grown.loss[0] <= start * (1 + 1e-9)
-
-
-def test_l1_loss_approaches_the_linear_programming_optimum():
-    dom, data, ms = _problem(5, d=4)
-    total = float(data.sum())
-    A, b = design(dom, ms)
-    A = A * np.array([m.stddev for m in ms for _ in range(m.values.size)])[:, None]
-    b = b * np.array([m.stddev for m in ms for _ in range(m.values.size)])
-    w = np.concatenate([np.full(m.values.size, 1 / m.stddev) for m in ms])
-    # min Σ w|Ap − b| as an LP over (p, t): −t ≤ Ap − b ≤ t, Σp = N, p ≥ 0.
-    m_, n = A.shape
-    c = np.concatenate([np.zeros(n), w])
-    A_ub = np.block([[A, -np.eye(m_)], [-A, -np.eye(m_)]])
-    lp = linprog(c, A_ub=A_ub, b_ub=np.concatenate([b, -b]),
-                 A_eq=np.concatenate([np.ones(n), np.zeros(m_)])[None], b_eq=[total],
-                 bounds=(0, None), method="highs")
-    gaps = []
-    for T in (250, 4000):
-        model = estimate(dom, ms, iters=T, total=total, norm="l1")
-        p = joint_from_model(model).ravel()
-        got = float(w @ np.abs(A @ p - b))
-        assert got == pytest.approx(model.loss[-1], rel=1e-9)
-        assert got >= lp.fun * (1 - 1e-9)  # nothing beats the LP optimum
-        # Entropic MD with η_t = √(2 log n)/(G√t): best-iterate gap ≤ N·G·√(log n)·(1 + ln T)/√(8T).
-        from dpsql.pgm.measurement import subgradient_bound
-        G, log_n = subgradient_bound(ms), np.log(dom.size())
-        assert got - lp.fun <= total * G * np.sqrt(log_n) * (1 + np.log(T)) / np.sqrt(8 * T)
-        gaps.append(got - lp.fun)
-    assert gaps[1] <= gaps[0] / 2  # the O(1/√t) rate predicts a factor of 4 over 16× iterations
 
 
 def test_model_too_large_is_refused_before_fitting():
@@ -186,7 +117,7 @@ def test_model_too_large_is_refused_before_fitting():
 
 
 def test_callback_sees_progress_and_can_stop():
-    dom, data, ms = _problem(1)
+    dom, data, ms = problem(1)
     seen = []
     model = estimate(dom, ms, iters=100, total=float(data.sum()),
                      callback=lambda p: seen.append(p) or p.iteration == 7)

@@ -187,7 +187,7 @@ def test_fit_chooses_by_capacity_and_explains_itself():
     ms = _measure(dom, p, cliques, 1.0, 0)
     small = fit(dom, ms, iters=50)
     assert isinstance(small, ExactModel) and "within the capacity" in small.summary()
-    big = fit(dom, ms, iters=50, capacity=20)
+    big = fit(dom, ms, iters=50, capacity=20, gap=None, stop=None)   # Prox-PGM, 50 iterations
     assert isinstance(big, RelaxedModel)
     text = big.summary()
     assert "over the capacity of 20" in text and "saturated region graph" in text
@@ -197,7 +197,7 @@ def test_fit_chooses_by_capacity_and_explains_itself():
         big.synthetic(10)
     assert info.value.hint
     # Warm start from a relaxed model reuses θ̂ and messages: the loss starts where it ended.
-    again = fit(dom, ms, iters=5, capacity=20, warm_start=big)
+    again = fit(dom, ms, iters=5, capacity=20, warm_start=big, gap=None, stop=None)
     assert again.loss[0] <= big.loss[-1] * (1 + 1e-6) + 1e-9
     with pytest.raises(ValueError):
         fit(dom, ms, method="bogus")
@@ -234,12 +234,12 @@ def test_discrepancy_stop_ends_at_the_first_iteration_within_the_noise():
     assert brute == pytest.approx(seen[-1], rel=1e-9)
     assert brute == pytest.approx(_l2_loss(model, ms), rel=1e-9)
     # Without the stop, the same iterations give the same model; more fit the noise further.
-    same = fit(dom, ms, iters=it, exact_method="adaptive")
+    same = fit(dom, ms, iters=it, exact_method="adaptive", gap=None, stop=None)
     assert np.allclose(same.marginal(("A", "B", "C")).values, model.marginal(("A", "B", "C")).values)
-    full = fit(dom, ms, iters=2000, exact_method="adaptive")
+    full = fit(dom, ms, iters=2000, exact_method="adaptive", gap=None, stop=None)
     assert _l2_loss(full, ms) < _l2_loss(model, ms)
     # The relaxed estimator does not apply the stop, and says so.
-    relaxed = fit(dom, ms, iters=40, method="relaxed", stop="discrepancy")
+    relaxed = fit(dom, ms, iters=40, method="relaxed", stop="discrepancy", gap=None)
     assert relaxed.fit.iterations == 40 and "not applied" in relaxed.summary()
 
 

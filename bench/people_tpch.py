@@ -1,0 +1,460 @@
+"""People across tables on TPC-H: dpsql vs Tumult Analytics' ``join_private`` at the same bound and ρ (issue 32).
+
+    python bench/people_tpch.py [--scale 0.1] [--trials 3] [--epsilon 1] [--delta 1e-6]
+                                [--orders-bound 32] [--lineitem-bound 128] [--no-tumult]
+
+The data is TPC-H generated offline by ``tpchgen-cli`` (PyPI, the bench extra; seeded by the
+spec, so every run reads the same rows) at scale factor 0.1 by default: 15,000 customers,
+150,000 orders, 600,572 line items.  SF 0.1 because Tumult evaluates every query as its own
+Spark job over the join (24 queries × trials on 2 shared cores); dpsql's error does not
+depend on the scale (the noise is set by the bounds and ρ, not the row count), Tumult's
+neither, so their ratio is the same at SF 1, only relative errors shrink ×10.
+
+The person is the customer: customers → orders → line items, declared as dpsql's ``[people]``
+schema (``docs/config.md``).  The dashboard (``DASHBOARD``) is 24 COUNT and SUM queries grouped
+by columns of all three tables, TPC-H's own questions among them (Q1's flags, Q3's segment
+revenue, Q4's priorities, Q5's nations, Q12's ship modes × priorities).  Every system gets the
+same total ρ (ε = 1 at δ = 1e-6 by default) and the same per-person bounds (a customer
+contributes at most 1 customer row, 32 orders, 128 line items: the TPC-H generator draws the
+same orders-per-customer distribution at every scale, and these bounds keep 99.97% of orders
+and 99.93% of line items):
+
+* **dpsql**: the 24 queries are its workload; the budget is split across the three views
+  (ρ_v ∝ k_v·√E_v) and every view measured once (HDMM), every query answered from the model.
+* **Tumult Analytics 0.21.0**: one ``Session`` with the whole ρ and the three tables in one ID
+  space (``AddRowsWithID``; line items carry their order's customer, as Tumult requires),
+  orders and line items joined to their ancestors by ``join_private`` along the keys (cached
+  session views, as dpsql reads each view once), each query at ρ/24:
+  ``enforce(MaxRowsPerID(bound))``, a Gaussian count or sum over the public key set
+  (``bench/peers/tumult_people_runner.py``, in its own venv: ``bench/peers/tumult.py``).
+* **per-query baseline**: each query measured on its own with ρ/24 by the Gaussian mechanism
+  at its view's bound (the noise Tumult's mechanism adds, in theory).
+
+Errors are against the exact answers on the full, untruncated tables (DuckDB over the same
+files): the truncation bias both systems share is in them.  Per query the RMSE over its groups
+(the public key set) and trials; the summary is the RMSE over every row of every query
+(dominated by the SUMs of prices) and, scale-free, the mean over queries of the per-query
+ratio.  Whole-table totals (TPC-H Q1-style: COUNT(*), SUM(l_quantity), SUM(l_extendedprice))
+are reported as relative errors beside R2T's published figures (SIGMOD 2022, TPC-H SF 1,
+ε = 0.8: 0.02–0.6% on Q3/Q12/Q18/Q20; a reference, not the same run nor the same queries).
+Writes bench/out/people_tpch.json and prints the tables bench/RESULTS.md quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import duckdb  # noqa: E402
+
+import dpsql  # noqa: E402
+
+OUT = HERE / "out"
+TABLES = ("customers", "orders", "lineitem")
+ALIAS = {"customers": "c", "orders": "o", "lineitem": "l"}
+# the public key sets (the TPC-H specification's value lists; o_year: order dates 1992-01-01..1998-08-02)
+LABELS = {
+    "c_mktsegment": ["AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"],
+    "c_nationkey": list(range(25)),
+    "o_orderstatus": ["F", "O", "P"],
+    "o_orderpriority": ["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"],
+    "o_year": list(range(1992, 1999)),
+    "l_returnflag": ["A", "N", "R"],
+    "l_linestatus": ["F", "O"],
+    "l_shipmode": ["AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK"],
+}
+OWNER = {c: t for t, cols in (("customers", ("c_mktsegment", "c_nationkey")),
+                             ("orders", ("o_orderstatus", "o_orderpriority", "o_year")),
+                             ("lineitem", ("l_returnflag", "l_linestatus", "l_shipmode", "l_quantity",
+                                           "l_extendedprice"))) for c in cols}
+# SUM clamping ranges (public, from the specification): l_quantity 1..50; l_extendedprice =
+# quantity × retail price ≤ 50 × 2,099 (whole dollars here: integer sums, Gaussian on both sides)
+SUM_RANGE = {"l_quantity": (1, 50), "l_extendedprice": (0, 104950)}
+# (name, group columns, aggregate: "count" or the summed column)
+DASHBOARD = [
+    ("segment", ["c_mktsegment"], "count"),
+    ("nation", ["c_nationkey"], "count"),
+    ("segment x nation", ["c_mktsegment", "c_nationkey"], "count"),
+    ("order status", ["o_orderstatus"], "count"),
+    ("Q4 priority", ["o_orderpriority"], "count"),
+    ("order year", ["o_year"], "count"),
+    ("segment x priority", ["c_mktsegment", "o_orderpriority"], "count"),
+    ("nation x status", ["c_nationkey", "o_orderstatus"], "count"),
+    ("year x priority", ["o_year", "o_orderpriority"], "count"),
+    ("Q1 count", ["l_returnflag", "l_linestatus"], "count"),
+    ("Q1 sum_qty", ["l_returnflag", "l_linestatus"], "l_quantity"),
+    ("Q1 sum_base_price", ["l_returnflag", "l_linestatus"], "l_extendedprice"),
+    ("ship mode", ["l_shipmode"], "count"),
+    ("Q12 mode x priority", ["l_shipmode", "o_orderpriority"], "count"),
+    ("segment x mode", ["c_mktsegment", "l_shipmode"], "count"),
+    ("Q3 segment revenue", ["c_mktsegment"], "l_extendedprice"),
+    ("Q5 nation revenue", ["c_nationkey"], "l_extendedprice"),
+    ("order x line status", ["o_orderstatus", "l_linestatus"], "count"),
+    ("year x return flag", ["o_year", "l_returnflag"], "count"),
+    ("mode quantity", ["l_shipmode"], "l_quantity"),
+    ("status quantity", ["o_orderstatus"], "l_quantity"),
+    ("total line items", [], "count"),
+    ("total quantity", [], "l_quantity"),
+    ("total base price", [], "l_extendedprice"),
+]
+TOTALS = ("total line items", "total quantity", "total base price")
+# R2T (Dong, Fang, Yi, Tao, Machanavajjhala, SIGMOD 2022), TPC-H SF 1 at ε = 0.8, relative errors of
+# its published results (their repository's result files): a reference for scale, not a same-run peer
+R2T_PUBLISHED = "0.02%-0.6% (TPC-H SF 1, eps = 0.8, Q3/Q12/Q18/Q20)"
+
+DOMAIN = """\
+# TPC-H (generated by tpchgen-cli), the columns the bench's dashboard reads.  Public domains from
+# the TPC-H specification's value lists and ranges; keys only link the tables ([people]).
+
+[tables.customers.columns.c_mktsegment]
+type = "categorical"
+labels = {segments}
+closed = true
+
+[tables.customers.columns.c_nationkey]
+type = "integer"
+lo = 0
+hi = 24
+
+[tables.orders.columns.o_orderstatus]
+type = "categorical"
+labels = {statuses}
+closed = true
+
+[tables.orders.columns.o_orderpriority]
+type = "categorical"
+labels = {priorities}
+closed = true
+
+[tables.orders.columns.o_year]
+type = "integer"
+lo = 1992
+hi = 1998
+
+[tables.lineitem.columns.l_returnflag]
+type = "categorical"
+labels = {flags}
+closed = true
+
+[tables.lineitem.columns.l_linestatus]
+type = "categorical"
+labels = {linestatus}
+closed = true
+
+[tables.lineitem.columns.l_shipmode]
+type = "categorical"
+labels = {modes}
+closed = true
+
+[tables.lineitem.columns.l_quantity]
+type = "integer"
+lo = 1
+hi = 50
+
+[tables.lineitem.columns.l_extendedprice]
+# whole dollars, bins of 5,000 (a SUM adds the rows' offsets from their bin's middle)
+type = "integer"
+lo = 0
+hi = 104950
+bin_width = 5000
+"""
+
+CONFIG = """\
+[dpsql]
+ledger = "tpch.ledger"
+cache_dir = ".dpsql-cache"
+policy = "informed"
+
+[budget]
+epsilon = 1.0
+delta = 1e-6
+
+[tables.customers]
+domain = "tpch.toml"
+source = {{ parquet = "customers.parquet" }}
+
+[tables.orders]
+domain = "tpch.toml"
+source = {{ parquet = "orders.parquet" }}
+
+[tables.lineitem]
+domain = "tpch.toml"
+source = {{ parquet = "lineitem.parquet" }}
+
+[people]
+person = "customers"
+key = "c_custkey"
+
+[people.tables.orders]
+parent = "customers"
+foreign_key = "o_custkey"
+primary_key = "o_orderkey"
+max_rows = {orders_bound}
+
+[people.tables.lineitem]
+parent = "orders"
+foreign_key = "l_orderkey"
+max_rows = {lineitem_bound}
+"""
+
+
+def _toml_list(values) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def generate(scale: float) -> Path:
+    """TPC-H at ``scale`` under bench/out/tpch-sf<scale>/ (generated once), with the prepared
+    files both systems read: the dashboard's columns, o_year = the order date's year,
+    quantities and prices as whole numbers, and (for Tumult, whose tables in an ID space must
+    carry the id) the line items with their order's customer."""
+    data = OUT / f"tpch-sf{scale:g}"
+    prepared = data / "lineitem_people.parquet"
+    if prepared.exists():
+        return data
+    raw = data / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    exe = shutil.which("tpchgen-cli") or str(Path(sys.executable).parent / "tpchgen-cli")
+    subprocess.run([exe, "parquet", "-s", f"{scale:g}", "--tables=customer,orders,lineitem",
+                    "-o", str(raw), "--overwrite"], check=True)
+    con = duckdb.connect()
+    r = {t: f"'{raw / (t + '.parquet')}'" for t in ("customer", "orders", "lineitem")}
+    con.execute(f"COPY (SELECT c_custkey, c_mktsegment, CAST(c_nationkey AS INTEGER) AS c_nationkey "
+                f"FROM {r['customer']}) TO '{data / 'customers.parquet'}' (FORMAT parquet)")
+    con.execute(f"COPY (SELECT o_orderkey, o_custkey, o_orderstatus, o_orderpriority, "
+                f"CAST(year(o_orderdate) AS INTEGER) AS o_year FROM {r['orders']}) "
+                f"TO '{data / 'orders.parquet'}' (FORMAT parquet)")
+    line = (f"SELECT l_orderkey, l_returnflag, l_linestatus, l_shipmode, CAST(l_quantity AS INTEGER) AS l_quantity, "
+            f"CAST(round(l_extendedprice) AS INTEGER) AS l_extendedprice FROM {r['lineitem']}")
+    con.execute(f"COPY ({line}) TO '{data / 'lineitem.parquet'}' (FORMAT parquet)")
+    con.execute(f"COPY (SELECT o.o_custkey AS custkey, l.l_orderkey AS o_orderkey, l.* EXCLUDE (l_orderkey) "
+                f"FROM '{data / 'lineitem.parquet'}' l JOIN '{data / 'orders.parquet'}' o "
+                f"ON l.l_orderkey = o.o_orderkey) TO '{prepared}' (FORMAT parquet)")
+    con.close()
+    return data
+
+
+def write_config(data: Path, orders_bound: int, lineitem_bound: int, workdir: Path) -> Path:
+    (workdir / "tpch.toml").write_text(DOMAIN.format(
+        segments=_toml_list(LABELS["c_mktsegment"]), statuses=_toml_list(LABELS["o_orderstatus"]),
+        priorities=_toml_list(LABELS["o_orderpriority"]), flags=_toml_list(LABELS["l_returnflag"]),
+        linestatus=_toml_list(LABELS["l_linestatus"]), modes=_toml_list(LABELS["l_shipmode"])))
+    for t in TABLES:
+        target = workdir / f"{t}.parquet"
+        if not target.exists():
+            target.symlink_to(data / f"{t}.parquet")
+    path = workdir / "dpsql.toml"
+    path.write_text(CONFIG.format(orders_bound=orders_bound, lineitem_bound=lineitem_bound))
+    return path
+
+
+def deepest(group: list[str], agg: str) -> str:
+    cols = group + ([] if agg == "count" else [agg])
+    return max((OWNER[c] for c in cols), key=TABLES.index) if cols else "lineitem"
+
+
+def to_sql(group: list[str], agg: str) -> str:
+    """The query as an analyst writes it: the private tables it reads joined along the keys."""
+    cols = group + ([] if agg == "count" else [agg])
+    used = {OWNER[c] for c in cols} or {"lineitem"}
+    first, last = min(used, key=TABLES.index), max(used, key=TABLES.index)
+    path = TABLES[TABLES.index(first):TABLES.index(last) + 1]
+    src = f"{path[0]} {ALIAS[path[0]]}"
+    for parent, child in zip(path, path[1:]):
+        fk, pk = ("o_custkey", "c_custkey") if child == "orders" else ("l_orderkey", "o_orderkey")
+        src += f" JOIN {child} {ALIAS[child]} ON {ALIAS[child]}.{fk} = {ALIAS[parent]}.{pk}"
+    value = "COUNT(*)" if agg == "count" else f"SUM({ALIAS[OWNER[agg]]}.{agg})"
+    select = ", ".join([f"{ALIAS[OWNER[c]]}.{c}" for c in group] + [value])
+    tail = f" GROUP BY {', '.join(str(i + 1) for i in range(len(group)))}" if group else ""
+    return f"SELECT {select} FROM {src}{tail}"
+
+
+def key_set(group: list[str]) -> list[tuple]:
+    from itertools import product
+    return [tuple(k) for k in product(*[LABELS[c] for c in group])] if group else [()]
+
+
+def exact_answers(data: Path, sqls: list[str]) -> list[dict]:
+    con = duckdb.connect()
+    for t in TABLES:
+        con.execute(f"CREATE VIEW {t} AS SELECT * FROM '{data / (t + '.parquet')}'")
+    out = [{tuple(r[:-1]): float(r[-1]) for r in con.execute(sql).fetchall()} for sql in sqls]
+    con.close()
+    return out
+
+
+def run_dpsql(config: Path, rho: float, trials: int, workdir: Path, sqls: list[str]) -> dict:
+    """Per trial, per query {group: answer}; per query the per-query baseline (the plan's
+    baseline of its view, rescaled to one of len(sqls) queries at ρ/len(sqls)); the views'
+    shares; the seconds spent measuring and answering."""
+    answers, baselines, expected, bounds, shares, seconds = [], {}, {}, {}, {}, 0.0
+    for t in range(trials):
+        con = dpsql.connect(config, user="bench", ledger=str(workdir / f"t{t}.ledger"),
+                            cache_dir=str(workdir / "cache"), budget={"rho": rho}, workload=sqls)
+        engine = con.session.engine
+        views = engine.view_shares(engine.workload_rho())
+        if t == 0:
+            for view, share in views.items():
+                report = con.session.plan(view)
+                shares[view] = float(share)
+                bounds[view] = {"rmse": report.rmse, "svd_bound": report.bound_rmse, "exact": report.bound_exact}
+                n = len(report.per_query)
+                for q in report.per_query:
+                    # plan baseline: one of n view queries at ρ_v/n; rescaled to one of Q at ρ/Q
+                    baselines[q.sql] = q.baseline * math.sqrt(len(sqls) * float(share) / (n * rho))
+                    expected[q.sql] = q.stderr
+        t0 = time.perf_counter()
+        for view in views:
+            con.session.measure(view)
+        cur = con.cursor()
+        trial = []
+        for sql in sqls:
+            cur.execute(sql)
+            trial.append({tuple(r[:-1]): float(r[-1]) for r in cur.fetchall()})
+        seconds += time.perf_counter() - t0
+        answers.append(trial)
+        con.close()
+    return {"answers": answers, "baselines": baselines, "expected": expected, "view_bounds": bounds,
+            "shares": shares, "seconds": seconds}
+
+
+def tumult_job(data: Path, rho: float, trials: int, bounds: dict[str, int]) -> dict:
+    tables = {"customers": {"parquet": str(data / "customers.parquet"), "rename": {"c_custkey": "custkey"}},
+              "orders": {"parquet": str(data / "orders.parquet"), "rename": {"o_custkey": "custkey"}},
+              "lineitem": {"parquet": str(data / "lineitem_people.parquet")}}
+    # each table joined with its ancestors up to the person (what dpsql's view of it holds); a
+    # query reads the view of its deepest table, as dpsql's does
+    views = {"orders_path": {"from": "orders", "joins": [["customers", ["custkey"]]]},
+             "lineitem_path": {"from": "lineitem", "joins": [["orders", ["custkey", "o_orderkey"]],
+                                                             ["customers", ["custkey"]]]}}
+    queries = []
+    for name, group, agg in DASHBOARD:
+        base = deepest(group, agg)
+        queries.append({"name": name, "from": base if base == "customers" else f"{base}_path",
+                        "bound": bounds[base], "groupby": group, "keys": [list(k) for k in key_set(group)],
+                        "agg": ["count"] if agg == "count" else ["sum", agg, *SUM_RANGE[agg]]})
+    return {"tables": tables, "id_column": "custkey", "rho": rho, "trials": trials, "views": views,
+            "queries": queries}
+
+
+def rmse(values: list[float]) -> float:
+    return math.sqrt(sum(v * v for v in values) / len(values)) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=0.1)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--tumult-trials", type=int, default=None,
+                        help="Tumult's trials (default: --trials; each is ~15 min of Spark on a loaded 2-core VM)")
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--orders-bound", type=int, default=32)
+    parser.add_argument("--lineitem-bound", type=int, default=128)
+    parser.add_argument("--no-tumult", action="store_true", help="dpsql and the baseline only")
+    args = parser.parse_args()
+    from dpsql.privacy.accountant import epsilon_delta_to_rho
+    rho = float(epsilon_delta_to_rho(args.epsilon, args.delta))
+    tm_trials = args.tumult_trials or args.trials
+    bounds = {"customers": 1, "orders": args.orders_bound, "lineitem": args.lineitem_bound}
+    data = generate(args.scale)
+    sqls = [to_sql(g, a) for _, g, a in DASHBOARD]
+    keys = [key_set(g) for _, g, _ in DASHBOARD]
+    exact = exact_answers(data, sqls)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = write_config(data, args.orders_bound, args.lineitem_bound, Path(tmp))
+        ours = run_dpsql(config, rho, args.trials, Path(tmp), sqls)
+    theirs = None
+    if not args.no_tumult:
+        from peers import tumult
+        theirs = tumult.run(tumult_job(data, rho, tm_trials, bounds), timeout=4 * 3600,
+                            runner=HERE / "peers" / "tumult_people_runner.py")
+    OUT.mkdir(exist_ok=True)
+    # the raw answers of this run, before any summary is computed from them
+    (OUT / "people_tpch_raw.json").write_text(json.dumps(
+        {"dpsql": [[[list(k) + [v] for k, v in q.items()] for q in t] for t in ours["answers"]],
+         "tumult": theirs}, default=str))
+    rows, all_dp, all_tm, all_base = [], [], [], []
+    for i, (name, group, agg) in enumerate(DASHBOARD):
+        dp_err, tm_err = [], []
+        for t in range(args.trials):
+            for k in keys[i]:
+                dp_err.append(ours["answers"][t][i].get(k, 0.0) - exact[i].get(k, 0.0))
+        for t in range(tm_trials if theirs else 0):
+            tm = {tuple(k): v for k, v in theirs["results"][name][t]}
+            for k in keys[i]:
+                tm_err.append(tm.get(k, 0.0) - exact[i].get(k, 0.0))
+        base = ours["baselines"][sqls[i]]
+        all_dp += dp_err
+        all_tm += tm_err
+        all_base += [base] * len(keys[i])
+        total = abs(sum(exact[i].values())) or 1.0
+        rows.append({"query": name, "view": deepest(group, agg), "groups": len(keys[i]), "sql": sqls[i],
+                     "dpsql": rmse(dp_err), "dpsql_expected": ours["expected"][sqls[i]],
+                     "tumult": rmse(tm_err) if theirs else None, "baseline": base,
+                     "truth_total": total})
+    ratios = [r["dpsql"] / r["tumult"] for r in rows if r["tumult"]]
+    summary = {"scale": args.scale, "rho": rho, "epsilon": args.epsilon, "delta": args.delta, "trials": args.trials,
+               "tumult_trials": tm_trials if theirs else 0, "view_plans": ours["view_bounds"],
+               "bounds": bounds, "shares": ours["shares"], "dpsql": rmse(all_dp),
+               "tumult": rmse(all_tm) if theirs else None, "baseline": rmse(all_base),
+               "mean_ratio": sum(ratios) / len(ratios) if ratios else None,
+               "dpsql_vs_baseline": sum(r["dpsql"] / r["baseline"] for r in rows) / len(rows),
+               "expected_vs_baseline": sum(r["dpsql_expected"] / r["baseline"] for r in rows) / len(rows),
+               "tumult_vs_baseline": (sum(r["tumult"] / r["baseline"] for r in rows) / len(rows)) if theirs else None,
+               "dpsql_seconds": ours["seconds"], "tumult_seconds": theirs["seconds"] if theirs else None,
+               "tumult_version": theirs["version"] if theirs else None, "queries": rows,
+               "r2t_published": R2T_PUBLISHED}
+    OUT.mkdir(exist_ok=True)
+    (OUT / "people_tpch.json").write_text(json.dumps(summary, indent=2))
+    print("| query | view | groups | dpsql RMSE | dpsql expected (plan) | Tumult join_private RMSE | "
+          "per-query baseline | dpsql / Tumult |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        tm = f"{r['tumult']:,.0f}" if r["tumult"] is not None else "-"
+        ratio = f"{r['dpsql'] / r['tumult']:.2f}" if r["tumult"] else "-"
+        print(f"| {r['query']} | {r['view']} | {r['groups']} | {r['dpsql']:,.0f} | {r['dpsql_expected']:,.0f} | "
+              f"{tm} | "
+              f"{r['baseline']:,.0f} | {ratio} |")
+    tm = f"**{summary['tumult']:,.0f}**" if theirs else "-"
+    ratio = f"**{summary['dpsql'] / summary['tumult']:.2f}**" if theirs else "-"
+    print(f"| **all rows** | | {len(all_dp) // args.trials} | **{summary['dpsql']:,.0f}** | | {tm} | "
+          f"{summary['baseline']:,.0f} | {ratio} |")
+    if ratios:
+        print(f"mean of the per-query ratios dpsql / Tumult: {summary['mean_ratio']:.2f}; "
+              f"{sum(x <= 0.5 for x in ratios)} of {len(ratios)} queries at or below 0.5")
+    print(f"mean of the per-query ratios to the baseline: dpsql {summary['dpsql_vs_baseline']:.2f} (the plan "
+          f"expects {summary['expected_vs_baseline']:.2f})" +
+          (f", Tumult {summary['tumult_vs_baseline']:.2f}" if theirs else ""))
+    for view, p in ours["view_bounds"].items():
+        bound = f"{p['svd_bound']:,.4g}" if p["svd_bound"] is not None else "-"
+        print(f"view {view}: planned RMSE per row {p['rmse']:,.4g}, SVD lower bound {bound}"
+              + ("" if p["exact"] else " (of its marginal queries only)"))
+    print("\nwhole-table totals (relative error, RMSE over trials / exact total):")
+    print("| total | exact | dpsql | Tumult |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        if r["query"] in TOTALS:
+            tm = f"{r['tumult'] / r['truth_total']:.3%}" if r["tumult"] is not None else "-"
+            print(f"| {r['query']} | {r['truth_total']:,.0f} | {r['dpsql'] / r['truth_total']:.3%} | {tm} |")
+    print(f"R2T, published: {R2T_PUBLISHED}")
+    shares = ", ".join(f"{v} {s / rho:.1%}" for v, s in ours["shares"].items())
+    print(f"TPC-H SF {args.scale:g}; rho = {rho:.6g} (epsilon {args.epsilon} at delta {args.delta}), {args.trials} "
+          f"trials (Tumult {tm_trials if theirs else 0}); bounds {bounds}; dpsql's view shares: {shares}; "
+          "dpsql measure+fit+answer "
+          f"{ours['seconds']:.0f} s" + (f", Tumult {theirs['seconds']:.0f} s" if theirs else ""))
+
+
+if __name__ == "__main__":
+    main()
