@@ -582,8 +582,13 @@ class CellEvaluator:
                 return np.full(self.n, v), np.full(self.n, not v)
         if isinstance(node, exp.Is):
             target = node.expression
+            if isinstance(target, exp.Boolean):     # never UNKNOWN (joined.guard reads it)
+                t, f = self.truth(node.this)
+                hit = t if target.this else f
+                return (~hit, hit) if node.args.get("negate") else (hit, ~hit)
             if not isinstance(target, exp.Null):
-                self._fail(UnsupportedQueryError, node, "only IS [NOT] NULL is supported", "use = or <>")
+                self._fail(UnsupportedQueryError, node, "only IS [NOT] NULL, TRUE or FALSE is supported",
+                           "use = or <>")
             null = self.null.copy() if isinstance(node.this, exp.Column) else self.value(node.this).null
             # PostgreSQL's parser spells IS NOT NULL as Is(negate=True), not NOT(Is).
             return (~null, null) if node.args.get("negate") else (null, ~null)
