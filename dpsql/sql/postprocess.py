@@ -489,12 +489,16 @@ class Answers(dict):
 
 def _quantile_from_cdf(cdf, plan, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """One group's quantile and its squared "standard error" (the interval's half-width
-    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate; NaN where the
-    cells' values are not one increasing value per cell (no interval is claimed then)."""
+    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate, over the cells
+    with a value (a NULL cell, NaN-valued, comes last and is left out); NaN where the
+    values are not one increasing value per cell (no interval is claimed then)."""
     v = np.asarray(plan.cell_values, dtype=float)
-    if groups != 1 or not np.all(np.isfinite(v)) or np.any(np.diff(v) < 0):
+    m = int(np.isfinite(v).sum())
+    if groups != 1 or m == 0 or not np.all(np.isfinite(v[:m])) or np.any(np.diff(v[:m]) < 0):
         return np.full(groups, np.nan), np.full(groups, np.nan)
-    x, (a, b) = cdf.quantile(plan.q, v, plan.method, low=plan.cell_low, high=plan.cell_high)
+    low = None if plan.cell_low is None else np.asarray(plan.cell_low, dtype=float)[:m]
+    high = None if plan.cell_high is None else np.asarray(plan.cell_high, dtype=float)[:m]
+    x, (a, b) = cdf.quantile(plan.q, v[:m], plan.method, low=low, high=high, cells=m)
     if x is None or not math.isfinite(x):
         return np.full(1, np.nan), np.full(1, np.nan)
     half = max(x - a, b - x, 0.0)

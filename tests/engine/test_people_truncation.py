@@ -30,6 +30,9 @@ def _spec(tmp_path: Path, tag: str, share=0.2, rows=None):
     spec = shop.config(d, {t: {"parquet": str(p)} for t, p in files.items()},
                        workload={"queries": WORKLOAD}, policy="refuse")
     spec["people"]["truncation_share"] = share
+    # public sizes that force no drop: the plan must not also say the figure is not released
+    spec["tables"]["customers"]["rows"] = 1000
+    spec["tables"]["orders"]["rows"] = 1000
     return spec
 
 
@@ -64,8 +67,13 @@ def test_the_dropped_rows_are_released_with_noise_and_charged_before_release(tmp
         assert engine.measure_cost("orders") == 0 and con.session.measure("orders").rho == 0
         shown = released_truncation(engine, "orders")
         assert shown is not None and shown.reused
+        # beside the answers of a query over the view (cursor.result.notes; dpsql query prints them)
+        cur = con.cursor()
+        cur.execute(WORKLOAD[0])
+        assert cur.result.notes == (f"orders: {shown.line()}",)
         text = "\n".join(people_plan(engine).lines())
         assert "released with noise" in text and f"about {shown.dropped:,.0f} rows dropped" in text
+        assert "how many it drops is not released" not in text
         figures.append((shown.dropped, shown.kept, shown.stddev))
         con.close()
     dropped, kept = _exact(_spec(tmp_path, "x"), "orders")
