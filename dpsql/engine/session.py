@@ -213,10 +213,10 @@ class Session:
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
         columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
+        # the value columns, which get error columns, are the compiled noisy ones (ir.noisy):
+        # what the wire's Describe announces before any row exists, a probe's columns included
+        values = [j for j, c in enumerate(compiled.columns) if c.is_aggregate]
         if compiled.is_schema_probe:
-            # no rows to tell value columns by: the compiled aggregates are, so a probe's columns
-            # are the answer's (error columns and all; the wire's Describe says the same)
-            values = [j for j, c in enumerate(compiled.columns) if c.is_aggregate]
             return self._with_error_columns(Result(columns, [], seconds=time.perf_counter() - t0), values)
         if compiled.exact_rows is not None:
             # public tables alone: their content is public metadata, shown exactly and free
@@ -233,12 +233,12 @@ class Session:
         ordered = self._answer_ordered(compiled)
         if ordered is not None:
             return self._with_error_columns(self._result(compiled, columns, ordered[:2], [], t0, None, 0,
-                                                         ordered[2]))
+                                                         ordered[2]), values)
         # during a refit the previous model answers what it supports (issue 34 item 8)
         model, variance, version = self.engine.model(compiled.table, stale_ok=True)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
-            return self._with_error_columns(replace(cached, cost=Fraction(0)))  # a repeat is free
+            return self._with_error_columns(replace(cached, cost=Fraction(0)), values)  # a repeat is free
         cost = Fraction(0)
         policy = self.policy
         if model is None and policy != "measure":
@@ -276,7 +276,7 @@ class Session:
         result = self._result(compiled, columns, (answers, stderrs), unsupported, t0, cost, version,
                               _model_kind(model))
         self._remember(key, result)
-        return self._with_error_columns(result)
+        return self._with_error_columns(result, values)
 
     def _notes(self, table: str) -> tuple[str, ...]:
         """The truncation figure of the view ``table`` as released with noise, if any (public)."""
