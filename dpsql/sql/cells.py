@@ -29,7 +29,7 @@ from sqlglot import exp
 from dpsql import labels as wording
 from dpsql.errors import DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql import timefuncs
-from dpsql.sql.scalars import SCALARS, Scalar, cast_value, check_arity, operands
+from dpsql.sql.scalars import SCALARS, Scalar, cast_value, check_arity, check_divisor, compare, operands
 
 __all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE",
            "position_literal", "snippet"]
@@ -53,8 +53,6 @@ WORK_LIMIT = 1_000_000
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _OPS: dict[type, str] = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-       ">": operator.gt, ">=": operator.ge}
 
 
 class DimRef(exp.Expression, exp.Func):
@@ -415,9 +413,12 @@ class CellEvaluator:
 
     def _arith(self, node) -> Evaluated:
         a, b = self.value(node.this), self.value(node.expression)
-        divisor = literal_value(node.expression)
-        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)) and divisor[0] and divisor[1] == 0:
-            self._fail(UnsupportedQueryError, node, "division by zero", "divide by a non-zero constant")
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+            try:
+                check_divisor(*literal_value(node.expression))
+            except Error as err:
+                err.position = self.pos(node)
+                raise
         typed = bool(node.args.get("typed"))
 
         def div(x, y):
@@ -699,11 +700,10 @@ class CellEvaluator:
                 self._fail(UnsupportedQueryError, node, f"'{snippet(node)}' depends on undeclared labels",
                            "compare with declared labels only")
             try:
-                xc, vc = timefuncs.comparable(x, v)
-                r = _PY[op](xc, vc)
-            except TypeError:
-                self._fail(DomainViolationError, node, f"cannot compare {x!r} with {v!r} in '{snippet(node)}'",
-                           "compare with a value of the expression's type")
+                r = compare(op, x, v)
+            except Error as err:
+                err.position = self.pos(node)
+                raise
             t[i], f[i] = r, not r
         return t, f
 

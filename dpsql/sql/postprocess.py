@@ -42,7 +42,7 @@ from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal,
 from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, cast_type, check_arity, operands
+from dpsql.sql.scalars import SCALARS, cast_type, check_arity, check_divisor, operands
 
 __all__ = ["Answers", "AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
@@ -175,6 +175,12 @@ def to_ir(node, low) -> Expr:
             position=low.pos(node),
             hint=f"add it to GROUP BY (GROUP BY {node.shown}) or aggregate (e.g. COUNT(*))")
     if type(node) in _BINARY:
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+            try:       # one rule with the cells' (cells.CellEvaluator._arith)
+                check_divisor(*literal_value(node.expression))
+            except Error as err:
+                err.position = low.pos(node)
+                raise
         args = (to_ir(node.this, low), to_ir(node.expression, low))
         key_type = lambda i: low.keys[i].type  # noqa: E731
         if isinstance(node, exp.Div) and node.args.get("typed") and all(is_exact_integer(a, key_type) for a in args):

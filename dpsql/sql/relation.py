@@ -19,7 +19,7 @@ import numpy as np
 
 from dpsql.errors import DataError, UnsupportedQueryError
 from dpsql.sql.ir import COMPARISON, Agg, Call, Cast, Expr, Key, Lit, Op
-from dpsql.sql.scalars import SCALARS, cast_type, cast_value
+from dpsql.sql.scalars import SCALARS, cast_type, cast_value, compare
 
 # The two-sided 95% normal quantile (dpsql.engine.variance.Z95): a binning bound β is
 # reported inside the standard error as β/Z95, so ``± Z95·se`` widens by exactly β.
@@ -93,18 +93,7 @@ def _arith(op: str, a: V, b: V) -> V:
 
 def _compare(op: str, a: V, b: V) -> V:
     xa, xb = _as_obj(a), _as_obj(b)
-    out = np.empty(len(xa), dtype=object)
-    fn = {"=": lambda p, q: p == q, "!=": lambda p, q: p != q, "<": lambda p, q: p < q,
-          "<=": lambda p, q: p <= q, ">": lambda p, q: p > q, ">=": lambda p, q: p >= q}[op]
-    for i, (p, q) in enumerate(zip(xa, xb)):
-        if p is None or q is None:
-            out[i] = None
-        else:
-            try:
-                out[i] = bool(fn(p, q))
-            except TypeError:
-                raise DataError(f"cannot compare {p!r} with {q!r}", hint="compare values of one type") from None
-    return V(out, None, False)
+    return V(np.array([compare(op, p, q) for p, q in zip(xa, xb)], dtype=object), None, False)
 
 
 def _kleene(op: str, a: V, b: V | None = None) -> V:

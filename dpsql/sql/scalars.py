@@ -26,7 +26,7 @@ from dpsql.sql import timefuncs
 from dpsql.timeaxis import iso_text
 
 __all__ = ["Scalar", "SCALARS", "INT4_MAX", "check_arity", "round_places", "round_half_away", "cast_value",
-           "cast_type", "char_format", "operands"]
+           "cast_type", "char_format", "operands", "check_divisor", "compare"]
 
 INT4_MAX = 2 ** 31 - 1
 
@@ -163,6 +163,55 @@ def round_places(constant: bool, d: Any, shown: str) -> int | None:
         raise DataError(f"round: {str(d)[:20]} is not a valid number of decimal places",
                         hint=f"use an integer between -{INT4_MAX} and {INT4_MAX}")
     return d
+
+
+# --- operators ------------------------------------------------------------------------------
+
+def check_divisor(constant: bool, v: Any) -> None:
+    """``x / 0``, ``x // 0``, ``x % 0`` with a literal zero divisor: refused over cells and
+    values alike (the caller adds the position).  A divisor that is zero only on some cells or
+    rows stays a NULL there."""
+    if constant and v == 0:
+        raise UnsupportedQueryError("division by zero", hint="divide by a non-zero constant")
+
+
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {
+    "=": lambda p, q: p == q, "!=": lambda p, q: p != q, "<": lambda p, q: p < q,
+    "<=": lambda p, q: p <= q, ">": lambda p, q: p > q, ">=": lambda p, q: p >= q}
+
+
+def type_name(v: Any) -> str:
+    """The PostgreSQL type name of one non-NULL value (for messages: never the value itself,
+    which over released answers is a noisy one)."""
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, np.integer)):
+        return "integer"
+    if isinstance(v, (float, np.floating)):
+        return "double precision"
+    if isinstance(v, dt.datetime):
+        return "timestamp"
+    if isinstance(v, dt.date):
+        return "date"
+    return "text" if isinstance(v, str) else type(v).__name__
+
+
+def compare(op: str, x: Any, y: Any) -> bool | None:
+    """``x op y`` (``= != < <= > >=``) of two values, as SQL compares them, for a cell's value
+    and a released one alike: NULL if either is NULL; a date or timestamp against text reads
+    the text as a time (``timefuncs.comparable``); values of types with no order between them
+    are refused with one message (the caller adds the position)."""
+    if x is None or y is None:
+        return None
+    try:
+        if timefuncs.is_time(y) and not timefuncs.is_time(x):
+            yc, xc = timefuncs.comparable(y, x)        # 'text' < a date reads the text as a time
+        else:
+            xc, yc = timefuncs.comparable(x, y)
+        return bool(_ORDER[op](xc, yc))
+    except TypeError:
+        raise DomainViolationError(f"cannot compare {type_name(x)} with {type_name(y)}",
+                                   hint="compare values of one type") from None
 
 
 # --- CAST ------------------------------------------------------------------------------------
