@@ -42,7 +42,7 @@ from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal,
 from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, cast_type, char_format, check_arity, operands, round_places
+from dpsql.sql.scalars import SCALARS, cast_type, check_arity, operands
 
 __all__ = ["Answers", "AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
@@ -195,7 +195,7 @@ def to_ir(node, low) -> Expr:
             return Op("or", (inside, Op("and", (Op(">=", (x, hi)), Op("<=", (x, lo))))))
         return inside
     if isinstance(node, exp.Round):
-        # the decimal places are checked once, for cells and values alike (scalars.round_places)
+        # the decimal places are checked once, for cells and values alike (the table's check)
         check_arity("round", len(operands(node)))
         digits = node.args.get("decimals")
         if digits is None:
@@ -204,7 +204,7 @@ def to_ir(node, low) -> Expr:
         if not ok:
             ok, d = _constant(to_ir(digits, low))
         try:
-            places = round_places(ok, d, snippet(node))
+            places = SCALARS["round"].checked(ok, d, snippet(node))
         except Error as err:
             err.position = low.pos(digits)
             raise
@@ -226,7 +226,8 @@ def to_ir(node, low) -> Expr:
         # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
         fmt = node.args.get("format")
         try:
-            checked = char_format(*(literal_value(fmt) if fmt is not None else (False, None)))
+            ok, v = literal_value(fmt) if fmt is not None else (False, None)
+            checked = SCALARS["to_char"].checked(ok, v, snippet(node))
         except Error as err:
             err.position = low.pos(fmt if fmt is not None else node)
             raise

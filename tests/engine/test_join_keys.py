@@ -135,7 +135,8 @@ JOINS = [
     "SELECT c.quarter, f.carrier, COUNT(*) FROM flights f LEFT JOIN calendar c ON f.month = c.month "
     "AND f.carrier <> 'DL' GROUP BY 1, 2",
     "SELECT r.fare, c.season, COUNT(*) FROM flights f LEFT JOIN fares r ON f.month = r.month "
-    "AND f.carrier = r.carrier AND f.month <= 6 LEFT JOIN calendar c ON f.month = c.month AND f.month > 1 GROUP BY 1, 2",
+    "AND f.carrier = r.carrier AND f.month <= 6 LEFT JOIN calendar c ON f.month = c.month AND f.month > 1 "
+    "GROUP BY 1, 2",
 ]
 
 

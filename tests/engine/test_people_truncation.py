@@ -45,6 +45,7 @@ def _exact(spec, table):
         backend.close()
 
 
+@pytest.mark.slow   # two measurements
 def test_the_dropped_rows_are_released_with_noise_and_charged_before_release(tmp_path):
     figures = []
     for tag in ("a", "b"):
@@ -92,6 +93,7 @@ def test_the_plan_says_what_the_slice_will_release_before_it_is_made(tmp_path):
     con.close()
 
 
+@pytest.mark.slow   # 31 databases counted
 def test_one_person_moves_the_released_counts_by_at_most_the_bound(tmp_path):
     """(D, K) of each view moves by at most k per coordinate when a person and all their rows
     are removed (the sensitivity the release is calibrated with)."""
