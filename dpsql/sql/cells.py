@@ -29,7 +29,7 @@ from sqlglot import exp
 from dpsql import labels as wording
 from dpsql.errors import DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql import timefuncs
-from dpsql.sql.scalars import SCALARS, Scalar, cast_value, char_format, check_arity, operands, round_places
+from dpsql.sql.scalars import SCALARS, Scalar, cast_value, check_arity, operands
 
 __all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE",
            "position_literal", "snippet"]
@@ -328,7 +328,7 @@ class CellEvaluator:
                              text_ok=True)
         if isinstance(node, exp.TimeToStr):
             # to_char/strftime need not be monotone ('%w'): only of a value constant on each cell
-            fmt = self._checked(char_format, node.args.get("format"))
+            fmt = self._checked(SCALARS["to_char"], node.args.get("format"), node)
             vals, null = self.constant_values(node.this)
             return self._map(node, [Evaluated(vals, list(vals), null)], lambda a: SCALARS["to_char"].value(a, fmt),
                              text_ok=True)
@@ -367,22 +367,18 @@ class CellEvaluator:
                    "use arithmetic, floor/ceil/round, width_bucket, COALESCE or CASE WHEN")
 
     def _scalar(self, node, fn: Scalar) -> Evaluated:
-        """A function of ``scalars.SCALARS`` on each cell; its constant arguments (ROUND's
-        places) are checked as for released values (``postprocess.to_ir``)."""
+        """A function of ``scalars.SCALARS`` on each cell, its constants checked as for values."""
         args = operands(node)
         check_arity(fn.name, len(args))
-        constants = []
-        if fn.name == "round" and len(args) > 1:
-            constants.append(self._checked(lambda ok, d: round_places(ok, d, snippet(node)), args[1]))
+        constants = [self._checked(fn, a, node) for a in args[1:]]
         value = (lambda a: None) if None in constants else (lambda a: fn.value(a, *constants))
         return self._map(node, [self.value(node.this)], value, monotone=fn.monotone)
 
-    def _checked(self, check, arg):
-        """``check(is_constant, value)`` of a function's constant argument ``arg`` (the table's
-        check, shared with released values), the error at ``arg``."""
+    def _checked(self, fn: Scalar, arg, node):
+        """``fn``'s check of its constant argument ``arg`` (shared with values), the error at ``arg``."""
         ok, v = self._constant(arg) if arg is not None else (False, None)
         try:
-            return check(ok, v)
+            return fn.checked(ok, v, snippet(node))
         except Error as err:
             err.position = self.pos(arg) if arg is not None else None
             raise
@@ -582,8 +578,13 @@ class CellEvaluator:
                 return np.full(self.n, v), np.full(self.n, not v)
         if isinstance(node, exp.Is):
             target = node.expression
+            if isinstance(target, exp.Boolean):     # never UNKNOWN (joined.guard reads it)
+                t, f = self.truth(node.this)
+                hit = t if target.this else f
+                return (~hit, hit) if node.args.get("negate") else (hit, ~hit)
             if not isinstance(target, exp.Null):
-                self._fail(UnsupportedQueryError, node, "only IS [NOT] NULL is supported", "use = or <>")
+                self._fail(UnsupportedQueryError, node, "only IS [NOT] NULL, TRUE or FALSE is supported",
+                           "use = or <>")
             null = self.null.copy() if isinstance(node.this, exp.Column) else self.value(node.this).null
             # PostgreSQL's parser spells IS NOT NULL as Is(negate=True), not NOT(Is).
             return (~null, null) if node.args.get("negate") else (null, ~null)

@@ -5,7 +5,8 @@ and GROUP BY) compute from a query's aggregates and group keys, as small frozen 
 
 * values, with partial derivatives for standard errors: ``relation.Evaluator``;
 * ranges by interval arithmetic: :func:`interval`;
-* the output column's type (a PostgreSQL type name): :func:`type_of`.
+* the output column's type (a PostgreSQL type name): :func:`type_of`;
+* whether a value carries a standard error (gets an error column): :func:`noisy`.
 
 The scalar functions they apply are one table, ``scalars.SCALARS``, shared with the
 evaluation of expressions on a column's cells (``cells.py``).  Everything here is a
@@ -23,7 +24,7 @@ import numpy as np
 from dpsql.sql.scalars import SCALARS, cast_type, cast_value
 
 __all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "COMPARISON",
-           "BOOLEAN", "children", "uses", "is_exact_integer", "type_of", "interval", "divide"]
+           "BOOLEAN", "children", "uses", "noisy", "is_exact_integer", "type_of", "interval", "divide"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,28 @@ def children(e: Expr) -> tuple[Expr, ...]:
 def uses(e: Expr, leaf: Callable[[Expr], bool]) -> bool:
     """Does ``e`` contain a node for which ``leaf`` holds?"""
     return leaf(e) or any(uses(c, leaf) for c in children(e))
+
+
+def noisy(e: Expr, key_noisy: Callable[[int], bool]) -> bool:
+    """Does ``e``'s value carry a standard error: is it a number computed from an aggregate
+    (or, over an outer stage's rows, from a noisy input column: ``key_noisy``)?  As
+    ``relation.Evaluator`` carries derivatives: comparisons, logic, text and a CASE's
+    conditions carry none, a CASE its values'; ``x % y`` carries x's."""
+    if isinstance(e, Agg):
+        return True
+    if isinstance(e, Key):
+        return key_noisy(e.index)
+    if isinstance(e, Op):
+        args = e.args[:1] if e.op == "%" else e.args
+        return e.op not in BOOLEAN and any(noisy(a, key_noisy) for a in args)
+    if isinstance(e, Cast):
+        return cast_type(e.to) in ("integer", "double precision") and noisy(e.arg, key_noisy)
+    if isinstance(e, Call):
+        return (e.name not in SCALARS or SCALARS[e.name].numeric) and any(noisy(a, key_noisy) for a in e.args)
+    if isinstance(e, Case):
+        return any(noisy(v, key_noisy) for _, v in e.branches) or \
+            (e.default is not None and noisy(e.default, key_noisy))
+    return False
 
 
 # --- types ---------------------------------------------------------------------------------

@@ -29,8 +29,8 @@ the person has a row of the deepest table's view satisfying it.  Each such condi
 person's view, ``T__has_<hash>`` (``flag_column``), so the statement is answered as a count
 of the person's view with that flag set; a condition no workload statement declared is
 refused with that hint (its flag was never measured), and so is grouping such a count by a
-child table's column (a person would fall in several groups).  The catalog's ``people`` (the engine's ``PeopleSchema``) is read by
-duck typing: this package imports nothing above it.
+child table's column (a person would fall in several groups).  The catalog's ``people`` (the
+engine's ``PeopleSchema``) is read by duck typing: this package imports nothing above it.
 """
 
 from __future__ import annotations

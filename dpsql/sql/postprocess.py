@@ -42,7 +42,7 @@ from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal,
 from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, cast_type, char_format, check_arity, operands, round_places
+from dpsql.sql.scalars import SCALARS, cast_type, check_arity, operands
 
 __all__ = ["Answers", "AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
@@ -195,7 +195,7 @@ def to_ir(node, low) -> Expr:
             return Op("or", (inside, Op("and", (Op(">=", (x, hi)), Op("<=", (x, lo))))))
         return inside
     if isinstance(node, exp.Round):
-        # the decimal places are checked once, for cells and values alike (scalars.round_places)
+        # the decimal places are checked once, for cells and values alike (the table's check)
         check_arity("round", len(operands(node)))
         digits = node.args.get("decimals")
         if digits is None:
@@ -204,7 +204,7 @@ def to_ir(node, low) -> Expr:
         if not ok:
             ok, d = _constant(to_ir(digits, low))
         try:
-            places = round_places(ok, d, snippet(node))
+            places = SCALARS["round"].checked(ok, d, snippet(node))
         except Error as err:
             err.position = low.pos(digits)
             raise
@@ -226,7 +226,8 @@ def to_ir(node, low) -> Expr:
         # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
         fmt = node.args.get("format")
         try:
-            checked = char_format(*(literal_value(fmt) if fmt is not None else (False, None)))
+            ok, v = literal_value(fmt) if fmt is not None else (False, None)
+            checked = SCALARS["to_char"].checked(ok, v, snippet(node))
         except Error as err:
             err.position = low.pos(fmt if fmt is not None else node)
             raise
@@ -489,12 +490,16 @@ class Answers(dict):
 
 def _quantile_from_cdf(cdf, plan, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """One group's quantile and its squared "standard error" (the interval's half-width
-    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate; NaN where the
-    cells' values are not one increasing value per cell (no interval is claimed then)."""
+    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate, over the cells
+    with a value (a NULL cell, NaN-valued, comes last and is left out); NaN where the
+    values are not one increasing value per cell (no interval is claimed then)."""
     v = np.asarray(plan.cell_values, dtype=float)
-    if groups != 1 or not np.all(np.isfinite(v)) or np.any(np.diff(v) < 0):
+    m = int(np.isfinite(v).sum())
+    if groups != 1 or m == 0 or not np.all(np.isfinite(v[:m])) or np.any(np.diff(v[:m]) < 0):
         return np.full(groups, np.nan), np.full(groups, np.nan)
-    x, (a, b) = cdf.quantile(plan.q, v, plan.method, low=plan.cell_low, high=plan.cell_high)
+    low = None if plan.cell_low is None else np.asarray(plan.cell_low, dtype=float)[:m]
+    high = None if plan.cell_high is None else np.asarray(plan.cell_high, dtype=float)[:m]
+    x, (a, b) = cdf.quantile(plan.q, v[:m], plan.method, low=low, high=high, cells=m)
     if x is None or not math.isfinite(x):
         return np.full(1, np.nan), np.full(1, np.nan)
     half = max(x - a, b - x, 0.0)

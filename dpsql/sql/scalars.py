@@ -82,6 +82,9 @@ class Scalar:
     partial: bool = False                    # NULL outside its domain (sqrt(-1)), where engines raise
     image: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
     result: str = "double precision"
+    # checks a constant argument after x: (is it a constant, its value, the call as written)
+    # → the value to apply, or the one error of both evaluators (the caller adds its position)
+    constant: Callable[[bool, Any, str], Any] | None = None
 
     @property
     def numeric(self) -> bool:
@@ -100,6 +103,10 @@ class Scalar:
                 out[i] = np.nan if r is None else r
         return out
 
+    def checked(self, is_constant: bool, v: Any, shown: str) -> Any:
+        """A constant argument after x (ROUND's places, to_char's format), checked."""
+        return self.constant(is_constant, v, shown) if self.constant is not None else v
+
     def range(self, lo: np.ndarray, hi: np.ndarray, *constants) -> tuple[np.ndarray, np.ndarray]:
         """The values' range for x in [lo, hi] (monotone: the ends' images)."""
         if self.image is not None:
@@ -108,7 +115,8 @@ class Scalar:
 
 
 SCALARS: dict[str, Scalar] = {s.name: s for s in (
-    Scalar("round", (1, 2), round_half_away, _same, monotone=True),
+    Scalar("round", (1, 2), round_half_away, _same, monotone=True,
+           constant=lambda ok, d, shown: round_places(ok, d, shown)),
     Scalar("floor", (1, 1), _whole(math.floor), _same, monotone=True),
     Scalar("ceil", (1, 1), _whole(math.ceil), _same, monotone=True),
     Scalar("abs", (1, 1), abs, lambda d, x, r: d * np.sign(x), monotone=False, image=_abs_image),
@@ -116,7 +124,8 @@ SCALARS: dict[str, Scalar] = {s.name: s for s in (
            monotone=True, partial=True),
     Scalar("ln", (1, 1), lambda a: None if a <= 0 else math.log(a), lambda d, x, r: d / x,
            monotone=True, partial=True),
-    Scalar("to_char", (2, 2), _to_char, None, monotone=False, result="text"),
+    Scalar("to_char", (2, 2), _to_char, None, monotone=False, result="text",
+           constant=lambda ok, fmt, shown: char_format(ok, fmt)),
 )}
 
 
