@@ -26,7 +26,8 @@ from dpsql.sql import timefuncs
 from dpsql.timeaxis import iso_text
 
 __all__ = ["Scalar", "SCALARS", "INT4_MAX", "check_arity", "round_places", "round_half_away", "cast_value",
-           "cast_type", "char_format", "operands", "check_divisor", "compare"]
+           "cast_type", "char_format", "operands", "check_divisor", "compare",
+           "common_type", "type_name", "as_case", "first_present", "first_true"]
 
 INT4_MAX = 2 ** 31 - 1
 
@@ -183,7 +184,7 @@ _ORDER: dict[str, Callable[[Any, Any], bool]] = {
 def type_name(v: Any) -> str:
     """The PostgreSQL type name of one non-NULL value (for messages: never the value itself,
     which over released answers is a noisy one)."""
-    if isinstance(v, bool):
+    if isinstance(v, (bool, np.bool_)):
         return "boolean"
     if isinstance(v, (int, np.integer)):
         return "integer"
@@ -194,6 +195,22 @@ def type_name(v: Any) -> str:
     if isinstance(v, dt.date):
         return "date"
     return "text" if isinstance(v, str) else type(v).__name__
+
+
+_TYPES = frozenset({"boolean", "integer", "double precision", "text", "date", "timestamp"})
+_NUMBERS = frozenset({"boolean", "integer", "double precision"})
+
+
+def common_type(types) -> str:
+    """The type of a value that is one of several (a CASE's branches, COALESCE's arguments,
+    a grouped expression's values on the cells), from their type names (None: a NULL, no
+    type): their one type; integers with doubles (or booleans) are double precision; any
+    other mix, or none, is text.  ``grouping.key_value_type`` (cells) and ``ir.type_of``
+    (values) both read it."""
+    present = {t for t in types if t is not None}
+    if len(present) == 1 and present <= _TYPES:
+        return present.pop()
+    return "double precision" if len(present) > 1 and present <= _NUMBERS else "text"
 
 
 def compare(op: str, x: Any, y: Any) -> bool | None:
@@ -212,6 +229,32 @@ def compare(op: str, x: Any, y: Any) -> bool | None:
     except TypeError:
         raise DomainViolationError(f"cannot compare {type_name(x)} with {type_name(y)}",
                                    hint="compare values of one type") from None
+
+
+# --- CASE, COALESCE, NULLIF ---------------------------------------------------------------
+
+def as_case(node: exp.Expr) -> exp.Case | None:
+    """``NULLIF(a, b)`` and ``IF(c, a, b)`` as the CASE they are (SQL defines NULLIF as
+    ``CASE WHEN a = b THEN NULL ELSE a END``), for cells and values alike; None for any
+    other node."""
+    if isinstance(node, exp.Nullif):
+        return exp.Case(ifs=[exp.If(this=exp.EQ(this=node.this.copy(), expression=node.expression.copy()),
+                                    true=exp.Null())], default=node.this.copy())
+    if isinstance(node, exp.If):
+        return exp.Case(ifs=[exp.If(this=node.this, true=node.args.get("true"))], default=node.args.get("false"))
+    return None
+
+
+def first_present(row: Any) -> int | None:
+    """COALESCE on one row (or cell): which argument it takes, the first that is not NULL
+    (None when all are)."""
+    return next((j for j, v in enumerate(row) if v is not None), None)
+
+
+def first_true(row: Any) -> int:
+    """CASE on one row (or cell): which branch it takes, the first whose condition is TRUE
+    (not FALSE, not NULL); ``len(row)`` for the ELSE."""
+    return next((j for j, c in enumerate(row) if isinstance(c, (bool, np.bool_)) and c), len(row))
 
 
 # --- CAST ------------------------------------------------------------------------------------

@@ -76,3 +76,45 @@ def test_a_time_compared_with_text_reads_the_text_as_a_time(toracle):
         outer = compile_sql(f"SELECT m, k FROM ({inner}) t WHERE {where}", toracle.catalog)
         rows = outer.postprocess({lq.name: np.ones(lq.matrix.shape[0]) for lq in outer.linear_queries})[0]
         assert 0 < len(rows) == want and all(str(r[0]) >= "2013-03-01" for r in rows), where
+
+
+@pytest.mark.parametrize("then, other, want", [("'m'", "'f'", "text"), ("1", "0", "integer"),
+                                               ("true", "false", "boolean"), ("1", "0.5", "double precision"),
+                                               ("'m'", "NULL", "text")])
+def test_a_case_is_typed_by_one_rule_over_cells_and_values(catalog, then, other, want):
+    """A CASE over released values (an aggregate, a group key, an outer stage's column) was
+    'double precision' whatever its branches; GROUP BY the same CASE over cells typed it by
+    its values.  COALESCE of values took its first argument's type."""
+    case = "CASE WHEN {} THEN " + then + " ELSE " + other + " END"
+    cells = compile_sql(f"SELECT {case.format('age > 30')} AS c, COUNT(*) FROM adult GROUP BY 1", catalog)
+    key = compile_sql(f"SELECT sex, {case.format(chr(39).join(['sex = ', 'Male', '']))} FROM adult GROUP BY sex",
+                      catalog)
+    agg = compile_sql(f"SELECT sex, {case.format('COUNT(*) > 3')} FROM adult GROUP BY sex", catalog)
+    outer = compile_sql(f"SELECT sex, {case.format('k > 3')} FROM ({INNER}) t", catalog)
+    assert cells.columns[0].type == key.columns[1].type == agg.columns[1].type == outer.columns[1].type == want
+    if want == "integer":
+        assert _rows(catalog, f"SELECT sex, {case.format('COUNT(*) > 3')} FROM adult GROUP BY sex") == \
+            [("Female", 1), ("Male", 1)]
+
+
+def test_coalesce_is_typed_by_all_its_arguments(catalog):
+    cq = compile_sql("SELECT age, COALESCE(age, 0.5), COALESCE(NULL, age) FROM adult GROUP BY age", catalog)
+    assert [c.type for c in cq.columns] == ["integer", "double precision", "integer"]
+
+
+def test_if_and_nullif_are_the_case_they_stand_for_over_cells_and_values(catalog):
+    """IF(c, a, b) over cells was CASE WHEN c THEN a ELSE b END; over values it was refused
+    as an unsupported function.  NULLIF is CASE WHEN a = b THEN NULL ELSE a END on both
+    sides (scalars.as_case), its argument's standard error kept where it is not NULL."""
+    cells = compile_sql("SELECT IF(age > 30, 'old', 'young') AS c, COUNT(*) FROM adult GROUP BY 1", catalog)
+    assert cells.columns[0].type == "text"
+    values = "SELECT sex, IF(COUNT(*) > 3, 'big', 'small'), CASE WHEN COUNT(*) > 3 THEN 'big' ELSE 'small' END " \
+             "FROM adult GROUP BY sex"
+    assert [c.type for c in compile_sql(values, catalog).columns] == ["text"] * 3
+    assert all(r[1] == r[2] == "big" for r in _rows(catalog, values))
+    cq = compile_sql("SELECT sex, NULLIF(COUNT(*), 5), NULLIF(COUNT(*), 4), NULLIF(sex, 'Male') FROM adult "
+                     "GROUP BY sex", catalog)
+    answers = {lq.name: np.full(lq.matrix.shape[0], 5.0) for lq in cq.linear_queries}
+    rows, errs = cq.postprocess(answers, {k: np.ones_like(v) for k, v in answers.items()})
+    assert rows == [("Female", None, 5, "Female"), ("Male", None, 5, None)]
+    assert [e[2] for e in errs] == [1.0, 1.0]          # COUNT's, kept
