@@ -11,7 +11,13 @@ CSV: plan, DuckDB count + exact strategy product + noise, fit, answers (every pr
 ranges, three quantiles with 95% intervals), against DuckDB's exact answers to the same
 questions, timed side by side; accuracy at ε = 1, δ = 10⁻⁶.
 
+Part 3, the SQL path as a user calls it: `dpsql plan`, `dpsql measure`, `dpsql query` (a new
+process per statement) and a warm `cursor.execute` over a 10⁵- and a 10⁶-cell column, each
+answer's reported standard error beside the plan's expected one and the SVD bound, and
+DuckDB's exact answer and time.
+
     .venv/bin/python bench/fine.py [--sizes 10000,100000,1000000] [--rows 1000000]
+                                   [--sql 100000,1000000] [--parts plan,library,sql]
 """
 
 from __future__ import annotations
@@ -151,16 +157,124 @@ def end_to_end(rows, seed=1):
     backend.close()
 
 
+SQL_QUERIES = [
+    "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY income) FROM t",
+    "SELECT percentile_disc(0.9) WITHIN GROUP (ORDER BY income) FROM t",
+    "SELECT percentile_disc(0.99) WITHIN GROUP (ORDER BY income) FROM t",
+    "SELECT COUNT(*) FROM t WHERE income <= {a}",
+    "SELECT COUNT(*) FROM t WHERE income BETWEEN {a} AND {b}",
+]
+
+
+def _cli(*args, cwd):
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "dpsql.cli", *args], cwd=cwd, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(root)}, timeout=3600)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"dpsql {args[0]} failed: {r.stderr}")
+    return r.stdout, wall
+
+
+def _child_cpu():
+    ru = __import__("resource").getrusage(__import__("resource").RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def sql_path(n, rows, seed=2):
+    """Part 3: the SQL path as a user calls it (issue 35 item 4): `dpsql plan`, `dpsql
+    measure`, `dpsql query` (a new process per statement) and a warm `cursor.execute`, over an
+    n-cell integer column, beside DuckDB's exact answers and time, with each answer's
+    reported standard error next to the plan's expected one and the SVD bound."""
+    import duckdb
+
+    import dpsql
+
+    rng = np.random.default_rng(seed)
+    x = np.clip(rng.lognormal(math.log(n) - 1.2, 0.7, rows).astype(np.int64), 0, n - 1)
+    tmp = Path(tempfile.mkdtemp(prefix="fine-sql-"))
+    (tmp / "t.csv").write_text("income\n" + "\n".join(map(str, x)) + "\n")
+    (tmp / "d.toml").write_text(f"[tables.t.columns.income]\ntype = \"integer\"\nlo = 0\nhi = {n - 1}\n")
+    a, b = n // 4, n // 2
+    queries = [q.format(a=a, b=b) for q in SQL_QUERIES]
+    (tmp / "dpsql.toml").write_text(
+        "[dpsql]\nledger = \"t.ledger\"\ncache_dir = \"cache\"\n[budget]\nepsilon = 1.0\ndelta = 1e-6\n"
+        f"[tables.t]\ndomain = \"d.toml\"\nsource = {{ csv = \"t.csv\" }}\nrows = {rows}\n"
+        "[workload]\nqueries = [\n" + "".join(f'  "{q}",\n' for q in queries) + "]\n")
+    config = str(tmp / "dpsql.toml")
+    print(f"\n### The SQL path: {rows:,} rows, income in [0, {n - 1:,}] ({n:,} cells), ε = 1, δ = 1e-6\n")
+    c0 = _child_cpu()
+    _, plan_wall = _cli("plan", "--config", config, cwd=tmp)
+    c1 = _child_cpu()
+    _, measure_wall = _cli("measure", "--config", config, "--yes", cwd=tmp)
+    c2 = _child_cpu()
+    print("| step | wall s | CPU s |")
+    print("|---|---:|---:|")
+    print(f"| `dpsql plan` | {plan_wall:.2f} | {c1 - c0:.2f} |")
+    print(f"| `dpsql measure --yes` | {measure_wall:.2f} | {c2 - c1:.2f} |")
+    con = dpsql.connect(config, user="bench")
+    report = con.session.plan()
+    expected = {q.sql: (q.stderr, q.floor) for q in report.per_query}
+    duck = duckdb.connect()
+    duck.execute("SET threads = 1")
+    src = f"read_csv('{tmp / 't.csv'}')"
+    # the mixed workload's SVD bound is not computable (module docstring); the CDF's alone is,
+    # in closed form: the floor of its RMSE per prefix with the whole budget
+    cdf_w = Workload.of_queries(Domain(["income"], [n]), [QuerySpec("cdf", Prefix(n))], objective="absolute")
+    floor = math.sqrt(svd_bound(cdf_w) / (2.0 * report.rho) / n)
+    print(f"\nStrategy: {report.strategy.operator}; plan RMSE {report.rmse:.2f} (workload SVD bound "
+          + (f"{report.bound_rmse:.2f}" if report.bound_rmse else "not computable: mixed structures")
+          + f"), per-query baseline RMSE {report.baseline_rmse:.2f}; the CDF alone: SVD bound "
+          f"{floor:.2f} per prefix with the whole budget, "
+          f"{report.per_query[0].stderr / floor:.3f}x of it in this plan (which shares ρ with the counts)\n")
+    # a quantile's workload query is the column's CDF: its expected se and SVD floor are the
+    # RMS over the n prefixes; a count's are its own
+    print("| statement | `dpsql query` wall s | CPU s | warm `cursor.execute` wall s | CPU s | answer "
+          "± 1.96·se | plan's expected se | SVD bound se (query alone) | exact (DuckDB) | DuckDB wall s |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    cur = con.cursor()
+    cur.execute(queries[0])          # the estimate is built once per release
+    for sql in queries:
+        c0 = _child_cpu()
+        out, qwall = _cli("query", "--config", config, sql, cwd=tmp)
+        qcpu = _child_cpu() - c0
+        w, c = time.perf_counter(), time.process_time()
+        cur.execute(sql)
+        got, se = cur.fetchone()[0], cur.result.stderr[0][0]
+        w, c = time.perf_counter() - w, time.process_time() - c
+        t0 = time.perf_counter()
+        exact = duck.execute(sql.replace("FROM t", f"FROM {src}")).fetchone()[0]
+        dw = time.perf_counter() - t0
+        exp_se, floor = expected.get(sql, (None, None))
+        print(f"| `{sql}` | {qwall:.2f} | {qcpu:.2f} | {w:.3f} | {c:.3f} | {got:,.1f} ± {1.96 * se:,.1f} | "
+              + (f"{exp_se:.2f}" if exp_se is not None else "–")
+              + (f"{' (CDF)' if 'COUNT' not in sql else ''} | {floor:.2f}" if floor is not None else " | –")
+              + f" | {exact:,} | {dw:.2f} |")
+    con.close()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--sql", default="100000,1000000",
+                    help="column sizes of part 3 (the SQL path); empty to skip")
+    ap.add_argument("--parts", default="plan,library,sql")
     args = ap.parse_args(argv)
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores; Python {platform.python_version()}; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    planning([int(s) for s in args.sizes.split(",")])
-    end_to_end(args.rows)
+    parts = args.parts.split(",")
+    if "plan" in parts:
+        planning([int(s) for s in args.sizes.split(",")])
+    if "library" in parts:
+        end_to_end(args.rows)
+    if "sql" in parts and args.sql:
+        for n in (int(s) for s in args.sql.split(",")):
+            sql_path(n, args.rows)
 
 
 if __name__ == "__main__":

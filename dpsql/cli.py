@@ -73,6 +73,8 @@ def print_result(result, out=None, mode: str = "ci95") -> None:
         print(INFERRED_NOTE, file=out)
     if has_bounded(result) and mode != "off":
         print(BOUNDED_NOTE, file=out)
+    for note in getattr(result, "notes", ()):
+        print(note, file=out)
 
 
 # -- progress ------------------------------------------------------------------------------

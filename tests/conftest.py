@@ -34,7 +34,8 @@ def adult_config(tmp_path):
 # all, so that one JVM starts (20-50 s and 1 GB each on the 2-core machine).  Another file that
 # takes the `spark` fixture belongs here too (or it starts a second JVM on the other worker).
 SPARK_FILES = frozenset({"tests/measure/test_engines.py", "tests/measure/test_sources.py",
-                         "tests/measure/test_people_engines.py",
+                         "tests/measure/test_people_engines.py", "tests/measure/test_people_group_engines.py",
+                         "tests/measure/test_people_flag_engines.py",
                          "tests/measure/test_init_sources.py", "tests/measure/test_public_engines.py"})
 
 

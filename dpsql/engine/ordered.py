@@ -13,7 +13,8 @@ Two arrows of the pipeline change for such a column, both from public metadata o
   ``opt_ordered`` (``plan.planner``);
 * **answers**: a statement whose every linear query is a thin query on that attribute
   alone (the other attributes summed out: a COUNT with ``x <= c`` or ``BETWEEN``, a
-  quantile without GROUP BY) is answered from the ordered release: values and their exact
+  quantile without GROUP BY, over the values when the column is nullable) is answered from
+  the ordered release: values and their exact
   variances, and a quantile's 95% interval from the noisy CDF's band with the exact
   variance of C_j − q·N (``OrderedEstimate.quantile``), not from cells taken as
   independent.  Anything else takes the model's path (and its refusals).
@@ -72,6 +73,12 @@ def _ordered_axis(schema, factors) -> int | None:
     return i
 
 
+def _values_then_null(values: np.ndarray) -> bool:
+    """The cells' values are finite, but for a NULL cell (NaN) at the end."""
+    m = int(np.isfinite(values).sum())
+    return m > 0 and bool(np.all(np.isfinite(values[:m])))
+
+
 def workload_matrix(schema, lq) -> Any:
     """The matrix the workload plans for linear query ``lq``: a quantile over a large
     ordered attribute (one term, the identity on it, no GROUP BY) asks for the prefixes of
@@ -105,7 +112,6 @@ def answer_ordered(schema, estimate, compiled):
     if attr not in names:
         return None
     k = names.index(attr)
-    values = schema.attribute(attr).cell_values()
     answers, stderrs = Answers(), {}
     for lq in compiled.linear_queries:
         terms = kron_terms(lq.matrix)
@@ -119,10 +125,11 @@ def answer_ordered(schema, estimate, compiled):
         else:
             return None
         if lq.kind == "quantile":
+            values = schema.attribute(attr).cell_values()     # per cell: read only for quantiles
             masks = lq.cell_masks
             if not isinstance(f, linalg.Identity) or w != 1.0 or lq.layout.quantile_group_map is not None \
                     or (masks is not None and not all(np.all(m) for m in masks)) \
-                    or values is None or not np.all(np.isfinite(values)):
+                    or values is None or not _values_then_null(values):
                 return None
             answers[lq.name] = estimate.cells.copy()
             stderrs[lq.name] = np.sqrt(estimate.cell_variance())

@@ -144,7 +144,7 @@ class PeoplePlan:
             if v.dropped_at_least:
                 out.append(f"    truncation: at least {v.dropped_at_least:,} rows of {v.table} are dropped by the "
                            "bound (from the declared public sizes)")
-            elif v.dropped_at_least == 0 and v.max_rows > 1:
+            elif v.dropped_at_least == 0 and v.max_rows > 1 and v.truncation_rho == 0:
                 out.append("    truncation: the declared public sizes do not force the bound to drop rows; how "
                            "many it drops is not released")
         if any(v.dropped_at_least is None and v.truncation_rho == 0 for v in self.views if v.max_rows > 1):

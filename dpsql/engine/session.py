@@ -111,6 +111,9 @@ class Result:
     # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
     # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
     appended: int = 0
+    # public remarks printed beside the rows: the rows a people view's bound drops, as
+    # released with noise (dpsql/engine/people_truncation.py), when the answer reads such a view
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,10 +213,10 @@ class Session:
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
         columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
+        # the value columns, which get error columns, are the compiled noisy ones (ir.noisy):
+        # what the wire's Describe announces before any row exists, a probe's columns included
+        values = [j for j, c in enumerate(compiled.columns) if c.is_aggregate]
         if compiled.is_schema_probe:
-            # no rows to tell value columns by: the compiled aggregates are, so a probe's columns
-            # are the answer's (error columns and all; the wire's Describe says the same)
-            values = [j for j, c in enumerate(compiled.columns) if c.is_aggregate]
             return self._with_error_columns(Result(columns, [], seconds=time.perf_counter() - t0), values)
         if compiled.exact_rows is not None:
             # public tables alone: their content is public metadata, shown exactly and free
@@ -230,12 +233,12 @@ class Session:
         ordered = self._answer_ordered(compiled)
         if ordered is not None:
             return self._with_error_columns(self._result(compiled, columns, ordered[:2], [], t0, None, 0,
-                                                         ordered[2]))
+                                                         ordered[2]), values)
         # during a refit the previous model answers what it supports (issue 34 item 8)
         model, variance, version = self.engine.model(compiled.table, stale_ok=True)
         cached = self._cache.get(key)
         if cached is not None and cached.model_version == version:
-            return self._with_error_columns(replace(cached, cost=Fraction(0)))  # a repeat is free
+            return self._with_error_columns(replace(cached, cost=Fraction(0)), values)  # a repeat is free
         cost = Fraction(0)
         policy = self.policy
         if model is None and policy != "measure":
@@ -262,6 +265,10 @@ class Session:
                     + ", or aggregate attributes that were measured together")
             if policy == "measure":
                 cost = self._measure_for(compiled, unsupported).rho
+                ordered = self._answer_ordered(compiled)    # what was measured: a fine column's
+                if ordered is not None:
+                    result = self._result(compiled, columns, ordered[:2], [], t0, cost, 0, ordered[2])
+                    return self._with_error_columns(result)
                 model, variance, version = self.engine.model(compiled.table)
                 answers, stderrs, unsupported = self._answer(compiled, model, variance)
             elif policy == "informed":
@@ -269,7 +276,15 @@ class Session:
         result = self._result(compiled, columns, (answers, stderrs), unsupported, t0, cost, version,
                               _model_kind(model))
         self._remember(key, result)
-        return self._with_error_columns(result)
+        return self._with_error_columns(result, values)
+
+    def _notes(self, table: str) -> tuple[str, ...]:
+        """The truncation figure of the view ``table`` as released with noise, if any (public)."""
+        if self.engine.truncation_rho(table) <= 0:
+            return ()
+        from dpsql.engine.people_truncation import released_truncation
+        released = released_truncation(self.engine, table)
+        return () if released is None else (f"{table}: {released.line()}",)
 
     def _answer_ordered(self, compiled):
         """(answers, stderrs, model description) from the table's ordered release
@@ -313,7 +328,7 @@ class Session:
         return Result(columns, list(rows), cleaned, inferred,
                       cost=Fraction(0) if cost is None else cost, seconds=time.perf_counter() - t0,
                       model_version=version, model=model_kind, bounds=ranges,
-                      binnable=compiled.may_be_binned(),
+                      binnable=compiled.may_be_binned(), notes=self._notes(compiled.table),
                       bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
                                   for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
 
@@ -587,7 +602,9 @@ class Session:
         from dpsql.plan import Workload   # the planner: only when a query is measured on demand
         table = compiled.table
         state = self.engine._state(table)
-        workload = Workload(state.schema.domain, linalg.Union([lq.matrix for lq in unsupported]))
+        from dpsql.engine.ordered import workload_matrix
+        workload = Workload(state.schema.domain,      # a fine column's quantile asks for its CDF
+                            linalg.Union([workload_matrix(state.schema, lq) for lq in unsupported]))
         query_budget = self.engine.config.query_budget
         if query_budget is None:
             raise OperationalError("policy 'measure' needs a per-query budget in the configuration",

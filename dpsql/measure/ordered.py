@@ -177,6 +177,7 @@ class OrderedEstimate:
     def __init__(self, release: OrderedRelease) -> None:
         s = self.strategy = release.strategy
         self.n = s.size
+        self._gram_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if s.coeffs is not None:
             a = s.coeffs.astype(np.float64) * s.scale
             self._d = series_inverse(a, self.n)               # A⁻¹'s coefficients
@@ -258,13 +259,16 @@ class OrderedEstimate:
             Q[k, a:b + 1] = 1.0
         return self.answer(Q)
 
-    def _rank_sd(self, q: float) -> np.ndarray:
-        """sd of D_j = C_j − q·N for every j (N = C_{n−1})."""
-        n = self.n
+    def _rank_sd(self, q: float, cells: int | None = None) -> np.ndarray:
+        """sd of D_j = C_j − q·N for every j < m, N = C_{m−1}: the first m = ``cells``
+        cells (all n by default; n − 1 leaves out a NULL cell, which sits last)."""
+        n = self.n if cells is None else int(cells)
         if self.strategy.coeffs is not None:
-            m = self._m
-            own = np.cumsum(m * m)                              # ‖v_j‖²
-            cross = convolve(m, m[::-1, None], n)[:, 0]         # ⟨v_j, v_{n−1}⟩
+            if n not in self._gram_rows:        # q-free: one FFT per estimate, not per quantile
+                m = self._m[:n]                                 # v_j (j < n) reads m_0..m_j only
+                self._gram_rows[n] = (np.cumsum(m * m),                      # ‖v_j‖²
+                                      convolve(m, m[::-1, None], n)[:, 0])  # ⟨v_j, v_{n−1}⟩
+            own, cross = self._gram_rows[n]
             var = own - 2.0 * q * cross + q * q * own[-1]
             return np.sqrt(np.maximum(self._s2 * var, 0.0))
         tree = self.strategy.tree
@@ -272,6 +276,7 @@ class OrderedEstimate:
         j = np.arange(n)
         norms = np.empty((n, tree.levels))
         for lv, s in enumerate(tree.sizes):
+            # c_b: the cells of block b among the first n (the row is (1−q) up to j, −q after)
             c = np.clip(n - np.arange(tree.nodes[lv]) * s, 0, s).astype(np.float64)
             c2 = np.concatenate([[0.0], np.cumsum(c * c)])     # exclusive prefix sums
             beta = j // s
@@ -284,20 +289,25 @@ class OrderedEstimate:
 
     def quantile(self, q: float, values: np.ndarray | None = None, method: str = "disc", *,
                  low: np.ndarray | None = None, high: np.ndarray | None = None,
-                 z: float = Z95) -> tuple[float | None, tuple[float, float]]:
-        """The q-quantile (cells valued ``values``, in increasing order; the cell index by
-        default) and its 95% interval from the noisy CDF's band."""
-        v = np.arange(self.n, dtype=np.float64) if values is None else np.asarray(values, float)
-        if v.shape != (self.n,) or np.any(np.diff(v) < 0):
+                 z: float = Z95, cells: int | None = None) -> tuple[float | None, tuple[float, float]]:
+        """The q-quantile of the first ``cells`` cells (all by default; a nullable column's
+        NULL cell, the last, is left out), valued ``values`` in increasing order (the cell
+        index by default), and its 95% interval from the noisy CDF's band."""
+        m = self.n if cells is None else int(cells)
+        if not 0 < m <= self.n:
+            raise ProgrammingError(f"cells must be in 1..{self.n}")
+        v = np.arange(m, dtype=np.float64) if values is None else np.asarray(values, float)
+        if v.shape != (m,) or np.any(np.diff(v) < 0):
             raise ProgrammingError("quantile values must be one increasing value per cell")
+        x = self.cells[:m]
         # from the unclipped CDF made monotone: clipping the noisy cells at 0 first (as a
         # histogram's point estimate does) adds their negative parts' mass and moved a
         # median over 100,000 cells by 30%
-        cum = np.maximum.accumulate(np.cumsum(self.cells))
+        cum = np.maximum.accumulate(np.cumsum(x))
         point = quantile_from_histogram(np.diff(cum, prepend=0.0), v, q, method)
         lo = v if low is None else np.asarray(low, dtype=float)
         hi = v if high is None else np.asarray(high, dtype=float)
-        band = quantile_band(np.cumsum(self.cells), self._rank_sd(q), lo, hi, q, z=z)
+        band = quantile_band(np.cumsum(x), self._rank_sd(q, m), lo, hi, q, z=z)
         return point, band
 
 

@@ -80,6 +80,8 @@ class CsvDialect:
 
     @staticmethod
     def from_spec(spec: Mapping[str, Any], where: str) -> CsvDialect:
+        """The dialect of a csv source whose keys' types ``Source.from_config`` has checked
+        against dpsql.config_schema; what follows checks their values."""
         kw: dict[str, Any] = {}
         for key in ("delimiter", "quote", "escape"):
             if key in spec:
@@ -94,8 +96,6 @@ class CsvDialect:
         if "quote" in kw and "escape" not in kw:
             kw["escape"] = kw["quote"]
         if "header" in spec:
-            if not isinstance(spec["header"], bool):
-                raise ConfigError(f"{where}: source.header must be true or false")
             kw["header"] = spec["header"]
         if "encoding" in spec:
             enc = ENCODINGS.get(str(spec["encoding"]).lower())
@@ -105,11 +105,7 @@ class CsvDialect:
             kw["encoding"] = enc
         if "null" in spec:
             v = spec["null"]
-            v = [v] if isinstance(v, str) else v
-            if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-                raise ConfigError(f"{where}: source.null must be a string or a list of strings",
-                                  hint='e.g. null = ["", "NA"]')
-            kw["null"] = tuple(v)
+            kw["null"] = (v,) if isinstance(v, str) else tuple(v)
         if "columns" in spec:
             v = spec["columns"]
             if not isinstance(v, list) or not v or not all(isinstance(s, str) and s for s in v) \
@@ -243,8 +239,6 @@ class Source:
             kw["conf"] = tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v))
                                       for k, v in conf.items()))
         if "hive_partitioning" in spec:
-            if not isinstance(spec["hive_partitioning"], bool):
-                raise ConfigError(f"{where}: source.hive_partitioning must be true or false")
             kw["hive_partitioning"] = spec["hive_partitioning"]
         version = spec.get("data_version")
         if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool)

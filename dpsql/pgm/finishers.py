@@ -17,9 +17,10 @@ joint-dual    as dense-block but no covering block, and the face step would  dua
               be refused for its size; joint table ≤ ``joint_dual_max_cells``
 first-order   exact model (then the face step when the tree and its Hessian  estimated gap or
               are within ``face_step_max_*``)                                discrepancy stop
-residual      relaxed model, L2, saturated region graph, no Prox-PGM options, Lagrange dual gap
-              every query a Kronecker product sharing the attribute's
-              eigenbasis (attributes ≤ ``residual_max_attribute_cells``)
+residual      relaxed model (not ``method="relaxed"``), L2, saturated region  Lagrange dual gap
+              graph, no Prox-PGM options, every query a Kronecker product
+              sharing the attribute's eigenbasis (attributes ≤
+              ``residual_max_attribute_cells``)
 prox-pgm      relaxed model (then the exact step when its Hessian and memory KKT conditions or
               are within ``relaxed_step_*``)                                 estimated gap
 ============  =============================================================  ======================

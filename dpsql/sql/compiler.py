@@ -36,7 +36,7 @@ from dpsql.sql.joins import (answer_public, expand, join_tree, public_in_lists, 
                              table_columns)
 from dpsql.sql.people import person_join
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
-from dpsql.sql.ir import Agg, Expr, type_of, uses
+from dpsql.sql.ir import Expr, noisy, type_of
 from dpsql.sql.postprocess import AggPlan, Program, Restriction, order_items, to_ir
 from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
@@ -404,7 +404,7 @@ class _Lowering:
             node_ir = ir(body)
             outputs.append(node_ir)
             columns.append(OutputColumn(alias or self.default_name(body), self.ir_type(node_ir),
-                                        self.ir_has_agg(node_ir)))
+                                        noisy(node_ir, lambda i: False)))
         self.aliases = {a.lower(): b for a, b in projections if a}
         having = self.tree.args.get("having")
         having_ir = ir(having.this) if having is not None else None
@@ -449,9 +449,6 @@ class _Lowering:
             out.append(Restriction(inner, keys, list(pending.inner_cols), list(pending.null_safe)))
             extra.extend(inner.linear_queries)
         return out, extra
-
-    def ir_has_agg(self, e: Expr) -> bool:
-        return uses(e, lambda x: isinstance(x, Agg))
 
     def ir_type(self, e: Expr) -> str:
         # aggregates here are noisy values (double precision); keys have their domain's type

@@ -5,7 +5,8 @@ and GROUP BY) compute from a query's aggregates and group keys, as small frozen 
 
 * values, with partial derivatives for standard errors: ``relation.Evaluator``;
 * ranges by interval arithmetic: :func:`interval`;
-* the output column's type (a PostgreSQL type name): :func:`type_of`.
+* the output column's type (a PostgreSQL type name): :func:`type_of`;
+* whether a value carries a standard error (gets an error column): :func:`noisy`.
 
 The scalar functions they apply are one table, ``scalars.SCALARS``, shared with the
 evaluation of expressions on a column's cells (``cells.py``).  Everything here is a
@@ -20,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.sql.scalars import SCALARS, cast_type, cast_value
+from dpsql.sql.scalars import SCALARS, cast_type, cast_value, common_type
 
 __all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "COMPARISON",
-           "BOOLEAN", "children", "uses", "is_exact_integer", "type_of", "interval", "divide"]
+           "BOOLEAN", "children", "uses", "noisy", "is_exact_integer", "type_of", "interval", "divide"]
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,8 @@ class Op:
 @dataclass(frozen=True)
 class Call:
     """A function: a scalar of ``scalars.SCALARS`` (``round``'s second argument a :class:`Lit`
-    of its checked decimal places, ``to_char``'s its format) or one of ``coalesce nullif greatest
-    least``."""
+    of its checked decimal places, ``to_char``'s its format) or one of ``coalesce greatest
+    least`` (NULLIF and IF are lowered to :class:`Case`, as on cells: ``scalars.as_case``)."""
 
     name: str
     args: tuple[Expr, ...]
@@ -122,6 +123,28 @@ def uses(e: Expr, leaf: Callable[[Expr], bool]) -> bool:
     return leaf(e) or any(uses(c, leaf) for c in children(e))
 
 
+def noisy(e: Expr, key_noisy: Callable[[int], bool]) -> bool:
+    """Does ``e``'s value carry a standard error: is it a number computed from an aggregate
+    (or, over an outer stage's rows, from a noisy input column: ``key_noisy``)?  As
+    ``relation.Evaluator`` carries derivatives: comparisons, logic, text and a CASE's
+    conditions carry none, a CASE its values'; ``x % y`` carries x's."""
+    if isinstance(e, Agg):
+        return True
+    if isinstance(e, Key):
+        return key_noisy(e.index)
+    if isinstance(e, Op):
+        args = e.args[:1] if e.op == "%" else e.args
+        return e.op not in BOOLEAN and any(noisy(a, key_noisy) for a in args)
+    if isinstance(e, Cast):
+        return cast_type(e.to) in ("integer", "double precision") and noisy(e.arg, key_noisy)
+    if isinstance(e, Call):
+        return (e.name not in SCALARS or SCALARS[e.name].numeric) and any(noisy(a, key_noisy) for a in e.args)
+    if isinstance(e, Case):
+        return any(noisy(v, key_noisy) for _, v in e.branches) or \
+            (e.default is not None and noisy(e.default, key_noisy))
+    return False
+
+
 # --- types ---------------------------------------------------------------------------------
 
 def is_exact_integer(e: Expr, key_type: Callable[[int], str]) -> bool:
@@ -160,11 +183,21 @@ def type_of(e: Expr, key_type: Callable[[int], str], agg_type: Callable[[int], s
     if isinstance(e, Cast):
         return cast_type(e.to)
     if isinstance(e, Call):
-        if e.name in ("coalesce", "nullif") and e.args:
-            return type_of(e.args[0], key_type, agg_type)
+        if e.name == "coalesce":
+            return _common(e.args, key_type, agg_type)
         if e.name in SCALARS:
             return SCALARS[e.name].result
+    if isinstance(e, Case):
+        return _common(tuple(v for _, v in e.branches) + ((e.default,) if e.default is not None else ()),
+                       key_type, agg_type)
     return "double precision"
+
+
+def _common(values: tuple[Expr, ...], key_type: Callable[[int], str], agg_type: Callable[[int], str]) -> str:
+    """The type of one of ``values`` (a CASE's, COALESCE's): one rule with a grouped
+    expression's type on the cells (``scalars.common_type``); NULL has none."""
+    return common_type(None if isinstance(v, Lit) and v.value is None else type_of(v, key_type, agg_type)
+                       for v in values)
 
 
 # --- ranges --------------------------------------------------------------------------------

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
 from dpsql.linalg import Bucket, Explicit, Indicator, Kron, Total, Union, Values, Weighted
 
-__all__ = ["JoinedAttribute", "folded_part", "expand_linear", "expand"]
+__all__ = ["JoinedAttribute", "folded_part", "expand_linear", "expand", "on_marker", "guard"]
 
 
 @dataclass
@@ -194,3 +195,28 @@ def expand(cq, schema, joined: dict[str, JoinedAttribute]):
     offsets = [program.lq_by_name.get(lq.name) or expand_linear(lq, schema, joined) for lq in cq.offset_queries]
     program.joined = dict(joined)
     return replace(cq, linear_queries=out, offset_queries=offsets, schema=schema)
+
+
+def on_marker(alias: str) -> str:
+    """The joined column telling, for a LEFT join whose ON reads the private table, whether
+    a joined cell is a matching row (1), the all-NULL row of a key that has matching rows
+    (0), or that of a key with none (2) (``joins._expand_key`` writes it)."""
+    return f"ON({alias})"
+
+
+def guard(alias: str, right: int, conditions) -> exp.Expr:
+    """The WHERE conjunct of a LEFT join's ON conditions on the private table, C: a private
+    row joins the matching rows where C is TRUE and the all-NULL row where it is not (FALSE
+    or NULL), as SQL's ``LEFT JOIN d ON k = d.k AND C`` does; a key with no match joins the
+    all-NULL row whatever C says.  Each term reads a public per-cell value of the joined
+    attribute (:func:`on_marker`) or private columns, so the query stays W·x on the private
+    histogram (docs/privacy.md §7.4).  The marker is a placeholder column (meta
+    ``dpsql_guard`` = the joined table's index) that ``joins._rewrite`` makes a DimRef."""
+    mark = exp.Column(this=exp.to_identifier(on_marker(alias), quoted=True))
+    mark.meta["dpsql_guard"] = right
+
+    def is_(n: int) -> exp.Expr:
+        return exp.EQ(this=mark.copy(), expression=exp.Literal.number(n))
+    cond = exp.Paren(this=exp.and_(*[c.copy() for c in conditions]))
+    not_true = exp.Not(this=exp.Is(this=cond.copy(), expression=exp.Boolean(this=True)))
+    return exp.Paren(this=exp.or_(is_(2), exp.and_(is_(1), cond.copy()), exp.and_(is_(0), not_true)))

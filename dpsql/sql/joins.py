@@ -31,7 +31,9 @@ one cell, and :func:`expand_linear` writes F·E over their product back as one K
 block per cell combination of the folded columns.  An ON condition that reads the joined
 public table alone filters its rows before they are matched (``catalog.query``, public data;
 for a LEFT join rows matching none keep NULLs); an INNER join's condition on one other
-table moves to WHERE.
+table moves to WHERE; a LEFT join's condition on the private table becomes a WHERE conjunct
+choosing, per private row, the matching rows or one all-NULL row added to the join's cells
+(:func:`dpsql.sql.joined.guard`).
 
 Key cells: a NULL key matches nothing (SQL's NULL ≠ NULL); the "(other)" cell of an open
 categorical matches nothing either, because the configuration refuses a reference whose
@@ -57,7 +59,7 @@ from sqlglot import exp
 from dpsql.errors import (ProgrammingError, StatementTooComplexError, UnknownColumnError,
                           UnknownTableError, UnsupportedQueryError)
 from dpsql.sql.cells import OTHER, DimRef, conjuncts, snippet
-from dpsql.sql.joined import JoinedAttribute, expand, expand_linear, folded_part
+from dpsql.sql.joined import JoinedAttribute, expand, expand_linear, folded_part, guard, on_marker
 from dpsql.timeaxis import iso_text
 
 __all__ = ["TableRef", "JoinEdge", "JoinTree", "JoinedAttribute", "join_tree", "star", "expand", "expand_linear",
@@ -119,6 +121,9 @@ class JoinEdge:
     filters: tuple[exp.Expr, ...] = field(default=(), compare=False, repr=False)
     # ON conditions of an INNER join that read one other table: the same as in WHERE
     where: tuple[exp.Expr, ...] = field(default=(), compare=False, repr=False)
+    # ON conditions of a LEFT join that read the private table alone: a row for which they
+    # are not TRUE joins no row of the attached table (it keeps NULLs, ``joined.guard``)
+    guards: tuple[exp.Expr, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,7 @@ def _edge(j: exp.Join, tables: list[TableRef], stmt) -> JoinEdge:
             pairs.append((lefts[0], (right, rcol)))
     filters: list[exp.Expr] = []
     where: list[exp.Expr] = []
+    guards: list[exp.Expr] = []
     if not j.args.get("using"):
         for cond in conjuncts(j.args["on"]):
             if isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column) and \
@@ -250,20 +256,23 @@ def _edge(j: exp.Join, tables: list[TableRef], stmt) -> JoinEdge:
                                                     position=stmt.pos(cond), hint=_HINT_SHAPE)
                     pairs.append((a, b))
                     continue
-            _on_condition(cond, tables, right, side == "LEFT", stmt, filters, where)
+            _on_condition(cond, tables, right, side == "LEFT", stmt, filters, where, guards)
         if not pairs:
             raise UnsupportedQueryError(f"the join of \"{tables[right].alias}\" equates no columns: it is a cross "
                                         "join", position=stmt.pos(j), hint=_HINT_SHAPE)
     using = tuple(rc for _, (_, rc) in pairs) if j.args.get("using") else ()
-    return JoinEdge("left" if side == "LEFT" else "inner", right, tuple(pairs), j, using, tuple(filters), tuple(where))
+    return JoinEdge("left" if side == "LEFT" else "inner", right, tuple(pairs), j, using, tuple(filters), tuple(where),
+                    tuple(guards))
 
 
 def _on_condition(cond, tables: list[TableRef], right: int, left_join: bool, stmt, filters: list,
-                  where: list) -> None:
+                  where: list, guards: list) -> None:
     """Place an ON condition that is not a key equality: one reading the attached public
     table alone chooses which of its rows match (``filters``, INNER or LEFT); in an INNER
-    join one reading a single other table filters as in WHERE (``where``); anything else
-    (a comparison across tables, a LEFT join's condition on the rows it keeps) is refused."""
+    join one reading a single other table filters as in WHERE (``where``); in a LEFT join
+    one reading the private table alone decides which of its rows join at all (``guards``);
+    anything else (a comparison across tables, a LEFT join's condition on another public
+    table) is refused."""
     if any(isinstance(n, (exp.Select, exp.Subquery)) for n in cond.walk()):
         raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' holds a subquery", position=stmt.pos(cond),
                                     hint="write it in WHERE")
@@ -278,11 +287,14 @@ def _on_condition(cond, tables: list[TableRef], right: int, left_join: bool, stm
                                                                   "alone; " + _HINT_SHAPE)
     if left_join:
         other = next(iter(at), right)
-        whose = "the private table" if tables[other].private else f"\"{tables[other].alias}\""
-        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' reads {whose} inside a LEFT JOIN's ON: it "
-                                    "would keep the rows it rejects, with NULL columns", position=stmt.pos(cond),
+        if tables[other].private:
+            guards.append(cond)
+            return
+        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' reads \"{tables[other].alias}\" inside a "
+                                    "LEFT JOIN's ON: it would keep the rows it rejects, with NULL columns",
+                                    position=stmt.pos(cond),
                                     hint="move it to WHERE to drop those rows; conditions in a LEFT JOIN's ON may "
-                                         f"read \"{tables[right].alias}\" alone")
+                                         f"read \"{tables[right].alias}\" or the private table alone")
     where.append(cond)
 
 
@@ -357,11 +369,14 @@ def star(tree: exp.Select, jt: JoinTree, stmt, catalog) -> tuple[exp.Select, Any
     comps = _components(order, fact, schema.column_names)
     # an INNER join's ON conditions on one table are WHERE's (every join is INNER when the
     # private table is not first, and the edges are then re-attached from it)
-    moved = [c for e in jt.edges for c in e.where + (e.filters if fact != 0 else ())]
+    moved = [c.copy() for e in jt.edges for c in e.where + (e.filters if fact != 0 else ())]
+    # a LEFT join's ON conditions on the private table choose, per private row, between the
+    # matching rows and one all-NULL row: the joined cells carry which is which (joined.guard)
+    moved += [guard(jt.tables[e.right].alias, e.right, e.guards) for e in jt.edges if e.guards]
     if moved:
         tree = tree.copy()
         tree.set("where", exp.Where(this=exp.and_(*([tree.args["where"].this] if tree.args.get("where") else []),
-                                                  *[c.copy() for c in moved])))
+                                                  *moved)))
     used = _references(tree, jt, stmt)
     joined: dict[str, JoinedAttribute] = {}
     root: dict[int, str] = {}            # public table → the joined attribute it lives in
@@ -451,7 +466,7 @@ def _attach_order(jt: JoinTree, fact: int, stmt) -> list[JoinEdge]:
 def _column_at(node: exp.Column, jt: JoinTree, stmt) -> tuple[int, str] | None:
     """(table index, column) of a column reference in the joined scope; None for names no
     table has (output aliases, or errors the compiler reports)."""
-    if isinstance(node.this, exp.Star):
+    if isinstance(node.this, exp.Star) or "dpsql_guard" in (node._meta or {}):
         return None
     qual = _folded(node.args.get("table")) or None
     hits = []
@@ -545,10 +560,16 @@ def _expand_key(attrs: list, jt: JoinTree, fact: int, edges: list[JoinEdge], use
                         left = r.get(li)
                         probe.append(None if left is None else left[jt.tables[li].table.index(lc)])
                 hits = [] if any(v is None for v in probe) else index.get(tuple(probe), [])
-                if hits:
-                    nxt.extend({**r, e.right: h} for h in hits)
-                elif e.kind == "left":
-                    nxt.append({**r, e.right: None})
+                if not e.guards:
+                    if hits:
+                        nxt.extend({**r, e.right: h} for h in hits)
+                    elif e.kind == "left":
+                        nxt.append({**r, e.right: None})
+                    continue
+                # a LEFT join with conditions on the private table (joined.guard): the matching
+                # rows, and the all-NULL row of the private rows the conditions reject
+                nxt.extend({**r, e.right: h, ("on", e.right): 1} for h in hits)
+                nxt.append({**r, e.right: None, ("on", e.right): 0 if hits else 2})
             rows = nxt
         source.extend([cells] * len(rows))
         rows_out.extend(rows)
@@ -576,6 +597,9 @@ def _expand_key(attrs: list, jt: JoinTree, fact: int, edges: list[JoinEdge], use
             continue
         idx = jt.tables[ti].table.index(col)
         values[_shown(jt, (ti, col))] = [None if r.get(ti) is None else _public_value(r[ti][idx]) for r in rows_out]
+    for e in edges:
+        if e.guards:
+            values[on_marker(jt.tables[e.right].alias)] = [r[("on", e.right)] for r in rows_out]
     # the query is compiled over the largest key attribute (its groups stay on it); the
     # others are folded to one cell and enumerated again by expand_linear
     top = max(range(len(attrs)), key=lambda i: (sizes[i], -i))
@@ -613,6 +637,11 @@ def _rewrite(tree, jt: JoinTree, fact: int, root: dict, fact_root: dict, stmt) -
     qual = exp.to_identifier(fact_ref.alias, quoted=True)
     for node in list(_scope(tree)):
         if not isinstance(node, exp.Column):
+            continue
+        marked = (node._meta or {}).get("dpsql_guard")
+        if marked is not None:          # a LEFT join's marker (joined.guard): a column of its joined cells
+            node.replace(DimRef(this=exp.Column(this=exp.to_identifier(root[marked], quoted=True), table=qual.copy()),
+                                expression=exp.Literal.string(node.name)))
             continue
         at = _column_at(node, jt, stmt)
         if at is None:

@@ -42,7 +42,7 @@ from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal,
 from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, cast_type, char_format, check_arity, operands, round_places
+from dpsql.sql.scalars import SCALARS, as_case, cast_type, check_arity, check_divisor, check_ordered, operands
 
 __all__ = ["Answers", "AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
@@ -128,7 +128,7 @@ def order_items(tree, columns, ir, pos) -> list[SortKey]:
     return out
 
 
-_CALLS = (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,
+_CALLS = (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Greatest, exp.Least,
           exp.Sqrt, exp.Ln)
 
 
@@ -175,11 +175,23 @@ def to_ir(node, low) -> Expr:
             position=low.pos(node),
             hint=f"add it to GROUP BY (GROUP BY {node.shown}) or aggregate (e.g. COUNT(*))")
     if type(node) in _BINARY:
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+            try:       # one rule with the cells' (cells.CellEvaluator._arith)
+                check_divisor(*literal_value(node.expression))
+            except Error as err:
+                err.position = low.pos(node)
+                raise
         args = (to_ir(node.this, low), to_ir(node.expression, low))
         key_type = lambda i: low.keys[i].type  # noqa: E731
         if isinstance(node, exp.Div) and node.args.get("typed") and all(is_exact_integer(a, key_type) for a in args):
             # PostgreSQL divides integers by truncation; only exact (non-noisy) integers qualify.
             return Op("int/", args)
+        if _BINARY[type(node)] in ("<", "<=", ">", ">="):
+            try:        # before anything is measured; the rule of scalars.compare on each row
+                check_ordered(*(low.ir_type(a) for a in args))
+            except Error as err:
+                err.position = low.pos(node)
+                raise
         return Op(_BINARY[type(node)], args)
     if isinstance(node, exp.Neg):
         return Op("neg", (to_ir(node.this, low),))
@@ -195,7 +207,7 @@ def to_ir(node, low) -> Expr:
             return Op("or", (inside, Op("and", (Op(">=", (x, hi)), Op("<=", (x, lo))))))
         return inside
     if isinstance(node, exp.Round):
-        # the decimal places are checked once, for cells and values alike (scalars.round_places)
+        # the decimal places are checked once, for cells and values alike (the table's check)
         check_arity("round", len(operands(node)))
         digits = node.args.get("decimals")
         if digits is None:
@@ -204,7 +216,7 @@ def to_ir(node, low) -> Expr:
         if not ok:
             ok, d = _constant(to_ir(digits, low))
         try:
-            places = round_places(ok, d, snippet(node))
+            places = SCALARS["round"].checked(ok, d, snippet(node))
         except Error as err:
             err.position = low.pos(digits)
             raise
@@ -226,11 +238,14 @@ def to_ir(node, low) -> Expr:
         # to_char(key, 'YYYY-MM') over a group key (Looker's month: TO_CHAR(DATE_TRUNC(…)))
         fmt = node.args.get("format")
         try:
-            checked = char_format(*(literal_value(fmt) if fmt is not None else (False, None)))
+            ok, v = literal_value(fmt) if fmt is not None else (False, None)
+            checked = SCALARS["to_char"].checked(ok, v, snippet(node))
         except Error as err:
             err.position = low.pos(fmt if fmt is not None else node)
             raise
         return Call("to_char", (to_ir(node.this, low), Lit(checked)))
+    if as_case(node) is not None:     # NULLIF, IF: the CASE they are (as on cells)
+        return to_ir(as_case(node), low)
     if isinstance(node, exp.Case):
         if node.this is not None:
             subject = node.this
@@ -489,12 +504,16 @@ class Answers(dict):
 
 def _quantile_from_cdf(cdf, plan, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """One group's quantile and its squared "standard error" (the interval's half-width
-    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate; NaN where the
-    cells' values are not one increasing value per cell (no interval is claimed then)."""
+    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate, over the cells
+    with a value (a NULL cell, NaN-valued, comes last and is left out); NaN where the
+    values are not one increasing value per cell (no interval is claimed then)."""
     v = np.asarray(plan.cell_values, dtype=float)
-    if groups != 1 or not np.all(np.isfinite(v)) or np.any(np.diff(v) < 0):
+    m = int(np.isfinite(v).sum())
+    if groups != 1 or m == 0 or not np.all(np.isfinite(v[:m])) or np.any(np.diff(v[:m]) < 0):
         return np.full(groups, np.nan), np.full(groups, np.nan)
-    x, (a, b) = cdf.quantile(plan.q, v, plan.method, low=plan.cell_low, high=plan.cell_high)
+    low = None if plan.cell_low is None else np.asarray(plan.cell_low, dtype=float)[:m]
+    high = None if plan.cell_high is None else np.asarray(plan.cell_high, dtype=float)[:m]
+    x, (a, b) = cdf.quantile(plan.q, v[:m], plan.method, low=low, high=high, cells=m)
     if x is None or not math.isfinite(x):
         return np.full(1, np.nan), np.full(1, np.nan)
     half = max(x - a, b - x, 0.0)

@@ -80,6 +80,10 @@ class _Compiler:
             if isinstance(node, exp.And):
                 return t1 & t2, f1 | f2
             return t1 | t2, f1 & f2
+        if isinstance(node, exp.Is) and isinstance(node.expression, exp.Boolean):
+            t, f = self.joint(node.this, order, sizes)       # IS [NOT] TRUE/FALSE: never UNKNOWN
+            hit = t if node.expression.this else f
+            return (~hit, hit) if node.args.get("negate") else (hit, ~hit)
         attrs = self.attrs(node)
         if len(attrs) > 1:
             raise UnsupportedQueryError(f"'{snippet(node)}' compares columns with each other",

@@ -33,7 +33,7 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.aggregates import is_aggregate
 from dpsql.sql.cells import canonical, literal_value, snippet
 from dpsql.sql.derived import folded, limit_clause
-from dpsql.sql.ir import Agg, Case, Expr, Key, Output, SortKey, children, type_of, uses
+from dpsql.sql.ir import Agg, Expr, Key, Output, SortKey, noisy, type_of, uses
 from dpsql.sql.postprocess import order_items, to_ir
 from dpsql.sql.query import CompiledQuery, OutputColumn
 from dpsql.sql.relation import Evaluator, Relation, V, as_num, as_obj, full_grad, py_value, select_rows, take
@@ -77,6 +77,9 @@ class _Lowering:
         self.aliases: dict = {}
         self.row_mode = True
         self.rows: _Lowering | None = None
+
+    def ir_type(self, e: Expr) -> str:
+        return _type_of(e, self)
 
     def pos(self, node, name=None):
         return self.stmt.pos(node, name)
@@ -415,16 +418,9 @@ def _one_row_per_group(inner: CompiledQuery, key_irs: list) -> bool:
 
 
 def _noisy(e: Expr, low: _Lowering, inner: CompiledQuery) -> bool:
-    """Does ``e``'s value come from a noisy one: an aggregate, or (row-wise) an inner aggregate
-    column?  A CASE's conditions do not count, only the values it picks from."""
-    if isinstance(e, Agg):
-        return True
-    if isinstance(e, Key):
-        return low.row_mode and inner.columns[e.index].is_aggregate
-    if isinstance(e, Case):
-        return any(_noisy(v, low, inner) for _, v in e.branches) or \
-            (e.default is not None and _noisy(e.default, low, inner))
-    return any(_noisy(a, low, inner) for a in children(e))
+    """``ir.noisy`` over a stage's leaves: row-wise, an input column is noisy when the inner
+    query's is."""
+    return noisy(e, lambda i: low.row_mode and inner.columns[i].is_aggregate)
 
 
 def _default_name(body, low: _Lowering) -> str:

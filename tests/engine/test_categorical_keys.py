@@ -133,6 +133,11 @@ JOINS = [
     "SELECT a.state, c.name, g.zone, COUNT(*) FROM flights f LEFT JOIN airports a ON f.origin = a.faa "
     "JOIN carriers c USING (carrier) LEFT JOIN gates g ON f.gate = g.gate GROUP BY 1, 2, 3",
     "SELECT COUNT(*) FROM flights f WHERE f.origin IN (SELECT faa FROM airports WHERE state = 'NJ')",
+    # a LEFT JOIN's ON reading the private table: NULL and undeclared values fail an equality
+    # with labels in SQL as here (an inequality would not: 'XXX' <> 'LGA' is TRUE in SQL, and
+    # 'XXX' shares the NULL cell of a closed key, docs/domains.md)
+    "SELECT a.name, g.zone, COUNT(*) FROM flights f LEFT JOIN airports a ON f.origin = a.faa AND f.carrier = 'AA' "
+    "LEFT JOIN gates g ON f.gate = g.gate AND f.origin IN ('EWR', 'JFK') GROUP BY 1, 2",
 ]
 
 

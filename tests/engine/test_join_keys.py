@@ -129,6 +129,14 @@ JOINS = [
     "SELECT r.fare, COUNT(*) FROM flights f JOIN fares r ON f.month = r.month AND f.carrier = r.carrier GROUP BY 1",
     "SELECT r.fare, c.season, COUNT(*) FROM flights f LEFT JOIN fares r ON f.month = r.month "
     "AND f.carrier = r.carrier AND r.fare < 200 LEFT JOIN calendar c ON f.month = c.month GROUP BY 1, 2",
+    # LEFT joins whose ON reads the private table: rows failing it keep NULL dimension columns
+    "SELECT c.season, COUNT(*) FROM flights f LEFT JOIN calendar c ON f.month = c.month AND f.carrier = 'AA' "
+    "GROUP BY c.season",
+    "SELECT c.quarter, f.carrier, COUNT(*) FROM flights f LEFT JOIN calendar c ON f.month = c.month "
+    "AND f.carrier <> 'DL' GROUP BY 1, 2",
+    "SELECT r.fare, c.season, COUNT(*) FROM flights f LEFT JOIN fares r ON f.month = r.month "
+    "AND f.carrier = r.carrier AND f.month <= 6 LEFT JOIN calendar c ON f.month = c.month AND f.month > 1 "
+    "GROUP BY 1, 2",
 ]
 
 

@@ -156,6 +156,7 @@ def _spied(con, events, monkeypatch, fail_count=False):
                         lambda *a, **kw: (events.append("noise"), real_noise(*a, **kw))[1])
 
 
+@pytest.mark.slow
 def test_an_ordered_measurement_follows_the_engines_order(small, monkeypatch):
     """preview (public) → count → durable charge → noise → release, once."""
     con = dpsql.connect(_config(small, 1.0), user="tester")
@@ -297,3 +298,48 @@ def test_an_integer_column_may_declare_a_million_cells():
     assert IntegerRange("income", 0, 999_999).size == 1_000_000
     with pytest.raises(ConfigError, match="exceed the limit of 1000000"):
         IntegerRange("income", 0, 1_000_000)
+
+
+def test_the_measure_policy_measures_a_fine_columns_quantile_on_demand(small):
+    """With nothing measured and ``unsupported = "measure"``, a quantile over the fine column
+    is planned for its CDF, charged to the analyst's per-query budget and answered from the
+    ordered release; the next question about that column is free.  Before, the on-demand
+    plan was refused (the column's histogram: "groups by every value of column 'income'")."""
+    config = _config(small, 1e6, queries=["SELECT COUNT(*) FROM t WHERE income <= 2000"])
+    config["policy"] = {"unsupported": "measure", "rho": 1e4, "allow_spend": True}
+    config["budget"]["per_user"] = {"rho": 1e5}
+    con = dpsql.connect(config, user="analyst")
+    try:
+        cur = con.cursor()
+        sql = "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY income) FROM t"
+        cur.execute(sql)
+        assert cur.result.model.startswith("ordered") and cur.result.cost == Fraction(10 ** 4)
+        assert abs(cur.fetchone()[0] - float(_exact(small, sql))) <= Z95 * cur.result.stderr[0][0] + 1
+        charges = [e for e in con.session.engine.ledger.entries() if e.kind == "charge"]
+        assert [c.principal for c in charges] == ["analyst"]
+        cur.execute("SELECT COUNT(*) FROM t WHERE income BETWEEN 100 AND 900")
+        assert cur.result.cost == 0 and cur.result.model.startswith("ordered")
+    finally:
+        con.close()
+        dpsql.dbapi._engines.clear()
+
+
+@pytest.mark.slow
+def test_a_nullable_fine_columns_quantile_leaves_the_nulls_out(tmp_path):
+    """A nullable column's NULL cell sits after its values: the quantile reads the CDF of
+    the value cells alone (N = their total), as SQL ignores NULLs."""
+    x = _table(tmp_path, 5_000, 2_999)
+    lines = ["income"] + [str(v) for v in x] + [""] * 200
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "d.toml").write_text((tmp_path / "d.toml").read_text() + "nullable = true\n")
+    con = dpsql.connect(_config(tmp_path, 1e7), user="tester")
+    try:
+        con.session.measure()
+        cur = con.cursor()
+        for sql in QUERIES[:2] + ["SELECT COUNT(*) FROM t WHERE income BETWEEN 100 AND 900"]:
+            cur.execute(sql)
+            assert cur.result.model.startswith("ordered") and not cur.result.inferred[0], sql
+            assert cur.fetchone()[0] == pytest.approx(float(_exact(tmp_path, sql)), abs=0.5), sql
+    finally:
+        con.close()
+        dpsql.dbapi._engines.clear()

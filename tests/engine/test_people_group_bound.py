@@ -76,6 +76,7 @@ def test_calibration_charges_the_grouped_l2_exactly(spec):
     assert grouped.rho <= rho and grouped.rho == Fraction(2) / (2 * grouped.params[0])
 
 
+@pytest.mark.slow   # plans the workload twice
 def test_the_measurement_and_the_plan_use_the_grouped_sensitivity(spec):
     plain = Engine(load_config(spec))
     grouped = Engine(load_config(_grouped(spec)))

@@ -466,3 +466,63 @@ def test_join_keys_out_of_range_land_alike_everywhere(join_keys):
     kb = JOIN_KEYS.attribute("kb")
     assert expected[("kb",)][kb.null_index] > expected[("kb",)][11] > 0     # 13, 99, … apart from 12
     _assert_identical_everywhere(tmp, pg, "joinkeys", {}, JOIN_KEYS, cliques, expected)
+
+
+# --- categorical join keys (issue 31): NULL and undeclared values join nothing ----------------
+
+CAT_KEYS = TableSchema("catkeys", (
+    Categorical("ct", ["EWR", "JFK", "LGA"], nullable=True, closed=True),   # VARCHAR, closed
+    Categorical("cb", [10, 20, 30], nullable=True, closed=True),            # BIGINT, integer labels
+    Categorical("cd", [10, 20, 30], nullable=True, closed=True),            # DOUBLE
+    Categorical("cn", [10, 20, 30], nullable=True, closed=True),            # DECIMAL
+    Categorical("cv", [10, 20, 30], nullable=True, closed=True),            # VARCHAR read as numbers
+    Categorical("co", ["EWR", "JFK", "LGA"]),                               # VARCHAR, open, not nullable
+))
+CAT_KEY_COLUMNS = {"ct": "VARCHAR", "cb": "BIGINT", "cd": "DOUBLE", "cn": "DECIMAL(10,3)", "cv": "VARCHAR",
+                   "co": "VARCHAR"}
+CAT_KEY_VALUES = {
+    "ct": [None, "EWR", "JFK", "LGA", "jfk", " JFK", "JFK ", "", "XXX", "BOS", "Ewr"],
+    "cb": [None, 10, 20, 30, 0, 15, 40, -10, 2 ** 62],
+    "cd": [None, 10.0, 20.0, 30.0, 10.5, math.nan, math.inf, -0.0, 29.999999999999996],
+    "cn": [None, Decimal("10.000"), Decimal("20.000"), Decimal("10.001"), Decimal("-30.000"), Decimal("30.000")],
+    "cv": [None, "10", "20", "30", "010", "1e1", "10.5", "x", "", " 20 ", "40"],
+    "co": [None, "EWR", "JFK", "LGA", "jfk", "", "XXX"],
+}
+
+
+@pytest.fixture(scope="module")
+def cat_keys(tmp_path_factory, pg_server, spark):
+    tmp = tmp_path_factory.mktemp("catkeys")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE catkeys (" + ", ".join(f"{c} {t}" for c, t in CAT_KEY_COLUMNS.items()) + ")")
+    n = max(len(v) for v in CAT_KEY_VALUES.values()) * 3
+    rows = [[CAT_KEY_VALUES[c][(i * (k + 1)) % len(CAT_KEY_VALUES[c])] for k, c in enumerate(CAT_KEY_COLUMNS)]
+            for i in range(n)]
+    con.executemany(f"INSERT INTO catkeys VALUES ({', '.join('?' * len(CAT_KEY_COLUMNS))})", rows)
+    rel = "SELECT * FROM catkeys"
+    engines.write_parquet(con, rel, tmp / "catkeys.parquet")
+    pg_server.load("catkeys", engines.pg_ddl(con, rel), con.execute(rel).fetchall())
+    spark.sql("DROP TABLE IF EXISTS catkeys")
+    spark.sql(f"CREATE TABLE catkeys USING parquet LOCATION '{tmp / 'catkeys.parquet'}'")
+    yield tmp, con, pg_server
+    con.close()
+
+
+def test_categorical_keys_send_undeclared_values_to_a_cell_joining_nothing(cat_keys):
+    """A categorical join key is nullable or open (engine.public._check_key): its NULL and
+    undeclared values ('jfk', ' JFK', 'BOS', 15, NaN, 10.5, 'x') land in the NULL or
+    "(other)" cell, which joins no dimension row, on DuckDB, PostgreSQL and Spark alike, for
+    text, integer, float, decimal and text-as-number columns: equal to ``index_of``, cell by
+    cell, and none of them in a label's cell."""
+    tmp, con, pg = cat_keys
+    rows = reference_cells(con, CAT_KEYS, f"SELECT * FROM read_parquet('{tmp / 'catkeys.parquet'}')")
+    cliques = [(a,) for a in CAT_KEYS.column_names] + [("ct", "cb", "cv")]
+    expected = reference_counts(rows, CAT_KEYS, cliques)
+    raw = con.execute("SELECT ct, co FROM catkeys").fetchall()
+    ct, co = CAT_KEYS.attribute("ct"), CAT_KEYS.attribute("co")
+    # 'jfk', ' JFK', 'JFK ', '', 'XXX', 'BOS', 'Ewr' and NULL: none in a label's cell
+    labels = ("EWR", "JFK", "LGA")
+    assert [c[0] for _, c in rows] == [labels.index(v) if v in labels else ct.null_index for v, _ in raw]
+    assert [c[5] for _, c in rows] == [labels.index(v) if v in labels else co.other_index for _, v in raw]
+    assert expected[("ct",)][ct.null_index] > 0 and expected[("co",)][co.other_index] > 0
+    _assert_identical_everywhere(tmp, pg, "catkeys", {}, CAT_KEYS, cliques, expected)

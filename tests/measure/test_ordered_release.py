@@ -126,6 +126,12 @@ def test_reported_variances_are_the_estimators_own(monkeypatch, noise):
         q = 0.3
         D = P - q * P[-1]
         assert np.allclose(est._rank_sd(q), np.sqrt(np.einsum("ij,jk,ik->i", D, cov, D)), rtol=1e-7)
+        # over the first m cells (a nullable column's NULL cell, the last, left out)
+        m = n - 3
+        Dm = P[:m] - q * P[m - 1]
+        assert np.allclose(est._rank_sd(q, m), np.sqrt(np.einsum("ij,jk,ik->i", Dm, cov, Dm)), rtol=1e-7)
+        # the variance of each cell: the diagonal of the estimator's covariance
+        assert np.allclose(est.cell_variance(), np.diag(cov)[:n], rtol=1e-7)
         assert math.isfinite(cdf[-1])
 
 

@@ -19,7 +19,9 @@ SQL = ("SELECT c.nation, COUNT(DISTINCT c.custkey) FROM customers c JOIN orders 
        "JOIN lineitem l ON l.orderkey = o.orderkey WHERE o.priority <= 2 AND l.flag = 'R' GROUP BY c.nation")
 
 
-def _load(engine: str, rows, where: Path, tag: str, pg=None) -> dict[str, dict]:
+def _load(engine: str, rows, where: Path, tag: str, pg=None, spark=None) -> dict[str, dict]:
+    """Put ``rows`` into ``engine`` (``spark``: the session fixture, started by the caller;
+    the file is scheduled with the other Spark files, tests/conftest.py SPARK_FILES)."""
     files = shop.write_parquet(rows, where / tag)
     if engine == "duckdb":
         return {t: {"parquet": str(p)} for t, p in files.items()}
@@ -58,15 +60,14 @@ def reference(rows, cfg, flag) -> dict:
 @pytest.mark.parametrize("engine", ["duckdb", "postgres", "spark"])
 def test_a_condition_flag_counts_like_the_reference_and_moves_by_at_most_one(engine, tmp_path, request):
     pg = request.getfixturevalue("pg_server") if engine == "postgres" else None
-    if engine == "spark":
-        request.getfixturevalue("spark")
+    spark = request.getfixturevalue("spark") if engine == "spark" else None
     rows = shop.shop_rows()
-    cfg, flag, full = _counts(tmp_path, _load(engine, rows, tmp_path, "full", pg))
+    cfg, flag, full = _counts(tmp_path, _load(engine, rows, tmp_path, "full", pg, spark))
     expected = reference(rows, cfg, flag)
     for clique, counts in full.items():
         assert np.array_equal(counts, expected[clique]), (engine, clique, counts, expected[clique])
     assert 0 < full[(flag,)][1] < full[(flag,)].sum()
     for p in (7, 14, 1, 2):
-        _, _, after = _counts(tmp_path, _load(engine, shop.without(rows, p), tmp_path, f"n{p}", pg))
+        _, _, after = _counts(tmp_path, _load(engine, shop.without(rows, p), tmp_path, f"n{p}", pg, spark))
         for clique, counts in full.items():
             assert np.abs(counts - after[clique]).sum() <= 1, (engine, p, clique)

@@ -91,7 +91,9 @@ def declared_l2_sq(cfg, table: str, clique) -> int:
     return view.max_rows ** 2
 
 
-def _load(engine: str, rows, where: Path, tag: str, pg=None) -> dict[str, dict]:
+def _load(engine: str, rows, where: Path, tag: str, pg=None, spark=None) -> dict[str, dict]:
+    """Put ``rows`` into ``engine`` (``spark``: the session fixture, started by the caller;
+    the file is scheduled with the other Spark files, tests/conftest.py SPARK_FILES)."""
     files = shop.write_parquet(rows, where / tag)
     if engine == "duckdb":
         return {t: {"parquet": str(p)} for t, p in files.items()}
@@ -132,10 +134,9 @@ def _worst(cfg, before, after) -> dict:
 def test_group_bounded_views_count_like_the_reference_and_move_by_at_most_the_declared_l2(
         engine, tmp_path, request):
     pg = request.getfixturevalue("pg_server") if engine == "postgres" else None
-    if engine == "spark":
-        request.getfixturevalue("spark")
+    spark = request.getfixturevalue("spark") if engine == "spark" else None
     rows = shop.shop_rows()
-    cfg, full = _counts(tmp_path, _load(engine, rows, tmp_path, "full", pg))
+    cfg, full = _counts(tmp_path, _load(engine, rows, tmp_path, "full", pg, spark))
     for table in GROUPS:
         expected = reference(rows, cfg, table)
         for clique, counts in full[table].items():
@@ -143,7 +144,7 @@ def test_group_bounded_views_count_like_the_reference_and_move_by_at_most_the_de
     persons = [7, 14, 1, 2] if engine != "duckdb" else [c[0] for c in rows["customers"]]
     reached = {}
     for p in persons:
-        _, after = _counts(tmp_path, _load(engine, shop.without(rows, p), tmp_path, f"n{p}", pg))
+        _, after = _counts(tmp_path, _load(engine, shop.without(rows, p), tmp_path, f"n{p}", pg, spark))
         for where, (moved, declared) in _worst(cfg, full, after).items():
             assert moved <= declared, (engine, p, where, moved, declared)
             reached[where] = max(reached.get(where, 0), moved)
@@ -152,6 +153,7 @@ def test_group_bounded_views_count_like_the_reference_and_move_by_at_most_the_de
     assert reached[("lineitem", ("flag",))] == grouped_l2_sq(5, 2, 2) == 8
 
 
+@pytest.mark.slow   # two databases counted
 def test_without_the_group_bound_a_person_moves_a_grouped_marginal_beyond_its_l2(tmp_path):
     """The check can fail: without group_by/max_groups the heavy customer 7 moves the
     status marginal of orders by more than √2 rows (the grouped L2 bound)."""

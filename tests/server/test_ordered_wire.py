@@ -1,0 +1,56 @@
+"""A fine ordered column over the wire (issue 35 item 4): a quantile and range counts over a
+5,000-cell integer column, measured by the ordered strategy, reach psycopg through
+``dpsql serve`` with the values and 95% half-widths the in-process driver reports."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpsql.server.server import serve
+from dpsql.sql.postprocess import Z95
+from dpsql.testing import write_config
+
+from server_fakes import PASSWORD
+from test_clients import bounded
+
+QUERIES = ["SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY income) FROM t",
+           "SELECT COUNT(*) FROM t WHERE income BETWEEN 500 AND 1500"]
+
+
+@pytest.fixture(scope="module")
+def fine_server(users_file, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fine_wire")
+    x = np.clip(np.random.default_rng(3).lognormal(7.0, 0.7, 3000).astype(np.int64), 0, 4999)
+    (tmp / "t.csv").write_text("income\n" + "\n".join(map(str, x)) + "\n")
+    (tmp / "t.toml").write_text("[tables.t.columns.income]\ntype = \"integer\"\nlo = 0\nhi = 4999\n")
+    config = write_config(tmp, table="t", domain=tmp / "t.toml", source={"csv": tmp / "t.csv"},
+                          epsilon=1.0, queries=QUERIES)
+    import dpsql
+    local = dpsql.connect(str(config), user="alice")
+    local.session.measure()
+    thread = serve(str(config), users_file=users_file, shadow=False)
+    psycopg = pytest.importorskip("psycopg")
+    conn = bounded(lambda: psycopg.connect(host="127.0.0.1", port=thread.port, user="alice", password=PASSWORD,
+                                           dbname="dpsql", connect_timeout=10, autocommit=True, sslmode="disable"))
+    yield conn, local
+    bounded(conn.close)
+    thread.stop()
+    local.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sql", QUERIES)
+def test_psycopg_gets_the_ordered_answer_and_its_interval(fine_server, sql):
+    conn, local = fine_server
+    want = local.cursor().execute(sql)
+    value, se = want.fetchone()[0], want.result.stderr[0][0]
+    assert want.result.model.startswith("ordered") and math.isfinite(se) and se > 0
+    cur = bounded(lambda: conn.execute(sql), timeout=120)
+    row = bounded(cur.fetchone)
+    names = [d.name for d in cur.description]
+    assert names[1].endswith("_ci95"), names           # the wire's default error column
+    assert float(row[0]) == pytest.approx(value, rel=1e-6, abs=0.5)
+    assert float(row[1]) == pytest.approx(Z95 * se, rel=0.05, abs=0.5)
