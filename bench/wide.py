@@ -320,7 +320,8 @@ def run_mbi(dom, ms, pairs, true, a, tag: str) -> dict | None:
     if not MBI_PYTHON.exists():
         print("  mbi: bench/.venv-mbi is missing (pip install -r bench/peers/requirements-mbi.txt)")
         return None
-    rel, out = OUT / f"release-{tag}.pkl", OUT / f"mbi-{tag}.npz"
+    # runs with other steps may share the release, not the output
+    rel, out = OUT / f"release-{tag}.pkl", OUT / f"mbi-{tag}-step{a.mbi_step:g}.npz"
     dump_release(ms, estimate_total(ms)[0], true, rel)
     args = [str(MBI_PYTHON), __file__, "--side-mbi", str(rel), str(out),
             "--attrs", str(len(dom.attributes)), "--mbi-iters", str(a.mbi_iters),
