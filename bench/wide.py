@@ -171,7 +171,7 @@ def answer_all(model, pairs) -> tuple[dict, float]:
 
 
 def run_dpsql(dom, ms, pairs, method: str, cpu_limit: float) -> dict:
-    """The engine's fit call (``Engine._fit``'s arguments), ``method`` "auto" or "relaxed"."""
+    """The engine's fit call (``ModelStore._fit``'s arguments), ``method`` "auto" or "relaxed"."""
     from dpsql.linalg.threads import one_blas_thread
     from dpsql.pgm.auto import fit
     from dpsql.pgm.limits import FitLimits

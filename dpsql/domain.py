@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import functools
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -31,6 +32,7 @@ from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
+from dpsql.binned_cells import VECTOR_BINS, interval_cells
 from dpsql.errors import ConfigError, DomainViolationError, UnknownColumnError, UnsupportedQueryError
 
 __all__ = ["Domain", "Attribute", "Categorical", "IntegerRange", "Numeric", "TableSchema",
@@ -496,6 +498,12 @@ class _Binned(Attribute):
         if value is None:
             return frozenset(), True
         self._check_predicate_value(value)
+        # a 10⁶-bin column (issue 35): the same cases over arrays, not a Python loop per bin
+        # (Python ints and floats only: a Decimal with more digits than a double keeps the loop)
+        fast = self._nbins() > VECTOR_BINS and type(value) in (int, float) and abs(value) < 2 ** 52
+        arrays = self._bound_arrays if fast else None
+        if arrays is not None:
+            return interval_cells(arrays[0], arrays[1], op, float(value), integer=self._integral)
         cells, exact = set(), True
         bounds = self._bounds()
         for i, (lo, hi) in enumerate(bounds):
@@ -506,6 +514,15 @@ class _Binned(Attribute):
             elif any_:
                 exact = False
         return frozenset(cells), exact
+
+
+    @functools.cached_property
+    def _bound_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The bins' ends as float arrays when every end is exact in a double (else None)."""
+        b = np.array(self._bounds(), dtype=object).reshape(-1, 2)
+        if b.size and max(abs(float(b.min())), abs(float(b.max()))) >= 2.0 ** 52:
+            return None
+        return b[:, 0].astype(np.float64), b[:, 1].astype(np.float64)
 
 
 @dataclass(frozen=True)

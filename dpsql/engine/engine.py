@@ -41,7 +41,7 @@ from dpsql.public import StarCatalog
 from dpsql.engine.config import Config
 from dpsql.engine.reports import (COUNTS, QUANTILES, MeasureReport, PlanReport, QueryReport, ReleaseInfo,
                                    SpendPreview, unit_of, units_of)
-from dpsql.engine.fitting import ModelFitting
+from dpsql.engine.fitting import ModelStore
 from dpsql.engine.ordered import is_ordered_payload, is_ordered_strategy
 from dpsql.engine.state import TableState, _identity, _retire_model, _sha
 from dpsql.errors import (BudgetExhaustedError, LedgerCorruptError, OperationalError,
@@ -55,6 +55,11 @@ from dpsql.privacy.accountant import format_rho
 from dpsql.privacy.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from dpsql.engine.bounds import BoundsModel
+    from dpsql.engine.variance import VarianceModel
+    from dpsql.pgm import GraphicalModel
     from dpsql.plan import Strategy, StrategyCache, Workload
 
 # The planner (dpsql.plan: scipy.optimize, scipy.linalg) is imported where a
@@ -78,7 +83,7 @@ def gaussian_sigma2_unit(rho: float) -> float:
     return 1.0 / (2.0 * rho)
 
 
-class Engine(ModelFitting):
+class Engine:
     """Shared state for one configuration; thread-safe."""
 
     #: The ledger principal of the operator's workload measurements: bounded by the total
@@ -117,6 +122,11 @@ class Engine(ModelFitting):
         self._seen_seq = 0
         self._charges: dict[int, LedgerEntry] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
+        # the models of the releases: a collaborator given what it uses, not a base class
+        # reading this one's attributes (issue 36 item 3)
+        self.models = ModelStore(config, self._lock, state=self._state, sync=self._sync,
+                                 progress=self.progress, listening=lambda: bool(self._listeners),
+                                 workload_matrix=lambda table: self.workload_for(table)[0].matrix)
 
     @property
     def ledger(self) -> Ledger:
@@ -175,12 +185,8 @@ class Engine(ModelFitting):
                                 self.config.noise)
 
     def model_key(self, table: str) -> str:
-        """Key of the model fitted from the current releases: a saved model is valid only
-        for the same identity and the same set of releases."""
-        with self._lock:
-            self._sync(table)
-            state = self._state(table)
-            return _sha(_identity(state).key(), *sorted(state.release_keys))
+        """Key of the model fitted from the current releases (``ModelStore.model_key``)."""
+        return self.models.model_key(table)
 
     def _read_ledger(self) -> None:
         for entry in self.ledger.entries(since=self._seen_seq):
@@ -787,7 +793,44 @@ class Engine(ModelFitting):
                 state.ordered_estimate = OrderedEstimate(state.ordered[-1])
             return state.ordered_estimate
 
-    # -- model -------------------------------------------------------------------------------
+    # -- model (``self.models``, dpsql/engine/fitting.py) -------------------------------------
+    def model(self, table: str, stale_ok: bool = False) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
+        """The model of the table's current releases, its variance and version, loaded or
+        fitted once for every connection (``ModelStore.model``)."""
+        return self.models.model(table, stale_ok)
+
+    def model_is_current(self, table: str, version: int) -> bool:
+        """Whether ``version`` is the model of the table's current releases (not a stale one)."""
+        return self.models.model_is_current(table, version)
+
+    def model_path(self, table: str, release_keys=None) -> Path:
+        """Where the model of a set of releases is saved (``ModelStore.model_path``)."""
+        return self.models.model_path(table, release_keys)
+
+    def workload_identity(self) -> str:
+        """What of the declared workload the fit depends on (``ModelStore.workload_identity``)."""
+        return self.models.workload_identity()
+
+    def fit_workload(self, table: str) -> list:
+        """The declared workload's matrices the fit scores itself on (``ModelStore.fit_workload``)."""
+        return self.models.fit_workload(table)
+
+    def fit_measurements(self, released) -> list[Measurement]:
+        """Releases as the fit's measurements (``ModelStore.fit_measurements``)."""
+        return self.models.fit_measurements(released)
+
+    def prepare(self, table: str) -> Future:
+        """Make the model of the current releases ready in a background thread; a Future of
+        its version (``ModelStore.prepare``)."""
+        return self.models.prepare(table)
+
+    def model_status(self, table: str) -> dict:
+        """Public state of the table's model (``ModelStore.model_status``)."""
+        return self.models.model_status(table)
+
+    def bounds(self, table: str) -> BoundsModel | None:
+        """Ranges implied by the released measurements (``ModelStore.bounds``)."""
+        return self.models.bounds(table)
 
     def _state(self, table: str) -> TableState:
         try:

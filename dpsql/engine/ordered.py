@@ -112,7 +112,6 @@ def answer_ordered(schema, estimate, compiled):
     if attr not in names:
         return None
     k = names.index(attr)
-    values = schema.attribute(attr).cell_values()
     answers, stderrs = Answers(), {}
     for lq in compiled.linear_queries:
         terms = kron_terms(lq.matrix)
@@ -126,6 +125,7 @@ def answer_ordered(schema, estimate, compiled):
         else:
             return None
         if lq.kind == "quantile":
+            values = schema.attribute(attr).cell_values()     # per cell: read only for quantiles
             masks = lq.cell_masks
             if not isinstance(f, linalg.Identity) or w != 1.0 or lq.layout.quantile_group_map is not None \
                     or (masks is not None and not all(np.all(m) for m in masks)) \

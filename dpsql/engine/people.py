@@ -32,6 +32,7 @@ from dpsql.measure.source import FILE_KINDS, Source
 from dpsql.measure.views import EXISTS, PERSON, SEP, Hop, View
 from dpsql.plan.views import GroupBound
 from dpsql.sql.people import flag_column
+from dpsql.sql.syntax import exp
 
 # [people]'s keys and their types are declared in dpsql.config_schema and checked when the
 # configuration loads; what follows checks them against the declared tables.
@@ -262,6 +263,8 @@ def with_flags(people: PeopleSchema, tables: dict[str, TableSchema], sources: di
     (docs/privacy.md §2a).  Public: the workload's SQL and the schema."""
     if not flags:
         return tables, sources, people
+    for table, cond in flags:
+        _check_flag_columns(people.views[table], tables[table], cond)
     view = people.views[people.person]
     filters = tuple((flag_column(table, cond), people.views[table], cond) for table, cond in flags)
     view = replace(view, filters=view.filters + filters)
@@ -270,6 +273,21 @@ def with_flags(people: PeopleSchema, tables: dict[str, TableSchema], sources: di
     tables = {**tables, people.person: schema}
     sources = {**sources, people.person: replace(sources[people.person], view=view)}
     return tables, sources, replace(people, views={**people.views, people.person: view})
+
+
+def _check_flag_columns(view: View[Source], schema: TableSchema, cond) -> None:
+    """A flag's condition runs inside the engine on the view's own columns, which a CSV hop
+    holds as its records' text (``View.relation``): a categorical compares as text, but a
+    declared number or date would be compared as text or refused by the engine's binder at
+    every measurement.  Refused here, from the declared kinds alone, before any row is read."""
+    text = {view_col for hop in view.hops if hop.source.kind == "csv" for _, view_col in hop.columns}
+    for col in cond.find_all(exp.Column):
+        if col.name in text and schema.attribute(col.name).kind != "categorical":
+            raise ConfigError(f"[workload]: the condition '{cond.sql(dialect='postgres')}' on the persons' rows of "
+                              f"{view.table!r} reads '{col.name}', a {schema.attribute(col.name).kind} column of a "
+                              "CSV file: such a condition is evaluated on the file's text",
+                              hint="condition COUNT(DISTINCT person) on categorical columns of CSV tables, or "
+                                   "read the table from Parquet, DuckDB, PostgreSQL or Spark")
 
 
 __all__ = ["PeopleSchema", "people_views", "with_flags"]

@@ -29,7 +29,8 @@ from sqlglot import exp
 from dpsql import labels as wording
 from dpsql.errors import DomainViolationError, Error, StatementTooComplexError, UnsupportedQueryError
 from dpsql.sql import timefuncs
-from dpsql.sql.scalars import SCALARS, Scalar, cast_value, check_arity, operands
+from dpsql.sql.scalars import (SCALARS, Scalar, as_case, cast_value, check_arity, check_divisor, compare, first_present,
+                               first_true, operands)
 
 __all__ = ["OTHER", "DimRef", "Evaluated", "CellEvaluator", "columns_in", "literal_value", "NEGATE",
            "position_literal", "snippet"]
@@ -53,8 +54,6 @@ WORK_LIMIT = 1_000_000
 NEGATE = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _OPS: dict[type, str] = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_PY = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-       ">": operator.gt, ">=": operator.ge}
 
 
 class DimRef(exp.Expression, exp.Func):
@@ -344,21 +343,14 @@ class CellEvaluator:
             return self._text(node)
         if isinstance(node, exp.Coalesce):
             return self._coalesce(node)
-        if isinstance(node, exp.Nullif):
-            # NULLIF(a, b) = CASE WHEN a = b THEN NULL ELSE a END, with SQL's NULL rules.
-            return self._case(exp.Case(ifs=[exp.If(this=exp.EQ(this=node.this.copy(),
-                                                               expression=node.expression.copy()),
-                                                   true=exp.Null())], default=node.this.copy()))
-        if isinstance(node, exp.Case):
-            return self._case(node)
+        case = as_case(node)        # NULLIF, IF: the CASE they are (as over values)
+        if case is not None or isinstance(node, exp.Case):
+            return self._case(case or node)
         if isinstance(node, _PREDICATES):
             # A predicate used as a value: TRUE/FALSE per cell, NULL where UNKNOWN.
             t, f = self.truth(node)
             vals = [True if t[i] else False if f[i] else None for i in range(self.n)]
             return Evaluated(vals, list(vals), ~(t | f))
-        if isinstance(node, exp.If):
-            return self._case(exp.Case(ifs=[exp.If(this=node.this, true=node.args.get("true"))],
-                                       default=node.args.get("false")))
         if isinstance(node, exp.Func):
             name = f"function {self.words(node) if self.words else node.sql_name().lower()}"
         else:
@@ -415,9 +407,12 @@ class CellEvaluator:
 
     def _arith(self, node) -> Evaluated:
         a, b = self.value(node.this), self.value(node.expression)
-        divisor = literal_value(node.expression)
-        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)) and divisor[0] and divisor[1] == 0:
-            self._fail(UnsupportedQueryError, node, "division by zero", "divide by a non-zero constant")
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+            try:
+                check_divisor(*literal_value(node.expression))
+            except Error as err:
+                err.position = self.pos(node)
+                raise
         typed = bool(node.args.get("typed"))
 
         def div(x, y):
@@ -512,38 +507,26 @@ class CellEvaluator:
 
     def _coalesce(self, node) -> Evaluated:
         args = [self.value(node.this)] + [self.value(e) for e in node.expressions]
-        lo, hi, null = [], [], np.ones(self.n, dtype=bool)
-        for i in range(self.n):
-            for a in args:
-                if not a.null[i] and a.lo[i] is not None:
-                    lo.append(a.lo[i])
-                    hi.append(a.hi[i])
-                    null[i] = False
-                    break
-            else:
-                lo.append(None)
-                hi.append(None)
-        return Evaluated(lo, hi, null)
+        picks = [first_present([None if a.null[i] else a.lo[i] for a in args]) for i in range(self.n)]
+        lo = [None if j is None else args[j].lo[i] for i, j in enumerate(picks)]
+        hi = [None if j is None else args[j].hi[i] for i, j in enumerate(picks)]
+        return Evaluated(lo, hi, np.array([j is None for j in picks], dtype=bool))
 
     def _case(self, node) -> Evaluated:
-        subject = node.this
-        lo, hi = [None] * self.n, [None] * self.n
-        decided = np.zeros(self.n, dtype=bool)
+        """Per cell, the value of the first branch whose condition is TRUE (scalars.first_true)."""
+        subject, conds, vals = node.this, [], []
         for branch in node.args.get("ifs") or []:
             cond = branch.this
             if subject is not None:
                 cond = exp.EQ(this=subject.copy(), expression=cond.copy())
-            true, _ = self.truth(cond)
-            val = self.value(branch.args["true"])
-            for i in np.flatnonzero(true & ~decided):
-                lo[i], hi[i] = val.lo[i], val.hi[i]
-            decided |= true
-        default = node.args.get("default")
-        if default is not None:
-            val = self.value(default)
-            for i in np.flatnonzero(~decided):
-                lo[i], hi[i] = val.lo[i], val.hi[i]
-        return Evaluated(lo, hi, np.array([v is None for v in lo]))
+            conds.append(self.truth(cond)[0])
+            vals.append(self.value(branch.args["true"]))
+        if node.args.get("default") is not None:
+            vals.append(self.value(node.args["default"]))
+        picks = [first_true([c[i] for c in conds]) for i in range(self.n)]
+        lo = [vals[j].lo[i] if j < len(vals) else None for i, j in enumerate(picks)]
+        hi = [vals[j].hi[i] if j < len(vals) else None for i, j in enumerate(picks)]
+        return Evaluated(lo, hi, np.array([v is None for v in lo], dtype=bool))
 
     def constant_values(self, node) -> tuple[list, np.ndarray]:
         """Per-cell value of ``node``, refusing bins on which it is not constant."""
@@ -699,11 +682,10 @@ class CellEvaluator:
                 self._fail(UnsupportedQueryError, node, f"'{snippet(node)}' depends on undeclared labels",
                            "compare with declared labels only")
             try:
-                xc, vc = timefuncs.comparable(x, v)
-                r = _PY[op](xc, vc)
-            except TypeError:
-                self._fail(DomainViolationError, node, f"cannot compare {x!r} with {v!r} in '{snippet(node)}'",
-                           "compare with a value of the expression's type")
+                r = compare(op, x, v)
+            except Error as err:
+                err.position = self.pos(node)
+                raise
             t[i], f[i] = r, not r
         return t, f
 

@@ -21,7 +21,6 @@ and numeric buckets are ascending.
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 from itertools import product
 
@@ -31,6 +30,7 @@ from sqlglot import exp
 from dpsql.domain import Attribute
 from dpsql.errors import UnsupportedQueryError
 from dpsql.sql.cells import OTHER, CellEvaluator, DimRef, snippet
+from dpsql.sql.scalars import common_type, type_name
 
 __all__ = ["GroupKey", "GroupAttr", "Grouping", "key_value_type", "MAX_GROUPS"]
 
@@ -67,22 +67,9 @@ class GroupAttr:
 
 
 def key_value_type(attr, values: list) -> str:
-    present = [v for v in values if v is not None and v is not OTHER]
-    if not present:
-        return "text"
-    if all(isinstance(v, str) for v in present):
-        return "text"
-    if all(isinstance(v, (bool, np.bool_)) for v in present):
-        return "boolean"
-    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in present):
-        return "integer"
-    if all(isinstance(v, (int, float)) for v in present):
-        return "double precision"
-    if all(isinstance(v, datetime.datetime) for v in present):
-        return "timestamp"
-    if all(isinstance(v, datetime.date) and not isinstance(v, datetime.datetime) for v in present):
-        return "date"
-    return "text"
+    """The type of a grouped expression's values on the cells: the rule of a CASE's or
+    COALESCE's type over released values (``scalars.common_type``)."""
+    return common_type(type_name(v) for v in values if v is not None and v is not OTHER)
 
 
 def column_key_values(attr) -> tuple[list, str]:

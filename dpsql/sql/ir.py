@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.sql.scalars import SCALARS, cast_type, cast_value
+from dpsql.sql.scalars import SCALARS, cast_type, cast_value, common_type
 
 __all__ = ["Agg", "Key", "Lit", "Op", "Call", "Cast", "Case", "Expr", "Output", "SortKey", "COMPARISON",
            "BOOLEAN", "children", "uses", "noisy", "is_exact_integer", "type_of", "interval", "divide"]
@@ -61,8 +61,8 @@ class Op:
 @dataclass(frozen=True)
 class Call:
     """A function: a scalar of ``scalars.SCALARS`` (``round``'s second argument a :class:`Lit`
-    of its checked decimal places, ``to_char``'s its format) or one of ``coalesce nullif greatest
-    least``."""
+    of its checked decimal places, ``to_char``'s its format) or one of ``coalesce greatest
+    least`` (NULLIF and IF are lowered to :class:`Case`, as on cells: ``scalars.as_case``)."""
 
     name: str
     args: tuple[Expr, ...]
@@ -183,11 +183,21 @@ def type_of(e: Expr, key_type: Callable[[int], str], agg_type: Callable[[int], s
     if isinstance(e, Cast):
         return cast_type(e.to)
     if isinstance(e, Call):
-        if e.name in ("coalesce", "nullif") and e.args:
-            return type_of(e.args[0], key_type, agg_type)
+        if e.name == "coalesce":
+            return _common(e.args, key_type, agg_type)
         if e.name in SCALARS:
             return SCALARS[e.name].result
+    if isinstance(e, Case):
+        return _common(tuple(v for _, v in e.branches) + ((e.default,) if e.default is not None else ()),
+                       key_type, agg_type)
     return "double precision"
+
+
+def _common(values: tuple[Expr, ...], key_type: Callable[[int], str], agg_type: Callable[[int], str]) -> str:
+    """The type of one of ``values`` (a CASE's, COALESCE's): one rule with a grouped
+    expression's type on the cells (``scalars.common_type``); NULL has none."""
+    return common_type(None if isinstance(v, Lit) and v.value is None else type_of(v, key_type, agg_type)
+                       for v in values)
 
 
 # --- ranges --------------------------------------------------------------------------------

@@ -188,6 +188,30 @@ def person_flags(statements, catalog) -> list[tuple[str, exp.Expr]]:
     return list(out.values())
 
 
+# What a flag's condition may hold.  It is evaluated inside the engine on the rows' own
+# values (``View.relation``), so a cast of a column, arithmetic or a function, which can fail
+# on some values (a text that is no number, an overflow), would make whether every
+# measurement of the person's view fails depend on the data; comparisons of columns with
+# constants fail, if at all, when the statement is bound, whatever the rows.
+_FLAG_NODES = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And, exp.Or,
+               exp.Not, exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.In, exp.Between, exp.Is,
+               exp.Like, exp.ILike)
+
+
+def _unsafe(cond: exp.Expr) -> exp.Expr | None:
+    """The first node of ``cond`` outside ``_FLAG_NODES`` (a constant's cast or sign is a
+    constant: allowed), or None."""
+    if isinstance(cond, (exp.Cast, exp.Neg)) and not any(isinstance(n, exp.Column) for n in cond.walk()):
+        return None
+    if not isinstance(cond, _FLAG_NODES):
+        return cond
+    for child in cond.iter_expressions():
+        bad = _unsafe(child)
+        if bad is not None:
+            return bad
+    return None
+
+
 def _flag_condition(tree: exp.Select, stmt, refs: list[_Private], deepest: _Private,
                     people) -> tuple[list[exp.Expr], exp.Expr] | None:
     """(the WHERE conjuncts that read a column of a table other than the person's, their AND
@@ -204,6 +228,13 @@ def _flag_condition(tree: exp.Select, stmt, refs: list[_Private], deepest: _Priv
         if cond.find(exp.Subquery, exp.Select) is not None:
             raise UnsupportedQueryError(f"the condition '{snippet(cond, 60)}' on persons' rows holds a subquery",
                                         position=stmt.pos(cond), hint="write it with the table's own columns")
+        bad = _unsafe(cond)
+        if bad is not None:
+            raise UnsupportedQueryError(
+                f"the condition '{snippet(cond, 60)}' on persons' rows computes '{snippet(bad, 40)}' from their values",
+                position=stmt.pos(bad),
+                hint="such a condition is evaluated on every row inside the engine, where a computation can fail "
+                     "on some values; compare columns with constants (=, <, IN, BETWEEN, LIKE, IS NULL; AND, OR, NOT)")
         moved.append((cond, hits))
     if not moved:
         return None

@@ -42,7 +42,7 @@ from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal,
 from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, cast_type, check_arity, operands
+from dpsql.sql.scalars import SCALARS, as_case, cast_type, check_arity, check_divisor, check_ordered, operands
 
 __all__ = ["Answers", "AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
@@ -128,7 +128,7 @@ def order_items(tree, columns, ir, pos) -> list[SortKey]:
     return out
 
 
-_CALLS = (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,
+_CALLS = (exp.Round, exp.Abs, exp.Floor, exp.Ceil, exp.Coalesce, exp.Greatest, exp.Least,
           exp.Sqrt, exp.Ln)
 
 
@@ -175,11 +175,23 @@ def to_ir(node, low) -> Expr:
             position=low.pos(node),
             hint=f"add it to GROUP BY (GROUP BY {node.shown}) or aggregate (e.g. COUNT(*))")
     if type(node) in _BINARY:
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+            try:       # one rule with the cells' (cells.CellEvaluator._arith)
+                check_divisor(*literal_value(node.expression))
+            except Error as err:
+                err.position = low.pos(node)
+                raise
         args = (to_ir(node.this, low), to_ir(node.expression, low))
         key_type = lambda i: low.keys[i].type  # noqa: E731
         if isinstance(node, exp.Div) and node.args.get("typed") and all(is_exact_integer(a, key_type) for a in args):
             # PostgreSQL divides integers by truncation; only exact (non-noisy) integers qualify.
             return Op("int/", args)
+        if _BINARY[type(node)] in ("<", "<=", ">", ">="):
+            try:        # before anything is measured; the rule of scalars.compare on each row
+                check_ordered(*(low.ir_type(a) for a in args))
+            except Error as err:
+                err.position = low.pos(node)
+                raise
         return Op(_BINARY[type(node)], args)
     if isinstance(node, exp.Neg):
         return Op("neg", (to_ir(node.this, low),))
@@ -232,6 +244,8 @@ def to_ir(node, low) -> Expr:
             err.position = low.pos(fmt if fmt is not None else node)
             raise
         return Call("to_char", (to_ir(node.this, low), Lit(checked)))
+    if as_case(node) is not None:     # NULLIF, IF: the CASE they are (as on cells)
+        return to_ir(as_case(node), low)
     if isinstance(node, exp.Case):
         if node.this is not None:
             subject = node.this

@@ -19,7 +19,7 @@ import numpy as np
 
 from dpsql.errors import DataError, UnsupportedQueryError
 from dpsql.sql.ir import COMPARISON, Agg, Call, Cast, Expr, Key, Lit, Op
-from dpsql.sql.scalars import SCALARS, cast_type, cast_value
+from dpsql.sql.scalars import SCALARS, cast_type, cast_value, compare, first_present, first_true
 
 # The two-sided 95% normal quantile (dpsql.engine.variance.Z95): a binning bound β is
 # reported inside the standard error as β/Z95, so ``± Z95·se`` widens by exactly β.
@@ -93,18 +93,7 @@ def _arith(op: str, a: V, b: V) -> V:
 
 def _compare(op: str, a: V, b: V) -> V:
     xa, xb = _as_obj(a), _as_obj(b)
-    out = np.empty(len(xa), dtype=object)
-    fn = {"=": lambda p, q: p == q, "!=": lambda p, q: p != q, "<": lambda p, q: p < q,
-          "<=": lambda p, q: p <= q, ">": lambda p, q: p > q, ">=": lambda p, q: p >= q}[op]
-    for i, (p, q) in enumerate(zip(xa, xb)):
-        if p is None or q is None:
-            out[i] = None
-        else:
-            try:
-                out[i] = bool(fn(p, q))
-            except TypeError:
-                raise DataError(f"cannot compare {p!r} with {q!r}", hint="compare values of one type") from None
-    return V(out, None, False)
+    return V(np.array([compare(op, p, q) for p, q in zip(xa, xb)], dtype=object), None, False)
 
 
 def _kleene(op: str, a: V, b: V | None = None) -> V:
@@ -160,27 +149,16 @@ def _fn(name: str, args: list[V], n: int) -> V:
         return _scalar(name, args)
     if name == "coalesce":
         vals = [_as_obj(a) for a in args]
-        out = np.array([next((v[i] for v in vals if v[i] is not None), None) for i in range(n)], dtype=object)
-        if all(a.num for a in args):
-            res = _as_num(V(out, None, False))
-            res.grad = {}
-            for k in set().union(*[a.grad for a in args]):
-                res.grad[k] = np.zeros(n)
-            for i in range(n):
-                for a in args:
-                    if not math.isnan(a.val[i]):
-                        for k, d in a.grad.items():
-                            res.grad[k][i] = d[i] if np.ndim(d) else d
-                        break
-            return res
-        return V(out, None, False)
-    if name == "nullif":
-        a, b = args
-        eq = _compare("=", a, b).val
-        if a.num:
-            val = np.where([e is True for e in eq], np.nan, a.val)
-            return V(val, dict(a.grad))
-        return V(np.array([None if e is True else x for x, e in zip(a.val, eq)], dtype=object), None, False)
+        picks = [first_present([v[i] for v in vals]) for i in range(n)]      # one rule with the cells'
+        out = np.array([None if j is None else vals[j][i] for i, j in enumerate(picks)], dtype=object)
+        if not all(a.num for a in args):
+            return V(out, None, False)
+        res = _as_num(V(out, None, False))
+        res.grad = {k: np.zeros(n) for k in set().union(*[a.grad for a in args])}
+        for i, j in enumerate(picks):
+            for k, d in ([] if j is None else args[j].grad.items()):
+                res.grad[k][i] = d[i] if np.ndim(d) else d
+        return res
     if name in ("greatest", "least"):
         nums = [_as_num(a) for a in args]
         stack = np.vstack([a.val for a in nums])
@@ -239,10 +217,10 @@ class Evaluator:
             return _cast(self(e.arg), e.to)
         conds = [_as_obj(self(c)) for c, _ in e.branches]
         vals = [self(v) for _, v in e.branches] + ([self(e.default)] if e.default is not None else [])
-        numeric = all(v.num for v in vals)
-        pick = np.full(n, len(e.branches))
-        for j in range(len(e.branches) - 1, -1, -1):
-            pick = np.where([c is True for c in conds[j]], j, pick)
+        # a NULL branch (NULLIF's THEN NULL) does not make a numeric CASE text
+        numeric = any(v.num for v in vals) and all(v.num or all(x is None for x in v.val) for v in vals)
+        vals = [_as_num(v) for v in vals] if numeric else vals
+        pick = np.array([first_true([c[i] for c in conds]) for i in range(n)], dtype=int)  # as on cells
         if numeric:
             val = np.full(n, np.nan)
             grad: dict[int, np.ndarray] = {}

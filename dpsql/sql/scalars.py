@@ -26,7 +26,9 @@ from dpsql.sql import timefuncs
 from dpsql.timeaxis import iso_text
 
 __all__ = ["Scalar", "SCALARS", "INT4_MAX", "check_arity", "round_places", "round_half_away", "cast_value",
-           "cast_type", "char_format", "operands"]
+           "cast_type", "char_format", "operands", "check_divisor", "compare",
+           "common_type", "type_name", "as_case", "first_present", "first_true",
+           "check_ordered"]
 
 INT4_MAX = 2 ** 31 - 1
 
@@ -163,6 +165,114 @@ def round_places(constant: bool, d: Any, shown: str) -> int | None:
         raise DataError(f"round: {str(d)[:20]} is not a valid number of decimal places",
                         hint=f"use an integer between -{INT4_MAX} and {INT4_MAX}")
     return d
+
+
+# --- operators ------------------------------------------------------------------------------
+
+def check_divisor(constant: bool, v: Any) -> None:
+    """``x / 0``, ``x // 0``, ``x % 0`` with a literal zero divisor: refused over cells and
+    values alike (the caller adds the position).  A divisor that is zero only on some cells or
+    rows stays a NULL there."""
+    if constant and v == 0:
+        raise UnsupportedQueryError("division by zero", hint="divide by a non-zero constant")
+
+
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {
+    "=": lambda p, q: p == q, "!=": lambda p, q: p != q, "<": lambda p, q: p < q,
+    "<=": lambda p, q: p <= q, ">": lambda p, q: p > q, ">=": lambda p, q: p >= q}
+
+
+def type_name(v: Any) -> str:
+    """The PostgreSQL type name of one non-NULL value (for messages: never the value itself,
+    which over released answers is a noisy one)."""
+    if isinstance(v, (bool, np.bool_)):
+        return "boolean"
+    if isinstance(v, (int, np.integer)):
+        return "integer"
+    if isinstance(v, (float, np.floating)):
+        return "double precision"
+    if isinstance(v, dt.datetime):
+        return "timestamp"
+    if isinstance(v, dt.date):
+        return "date"
+    return "text" if isinstance(v, str) else type(v).__name__
+
+
+_TYPES = frozenset({"boolean", "integer", "double precision", "text", "date", "timestamp"})
+_NUMBERS = frozenset({"boolean", "integer", "double precision"})
+
+
+def common_type(types) -> str:
+    """The type of a value that is one of several (a CASE's branches, COALESCE's arguments,
+    a grouped expression's values on the cells), from their type names (None: a NULL, no
+    type): their one type; integers with doubles (or booleans) are double precision; any
+    other mix, or none, is text.  ``grouping.key_value_type`` (cells) and ``ir.type_of``
+    (values) both read it."""
+    present = {t for t in types if t is not None}
+    if len(present) == 1 and present <= _TYPES:
+        return present.pop()
+    return "double precision" if len(present) > 1 and present <= _NUMBERS else "text"
+
+
+_ORDERED = (frozenset({"boolean", "integer", "double precision"}), frozenset({"text"}),
+            frozenset({"date", "timestamp"}))
+
+
+def check_ordered(left: str, right: str) -> None:
+    """``<``, ``<=``, ``>``, ``>=`` between values of types ``left`` and ``right``: refused
+    where there is no order between them (a number and text or a time; text against a time is
+    read as a time), with :func:`compare`'s message.  Over values it is checked from the IR's
+    types before anything is measured (``postprocess.to_ir``)."""
+    groups = {g for g in _ORDERED for t in (left, right) if t in g}
+    if len(groups) == 2 and _ORDERED[0] in groups:
+        raise _incomparable(left, right)
+
+
+def _incomparable(left: str, right: str) -> DomainViolationError:
+    return DomainViolationError(f"cannot compare {left} with {right}", hint="compare values of one type")
+
+
+def compare(op: str, x: Any, y: Any) -> bool | None:
+    """``x op y`` (``= != < <= > >=``) of two values, as SQL compares them, for a cell's value
+    and a released one alike: NULL if either is NULL; a date or timestamp against text reads
+    the text as a time (``timefuncs.comparable``); values of types with no order between them
+    are refused with one message (the caller adds the position)."""
+    if x is None or y is None:
+        return None
+    try:
+        if timefuncs.is_time(y) and not timefuncs.is_time(x):
+            yc, xc = timefuncs.comparable(y, x)        # 'text' < a date reads the text as a time
+        else:
+            xc, yc = timefuncs.comparable(x, y)
+        return bool(_ORDER[op](xc, yc))
+    except TypeError:
+        raise _incomparable(type_name(x), type_name(y)) from None
+
+
+# --- CASE, COALESCE, NULLIF ---------------------------------------------------------------
+
+def as_case(node: exp.Expr) -> exp.Case | None:
+    """``NULLIF(a, b)`` and ``IF(c, a, b)`` as the CASE they are (SQL defines NULLIF as
+    ``CASE WHEN a = b THEN NULL ELSE a END``), for cells and values alike; None for any
+    other node."""
+    if isinstance(node, exp.Nullif):
+        return exp.Case(ifs=[exp.If(this=exp.EQ(this=node.this.copy(), expression=node.expression.copy()),
+                                    true=exp.Null())], default=node.this.copy())
+    if isinstance(node, exp.If):
+        return exp.Case(ifs=[exp.If(this=node.this, true=node.args.get("true"))], default=node.args.get("false"))
+    return None
+
+
+def first_present(row: Any) -> int | None:
+    """COALESCE on one row (or cell): which argument it takes, the first that is not NULL
+    (None when all are)."""
+    return next((j for j, v in enumerate(row) if v is not None), None)
+
+
+def first_true(row: Any) -> int:
+    """CASE on one row (or cell): which branch it takes, the first whose condition is TRUE
+    (not FALSE, not NULL); ``len(row)`` for the ELSE."""
+    return next((j for j, c in enumerate(row) if isinstance(c, (bool, np.bool_)) and c), len(row))
 
 
 # --- CAST ------------------------------------------------------------------------------------

@@ -156,6 +156,7 @@ def _spied(con, events, monkeypatch, fail_count=False):
                         lambda *a, **kw: (events.append("noise"), real_noise(*a, **kw))[1])
 
 
+@pytest.mark.slow
 def test_an_ordered_measurement_follows_the_engines_order(small, monkeypatch):
     """preview (public) → count → durable charge → noise → release, once."""
     con = dpsql.connect(_config(small, 1.0), user="tester")
@@ -323,6 +324,7 @@ def test_the_measure_policy_measures_a_fine_columns_quantile_on_demand(small):
         dpsql.dbapi._engines.clear()
 
 
+@pytest.mark.slow
 def test_a_nullable_fine_columns_quantile_leaves_the_nulls_out(tmp_path):
     """A nullable column's NULL cell sits after its values: the quantile reads the CDF of
     the value cells alone (N = their total), as SQL ignores NULLs."""

@@ -175,3 +175,24 @@ def test_a_sum_over_wide_bins_on_a_view_measures_its_offsets_over_the_view(shop_
         value, se = got[flag]
         assert abs(value - float(exact)) <= 6 * se + 1e-6, (flag, value, exact, se)
     con.close()
+
+
+@pytest.mark.parametrize("condition", ["CAST(o.status AS INTEGER) = 1", "o.priority * 3 > 6", "abs(o.priority) = 2"])
+def test_a_flag_condition_computing_from_the_rows_values_is_refused_and_never_measured(shop_files, tmp_path,
+                                                                                          condition):
+    """A flag's condition runs inside the engine on every row of the table: a cast of a
+    column's text (here 'F' is no integer) failed every measurement of the person's view,
+    on-demand ones included, and failing depended on the values held (a table of numeric
+    texts would have counted).  Such a condition is refused from its SQL; the person's view
+    gets no flag of it and is measured."""
+    tmp, files = shop_files
+    sql = f"SELECT COUNT(DISTINCT c.custkey) FROM {JOIN_CO} WHERE {condition}"
+    cfg = load_config(shop.config(tmp_path, {t: {"parquet": str(p)} for t, p in files.items()},
+                                  workload={"queries": [sql]}))
+    assert not [c for c in cfg.tables["customers"].column_names if "__has_" in c]
+    engine = Engine(cfg)
+    with pytest.raises(UnsupportedQueryError) as info:
+        compile_sql(sql, engine.catalog)
+    assert info.value.sqlstate == "0A000" and "constants" in info.value.hint
+    counts = engine.backend.count_marginals(cfg.tables["customers"], [("nation",)])
+    assert counts[("nation",)].sum() == 60

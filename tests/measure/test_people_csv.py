@@ -11,11 +11,13 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pytest
 
 import shop
 from test_people_engines import _assert_within_bound, _counts, reference
 
 import dpsql
+from dpsql.errors import ConfigError
 
 
 def write_csv(rows: dict[str, list[tuple]], directory: Path) -> dict[str, Path]:
@@ -87,3 +89,37 @@ def test_a_csv_people_schema_measures_and_answers_a_join(tmp_path):
     for status, flag, n in exact.execute(sql).fetchall():
         assert abs(got[(status, flag)] - n) < 0.5, (status, flag, got[(status, flag)], n)
     con.close()
+
+
+FLAG_SQL = ("SELECT c.nation, COUNT(DISTINCT c.custkey) FROM customers c JOIN orders o ON o.custkey = c.custkey "
+            "WHERE {} GROUP BY c.nation")
+
+
+def _flag_counts(tmp_path: Path, sources: dict, condition: str):
+    from dpsql.engine.config import load_config
+    from dpsql.measure.router import open_backend
+
+    cfg = load_config(shop.config(tmp_path, sources, workload={"queries": [FLAG_SQL.format(condition)]}))
+    schema = cfg.tables["customers"]
+    flag = next(c for c in schema.column_names if c.startswith("orders__has_"))
+    backend = open_backend(cfg.sources)
+    try:
+        return backend.count_marginals(schema, [(flag,)])[(flag,)]
+    finally:
+        backend.close()
+
+
+def test_a_flag_on_a_csv_column_of_text_counts_like_parquet_and_a_numeric_one_is_refused_at_load(tmp_path):
+    # a CSV hop's columns are the records' text: a condition on a categorical compares text
+    # and counts like the Parquet copy; one on a declared number or date cannot be evaluated
+    # on that text (DuckDB's binder refused it at every measurement, whatever the rows), so
+    # the configuration refuses it when it loads, before any row is read
+    rows = shop.shop_rows()
+    csv = write_csv(rows, tmp_path / "csv")
+    parquet = shop.write_parquet(rows, tmp_path / "pq")
+    on_csv = _flag_counts(tmp_path, {t: {"csv": str(p)} for t, p in csv.items()}, "o.status = 'F'")
+    on_parquet = _flag_counts(tmp_path, {t: {"parquet": str(p)} for t, p in parquet.items()}, "o.status = 'F'")
+    assert np.array_equal(on_csv, on_parquet) and on_csv[1] > 0
+    with pytest.raises(ConfigError, match="priority") as err:
+        _flag_counts(tmp_path, {t: {"csv": str(p)} for t, p in csv.items()}, "o.priority <= 2")
+    assert err.value.hint
