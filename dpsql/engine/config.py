@@ -23,7 +23,8 @@ from typing import Any
 from dpsql import config_schema
 from dpsql.domain import TableSchema
 from dpsql.domain_file import load_domain
-from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public, unclamp_keys
+from dpsql.engine.public import (declared_references, is_public, labels_resolver, load_public, public_apart,
+                                 unclamp_keys)
 from dpsql.errors import ConfigError
 from dpsql.engine.people import PeopleSchema, people_views, with_flags
 from dpsql.measure.source import Source
@@ -282,6 +283,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         if "rows" in spec:     # a positive integer (config_schema)
             table_rows[name] = spec["rows"]
 
+    public_apart(tables_spec, sources, base, where)
     if not tables:
         raise ConfigError(f"{where}: every table is public", hint="declare the private table: [tables.NAME] with "
                                                                   "domain and source")
