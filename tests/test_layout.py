@@ -190,3 +190,19 @@ def test_the_engine_is_built_of_collaborators_not_mixins():
     declared = sorted(name for name, node in classes.items()
                       for stmt in node.body if isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test))
     assert not declared, declared
+
+
+@pytest.mark.parametrize("module, cls", [("fitting", "ModelStore"), ("measuring", "Measurer")])
+def test_the_engines_parts_sit_below_it_and_are_given_what_they_use(module, cls):
+    """Issue 36 item 3: measuring and fitting each have their module, below ``engine.py``
+    (neither imports it nor a front end), and their class is built with explicit arguments,
+    never the engine itself (which would let it read any of the engine's attributes)."""
+    path = ROOT / "dpsql" / "engine" / f"{module}.py"
+    assert path.exists(), path
+    assert not {m for m in _imports(path) if m in ("dpsql.engine.engine", "dpsql.engine.session")
+                or m.startswith(FRONT_ENDS)}
+    tree = ast.parse(path.read_text())
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+    init = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    names = [a.arg for a in init.args.args + init.args.kwonlyargs]
+    assert "engine" not in names and len(names) > 2, names

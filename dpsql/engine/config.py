@@ -116,7 +116,7 @@ class Config:
     workload_budget: BudgetSpec | None       # what one workload measurement round spends
     query_budget: BudgetSpec | None          # per on-demand query (policy "measure")
     # [tables.NAME] rows: the table's size as publicly known (documentation, not the data);
-    # only judges whether a measurement's noise would drown its answers (Engine._check_useful)
+    # only judges whether a measurement's noise would drown its answers (Measurer.check_useful)
     table_rows: dict[str, int]
     ledger_path: Path
     cache_dir: Path
