@@ -186,11 +186,12 @@ def engine_error(engine: str, what: str, exc: BaseException | None, secret: str 
     """The analyst-safe error for a failure inside an engine: the step, never the engine's
     message (it can contain private values).  The operator finds that message (key
     scrubbed) in ``operator_detail`` and in the ``dpsql.measure`` log."""
+    # Not even the exception's class reaches the analyst: a failure that depended on the data
+    # would say more than that it failed (review of issue 32's flags).
     err = OperationalError(
         f"{what} failed inside {engine}; its message is withheld because it may contain private values",
         hint=hint or "nothing was charged; the operator sees the engine's message with `dpsql check` "
-                     "or `dpsql measure` at the command line"
-                     + (f" (error class: {type(exc).__name__})" if exc is not None else ""))
+                     "or `dpsql measure` at the command line")
     if exc is not None:
         detail = scrub(f"{type(exc).__name__}: {exc}", secret)
         if len(detail) > 2000:   # a JVM stack trace: its head says what failed
