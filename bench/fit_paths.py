@@ -5,7 +5,7 @@
 For a refactor of the fit (issue 36 item 1: the finishers of ``dpsql.pgm.finishers``) that
 must change no number.  Each case's release is measured once by this checkout (ε = 1) and
 read back from its ledger by both; each checkout then fits it in fresh processes
-(``Engine._fit``, the engine's own call, alternated ``--repeat`` times) and the table gives,
+(``ModelStore._fit``, the engine's own call, alternated ``--repeat`` times) and the table gives,
 per case and checkout: the median wall and CPU time of the fit, the model kind, the path
 (``model.report``, where the code has one), the final loss (in units of the noise) and the
 largest difference of any fitted marginal on the measured cliques from the other checkout's.
@@ -41,7 +41,7 @@ state = engine._sync("adult")
 measurements = engine.fit_measurements(state.released)
 domain = state.schema.domain
 t0, c0 = time.perf_counter(), time.process_time()
-model = engine._fit(domain, measurements, None, "adult")
+model = engine.models._fit(domain, measurements, None, "adult")
 seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
 cliques = sorted(set(tuple(c) for c in model.measured))
 np.savez(sys.argv[2], **{"|".join(c): np.asarray(model.marginal(c).values) for c in cliques})

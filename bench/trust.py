@@ -172,7 +172,7 @@ measurements = engine.released_measurements("adult")
 domain = engine.tables["adult"].schema.domain
 before = set(sys.modules)
 t0, c0 = time.perf_counter(), time.process_time()
-model = engine._fit(domain, measurements, None, "adult")
+model = engine.models._fit(domain, measurements, None, "adult")
 print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0,
                   "iterations": len(model.loss) - 1, "kind": type(model).__name__,
                   "imported": sorted(m for m in ("scipy", "networkx") if m in set(sys.modules) - before)}))

@@ -14,14 +14,29 @@ seeded bit source — one release per trial, which every candidate fits:
   current iterate (it ran > 20 minutes in the issue);
 * ``mbi``: the authors' Private-PGM (mbi 2.0.0, JAX; ``bench/.venv-mbi`` from
   bench/peers/requirements-mbi.txt) on the same noisy values, in its own process: its
-  ``estimation.mirror_descent`` with the measurements as LinearMeasurements, ``--mbi-iters``
-  iterations.
+  approximate mirror descent (``approximate_oracles.ApproxMirrorDescent``, Convex-GBP on the
+  saturated region graph; the exact estimator's junction tree over all pairs is one clique of
+  every attribute) with the measurements as LinearMeasurements and the total dpsql holds
+  (``estimate_total``).  mbi requires a fixed step; ``--mbi-step c`` uses c/(L·N), L its
+  loss's Lipschitz constant: c = 2 is the default step of mbi's exact mirror descent
+  (``estimation.mirror_descent``).  It runs until ``--mbi-iters`` iterations, ``--mbi-seconds``
+  CPU-s, or until the loss changed by less than ``--mbi-tol`` (relative) over the last
+  ``--mbi-every`` iterations; every ``--mbi-every`` iterations it logs CPU-s, loss and mean
+  L1/N (the accuracy curve).
+
+``--attrs K`` keeps the first K attributes (all their K(K−1)/2 pairs, planned the same way):
+a still-wide instance on which mbi's estimator can run to convergence in minutes.
+
+Every candidate's loss is also computed here, the same way for all: ½ Σ ‖(Q m̂ − y)/σ‖² over
+the release (mbi's L2 loss; the optimum of this over the local polytope, total held, is what
+both the residual fit and mbi's estimator aim at), so "converged" can be checked against the
+residual fit's certified value.
 
 Accuracy: per two-way marginal, L1 = ‖m̂ − m‖₁/N and L2 = ‖m̂ − m‖₂/N against the truth,
 averaged over the 595 marginals.  Fit time is CPU seconds of the fitting process (one BLAS
 thread, as the engine), answer time the CPU seconds to read all 595 marginals from the model.
 
-    .venv/bin/python bench/wide.py --eps 1 --trials 1 [--skip relaxed,mbi]
+    .venv/bin/python bench/wide.py --eps 1 --trials 1 [--skip relaxed,mbi] [--attrs 14]
 """
 
 from __future__ import annotations
@@ -58,11 +73,11 @@ class SeededBits:
         return self._g.bytes(n)
 
 
-def load():
+def load(k: int):
     from dpsql.domain import Domain
 
-    sizes = json.loads((DATA / "temporal-match2-domain.json").read_text())
-    dom = Domain(list(sizes), [int(v) for v in sizes.values()])
+    sizes = list(json.loads((DATA / "temporal-match2-domain.json").read_text()).items())[:k]
+    dom = Domain([a for a, _ in sizes], [int(v) for _, v in sizes])
     cache = OUT / "data.npy"
     if cache.exists():
         data = np.load(cache)
@@ -70,7 +85,7 @@ def load():
         data = np.loadtxt(DATA / "temporal-match2.csv", delimiter=",", skiprows=1, dtype=np.int64)
         OUT.mkdir(parents=True, exist_ok=True)
         np.save(cache, data)
-    return dom, data
+    return dom, np.ascontiguousarray(data[:, :k])
 
 
 def counts(dom, data, clique) -> np.ndarray:
@@ -87,7 +102,8 @@ def strategy(dom):
     from dpsql.linalg import Marginals
     from dpsql.plan import Workload, optimize
 
-    path = OUT / "strategy.pkl"
+    k = len(dom.attributes)
+    path = OUT / ("strategy.pkl" if k == 35 else f"strategy-{k}.pkl")
     if path.exists():
         return pickle.loads(path.read_bytes()), None
     sizes = dict(zip(dom.attributes, dom.shape))
@@ -127,6 +143,27 @@ def errors(tables: dict, true: dict, N: int) -> tuple[float, float]:
     return float(np.mean(l1)), float(np.mean(l2))
 
 
+def loss(dom, ms, tables: dict) -> float:
+    """½ Σ ‖(Q m̂_C − y)/σ‖² of a candidate's two-way tables (keys in domain order): one-way
+    and total marginals are summed out of a pair containing them (the candidates are consistent)."""
+    def table(A):
+        return np.reshape(np.asarray(tables[A], dtype=float), (dom[A[0]], dom[A[1]]))
+
+    out = 0.0
+    for m in ms:
+        c = tuple(m.clique)
+        if len(c) == 2:
+            t = table(c) if c in tables else table(c[::-1]).T
+        elif len(c) == 1:
+            A = next(A for A in tables if c[0] in A)
+            t = table(A).sum(axis=1 if A[0] == c[0] else 0)
+        else:
+            t = np.array([table(next(iter(tables))).sum()])
+        r = (np.asarray(m.query.matvec(np.ravel(t)), dtype=float) - m.values) / m.stddev
+        out += 0.5 * float(r @ r)
+    return out
+
+
 def answer_all(model, pairs) -> tuple[dict, float]:
     t0 = time.process_time()
     out = {A: model.marginal(A).values for A in pairs}
@@ -134,7 +171,7 @@ def answer_all(model, pairs) -> tuple[dict, float]:
 
 
 def run_dpsql(dom, ms, pairs, method: str, cpu_limit: float) -> dict:
-    """The engine's fit call (``Engine._fit``'s arguments), ``method`` "auto" or "relaxed"."""
+    """The engine's fit call (``ModelStore._fit``'s arguments), ``method`` "auto" or "relaxed"."""
     from dpsql.linalg.threads import one_blas_thread
     from dpsql.pgm.auto import fit
     from dpsql.pgm.limits import FitLimits
@@ -165,9 +202,10 @@ def run_ls(dom, ms, pairs) -> dict:
     return {"fit_s": time.process_time() - t0, "answer_s": 0.0, "tables": tables}
 
 
-def dump_release(ms, path: Path) -> None:
+def dump_release(ms, total: float, true: dict, path: Path) -> None:
     """The release as plain arrays for the mbi process (per measurement: clique, scale,
-    per-attribute factors in clique order, None for an identity; values; σ)."""
+    per-attribute factors in clique order, None for an identity; values; σ), the total dpsql
+    holds, and the true pair tables (only to log the accuracy curve: this is a benchmark)."""
     from dpsql.pgm.residual_fit import _kron_factors
 
     out = []
@@ -176,12 +214,13 @@ def dump_release(ms, path: Path) -> None:
         mats = [None if type(f).__name__ == "Identity" else np.asarray(f.dense(), dtype=float)
                 for f in fs]
         out.append((m.clique, scale, mats, np.asarray(m.values), float(m.stddev)))
-    path.write_bytes(pickle.dumps(out))
+    path.write_bytes(pickle.dumps({"measurements": out, "total": total,
+                                   "truth": {f"{A[0]}|{A[1]}": t for A, t in true.items()}}))
 
 
-def side_mbi(release_path: str, out_path: str, iters: int, attrs: list, shape: list) -> None:
+def side_mbi(release_path: str, out_path: str, a, attrs: list, shape: list) -> None:
     """Runs in bench/.venv-mbi: mbi's approximate mirror descent (Convex-GBP on the saturated
-    region graph, NeurIPS 2021) on the release; writes the two-way marginals."""
+    region graph, NeurIPS 2021) on the release; writes the two-way marginals and the trace."""
     import dataclasses
 
     import jax
@@ -191,7 +230,7 @@ def side_mbi(release_path: str, out_path: str, iters: int, attrs: list, shape: l
     jax.config.update("jax_enable_compilation_cache", False)
     import jax.numpy as jnp
     from mbi import Domain, LinearMeasurement
-    from mbi.approximate_oracles import mirror_descent
+    from mbi.approximate_oracles import ApproxMirrorDescent
     from mbi.marginal_loss import from_linear_measurements
 
     @dataclasses.dataclass(frozen=True, eq=False)
@@ -221,42 +260,84 @@ def side_mbi(release_path: str, out_path: str, iters: int, attrs: list, shape: l
             return self is other
 
     rel = pickle.loads(Path(release_path).read_bytes())
+    truth_tables, total = rel["truth"], float(rel["total"])
+    N = float(sum(truth_tables[next(iter(truth_tables))]))
     dom = Domain(attrs, shape)
+    pairs = list(itertools.combinations(attrs, 2))
     t0 = time.process_time()
     meas = [LinearMeasurement(y, tuple(c), sd, KronQuery(tuple(c), s, tuple(mats)))
-            for c, s, mats, y, sd in rel]
-    loss = from_linear_measurements(meas, dom)
-    total = float(sum(y[0] for c, s, mats, y, sd in rel if not c) or 0) or None
-    from mbi.estimation import minimum_variance_unbiased_total
-    total = float(minimum_variance_unbiased_total(meas)) if total is None else total
-    mu = mirror_descent(dom, loss, known_total=total, stepsize=1.0 / (loss.lipschitz * total),
-                        iters=iters)
-    fit_s = time.process_time() - t0
+            for c, s, mats, y, sd in rel["measurements"]]
+    loss_fn = from_linear_measurements(meas, dom)
+    step = a.mbi_step / (float(loss_fn.lipschitz) * total)
+    est = ApproxMirrorDescent(stepsize=step)
+    potentials = _zero_potentials(dom, loss_fn)
+    state = est._init(potentials, total)
+
+    def tables_of(mu):
+        # Convex-GBP's beliefs are normalised to the total passed (checked: they sum to it)
+        return {f"{x}|{y}": np.asarray(mu.project((x, y)).values).reshape(-1) for x, y in pairs}
+
+    def l1_of(tabs):
+        return float(np.mean([np.abs(tabs[k] - t).sum() / N for k, t in truth_tables.items()]))
+
+    trace, it, prev, converged, tracking_s = [], 0, None, False, 0.0
+    while it < a.mbi_iters:
+        for _ in range(a.mbi_every):
+            state = est._step(state, total, loss_fn)
+        it += a.mbi_every
+        jax.block_until_ready(state.potentials)
+        t1 = time.process_time()
+        cur = float(loss_fn(state.mu))
+        l1 = l1_of(tables_of(state.mu))
+        tracking_s += time.process_time() - t1
+        cpu = time.process_time() - t0 - tracking_s
+        trace.append((it, cpu, cur, l1))
+        print(f"    mbi it {it:6d}  CPU {cpu:8.1f} s  loss {cur:14.1f}  L1/N {l1:.4f}",
+              file=sys.stderr, flush=True)
+        if prev is not None and abs(prev - cur) <= a.mbi_tol * abs(cur):
+            converged = True
+            break
+        prev = cur
+        if cpu > a.mbi_seconds:
+            break
+    fit_s = time.process_time() - t0 - tracking_s
     t1 = time.process_time()
-    pairs = list(itertools.combinations(attrs, 2))
-    # the approximate estimator's pseudo-marginals are normalised to 1: scale to the total
-    tables = {f"{a}|{b}": np.asarray(mu.project((a, b)).values) * total for a, b in pairs}
+    tables = tables_of(state.mu)
     answer_s = time.process_time() - t1
-    np.savez(out_path, fit_s=fit_s, answer_s=answer_s, total=total, **tables)
+    np.savez(out_path, fit_s=fit_s, answer_s=answer_s, total=total, step=step,
+             trace=np.array(trace), converged=converged, iterations=it, **tables)
 
 
-def run_mbi(dom, ms, pairs, iters: int, tag: str) -> dict | None:
+def _zero_potentials(dom, loss_fn):
+    from mbi import CliqueVector
+
+    return CliqueVector.zeros(dom, loss_fn.cliques)
+
+
+def run_mbi(dom, ms, pairs, true, a, tag: str) -> dict | None:
+    from dpsql.pgm.measurement import estimate_total
+
     if not MBI_PYTHON.exists():
         print("  mbi: bench/.venv-mbi is missing (pip install -r bench/peers/requirements-mbi.txt)")
         return None
-    rel, out = OUT / f"release-{tag}.pkl", OUT / f"mbi-{tag}.npz"
-    dump_release(ms, rel)
-    args = [str(MBI_PYTHON), __file__, "--side-mbi", str(rel), str(out), "--mbi-iters", str(iters)]
-    proc = subprocess.run(args, capture_output=True, text=True,
+    # runs with other steps may share the release, not the output
+    rel, out = OUT / f"release-{tag}.pkl", OUT / f"mbi-{tag}-step{a.mbi_step:g}.npz"
+    dump_release(ms, estimate_total(ms)[0], true, rel)
+    args = [str(MBI_PYTHON), __file__, "--side-mbi", str(rel), str(out),
+            "--attrs", str(len(dom.attributes)), "--mbi-iters", str(a.mbi_iters),
+            "--mbi-step", str(a.mbi_step), "--mbi-seconds", str(a.mbi_seconds),
+            "--mbi-tol", str(a.mbi_tol), "--mbi-every", str(a.mbi_every)]
+    proc = subprocess.run(args, stdout=subprocess.PIPE, text=True,
                           env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS":
                                "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"})
     if proc.returncode != 0:
-        print("  mbi failed:", proc.stderr[-2000:])
+        print("  mbi failed (its stderr is above)")
         return None
     with np.load(out) as z:
         tables = {A: z[f"{A[0]}|{A[1]}"] for A in pairs}
         return {"fit_s": float(z["fit_s"]), "answer_s": float(z["answer_s"]), "tables": tables,
-                "iterations": iters}
+                "iterations": int(z["iterations"]), "converged": bool(z["converged"]),
+                "step": float(z["step"]), "trace": z["trace"].tolist()}
 
 
 def main() -> int:
@@ -265,27 +346,33 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--skip", default="", help="comma-separated candidates to skip")
     ap.add_argument("--relaxed-seconds", type=float, default=1200.0)
-    ap.add_argument("--mbi-iters", type=int, default=1000)
+    ap.add_argument("--attrs", type=int, default=35, help="keep the first K attributes")
+    ap.add_argument("--mbi-iters", type=int, default=1000, help="mbi: at most this many iterations")
+    ap.add_argument("--mbi-seconds", type=float, default=1e9, help="mbi: CPU-s budget")
+    ap.add_argument("--mbi-step", type=float, default=2.0, help="mbi: step c/(L·N)")
+    ap.add_argument("--mbi-tol", type=float, default=1e-5,
+                    help="mbi: stop when the loss moved less than this (relative) in --mbi-every")
+    ap.add_argument("--mbi-every", type=int, default=25, help="mbi: log/check every n iterations")
     ap.add_argument("--side-mbi", nargs=2, metavar=("RELEASE", "OUT"))
     a = ap.parse_args()
-    sizes = json.loads((DATA / "temporal-match2-domain.json").read_text())
+    sizes = list(json.loads((DATA / "temporal-match2-domain.json").read_text()).items())[:a.attrs]
     if a.side_mbi:
-        side_mbi(a.side_mbi[0], a.side_mbi[1], a.mbi_iters, list(sizes), [int(v) for v in sizes.values()])
+        side_mbi(a.side_mbi[0], a.side_mbi[1], a, [k for k, _ in sizes], [int(v) for _, v in sizes])
         return 0
     skip = set(filter(None, a.skip.split(",")))
-    dom, data = load()
+    dom, data = load(a.attrs)
     N = data.shape[0]
     strat, plan_s = strategy(dom)
     pairs = list(itertools.combinations(dom.attributes, 2))
     true = truth(dom, data)
     print("load average at start:", " ".join(f"{x:.1f}" for x in os.getloadavg()))
-    print(f"temporal-match2: {len(dom.attributes)} attributes, {N:,} rows, {len(pairs)} pairs; "
+    print(f"temporal-match2, first {len(dom.attributes)} attributes, {N:,} rows, {len(pairs)} pairs; "
           f"{len(strat.blocks)} blocks ({strat.operator})" + (f", planned in {plan_s:.1f} s CPU" if plan_s else ""))
     rows = []
     for eps in a.eps:
         for trial in range(a.trials):
             ms, sigma = release(dom, data, strat, eps, trial)
-            tag = f"eps{eps:g}-t{trial}"
+            tag = f"k{a.attrs}-eps{eps:g}-t{trial}"
             print(f"ε = {eps:g}, trial {trial}: σ = {sigma:.3g}", flush=True)
             cands = {}
             if "residual" not in skip:
@@ -293,26 +380,32 @@ def main() -> int:
             if "ls" not in skip:
                 cands["GReM least squares"] = run_ls(dom, ms, pairs)
             if "mbi" not in skip:
-                r = run_mbi(dom, ms, pairs, a.mbi_iters, tag)
+                r = run_mbi(dom, ms, pairs, true, a, tag)
                 if r is not None:
-                    cands[f"mbi approx. MD ({a.mbi_iters} it)"] = r
+                    cands[f"mbi approx. MD, step {a.mbi_step:g}/(L·N), {r['iterations']} it"] = r
             if "relaxed" not in skip:
                 cands["dpsql relaxed (before)"] = run_dpsql(dom, ms, pairs, "relaxed", a.relaxed_seconds)
             for name, r in cands.items():
                 l1, l2 = errors(r["tables"], true, N)
                 neg = min(float(np.min(t)) for t in r["tables"].values())
                 note = "stopped at the CPU limit" if r.get("stopped") else ""
-                rows.append((eps, trial, name, r["fit_s"], r["answer_s"], l1, l2, neg, note))
+                if "converged" in r:
+                    note = (f"loss moved < {a.mbi_tol:g} (relative) in {a.mbi_every} it"
+                            if r["converged"] else "not converged (iteration/CPU limit)")
+                lo = loss(dom, ms, r["tables"])
+                rows.append((eps, trial, name, r["fit_s"], r["answer_s"], l1, l2, neg, lo, note))
                 wall = f" (wall {r['wall_s']:.0f} s)" if "wall_s" in r else ""
                 print(f"  {name:28s} fit {r['fit_s']:8.1f} s{wall}  answer {r['answer_s']:6.2f} s  "
-                      f"L1 {l1:.4f}  L2 {l2:.5f}  min cell {neg:.3g} {note}", flush=True)
+                      f"L1 {l1:.4f}  L2 {l2:.5f}  min cell {neg:.3g}  loss {lo:,.1f} {note}", flush=True)
                 if "summary" in r:
                     print("    " + r["summary"].replace("\n", "\n    "))
     print("load average at the end:", " ".join(f"{x:.1f}" for x in os.getloadavg()))
-    print("\n| ε | trial | candidate | fit (CPU s) | answer 595 (CPU s) | mean L1/N | mean L2/N | min cell | note |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for eps, trial, name, fs, ans, l1, l2, neg, note in rows:
-        print(f"| {eps:g} | {trial} | {name} | {fs:.1f} | {ans:.2f} | {l1:.4f} | {l2:.5f} | {neg:.3g} | {note} |")
+    print(f"\n| ε | trial | candidate | fit (CPU s) | answer {len(pairs)} (CPU s) | mean L1/N | "
+          "mean L2/N | min cell | loss ½Σ‖(Qm̂−y)/σ‖² | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for eps, trial, name, fs, ans, l1, l2, neg, lo, note in rows:
+        print(f"| {eps:g} | {trial} | {name} | {fs:.1f} | {ans:.2f} | {l1:.4f} | {l2:.5f} | {neg:.3g} "
+              f"| {lo:,.1f} | {note} |")
     return 0
 
 

@@ -172,3 +172,37 @@ def test_a_strategy_is_answered_by_one_least_squares():
     bad = sorted(p.relative_to(ROOT).as_posix() for d in ("plan", "engine") for p in (ROOT / "dpsql" / d).rglob("*.py")
                  if re.search(r"\blsqr\(|linalg\.pinv\(", p.read_text()))
     assert not bad, bad
+
+
+def test_the_engine_is_built_of_collaborators_not_mixins():
+    """Issue 36 item 3: engine.py was split by concept, but the fitting became ``ModelFitting``,
+    a base class of ``Engine`` that read the engine's attributes, declared for the type checker
+    in an ``if TYPE_CHECKING:`` block of its body.  Each part is now an object given what it
+    uses (``engine.models``, a ``ModelStore``): ``Engine`` has no base class, and no class of
+    ``dpsql.engine`` declares attributes that another class provides."""
+    classes = {}
+    for path in sorted((ROOT / "dpsql" / "engine").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes[f"{path.name}:{node.name}"] = node
+    engine = classes["engine.py:Engine"]
+    assert not engine.bases, [ast.unparse(b) for b in engine.bases]
+    declared = sorted(name for name, node in classes.items()
+                      for stmt in node.body if isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test))
+    assert not declared, declared
+
+
+@pytest.mark.parametrize("module, cls", [("fitting", "ModelStore"), ("measuring", "Measurer")])
+def test_the_engines_parts_sit_below_it_and_are_given_what_they_use(module, cls):
+    """Issue 36 item 3: measuring and fitting each have their module, below ``engine.py``
+    (neither imports it nor a front end), and their class is built with explicit arguments,
+    never the engine itself (which would let it read any of the engine's attributes)."""
+    path = ROOT / "dpsql" / "engine" / f"{module}.py"
+    assert path.exists(), path
+    assert not {m for m in _imports(path) if m in ("dpsql.engine.engine", "dpsql.engine.session")
+                or m.startswith(FRONT_ENDS)}
+    tree = ast.parse(path.read_text())
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+    init = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    names = [a.arg for a in init.args.args + init.args.kwonlyargs]
+    assert "engine" not in names and len(names) > 2, names

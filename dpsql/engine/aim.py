@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.engine.engine import Engine, kill_point
+from dpsql.engine.engine import Engine
+from dpsql.engine.measuring import kill_point
 from dpsql.engine.state import _identity, _sha
 from dpsql.errors import BudgetExhaustedError, LedgerCorruptError, OperationalError
 from dpsql.linalg import Identity

@@ -23,7 +23,8 @@ from typing import Any
 from dpsql import config_schema
 from dpsql.domain import TableSchema
 from dpsql.domain_file import load_domain
-from dpsql.engine.public import declared_references, is_public, labels_resolver, load_public, unclamp_keys
+from dpsql.engine.public import (declared_references, is_public, labels_resolver, load_public, public_apart,
+                                 unclamp_keys)
 from dpsql.errors import ConfigError
 from dpsql.engine.people import PeopleSchema, people_views, with_flags
 from dpsql.measure.source import Source
@@ -115,7 +116,7 @@ class Config:
     workload_budget: BudgetSpec | None       # what one workload measurement round spends
     query_budget: BudgetSpec | None          # per on-demand query (policy "measure")
     # [tables.NAME] rows: the table's size as publicly known (documentation, not the data);
-    # only judges whether a measurement's noise would drown its answers (Engine._check_useful)
+    # only judges whether a measurement's noise would drown its answers (Measurer.check_useful)
     table_rows: dict[str, int]
     ledger_path: Path
     cache_dir: Path
@@ -282,6 +283,7 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         if "rows" in spec:     # a positive integer (config_schema)
             table_rows[name] = spec["rows"]
 
+    public_apart(tables_spec, sources, base, where)
     if not tables:
         raise ConfigError(f"{where}: every table is public", hint="declare the private table: [tables.NAME] with "
                                                                   "domain and source")

@@ -2,9 +2,12 @@
 exact or relaxed, ``dpsql.pgm.auto.fit``), save it, and serve it to every connection while a
 refit runs (thesis ch. 4; docs/engine.md).
 
-``ModelFitting`` is the part of ``Engine`` that owns this (issue 36 item 3: engine.py held
-release sync, planning, measuring, fitting and persistence in one 990-line class); ``Engine``
-inherits it, and the attributes it reads are declared below for the type checker.
+``ModelStore`` owns this for ``Engine``, which holds one as ``engine.models`` and delegates
+its model methods to it (issue 36 item 3: engine.py held release sync, planning, measuring,
+fitting and persistence in one 990-line class, and then inherited this part as a mixin that
+read the engine's attributes).  The store is given everything it uses when it is built: the
+configuration, the engine's lock, how to look up and to sync a table's state, where progress
+goes and how to compile the workload's matrix; it reads nothing else of the engine.
 """
 
 from __future__ import annotations
@@ -27,31 +30,39 @@ from dpsql.pgm.measurement import Measurement, estimate_total
 from dpsql.pgm.store import load_model, save_model
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from dpsql.engine.config import Config
     from dpsql.pgm import GraphicalModel
 
-#: Bumped whenever the saved file's layout changes (Engine.model_path).  What the fit
+#: Bumped whenever the saved file's layout changes (ModelStore.model_path).  What the fit
 #: computes is named by ``fit_key``: its finishers' names and versions and every FitLimits
 #: value (it replaced a hand-edited estimator version string, issue 36 item 1).
 MODEL_FORMAT = "1"
 
 
-class ModelFitting:
-    """Loading, fitting, saving and serving the model of each table's releases."""
+class ModelStore:
+    """Loading, fitting, saving and serving the model of each table's releases.
 
-    if TYPE_CHECKING:   # provided by Engine
-        config: Config
-        tables: dict[str, TableState]
-        _lock: threading.RLock
-        _listeners: list[Callable[[str, dict], None]]
+    ``state(table)`` returns the table's ``TableState`` (raising for an unknown table) and
+    ``sync(table)`` the same brought up to date with the ledger and the source; both, and
+    every read or write of a state here, are under ``lock`` (the engine's, shared with its
+    measurements).  ``progress(stage, info)`` reports to the listeners and ``listening()``
+    says whether there are any (a fit passes no per-iteration callback otherwise).
+    ``workload_matrix(table)`` is the declared workload's matrix on the table as the planner
+    scores it (``Engine.workload_for``), compiled only for a fit that uses it."""
 
-        def _state(self, table: str) -> TableState: ...
-        def _sync(self, table: str) -> TableState: ...
-        def progress(self, stage: str, info: dict) -> None: ...
-        def model_key(self, table: str) -> str: ...
-        def workload_for(self, table: str, queries: Sequence[str] | None = None): ...
+    def __init__(self, config: Config, lock: threading.RLock, *,
+                 state: Callable[[str], TableState], sync: Callable[[str], TableState],
+                 progress: Callable[[str, dict], None], listening: Callable[[], bool],
+                 workload_matrix: Callable[[str], object]) -> None:
+        self.config = config
+        self._lock = lock
+        self._state = state
+        self._sync = sync
+        self._progress = progress
+        self._listening = listening
+        self._workload_matrix = workload_matrix
 
     def model(self, table: str, stale_ok: bool = False) -> tuple[GraphicalModel | None, VarianceModel | None, int]:
         """The model of the table's current releases: loaded from its saved file when a
@@ -103,6 +114,13 @@ class ModelFitting:
         with self._lock:
             return state.model is not None and state.model_version == version
 
+    def model_key(self, table: str) -> str:
+        """Key of the model fitted from the current releases: a saved model is valid only
+        for the same identity and the same set of releases."""
+        with self._lock:
+            state = self._sync(table)
+            return _sha(_identity(state).key(), *sorted(state.release_keys))
+
     def model_path(self, table: str, release_keys=None) -> Path:
         """Where the model of a set of releases is saved: next to the ledger, keyed by the
         release identity and the releases (``model_key``, or the given release keys, which
@@ -131,7 +149,7 @@ class ModelFitting:
         if not self.config.workload:
             return []
         try:
-            return [self.workload_for(table)[0].matrix]
+            return [self._workload_matrix(table)]
         except Error:   # no workload query on this table, or one no longer compiles: no metric
             return []
 
@@ -141,7 +159,7 @@ class ModelFitting:
         if path.exists():
             model = load_model(path, dom)
             if model is not None:
-                self.progress("fit", {"table": table, "loaded": True, "done": True, "seconds": 0.0,
+                self._progress("fit", {"table": table, "loaded": True, "done": True, "seconds": 0.0,
                                       **_report_info(model)})
                 return model
         measurements = self.fit_measurements(released)
@@ -232,7 +250,7 @@ class ModelFitting:
         iters = self.config.fit_iters
 
         def callback(p) -> None:
-            self.progress("fit", {"table": table, "iteration": p.iteration, "iterations": iters,
+            self._progress("fit", {"table": table, "iteration": p.iteration, "iterations": iters,
                                   "loss": p.loss})
 
         # One BLAS thread, as the planner: on the loaded 2-core machine the 40-query
@@ -244,8 +262,8 @@ class ModelFitting:
             model = fit(domain, measurements, iters=iters, warm_start=previous,
                         workload=lambda: self.fit_workload(table), limits=limits,
                         exact_method="adaptive", stop="discrepancy", gap=limits.gap,
-                        callback=callback if self._listeners else None)
-        self.progress("fit", {"table": table, "done": True, "seconds": time.perf_counter() - t0,
+                        callback=callback if self._listening() else None)
+        self._progress("fit", {"table": table, "done": True, "seconds": time.perf_counter() - t0,
                               **_report_info(model)})
         return model
 
@@ -259,4 +277,4 @@ def _report_info(model) -> dict:
     return {"path": report.path, "certificate": report.certificate.describe()}
 
 
-__all__ = ["ModelFitting", "MODEL_FORMAT"]
+__all__ = ["ModelStore", "MODEL_FORMAT"]

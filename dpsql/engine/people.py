@@ -192,6 +192,14 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
             raise ConfigError(f"{where}: table {name!r} declares its own privacy unit, but [people] protects "
                               "it per person", hint="remove privacy_unit from the table: its rows "
                                                     "are bounded per person by [people.tables] max_rows")
+        if src.dialect.max_record_lines != 1:
+            # a record spanning lines is framed as one row per line, and a later line can be a
+            # well-formed row with another person's key: removing one person could then change
+            # other persons' rows, which the bound k does not cover (as for an id privacy unit)
+            raise ConfigError(f"{where}: table {name!r}: source.max_record_lines is for privacy_unit = \"row\"; "
+                              "in a people schema a record is one line",
+                              hint="remove max_record_lines: each person's rows are bounded by "
+                                   "[people.tables] max_rows")
     engines = {_engine(sources[n]) for n in tables}
     urls = {sources[n].url for n in tables}
     if len(engines) > 1 or ("postgres" in engines and len(urls) > 1):

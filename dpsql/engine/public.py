@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from dpsql.domain import IntegerRange, TableSchema
 from dpsql.errors import ConfigError
 from dpsql.measure.source import Source
 from dpsql.public import Reference
 
-__all__ = ["PRIVATE_ONLY", "is_public", "load_public", "labels_resolver", "declared_references", "unclamp_keys"]
+__all__ = ["PRIVATE_ONLY", "is_public", "load_public", "labels_resolver", "declared_references", "unclamp_keys",
+           "public_apart"]
 
 #: Keys of a private table that a public one may not have (it has no domain, budget or unit).
 PRIVATE_ONLY = ("domain", "domain_table", "privacy_unit", "rows")
@@ -53,6 +55,39 @@ def load_public(tables_spec: Mapping, base: Path, where: str):
     # its rows then held beside the others (public metadata: read in the clear)
     contents = {name: read_public(name, s) for name, s in sources.items() if s.kind in ("postgres", "spark")}
     return PublicDatabase(sources, contents)
+
+
+def _place(source: Source) -> tuple | None:
+    """Where a source's rows live, as far as the configuration says: a file (resolved path
+    and, for a DuckDB file, its table), a PostgreSQL table (host, port, database, table) or a
+    Spark table or location; None when it cannot tell."""
+    if source.path is not None:
+        return ("file", str(Path(source.path).resolve()), source.table)
+    if source.kind == "postgres" and source.url is not None and source.table is not None:
+        u = urlsplit(source.url)
+        return ("postgres", u.hostname, u.port, u.path, source.table.lower())
+    if source.kind == "spark":
+        return ("spark", source.location, source.table)
+    return None
+
+
+def public_apart(tables_spec: Mapping, private: Mapping[str, Source], base: Path, where: str) -> None:
+    """Refuse a public table read from the very place a private table is read from: its
+    rows would be shown exactly to every analyst (a copy-paste of a source is all it takes).
+    Public configuration only; a place the configuration cannot tell apart is not compared."""
+    places: dict[tuple, str] = {}
+    for name, source in private.items():
+        place = _place(source)
+        if place is not None:
+            places.setdefault(place, name)
+    for name, spec in tables_spec.items():
+        if not isinstance(spec, Mapping) or not is_public(spec, name) or "source" not in spec:
+            continue
+        place = _place(Source.from_config(spec["source"], base, f"{where}: table {name!r}", public=True))
+        if place is not None and place in places:
+            raise ConfigError(f"{where}: public table {name!r} is read from the source of private table "
+                              f"{places[place]!r}: its rows would be shown to analysts exactly",
+                              hint=f"remove public = true from [tables.{name}], or give it its own source")
 
 
 def _split(ref, where: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ names all of it:
 
 Every release is stored in the ledger with its identity (the charge's ``mechanism``
 record), and its key starts with :meth:`TableIdentity.key`; the per-release part (strategy
-blocks, lattice, σ, cost, purpose) is hashed after it (``Engine._release_plan``).  The
+blocks, lattice, σ, cost, purpose) is hashed after it (``Measurer.release_plan``).  The
 engine feeds a model only releases whose identity equals the current one; the others are
 *stale* (listed by ``dpsql budget``, never used), so a changed source, domain, unit or noise
 needs a new measurement and new budget.  A saved model is valid for exactly one

@@ -43,7 +43,7 @@ from dpsql.pgm.relaxed_model import RelaxedModel
 __all__ = ["DEFAULT_ITERS", "ExactModel", "discrepancy_level", "fit"]
 
 
-#: ``fit``'s defaults are the engine's (``ModelFitting._fit``; issue 36 item 1: the library
+#: ``fit``'s defaults are the engine's (``ModelStore._fit``; issue 36 item 1: the library
 #: defaults were plain mirror descent for 1,000 iterations without a gap test, a path the engine
 #: never takes): iterations up to ``Config.fit_iters``' default, the adaptive method, the gap
 #: tolerance of the limits and the discrepancy stop for large exact models.

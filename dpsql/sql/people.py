@@ -205,6 +205,8 @@ def _unsafe(cond: exp.Expr) -> exp.Expr | None:
         return None
     if not isinstance(cond, _FLAG_NODES):
         return cond
+    if isinstance(cond, (exp.Like, exp.ILike)) and not isinstance(cond.expression, exp.Literal):
+        return cond.expression     # a pattern read from the rows can be malformed (PostgreSQL: a trailing backslash)
     for child in cond.iter_expressions():
         bad = _unsafe(child)
         if bad is not None:

@@ -42,7 +42,7 @@ from dpsql.sql.cells import DimRef, columns_in, literal_value, position_literal,
 from dpsql.sql.ir import (Agg, Call, Case, Cast, Expr, Key, Lit, Op, Output, SortKey, divide, interval,
                           is_exact_integer, uses)
 from dpsql.sql.relation import Evaluator, Relation, V, as_obj, py_value, select_rows, take
-from dpsql.sql.scalars import SCALARS, as_case, cast_type, check_arity, check_divisor, operands
+from dpsql.sql.scalars import SCALARS, as_case, cast_type, check_arity, check_divisor, check_ordered, operands
 
 __all__ = ["Answers", "AggPlan", "Program", "Restriction", "to_ir", "run_program", "evaluate_program",
            "quantile_from_histogram", "quantile_interval", "quantile_variance"]
@@ -186,6 +186,12 @@ def to_ir(node, low) -> Expr:
         if isinstance(node, exp.Div) and node.args.get("typed") and all(is_exact_integer(a, key_type) for a in args):
             # PostgreSQL divides integers by truncation; only exact (non-noisy) integers qualify.
             return Op("int/", args)
+        if _BINARY[type(node)] in ("<", "<=", ">", ">="):
+            try:        # before anything is measured; the rule of scalars.compare on each row
+                check_ordered(*(low.ir_type(a) for a in args))
+            except Error as err:
+                err.position = low.pos(node)
+                raise
         return Op(_BINARY[type(node)], args)
     if isinstance(node, exp.Neg):
         return Op("neg", (to_ir(node.this, low),))

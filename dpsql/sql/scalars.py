@@ -27,7 +27,8 @@ from dpsql.timeaxis import iso_text
 
 __all__ = ["Scalar", "SCALARS", "INT4_MAX", "check_arity", "round_places", "round_half_away", "cast_value",
            "cast_type", "char_format", "operands", "check_divisor", "compare",
-           "common_type", "type_name", "as_case", "first_present", "first_true"]
+           "common_type", "type_name", "as_case", "first_present", "first_true",
+           "check_ordered"]
 
 INT4_MAX = 2 ** 31 - 1
 
@@ -213,6 +214,24 @@ def common_type(types) -> str:
     return "double precision" if len(present) > 1 and present <= _NUMBERS else "text"
 
 
+_ORDERED = (frozenset({"boolean", "integer", "double precision"}), frozenset({"text"}),
+            frozenset({"date", "timestamp"}))
+
+
+def check_ordered(left: str, right: str) -> None:
+    """``<``, ``<=``, ``>``, ``>=`` between values of types ``left`` and ``right``: refused
+    where there is no order between them (a number and text or a time; text against a time is
+    read as a time), with :func:`compare`'s message.  Over values it is checked from the IR's
+    types before anything is measured (``postprocess.to_ir``)."""
+    groups = {g for g in _ORDERED for t in (left, right) if t in g}
+    if len(groups) == 2 and _ORDERED[0] in groups:
+        raise _incomparable(left, right)
+
+
+def _incomparable(left: str, right: str) -> DomainViolationError:
+    return DomainViolationError(f"cannot compare {left} with {right}", hint="compare values of one type")
+
+
 def compare(op: str, x: Any, y: Any) -> bool | None:
     """``x op y`` (``= != < <= > >=``) of two values, as SQL compares them, for a cell's value
     and a released one alike: NULL if either is NULL; a date or timestamp against text reads
@@ -227,8 +246,7 @@ def compare(op: str, x: Any, y: Any) -> bool | None:
             xc, yc = timefuncs.comparable(x, y)
         return bool(_ORDER[op](xc, yc))
     except TypeError:
-        raise DomainViolationError(f"cannot compare {type_name(x)} with {type_name(y)}",
-                                   hint="compare values of one type") from None
+        raise _incomparable(type_name(x), type_name(y)) from None
 
 
 # --- CASE, COALESCE, NULLIF ---------------------------------------------------------------

@@ -78,6 +78,9 @@ class _Lowering:
         self.row_mode = True
         self.rows: _Lowering | None = None
 
+    def ir_type(self, e: Expr) -> str:
+        return _type_of(e, self)
+
     def pos(self, node, name=None):
         return self.stmt.pos(node, name)
 

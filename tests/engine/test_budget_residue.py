@@ -77,7 +77,7 @@ def test_a_share_too_small_to_answer_is_refused_before_reading_data(tmp_path, de
                       tables=tables)
     engine = Engine(cfg)
     engine.measure("adult")
-    engine.backend = NoReads(engine.backend)
+    engine.backend = engine.measuring.backend = NoReads(engine.backend)   # the measurer counts
     entries = engine.ledger.entries()
     tiny = Fraction(24, 10**12)       # the residue the float charge used to leave
     with pytest.raises(dpsql.UselessMeasurementError) as info:
@@ -91,7 +91,7 @@ def test_a_share_too_small_to_answer_is_refused_before_reading_data(tmp_path, de
                              engine.WORKLOAD_PRINCIPAL, "workload-increment")
     assert engine.ledger.entries() == entries             # nothing spent
     # a share that gives useful answers is still measured, and charged exactly its share
-    engine.backend = engine.backend._backend
+    engine.backend = engine.measuring.backend = engine.backend._backend
     left = engine.ledger.remaining(None)
     report = engine.measure_increment("adult", left, [SEX, RACE])
     assert report.rho == left and engine.ledger.remaining(None) == 0

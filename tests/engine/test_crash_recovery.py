@@ -4,7 +4,7 @@
 A SIGKILL after the durable charge and before the release was recorded used to leave a charge
 without a release, and the next ``dpsql measure`` charged again (0.000321 → 0.000642; with the
 default configuration the table could then never be measured again).  Each test kills
-``dpsql measure`` at one named step (``DPSQL_KILL_AT``, ``dpsql.engine.engine.kill_point``),
+``dpsql measure`` at one named step (``DPSQL_KILL_AT``, ``dpsql.engine.measuring.kill_point``),
 runs it again, and checks the ledger: one charge, one release of that charge, spent = its cost.
 """
 
@@ -20,7 +20,7 @@ import pytest
 
 import dpsql
 from age_sex import write_table
-from dpsql.engine.engine import KILL_AT_ENV
+from dpsql.engine.measuring import KILL_AT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -305,9 +305,10 @@ def test_large_exact_models_stop_at_the_discrepancy_principle(tmp_path, monkeypa
 
     con = connect(tmp_path, budget={"epsilon": 1.0, "delta": 1e-6},
                   workload=["SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income"])
-    if large:   # the engine passes its config's FitLimits to the fit
+    if large:   # the engine's model store passes its config's FitLimits to the fit
         engine = con.session.engine
-        engine.config = replace(engine.config, fit_base_limits=FitLimits(discrepancy_above=0))
+        engine.config = engine.models.config = replace(engine.config,
+                                                       fit_base_limits=FitLimits(discrepancy_above=0))
     con.session.measure()
     model, _, _ = con.session.engine.model("adult")
     # small models run to convergence (issue 17) or are solved with a certificate (one block

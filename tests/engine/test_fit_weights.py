@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dpsql.engine.fitting as engine_module  # the fit is called from ModelFitting._fit
+import dpsql.engine.fitting as engine_module  # the fit is called from ModelStore._fit
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
 from dpsql.engine.session import Session

@@ -186,3 +186,16 @@ def test_dpsql_check_says_where_out_of_range_keys_land(tmp_path):
     text = out.getvalue()
     assert "2 below range → the NULL cell" in text and "4 above range → the NULL cell" in text, text
     assert "clamped" not in text
+
+
+def test_a_public_table_read_from_a_private_tables_source_is_refused(tmp_path):
+    """A public table's rows are shown exactly: declared over the private table's own file
+    (here flights.csv, by another relative spelling), the configuration is refused when it
+    loads, naming both tables; its own file loads as before."""
+    config = _write(tmp_path, keyed=False)
+    assert load_config(config).tables["flights"]
+    text = config.read_text().replace('source = { csv = "calendar.csv" }', 'source = { csv = "./flights.csv" }')
+    config.write_text(text)
+    with pytest.raises(ConfigError, match="'calendar'.*'flights'") as err:
+        load_config(config)
+    assert err.value.hint

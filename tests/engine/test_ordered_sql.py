@@ -23,7 +23,7 @@ import pytest
 
 import dpsql
 import dpsql.privacy.noise as noise
-from dpsql.engine.engine import KILL_AT_ENV
+from dpsql.engine.measuring import KILL_AT_ENV
 from dpsql.errors import BudgetExhaustedError, OperationalError
 from dpsql.sql.postprocess import Z95
 

@@ -87,7 +87,7 @@ def test_the_measurement_and_the_plan_use_the_grouped_sensitivity(spec):
         strategy = engine.optimize_counted(engine.workload_for("orders")[0], rho, 3)
         with engine._lock:
             engine._sync("orders")
-            blocks[name] = engine._release_plan("orders", strategy, rho, "workload")
+            blocks[name] = engine.measuring.release_plan("orders", strategy, rho, "workload")
     # the release's noise is smaller, at the same exact cost
     (_, n1, _), (_, n2, _) = blocks["plain"], blocks["grouped"]
     assert n2.rho <= rho and n1.rho <= rho

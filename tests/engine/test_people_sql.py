@@ -177,7 +177,8 @@ def test_a_sum_over_wide_bins_on_a_view_measures_its_offsets_over_the_view(shop_
     con.close()
 
 
-@pytest.mark.parametrize("condition", ["CAST(o.status AS INTEGER) = 1", "o.priority * 3 > 6", "abs(o.priority) = 2"])
+@pytest.mark.parametrize("condition", ["CAST(o.status AS INTEGER) = 1", "o.priority * 3 > 6", "abs(o.priority) = 2",
+                                       "o.status LIKE o.status"])
 def test_a_flag_condition_computing_from_the_rows_values_is_refused_and_never_measured(shop_files, tmp_path,
                                                                                           condition):
     """A flag's condition runs inside the engine on every row of the table: a cast of a

@@ -12,6 +12,7 @@ import pytest
 
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
+from dpsql.engine.fitting import ModelStore
 from dpsql.engine.session import Session
 
 CONFIG = Path(__file__).resolve().parents[2] / "examples" / "adult" / "dpsql.toml"
@@ -63,8 +64,8 @@ def test_the_workload_is_compiled_only_for_the_fit_that_uses_it(tmp_path, monkey
     # the workload's metric and must not pay for compiling the workload (the planner's
     # imports and ~0.2 s on the 40-query dashboard; bench/trust.py --parts fit).
     calls = []
-    real = Engine.fit_workload
-    monkeypatch.setattr(Engine, "fit_workload", lambda self, t: calls.append(t) or real(self, t))
+    real = ModelStore.fit_workload
+    monkeypatch.setattr(ModelStore, "fit_workload", lambda self, t: calls.append(t) or real(self, t))
     model = _refit(tmp_path / "m", ["SELECT sex, COUNT(*) FROM adult GROUP BY sex",
                                     "SELECT race, COUNT(*) FROM adult GROUP BY race"])
     assert model.metric is None and calls == [], (calls, model.stopped)

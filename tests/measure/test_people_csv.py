@@ -123,3 +123,17 @@ def test_a_flag_on_a_csv_column_of_text_counts_like_parquet_and_a_numeric_one_is
     with pytest.raises(ConfigError, match="priority") as err:
         _flag_counts(tmp_path, {t: {"csv": str(p)} for t, p in csv.items()}, "o.priority <= 2")
     assert err.value.hint
+
+
+def test_a_csv_table_of_a_people_schema_may_not_declare_records_spanning_lines(tmp_path):
+    # framed one row per line, a record's later line can be a well-formed row naming another
+    # person's key (an order of customer 7 inside a comment of customer 1's order): removing
+    # one person would then move other persons' rows, which max_rows does not bound; an id
+    # privacy unit refuses max_record_lines for the same reason (Source.with_unit)
+    csv = write_csv(shop.shop_rows(), tmp_path / "csv")
+    sources = {t: {"csv": str(p)} for t, p in csv.items()}
+    sources["orders"]["max_record_lines"] = 3
+    with pytest.raises(ConfigError, match="max_record_lines") as err:
+        from dpsql.engine.config import load_config
+        load_config(shop.config(tmp_path, sources))
+    assert "max_rows" in err.value.hint

@@ -135,7 +135,7 @@ def test_limits_are_frozen_and_checked():
 
 
 def test_the_library_defaults_are_the_engines():
-    """fit() with no options runs what the engine runs (ModelFitting._fit's arguments); it
+    """fit() with no options runs what the engine runs (ModelStore._fit's arguments); it
     ran plain mirror descent for 1,000 iterations without a gap test, which the engine never
     does.  estimate()'s method defaults to the engine's "adaptive" with the L2 loss."""
     from dpsql.engine.config import Config

@@ -405,7 +405,7 @@ def test_the_old_model_answers_while_the_new_one_is_fitted(tmp_path, monkeypatch
     """alice's paid on-demand query makes a release and waits for its refit; meanwhile bob's
     query, which the previous model supports, is answered from it."""
     import dpsql
-    from dpsql.engine.engine import Engine
+    from dpsql.engine.fitting import ModelStore
     overrides = {"ledger": str(tmp_path / "refit.ledger"),
                  "budget": {"epsilon": 1e6, "delta": 1e-6, "per_user": {"epsilon": 1e4}},
                  "policy": {"unsupported": "measure", "epsilon": 0.01},
@@ -419,13 +419,13 @@ def test_the_old_model_answers_while_the_new_one_is_fitted(tmp_path, monkeypatch
         alice.session.measure()
         query = "SELECT race, COUNT(*) FROM adult GROUP BY race"
         before = bob.session.execute(query)
-        fit = Engine._load_or_fit
+        fit = ModelStore._load_or_fit
 
         def slow_fit(self, *args, **kwargs):
             fitting.set()
             gate.wait(60)
             return fit(self, *args, **kwargs)
-        monkeypatch.setattr(Engine, "_load_or_fit", slow_fit)
+        monkeypatch.setattr(ModelStore, "_load_or_fit", slow_fit)
         for sql in ("SET dpsql.policy = 'measure'", "SET dpsql.allow_spend = 'on'"):
             alice.session.execute(sql)
         paid = {}
