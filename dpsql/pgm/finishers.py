@@ -350,9 +350,11 @@ def _gap_note(history, iters: int, gap) -> str | None:
 class FirstOrder:
     """Entropic mirror descent over the marginal polytope (thesis Algorithms 2-3,
     ``estimation.first_order``), ended by the exact step on its face (:mod:`dpsql.pgm.polish`)
-    where the tree is small enough, or at the discrepancy principle for large models."""
+    where the tree is small enough, or at the discrepancy principle for large models.  When
+    the face step is refused, the gap tolerance's relative part is at least
+    ``unpolished_rtol``."""
 
-    name, version = "first-order", "1"
+    name, version = "first-order", "2"
     options = _EXACT_OPTIONS
 
     def applies(self, problem: Problem) -> Accepted | Refusal:
@@ -369,7 +371,11 @@ class FirstOrder:
                                 gap=None if stop else gap,
                                 start="least_squares" if gap is not None and not stop else "maxent",
                                 limits=problem.limits, **problem.options)
-        note = stopper.note() or _gap_note(model.loss, problem.iters, None if stop else gap)
+        applied = None if stop else (model.gap or gap)
+        note = stopper.note() or _gap_note(model.loss, problem.iters, applied)
+        if note and applied is not None and gap is not None and applied != tuple(gap):
+            note += (f" (relative tolerance {applied[1]:g} of the loss, unpolished_rtol: the face "
+                     f"step is refused: {model.refused})")
         history = model.loss
         if stop:
             cert = Certificate("discrepancy", None, False)

@@ -47,6 +47,7 @@ class GraphicalModel:
     solved: tuple | None = None
     metric: Any = None
     refused: str | None = None     # why the face step was not taken, when it was tried
+    gap: tuple | None = None       # the first-order fit's (atol, rtol) as applied
 
     def __init__(self, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray],
                  total: float, *, measured: Iterable[Sequence[str]] = (),

@@ -108,3 +108,30 @@ def test_a_query_too_large_for_the_sparse_loss_is_still_polished():
     _, best = solve_full(dom, ms, float(data.sum()))
     got = loss_full(dom, ms, joint_from_model(model.model).ravel())
     assert got <= best + 1e-6 * (1.0 + best)
+
+
+def test_fit_without_an_exact_step_stops_at_a_relative_gap():
+    """When the face step is refused for its size (examples/flights: the Hessian of its
+    74,409-cell dest × distance clique), nothing finishes the first-order fit but its own
+    tail, and its tolerance becomes relative (``FitLimits.unpolished_rtol``), as the relaxed
+    fit's is: it stops earlier than at 0.5 absolute, and the summary says why."""
+    from dataclasses import replace
+
+    from dpsql.pgm.estimation import estimated_gap
+    from dpsql.pgm.limits import FitLimits
+
+    rng = np.random.default_rng(1)
+    data = random_data(rng, DOM, 400)
+    ms = _measure(rng, data, 2.0)
+    total = float(data.sum())
+    limits = FitLimits(dense_block_max_cells=0, joint_dual_max_cells=0)   # the first-order fit
+    finished = fit(DOM, ms, iters=5000, gap=(0.5, 1e-6), total=total, limits=limits)
+    assert finished.polished is not None and finished.model.gap == (0.5, 1e-6)
+    refused = replace(limits, face_step_max_cells=0)
+    model = fit(DOM, ms, iters=5000, gap=(0.5, 1e-6), total=total, limits=refused)
+    assert model.polished is None
+    assert model.model.gap == (0.5, refused.unpolished_rtol)
+    history = model.loss
+    assert estimated_gap(history) <= 0.5 + refused.unpolished_rtol * history[-1]
+    assert len(history) < len(finished.loss)
+    assert "relative tolerance" in model.stopped and "face_step_max_cells" in model.stopped
