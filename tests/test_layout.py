@@ -192,9 +192,10 @@ def test_the_engine_is_built_of_collaborators_not_mixins():
     assert not declared, declared
 
 
-@pytest.mark.parametrize("module, cls", [("fitting", "ModelStore"), ("measuring", "Measurer")])
+@pytest.mark.parametrize("module, cls", [("fitting", "ModelStore"), ("measuring", "Measurer"),
+                                         ("planning", "Planner")])
 def test_the_engines_parts_sit_below_it_and_are_given_what_they_use(module, cls):
-    """Issue 36 item 3: measuring and fitting each have their module, below ``engine.py``
+    """Issue 36 item 3: planning, measuring and fitting each have their module, below ``engine.py``
     (neither imports it nor a front end), and their class is built with explicit arguments,
     never the engine itself (which would let it read any of the engine's attributes)."""
     path = ROOT / "dpsql" / "engine" / f"{module}.py"

@@ -25,8 +25,9 @@ from typing import Any
 from dpsql.engine.reports import PlanReport
 from dpsql.errors import ProgrammingError
 
-# the engine calls view_costs (Engine.view_shares): typed Any here, since this module may
-# not import the engine's (tests/test_layout.py: no two files import each other)
+# the planner calls view_costs (Planner.view_shares, with itself: config, workload_for,
+# optimize_counted, rows_sq) and people_plan is given the engine: typed Any here, since
+# this module may not import either (tests/test_layout.py: no two files import each other)
 Engine = Any
 
 __all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan", "increment_shares"]
@@ -36,7 +37,7 @@ __all__ = ["ViewCost", "ViewPlan", "PeoplePlan", "view_costs", "people_plan", "i
 class ViewCost:
     """A view's planning inputs: its bound k, its strategy's unit-noise expected error E in
     the planner's objective, the number n of its workload queries, its noise's squared row
-    factor (k², or ``rows_sq`` under a group bound: ``Engine.rows_sq``), and its cost c, the
+    factor (k², or ``rows_sq`` under a group bound: ``Planner.rows_sq``), and its cost c, the
     factor of 1/(2ρ_v) in the whole workload's objective (``dpsql.plan.views``).
 
     Under ``objective = "absolute"`` E sums the queries' squared errors at unit noise, and
@@ -45,7 +46,7 @@ class ViewCost:
     (one of the view's n queries alone at 1/n of its budget, ``plan.objective``), but the
     workload's objective measures every query against the baseline of the whole workload:
     one of its Q queries alone at ρ/Q, with noise for the view's row factor, as the plan's
-    baselines carry it (``Engine.plan``).  The row factor then cancels — a query over line
+    baselines carry it (``Planner.plan``).  The row factor then cancels — a query over line
     items is as well answered at k times the σ of a count of persons as its own baseline
     is — and the sum over the view is (ρ/ρ_v)·(n/Q)·E: c = n·E (the constant 1/Q is the
     same for every view).  Weighting it by k² instead (before) gave a view of 128 rows per
@@ -192,7 +193,7 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
 def increment_shares(engine: Engine, rho: Fraction) -> dict[str, Fraction]:
     """An increment's budget ``rho`` divided across the views whose workload queries no
     release supports yet (``dpsql measure --increment`` of a people schema): the workload's
-    split (``Engine.view_shares``) restricted to those views and scaled to add up to exactly
+    split (``Planner.view_shares``) restricted to those views and scaled to add up to exactly
     ``rho``, so a view gets the part of the budget the plan gives it beside the others that
     need one.  Empty when every query is supported.  Public: the workload, the domains and
     the released measurements' shapes; the model fitted to the releases is post-processing."""

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview, gaussian_sigma2_unit
+from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
+from dpsql.engine.planning import gaussian_sigma2_unit
 from dpsql.engine.variance import Z95, cap_stderr, interval_stderr
 from dpsql.privacy.accountant import format_rho
 from dpsql.linalg.threads import one_blas_thread

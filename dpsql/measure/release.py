@@ -375,7 +375,7 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
     A Kron of many real factors may need a resolution so coarse that a factor collapses
     (e.g. 16 binary attributes: 2×2 factors rounded to rank 1), and the measured block then
     supports none of the queries it was planned for; the engine re-plans such workloads
-    with operators whose blocks are integer (``Engine.optimize``)."""
+    with operators whose blocks are integer (``Planner.optimize``)."""
     blocks = list(blocks)
     lattice, _ = lattice_blocks(blocks, rho, family=family, unit_rows=unit_rows)
     for (clique, query, _), lb in zip(blocks, lattice):

@@ -1,0 +1,300 @@
+"""Planning what to measure on one private table (thesis ch. 3, HDMM; docs/engine.md): the
+workload compiled over the table's domain (with the binning offsets of its SUMs), the HDMM
+strategy at the workload's budget (kept on the lattice, with the total count determined),
+its expected errors (``PlanReport``), and the workload budget's share of each view of a
+people schema.  Everything here is public: configuration, workload SQL, domains and the
+tables' declared sizes; the planner is given no backend and reads no data.
+
+``Planner`` owns this for ``Engine``, which holds one as ``engine.planning`` and delegates
+its planning methods to it (issue 36 item 3: one place per concept, explicit
+collaborators).  It is given everything it uses when it is built: the configuration, the
+catalog, the engine's lock, the table-state lookup, whether the backend can sum binning
+offsets, and where progress goes; it reads nothing else of the engine.
+
+The planner (``dpsql.plan``: scipy.optimize, scipy.linalg) is imported where a workload is
+planned, not at the top: a process that answers from a saved model never plans (issue 17,
+a new process answers in ≤ 1 s; tests/engine/test_query_path.py).  The strategy cache on
+disk (``config.cache_dir``) is opened on the first plan for the same reason.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dpsql import linalg
+from dpsql.engine.measuring import _groups
+from dpsql.engine.ordered import is_ordered_strategy
+from dpsql.engine.reports import COUNTS, QUANTILES, PlanReport, QueryReport, unit_of, units_of
+from dpsql.errors import ProgrammingError
+from dpsql.measure import release as rel
+from dpsql.pgm.measurement import Measurement, estimate_total
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from dpsql.engine.config import Config
+    from dpsql.engine.state import TableState
+    from dpsql.plan import Strategy, StrategyCache, Workload
+    from dpsql.public import StarCatalog
+
+
+def gaussian_sigma2_unit(rho: float) -> float:
+    """σ² of the Gaussian mechanism with unit L2 sensitivity at cost ρ (Δ²/(2σ²) = ρ)."""
+    return 1.0 / (2.0 * rho)
+
+
+class Planner:
+    """Planning the workload measurement of each table: its workload, strategy, expected
+    errors and budget share.
+
+    ``state(table)`` returns the table's ``TableState`` (raising for an unknown table); a
+    plan at the configured budget stores its strategy there, under ``lock`` (the engine's).
+    ``sums_offsets`` says whether the backend can measure binning offsets
+    (``Backend.sum_offsets``); ``progress(stage, info)`` reports to the listeners and
+    ``listening()`` says whether there are any (HDMM passes no per-restart callback
+    otherwise)."""
+
+    def __init__(self, config: Config, catalog: StarCatalog, lock: threading.RLock, *,
+                 state: Callable[[str], TableState], sums_offsets: bool,
+                 progress: Callable[[str, dict], None], listening: Callable[[], bool]) -> None:
+        self.config = config
+        self.catalog = catalog
+        self._lock = lock
+        self._state = state
+        self._sums_offsets = sums_offsets
+        self._progress = progress
+        self._listening = listening
+        self._strategy_cache: StrategyCache | None = None
+        self._view_shares: dict[Fraction, dict[str, Fraction]] = {}
+
+    def workload_for(self, table: str, queries: Sequence[str] | None = None):
+        """Compile workload SQL (public) into an HDMM workload over the table's domain,
+        one query part per linear query, scaled for the configured objective
+        (``dpsql.plan.objective``; weights from ``-- weight:`` comments or the config)."""
+        return self._workload(table, queries)[:4]
+
+    def _workload(self, table: str, queries: Sequence[str] | None = None):
+        """``workload_for`` plus the offset queries of its SUMs over wide bins, each with the
+        index of its SUM's query part.  Under ``[planner] binning = "offsets"`` the
+        offsets replace the binning-bound queries (Σ half bin widths), which are then left
+        out of the workload (docs/engine.md, "Binning offsets")."""
+        from dpsql.engine.ordered import workload_matrix
+        from dpsql.plan import QuerySpec, Workload
+        from dpsql.sql import compile as compile_sql
+
+        if queries is None:
+            queries, weights = list(self.config.workload), list(self.config.workload_weights)
+        else:
+            queries, weights = list(queries), []
+        weights = weights + [1.0] * (len(queries) - len(weights))
+        state = self._state(table)
+        specs, names, labels = [], [], []
+        blocks: list = []
+        offsets: list[tuple[Any, int]] = []
+        measured = self.config.planner.binning == "offsets"
+        for sql, weight in zip(queries, weights):
+            cq = compile_sql(sql, self.catalog)
+            if cq.table != table:
+                continue
+            pairs = cq.offset_pairs() if measured else {}
+            replaced = {bound for bound, _ in pairs.values()}
+            part_of = {}
+            for lq in cq.linear_queries:
+                if lq.name in replaced:
+                    continue
+                part_of[lq.name] = len(blocks)
+                matrix = workload_matrix(state.schema, lq)   # a fine column's quantile: its CDF
+                blocks.append(matrix)
+                specs.append(QuerySpec(f"{sql} [{lq.description}]", matrix, weight))
+                labels.append((sql, lq.description, unit_of(lq.kind, lq.description)))
+            offsets += [(lq, part_of[pairs[lq.name][1]]) for lq in cq.offset_queries
+                        if lq.name in pairs and pairs[lq.name][1] in part_of]
+            names.append(sql)
+        if not blocks:
+            raise ProgrammingError(f"the workload has no queries on table {table!r}",
+                                   hint="add SQL statements over this table to [workload]")
+        workload = Workload.of_queries(state.schema.domain, specs, noise=self.config.noise,
+                                       objective=self.config.planner.objective)
+        return workload, names, blocks, labels, offsets
+
+    def plan(self, table: str, queries: Sequence[str] | None = None,
+             rho: Fraction | float | None = None) -> PlanReport:
+        from dpsql.plan import Workload, query_errors, svd_lower_bound
+
+        t0 = time.perf_counter()
+        workload, names, blocks, labels = self.workload_for(table, queries)
+        configured = rho is None or Fraction(rho) == self.workload_rho(table)
+        rho = Fraction(rho) if rho is not None else self.workload_rho(table)
+        unit_rows = self.config.sources[table].unit_rows
+        strategy = self.optimize_counted(workload, rho, unit_rows)
+        if configured:
+            # a plan at another budget (`dpsql plan --epsilon`) is a what-if: `measure` must
+            # never run a strategy planned for a budget it is not given
+            with self._lock:
+                self._state(table).strategy = strategy
+        m = sum(b.shape[0] for b in blocks)
+        # = b² of Laplace at ε = √(2ρ) too (unit TSEs carry the 2); every sensitivity is
+        # multiplied by the rows one privacy unit may contribute (max_rows, a view's bound),
+        # as the measurement calibrates it (release.calibrate): before issue 32 the plan
+        # reported the errors of one row per unit whatever max_rows was
+        # The declared workload's binning offsets take their share of rho from the counts,
+        # and add their noise to the SUMs they complete (docs/engine.md, "Binning offsets")
+        from dpsql.engine.offsets import offset_variances
+        planned = self._offset_blocks(table, strategy, rho) if queries is None else None
+        share = planned[1] if planned is not None else Fraction(0)
+        added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
+        rows2 = self.rows_sq(table, strategy)
+        s2_all = gaussian_sigma2_unit(float(rho)) * rows2
+        s2 = gaussian_sigma2_unit(float(rho - share)) * rows2
+        per_query = []
+        for i, (part, (sql, aggregate, unit), (tse, base_tse, floor)) in enumerate(zip(
+                workload.parts, labels, query_errors(strategy))):
+            per_query.append(QueryReport(
+                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(i, 0.0)),
+                math.sqrt(base_tse * s2_all / part.rows),
+                None if floor is None else math.sqrt(floor * s2_all / part.rows), unit))
+        units = units_of(per_query)
+        if per_query:
+            rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in per_query) / m)
+            baseline = math.sqrt(sum(q.baseline ** 2 * q.rows for q in per_query) / m)
+        else:
+            rmse = math.sqrt(strategy.expected_error * s2 / m)
+            baseline = math.nan
+        raw = Workload(workload.domain, linalg.Union(blocks))
+        bound = svd_lower_bound(raw) if self.config.noise == "gaussian" else None
+        advice = None
+        # AIM's advantage is judged in rows of the table: from the counts' error, never from
+        # an average that mixes in a SUM's minutes (issue 29 item 6: 5,083 for 9.71)
+        by_unit = {u.unit: u.rmse for u in units}
+        count_rmse = by_unit.get(COUNTS, by_unit.get(QUANTILES))
+        if self.config.noise == "gaussian" and (count_rmse is not None or not per_query):
+            from dpsql.plan.aim import advise
+            with self._lock:
+                fitted = self._state(table).model
+            advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
+                            total=None if fitted is None else float(fitted.total)).text
+        return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
+                          None if bound is None else math.sqrt(bound[0] * s2_all / m),
+                          bool(bound and bound[1]), self.config.planner.objective,
+                          tuple(per_query), advice, units, float(share))
+
+    def rows_sq(self, table: str, strategy: Strategy) -> float:
+        """The squared rows-per-unit factor of ``strategy``'s noise on ``table``: max_rows²,
+        or less where a view's group bound applies (``release.effective_rows_sq``)."""
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        if groups is None:
+            return float(source.unit_rows ** 2)
+        return rel.effective_rows_sq([(b.clique, b.query, b.weight) for b in strategy.blocks],
+                                     source.unit_rows, groups)
+
+    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
+        """HDMM with the configured options and caps; strategies cached on disk.
+
+        A strategy whose real-valued factors cannot be put on the measurement lattice at
+        this budget without losing rank (``release.lattice_keeps_rank``) is replaced by the
+        best strategy of the operators with integer blocks (OPT_+ and OPT_M)."""
+        from dpsql.plan import Caps, StrategyCache, optimize
+
+        opts = self.config.planner
+        if self._strategy_cache is None:
+            self._strategy_cache = StrategyCache(self.config.cache_dir)
+        kwargs = dict(noise=self.config.noise, restarts=opts.restarts, seed=opts.seed,
+                      caps=Caps(marginal_cells=opts.max_clique_cells, model_size=opts.max_model_cells),
+                      cache=self._strategy_cache,
+                      progress=(lambda *a, **kw: self._progress("plan", {"args": a, **kw}))
+                      if self._listening() else None)
+        strategy = optimize(workload, **kwargs)
+        if is_ordered_strategy(strategy):
+            return strategy      # integer blocks by construction (measure/ordered.py)
+        blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
+        if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
+                blocks, rho, family=self.config.noise, unit_rows=unit_rows):
+            strategy = optimize(workload, operators=("OPT_+", "OPT_M", "per-query")
+                                if workload.parts else ("OPT_+", "OPT_M"), **kwargs)
+        return strategy
+
+    def optimize_counted(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
+                         released: Sequence[Measurement] = ()) -> Strategy:
+        """``optimize``, then make sure the number of records is determined.
+
+        The model is fitted to a known total (pgm.estimate: 1ᵀ must lie in some
+        measurement's row space).  A workload of filtered counts alone (``WHERE age >= 18``)
+        does not determine it, so its release was charged and then every fit failed
+        (issue 21).  When neither the strategy nor an earlier release determines the
+        total, the total count joins the workload and HDMM plans again: one more row,
+        paid from the same budget."""
+        from dpsql.plan import Workload
+
+        strategy = self.optimize(workload, rho, unit_rows)
+        if is_ordered_strategy(strategy):
+            return strategy      # a tree's leaves and the Toeplitz root are invertible: total known
+        probe = [Measurement(b.clique, b.query, np.zeros(b.query.shape[0]), 1.0) for b in strategy.blocks]
+        if estimate_total(list(released) + probe) is not None:
+            return strategy
+        total = linalg.Weighted(1.0, linalg.Kron([linalg.Total(n) for n in workload.domain.shape]))
+        blocks = list(workload.matrix.blocks) if isinstance(workload.matrix, linalg.Union) else [workload.matrix]
+        return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total])), rho, unit_rows)
+
+    def workload_rho(self, table: str | None = None) -> Fraction:
+        """The exact ρ one workload measurement is given (``[workload]`` or the total);
+        for a view of a people schema its share of it (``view_shares``)."""
+        total = (self.config.workload_budget or self.config.budget).rho
+        people = self.config.people
+        if table is None or people is None or table not in people.views:
+            return total
+        share = self.view_shares(total).get(table, Fraction(0))
+        return share - self.truncation_rho(table)
+
+    def truncation_rho(self, table: str) -> Fraction:
+        """The slice of a bounded view's share that releases the rows its bound drops
+        (``[people] truncation_share``, ``dpsql/engine/people_truncation.py``); 0 otherwise."""
+        people = self.config.people
+        if people is None or table not in people.views or table == people.person or not people.truncation_share:
+            return Fraction(0)
+        total = (self.config.workload_budget or self.config.budget).rho
+        return self.view_shares(total).get(table, Fraction(0)) * people.truncation_share
+
+    def view_shares(self, rho: Fraction) -> dict[str, Fraction]:
+        """The workload budget ``rho`` divided across the views that have workload queries,
+        minimising their total expected error (``dpsql/engine/people_plan.py``; public)."""
+        from dpsql.engine.people_plan import view_costs
+        from dpsql.plan.views import split_budget
+
+        rho = Fraction(rho)
+        with self._lock:
+            cached = self._view_shares.get(rho)
+        if cached is None:
+            cached = split_budget(rho, {v: c.cost for v, c in view_costs(self, rho).items()})
+            with self._lock:
+                self._view_shares[rho] = cached
+        return dict(cached)
+
+
+    def offset_plan(self, table: str, strategy: Strategy, rho: Fraction):
+        """The workload's offset blocks and their share of ``rho`` (``dpsql.engine.offsets``),
+        or None: binning bounds instead (``[planner] binning``), a backend that cannot sum
+        offsets, or no SUM/AVG over wide bins in the workload."""
+        planned = self._offset_blocks(table, strategy, rho)
+        return None if planned is None else ([b for b, _ in planned[0]], planned[1])
+
+    def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction):
+        """``offset_plan`` with the workload queries each block serves."""
+        from dpsql.engine.offsets import offset_blocks, offset_share
+
+        if self.config.planner.binning != "offsets" or not self._sums_offsets:
+            return None
+        workload, *_, queries = self._workload(table)
+        blocks = offset_blocks(self._state(table).schema, queries)
+        if not blocks:
+            return None
+        return blocks, offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
+
+
+__all__ = ["Planner", "gaussian_sigma2_unit"]
