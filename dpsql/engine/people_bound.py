@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
-from dpsql.privacy.accountant import format_rho, rho_exponential
+from dpsql.engine.one_release import release_once
+from dpsql.errors import ProgrammingError
+from dpsql.privacy.accountant import rho_exponential
 from dpsql.privacy.noise import exponential_mechanism
 
 __all__ = ["BoundChoice", "candidates", "bound_scores", "choose_bound", "BOUND_PREFIX"]
@@ -82,40 +83,17 @@ def choose_bound(engine: Any, table: str, epsilon: Fraction, quantile: Fraction 
     ident = engine.identity(table)
     key = (f"{BOUND_PREFIX}{ident.key()}:"
            + json.dumps([str(epsilon), str(quantile), list(cands)], separators=(",", ":")))
-    ledger = engine.ledger
     rho = rho_exponential(epsilon)
-    with ledger.measurement_lock():
-        found = ledger.release(key)
-        if found is not None:
-            return BoundChoice(table, int(json.loads(found)["max_rows"]), epsilon, Fraction(0), quantile, cands,
-                               True)
-        # A charge for this very choice whose process died before recording it: completed
-        # under that charge, never paid again (docs/privacy.md §6: its draw was never shown).
-        released = {e.charge_id for e in ledger.entries() if e.kind == "release"}
-        unreleased = next((e for e in ledger.entries() if e.kind == "charge" and e.fingerprint == key
-                           and e.seq not in released), None)
-        if unreleased is not None and unreleased.rho != rho:
-            raise OperationalError(
-                f"the ledger holds an unreleased charge for this bound of rho = {unreleased.rho}, but it costs {rho}",
-                hint="the ledger was edited; start a new ledger")
-        if unreleased is None:
-            # refused from the ledger alone, before any row is read (a refusal spends nothing)
-            view = ledger.preview(engine.WORKLOAD_PRINCIPAL, rho)
-            if not view.fits:
-                raise BudgetExhaustedError(
-                    f"choosing this bound needs rho = {format_rho(rho, 'up')} but only rho = "
-                    f"{format_rho(view.remaining, 'down')} remains",
-                    hint="the operator grants a new budget (a new ledger), or declares max_rows",
-                    requested_rho=rho, remaining_rho=view.remaining)
-        # counted before charging: a failure here spends nothing, and the counts stay here
-        hist = engine.backend.contributions(engine.catalog[table], cands[-1])
-        if unreleased is None:
-            charge_id = ledger.charge(engine.WORKLOAD_PRINCIPAL, rho, key,
-                                      {"purpose": "bound", "table": table, "identity": ident.as_dict(),
-                                       "epsilon": str(epsilon), "quantile": str(quantile),
-                                       "candidates": list(cands)}).id
-        else:
-            charge_id = unreleased.seq
+    mechanism = {"purpose": "bound", "table": table, "identity": ident.as_dict(), "epsilon": str(epsilon),
+                 "quantile": str(quantile), "candidates": list(cands)}
+
+    def choose(hist) -> bytes:
         index = exponential_mechanism(bound_scores(hist, cands, quantile), epsilon, 1, rng=rng)
-        ledger.record_release(charge_id, key, json.dumps({"max_rows": cands[index]}).encode())
-    return BoundChoice(table, cands[index], epsilon, rho, quantile, cands, False)
+        return json.dumps({"max_rows": cands[index]}).encode()
+
+    payload, reused = release_once(
+        engine.ledger, engine.WORKLOAD_PRINCIPAL, key, rho, mechanism, what="choosing this bound",
+        hint="the operator grants a new budget (a new ledger), or declares max_rows",
+        count=lambda: engine.backend.contributions(engine.catalog[table], cands[-1]), noisy=choose)
+    return BoundChoice(table, int(json.loads(payload)["max_rows"]), epsilon, Fraction(0) if reused else rho,
+                       quantile, cands, reused)

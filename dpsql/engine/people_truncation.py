@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
+from dpsql.engine.one_release import release_once
+from dpsql.errors import ProgrammingError
 from dpsql.privacy import noise
-from dpsql.privacy.accountant import format_rho
 
 __all__ = ["TRUNCATION_PREFIX", "Truncation", "noise_param", "truncation_key", "release_truncation",
            "released_truncation", "truncation_cost"]
@@ -102,17 +102,12 @@ def _decode(table: str, payload: bytes, rho: Fraction, reused: bool) -> Truncati
                       Fraction(0) if reused else rho, reused)
 
 
-def _unreleased(ledger, key: str):
-    released = {e.charge_id for e in ledger.entries() if e.kind == "release"}
-    return next((e for e in ledger.entries() if e.kind == "charge" and e.fingerprint == key
-                 and e.seq not in released), None)
-
-
 def truncation_cost(engine: Any, table: str, rho: Fraction) -> Fraction:
     """ρ ``release_truncation`` would charge now: 0 when released (or charged) already."""
     key = truncation_key(engine, table, rho)
     ledger = engine.ledger
-    return Fraction(0) if ledger.release(key) is not None or _unreleased(ledger, key) is not None else Fraction(rho)
+    done = ledger.release(key) is not None or ledger.unreleased_charge(key) is not None
+    return Fraction(0) if done else Fraction(rho)
 
 
 def released_truncation(engine: Any, table: str) -> Truncation | None:
@@ -134,40 +129,19 @@ def release_truncation(engine: Any, table: str, rho: Fraction, rng=None) -> Trun
     k = people.bound(table)
     param = noise_param(k, rho, family)
     key = truncation_key(engine, table, rho)
-    ledger = engine.ledger
-    with ledger.measurement_lock():
-        found = ledger.release(key)
-        if found is not None:
-            return _decode(table, found, rho, True)
-        # a charge whose process died before its release: completed under it (docs/privacy.md §6)
-        unreleased = _unreleased(ledger, key)
-        if unreleased is not None and unreleased.rho != rho:
-            raise OperationalError(f"the ledger holds an unreleased charge for this release of rho = "
-                                   f"{unreleased.rho}, but it costs {rho}",
-                                   hint="the ledger was edited; start a new ledger")
-        if unreleased is None:
-            # refused from the ledger alone, before any row is read (a refusal spends nothing)
-            view = ledger.preview(engine.WORKLOAD_PRINCIPAL, rho)
-            if not view.fits:
-                raise BudgetExhaustedError(
-                    f"releasing the rows {table!r}'s bound drops needs rho = {format_rho(rho, 'up')} but only "
-                    f"rho = {format_rho(view.remaining, 'down')} remains",
-                    hint="the operator grants a new budget (a new ledger), or sets [people] truncation_share = 0",
-                    requested_rho=rho, remaining_rho=view.remaining)
-        # counted before charging: a failure here spends nothing, and the counts stay here
-        dropped, kept = engine.backend.truncation(engine.catalog[table], k)
-        if unreleased is None:
-            charge_id = ledger.charge(engine.WORKLOAD_PRINCIPAL, rho, key, {
-                "purpose": "truncation", "table": table, "identity": engine.identity(table).as_dict(),
-                "family": family, "param": str(param), "max_rows": k}).id
-        else:
-            charge_id = unreleased.seq
-        exact = np.array([dropped, kept], dtype=np.int64)
+    mechanism = {"purpose": "truncation", "table": table, "identity": engine.identity(table).as_dict(),
+                 "family": family, "param": str(param), "max_rows": k}
+
+    def noisy(exact) -> bytes:
         z = noise.discrete_gaussian(param, 2, rng=rng) if family == "gaussian" else \
             noise.discrete_laplace(param, 2, rng=rng)
-        noisy = noise.add_exact(exact, z)
-        del exact, dropped, kept
-        payload = {"dropped": int(noisy[0]), "kept": int(noisy[1]), "stddev": _stddev(param, family),
-                   "max_rows": k}
-        ledger.record_release(charge_id, key, json.dumps(payload).encode())
-    return _decode(table, json.dumps(payload).encode(), rho, False)
+        values = noise.add_exact(np.array(exact, dtype=np.int64), z)
+        return json.dumps({"dropped": int(values[0]), "kept": int(values[1]), "stddev": _stddev(param, family),
+                           "max_rows": k}).encode()
+
+    payload, reused = release_once(
+        engine.ledger, engine.WORKLOAD_PRINCIPAL, key, rho, mechanism,
+        what=f"releasing the rows {table!r}'s bound drops",
+        hint="the operator grants a new budget (a new ledger), or sets [people] truncation_share = 0",
+        count=lambda: engine.backend.truncation(engine.catalog[table], k), noisy=noisy)
+    return _decode(table, payload, rho, reused)

@@ -324,7 +324,7 @@ def pack(release: OrderedRelease) -> bytes:
             "radices": list(s.tree.radices) if s.tree is not None else None,
             "weights": [float(w) for w in s.weights], "stddev": list(release.stddev),
             "rho": str(release.rho), "blocks": len(release.values)}
-    # Any: numpy's savez stub would read a key as allow_pickle (as in release.pack)
+    # Any: numpy's type annotation of savez would read a key as allow_pickle (as in release.pack)
     arrays: dict[str, Any] = {f"y{i}": np.asarray(v, dtype=np.float64) for i, v in enumerate(release.values)}
     if s.coeffs is not None:
         arrays["coeffs"] = np.asarray(s.coeffs, dtype=np.int64)

@@ -391,7 +391,7 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
 def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
     """Serialize released (noisy) measurements; only noisy values and public structure.
     Offset blocks (``LatticeBlock.offsets``) travel in the same payload, marked."""
-    arrays: dict[str, Any] = {}     # Any: numpy's savez stub would read a key as allow_pickle
+    arrays: dict[str, Any] = {}     # Any: numpy's type annotation of savez would read a key as allow_pickle
     meta = []
     for i, (block, values, sd) in enumerate(released):
         for j, f in enumerate(block.factors):

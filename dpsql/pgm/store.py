@@ -63,7 +63,7 @@ def _header_common(model, kind: str, domain: Domain) -> dict:
 def save_model(model, path: str | os.PathLike) -> None:
     """Write ``model`` (an ExactModel, GraphicalModel or RelaxedModel) to ``path``."""
     path = Path(path)
-    arrays: dict[str, Any] = {}     # ndarrays; Any: numpy's savez stub would read a key as allow_pickle
+    arrays: dict[str, Any] = {}     # ndarrays; Any: numpy's type annotation of savez would read a key as allow_pickle
     if isinstance(model, RelaxedModel):
         fit = model.fit
         header = _header_common(model, "relaxed", model.domain)

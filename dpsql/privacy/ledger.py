@@ -639,6 +639,15 @@ class Ledger:
 
         return self._run(body, write=False)
 
+    def unreleased_charge(self, fingerprint: str) -> LedgerEntry | None:
+        """The charge for ``fingerprint`` that has no release (its process died between
+        charging and recording), or None: the next request completes it under that charge
+        (docs/privacy.md §6)."""
+        entries = self.entries()
+        released = {e.charge_id for e in entries if e.kind == "release"}
+        return next((e for e in entries if e.kind == "charge" and e.fingerprint == fingerprint
+                     and e.seq not in released), None)
+
     def verify(self) -> None:
         """Full re-verification from the first entry (e.g. for an operator's check)."""
         with self._lock:

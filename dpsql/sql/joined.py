@@ -210,7 +210,7 @@ def guard(alias: str, right: int, conditions) -> exp.Expr:
     or NULL), as SQL's ``LEFT JOIN d ON k = d.k AND C`` does; a key with no match joins the
     all-NULL row whatever C says.  Each term reads a public per-cell value of the joined
     attribute (:func:`on_marker`) or private columns, so the query stays W·x on the private
-    histogram (docs/privacy.md §7.4).  The marker is a placeholder column (meta
+    histogram (docs/privacy.md §7.4).  The marker is a stand-in column (meta
     ``dpsql_guard`` = the joined table's index) that ``joins._rewrite`` makes a DimRef."""
     mark = exp.Column(this=exp.to_identifier(on_marker(alias), quoted=True))
     mark.meta["dpsql_guard"] = right

@@ -38,6 +38,17 @@ def test_refusal_shows_the_remaining_budget_rounded_down(tmp_path):
     assert "needs rho=0.777778 but only rho=0.666666 remains" in info.value.message
 
 
+def test_a_charge_without_its_release_is_found_by_its_fingerprint(tmp_path):
+    ledger = Ledger(tmp_path / "l.db", total_rho=Fraction(1))
+    assert ledger.unreleased_charge("k") is None
+    c = ledger.charge("alice", Fraction(1, 8), "k", {"noise": "none"})
+    ledger.charge("alice", Fraction(1, 8), "other", {"noise": "none"})
+    found = ledger.unreleased_charge("k")
+    assert found is not None and found.seq == c.id and found.rho == Fraction(1, 8)
+    ledger.record_release(c.id, "k", b"payload")
+    assert ledger.unreleased_charge("k") is None and ledger.unreleased_charge("other") is not None
+
+
 def test_charge_spend_remaining_and_refusal(tmp_path):
     ledger = Ledger(tmp_path / "l.db", total_rho=Fraction(1, 2),
                     per_user_rho={"alice": Fraction(1, 4), "*": Fraction(1, 10)})
