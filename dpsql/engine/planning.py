@@ -148,7 +148,8 @@ class Planner:
         from dpsql.engine.offsets import offset_variances
         planned = self._offset_blocks(table, strategy, rho) if queries is None else None
         share = planned[1] if planned is not None else Fraction(0)
-        added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
+        added = offset_variances(planned[0], share, self.config.noise, unit_rows,
+                                 _groups(self.config.sources[table], self.config.noise)) if planned is not None else {}
         rows2 = self.rows_sq(table, strategy)
         # the per-query baselines keep the view's bound k (a query alone at k, as the split
         # across views judges them, people_plan.ViewCost); the SVD floors, lower bounds for
@@ -335,7 +336,13 @@ class Planner:
         blocks = offset_blocks(self._state(table).schema, queries)
         if not blocks:
             return None
-        return blocks, offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        # the counts' objective with its row factor over k², as the offset blocks' (offset_share)
+        counts = strategy.expected_error * (1.0 if groups is None
+                                            else self.rows_sq(table, strategy) / source.unit_rows ** 2)
+        return blocks, offset_share(rho, counts, blocks, [p.scale for p in workload.parts],
+                                    source.unit_rows, groups)
 
 
 __all__ = ["Planner", "gaussian_sigma2_unit"]
