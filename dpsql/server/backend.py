@@ -71,11 +71,8 @@ class DpsqlLink:
 
     def compile(self, sql: str, params):
         """Compile for Describe: output columns as Execute will return them."""
-        try:
-            from dpsql.sql import compile as compile_sql
-        except ImportError:  # the package re-export is the contract; the module is where it lives
-            from dpsql.sql.compiler import compile as compile_sql
-        compiled = compile_sql(sql, self.catalog, params)
+        # the session's compile: a people schema's ad hoc flag gets its table first
+        compiled = self.connection.session.compile(sql, params)
         mode = self.connection.session.settings.get("dpsql.error_columns", "off")
         if mode == "off" or compiled.is_explain:
             return compiled
