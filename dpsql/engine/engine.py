@@ -476,6 +476,35 @@ class Engine:
         """Ranges implied by the released measurements (``ModelStore.bounds``)."""
         return self.models.bounds(table)
 
+    def add_person_flags(self, sql: str) -> None:
+        """Add the table of each per-person flag that statement ``sql`` needs and no workload
+        statement declared (a people schema's ad hoc ``COUNT(DISTINCT person) … WHERE
+        <condition on a child's rows>``; ``people.flag_table_of``), so that it compiles over
+        that table and is measured on demand like any unmeasured query: planned, previewed,
+        consented to and charged before noise (``Session._measure_for``).  Public: the SQL
+        and the schema; a statement that needs none adds nothing, and a condition of a shape
+        the engine may not evaluate is refused (0A000) before any row is read."""
+        people = self.config.people
+        if people is None:
+            return
+        from dpsql.engine.people import flag_table_of
+        from dpsql.sql.people import flag_column, person_flags
+
+        for table, cond in person_flags([sql], self.catalog):
+            if flag_column(table, cond) in self.catalog[people.person].column_names:
+                continue      # a workload flag, measured with the person's view
+            name, schema, source = flag_table_of(people, self.catalog, self.config.sources, table, cond)
+            with self._lock:
+                if name in self.tables:
+                    continue
+                # one row per person: the person table's declared public size is its size
+                if people.person in self.config.table_rows:
+                    self.config.table_rows[name] = self.config.table_rows[people.person]
+                self.config.sources[name] = source
+                self.backend.add_source(name, source)
+                self.catalog[name] = schema
+                self.tables[name] = TableState(schema)
+
     def _state(self, table: str) -> TableState:
         try:
             return self.tables[table]
