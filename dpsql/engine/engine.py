@@ -500,7 +500,10 @@ class Engine:
     def _add_flag(self, table: str, cond) -> str:
         """Add the table of the flag of ``cond`` on ``table``'s rows (``add_person_flags``)."""
         from dpsql.engine.people import flag_table_of
+        from dpsql.errors import ProgrammingError
         people = self.config.people
+        if people is None:
+            raise ProgrammingError("no [people] schema is configured")
         name, schema, source = flag_table_of(people, self.catalog, self.config.sources, table, cond)
         with self._lock:
             if name in self.tables:
