@@ -323,6 +323,13 @@ class Session:
         quantile_inferred = any(lq.kind == "quantile" for lq in unsupported)
         inferred, cleaned, ranges = [], [], []
         for i, r in enumerate(stderr_rows):
+            if not quantile_inferred and not any(isinstance(v, float) and not math.isfinite(v) for v in r):
+                # no inferred cell: the row's errors as they are, no ranges (the loop below
+                # gives the same, cell by cell: 3 ms on a 1,459-row answer, issue 35)
+                cleaned.append(tuple(r))
+                inferred.append(False)
+                ranges.append((None,) * len(r))
+                continue
             flag = quantile_inferred
             out, rng = [], []
             for j, v in enumerate(r):
@@ -338,7 +345,8 @@ class Session:
                       cost=Fraction(0) if cost is None else cost, seconds=time.perf_counter() - t0,
                       model_version=version, model=model_kind, bounds=ranges,
                       binnable=compiled.may_be_binned(), notes=self._notes(compiled.table),
-                      bias=[tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
+                      bias=[row if all(b is None for b in row) else
+                            tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
                                   for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
 
     def plan(self, table: str | None = None, queries: Sequence[str] | None = None,
