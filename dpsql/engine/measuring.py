@@ -173,9 +173,11 @@ class Measurer:
             expected_error=error)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
-                         purpose: str, requested_by: str | None = None, offsets=None) -> MeasureReport:
+                         purpose: str, requested_by: str | None = None, offsets=None,
+                         flag: dict | None = None) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc),
-        and the ``offsets`` (``Engine.offset_plan``) in the same release."""
+        and the ``offsets`` (``Engine.offset_plan``) in the same release; ``flag`` (an ad hoc
+        per-person flag's table and condition, public) is kept in the charge."""
         t0 = time.perf_counter()
         state = self._state(table)
         # the ledger's lock first: waiting for another process must not block this
@@ -226,6 +228,7 @@ class Measurer:
                 charge_id = self._ledger().charge(principal, cost, key, {
                     "purpose": purpose, "table": table, "family": plan.family,
                     **({"requested_by": requested_by} if requested_by else {}),
+                    **({"flag": flag} if flag else {}),
                     "identity": _identity(state).as_dict(), "identity_key": _identity(state).key(),
                     "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p),
                                 **({"offsets": b.offsets, "bound": b.bound} if b.offsets else {})}

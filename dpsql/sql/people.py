@@ -45,7 +45,7 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.cells import conjuncts, snippet
 from dpsql.sql.joins import _folded, _table_ref
 
-__all__ = ["person_join", "person_flags", "flag_column", "flag_table"]
+__all__ = ["person_join", "person_flags", "flag_column", "flag_table", "parse_condition"]
 
 # the person view's flag columns (dpsql.measure.views.SEP, EXISTS; this package may not import it)
 _SEP, _EXISTS = "__", "exists"
@@ -55,6 +55,16 @@ def flag_table(person: str, column: str) -> str:
     """The table an engine may add for a flag no workload statement declared (``column``, a
     ``flag_column``): the person's own columns and that flag, measured on demand."""
     return f"{person}{_SEP}{column}"
+
+
+def parse_condition(text: str) -> exp.Expr:
+    """A flag's condition from its text (``condition.sql(dialect="postgres")``, as a charge
+    keeps it), so that ``flag_column`` names the same flag again."""
+    from dpsql.sql.syntax import parse_statement
+    tree = parse_statement(text)
+    if tree is None:
+        raise ProgrammingError(f"not a condition: {text[:60]!r}")
+    return tree
 
 
 def flag_column(table: str, condition: exp.Expr) -> str:

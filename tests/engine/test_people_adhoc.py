@@ -89,6 +89,9 @@ def test_the_measured_flag_answers_a_later_session_without_spending(shop_files, 
     con.close()
     con = _connect(shop_files, tmp_path)
     spent = _spent(con)
+    # `dpsql budget` in a process that has not seen the statement: the release is in use
+    flags = [r for r in con.session.engine.releases() if "__has_" in r.table]
+    assert len(flags) == 1 and flags[0].current, flags
     cur = con.cursor()
     cur.execute("SET dpsql.policy = 'informed'")
     cur.execute("SELECT x.nation, COUNT(DISTINCT x.custkey) AS n FROM customers x JOIN orders y "
