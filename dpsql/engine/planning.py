@@ -210,8 +210,10 @@ class Planner:
             return None
         from dpsql.plan import RowFactor
         k2 = float(source.unit_rows ** 2)
+        # "w1": the planner re-weights blocks for their factors (plan.planner._reweighted)
         return RowFactor(lambda s: self.rows_sq(table, s) / k2,
-                         f"k={source.unit_rows}:" + repr(sorted(groups.describe().items())))
+                         f"w1:k={source.unit_rows}:" + repr(sorted(groups.describe().items())),
+                         lambda s: [r / k2 for _, r in self.block_rows_sq(table, s)])
 
     def block_rows_sq(self, table: str, strategy: Strategy) -> list[tuple[tuple[str, ...], float]]:
         """Each block's clique and the squared row factor its noise is calibrated with
