@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import sys
 import tempfile
@@ -66,6 +67,8 @@ def _shop(workdir: Path) -> tuple[Path, list[str], Path]:
         if f.suffix in (".toml", ".sql", ".parquet"):
             shutil.copy(f, workdir / f.name)
     text = (workdir / "dpsql.toml").read_text()
+    # the example's own group bounds and truncation slice out: this case sets its bounds below
+    text = re.sub(r"(?m)^(group_by|max_groups|max_rows_per_group|truncation_share) = .*\n", "", text)
     text = text.replace("max_rows = 8 ", 'max_rows = 8\ngroup_by = ["status"]\nmax_groups = 3\n'
                         "max_rows_per_group = 4 ", 1)
     text = text.replace("max_rows = 32 ", 'max_rows = 32\ngroup_by = ["returnflag"]\nmax_groups = 3\n'
