@@ -388,10 +388,25 @@ class Engine:
         the binning bounds of SUMs/AVGs whose offsets no release measured: an increment
         measures those, and their answers fall back to the bound)."""
         blocks = self.workload_for(table, queries)[2] + self._unmeasured_bounds(table, queries)
+        # what a fine column's ordered release answers is not the model's to support (an
+        # increment would measure the column's part of a mixed workload again)
+        blocks = [b for b in blocks if not self._ordered_supports(table, b)]
+        if not blocks:
+            return []
         _, variance, _ = self.model(table)
         if variance is None:
             return list(blocks)
         return [b for b in blocks if not variance.analyse(b)[1].all()]
+
+    def _ordered_supports(self, table: str, block) -> bool:
+        """Whether the table's ordered release answers every row of ``block``: each term asks
+        about the released column alone (the others summed out), or is the total count."""
+        estimate = self.ordered_estimate(table)
+        if estimate is None:
+            return False
+        k = list(self._state(table).schema.domain.attributes).index(estimate.strategy.attribute)
+        return all([i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)] in ([], [k])
+                   for _, factors in linalg.kron_terms(block))
 
     def _unmeasured_bounds(self, table: str, queries: Sequence[str] | None) -> list:
         """Under ``binning = "offsets"`` the workload leaves out the binning-bound queries
