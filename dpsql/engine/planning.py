@@ -208,12 +208,36 @@ class Planner:
         got = [reports[j] for j in indices if j in reports]
         rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in got) / rows) if len(got) == len(indices) \
             else math.sqrt(sub.expected_error * s2 / rows)
-        bound = None
+        bound, exact = None, False
         if self.config.noise == "gaussian":
-            b = svd_lower_bound(Workload(domain, linalg.Union([blocks[j] for j in indices])))
-            bound = None if b is None else math.sqrt(b[0] * gaussian_sigma2_unit(float(sub_rho)) * rows2 / rows)
+            raw = Workload(domain, linalg.Union([blocks[j] for j in indices]))
+            if is_ordered_strategy(sub):
+                # on the column alone: W ⊗ 1ᵀ over n·m cells has singular values √m·σ(W), so
+                # its SVD bound (Σσ)²/N is W's over n; there it is computable in closed form
+                i = list(domain.attributes).index(sub.attribute)
+                rows_i = [(f[i], w) for j in indices for w, f in linalg.kron_terms(blocks[j])]
+                raw = Workload(domain.project([sub.attribute]), linalg.Union(
+                    [f if w == 1.0 else linalg.Weighted(float(w), f) for f, w in rows_i]))
+                b = svd_lower_bound(raw)
+                if b is None:
+                    # a CDF with thin queries beside it has no closed form: the CDF/range rows
+                    # alone are a floor too (TSE_W(A) ≥ TSE of any of W's rows ≥ their bound)
+                    # (the same CDF asked twice, by two quantiles, is one CDF of weight √2: equal grams)
+                    same: dict[tuple, tuple[Any, float]] = {}
+                    for f, w in rows_i:
+                        if isinstance(f, (linalg.Prefix, linalg.Suffix, linalg.AllRange)):
+                            key = (type(f).__name__, f.shape)
+                            same[key] = (f, same.get(key, (f, 0.0))[1] + float(w) ** 2)
+                    ranges = [linalg.Weighted(math.sqrt(w2), f) for f, w2 in same.values()]
+                    b = svd_lower_bound(Workload(raw.domain, linalg.Union(ranges))) if ranges else None
+                    b = None if b is None else (b[0], False)
+            else:
+                b = svd_lower_bound(raw)
+            if b is not None:
+                bound = math.sqrt(b[0] * gaussian_sigma2_unit(float(sub_rho)) * rows2 / rows)
+                exact = b[1]
         return PartReport(name, sub.operator, float(sub_rho), float(Fraction(sub_rho) / Fraction(rho)),
-                          len(statements), rows, rmse, bound, float(sub.expected_error))
+                          len(statements), rows, rmse, bound, float(sub.expected_error), exact)
 
     def strategy_for(self, table: str, workload: Workload, labels, offsets, rho: Fraction, unit_rows: int = 1):
         """The strategy of a table's workload: one HDMM or ordered strategy, or, when the

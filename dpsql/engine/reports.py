@@ -121,10 +121,12 @@ class PartReport:
     rmse: float
     bound_rmse: float | None
     unit_error: float        # the strategy's unit-noise error in the whole workload's objective
+    bound_exact: bool = True  # False: the bound of its CDF/range (or marginal) queries alone, a looser floor
 
     def line(self) -> str:
+        which = "these queries" if self.bound_exact else "its CDF/range or marginal queries alone"
         bound = "" if self.bound_rmse is None else \
-            f" (SVD bound of these queries at this share: {self.bound_rmse:,.2f}, ratio {self.rmse / self.bound_rmse:.3f})"
+            f" (SVD bound of {which} at this share: {self.bound_rmse:,.2f}, ratio {self.rmse / self.bound_rmse:.3f})"
         n = f"{self.queries} quer{'y' if self.queries == 1 else 'ies'}"
         return (f"  {self.name}: {self.operator}, {n} ({self.rows:,} rows), rho = {self.rho:.6g} "
                 f"({self.fraction:.1%} of the budget), expected RMSE per row {self.rmse:,.2f}{bound}")
