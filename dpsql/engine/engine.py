@@ -255,14 +255,16 @@ class Engine:
         """The squared rows-per-unit factor of ``strategy``'s noise (``Planner.rows_sq``)."""
         return self.planning.rows_sq(table, strategy)
 
-    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
+    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1, *,
+                 table: str | None = None) -> Strategy:
         """HDMM with the configured options and caps (``Planner.optimize``)."""
-        return self.planning.optimize(workload, rho, unit_rows)
+        return self.planning.optimize(workload, rho, unit_rows, table=table)
 
     def optimize_counted(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
-                         released: Sequence[Measurement] = ()) -> Strategy:
-        """``optimize`` with the number of records determined (``Planner.optimize_counted``)."""
-        return self.planning.optimize_counted(workload, rho, unit_rows, released)
+                         released: Sequence[Measurement] = (), *, table: str | None = None) -> Strategy:
+        """``optimize`` with the number of records determined (``Planner.optimize_counted``);
+        ``table`` compares candidates with its group bound's row factor (``Planner.row_factor``)."""
+        return self.planning.optimize_counted(workload, rho, unit_rows, released, table=table)
 
     def released_measurements(self, table: str) -> list[Measurement]:
         """The releases in use (current identity; ``_sync``) as PGM measurements."""
@@ -441,7 +443,7 @@ class Engine:
 
         workload = Workload(self._state(table).schema.domain, linalg.Union(missing))
         return self.optimize_counted(workload, rho, self.config.sources[table].unit_rows,
-                                     self.released_measurements(table))
+                                     self.released_measurements(table), table=table)
 
     def measure_increment(self, table: str, rho: Fraction, queries: Sequence[str] | None = None, *,
                           requested_by: str | None = None) -> MeasureReport | None:

@@ -117,13 +117,15 @@ class Measurer:
                 purpose, "ordered", float(oplan.rho), [str(p) for p in oplan.params],
                 *[(b.clique, b.scale, b.weight) for b in oblocks], *[f for b in oblocks for f in b.factors])
             return oblocks, oplan, key
-        # a view's group bound lowers the L2 row factor of the counts' blocks that separate
-        # its groups (release.rows_sq); the offsets keep max_rows (never less private)
+        # a view's group bound lowers the L2 row factor of the blocks that separate its groups
+        # (release.rows_sq), counts and binning offsets alike: a person's offsets in group γ
+        # sum over at most n_γ kept rows, the same rows (docs/privacy.md §2a, §7.1b)
+        groups = _groups(source, self.config.noise)
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
-                                          family=self.config.noise, unit_rows=source.unit_rows,
-                                          groups=_groups(source, self.config.noise))
+                                          family=self.config.noise, unit_rows=source.unit_rows, groups=groups)
         if extra:
-            oplan = rel.calibrate(extra, share, family=self.config.noise, unit_rows=source.unit_rows)
+            oplan = rel.calibrate(extra, share, family=self.config.noise, unit_rows=source.unit_rows,
+                                  groups=groups)
             blocks = blocks + list(extra)
             plan = rel.NoisePlan(plan.family, plan.params + oplan.params, plan.rho + oplan.rho)
         key = _identity(state).key() + ":" + _sha(

@@ -96,26 +96,34 @@ class MixedStrategy:
 
 def split_parts(workload, labels, offsets) -> tuple[int, list[int], list[int]] | None:
     """(ordered attribute index, ordered part indices, rest part indices) of a workload
-    that mixes a fine column's CDF/range queries with others, or None when it does not
-    (all of one kind: planned as before).  ``labels[j][0]`` is query part j's statement;
-    ``offsets`` the (offset query, part index) pairs of ``Planner._workload``: a statement
-    with binning offsets stays with the model, which answers them."""
+    that mixes a fine column's CDF/range queries with statements that do not ask about that
+    column, or None when it does not (all of one kind: planned as before).
+
+    A statement goes to the ordered part when one of its terms asks about the column (with
+    or without other columns: the ordered strategy measures it per group of those,
+    ``plan.ordered.group_attributes``) or it is the bare total; to the rest otherwise, and
+    also when it has binning offsets (``offsets``: the (offset query, part index) pairs of
+    ``Planner._workload``; the model answers them).  ``labels[j][0]`` is query part j's
+    statement."""
     from dpsql.plan.ordered import ordered_attribute
 
     terms = workload.terms
     i = ordered_attribute(terms)
     if i is None:
         return None
-    alone: dict[str, bool] = {}
     with_offsets = {labels[j][0] for _, j in offsets}
+    column: dict[str, bool] = {}       # some term asks about the column
+    empty: dict[str, bool] = {}        # every term is the bare total
     for j, part in enumerate(workload.parts):
         sql = labels[j][0]
-        ok = sql not in with_offsets and all(terms.terms[t].support <= {i} for t in part.terms)
-        alone[sql] = alone.get(sql, True) and ok
-    ordered = [j for j in range(len(workload.parts)) if alone[labels[j][0]]]
-    rest = [j for j in range(len(workload.parts)) if not alone[labels[j][0]]]
-    # a prefix over the column must be in the ordered part (a quantile by group stays in
-    # the rest, which the ordered planner then refuses with its own hint)
+        supports = [terms.terms[t].support for t in part.terms]
+        column[sql] = column.get(sql, False) or any(i in s for s in supports)
+        empty[sql] = empty.get(sql, True) and all(not s for s in supports)
+    touches = {sql: column[sql] or empty[sql] for sql in column}
+    ordered = [j for j in range(len(workload.parts))
+               if touches[labels[j][0]] and labels[j][0] not in with_offsets]
+    rest = [j for j in range(len(workload.parts)) if j not in set(ordered)]
+    # a prefix over the column must be in the ordered part (else nothing needs splitting)
     has_range = any(ordered_attribute(workload.terms.select(list(workload.parts[j].terms))) is not None
                     for j in ordered)
     if not ordered or not rest or not has_range:

@@ -614,7 +614,7 @@ class Session:
         # optimize_counted adds the total count when nothing released determines it: the
         # first on-demand measurement was charged and then failed to fit (issue 21).
         strategy = self.engine.optimize_counted(workload, rho, self.engine.config.sources[table].unit_rows,
-                                                self.engine.released_measurements(table))
+                                                self.engine.released_measurements(table), table=table)
         purpose = "query:" + ";".join(lq.name for lq in unsupported)
         try:
             preview = self.engine.spend_preview(table, strategy, rho, self.user, purpose)

@@ -41,7 +41,7 @@ from dpsql.plan.error import noise_norm, term_errors
 from dpsql.plan.workload import WorkloadTerms, workload_terms
 from dpsql.triangulation import MAX_MODEL_CELLS, tree_cells
 
-__all__ = ["Caps", "Candidate", "CANDIDATES", "optimize", "junction_tree_size", "DEFAULT_GRID"]
+__all__ = ["Caps", "RowFactor", "Candidate", "CANDIDATES", "optimize", "junction_tree_size", "DEFAULT_GRID"]
 
 #: Grid that real-valued strategy factors are rounded to (entries scaled to max 1 first).
 DEFAULT_GRID = 2.0 ** -10
@@ -50,6 +50,19 @@ DEFAULT_GRID = 2.0 ** -10
 #: (2: OPT_M drops negligible weights; 4: ResidualPlanner meets per-query caps by its dual), so
 #: that stale cached strategies are not reused.
 PLANNER_VERSION = 4
+
+
+@dataclass(frozen=True)
+class RowFactor:
+    """The part of a view's squared row bound k² a strategy's noise will carry, in (0, 1]:
+    ``of(strategy)`` is the calibration's average factor over its blocks divided by k² (a
+    block that reads one group per value of a group-bounded view has S² ≤ k²,
+    ``dpsql.measure.release.effective_rows_sq``).  ``key`` names the bound for the strategy
+    cache (a strategy chosen with one factor is not the answer for another).  The planner
+    package cannot compute it (the calibration lives in ``dpsql.measure``); the engine does."""
+
+    of: Callable[[Strategy], float]
+    key: str
 
 
 @dataclass(frozen=True)
@@ -231,11 +244,12 @@ def _marginal_name(terms: WorkloadTerms, clique) -> str:
     return f"over {cols}"
 
 
-def _above_baseline(terms: WorkloadTerms, strat: Strategy) -> list[int]:
-    """Queries (of a workload of queries) whose expected error exceeds their baseline."""
+def _above_baseline(terms: WorkloadTerms, strat: Strategy, factor: float = 1.0) -> list[int]:
+    """Queries (of a workload of queries) whose expected error, with the strategy's row
+    factor (``RowFactor``; the baseline keeps the view's full bound), exceeds their baseline."""
     if not terms.parts:
         return []
-    errs = _term_tse(terms, strat)
+    errs = _term_tse(terms, strat) * factor
     return [q for q, p in enumerate(terms.parts)
             if float(np.sum(errs[list(p.terms)])) > p.scale * p.rows * p.baseline * (1 + 1e-9)]
 
@@ -283,7 +297,7 @@ def _planned_cliques(terms: WorkloadTerms, one_product: bool) -> list[tuple[str,
 def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
              caps: Caps | None = None, progress: Progress | None = None, *,
              operators: tuple[str, ...] | None = None, grid: float | None = DEFAULT_GRID,
-             cache=None) -> Strategy | OrderedStrategy:
+             cache=None, row_factor: RowFactor | None = None) -> Strategy | OrderedStrategy:
     """OPT_HDMM (thesis §3.8): best feasible strategy over the applicable operators.
     A workload with a CDF or range factor over a large attribute gets an
     ``OrderedStrategy`` (plan/ordered.py) instead.
@@ -291,6 +305,12 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
     Deterministic for a seed: every operator draws from one generator in a fixed order.
     ``grid`` rounds real-valued factors so measured values lie on a lattice (None keeps
     them exact, e.g. for comparisons with the thesis tables).
+
+    ``row_factor`` (a view's group bound, ``RowFactor``) scales each candidate's noise by
+    the row factor its blocks will be calibrated with: candidates are compared, and checked
+    against the per-query baselines, by ``expected_error`` times that factor, since a
+    candidate whose blocks read one group per value gets less noise at the same budget
+    (``docs/privacy.md`` §2a).  ``Strategy.expected_error`` stays the unit-noise figure.
     """
     # One BLAS thread: the optimisers make thousands of small and mid-sized BLAS/LAPACK
     # calls, where OpenBLAS's thread hand-off costs more than it saves (ALL RANGE at
@@ -299,17 +319,20 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
     # bench/RESULTS.md; dpsql/linalg/threads.py).
     with one_blas_thread():
         return _optimize(W, noise, restarts, seed, caps, progress, operators=operators, grid=grid,
-                         cache=cache)
+                         cache=cache, row_factor=row_factor)
 
 
 def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
               progress: Progress | None, *, operators: tuple[str, ...] | None,
-              grid: float | None, cache) -> Strategy | OrderedStrategy:
+              grid: float | None, cache, row_factor: RowFactor | None = None) -> Strategy | OrderedStrategy:
     noise_norm(noise)
     caps = Caps() if caps is None else caps
     terms = workload_terms(W)
     options = dict(restarts=restarts, seed=seed, caps=caps.__dict__, grid=grid,
                    operators=operators, planner=PLANNER_VERSION)
+    if row_factor is not None:      # another choice may win: a cache entry of its own
+        options["row_factor"] = row_factor.key
+    factor = (lambda s: 1.0) if row_factor is None else row_factor.of
     if cache is not None:
         hit = cache.get(terms, noise, options)
         if hit is not None:
@@ -329,7 +352,9 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
     cands: list[tuple[Strategy, int]] = []
     certified = None
     for cand in (CANDIDATES[n] for n in names):
-        if certified is not None and cand.beaten_by_certificate:
+        # the certificate is at unit noise: under a row factor a candidate above the SVD
+        # bound may still win with a smaller factor, so every candidate runs
+        if certified is not None and cand.beaten_by_certificate and row_factor is None:
             notes.append(f"{cand.name} not run: ResidualPlanner is certified within "
                          f"{certified:.4f}x of the SVD bound, which no strategy beats")
             continue
@@ -359,7 +384,9 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         size = junction_tree_size(terms.attributes, terms.shape,
                                   _planned_cliques(terms, cand.one_product))
         cands.append((strat, size))
-        notes.append(f"{cand.name}: expected error {strat.expected_error:.6g}, "
+        scaled = "" if row_factor is None else (
+            f" (x{factor(strat):.4g} for the group bound: {strat.expected_error * factor(strat):.6g})")
+        notes.append(f"{cand.name}: expected error {strat.expected_error:.6g}{scaled}, "
                      f"{len(strat.kron_blocks)} block(s), junction tree {size:,} cells")
     if not cands:
         raise ModelTooLargeError(
@@ -376,7 +403,7 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         finite = [s for s, _ in cands]
     # Never worse than noise per query (issue 16): among candidates, those leaving no query
     # above its own per-query baseline win; the per-query mechanism itself is one of them.
-    above = {id(s): _above_baseline(terms, s) for s in finite}
+    above = {id(s): _above_baseline(terms, s, factor(s)) for s in finite}
     within = [s for s in finite if not above[id(s)]]
     for s in finite:
         if above[id(s)]:
@@ -384,12 +411,13 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
                          f"{'y' if len(above[id(s)]) == 1 else 'ies'} above the per-query baseline")
     # Residual blocks (RP, RP+) only where they beat OPT_M's integer marginals: a tie goes to
     # the candidate without them (each of its marginals answers its own queries).
-    best = min(within or finite, key=lambda s: s.expected_error * (
+    best = min(within or finite, key=lambda s: s.expected_error * factor(s) * (
         1.0 + 1e-6 * any(factor_kind(F)[0] == "other" and F.shape[0] == F.shape[1] - 1
                          and np.all(F.sum(axis=1) == 0) for b in s.kron_blocks for F in b.factors)
         if s.operator in ("ResidualPlanner", "RP+") else 1.0))
     why = (f"{best.operator} chosen (lowest expected {'weighted ' if terms.parts else ''}"
-           f"unit-noise squared error among feasible candidates"
+           f"unit-noise squared error{'' if row_factor is None else ' times its group-bound row factor'} "
+           "among feasible candidates"
            f"{' that keep every query within its per-query baseline' if within and terms.parts else ''}). "
            + "; ".join(notes) + ".")
     best = Strategy(best.attributes, best.shape, best.kron_blocks, best.operator, noise,
