@@ -402,12 +402,13 @@ class Engine:
 
     def _ordered_supports(self, table: str, block) -> bool:
         """Whether the table's ordered release answers every row of ``block``: each term asks
-        about the released column alone (the others summed out), or is the total count."""
+        about the released column or its group columns, the others summed out."""
         estimate = self.ordered_estimate(table)
         if estimate is None:
             return False
-        k = list(self._state(table).schema.domain.attributes).index(estimate.strategy.attribute)
-        return all([i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)] in ([], [k])
+        names = list(self._state(table).schema.domain.attributes)
+        allowed = {names.index(a) for a in (estimate.strategy.attribute, *estimate.strategy.groups) if a in names}
+        return all({i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)} <= allowed
                    for _, factors in linalg.kron_terms(block))
 
     def _unmeasured_bounds(self, table: str, queries: Sequence[str] | None) -> list:

@@ -286,7 +286,7 @@ class Planner:
         return MixedStrategy((
             StrategyPart(f"ordered {attribute}", ordered, f["ordered"], tuple(ordered_idx), ordered_w, True),
             StrategyPart("rest", rest, f["rest"], tuple(rest_idx), rest_w)),
-            explanation=f"split: the workload mixes CDF/range/quantile queries over the fine column {attribute!r} "
+            explanation=f"The workload mixes CDF/range/quantile queries over the fine column {attribute!r} "
                         f"with queries that do not ask about it: {n_o} linear quer{'y' if n_o == 1 else 'ies'} "
                         f"planned by the ordered strategy ({ordered.operator}), {n_r} by {rest.operator}; the "
                         "budget is split between the two releases to minimise the total expected error (shares "

@@ -323,3 +323,26 @@ def test_an_increment_after_an_ordered_measurement_measures_nothing_again(small)
         assert engine.ledger.spent(None) == spent
     finally:
         _close(con)
+
+
+def test_the_split_is_chosen_only_when_its_expected_error_is_lower(small):
+    """The other candidate is one strategy for the whole workload (the ordered strategy per
+    group of the other columns asked).  For the quantile, CDF count and GROUP BY sex above
+    the split is better (the CDF measured once, not per sex); when many of the column's
+    queries are themselves per sex, the ordered strategy per sex answers the sex counts at
+    less than the split's cost (its part's share), and one strategy wins.  Both choices name
+    the other candidate's error."""
+    con = dpsql.connect(_config(small, 1.0), user="tester")
+    try:
+        split = con.session.plan()
+        assert split.strategy.operator == "split"
+        mixed = split.strategy
+        whole = float(mixed.explanation.rsplit("expected error ", 1)[1].rstrip("."))
+        assert mixed.expected_error < whole          # k = 1: the errors compare as printed
+        grouped = [f"SELECT sex, COUNT(*) FROM t WHERE income <= {200 * (i + 1)} GROUP BY sex" for i in range(6)] \
+            + ["SELECT sex, quantile_cont(income, 0.5) FROM t GROUP BY sex", "SELECT sex, COUNT(*) FROM t GROUP BY sex"]
+        one = con.session.plan(queries=grouped)
+        assert one.strategy.operator in ("tree", "toeplitz") and one.strategy.groups == ("sex",)
+        assert "lower than the split" in one.strategy.explanation and not one.parts
+    finally:
+        _close(con)
