@@ -34,6 +34,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+from dpsql.errors import ProgrammingError
+
 __all__ = ["MixedStrategy", "StrategyPart", "is_mixed_strategy", "split_parts", "sub_workload"]
 
 
@@ -69,7 +71,8 @@ class MixedStrategy:
 
     def __post_init__(self) -> None:
         if sum((p.fraction for p in self.parts), Fraction(0)) != 1:
-            raise ValueError("the parts' budget fractions must add up to exactly 1")
+            raise ProgrammingError("the parts' budget fractions must add up to exactly 1",
+                                   hint="build a MixedStrategy from split_fractions")
 
     def shares(self, rho: Fraction) -> list[Fraction]:
         """Each part's exact share of ``rho`` (they add up to ``rho``)."""
@@ -153,5 +156,6 @@ def split_fractions(costs: dict[str, float]) -> dict[str, Fraction]:
 
     for name, c in costs.items():
         if not math.isfinite(c):
-            raise ValueError(f"part {name!r} has no finite expected error")
+            raise ProgrammingError(f"part {name!r} has no finite expected error",
+                                   hint="plan each part before splitting the budget")
     return split_budget(Fraction(1), costs)
