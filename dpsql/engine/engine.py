@@ -91,6 +91,7 @@ class Engine:
         self._seen_seq = 0
         self._charges: dict[int, LedgerEntry] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
+        self._flags: dict[str, dict] = {}   # ad hoc flag tables: their condition (add_person_flags)
         # the models of the releases: a collaborator given what it uses, not a base class
         # reading this one's attributes (issue 36 item 3)
         self.models = ModelStore(config, self._lock, state=self._state, sync=self._sync,
@@ -223,6 +224,8 @@ class Engine:
                 charge = self._charges.get(entry.charge_id)
                 mech = charge.mechanism if charge is not None and charge.mechanism else {}
                 table = mech.get("table") or entry.key.split(":", 1)[0]
+                if table not in self.tables and mech.get("flag"):
+                    self._restore_flag(table, mech["flag"])   # an ad hoc flag no statement asked yet
                 reasons: tuple[str, ...]
                 if table not in self.tables:
                     reasons = ("the table is no longer configured",)
@@ -348,7 +351,8 @@ class Engine:
         link = None if mixed is None else {
             "mixed": [p.name for p in mixed.parts], "rho": str(sum((Fraction(r) for _, r, _ in parts), Fraction(0))),
             "shares": [str(r) for _, r, _ in parts]}
-        report = self.measuring.measure_parts(table, parts, principal, purpose, requested_by, link)
+        report = self.measuring.measure_parts(table, parts, principal, purpose, requested_by, link,
+                                              flag=self._flags.get(table))
         if not report.reused and self.fit_in_background and self._state(table).released:
             self.prepare(table)
         return report
@@ -506,6 +510,63 @@ class Engine:
     def bounds(self, table: str) -> BoundsModel | None:
         """Ranges implied by the released measurements (``ModelStore.bounds``)."""
         return self.models.bounds(table)
+
+    def add_person_flags(self, sql: str) -> None:
+        """Add the table of each per-person flag that statement ``sql`` needs and no workload
+        statement declared (a people schema's ad hoc ``COUNT(DISTINCT person) … WHERE
+        <condition on a child's rows>``; ``people.flag_table_of``), so that it compiles over
+        that table and is measured on demand like any unmeasured query: planned, previewed,
+        consented to and charged before noise (``Session._measure_for``).  Public: the SQL
+        and the schema; a statement that needs none adds nothing, and a condition of a shape
+        the engine may not evaluate is refused (0A000) before any row is read."""
+        people = self.config.people
+        if people is None:
+            return
+        from dpsql.sql.people import flag_column, person_flags
+
+        for table, cond in person_flags([sql], self.catalog):
+            if flag_column(table, cond) in self.catalog[people.person].column_names:
+                continue      # a workload flag, measured with the person's view
+            self._add_flag(table, cond)
+
+    def _add_flag(self, table: str, cond) -> str:
+        """Add the table of the flag of ``cond`` on ``table``'s rows (``add_person_flags``)."""
+        from dpsql.engine.people import flag_table_of
+        from dpsql.errors import ProgrammingError
+        people = self.config.people
+        if people is None:
+            raise ProgrammingError("no [people] schema is configured")
+        name, schema, source = flag_table_of(people, self.catalog, self.config.sources, table, cond)
+        with self._lock:
+            if name in self.tables:
+                return name
+            # one row per person: the person table's declared public size is its size
+            if people.person in self.config.table_rows:
+                self.config.table_rows[name] = self.config.table_rows[people.person]
+            self.config.sources[name] = source
+            self.backend.add_source(name, source)
+            self.catalog[name] = schema
+            self.tables[name] = TableState(schema)
+            # its releases' charges name the condition, so that a process that has not seen
+            # the statement yet lists them as in use (``releases``)
+            self._flags[name] = {"table": table, "condition": cond.sql(dialect="postgres")}
+        return name
+
+    def _restore_flag(self, name: str, flag: dict) -> None:
+        """Add the flag's table a charge names (``_add_flag``), if this configuration still
+        gives the same table (public: the charge's condition text and the schema)."""
+        from dpsql.errors import Error
+        from dpsql.sql.people import parse_condition
+        people = self.config.people
+        if people is None or flag.get("table") not in people.views:
+            return
+        try:
+            cond = parse_condition(str(flag.get("condition")))
+            from dpsql.engine.people import flag_table_of
+            if flag_table_of(people, self.catalog, self.config.sources, flag["table"], cond)[0] == name:
+                self._add_flag(flag["table"], cond)
+        except Error:
+            return
 
     def _state(self, table: str) -> TableState:
         try:

@@ -169,10 +169,13 @@ class Measurer:
             expected_error=error)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
-                         purpose: str, requested_by: str | None = None, offsets=None) -> MeasureReport:
+                         purpose: str, requested_by: str | None = None, offsets=None,
+                         flag: dict | None = None) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc),
-        and the ``offsets`` (``Engine.offset_plan``) in the same release."""
-        return self.measure_parts(table, [(strategy, rho, offsets)], principal, purpose, requested_by)
+        and the ``offsets`` (``Engine.offset_plan``) in the same release; ``flag`` (an ad hoc
+        per-person flag's table and condition, public) is kept in the charge."""
+        return self.measure_parts(table, [(strategy, rho, offsets)], principal, purpose, requested_by,
+                                  flag=flag)
 
     def parts_cost(self, table: str, parts, principal: str | None, purpose: str) -> Fraction:
         """What ``measure_parts`` with the same arguments would charge now: the shares of the
@@ -189,7 +192,8 @@ class Measurer:
         return cost
 
     def measure_parts(self, table: str, parts, principal: str, purpose: str,
-                      requested_by: str | None = None, link: dict | None = None) -> MeasureReport:
+                      requested_by: str | None = None, link: dict | None = None,
+                      flag: dict | None = None) -> MeasureReport:
         """Measure each (strategy, ρ, offsets) of ``parts`` as a release of its own, in the order
         of the module doc for all of them together: the total is previewed and every part
         judged useful before any data is read, all are counted, all charged (durably, one
@@ -247,6 +251,7 @@ class Measurer:
                     p.charge_id = self._ledger().charge(principal, p.cost, p.key, {
                         "purpose": purpose, "table": table, "family": p.plan.family,
                         **({"requested_by": requested_by} if requested_by else {}), **note,
+                        **({"flag": flag} if flag else {}),
                         "identity": _identity(state).as_dict(), "identity_key": _identity(state).key(),
                         "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(q),
                                     **({"offsets": b.offsets, "bound": b.bound} if b.offsets else {})}

@@ -139,7 +139,7 @@ class PeoplePlan:
     def lines(self) -> list[str]:
         out = [f"people schema: {len(self.views)} views of the same persons share rho = {float(self.rho):.4g} "
                "(split to minimise the total expected error: rho_v proportional to the square root of each view's "
-               "error at unit noise)"]
+               "error at unit noise, times its noise's row factor under a group bound)"]
         for v in self.views:
             out.append(v.line())
             if v.truncation is not None:

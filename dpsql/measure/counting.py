@@ -66,6 +66,10 @@ class Backend(Protocol):
 
     def fingerprint(self, table: str) -> dict: ...
 
+    def add_source(self, name: str, source: Source) -> None:
+        """Read table ``name`` from ``source`` from now on (an engine's table added at run time)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -276,6 +280,12 @@ class SqlBackend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         pass
+
+    def add_source(self, name: str, source: Source) -> None:
+        """Read ``name`` from ``source`` from now on (an engine's table added at run time: a
+        people schema's on-demand flag, ``Engine.add_person_flags``)."""
+        with self._lock:
+            self._sources[name] = source
 
     # -- metadata -----------------------------------------------------------------------------
     def _source(self, table: str) -> Source:

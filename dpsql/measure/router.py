@@ -59,6 +59,14 @@ class Router:
                 self._backends[engine] = SparkBackend(group)
         return self._backends[engine]
 
+    def add_source(self, name: str, source: Source) -> None:
+        """Route ``name`` to its engine's backend from now on (a table an engine adds at run
+        time: a people schema's on-demand flag), the backend told too once started."""
+        self._sources[name] = source
+        started = self._backends.get(_engine_of(source))
+        if started is not None:
+            started.add_source(name, source)
+
     def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
                         expect: dict | None = None) -> dict[Clique, np.ndarray]:
         return self.backend(schema.name).count_marginals(schema, cliques, expect=expect)

@@ -45,10 +45,26 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.cells import conjuncts, snippet
 from dpsql.sql.joins import _folded, _table_ref
 
-__all__ = ["person_join", "person_flags", "flag_column"]
+__all__ = ["person_join", "person_flags", "flag_column", "flag_table", "parse_condition"]
 
 # the person view's flag columns (dpsql.measure.views.SEP, EXISTS; this package may not import it)
 _SEP, _EXISTS = "__", "exists"
+
+
+def flag_table(person: str, column: str) -> str:
+    """The table an engine may add for a flag no workload statement declared (``column``, a
+    ``flag_column``): the person's own columns and that flag, measured on demand."""
+    return f"{person}{_SEP}{column}"
+
+
+def parse_condition(text: str) -> exp.Expr:
+    """A flag's condition from its text (``condition.sql(dialect="postgres")``, as a charge
+    keeps it), so that ``flag_column`` names the same flag again."""
+    from dpsql.sql.syntax import parse_statement
+    tree = parse_statement(text)
+    if tree is None:
+        raise ProgrammingError(f"not a condition: {text[:60]!r}")
+    return tree
 
 
 def flag_column(table: str, condition: exp.Expr) -> str:
@@ -356,14 +372,20 @@ def _count_persons(tree: exp.Select, stmt, catalog, refs: list[_Private], deepes
     flag = _flag_condition(tree, stmt, refs, deepest, people)
     moved = flag[0] if flag is not None else []
     column = None
+    table = people.person     # what the persons are counted from
     if flag is not None:
         column = flag_column(deepest.name, flag[1])
         if column not in catalog[people.person].column_names:
-            raise UnsupportedQueryError(
-                f"no per-person flag of '{snippet(flag[1], 60)}' on {deepest.name!r} was measured: counting "
-                "persons with such rows needs one", position=stmt.pos(moved[0]),
-                hint="add this statement to [workload]: each COUNT(DISTINCT person) condition there on another "
-                     "table's columns gets a measured 0/1 flag per person (sensitivity 1)")
+            # not a workload flag: the person's own columns and this flag, a table of its own
+            # that the engine added for this statement to be measured on demand
+            table = flag_table(people.person, column)
+            if table not in catalog:
+                raise UnsupportedQueryError(
+                    f"no per-person flag of '{snippet(flag[1], 60)}' on {deepest.name!r} was measured: counting "
+                    "persons with such rows needs one", position=stmt.pos(moved[0]),
+                    hint="add this statement to [workload]: each COUNT(DISTINCT person) condition there on "
+                         "another table's columns gets a measured 0/1 flag per person (sensitivity 1); a session "
+                         "with SET dpsql.policy = 'measure' measures it on demand")
     for col in tree.find_all(exp.Column):
         if any(col in c.find_all(exp.Column) for c in counts) or col.find_ancestor(exp.Select) is not tree:
             continue
@@ -381,6 +403,10 @@ def _count_persons(tree: exp.Select, stmt, catalog, refs: list[_Private], deepes
     key = "from_" if "from_" in out.args else "from"
     alias = person.alias if person is not None else people.person
     node = person.node.copy() if person is not None else exp.to_table(people.person)
+    if table != people.person:
+        # the flag's table under the person's alias, so the person's columns read as written
+        node = exp.Table(this=exp.to_identifier(table, quoted=True),
+                         alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     out.set(key, exp.From(this=node))
     kept = [j for j in out.args.get("joins") or []
             if isinstance(j.this, exp.Subquery) or not getattr(_table_ref(j.this, catalog, stmt), "private", False)]

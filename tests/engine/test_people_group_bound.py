@@ -5,7 +5,6 @@ per person").  The cross-engine brute force is tests/measure/test_people_group_e
 from __future__ import annotations
 
 import itertools
-import math
 import sys
 from fractions import Fraction
 from pathlib import Path

@@ -95,3 +95,32 @@ def test_dpsql_plan_shows_the_row_factor_of_every_block(tmp_path, capsys, monkey
     # the status block reads one group per value: √2 rows; a block that sums statuses: 3
     assert "(status) 1.414" in line, line
     assert "weighted:" in line
+
+
+@pytest.mark.slow   # a measurement on demand
+def test_a_measurement_on_demand_is_calibrated_with_the_grouped_factor(tmp_path):
+    """Policy 'measure': a status query no workload release supports is measured on demand
+    (Session._measure_for → Measurer.release_plan) with S² = 2 for its status block, not k² = 9,
+    at exactly its per-query budget.  A regression guard: main calibrated it so already; what
+    gap 1 adds on this path is the candidate choice with the factor (``table=``)."""
+    import dpsql
+    from fractions import Fraction as F
+
+    spec = _spec(tmp_path, ["SELECT priority, COUNT(*) FROM orders GROUP BY priority"])
+    spec["policy"] = {"unsupported": "measure", "epsilon": 0.5}
+    con = dpsql.connect(spec, budget={"epsilon": 50.0, "delta": 1e-6, "per_user": {"epsilon": 50.0}})
+    cur = con.cursor()
+    cur.execute("SET dpsql.allow_spend = 'on'")
+    cur.execute("SELECT status, COUNT(*) FROM orders GROUP BY status")
+    charges = [e for e in con.session.engine.ledger.entries()
+               if e.kind == "charge" and (e.mechanism or {}).get("purpose", "").startswith("query:")]
+    assert len(charges) == 1
+    blocks = charges[0].mechanism["blocks"]
+    status = [b for b in blocks if b["clique"] == ["status"]]
+    assert status, blocks
+    # each block here is an identity or total over its clique (Δ² = 1): a block reading one status
+    # per value costs S²/(2σ²), any other k²/(2σ²); they add up to the charge
+    rho = charges[0].rho
+    cost = sum((F(2 if "status" in b["clique"] else 9) / (2 * F(b["param"])) for b in blocks), F(0))
+    assert cost <= rho and cost > rho * F(999, 1000), (cost, rho)
+    con.close()
