@@ -537,6 +537,11 @@ class Engine:
         if people is None:
             raise ProgrammingError("no [people] schema is configured")
         name, schema, source = flag_table_of(people, self.catalog, self.config.sources, table, cond)
+        if name in self.tables:
+            return name
+        # the columns' source types (catalog or file metadata, never a row)
+        from dpsql.engine.people import check_flag_types
+        check_flag_types(table, cond, self.backend.source_columns(table), self.backend.dialect_of(table))
         with self._lock:
             if name in self.tables:
                 return name

@@ -31,6 +31,7 @@ from functools import cached_property
 import numpy as np
 
 from dpsql.linalg import Bucket, Identity, Kron, QueryMatrix, Sum, Union, Weighted
+from dpsql.linalg.base import is_scaled_identity
 from dpsql.linalg.rowscaled import GramPinv, SpanPinv, gram_pinv
 from dpsql.pgm.measurement import group_rows, into_buckets
 from dpsql.plan.joint import JointSupport
@@ -301,7 +302,7 @@ def _marginal_of(p: _Prepared, sizes: dict[str, int]) -> tuple[np.ndarray, float
         if f.ndim != 2 or f.shape[0] != f.shape[1] or f.shape[0] == 0:
             return None
         d = float(f[0, 0])
-        if d == 0.0 or not np.array_equal(f, d * np.eye(f.shape[0], dtype=f.dtype)):
+        if d == 0.0 or not is_scaled_identity(f, d):
             return None
         c *= d
     if int(np.prod(shape, dtype=np.int64)) != int(np.prod([f.shape[0] for f in b.factors], dtype=np.int64)):

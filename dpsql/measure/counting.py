@@ -70,6 +70,14 @@ class Backend(Protocol):
         """Read table ``name`` from ``source`` from now on (an engine's table added at run time)."""
         ...
 
+    def source_columns(self, table: str) -> dict[str, str]:
+        """Column names and types of ``table``'s source, from metadata only."""
+        ...
+
+    def dialect_of(self, table: str) -> str:
+        """The SQL dialect in which ``source_columns`` names ``table``'s types."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -309,6 +317,9 @@ class SqlBackend(ABC):
     def source_columns(self, table: str) -> dict[str, str]:
         """Column names and types of a source, from its catalog or file metadata only."""
         return self._columns(self._source(table))
+
+    def dialect_of(self, table: str) -> str:
+        return self.dialect
 
     def _columns(self, source: Source) -> dict[str, str]:
         view = source.view

@@ -45,7 +45,7 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.cells import conjuncts, snippet
 from dpsql.sql.joins import _folded, _table_ref
 
-__all__ = ["person_join", "person_flags", "flag_column", "flag_table", "parse_condition"]
+__all__ = ["person_join", "person_flags", "flag_column", "flag_table", "parse_condition", "flag_uses"]
 
 # the person view's flag columns (dpsql.measure.views.SEP, EXISTS; this package may not import it)
 _SEP, _EXISTS = "__", "exists"
@@ -230,6 +230,81 @@ def _unsafe(cond: exp.Expr) -> exp.Expr | None:
     return None
 
 
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _constant(node: exp.Expr) -> bool:
+    return not any(isinstance(n, exp.Column) for n in node.walk())
+
+
+def _unpaired(cond: exp.Expr) -> exp.Expr | None:
+    """The first predicate of ``cond`` (already within ``_FLAG_NODES``) that does not compare
+    one column with constants: two columns compared (their types could make the engine cast
+    one of them, row by row), or a constant on the side a column belongs; None when every
+    predicate does."""
+    for node in cond.walk():
+        if isinstance(node, _COMPARISONS):
+            a, b = node.this, node.expression
+            if not ((isinstance(a, exp.Column) and _constant(b)) or (isinstance(b, exp.Column) and _constant(a))):
+                return node
+        elif isinstance(node, (exp.In, exp.Between, exp.Like, exp.ILike, exp.Is)):
+            others = [v for k, v in node.args.items() if k != "this" and isinstance(v, exp.Expr)] + \
+                list(node.args.get("expressions") or [])
+            if not isinstance(node.this, exp.Column) or not all(_constant(o) for o in others):
+                return node
+    return None
+
+
+def _constant_use(node: exp.Expr) -> str:
+    """What a column compared with constant ``node`` must hold for the engine to compare it
+    without casting the column: "number", "text" (a string literal is cast to the column's
+    type, once, whatever the rows), "temporal", "boolean" or "null"."""
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        node = node.this
+    if isinstance(node, exp.Null):
+        return "null"
+    if isinstance(node, exp.Boolean):
+        return "boolean"
+    if isinstance(node, exp.Literal):
+        return "text" if node.is_string else "number"
+    if isinstance(node, exp.Cast):
+        to = node.args["to"]
+        if to.is_type(*exp.DataType.TEXT_TYPES):
+            return "text"
+        if to.is_type(*exp.DataType.TEMPORAL_TYPES):
+            return "temporal"
+        if to.is_type(exp.DataType.Type.BOOLEAN):
+            return "boolean"
+        return "number"
+    return "number"
+
+
+def flag_uses(condition: exp.Expr) -> list[tuple[str, str]]:
+    """(view column, what it is compared with: ``_constant_use``, or "pattern" for LIKE, or
+    "boolean" for a bare column or IS TRUE/FALSE) for every column of a flag's condition
+    that ``_flag_condition`` accepted: the engine checks them against the columns' types in
+    the source (public metadata), so that evaluating the condition never casts a row's value
+    (a cast that fails on some values would make the measurement fail with the data)."""
+    out = []
+    for node in condition.walk():
+        if isinstance(node, _COMPARISONS):
+            col, other = (node.this, node.expression) if isinstance(node.this, exp.Column) else \
+                (node.expression, node.this)
+            out.append((col.name, _constant_use(other)))
+        elif isinstance(node, exp.In):
+            out += [(node.this.name, _constant_use(e)) for e in node.expressions]
+        elif isinstance(node, exp.Between):
+            out += [(node.this.name, _constant_use(node.args[k])) for k in ("low", "high")]
+        elif isinstance(node, (exp.Like, exp.ILike)):
+            out.append((node.this.name, "pattern"))
+        elif isinstance(node, exp.Is):
+            out.append((node.this.name, _constant_use(node.expression)))
+        elif isinstance(node, exp.Column) and isinstance(node.parent, (exp.And, exp.Or, exp.Not, exp.Paren)) \
+                or node is condition and isinstance(node, exp.Column):
+            out.append((node.name, "boolean"))
+    return out
+
+
 def _flag_condition(tree: exp.Select, stmt, refs: list[_Private], deepest: _Private,
                     people) -> tuple[list[exp.Expr], exp.Expr] | None:
     """(the WHERE conjuncts that read a column of a table other than the person's, their AND
@@ -253,6 +328,13 @@ def _flag_condition(tree: exp.Select, stmt, refs: list[_Private], deepest: _Priv
                 position=stmt.pos(bad),
                 hint="such a condition is evaluated on every row inside the engine, where a computation can fail "
                      "on some values; compare columns with constants (=, <, IN, BETWEEN, LIKE, IS NULL; AND, OR, NOT)")
+        bad = _unpaired(cond)
+        if bad is not None:
+            raise UnsupportedQueryError(
+                f"the condition '{snippet(cond, 60)}' on persons' rows compares columns with each other in "
+                f"'{snippet(bad, 40)}'", position=stmt.pos(bad),
+                hint="compare each column with constants (o.status = 'F' AND o.priority <= 2): the engine would "
+                     "otherwise convert one column's values to the other's type, which can fail on some values")
         moved.append((cond, hits))
     if not moved:
         return None

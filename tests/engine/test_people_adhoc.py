@@ -135,6 +135,15 @@ def test_under_another_policy_the_refusal_says_how_to_measure_it(shop_files, tmp
     ("o.status LIKE o.status", "constants"),
     ("o.orderkey > 5", "declared (domain) columns"),
     ("o.status IN (SELECT status FROM orders)", "own columns"),
+    # a column compared with another, or with a constant of another type: the engine would
+    # convert every value of the column, and fail on some (on main: a failure with the data)
+    ("o.priority = c.nation", "compare each column with constants"),
+    ("o.status = c.segment", "compare each column with constants"),
+    ("o.status = 5", "constant of its own type"),
+    ("o.status IN ('F', 3)", "constant of its own type"),
+    ("o.status IS TRUE", "constant of its own type"),
+    ("o.priority LIKE '1%'", "constant of its own type"),
+    ("o.priority BETWEEN 1 AND CAST('2020-01-01' AS DATE)", "constant of its own type"),
 ])
 def test_a_condition_of_a_refused_shape_spends_nothing(shop_files, tmp_path, condition, words):
     con = _connect(shop_files, tmp_path)
