@@ -125,7 +125,8 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
                           hint=f"declare [tables.{person}], or name one of: {', '.join(sorted(tables))}")
     links_spec = spec.get("tables", {})
     if not isinstance(links_spec, Mapping):
-        raise ConfigError(f"{pw}: tables must be [people.tables.NAME] sections")
+        raise ConfigError(f"{pw}: tables must be [people.tables.NAME] sections",
+                          hint='[people.tables.orders] parent = "customers", foreign_key = "custkey", max_rows = 8')
     links: dict[str, dict] = {}
     for name, link in links_spec.items():
         lw = f"{where}: [people.tables.{name}]"
@@ -183,7 +184,8 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         kp = Path(spec["hash_key_file"])
         kp = kp if kp.is_absolute() else base / kp
         if not kp.exists():
-            raise ConfigError(f"{pw}: hash key file not found: {kp}")
+            raise ConfigError(f"{pw}: hash key file not found: {kp}",
+                              hint="write the secret key (one line) to that file, or remove hash_key_file")
         key_text = kp.read_text().strip()
 
     for name in tables:

@@ -363,10 +363,11 @@ class Ledger:
         """Copy a committed write from the WAL into the ledger file.  SQLite does this when
         the last connection to a file closes; the probe of ``_version`` stays open, so
         without it the newest entries would live only in ``<ledger>-wal`` and a copy of the
-        ledger file alone (a backup) would miss them.  Best effort: the write is durable in
-        the WAL already, and a reader of another process may hold the checkpoint back."""
+        ledger file alone (a backup) would miss them.  Best effort and PASSIVE (it never waits
+        for a reader, as FULL/RESTART/TRUNCATE would, up to the busy timeout): the write is
+        durable in the WAL already, and a reader of another process may hold frames back."""
         try:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error:
             pass
 
