@@ -292,7 +292,7 @@ def cmd_plan(args) -> int:
     print(f"strategy {s.operator}: {len(s.blocks)} measurement blocks")
     if s.explanation:
         print(s.explanation)
-    for line in report.unit_lines():
+    for line in report.part_lines() + report.unit_lines():
         print(line)
     if report.bound_rmse is not None:
         # the SVD bound is over every row of the workload, like the planner's objective: a

@@ -29,10 +29,11 @@ from dpsql.engine.config import Config
 from dpsql.engine.reports import MeasureReport, PlanReport, QueryReport, ReleaseInfo, SpendPreview
 from dpsql.engine.fitting import ModelStore
 from dpsql.engine.measuring import Measurer
+from dpsql.engine.mixed import is_mixed_strategy
 from dpsql.engine.ordered import is_ordered_payload
 from dpsql.engine.planning import Planner
 from dpsql.engine.state import TableState, _retire_model
-from dpsql.errors import LedgerCorruptError
+from dpsql.errors import LedgerCorruptError, ProgrammingError
 from dpsql.measure.counting import Backend
 from dpsql.measure.router import open_backend
 from dpsql.measure import release as rel
@@ -296,14 +297,9 @@ class Engine:
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
-        with self._lock:
-            self._sync(table)
-            share = Fraction(rho) if rho is not None else self.workload_rho(table)
-            blocks, plan, key = self.measuring.release_plan(table, state.strategy, share, "workload",
-                                                   self.offset_plan(table, state.strategy, share))
-            cost = Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else share
-            if cost:
-                self.measuring.check_useful(table, blocks, plan, share)
+        share = Fraction(rho) if rho is not None else self.workload_rho(table)
+        cost = self.measuring.parts_cost(table, self.planning.release_parts(table, state.strategy, share),
+                                         None, "workload")
         if rho is None and self.truncation_rho(table) > 0:
             from dpsql.engine.people_truncation import truncation_cost
             cost += truncation_cost(self, table, self.truncation_rho(table))
@@ -330,29 +326,49 @@ class Engine:
                       purpose: str) -> SpendPreview:
         """What ``measure_strategy`` with the same arguments would charge now (public;
         ``Measurer.spend_preview``)."""
+        if is_mixed_strategy(strategy):
+            cost = self.measuring.parts_cost(table, self.planning.release_parts(table, strategy, Fraction(rho)),
+                                             principal, purpose)
+            return SpendPreview(cost, self.ledger.remaining(principal))
         return self.measuring.spend_preview(table, strategy, rho, principal, purpose)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
                          purpose: str, requested_by: str | None = None, offsets=None) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho``, and the ``offsets``
-        (``offset_plan``) in the same release (``Measurer.measure_strategy``); with
+        (``offset_plan``) in the same release (``Measurer.measure_strategy``); a mixed
+        strategy's parts each as a release of its own at its share (``measure_parts``).  With
         ``fit_in_background`` a new release starts its model's refit at once."""
-        report = self.measuring.measure_strategy(table, strategy, rho, principal, purpose,
-                                                 requested_by, offsets, flag=self._flags.get(table))
+        if is_mixed_strategy(strategy):
+            if offsets is not None:
+                raise ProgrammingError("a mixed strategy's offsets are planned with its parts",
+                                       hint="pass offsets=None")
+            return self._measure_parts(table, self.planning.release_parts(table, strategy, Fraction(rho)),
+                                       principal, purpose, requested_by, strategy)
+        return self._measure_parts(table, [(strategy, rho, offsets)], principal, purpose, requested_by)
+
+    def _measure_parts(self, table: str, parts, principal: str, purpose: str, requested_by: str | None,
+                       mixed=None) -> MeasureReport:
+        link = None if mixed is None else {
+            "mixed": [p.name for p in mixed.parts], "rho": str(sum((Fraction(r) for _, r, _ in parts), Fraction(0))),
+            "shares": [str(r) for _, r, _ in parts]}
+        report = self.measuring.measure_parts(table, parts, principal, purpose, requested_by, link,
+                                              flag=self._flags.get(table))
         if not report.reused and self.fit_in_background and self._state(table).released:
             self.prepare(table)
         return report
 
     def measure(self, table: str, rho: Fraction | None = None, *,
                 requested_by: str | None = None) -> MeasureReport:
-        """The workload measurement, charged to the workload principal."""
+        """The workload measurement, charged to the workload principal: one release, or one
+        per part of a mixed workload (dpsql/engine/mixed.py), each at its share of ``rho``."""
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
         configured = rho is None
         rho = rho if rho is not None else self.workload_rho(table)
-        report = self.measure_strategy(table, state.strategy, rho, self.WORKLOAD_PRINCIPAL, "workload",
-                                       requested_by, self.offset_plan(table, state.strategy, Fraction(rho)))
+        report = self._measure_parts(table, self.planning.release_parts(table, state.strategy, Fraction(rho)),
+                                     self.WORKLOAD_PRINCIPAL, "workload", requested_by,
+                                     state.strategy if is_mixed_strategy(state.strategy) else None)
         slice_ = self.truncation_rho(table) if configured else Fraction(0)
         if slice_ > 0:
             # the rest of the view's share: how many rows its bound drops, with noise
@@ -378,10 +394,26 @@ class Engine:
         the binning bounds of SUMs/AVGs whose offsets no release measured: an increment
         measures those, and their answers fall back to the bound)."""
         blocks = self.workload_for(table, queries)[2] + self._unmeasured_bounds(table, queries)
+        # what a fine column's ordered release answers is not the model's to support (an
+        # increment would measure the column's part of a mixed workload again)
+        blocks = [b for b in blocks if not self._ordered_supports(table, b)]
+        if not blocks:
+            return []
         _, variance, _ = self.model(table)
         if variance is None:
             return list(blocks)
         return [b for b in blocks if not variance.analyse(b)[1].all()]
+
+    def _ordered_supports(self, table: str, block) -> bool:
+        """Whether the table's ordered release answers every row of ``block``: each term asks
+        about the released column or its group columns, the others summed out."""
+        estimate = self.ordered_estimate(table)
+        if estimate is None:
+            return False
+        names = list(self._state(table).schema.domain.attributes)
+        allowed = {names.index(a) for a in (estimate.strategy.attribute, *estimate.strategy.groups) if a in names}
+        return all({i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)} <= allowed
+                   for _, factors in linalg.kron_terms(block))
 
     def _unmeasured_bounds(self, table: str, queries: Sequence[str] | None) -> list:
         """Under ``binning = "offsets"`` the workload leaves out the binning-bound queries

@@ -169,7 +169,9 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
 
     people = engine.config.people
     if people is None:
-        raise ProgrammingError("no [people] schema is configured")
+        raise ProgrammingError("no [people] schema is configured",
+                               hint='declare [people] person = "...", key = "..." (docs/config.md, "People across '
+                                    'tables")')
     rho = Fraction(rho) if rho is not None else engine.workload_rho()
     costs = view_costs(engine, rho)
     shares = split_budget(rho, {v: c.cost for v, c in costs.items()})

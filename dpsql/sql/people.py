@@ -169,11 +169,56 @@ def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
         return tree
     people, refs, joins, persons = found
     if len(refs) < 2 and not persons:
+        if refs:
+            _check_keys_and_distinct(tree, stmt, refs, people, persons)
         return tree
     deepest = _check_path(tree, joins, refs, people, stmt, catalog)
+    _check_keys_and_distinct(tree, stmt, refs, people, persons)
     if persons:
         return _count_persons(tree, stmt, catalog, refs, deepest, people, persons)
     return _rewrite(tree, stmt, catalog, refs, deepest, people)
+
+
+def _person_key_text(refs: list[_Private], people) -> str:
+    """How this statement would name the person's key: ``c.custkey`` for the person table,
+    ``o.custkey`` for a table that references it, else the join that reaches it."""
+    for r in refs:
+        if r.name == people.person:
+            return f"COUNT(DISTINCT {r.alias}.{people.key})"
+    for r in refs:
+        view = people.views[r.name]
+        if len(view.hops) > 1 and view.hops[1].table == r.name:
+            return f"COUNT(DISTINCT {r.alias}.{view.hops[1].key})"
+    return f"COUNT(DISTINCT {people.person}.{people.key}) over a join with {people.person}"
+
+
+def _check_keys_and_distinct(tree: exp.Select, stmt, refs: list[_Private], people, persons) -> None:
+    """Refuse, with a hint for the people schema, a statement that reads a key column outside
+    its joins and person counts (42703: keys link the tables and are never released as
+    values) or counts distinct values of anything but the person (0A000)."""
+    for agg in tree.find_all(exp.Count):
+        if isinstance(agg.this, exp.Distinct) and agg not in persons and agg.find_ancestor(exp.Select) is tree:
+            raise UnsupportedQueryError(
+                f"{snippet(agg, 60)} is not supported: of distinct counts only persons are answered",
+                position=stmt.pos(agg),
+                hint=f"count persons with {_person_key_text(refs, people)} (one row per person in the "
+                     f"{people.person!r} view), or rows with COUNT(*)")
+    skip = [c for p in persons for c in p.find_all(exp.Column)]
+    skip += [c for j in tree.args.get("joins") or [] for c in j.find_all(exp.Column)]
+    for col in tree.find_all(exp.Column):
+        if col.find_ancestor(exp.Select) is not tree or any(col is c for c in skip):
+            continue
+        hit = _resolve(col, refs, stmt, keys=True)
+        if hit is None or hit[1] in hit[0].own:
+            continue
+        ref, name = hit
+        if persons and col.find_ancestor(exp.Where) is not None and ref.name != people.person:
+            continue    # a condition on persons' rows: refused with its own message (_flag_condition)
+        raise UnknownColumnError(
+            f"column \"{snippet(col, 60)}\" is a key of the people schema: keys link the tables and are "
+            "never released", position=stmt.pos(col),
+            hint=f"use the declared columns of {ref.name!r} ({', '.join(ref.own)}); to count persons, "
+                 f"{_person_key_text(refs, people)}")
 
 
 def person_flags(statements, catalog) -> list[tuple[str, exp.Expr]]:
