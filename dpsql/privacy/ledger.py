@@ -325,8 +325,8 @@ class Ledger:
         connection commits, in this or another process: every commit of this ledger is made
         on another connection) with the identity, size and times of the file and of its WAL
         (a file replaced, or written other than through SQLite, to the file system's time
-        resolution).  The probe connection is
-        reopened when the path names another file or in a forked child."""
+        resolution).  The probe connection is reopened when the path names another file or
+        in a forked child."""
         stats: list[tuple[int, ...] | None] = []
         for p in (self.path, self.path.with_name(self.path.name + "-wal")):
             try:
