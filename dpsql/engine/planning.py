@@ -163,8 +163,9 @@ class Planner:
             planned = self._offset_blocks(table, sub, sub_rho) if queries is None and with_offsets else None
             off = planned[1] if planned is not None else Fraction(0)
             share += off
-            added = offset_variances(planned[0], off, self.config.noise, unit_rows,
-                                     _groups(self.config.sources[table], self.config.noise)) if planned is not None else {}
+            added = (offset_variances(planned[0], off, self.config.noise, unit_rows,
+                                      _groups(self.config.sources[table], self.config.noise))
+                     if planned is not None else {})
             rows2 = self.rows_sq(table, sub)
             s2 = gaussian_sigma2_unit(float(sub_rho - off)) * rows2
             for j, (tse, base_tse, floor) in zip(indices, query_errors(sub)):
