@@ -287,6 +287,7 @@ class Measurer:
     def _release(self, state: TableState, p: _Pending) -> None:
         """Record a part's noisy values in the ledger, then make them the engine's."""
         released = p.released
+        assert p.charge_id is not None, "a part is released only after its charge"
         if is_ordered_strategy(p.strategy):
             from dpsql.measure import ordered
             done = ordered.release_of(p.strategy, released, p.plan.rho)

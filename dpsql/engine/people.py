@@ -308,36 +308,14 @@ def flag_table_of(people: PeopleSchema, tables: dict[str, TableSchema], sources:
     return name, TableSchema(name, attrs), replace(sources[people.person], view=view)
 
 
-#: The source type families a column may have for each way a flag's condition compares it
-#: (``sql.people.flag_uses``) without the engine converting the column's values; a string
-#: literal ("text") and NULL are converted, once, to the column's type instead.
-_FAMILIES = {"number": ("integer", "float", "decimal"), "temporal": ("date", "timestamp", "timestamptz"),
-             "boolean": ("boolean",), "pattern": ("text",)}
-
-
 def check_flag_types(table: str, cond, types: dict[str, str], dialect: str) -> None:
     """Refuse (0A000) a flag's condition on ``table``'s view that the engine could evaluate
-    only by converting a column's values (``o.status = 5`` on a text column: DuckDB converts
-    every status to a number and fails on the first that is not one), from the columns'
-    source types (``types``: the view's columns as the engine's catalog names their types;
-    public metadata).  Such a failure would depend on the data, so the statement is refused
-    before any row is read, whatever the rows hold."""
-    from dpsql.measure.reader import type_family
-    from dpsql.sql.people import flag_uses
-    for column, use in flag_uses(cond):
-        allowed = _FAMILIES.get(use)
-        if allowed is None or column not in types:
-            continue
-        family = type_family(types[column], dialect)
-        if family not in allowed:
-            what = {"number": "a number", "temporal": "a date or time", "boolean": "a truth value",
-                    "pattern": "a LIKE pattern"}[use]
-            raise UnsupportedQueryError(
-                f"the condition '{cond.sql(dialect='postgres')}' on the persons' rows of {table!r} compares "
-                f"'{column}' (a {types[column]} column in the source) with {what}",
-                hint="the engine would convert every value of the column, which can fail on some values: compare "
-                     "it with a constant of its own type ('text' for text columns, numbers for numeric ones), as "
-                     "its declared domain lists them")
+    only by converting a column's values (``counting.flag_type_problem``), from the columns'
+    source types (public metadata), before any row is read."""
+    from dpsql.measure.counting import flag_type_problem
+    problem = flag_type_problem(table, cond, types, dialect)
+    if problem is not None:
+        raise UnsupportedQueryError(problem[0], hint=problem[1])
 
 
 def _flag_column_problem(view: View[Source], schema: TableSchema, cond) -> tuple[str, str] | None:

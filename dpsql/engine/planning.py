@@ -163,8 +163,9 @@ class Planner:
             planned = self._offset_blocks(table, sub, sub_rho) if queries is None and with_offsets else None
             off = planned[1] if planned is not None else Fraction(0)
             share += off
-            added = offset_variances(planned[0], off, self.config.noise, unit_rows,
-                                     _groups(self.config.sources[table], self.config.noise)) if planned is not None else {}
+            added = (offset_variances(planned[0], off, self.config.noise, unit_rows,
+                                      _groups(self.config.sources[table], self.config.noise))
+                     if planned is not None else {})
             rows2 = self.rows_sq(table, sub)
             s2 = gaussian_sigma2_unit(float(sub_rho - off)) * rows2
             for j, (tse, _, floor) in zip(indices, query_errors(sub)):
@@ -325,8 +326,10 @@ class Planner:
             return None
         from dpsql.plan import RowFactor
         k2 = float(source.unit_rows ** 2)
+        # "w1": the planner re-weights blocks for their factors (plan.planner._reweighted)
         return RowFactor(lambda s: self.rows_sq(table, s) / k2,
-                         f"k={source.unit_rows}:" + repr(sorted(groups.describe().items())))
+                         f"w1:k={source.unit_rows}:" + repr(sorted(groups.describe().items())),
+                         lambda s: [r / k2 for _, r in self.block_rows_sq(table, s)])
 
     def block_rows_sq(self, table: str, strategy: Strategy) -> list[tuple[tuple[str, ...], float]]:
         """Each block's clique and the squared row factor its noise is calibrated with

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from itertools import combinations
 from dataclasses import dataclass, replace
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from dpsql.plan.operators import (
     opt_residual, opt_residual_plus, opt_union, round_strategy,
 )
 from dpsql.plan.ordered import OrderedStrategy, opt_ordered, ordered_attribute
-from dpsql.plan.strategy import Strategy, factor_kind
+from dpsql.plan.strategy import Strategy, block_sensitivity, factor_kind
 from dpsql.plan.union import group_by_support
 from dpsql.plan.error import noise_norm, term_errors
 from dpsql.plan.workload import WorkloadTerms, workload_terms
@@ -63,6 +63,9 @@ class RowFactor:
 
     of: Callable[[Strategy], float]
     key: str
+    # each of a strategy's ``kron_blocks``' own factor S_b²/k² (1 where a block sums the
+    # groups): lets ``optimize`` re-weight the blocks for them (``_reweighted``); optional
+    blocks: Callable[[Strategy], Sequence[float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,60 @@ def _marginal_name(terms: WorkloadTerms, clique) -> str:
     return f"over {cols}"
 
 
+def _reweighted(strat: Strategy, row_factor: RowFactor) -> Strategy:
+    """``strat`` with its blocks re-weighted for their row factors f_b, when that lowers its
+    error with the factor (else ``strat``).  The noise is one σ over every block
+    (``release.calibrate``), so block b's noise variance is ∝ 1/w_b² and the cost
+    ∝ Σ_b f_b·Δ_b²·w_b².  Where each query is answered by one block alone (errors E_b/w_b²),
+    (Σ_b f_b·Δ_b²·w_b²)(Σ_b E_b/w_b²) is least at w_b² ∝ √(E_b/(f_b·Δ_b²)) (Cauchy–Schwarz:
+    ``_separable_weights``), which is HDMM's weights, when optimal at equal factors, times
+    f_b^(-1/4).  Least-squares answers also draw on other blocks (a shared total), so both are
+    candidates, each kept only when the error recomputed on its weights is lower."""
+    if strat.workload is None or row_factor.blocks is None:
+        return strat
+    f = [float(x) for x in row_factor.blocks(strat)]
+    if len(f) != len(strat.kron_blocks) or min(f, default=0.0) <= 0 or max(f) - min(f) < 1e-12:
+        return strat
+    best, score = strat, strat.expected_error * row_factor.of(strat)
+    tries = ((_separable_weights(strat, f), "w_b ∝ (E_b/(f_b·Δ_b²))^(1/4)"),
+             ([b.weight * fb ** -0.25 for b, fb in zip(strat.kron_blocks, f)], "scaled by f_b^(-1/4)"))
+    for weights, how in tries:
+        if weights is None:
+            continue
+        blocks = tuple(replace(b, weight=float(w)) for b, w in zip(strat.kron_blocks, weights))
+        errs = tuple(float(e) for e in term_errors(strat.workload, blocks, strat.noise, strat.assignment, strat.shape))
+        if not all(math.isfinite(e) for e in errs):
+            continue
+        new = replace(strat, kron_blocks=blocks, expected_error=float(sum(errs)), term_tse=errs,
+                      explanation=strat.explanation + f" Block weights for the group bound: {how}.")
+        if new.expected_error * row_factor.of(new) < score:
+            best, score = new, new.expected_error * row_factor.of(new)
+    return best
+
+
+def _separable_weights(strat: Strategy, f: Sequence[float]) -> list[float] | None:
+    """The weights minimising (Σ_b f_b·Δ_b²·w_b²)(Σ_b ε_b/w_b²) when every workload term is
+    answered by one block (``assignment``, as OPT_+ and the per-query mechanism do): ε_b the
+    unit-weight trace of block b's terms, Δ_b its sensitivity at unit weight.  None when the
+    blocks share terms."""
+    a = strat.assignment
+    n = len(strat.kron_blocks)
+    if a is None or any(x < 0 or x >= n for x in a) or len(set(a)) != n:
+        return None
+    errs = (np.asarray(strat.term_tse, dtype=float) if strat.term_tse is not None
+            else term_errors(strat.workload, strat.kron_blocks, strat.noise, a, strat.shape))
+    p = noise_norm(strat.noise)
+    out = []
+    for i, (b, fb) in enumerate(zip(strat.kron_blocks, f)):
+        # a term's error is ∝ 1/w_b² at a fixed total sensitivity: × w_b² is its unit-weight trace
+        eps = float(sum(errs[j] for j, x in enumerate(a) if x == i)) * b.weight ** 2
+        d2 = block_sensitivity(replace(b, weight=1.0), p) ** 2
+        if not (eps > 0 and d2 > 0):
+            return None
+        out.append((eps / (fb * d2)) ** 0.25)
+    return out
+
+
 def _above_baseline(terms: WorkloadTerms, strat: Strategy, factor: float = 1.0) -> list[int]:
     """Queries (of a workload of queries) whose expected error, with the strategy's row
     factor (``RowFactor``; the baseline keeps the view's full bound), exceeds their baseline."""
@@ -373,6 +430,8 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         if not math.isfinite(strat.expected_error):
             notes.append(f"{cand.name} rejected: {_unsupported(terms, strat)}")
             continue
+        if row_factor is not None and row_factor.blocks is not None:
+            strat = _reweighted(strat, row_factor)
         if cand.name == "RP":
             space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
             bound = marginal_svd_bound(space, workload_kappa(space, terms))

@@ -156,3 +156,21 @@ def test_a_condition_of_a_refused_shape_spends_nothing(shop_files, tmp_path, con
     assert _spent(con) == spent
     assert not [t for t in con.session.engine.tables if "__has_" in t]
     con.close()
+
+
+def test_a_workload_flag_comparing_a_text_column_with_a_number_is_refused_before_counting(shop_files, tmp_path):
+    """A workload statement's flag is evaluated in every measurement of the person's view
+    (an analyst's on-demand one included): ``o.status = 5`` made DuckDB convert every status
+    to a number and fail on 'P' (58000 on main: whether it failed depended on the values).
+    Now the schema check refuses it from the source's types (F0000) before any row is read,
+    and nothing is spent."""
+    spec = shop.config(tmp_path, {t: {"parquet": str(p)} for t, p in shop_files.items()},
+                       workload={"queries": [f"SELECT COUNT(DISTINCT c.custkey) FROM {JOIN_CO} WHERE o.status = 5"]})
+    con = dpsql.connect(spec)
+    spent = _spent(con)
+    with pytest.raises(dpsql.Error) as info:
+        con.session.measure("customers")
+    assert info.value.sqlstate == "F0000" and "with a number" in str(info.value)
+    assert "constant of its own type" in info.value.hint
+    assert _spent(con) == spent
+    con.close()
