@@ -269,14 +269,16 @@ class Planner:
         # The ordered part is planned again only when its share moved by over 1% since (at 10⁶
         # cells each plan of it is seconds of CPU; its baselines then differ by under 1%).
         f = {"ordered": Fraction(1), "rest": Fraction(1)}
-        ordered, planned_at = None, Fraction(0)
-        for _ in range(4):
-            if ordered is None or abs(float(f["ordered"] - planned_at)) > 1e-2 * float(f["ordered"]):
+        ordered_w, rest_w = sub_workload(workload, ordered_idx), sub_workload(workload, rest_idx)
+        ordered = self.optimize(ordered_w, rho, unit_rows, table=table)    # in closed form, budget-free
+        planned_at = f["ordered"]
+        for round_ in range(4):
+            if round_ and abs(float(f["ordered"] - planned_at)) > 1e-2 * float(f["ordered"]):
                 ordered_w = sub_workload(workload, ordered_idx, f["ordered"])
-                ordered = self.optimize(ordered_w, rho, unit_rows, table=table)    # in closed form, budget-free
+                ordered = self.optimize(ordered_w, rho, unit_rows, table=table)
                 planned_at = f["ordered"]
             rest_w = sub_workload(workload, rest_idx, f["rest"])
-            rest = self.optimize_counted(rest_w, rho * min(f["rest"], 1), unit_rows, table=table)
+            rest = self.optimize_counted(rest_w, rho * f["rest"], unit_rows, table=table)
             moved, f = f, fractions(ordered, rest)
             if all(abs(float(f[v] - moved[v])) <= 1e-3 * float(f[v]) for v in f):
                 break
