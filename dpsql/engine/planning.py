@@ -314,6 +314,9 @@ class Planner:
         groups = _groups(source, self.config.noise)
         if groups is None:
             return float(source.unit_rows ** 2)
+        if is_ordered_strategy(strategy):
+            # its blocks may hold a fine column's n×n factor: never densified, decided by shape
+            return float(rel.ordered_rows_sq(strategy.groups, strategy.attribute, source.unit_rows, groups))
         return rel.effective_rows_sq([(b.clique, b.query, b.weight) for b in strategy.blocks],
                                      source.unit_rows, groups)
 
@@ -339,6 +342,8 @@ class Planner:
         k² otherwise), as ``dpsql plan --table`` shows them."""
         source = self.config.sources[table]
         groups = _groups(source, self.config.noise)
+        if is_ordered_strategy(strategy):
+            return [(tuple(strategy.clique), self.rows_sq(table, strategy))]
         return [(tuple(b.clique), float(rel.rows_sq(b.clique, rel._dense_factors(b.clique, b.query),
                                                     source.unit_rows, groups)))
                 for b in strategy.blocks]
