@@ -132,7 +132,9 @@ class Planner:
         configured = rho is None or Fraction(rho) == self.workload_rho(table)
         rho = Fraction(rho) if rho is not None else self.workload_rho(table)
         unit_rows = self.config.sources[table].unit_rows
-        strategy = self.optimize_counted(workload, rho, unit_rows)
+        # measured, the strategy's blocks get rho less the binning offsets' share (``measure``)
+        strategy = self.optimize_counted(workload, rho, unit_rows,
+                                         counts_rho=lambda s: rho - self._offsets_rho(table, s, rho))
         if configured:
             # a plan at another budget (`dpsql plan --epsilon`) is a what-if: `measure` must
             # never run a strategy planned for a budget it is not given
@@ -194,12 +196,20 @@ class Planner:
         return rel.effective_rows_sq([(b.clique, b.query, b.weight) for b in strategy.blocks],
                                      source.unit_rows, groups)
 
-    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
+    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
+                 counts_rho: Callable[[Strategy], Fraction] | None = None) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
 
         A strategy whose real-valued factors cannot be put on the measurement lattice at
         this budget without losing rank (``release.lattice_keeps_rank``) is replaced by the
-        best strategy of the operators with integer blocks (OPT_+ and OPT_M)."""
+        best strategy of OPT_+ and OPT_M (and the per-query mechanism), and when that one
+        loses rank too, of OPT_M's marginals (identity blocks: always on the lattice).  A
+        collapsed factor no longer spans the queries it was planned for: the release is
+        charged and its own workload is then unsupported.  ``counts_rho(strategy)`` is
+        the ρ the strategy's blocks get when measured (``plan``: the workload's ρ less the
+        binning offsets' share, which depends on the strategy), default ``rho``: the
+        lattice is coarser at a smaller ρ, so the check must be made at that one (TPC-H's
+        Q1 sums of prices kept rank at ρ and lost it at ρ less that share)."""
         from dpsql.plan import Caps, StrategyCache, optimize
 
         opts = self.config.planner
@@ -211,17 +221,20 @@ class Planner:
                       progress=(lambda *a, **kw: self._progress("plan", {"args": a, **kw}))
                       if self._listening() else None)
         strategy = optimize(workload, **kwargs)
-        if is_ordered_strategy(strategy):
+        if is_ordered_strategy(strategy) or len(workload.domain) <= 1:
             return strategy      # integer blocks by construction (measure/ordered.py)
-        blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
-        if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
-                blocks, rho, family=self.config.noise, unit_rows=unit_rows):
-            strategy = optimize(workload, operators=("OPT_+", "OPT_M", "per-query")
-                                if workload.parts else ("OPT_+", "OPT_M"), **kwargs)
+        per_query = ("per-query",) if workload.parts else ()
+        for operators in (("OPT_+", "OPT_M") + per_query, ("OPT_M",) + per_query):
+            blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
+            at = rho if counts_rho is None else counts_rho(strategy)
+            if rel.lattice_keeps_rank(blocks, at, family=self.config.noise, unit_rows=unit_rows):
+                return strategy
+            strategy = optimize(workload, operators=operators, **kwargs)
         return strategy
 
     def optimize_counted(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
-                         released: Sequence[Measurement] = ()) -> Strategy:
+                         released: Sequence[Measurement] = (),
+                         counts_rho: Callable[[Strategy], Fraction] | None = None) -> Strategy:
         """``optimize``, then make sure the number of records is determined.
 
         The model is fitted to a known total (pgm.estimate: 1ᵀ must lie in some
@@ -232,7 +245,7 @@ class Planner:
         paid from the same budget."""
         from dpsql.plan import Workload
 
-        strategy = self.optimize(workload, rho, unit_rows)
+        strategy = self.optimize(workload, rho, unit_rows, counts_rho)
         if is_ordered_strategy(strategy):
             return strategy      # a tree's leaves and the Toeplitz root are invertible: total known
         probe = [Measurement(b.clique, b.query, np.zeros(b.query.shape[0]), 1.0) for b in strategy.blocks]
@@ -240,7 +253,7 @@ class Planner:
             return strategy
         total = linalg.Weighted(1.0, linalg.Kron([linalg.Total(n) for n in workload.domain.shape]))
         blocks = list(workload.matrix.blocks) if isinstance(workload.matrix, linalg.Union) else [workload.matrix]
-        return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total])), rho, unit_rows)
+        return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total])), rho, unit_rows, counts_rho)
 
     def workload_rho(self, table: str | None = None) -> Fraction:
         """The exact ρ one workload measurement is given (``[workload]`` or the total);
@@ -283,6 +296,11 @@ class Planner:
         offsets, or no SUM/AVG over wide bins in the workload."""
         planned = self._offset_blocks(table, strategy, rho)
         return None if planned is None else ([b for b, _ in planned[0]], planned[1])
+
+    def _offsets_rho(self, table: str, strategy: Strategy, rho: Fraction) -> Fraction:
+        """The share of ``rho`` the workload's binning offsets take from ``strategy``'s blocks."""
+        planned = self._offset_blocks(table, strategy, rho)
+        return Fraction(0) if planned is None else planned[1]
 
     def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction):
         """``offset_plan`` with the workload queries each block serves."""
