@@ -253,7 +253,9 @@ class Planner:
             return strategy
         total = linalg.Weighted(1.0, linalg.Kron([linalg.Total(n) for n in workload.domain.shape]))
         blocks = list(workload.matrix.blocks) if isinstance(workload.matrix, linalg.Union) else [workload.matrix]
-        return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total])), rho, unit_rows, counts_rho)
+        return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total]),
+                                      _with_total(workload, self.config.noise)),
+                             rho, unit_rows, counts_rho)
 
     def workload_rho(self, table: str | None = None) -> Fraction:
         """The exact ρ one workload measurement is given (``[workload]`` or the total);
@@ -313,6 +315,21 @@ class Planner:
         if not blocks:
             return None
         return blocks, offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
+
+
+def _with_total(workload: Workload, noise: str) -> tuple:
+    """The workload's query parts with one more for the total count appended to its terms:
+    without them the re-planned strategy forgot its queries, and ``plan`` reported no
+    per-query errors, no baseline (NaN) and no SVD bound for a workload of filtered counts
+    (TPC-H Q4: late orders per priority and quarter)."""
+    from dpsql.plan import QueryPart
+    from dpsql.plan.objective import baseline_variance
+
+    if not workload.parts:
+        return ()
+    first = sum(p.num_terms for p in workload.parts)
+    base = baseline_variance(1.0, len(workload.parts) + 1, noise)
+    return tuple(workload.parts) + (QueryPart("(total)", 1, first, 1, 1.0, 1.0, 1.0, base),)
 
 
 __all__ = ["Planner", "gaussian_sigma2_unit"]
