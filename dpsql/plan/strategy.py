@@ -231,6 +231,12 @@ class Strategy:
 
 # --- rounding --------------------------------------------------------------------------
 
+# A value row's integer entries may reach 2·hi (its bins' lo + hi, the doubled midpoints of
+# integer bins: 4,999 … 204,950 for prices to 104,950); one row of them times a count stays
+# far inside int64, as an integer Values row of a column declared in whole units always did
+VALUE_ROW_MAX = 1 << 24
+
+
 def _integer_multiple(F: np.ndarray, max_entry: int = 1 << 16) -> tuple[np.ndarray, float] | None:
     """(K, g) with F = g·K and K a small integer matrix, when F is one (up to 1e-9).
 
@@ -238,9 +244,10 @@ def _integer_multiple(F: np.ndarray, max_entry: int = 1 << 16) -> tuple[np.ndarr
     it to a grid would tilt it out of span{v} and lose support of the SUM, whereas
     the integer K measures exactly the planned row space.  Multipliers 1..64 are tried;
     for a single row (a value row) also the least common denominator of its entries'
-    ratios to the smallest one: the search missed the bin midpoints of a price column
-    whose last bin is cut at its declared hi (2,500, 7,500, …, 102,475 = 2,500·4,099/100),
-    and the per-query mechanism then supported none of the TPC-H template bench's SUMs.
+    ratios to the smallest one, with entries up to ``VALUE_ROW_MAX``: the search missed
+    the midpoints of a price column's integer bins of 5,000 (2,499.5, 7,499.5, …, the
+    last cut at hi: 102,475), and the per-query mechanism then supported none of the
+    TPC-H template bench's SUMs of prices.
     """
     nz = np.abs(F[F != 0])
     if nz.size == 0:
@@ -255,9 +262,9 @@ def _integer_multiple(F: np.ndarray, max_entry: int = 1 << 16) -> tuple[np.ndarr
     if not candidates and F.shape[0] == 1:
         m = 1
         for x in np.unique(sample):
-            d = Fraction(float(x)).limit_denominator(max_entry).denominator
+            d = Fraction(float(x)).limit_denominator(VALUE_ROW_MAX).denominator
             m = m * d // math.gcd(m, d)
-        candidates = [m] if top * m <= max_entry else []
+        candidates = [m] if top * m <= VALUE_ROW_MAX else []
     for m in candidates:
         K = F * (m / g0)
         R = np.round(K)
