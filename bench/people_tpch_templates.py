@@ -43,17 +43,23 @@ groups of attributes.
   supplier is in its customer's nation).  Q1's sum_charge (tax) and its AVGs (ratios of the
   sums and the count) are left out.
 
-The queries (73):
+The queries (73; template: parameter values → aggregate and grouping, number of queries):
 
-| template | parameter values | aggregate, grouping | queries |
-|---|---|---|---:|
-| Q1 pricing summary | DELTA 62, 92 | COUNT(*), SUM(l_quantity), SUM(l_extendedprice), SUM(l_revenue) by l_returnflag, l_linestatus | 8 |
-| Q3 shipping priority | DATE 1995-03-01, 1995-03-31; SEGMENT all | SUM(l_revenue) by c_mktsegment | 2 |
-| Q4 order priority | DATE 1993-01-01, 04-01, …, 1997-10-01 (3 months) | COUNT(*) of late orders by o_orderpriority | 20 |
-| Q5 local supplier volume | DATE 1993..1997-01-01 (1 year); REGION all | SUM(l_revenue) of local lines by c_nationkey | 5 |
-| Q6 forecasting revenue change | DATE 1993..1997; DISCOUNT 0.02, 0.04, 0.06, 0.08; QUANTITY 24 | SUM(l_discrev) | 20 |
-| Q10 returned items | DATE 1993-02-01, …, 1994-11-01 (every 3rd month; 3 months) | SUM(l_revenue) of returned lines by c_nationkey | 8 |
-| Q12 shipping modes | DATE 1993..1997 (1 year); SHIPMODE1/2 all | COUNT(*) by l_shipmode, high and low priority | 10 |
+* Q1 pricing summary: DELTA 62, 92 → COUNT(*), SUM(l_quantity), SUM(l_extendedprice),
+  SUM(l_revenue) by l_returnflag, l_linestatus: 8.
+* Q3 shipping priority: DATE 1995-03-01, 1995-03-31; SEGMENT all → SUM(l_revenue) by
+  c_mktsegment: 2.
+* Q4 order priority checking: DATE 1993-01-01, 1993-04-01, …, 1997-10-01 (3-month windows) →
+  COUNT(*) of late orders by o_orderpriority: 20.
+* Q5 local supplier volume: DATE 1993-01-01 … 1997-01-01 (1 year); REGION all → SUM(l_revenue)
+  of local lines by c_nationkey: 5.
+* Q6 forecasting revenue change: DATE 1993 … 1997 (1 year) × DISCOUNT 0.02, 0.04, 0.06, 0.08;
+  QUANTITY 24 → SUM(l_discrev): 20.
+* Q10 returned item reporting: DATE 1993-02-01, 05-01, 08-01, 11-01, 1994-02-01, 05-01, 08-01,
+  11-01 (3-month windows) → SUM(l_revenue) of returned lines by c_nationkey: 8.
+* Q12 shipping modes and order priority: DATE 1993 … 1997 (1 year); SHIPMODE1/2 all →
+  high_line_count and low_line_count (COUNT(*) of the orders' priority 1-2 / 3-5) by
+  l_shipmode: 10.
 """
 
 from __future__ import annotations
@@ -242,7 +248,8 @@ def prepare(con, raw: dict[str, str], data) -> None:
             f"CAST(l.l_commitdate < l.l_receiptdate AND l.l_shipdate < l.l_commitdate AS INTEGER) AS l_q12, "
             f"CAST(s.s_nationkey = c.c_nationkey AS INTEGER) AS l_local "
             f"FROM {raw['lineitem']} l JOIN {raw['orders']} o ON l.l_orderkey = o.o_orderkey "
-            f"JOIN {raw['customer']} c ON o.o_custkey = c.c_custkey JOIN {raw['supplier']} s ON l.l_suppkey = s.s_suppkey")
+            f"JOIN {raw['customer']} c ON o.o_custkey = c.c_custkey "
+            f"JOIN {raw['supplier']} s ON l.l_suppkey = s.s_suppkey")
     con.execute(f"COPY ({line}) TO '{data / 'templates_lineitem.parquet'}' (FORMAT parquet)")
     con.execute(f"COPY (SELECT o.o_custkey AS custkey, l.l_orderkey AS o_orderkey, l.* EXCLUDE (l_orderkey) "
                 f"FROM '{data / 'templates_lineitem.parquet'}' l JOIN '{data / 'templates_orders.parquet'}' o "
