@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint bench bench-people bench-report bi-check clean
+.PHONY: demo demo-shop test check lint bench bench-people bench-report bi-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml | $(PY)
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/dpsql demo
+
+# the people example (examples/shop/README.md), on a copy in a new temporary directory
+demo-shop: $(DEMO_STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" sh examples/shop/demo.sh
 
 # The neighbouring-datasets property test also runs on the lowest DuckDB that pyproject.toml
 # allows (installed beside the venv's own, which is the highest), so both ends of the range

@@ -43,6 +43,8 @@ MAX_TEXT_DECIMALS = 6   # text never shows more decimals; programs get the full 
 
 
 def _is_nan(x) -> bool:
+    if type(x) is float:     # the common case, without the ABC checks (1,459-row answers)
+        return x != x
     return isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral) and math.isnan(x)
 
 
@@ -196,7 +198,7 @@ def format_cell(value, stderr, mode: str = "ci95", bound=None) -> tuple[str, str
     (mode "off") or when the cell is a key.  An inferred value (NaN stderr) shows its range
     ``bound`` = (lower, upper) as ``in [lower, upper]`` instead of an error."""
     if value is None or stderr is None or isinstance(value, (str, bool)) \
-            or not isinstance(value, numbers.Real):
+            or (type(value) is not float and not isinstance(value, numbers.Real)):
         # a key (or a value with no error) as PostgreSQL prints it: a year, a code or an
         # EXTRACT(YEAR …) is 2013, not 2,013; separators are for values that carry an error
         return plain(value, group=False), "", False

@@ -324,6 +324,7 @@ class MetaCommands:
                  f"{len(s.blocks)} measurement blocks, planned in {render.describe_seconds(report.seconds)}"]
         if s.explanation:
             lines += str(s.explanation).splitlines()
+        lines += report.part_lines()       # a mixed workload's two releases and their shares
         units = getattr(report, "units", ())
         # one line per unit (counts, quantiles, each SUM's column): never an average of
         # counts with minutes (issue 29 item 6)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.engine.engine import Engine
-from dpsql.engine.measuring import kill_point
+from dpsql.engine.measuring import _groups, kill_point
 from dpsql.engine.state import _identity, _sha
 from dpsql.errors import BudgetExhaustedError, LedgerCorruptError, OperationalError
 from dpsql.linalg import Identity
@@ -76,7 +76,14 @@ class AIMReport:
 def aim_options(engine: Engine, table: str) -> AIMOptions:
     opts = engine.config.planner
     cap = min(opts.aim_max_model_cells, opts.max_model_cells)
-    return AIMOptions(max_model_cells=int(cap), unit_rows=engine.config.sources[table].unit_rows)
+    source = engine.config.sources[table]
+    # a view's group bound: the marginals over its groups are measured with less noise at
+    # the same cost (AIMOptions.sigma2_for; docs/privacy.md §7.1a)
+    groups = _groups(source, engine.config.noise)
+    if groups is None:
+        return AIMOptions(max_model_cells=int(cap), unit_rows=source.unit_rows)
+    return AIMOptions(max_model_cells=int(cap), unit_rows=source.unit_rows, group_attributes=groups.attributes,
+                      group_rows_sq=min(source.unit_rows ** 2, groups.l2_sq(source.unit_rows)))
 
 
 def _run_key(engine: Engine, table: str, weights: dict, rho: Fraction, options: AIMOptions) -> str:
@@ -84,7 +91,8 @@ def _run_key(engine: Engine, table: str, weights: dict, rho: Fraction, options: 
     # every release key; the run key adds what makes one AIM run.
     return _sha("aim-v1", engine.identity(table).key(), sorted((c, str(w)) for c, w in weights.items()),
                 str(rho), str(options.alpha), options.rounds, options.max_model_cells,
-                options.unit_rows)[:24]
+                options.unit_rows, *((list(options.group_attributes), options.group_rows_sq)
+                                     if options.group_rows_sq is not None else ()))[:24]
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,7 @@ class _Driver:
                                  None if m.get("epsilon") is None else Fraction(m["epsilon"]), charged.rho,
                                  bool(m.get("final")), dict(zip(self.schema.domain.attributes,
                                                                 (int(n) for n in self.schema.domain.shape))),
-                                 self.options.unit_rows)
+                                 self.options.unit_rows, self.options)
                 if paid is None or m.get("kind") != paid.kind:
                     raise OperationalError(
                         f"AIM round {charged.mechanism.get('round')} was charged but never released, and "
@@ -201,16 +209,19 @@ class _Driver:
                 raise RuntimeError(f"AIM round {rnd.index} selects without an epsilon and a sensitivity")
             chosen = [rnd.cliques[noise.exponential_mechanism(scores, rnd.epsilon, rnd.sensitivity)]]
             del scores, marg
-        released = []
+        released, variances = [], []
         for c in chosen:
             x = self.counts[c]
-            y = noise.add_exact(x, noise.discrete_gaussian(rnd.sigma2, x.size)).astype(np.float64)
-            released.append((_block(self.schema.domain, c), y, math.sqrt(float(rnd.sigma2))))
+            # S²/(2σ_c²) = k²/(2σ²): each clique costs the round's measurement share exactly
+            s2 = self.options.sigma2_for(c, rnd.sigma2)
+            y = noise.add_exact(x, noise.discrete_gaussian(s2, x.size)).astype(np.float64)
+            released.append((_block(self.schema.domain, c), y, math.sqrt(float(s2))))
+            variances.append(s2)
         kill_point("drawn")
         ledger.record_release(charge_id, key, rel.pack(released))
         self._adopt(key, released)
         return RoundResult(rnd.index, rnd.kind, None if rnd.kind == "init" else chosen[0],
-                           tuple((b.clique, y, rnd.sigma2) for b, y, _ in released), rnd.rho,
+                           tuple((b.clique, y, s2) for (b, y, _), s2 in zip(released, variances)), rnd.rho,
                            rnd.sigma2, rnd.epsilon, rnd.final, completed=charged is not None)
 
     def _replay(self, rnd: Round) -> RoundResult:
@@ -228,7 +239,7 @@ class _Driver:
         mech = charge.mechanism
         sigma2 = Fraction(mech["sigma2"])
         eps = None if mech.get("epsilon") is None else Fraction(mech["epsilon"])
-        measured = tuple((b.clique, y, sigma2) for b, y, _ in released)
+        measured = tuple((b.clique, y, self.options.sigma2_for(b.clique, sigma2)) for b, y, _ in released)
         selected = None if mech["kind"] == "init" else measured[0][0]
         return RoundResult(rnd.index, mech["kind"], selected, measured, charge.rho, sigma2, eps,
                            bool(mech.get("final")), replayed=True)

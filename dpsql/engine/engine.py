@@ -29,10 +29,11 @@ from dpsql.engine.config import Config
 from dpsql.engine.reports import MeasureReport, PlanReport, QueryReport, ReleaseInfo, SpendPreview
 from dpsql.engine.fitting import ModelStore
 from dpsql.engine.measuring import Measurer
+from dpsql.engine.mixed import is_mixed_strategy
 from dpsql.engine.ordered import is_ordered_payload
 from dpsql.engine.planning import Planner
 from dpsql.engine.state import TableState, _retire_model
-from dpsql.errors import LedgerCorruptError
+from dpsql.errors import LedgerCorruptError, ProgrammingError
 from dpsql.measure.counting import Backend
 from dpsql.measure.router import open_backend
 from dpsql.measure import release as rel
@@ -90,6 +91,7 @@ class Engine:
         self._seen_seq = 0
         self._charges: dict[int, LedgerEntry] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
+        self._flags: dict[str, dict] = {}   # ad hoc flag tables: their condition (add_person_flags)
         # the models of the releases: a collaborator given what it uses, not a base class
         # reading this one's attributes (issue 36 item 3)
         self.models = ModelStore(config, self._lock, state=self._state, sync=self._sync,
@@ -222,6 +224,8 @@ class Engine:
                 charge = self._charges.get(entry.charge_id)
                 mech = charge.mechanism if charge is not None and charge.mechanism else {}
                 table = mech.get("table") or entry.key.split(":", 1)[0]
+                if table not in self.tables and mech.get("flag"):
+                    self._restore_flag(table, mech["flag"])   # an ad hoc flag no statement asked yet
                 reasons: tuple[str, ...]
                 if table not in self.tables:
                     reasons = ("the table is no longer configured",)
@@ -254,14 +258,16 @@ class Engine:
         """The squared rows-per-unit factor of ``strategy``'s noise (``Planner.rows_sq``)."""
         return self.planning.rows_sq(table, strategy)
 
-    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1) -> Strategy:
+    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1, *,
+                 table: str | None = None) -> Strategy:
         """HDMM with the configured options and caps (``Planner.optimize``)."""
-        return self.planning.optimize(workload, rho, unit_rows)
+        return self.planning.optimize(workload, rho, unit_rows, table=table)
 
     def optimize_counted(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
-                         released: Sequence[Measurement] = ()) -> Strategy:
-        """``optimize`` with the number of records determined (``Planner.optimize_counted``)."""
-        return self.planning.optimize_counted(workload, rho, unit_rows, released)
+                         released: Sequence[Measurement] = (), *, table: str | None = None) -> Strategy:
+        """``optimize`` with the number of records determined (``Planner.optimize_counted``);
+        ``table`` compares candidates with its group bound's row factor (``Planner.row_factor``)."""
+        return self.planning.optimize_counted(workload, rho, unit_rows, released, table=table)
 
     def released_measurements(self, table: str) -> list[Measurement]:
         """The releases in use (current identity; ``_sync``) as PGM measurements."""
@@ -291,14 +297,9 @@ class Engine:
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
-        with self._lock:
-            self._sync(table)
-            share = Fraction(rho) if rho is not None else self.workload_rho(table)
-            blocks, plan, key = self.measuring.release_plan(table, state.strategy, share, "workload",
-                                                   self.offset_plan(table, state.strategy, share))
-            cost = Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else share
-            if cost:
-                self.measuring.check_useful(table, blocks, plan, share)
+        share = Fraction(rho) if rho is not None else self.workload_rho(table)
+        cost = self.measuring.parts_cost(table, self.planning.release_parts(table, state.strategy, share),
+                                         None, "workload")
         if rho is None and self.truncation_rho(table) > 0:
             from dpsql.engine.people_truncation import truncation_cost
             cost += truncation_cost(self, table, self.truncation_rho(table))
@@ -325,29 +326,49 @@ class Engine:
                       purpose: str) -> SpendPreview:
         """What ``measure_strategy`` with the same arguments would charge now (public;
         ``Measurer.spend_preview``)."""
+        if is_mixed_strategy(strategy):
+            cost = self.measuring.parts_cost(table, self.planning.release_parts(table, strategy, Fraction(rho)),
+                                             principal, purpose)
+            return SpendPreview(cost, self.ledger.remaining(principal))
         return self.measuring.spend_preview(table, strategy, rho, principal, purpose)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
                          purpose: str, requested_by: str | None = None, offsets=None) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho``, and the ``offsets``
-        (``offset_plan``) in the same release (``Measurer.measure_strategy``); with
+        (``offset_plan``) in the same release (``Measurer.measure_strategy``); a mixed
+        strategy's parts each as a release of its own at its share (``measure_parts``).  With
         ``fit_in_background`` a new release starts its model's refit at once."""
-        report = self.measuring.measure_strategy(table, strategy, rho, principal, purpose,
-                                                 requested_by, offsets)
+        if is_mixed_strategy(strategy):
+            if offsets is not None:
+                raise ProgrammingError("a mixed strategy's offsets are planned with its parts",
+                                       hint="pass offsets=None")
+            return self._measure_parts(table, self.planning.release_parts(table, strategy, Fraction(rho)),
+                                       principal, purpose, requested_by, strategy)
+        return self._measure_parts(table, [(strategy, rho, offsets)], principal, purpose, requested_by)
+
+    def _measure_parts(self, table: str, parts, principal: str, purpose: str, requested_by: str | None,
+                       mixed=None) -> MeasureReport:
+        link = None if mixed is None else {
+            "mixed": [p.name for p in mixed.parts], "rho": str(sum((Fraction(r) for _, r, _ in parts), Fraction(0))),
+            "shares": [str(r) for _, r, _ in parts]}
+        report = self.measuring.measure_parts(table, parts, principal, purpose, requested_by, link,
+                                              flag=self._flags.get(table))
         if not report.reused and self.fit_in_background and self._state(table).released:
             self.prepare(table)
         return report
 
     def measure(self, table: str, rho: Fraction | None = None, *,
                 requested_by: str | None = None) -> MeasureReport:
-        """The workload measurement, charged to the workload principal."""
+        """The workload measurement, charged to the workload principal: one release, or one
+        per part of a mixed workload (dpsql/engine/mixed.py), each at its share of ``rho``."""
         state = self._state(table)
         if state.strategy is None:
             self.plan(table)
         configured = rho is None
         rho = rho if rho is not None else self.workload_rho(table)
-        report = self.measure_strategy(table, state.strategy, rho, self.WORKLOAD_PRINCIPAL, "workload",
-                                       requested_by, self.offset_plan(table, state.strategy, Fraction(rho)))
+        report = self._measure_parts(table, self.planning.release_parts(table, state.strategy, Fraction(rho)),
+                                     self.WORKLOAD_PRINCIPAL, "workload", requested_by,
+                                     state.strategy if is_mixed_strategy(state.strategy) else None)
         slice_ = self.truncation_rho(table) if configured else Fraction(0)
         if slice_ > 0:
             # the rest of the view's share: how many rows its bound drops, with noise
@@ -373,10 +394,26 @@ class Engine:
         the binning bounds of SUMs/AVGs whose offsets no release measured: an increment
         measures those, and their answers fall back to the bound)."""
         blocks = self.workload_for(table, queries)[2] + self._unmeasured_bounds(table, queries)
+        # what a fine column's ordered release answers is not the model's to support (an
+        # increment would measure the column's part of a mixed workload again)
+        blocks = [b for b in blocks if not self._ordered_supports(table, b)]
+        if not blocks:
+            return []
         _, variance, _ = self.model(table)
         if variance is None:
             return list(blocks)
         return [b for b in blocks if not variance.analyse(b)[1].all()]
+
+    def _ordered_supports(self, table: str, block) -> bool:
+        """Whether the table's ordered release answers every row of ``block``: each term asks
+        about the released column or its group columns, the others summed out."""
+        estimate = self.ordered_estimate(table)
+        if estimate is None:
+            return False
+        names = list(self._state(table).schema.domain.attributes)
+        allowed = {names.index(a) for a in (estimate.strategy.attribute, *estimate.strategy.groups) if a in names}
+        return all({i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)} <= allowed
+                   for _, factors in linalg.kron_terms(block))
 
     def _unmeasured_bounds(self, table: str, queries: Sequence[str] | None) -> list:
         """Under ``binning = "offsets"`` the workload leaves out the binning-bound queries
@@ -411,7 +448,7 @@ class Engine:
 
         workload = Workload(self._state(table).schema.domain, linalg.Union(missing))
         return self.optimize_counted(workload, rho, self.config.sources[table].unit_rows,
-                                     self.released_measurements(table))
+                                     self.released_measurements(table), table=table)
 
     def measure_increment(self, table: str, rho: Fraction, queries: Sequence[str] | None = None, *,
                           requested_by: str | None = None) -> MeasureReport | None:
@@ -473,6 +510,68 @@ class Engine:
     def bounds(self, table: str) -> BoundsModel | None:
         """Ranges implied by the released measurements (``ModelStore.bounds``)."""
         return self.models.bounds(table)
+
+    def add_person_flags(self, sql: str) -> None:
+        """Add the table of each per-person flag that statement ``sql`` needs and no workload
+        statement declared (a people schema's ad hoc ``COUNT(DISTINCT person) … WHERE
+        <condition on a child's rows>``; ``people.flag_table_of``), so that it compiles over
+        that table and is measured on demand like any unmeasured query: planned, previewed,
+        consented to and charged before noise (``Session._measure_for``).  Public: the SQL
+        and the schema; a statement that needs none adds nothing, and a condition of a shape
+        the engine may not evaluate is refused (0A000) before any row is read."""
+        people = self.config.people
+        if people is None:
+            return
+        from dpsql.sql.people import flag_column, person_flags
+
+        for table, cond in person_flags([sql], self.catalog):
+            if flag_column(table, cond) in self.catalog[people.person].column_names:
+                continue      # a workload flag, measured with the person's view
+            self._add_flag(table, cond)
+
+    def _add_flag(self, table: str, cond) -> str:
+        """Add the table of the flag of ``cond`` on ``table``'s rows (``add_person_flags``)."""
+        from dpsql.engine.people import flag_table_of
+        from dpsql.errors import ProgrammingError
+        people = self.config.people
+        if people is None:
+            raise ProgrammingError("no [people] schema is configured")
+        name, schema, source = flag_table_of(people, self.catalog, self.config.sources, table, cond)
+        if name in self.tables:
+            return name
+        # the columns' source types (catalog or file metadata, never a row)
+        from dpsql.engine.people import check_flag_types
+        check_flag_types(table, cond, self.backend.source_columns(table), self.backend.dialect_of(table))
+        with self._lock:
+            if name in self.tables:
+                return name
+            # one row per person: the person table's declared public size is its size
+            if people.person in self.config.table_rows:
+                self.config.table_rows[name] = self.config.table_rows[people.person]
+            self.config.sources[name] = source
+            self.backend.add_source(name, source)
+            self.catalog[name] = schema
+            self.tables[name] = TableState(schema)
+            # its releases' charges name the condition, so that a process that has not seen
+            # the statement yet lists them as in use (``releases``)
+            self._flags[name] = {"table": table, "condition": cond.sql(dialect="postgres")}
+        return name
+
+    def _restore_flag(self, name: str, flag: dict) -> None:
+        """Add the flag's table a charge names (``_add_flag``), if this configuration still
+        gives the same table (public: the charge's condition text and the schema)."""
+        from dpsql.errors import Error
+        from dpsql.sql.people import parse_condition
+        people = self.config.people
+        if people is None or flag.get("table") not in people.views:
+            return
+        try:
+            cond = parse_condition(str(flag.get("condition")))
+            from dpsql.engine.people import flag_table_of
+            if flag_table_of(people, self.catalog, self.config.sources, flag["table"], cond)[0] == name:
+                self._add_flag(flag["table"], cond)
+        except Error:
+            return
 
     def _state(self, table: str) -> TableState:
         try:

@@ -30,6 +30,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -116,13 +117,15 @@ class Measurer:
                 purpose, "ordered", float(oplan.rho), [str(p) for p in oplan.params],
                 *[(b.clique, b.scale, b.weight) for b in oblocks], *[f for b in oblocks for f in b.factors])
             return oblocks, oplan, key
-        # a view's group bound lowers the L2 row factor of the counts' blocks that separate
-        # its groups (release.rows_sq); the offsets keep max_rows (never less private)
+        # a view's group bound lowers the L2 row factor of the blocks that separate its groups
+        # (release.rows_sq), counts and binning offsets alike: a person's offsets in group γ
+        # sum over at most n_γ kept rows, the same rows (docs/privacy.md §2a, §7.1b)
+        groups = _groups(source, self.config.noise)
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
-                                          family=self.config.noise, unit_rows=source.unit_rows,
-                                          groups=_groups(source, self.config.noise))
+                                          family=self.config.noise, unit_rows=source.unit_rows, groups=groups)
         if extra:
-            oplan = rel.calibrate(extra, share, family=self.config.noise, unit_rows=source.unit_rows)
+            oplan = rel.calibrate(extra, share, family=self.config.noise, unit_rows=source.unit_rows,
+                                  groups=groups)
             blocks = blocks + list(extra)
             plan = rel.NoisePlan(plan.family, plan.params + oplan.params, plan.rho + oplan.rho)
         key = _identity(state).key() + ":" + _sha(
@@ -134,12 +137,7 @@ class Measurer:
     def spend_preview(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
                       purpose: str) -> SpendPreview:
         """What ``measure_strategy`` with the same arguments would charge now (public)."""
-        with self._lock:
-            state = self._sync(table)
-            blocks, plan, key = self.release_plan(table, strategy, rho, purpose)
-            cost = Fraction(0) if key in state.release_keys or self._unreleased_charge(key) else Fraction(rho)
-            if cost:
-                self.check_useful(table, blocks, plan, cost)
+        cost = self.parts_cost(table, [(strategy, rho, None)], principal, purpose)
         return SpendPreview(cost, self._ledger().remaining(principal))
 
     def check_useful(self, table: str, blocks, plan, share: Fraction) -> None:
@@ -171,33 +169,67 @@ class Measurer:
             expected_error=error)
 
     def measure_strategy(self, table: str, strategy: Strategy, rho: Fraction, principal: str,
-                         purpose: str, requested_by: str | None = None, offsets=None) -> MeasureReport:
+                         purpose: str, requested_by: str | None = None, offsets=None,
+                         flag: dict | None = None) -> MeasureReport:
         """Measure every block of ``strategy`` at total cost ≤ ``rho`` (order in module doc),
-        and the ``offsets`` (``Engine.offset_plan``) in the same release."""
+        and the ``offsets`` (``Engine.offset_plan``) in the same release; ``flag`` (an ad hoc
+        per-person flag's table and condition, public) is kept in the charge."""
+        return self.measure_parts(table, [(strategy, rho, offsets)], principal, purpose, requested_by,
+                                  flag=flag)
+
+    def parts_cost(self, table: str, parts, principal: str | None, purpose: str) -> Fraction:
+        """What ``measure_parts`` with the same arguments would charge now: the shares of the
+        parts neither released nor charged yet (public).  Refuses a useless part."""
+        with self._lock:
+            state = self._sync(table)
+            cost = Fraction(0)
+            for strategy, rho, offsets in parts:
+                blocks, plan, key = self.release_plan(table, strategy, rho, purpose, offsets)
+                if key in state.release_keys or self._unreleased_charge(key):
+                    continue
+                self.check_useful(table, blocks, plan, Fraction(rho))
+                cost += Fraction(rho)
+        return cost
+
+    def measure_parts(self, table: str, parts, principal: str, purpose: str,
+                      requested_by: str | None = None, link: dict | None = None,
+                      flag: dict | None = None) -> MeasureReport:
+        """Measure each (strategy, ρ, offsets) of ``parts`` as a release of its own, in the order
+        of the module doc for all of them together: the total is previewed and every part
+        judged useful before any data is read, all are counted, all charged (durably, one
+        ledger entry each, carrying ``link``: the mixed plan they belong to) before any noise
+        is drawn, then released.  A part already released is re-used; one charged by a
+        process that died before releasing it is released under that charge."""
         t0 = time.perf_counter()
         state = self._state(table)
         # the ledger's lock first: waiting for another process must not block this
         # engine's queries (they take only self._lock)
         with self._ledger().measurement_lock(), self._lock:
             self._sync(table)  # re-read the ledger under the lock: another process may have measured
-            blocks, plan, key = self.release_plan(table, strategy, rho, purpose, offsets)
-            cells = sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
-            if key in state.release_keys:
-                return MeasureReport(table, Fraction(0), True, len(blocks), cells, time.perf_counter() - t0)
-            # the share, not the calibrated cost plan.rho (≤ the share by ~1e-9 of it, the
+            todo, blocks_n, cells = [], 0, 0
+            for strategy, rho, offsets in parts:
+                blocks, plan, key = self.release_plan(table, strategy, rho, purpose, offsets)
+                blocks_n += len(blocks)
+                cells += sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
+                if key not in state.release_keys:
+                    todo.append(_Pending(strategy, blocks, plan, key, Fraction(rho)))
+            if not todo:
+                return MeasureReport(table, Fraction(0), True, blocks_n, cells, time.perf_counter() - t0)
+            for p in todo:
+                # A charge for this very release whose process died before recording it: the
+                # release is completed under that charge, never paid again (docs/privacy.md §6,
+                # "Every charge has exactly one release").
+                p.unreleased = self._unreleased_charge(p.key)
+                if p.unreleased is not None and p.unreleased.rho != p.cost:
+                    raise OperationalError(
+                        f"the ledger holds an unreleased charge for this measurement of rho = {p.unreleased.rho}, "
+                        f"but it now costs {p.cost}", hint="the ledger was edited; start a new ledger")
+            # the shares, not the calibrated costs plan.rho (≤ the share by ~1e-9 of it, the
             # float margin of calibrate): a measurement given the whole remaining budget
             # leaves exactly 0, never a residue that a later measurement would spend on noise
-            cost = Fraction(rho)
-            # A charge for this very release whose process died before recording it: the
-            # release is completed under that charge, never paid again (docs/privacy.md §6,
-            # "Every charge has exactly one release").
-            unreleased = self._unreleased_charge(key)
-            if unreleased is not None and unreleased.rho != cost:
-                raise OperationalError(
-                    f"the ledger holds an unreleased charge for this measurement of rho = {unreleased.rho}, "
-                    f"but it now costs {cost}", hint="the ledger was edited; start a new ledger")
+            cost = sum((p.cost for p in todo if p.unreleased is None), Fraction(0))
             view = self._ledger().preview(principal, cost)
-            if unreleased is None and not view.fits:
+            if cost and not view.fits:
                 raise BudgetExhaustedError(
                     f"measuring this needs rho = {format_rho(cost, 'up')} but only rho = "
                     f"{format_rho(view.remaining, 'down')} remains"
@@ -205,59 +237,91 @@ class Measurer:
                        and view.remaining_user <= view.remaining_global else ""),
                     hint="ask the operator for more budget, or answer from existing measurements",
                     requested_rho=Fraction(cost), remaining_rho=Fraction(view.remaining))
-            if unreleased is None:
-                self.check_useful(table, blocks, plan, cost)   # before any data is read
-            cliques = list(dict.fromkeys(b.clique for b in blocks if b.offsets is None))
-            requests = [(b.clique, b.offsets) for b in blocks if b.offsets is not None]
-            self._progress("measure", {"table": table, "blocks": len(blocks), "cells": cells})
-            if hasattr(self.backend, "fingerprint"):
-                # counted only from the content the identity names (else nothing is charged)
-                counts = self.backend.count_marginals(state.schema, cliques, expect=state.content)
-                sums = self.backend.sum_offsets(state.schema, requests, expect=state.content) if requests else {}
-            else:
-                counts = self.backend.count_marginals(state.schema, cliques)
-                sums = self.backend.sum_offsets(state.schema, requests) if requests else {}
-            exact = [b.apply(counts[b.clique] if b.offsets is None else sums[(b.clique, b.offsets)])
-                     for b in blocks]
+            for p in todo:
+                if p.unreleased is None:
+                    self.check_useful(table, p.blocks, p.plan, p.cost)   # before any data is read
+            self._progress("measure", {"table": table, "blocks": blocks_n, "cells": cells})
+            for p in todo:
+                self._count(state, p)
             kill_point("counted")
-            if unreleased is None:
-                charge_id = self._ledger().charge(principal, cost, key, {
-                    "purpose": purpose, "table": table, "family": plan.family,
-                    **({"requested_by": requested_by} if requested_by else {}),
-                    "identity": _identity(state).as_dict(), "identity_key": _identity(state).key(),
-                    "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(p),
-                                **({"offsets": b.offsets, "bound": b.bound} if b.offsets else {})}
-                               for b, p in zip(blocks, plan.params)]}).id
-            else:
-                charge_id, cost = unreleased.seq, Fraction(0)   # this call spends nothing
+            keys = [p.key for p in todo]
+            for i, p in enumerate(todo):
+                if p.unreleased is None:
+                    note = {} if link is None else {"part_of": {**link, "part": i, "of": len(todo), "keys": keys}}
+                    p.charge_id = self._ledger().charge(principal, p.cost, p.key, {
+                        "purpose": purpose, "table": table, "family": p.plan.family,
+                        **({"requested_by": requested_by} if requested_by else {}), **note,
+                        **({"flag": flag} if flag else {}),
+                        "identity": _identity(state).as_dict(), "identity_key": _identity(state).key(),
+                        "blocks": [{"clique": list(b.clique), "rows": b.rows(), "param": str(q),
+                                    **({"offsets": b.offsets, "bound": b.bound} if b.offsets else {})}
+                                   for b, q in zip(p.blocks, p.plan.params)]}).id
+                else:
+                    p.charge_id = p.unreleased.seq    # completed under its charge: spends nothing
             kill_point("charged")
-            released = [(b, rel.noisy_values(b, x, p, plan.family), rel.stddev(b, p, plan.family))
-                        for b, x, p in zip(blocks, exact, plan.params)]
-            del exact, counts, sums
+            for p in todo:
+                p.released = [(b, rel.noisy_values(b, x, q, p.plan.family), rel.stddev(b, q, p.plan.family))
+                              for b, x, q in zip(p.blocks, p.exact, p.plan.params)]
+                p.exact = []
             kill_point("drawn")
-            if is_ordered_strategy(strategy):
-                from dpsql.measure import ordered
-                done = ordered.release_of(strategy, released, plan.rho)
-                self._ledger().record_release(charge_id, key, ordered.pack(done))
-                kill_point("released")
-                state.ordered.append(done)
-                state.ordered_estimate = None
-                state.release_keys.add(key)
-                released = []
-            else:
-                self._ledger().record_release(charge_id, key, rel.pack(released))
-                kill_point("released")
-            if any(b.offsets for b, _, _ in released):
-                state.offsets.extend(r for r in released if r[0].offsets)
-                state.offset_models = None
-                released = [r for r in released if not r[0].offsets]
-            if released:
-                state.released.extend(released)
-                state.release_keys.add(key)
-                _retire_model(state)  # refit lazily with a warm start
-        self._progress("measure", {"table": table, "blocks": len(blocks), "cells": cells, "done": True})
-        return MeasureReport(table, cost, False, len(blocks), cells, time.perf_counter() - t0,
-                             completed=unreleased is not None)
+            for p in todo:
+                self._release(state, p)
+        self._progress("measure", {"table": table, "blocks": blocks_n, "cells": cells, "done": True})
+        return MeasureReport(table, cost, False, blocks_n, cells, time.perf_counter() - t0,
+                             completed=any(p.unreleased is not None for p in todo))
+
+    def _count(self, state: TableState, p: _Pending) -> None:
+        """The exact values of a part's blocks (one scan of the source)."""
+        cliques = list(dict.fromkeys(b.clique for b in p.blocks if b.offsets is None))
+        requests = [(b.clique, b.offsets) for b in p.blocks if b.offsets is not None]
+        if hasattr(self.backend, "fingerprint"):
+            # counted only from the content the identity names (else nothing is charged)
+            counts = self.backend.count_marginals(state.schema, cliques, expect=state.content)
+            sums = self.backend.sum_offsets(state.schema, requests, expect=state.content) if requests else {}
+        else:
+            counts = self.backend.count_marginals(state.schema, cliques)
+            sums = self.backend.sum_offsets(state.schema, requests) if requests else {}
+        p.exact = [b.apply(counts[b.clique] if b.offsets is None else sums[(b.clique, b.offsets)])
+                   for b in p.blocks]
+
+    def _release(self, state: TableState, p: _Pending) -> None:
+        """Record a part's noisy values in the ledger, then make them the engine's."""
+        released = p.released
+        if is_ordered_strategy(p.strategy):
+            from dpsql.measure import ordered
+            done = ordered.release_of(p.strategy, released, p.plan.rho)
+            self._ledger().record_release(p.charge_id, p.key, ordered.pack(done))
+            kill_point("released")
+            state.ordered.append(done)
+            state.ordered_estimate = None
+            state.release_keys.add(p.key)
+            return
+        self._ledger().record_release(p.charge_id, p.key, rel.pack(released))
+        kill_point("released")
+        if any(b.offsets for b, _, _ in released):
+            state.offsets.extend(r for r in released if r[0].offsets)
+            state.offset_models = None
+            released = [r for r in released if not r[0].offsets]
+        if released:
+            state.released.extend(released)
+            state.release_keys.add(p.key)
+            _retire_model(state)  # refit lazily with a warm start
+
+
+@dataclass(eq=False)
+class _Pending:
+    """One release being made by ``Measurer.measure_parts``: what is measured (public), then
+    its exact values, its charge and its noisy values as the steps reach them."""
+
+    strategy: Strategy
+    blocks: list
+    plan: rel.NoisePlan
+    key: str
+    cost: Fraction
+    unreleased: LedgerEntry | None = None
+    exact: list = field(default_factory=list)
+    charge_id: int | None = None
+    released: list = field(default_factory=list)
 
 
 __all__ = ["Measurer", "USELESS_SHARE", "KILL_AT_ENV", "kill_point"]

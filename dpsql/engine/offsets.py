@@ -34,6 +34,7 @@ from dpsql.domain import TableSchema
 from dpsql.engine.variance import SupportBlock, VarianceModel, decompose
 from dpsql.measure import release as rel
 from dpsql.measure.offsets import offset_grid
+from dpsql.plan.views import GroupBound
 
 __all__ = ["offset_blocks", "offset_share", "offset_variances", "offset_models"]
 
@@ -75,15 +76,20 @@ def offset_blocks(schema: TableSchema, queries: Sequence) -> list[tuple[rel.Latt
 
 
 def offset_share(rho: Fraction, count_objective: float, blocks: Sequence[tuple[rel.LatticeBlock, tuple[int, ...]]],
-                 scales: Sequence[float]) -> Fraction:
+                 scales: Sequence[float], unit_rows: int = 1, groups: GroupBound | None = None) -> Fraction:
     """ρ_o, the offsets' share of ``rho`` (module doc): √O/(√C + √O)·ρ, as an exact
-    Fraction below ``rho``.  ``count_objective`` is C; ``scales[i]`` the objective's scale
-    of workload query i."""
+    Fraction below ``rho``.  ``count_objective`` is C (with the counts' row factor relative
+    to k², ``Planner.rows_sq``, under a group bound); ``scales[i]`` the objective's scale
+    of workload query i; ``groups`` a view's group bound, whose separating offset blocks
+    are calibrated with S² instead of k² (``release.rows_sq``), relative to k² here too."""
     if not blocks:
         return Fraction(0)
     # one σ for all (release.calibrate): block b's noise is σ/(w_b·g_b) lattice units, σ/w_b in
-    # its column's units, with σ² = D/(2ρ_o), D = Σ_b Δ_b²(lattice)·(w_b·g_b)²
-    d = sum(b.l2_sensitivity_sq() * (b.weight * b.scale) ** 2 for b, _ in blocks)
+    # its column's units, with σ² = D/(2ρ_o), D = Σ_b f_b·Δ_b²(lattice)·(w_b·g_b)², f_b the
+    # block's squared row factor over k² (1 without a group bound)
+    k2 = unit_rows * unit_rows
+    d = sum(rel.rows_sq(b.clique, b.factors, unit_rows, groups) / k2 * b.l2_sensitivity_sq()
+            * (b.weight * b.scale) ** 2 for b, _ in blocks)
     o = sum(sum(scales[p] for p in parts) * b.rows() * d / b.weight ** 2 for b, parts in blocks)
     c = max(float(count_objective), 0.0)
     if not o > 0:
@@ -95,13 +101,15 @@ def offset_share(rho: Fraction, count_objective: float, blocks: Sequence[tuple[r
 
 
 def offset_variances(blocks: Sequence[tuple[rel.LatticeBlock, tuple[int, ...]]], share: Fraction,
-                     family: str = "gaussian", unit_rows: int = 1) -> dict[int, float]:
+                     family: str = "gaussian", unit_rows: int = 1,
+                     groups: GroupBound | None = None) -> dict[int, float]:
     """Per workload query, the variance the offsets add to each of its rows at ``share``
-    (the noise the release will draw: ``release.calibrate``; a row sums one row of each
-    block of its query, one per predicate term): what ``dpsql plan`` adds to a SUM's."""
+    (the noise the release will draw: ``release.calibrate``, with a view's group bound;
+    a row sums one row of each block of its query, one per predicate term): what
+    ``dpsql plan`` adds to a SUM's."""
     if not blocks or not share > 0:
         return {}
-    plan = rel.calibrate([b for b, _ in blocks], share, family=family, unit_rows=unit_rows)
+    plan = rel.calibrate([b for b, _ in blocks], share, family=family, unit_rows=unit_rows, groups=groups)
     out: dict[int, float] = {}
     for (b, parts), p in zip(blocks, plan.params):
         var = rel.stddev(b, p, family) ** 2

@@ -12,12 +12,18 @@ Two arrows of the pipeline change for such a column, both from public metadata o
   needs is the CDF's accuracy).  A workload holding such a prefix is planned by
   ``opt_ordered`` (``plan.planner``);
 * **answers**: a statement whose every linear query is a thin query on that attribute
-  alone (the other attributes summed out: a COUNT with ``x <= c`` or ``BETWEEN``, a
-  quantile without GROUP BY, over the values when the column is nullable) is answered from
-  the ordered release: values and their exact
-  variances, and a quantile's 95% interval from the noisy CDF's band with the exact
-  variance of C_j − q·N (``OrderedEstimate.quantile``), not from cells taken as
-  independent.  Anything else takes the model's path (and its refusals).
+  (a COUNT with ``x <= c`` or ``BETWEEN``, a quantile, over the values when the column is
+  nullable), its other factors on the release's group attributes (a GROUP BY's identity,
+  a WHERE's predicate vector) or summed out, is answered from the ordered release: each
+  output row's cells are a combination c of the group cells' estimates
+  (``OrderedEstimate.select``), its values have their exact variances, and a quantile's
+  95% interval comes from that row's noisy CDF band with the exact variance of C_j − q·N
+  (``OrderedEstimate.quantile``), not from cells taken as independent.  Anything else
+  takes the model's path (and its refusals).
+
+A quantile per group (``GROUP BY sex``) or under a filter on other columns (``WHERE sex =
+'F'``) asks for the prefixes Kron'd with the same group or predicate factor, so the planner
+measures the column per cell of those columns (``plan.ordered``, ``MAX_GROUPS``).
 """
 
 from __future__ import annotations
@@ -61,16 +67,12 @@ def _large_cells() -> int:
 
 
 def _ordered_axis(schema, factors) -> int | None:
-    """The one attribute a Kronecker term asks about (every other factor a Total), when it
-    is a large ordered attribute; else None."""
-    axes = [i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)]
-    if len(axes) != 1:
-        return None
-    i = axes[0]
-    attr = schema.attributes[i]
-    if attr.kind not in ORDERED_KINDS or attr.size <= _large_cells():
-        return None
-    return i
+    """The one large ordered attribute a Kronecker term asks about (not a Total), when there
+    is exactly one; else None.  Its other factors may ask about small attributes."""
+    large = _large_cells()
+    axes = [i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)
+            and schema.attributes[i].kind in ORDERED_KINDS and schema.attributes[i].size > large]
+    return axes[0] if len(axes) == 1 else None
 
 
 def _values_then_null(values: np.ndarray) -> bool:
@@ -81,9 +83,10 @@ def _values_then_null(values: np.ndarray) -> bool:
 
 def workload_matrix(schema, lq) -> Any:
     """The matrix the workload plans for linear query ``lq``: a quantile over a large
-    ordered attribute (one term, the identity on it, no GROUP BY) asks for the prefixes of
-    that attribute; every other query for itself."""
-    if lq.kind != "quantile":
+    ordered attribute (one term, the identity on it, not grouped by its own bins) asks for
+    the prefixes of that attribute, Kron'd with its other factors (a GROUP BY's identity, a
+    WHERE's predicate); every other query for itself."""
+    if lq.kind != "quantile" or lq.layout.quantile_group_map is not None:
         return lq.matrix
     terms = kron_terms(lq.matrix)
     if len(terms) != 1:
@@ -98,48 +101,79 @@ def workload_matrix(schema, lq) -> Any:
     return out if w == 1.0 else linalg.Weighted(float(w), out)
 
 
+def _group_rows(factors, groups: list[int]) -> np.ndarray:
+    """The combination of group cells each output row reads: the Kron of the term's factors
+    on the group attributes (domain order), a Total one for a group summed out."""
+    C = np.ones((1, 1))
+    for j in groups:
+        C = np.kron(C, np.atleast_2d(np.asarray(factors[j].dense(), dtype=np.float64)))
+    return C
+
+
+def _arranged(schema, rows: np.ndarray, factors, k: int, groups: list[int]) -> np.ndarray:
+    """Output rows × the column's rows (``rows``, group rows row-major in domain order) as
+    the Kron term's row order: the column's axis among the groups' in domain order."""
+    sizes = [factors[j].shape[0] for j in groups]
+    t = rows.reshape(sizes + [rows.shape[1]])
+    return np.moveaxis(t, -1, sum(1 for j in groups if j < k)).reshape(-1)
+
+
 def answer_ordered(schema, estimate, compiled):
     """(answers, stderrs) of every linear query of ``compiled`` from the ordered release's
-    ``estimate``, or None when some query is not a thin query on its attribute alone.
-    ``answers`` is a ``postprocess.Answers`` whose ``cdfs`` name the quantile queries the
-    estimate's CDF answers (their intervals come from its band)."""
+    ``estimate``, or None when some query is not a thin query on its attribute whose other
+    factors lie on the release's groups.  ``answers`` is a ``postprocess.Answers`` whose
+    ``cdfs`` name, per quantile query, the estimate of each output group (their intervals
+    come from its band)."""
     from dpsql.sql.postprocess import Answers
 
     if compiled.offset_queries:
         return None
-    attr = estimate.strategy.attribute
+    strategy = estimate.strategy
     names = list(schema.domain.attributes)
-    if attr not in names:
+    if strategy.attribute not in names or any(a not in names for a in strategy.groups):
         return None
-    k = names.index(attr)
+    k = names.index(strategy.attribute)
+    groups = [names.index(a) for a in strategy.groups]
+    if tuple(schema.domain[a] for a in strategy.groups) != strategy.group_shape:
+        return None
+    unit = estimate.select(np.eye(strategy.group_cells)[0])    # one group's variances
     answers, stderrs = Answers(), {}
     for lq in compiled.linear_queries:
         terms = kron_terms(lq.matrix)
         if lq.blocks != 1 or len(terms) != 1:
             return None      # rows summed across blocks would add correlated variances
         w, factors = terms[0]
-        if all(isinstance(g, linalg.Total) for g in factors):
-            f = factors[k]       # COUNT(*) alone: the total of the column's cells
-        elif _ordered_axis(schema, factors) == k:
-            f = factors[k]
-        else:
+        if any(not isinstance(g, linalg.Total) for j, g in enumerate(factors) if j != k and j not in groups):
             return None
+        f = factors[k]
+        if not isinstance(f, (linalg.Total, linalg.Identity)) and _ordered_axis(schema, factors) != k:
+            return None
+        C = _group_rows(factors, groups)
+        if C.shape[0] > MAX_ROWS:
+            return None
+        scale = (C * C).sum(axis=1)                   # Σ c_g² per output row
         if lq.kind == "quantile":
-            values = schema.attribute(attr).cell_values()     # per cell: read only for quantiles
+            values = schema.attribute(strategy.attribute).cell_values()   # per cell: read only for quantiles
             masks = lq.cell_masks
             if not isinstance(f, linalg.Identity) or w != 1.0 or lq.layout.quantile_group_map is not None \
                     or (masks is not None and not all(np.all(m) for m in masks)) \
                     or values is None or not _values_then_null(values):
                 return None
-            answers[lq.name] = estimate.cells.copy()
-            stderrs[lq.name] = np.sqrt(estimate.cell_variance())
-            answers.cdfs[lq.name] = estimate
+            views = [estimate.select(c) for c in C]
+            answers[lq.name] = _arranged(schema, np.stack([v.cells for v in views]), factors, k, groups)
+            stderrs[lq.name] = _arranged(schema, np.sqrt(scale[:, None] * unit.cell_variance()[None, :]),
+                                         factors, k, groups)
+            answers.cdfs[lq.name] = views[0] if len(views) == 1 else views
             continue
         if isinstance(f, linalg.Identity):
-            a, var = w * estimate.cells, w * w * estimate.cell_variance()
+            base, var = estimate.group_cells, unit.cell_variance()
         elif f.shape[0] <= MAX_ROWS:
-            a, var = estimate.answer(w * np.atleast_2d(np.asarray(f.dense(), dtype=np.float64)))
+            F = np.atleast_2d(np.asarray(f.dense(), dtype=np.float64))
+            base, var = estimate.group_cells @ F.T, unit.answer(F)[1]
         else:
             return None
-        answers[lq.name], stderrs[lq.name] = a, np.sqrt(np.maximum(var, 0.0))
+        a = w * (C @ base)
+        v = w * w * scale[:, None] * np.maximum(var, 0.0)[None, :]
+        answers[lq.name] = _arranged(schema, a, factors, k, groups)
+        stderrs[lq.name] = _arranged(schema, np.sqrt(v), factors, k, groups)
     return answers, stderrs

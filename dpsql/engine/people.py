@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.domain import Attribute, IntegerRange, TableSchema
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, UnsupportedQueryError
 from dpsql.measure.source import FILE_KINDS, Source
 from dpsql.measure.views import EXISTS, PERSON, SEP, Hop, View
 from dpsql.plan.views import GroupBound
-from dpsql.sql.people import flag_column
+from dpsql.sql.people import flag_column, flag_table
 from dpsql.sql.syntax import exp
 
 # [people]'s keys and their types are declared in dpsql.config_schema and checked when the
@@ -125,7 +125,8 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
                           hint=f"declare [tables.{person}], or name one of: {', '.join(sorted(tables))}")
     links_spec = spec.get("tables", {})
     if not isinstance(links_spec, Mapping):
-        raise ConfigError(f"{pw}: tables must be [people.tables.NAME] sections")
+        raise ConfigError(f"{pw}: tables must be [people.tables.NAME] sections",
+                          hint='[people.tables.orders] parent = "customers", foreign_key = "custkey", max_rows = 8')
     links: dict[str, dict] = {}
     for name, link in links_spec.items():
         lw = f"{where}: [people.tables.{name}]"
@@ -183,7 +184,8 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         kp = Path(spec["hash_key_file"])
         kp = kp if kp.is_absolute() else base / kp
         if not kp.exists():
-            raise ConfigError(f"{pw}: hash key file not found: {kp}")
+            raise ConfigError(f"{pw}: hash key file not found: {kp}",
+                              hint="write the secret key (one line) to that file, or remove hash_key_file")
         key_text = kp.read_text().strip()
 
     for name in tables:
@@ -283,19 +285,61 @@ def with_flags(people: PeopleSchema, tables: dict[str, TableSchema], sources: di
     return tables, sources, replace(people, views={**people.views, people.person: view})
 
 
-def _check_flag_columns(view: View[Source], schema: TableSchema, cond) -> None:
+def flag_table_of(people: PeopleSchema, tables: dict[str, TableSchema], sources: dict[str, Source],
+                  table: str, cond) -> tuple[str, TableSchema, Source]:
+    """The table of one flag no workload statement declared, for an ad hoc ``COUNT(DISTINCT
+    person) … WHERE <condition on table's rows>`` measured on demand: (its name,
+    ``sql.people.flag_table``; its schema, the person's own columns and the 0/1 flag; its
+    source, the person's view with that one flag, ``View.filters``).  One row per person,
+    each a function of that person's rows alone, so it is bounded by k = 1 as the person's
+    view is (docs/privacy.md §2a).  Public: the statement's SQL and the schema.  A condition
+    the engine cannot evaluate on the rows' declared kinds is refused (0A000) here, before
+    any row is read."""
+    problem = _flag_column_problem(people.views[table], tables[table], cond)
+    if problem is not None:
+        raise UnsupportedQueryError(problem[0], hint=problem[1])
+    column = flag_column(table, cond)
+    name = flag_table(people.person, column)
+    person = people.views[people.person]
+    own = person.hops[0]
+    schema = tables[people.person]
+    attrs = tuple(schema.attribute(view_col) for _, view_col in own.columns) + (IntegerRange(column, 0, 1),)
+    view = View(people.person, (own,), person.person_key, 1, filters=((column, people.views[table], cond),))
+    return name, TableSchema(name, attrs), replace(sources[people.person], view=view)
+
+
+def check_flag_types(table: str, cond, types: dict[str, str], dialect: str) -> None:
+    """Refuse (0A000) a flag's condition on ``table``'s view that the engine could evaluate
+    only by converting a column's values (``counting.flag_type_problem``), from the columns'
+    source types (public metadata), before any row is read."""
+    from dpsql.measure.counting import flag_type_problem
+    problem = flag_type_problem(table, cond, types, dialect)
+    if problem is not None:
+        raise UnsupportedQueryError(problem[0], hint=problem[1])
+
+
+def _flag_column_problem(view: View[Source], schema: TableSchema, cond) -> tuple[str, str] | None:
     """A flag's condition runs inside the engine on the view's own columns, which a CSV hop
     holds as its records' text (``View.relation``): a categorical compares as text, but a
     declared number or date would be compared as text or refused by the engine's binder at
-    every measurement.  Refused here, from the declared kinds alone, before any row is read."""
+    every measurement.  (message, hint) of the first such column, from the declared kinds
+    alone, before any row is read; None when there is none."""
     text = {view_col for hop in view.hops if hop.source.kind == "csv" for _, view_col in hop.columns}
     for col in cond.find_all(exp.Column):
         if col.name in text and schema.attribute(col.name).kind != "categorical":
-            raise ConfigError(f"[workload]: the condition '{cond.sql(dialect='postgres')}' on the persons' rows of "
-                              f"{view.table!r} reads '{col.name}', a {schema.attribute(col.name).kind} column of a "
-                              "CSV file: such a condition is evaluated on the file's text",
-                              hint="condition COUNT(DISTINCT person) on categorical columns of CSV tables, or "
-                                   "read the table from Parquet, DuckDB, PostgreSQL or Spark")
+            return (f"the condition '{cond.sql(dialect='postgres')}' on the persons' rows of {view.table!r} reads "
+                    f"'{col.name}', a {schema.attribute(col.name).kind} column of a CSV file: such a condition is "
+                    "evaluated on the file's text",
+                    "condition COUNT(DISTINCT person) on categorical columns of CSV tables, or read the table "
+                    "from Parquet, DuckDB, PostgreSQL or Spark")
+    return None
 
 
-__all__ = ["PeopleSchema", "people_views", "with_flags"]
+def _check_flag_columns(view: View[Source], schema: TableSchema, cond) -> None:
+    """``_flag_column_problem`` of a workload statement's flag: the configuration is refused."""
+    problem = _flag_column_problem(view, schema, cond)
+    if problem is not None:
+        raise ConfigError(f"[workload]: {problem[0]}", hint=problem[1])
+
+
+__all__ = ["PeopleSchema", "people_views", "with_flags", "flag_table_of", "check_flag_types"]

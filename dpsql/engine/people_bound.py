@@ -48,7 +48,7 @@ class BoundChoice:
 def candidates(cap: int) -> tuple[int, ...]:
     """1, 2, 4, … up to ``cap`` (and ``cap`` itself)."""
     if cap < 1:
-        raise ProgrammingError("the largest candidate bound must be at least 1")
+        raise ProgrammingError("the largest candidate bound must be at least 1", hint="dpsql bound --max 1024")
     out, k = [], 1
     while k < cap:
         out.append(k)
@@ -75,10 +75,14 @@ def choose_bound(engine: Any, table: str, epsilon: Fraction, quantile: Fraction 
         raise ProgrammingError(f"{table!r} is not a table of a people schema",
                                hint="a bound is chosen for [people.tables.NAME] max_rows")
     if table == people.person:
-        raise ProgrammingError(f"{table!r} is the person table: one row per person, no bound to choose")
+        bounded = [t for t in people.views if t != people.person]
+        raise ProgrammingError(f"{table!r} is the person table: one row per person, no bound to choose",
+                               hint="choose the bound of a table that references it: --table "
+                                    + " or --table ".join(bounded))
     epsilon, quantile = Fraction(epsilon), Fraction(quantile)
     if not (epsilon > 0 and 0 < quantile <= 1):
-        raise ProgrammingError("epsilon must be positive and the quantile in (0, 1]")
+        raise ProgrammingError("epsilon must be positive and the quantile in (0, 1]",
+                               hint="e.g. dpsql bound --table orders --epsilon 0.1 --quantile 0.9")
     cands = candidates(int(cap))
     ident = engine.identity(table)
     key = (f"{BOUND_PREFIX}{ident.key()}:"

@@ -51,7 +51,10 @@ class ViewCost:
     is — and the sum over the view is (ρ/ρ_v)·(n/Q)·E: c = n·E (the constant 1/Q is the
     same for every view).  Weighting it by k² instead (before) gave a view of 128 rows per
     person 128 times the share of a person view of the same structure, whose queries then
-    came out at 4× their baseline (bench/people_tpch.py)."""
+    came out at 4× their baseline (bench/people_tpch.py).  Under a group bound the baseline
+    keeps k (a query alone at the view's bound) while the strategy's noise carries
+    ``rows_sq`` ≤ k², so c = n·E·rows_sq/k²: the factor the planner chose the strategy by
+    (``Planner.row_factor``) is the one the split sees."""
 
     table: str
     max_rows: int
@@ -62,9 +65,11 @@ class ViewCost:
 
     @property
     def cost(self) -> float:
-        if self.objective == "relative":
-            return self.queries * self.expected_error
         k2 = self.max_rows ** 2 if self.rows_sq is None else self.rows_sq
+        if self.objective == "relative":
+            # the baselines carry the view's bound k; a group bound lowers the strategy's
+            # noise below it by rows_sq/k² (the figure the planner chose the strategy by)
+            return self.queries * self.expected_error * k2 / self.max_rows ** 2
         return k2 * self.expected_error
 
 
@@ -83,7 +88,7 @@ def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
     out = {}
     for table, workload in planned.items():
         k = people.bound(table)
-        strategy = engine.optimize_counted(workload, Fraction(rho) / len(planned), k)
+        strategy = engine.optimize_counted(workload, Fraction(rho) / len(planned), k, table=table)
         out[table] = ViewCost(table, k, float(strategy.expected_error), engine.rows_sq(table, strategy),
                               len(workload.parts), engine.config.planner.objective)
     return out
@@ -134,7 +139,7 @@ class PeoplePlan:
     def lines(self) -> list[str]:
         out = [f"people schema: {len(self.views)} views of the same persons share rho = {float(self.rho):.4g} "
                "(split to minimise the total expected error: rho_v proportional to the square root of each view's "
-               "error at unit noise)"]
+               "error at unit noise, times its noise's row factor under a group bound)"]
         for v in self.views:
             out.append(v.line())
             if v.truncation is not None:
@@ -164,7 +169,9 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
 
     people = engine.config.people
     if people is None:
-        raise ProgrammingError("no [people] schema is configured")
+        raise ProgrammingError("no [people] schema is configured",
+                               hint='declare [people] person = "...", key = "..." (docs/config.md, "People across '
+                                    'tables")')
     rho = Fraction(rho) if rho is not None else engine.workload_rho()
     costs = view_costs(engine, rho)
     shares = split_budget(rho, {v: c.cost for v, c in costs.items()})

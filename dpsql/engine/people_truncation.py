@@ -123,7 +123,8 @@ def release_truncation(engine: Any, table: str, rho: Fraction, rng=None) -> Trun
     """Charge ``rho`` to the workload principal, then count and release (D, K) with noise."""
     people = engine.config.people
     if people is None or table not in people.views or table == people.person:
-        raise ProgrammingError(f"{table!r} is not a bounded view of a people schema")
+        raise ProgrammingError(f"{table!r} is not a bounded view of a people schema",
+                               hint="the rows a bound drops are released for [people.tables.NAME] tables only")
     rho = Fraction(rho)
     family = engine.config.noise
     k = people.bound(table)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +31,9 @@ import numpy as np
 from dpsql import linalg
 from dpsql.engine.measuring import _groups
 from dpsql.engine.ordered import is_ordered_strategy
-from dpsql.engine.reports import COUNTS, QUANTILES, PlanReport, QueryReport, unit_of, units_of
-from dpsql.errors import ProgrammingError
+from dpsql.engine.mixed import is_mixed_strategy
+from dpsql.engine.reports import COUNTS, QUANTILES, PartReport, PlanReport, QueryReport, unit_of, units_of
+from dpsql.errors import ModelTooLargeError, ProgrammingError, UnsupportedQueryError
 from dpsql.measure import release as rel
 from dpsql.pgm.measurement import Measurement, estimate_total
 
@@ -128,13 +130,11 @@ class Planner:
         from dpsql.plan import Workload, query_errors, svd_lower_bound
 
         t0 = time.perf_counter()
-        workload, names, blocks, labels = self.workload_for(table, queries)
+        workload, names, blocks, labels, offsets = self._workload(table, queries)
         configured = rho is None or Fraction(rho) == self.workload_rho(table)
         rho = Fraction(rho) if rho is not None else self.workload_rho(table)
         unit_rows = self.config.sources[table].unit_rows
-        # measured, the strategy's blocks get rho less the binning offsets' share (``measure``)
-        strategy = self.optimize_counted(workload, rho, unit_rows,
-                                         counts_rho=lambda s: rho - self._offsets_rho(table, s, rho))
+        strategy = self.strategy_for(table, workload, labels, offsets, rho, unit_rows)
         if configured:
             # a plan at another budget (`dpsql plan --epsilon`) is a what-if: `measure` must
             # never run a strategy planned for a budget it is not given
@@ -148,25 +148,42 @@ class Planner:
         # The declared workload's binning offsets take their share of rho from the counts,
         # and add their noise to the SUMs they complete (docs/engine.md, "Binning offsets")
         from dpsql.engine.offsets import offset_variances
-        planned = self._offset_blocks(table, strategy, rho) if queries is None else None
-        share = planned[1] if planned is not None else Fraction(0)
-        added = offset_variances(planned[0], share, self.config.noise, unit_rows) if planned is not None else {}
-        rows2 = self.rows_sq(table, strategy)
-        s2_all = gaussian_sigma2_unit(float(rho)) * rows2
-        s2 = gaussian_sigma2_unit(float(rho - share)) * rows2
-        per_query = []
-        for i, (part, (sql, aggregate, unit), (tse, base_tse, floor)) in enumerate(zip(
-                workload.parts, labels, query_errors(strategy))):
-            per_query.append(QueryReport(
-                sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(i, 0.0)),
-                math.sqrt(base_tse * s2_all / part.rows),
-                None if floor is None else math.sqrt(floor * s2_all / part.rows), unit))
+        # one group per release: the whole workload, or each part of a mixed plan at its
+        # share (dpsql/engine/mixed.py); the offsets go with the part the model answers
+        groups = [("", strategy, rho, list(range(len(workload.parts))), True)] if not is_mixed_strategy(strategy) \
+            else [(p.name, p.strategy, p.share(rho), list(p.parts), not p.ordered) for p in strategy.parts]
+        # the per-query baselines keep the view's bound k (a query alone at k, as the split
+        # across views judges them, people_plan.ViewCost); the SVD floors, lower bounds for
+        # every strategy, the smallest factor any block can get (S² under a group bound)
+        s2_all = gaussian_sigma2_unit(float(rho)) * unit_rows ** 2
+        s2_floor = gaussian_sigma2_unit(float(rho)) * self.min_rows_sq(table)
+        reports: dict[int, QueryReport] = {}
+        parts, share = [], Fraction(0)
+        for name, sub, sub_rho, indices, with_offsets in groups:
+            planned = self._offset_blocks(table, sub, sub_rho) if queries is None and with_offsets else None
+            off = planned[1] if planned is not None else Fraction(0)
+            share += off
+            added = offset_variances(planned[0], off, self.config.noise, unit_rows,
+                                     _groups(self.config.sources[table], self.config.noise)) if planned is not None else {}
+            rows2 = self.rows_sq(table, sub)
+            s2 = gaussian_sigma2_unit(float(sub_rho - off)) * rows2
+            for j, (tse, base_tse, floor) in zip(indices, query_errors(sub)):
+                part, (sql, aggregate, unit) = workload.parts[j], labels[j]
+                reports[j] = QueryReport(
+                    sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(j, 0.0)),
+                    math.sqrt(base_tse * s2_all / part.rows),
+                    None if floor is None else math.sqrt(floor * s2_floor / part.rows), unit)
+            if is_mixed_strategy(strategy):
+                parts.append(self._part_report(table, name, sub, sub_rho, rho, indices, blocks, reports, s2,
+                                               {labels[j][0] for j in indices}, workload.domain))
+        per_query = [reports[j] for j in sorted(reports)]
         units = units_of(per_query)
         if per_query:
             rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in per_query) / m)
             baseline = math.sqrt(sum(q.baseline ** 2 * q.rows for q in per_query) / m)
         else:
-            rmse = math.sqrt(strategy.expected_error * s2 / m)
+            rmse = math.sqrt(strategy.expected_error * gaussian_sigma2_unit(float(rho - share))
+                             * self.rows_sq(table, strategy) / m)
             baseline = math.nan
         raw = Workload(workload.domain, linalg.Union(blocks))
         bound = svd_lower_bound(raw) if self.config.noise == "gaussian" else None
@@ -182,9 +199,101 @@ class Planner:
             advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
                             total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
-                          None if bound is None else math.sqrt(bound[0] * s2_all / m),
+                          None if bound is None else math.sqrt(bound[0] * s2_floor / m),
                           bool(bound and bound[1]), self.config.planner.objective,
-                          tuple(per_query), advice, units, float(share))
+                          tuple(per_query), advice, units, float(share), tuple(parts))
+
+    def _part_report(self, table, name, sub, sub_rho, rho, indices, blocks, reports, s2, statements,
+                     domain) -> PartReport:
+        """One part of a mixed plan (``PartReport``): its share, expected RMSE per row at it,
+        and the SVD bound of its queries alone at that share."""
+        from dpsql.plan import Workload, svd_lower_bound
+
+        rows = sum(blocks[j].shape[0] for j in indices)
+        got = [reports[j] for j in indices if j in reports]
+        rmse = math.sqrt(sum(q.stderr ** 2 * q.rows for q in got) / rows) if len(got) == len(indices) \
+            else math.sqrt(sub.expected_error * s2 / rows)
+        bound, exact = None, False
+        if self.config.noise == "gaussian":
+            raw = Workload(domain, linalg.Union([blocks[j] for j in indices]))
+            if is_ordered_strategy(sub):
+                # on the column alone: W ⊗ 1ᵀ over n·m cells has singular values √m·σ(W), so
+                # its SVD bound (Σσ)²/N is W's over n; there it is computable in closed form
+                i = list(domain.attributes).index(sub.attribute)
+                rows_i = [(f[i], w) for j in indices for w, f in linalg.kron_terms(blocks[j])]
+                raw = Workload(domain.project([sub.attribute]), linalg.Union(
+                    [f if w == 1.0 else linalg.Weighted(float(w), f) for f, w in rows_i]))
+                b = svd_lower_bound(raw)
+                if b is None:
+                    # a CDF with thin queries beside it has no closed form: the CDF/range rows
+                    # alone are a floor too (TSE_W(A) ≥ TSE of any of W's rows ≥ their bound)
+                    # (the same CDF asked twice, by two quantiles, is one CDF of weight √2: equal grams)
+                    same: dict[tuple, tuple[Any, float]] = {}
+                    for f, w in rows_i:
+                        if isinstance(f, (linalg.Prefix, linalg.Suffix, linalg.AllRange)):
+                            key = (type(f).__name__, f.shape)
+                            same[key] = (f, same.get(key, (f, 0.0))[1] + float(w) ** 2)
+                    ranges = [linalg.Weighted(math.sqrt(w2), f) for f, w2 in same.values()]
+                    b = svd_lower_bound(Workload(raw.domain, linalg.Union(ranges))) if ranges else None
+                    b = None if b is None else (b[0], False)
+            else:
+                b = svd_lower_bound(raw)
+            if b is not None:
+                bound = math.sqrt(b[0] * gaussian_sigma2_unit(float(sub_rho)) * self.min_rows_sq(table) / rows)
+                exact = b[1]
+        return PartReport(name, sub.operator, float(sub_rho), float(Fraction(sub_rho) / Fraction(rho)),
+                          len(statements), rows, rmse, bound, float(sub.expected_error), exact)
+
+    def strategy_for(self, table: str, workload: Workload, labels, offsets, rho: Fraction, unit_rows: int = 1):
+        """The strategy of a table's workload: one HDMM or ordered strategy, or, when the
+        workload mixes a fine column's CDF/range queries with others, a ``MixedStrategy``
+        of the two parts with the budget split between them (dpsql/engine/mixed.py)."""
+        from dpsql.engine.mixed import MixedStrategy, StrategyPart, split_fractions, split_parts, sub_workload
+
+        split = split_parts(workload, labels, offsets)
+        # measured, the strategy's blocks get rho less the binning offsets' share (``measure``)
+        counts_rho = lambda s: rho - self._offsets_rho(table, s, rho)     # noqa: E731
+        if split is None:
+            return self.optimize_counted(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
+        i, ordered_idx, rest_idx = split
+        attribute = workload.domain.attributes[i]
+        ordered_w, rest_w = sub_workload(workload, ordered_idx), sub_workload(workload, rest_idx)
+        ordered = self.optimize(ordered_w, rho, unit_rows, table=table)      # in closed form, budget-free
+        rest = self.optimize_counted(rest_w, rho, unit_rows, table=table)
+
+        def fractions(rest_strategy):
+            # c_v = k_v²·E_v: both in the whole workload's objective (mixed.py)
+            return split_fractions({"ordered": self.rows_sq(table, ordered) * ordered.expected_error,
+                                    "rest": self.rows_sq(table, rest_strategy) * rest_strategy.expected_error})
+        f = fractions(rest)
+        # the lattice check of the rest's strategy depends on its budget: plan it at its share
+        again = self.optimize_counted(rest_w, rho * f["rest"], unit_rows, table=table)
+        if again is not rest:
+            rest, f = again, fractions(again)
+        # the other candidate: one strategy for the whole workload (the ordered strategy per
+        # group of the other columns asked, when those are few: plan.ordered.group_attributes)
+        try:
+            whole = self.optimize_counted(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
+            whole_error = self.rows_sq(table, whole) * whole.expected_error
+            whole_text = f"{whole.operator} over the whole workload: expected error {whole_error:.6g}"
+        except (UnsupportedQueryError, ModelTooLargeError) as exc:    # the group caps, the model size
+            whole, whole_error = None, math.inf
+            whole_text = f"one strategy over the whole workload is refused ({exc.message})"
+        split_error = (self.rows_sq(table, ordered) * ordered.expected_error / float(f["ordered"])
+                       + self.rows_sq(table, rest) * rest.expected_error / float(f["rest"]))
+        if whole is not None and whole_error <= split_error:
+            return replace(whole, explanation=whole.explanation + f" (lower than the split into the queries "
+                           f"over {attribute!r} and the rest: expected error {split_error:.6g})")
+        n_o, n_r = len(ordered_idx), len(rest_idx)
+        return MixedStrategy((
+            StrategyPart(f"ordered {attribute}", ordered, f["ordered"], tuple(ordered_idx), ordered_w, True),
+            StrategyPart("rest", rest, f["rest"], tuple(rest_idx), rest_w)),
+            explanation=f"The workload mixes CDF/range/quantile queries over the fine column {attribute!r} "
+                        f"with queries that do not ask about it: {n_o} linear quer{'y' if n_o == 1 else 'ies'} "
+                        f"planned by the ordered strategy ({ordered.operator}), {n_r} by {rest.operator}; the "
+                        "budget is split between the two releases to minimise the total expected error (shares "
+                        "proportional to the square root of each part's error at unit noise): expected error "
+                        f"{split_error:.6g}, against {whole_text}.")
 
     def rows_sq(self, table: str, strategy: Strategy) -> float:
         """The squared rows-per-unit factor of ``strategy``'s noise on ``table``: max_rows²,
@@ -196,9 +305,46 @@ class Planner:
         return rel.effective_rows_sq([(b.clique, b.query, b.weight) for b in strategy.blocks],
                                      source.unit_rows, groups)
 
-    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
+    def row_factor(self, table: str | None):
+        """The planner's ``RowFactor`` for ``table``: None unless it is a view with a group
+        bound under Gaussian noise, where a candidate's noise carries ``rows_sq`` / k²."""
+        if table is None:
+            return None
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        if groups is None:
+            return None
+        from dpsql.plan import RowFactor
+        k2 = float(source.unit_rows ** 2)
+        # "w1": the planner re-weights blocks for their factors (plan.planner._reweighted)
+        return RowFactor(lambda s: self.rows_sq(table, s) / k2,
+                         f"w1:k={source.unit_rows}:" + repr(sorted(groups.describe().items())),
+                         lambda s: [r / k2 for _, r in self.block_rows_sq(table, s)])
+
+    def block_rows_sq(self, table: str, strategy: Strategy) -> list[tuple[tuple[str, ...], float]]:
+        """Each block's clique and the squared row factor its noise is calibrated with
+        (``release.rows_sq``: S² where it reads one group per value of a group-bounded view,
+        k² otherwise), as ``dpsql plan --table`` shows them."""
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        return [(tuple(b.clique), float(rel.rows_sq(b.clique, rel._dense_factors(b.clique, b.query),
+                                                    source.unit_rows, groups)))
+                for b in strategy.blocks]
+
+    def min_rows_sq(self, table: str) -> float:
+        """The smallest squared row factor any block on ``table`` can be calibrated with:
+        S² of its group bound (``GroupBound.l2_sq``), else max_rows²."""
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        k2 = float(source.unit_rows ** 2)
+        return k2 if groups is None else float(min(k2, groups.l2_sq(source.unit_rows)))
+
+    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1, *, table: str | None = None,
                  counts_rho: Callable[[Strategy], Fraction] | None = None) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
+
+        With ``table`` a view under a group bound, candidates are compared by their error
+        with the row factor each would be calibrated with (``row_factor``), not at k.
 
         A strategy whose real-valued factors cannot be put on the measurement lattice at
         this budget without losing rank (``release.lattice_keeps_rank``) is replaced by the
@@ -219,7 +365,7 @@ class Planner:
                       caps=Caps(marginal_cells=opts.max_clique_cells, model_size=opts.max_model_cells),
                       cache=self._strategy_cache,
                       progress=(lambda *a, **kw: self._progress("plan", {"args": a, **kw}))
-                      if self._listening() else None)
+                      if self._listening() else None, row_factor=self.row_factor(table))
         strategy = optimize(workload, **kwargs)
         if is_ordered_strategy(strategy) or len(workload.domain) <= 1:
             return strategy      # integer blocks by construction (measure/ordered.py)
@@ -233,7 +379,7 @@ class Planner:
         return strategy
 
     def optimize_counted(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
-                         released: Sequence[Measurement] = (),
+                         released: Sequence[Measurement] = (), *, table: str | None = None,
                          counts_rho: Callable[[Strategy], Fraction] | None = None) -> Strategy:
         """``optimize``, then make sure the number of records is determined.
 
@@ -245,7 +391,7 @@ class Planner:
         paid from the same budget."""
         from dpsql.plan import Workload
 
-        strategy = self.optimize(workload, rho, unit_rows, counts_rho)
+        strategy = self.optimize(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
         if is_ordered_strategy(strategy):
             return strategy      # a tree's leaves and the Toeplitz root are invertible: total known
         probe = [Measurement(b.clique, b.query, np.zeros(b.query.shape[0]), 1.0) for b in strategy.blocks]
@@ -255,7 +401,7 @@ class Planner:
         blocks = list(workload.matrix.blocks) if isinstance(workload.matrix, linalg.Union) else [workload.matrix]
         return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total]),
                                       _with_total(workload, self.config.noise)),
-                             rho, unit_rows, counts_rho)
+                             rho, unit_rows, table=table, counts_rho=counts_rho)
 
     def workload_rho(self, table: str | None = None) -> Fraction:
         """The exact ρ one workload measurement is given (``[workload]`` or the total);
@@ -292,6 +438,17 @@ class Planner:
         return dict(cached)
 
 
+    def release_parts(self, table: str, strategy, rho: Fraction) -> list[tuple[Any, Fraction, Any]]:
+        """What one workload measurement of ``strategy`` at ``rho`` releases, as
+        (strategy, ρ, offsets) per release (``Measurer.measure_parts``): the strategy with
+        the workload's binning offsets (``offset_plan``), or each part of a mixed strategy
+        at its exact share, the offsets with the part the model answers."""
+        rho = Fraction(rho)
+        if not is_mixed_strategy(strategy):
+            return [(strategy, rho, self.offset_plan(table, strategy, rho))]
+        return [(p.strategy, p.share(rho), None if p.ordered else self.offset_plan(table, p.strategy, p.share(rho)))
+                for p in strategy.parts]
+
     def offset_plan(self, table: str, strategy: Strategy, rho: Fraction):
         """The workload's offset blocks and their share of ``rho`` (``dpsql.engine.offsets``),
         or None: binning bounds instead (``[planner] binning``), a backend that cannot sum
@@ -314,7 +471,13 @@ class Planner:
         blocks = offset_blocks(self._state(table).schema, queries)
         if not blocks:
             return None
-        return blocks, offset_share(rho, strategy.expected_error, blocks, [p.scale for p in workload.parts])
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        # the counts' objective with its row factor over k², as the offset blocks' (offset_share)
+        counts = strategy.expected_error * (1.0 if groups is None
+                                            else self.rows_sq(table, strategy) / source.unit_rows ** 2)
+        return blocks, offset_share(rho, counts, blocks, [p.scale for p in workload.parts],
+                                    source.unit_rows, groups)
 
 
 def _with_total(workload: Workload, noise: str) -> tuple:

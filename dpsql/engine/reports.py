@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from dpsql.plan import Strategy
 
-__all__ = ["ReleaseInfo", "QueryReport", "UnitReport", "PlanReport", "SpendPreview", "MeasureReport",
+__all__ = ["ReleaseInfo", "QueryReport", "UnitReport", "PartReport", "PlanReport", "SpendPreview", "MeasureReport",
            "unit_of", "units_of", "COUNTS", "QUANTILES"]
 
 # The units a plan's errors are reported in (issue 29 item 6): counts of rows, the per-cell
@@ -106,6 +106,33 @@ def units_of(per_query) -> tuple[UnitReport, ...]:
 
 
 @dataclass(frozen=True)
+class PartReport:
+    """One part of a mixed plan (``dpsql.engine.mixed``): the fine column's ordered part or
+    the rest, its exact share of the table's budget (``rho``, ``fraction``), its expected
+    RMSE per row at that share, and the SVD bound of its queries alone at that share (no
+    strategy for them does better with unbiased answers; None when not computable)."""
+
+    name: str
+    operator: str
+    rho: float
+    fraction: float
+    queries: int             # workload statements
+    rows: int                # linear query rows
+    rmse: float
+    bound_rmse: float | None
+    unit_error: float        # the strategy's unit-noise error in the whole workload's objective
+    bound_exact: bool = True  # False: the bound of its CDF/range (or marginal) queries alone, a looser floor
+
+    def line(self) -> str:
+        which = "these queries" if self.bound_exact else "its CDF/range or marginal queries alone"
+        bound = "" if self.bound_rmse is None else \
+            f" (SVD bound of {which} at this share: {self.bound_rmse:,.2f}, ratio {self.rmse / self.bound_rmse:.3f})"
+        n = f"{self.queries} quer{'y' if self.queries == 1 else 'ies'}"
+        return (f"  {self.name}: {self.operator}, {n} ({self.rows:,} rows), rho = {self.rho:.6g} "
+                f"({self.fraction:.1%} of the budget), expected RMSE per row {self.rmse:,.2f}{bound}")
+
+
+@dataclass(frozen=True)
 class PlanReport:
     table: str
     strategy: Strategy
@@ -131,6 +158,16 @@ class PlanReport:
     # the share of rho the binning offsets of the workload's SUMs/AVGs get (docs/engine.md,
     # "Binning offsets"); the counts' errors above are at rho minus it
     offsets_rho: float = 0.0
+    # a mixed workload's parts, each its own release at its share (dpsql/engine/mixed.py)
+    parts: tuple[PartReport, ...] = ()
+
+    def part_lines(self) -> list[str]:
+        """The split of a mixed plan, as the CLI and the shell print it (empty otherwise)."""
+        if not self.parts:
+            return []
+        return ([f"two releases, rho = {self.rho:.6g} split between them to minimise the total expected error "
+                 "(shares proportional to the square root of each part's error at unit noise):"]
+                + [p.line() for p in self.parts])
 
     @property
     def count_rmse(self) -> float | None:

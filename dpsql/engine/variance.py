@@ -26,31 +26,86 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Sequence
+from functools import cached_property
 
 import numpy as np
 
-from dpsql.linalg import Kron, QueryMatrix, Sum, Union, Weighted
+from dpsql.linalg import Bucket, Identity, Kron, QueryMatrix, Sum, Union, Weighted
+from dpsql.linalg.base import is_scaled_identity
 from dpsql.linalg.rowscaled import GramPinv, SpanPinv, gram_pinv
+from dpsql.pgm.measurement import group_rows, into_buckets
 from dpsql.plan.joint import JointSupport
 
 # The two-sided 95% normal quantile: a standard error times Z95 is the half-width of the
 # 95% interval that every front end shows (``ci95`` error mode).
 Z95 = 1.959963984540054
 
-# per-attribute factor of a query term: dense (rows × n) or None for "summed out" (Total)
+# per-attribute factor of a query term: dense (rows × n); attributes summed out (Total) absent
 Term = tuple[float, dict[str, np.ndarray]]
+# the same with each factor as compiled: a one-row factor dense, others the QueryMatrix leaf
+Leaves = tuple[float, dict[str, "np.ndarray | QueryMatrix"]]
 
 
 @dataclass(frozen=True)
 class RowBlock:
-    """Consecutive output rows given by a sum of Kron terms with a common row structure."""
+    """Consecutive output rows given by a sum of Kron terms with a common row structure.
 
-    terms: tuple[Term, ...]
+    ``leaves`` keeps a GROUP BY's factor as its ``Bucket``; ``terms`` is the dense form,
+    made on first use: on a 1,459-label column it is a 17 MB matrix, which the marginal
+    blocks' least squares (``MarginalJoint``) never needs (issue 35)."""
+
+    leaves: tuple[Leaves, ...]
     rows: int
+
+    @cached_property
+    def terms(self) -> tuple[Term, ...]:
+        return tuple((c, {a: _dense(f) for a, f in fs.items()}) for c, fs in self.leaves)
+
+
+def _dense(f) -> np.ndarray:
+    return f if isinstance(f, np.ndarray) else np.asarray(f.dense(), dtype=np.float64)
 
 
 def _is_total(f: np.ndarray) -> bool:
     return bool(f.shape[0] == 1 and np.all(f == f[0, 0]) and f[0, 0] != 0)
+
+
+def _buckets(f) -> np.ndarray | None:
+    """The cell → row map of a factor that is a 0/1 matrix with at most one 1 per row and per
+    column (a GROUP BY's ``Bucket``: ``group_rows``; the identity), or None.  Its row sums,
+    rowwise products and products with a tensor are then the dense ones to the last bit."""
+    if isinstance(f, Identity):
+        return np.arange(f.shape[0])
+    return group_rows(f) if isinstance(f, Bucket) else None
+
+
+def _row_sums(f) -> np.ndarray:
+    """q·1 per row of a factor."""
+    m = _buckets(f)
+    if m is None:
+        return _dense(f).sum(axis=1)
+    return np.bincount(m[m >= 0], minlength=f.shape[0]).astype(np.float64)
+
+
+def _row_dots(f, g) -> np.ndarray:
+    """Rowwise q·q' of two factors with the same rows."""
+    m1, m2 = _buckets(f), _buckets(g)
+    if m1 is None or m2 is None:
+        return np.einsum("ij,ij->i", _dense(f), _dense(g))
+    both = m1[(m1 == m2) & (m1 >= 0)]
+    return np.bincount(both, minlength=f.shape[0]).astype(np.float64)
+
+
+def _apply(f, z: np.ndarray, axis: int) -> np.ndarray:
+    """``f`` applied along ``axis`` of the tensor ``z`` (the axis becomes f's rows)."""
+    m = _buckets(f)
+    if m is None:
+        return np.moveaxis(np.tensordot(_dense(f), z, axes=([1], [axis])), 0, axis)
+    return into_buckets(z, axis, m, int(f.shape[0]))
+
+
+def _nonneg(f) -> bool:
+    return _buckets(f) is not None or bool(np.all(_dense(f) >= 0))
 
 
 def decompose(matrix: QueryMatrix, attributes: Sequence[str]) -> list[RowBlock]:
@@ -61,19 +116,22 @@ def decompose(matrix: QueryMatrix, attributes: Sequence[str]) -> list[RowBlock]:
             out.extend(decompose(block, attributes))
         return out
     if isinstance(matrix, Weighted):
-        return [RowBlock(tuple((c * matrix.weight, f) for c, f in rb.terms), rb.rows)
+        return [RowBlock(tuple((c * matrix.weight, f) for c, f in rb.leaves), rb.rows)
                 for rb in decompose(matrix.base, attributes)]
     if isinstance(matrix, Sum):
         parts = [decompose(t, attributes) for t in matrix.terms]
         if any(len(p) != 1 for p in parts):
             raise ValueError("sum of stacked blocks is not supported")
-        return [RowBlock(tuple(t for p in parts for t in p[0].terms), parts[0][0].rows)]
+        return [RowBlock(tuple(t for p in parts for t in p[0].leaves), parts[0][0].rows)]
     if isinstance(matrix, Kron):
         if len(matrix.factors) != len(attributes):
             raise ValueError("Kron factors do not align with the domain")
-        factors = {}
+        factors: dict = {}
         coef = 1.0
         for a, f in zip(attributes, matrix.factors):
+            if int(f.shape[0]) != 1:    # not a total: kept as it is until a dense form is needed
+                factors[a] = f
+                continue
             d = np.asarray(f.dense(), dtype=np.float64)
             if _is_total(d):
                 coef *= float(d[0, 0])
@@ -119,6 +177,12 @@ class _Prepared:
         return self._parts
 
 
+def _within(rowblock: RowBlock, clique: Sequence[str]) -> bool:
+    """Whether every attribute the row block reads is in ``clique`` (else ``_lift`` fails:
+    checked before the dense factors are made)."""
+    return all(a in clique for _, fs in rowblock.leaves for a in fs)
+
+
 def _lift(term_factors: dict[str, np.ndarray], clique: Sequence[str], sizes: dict[str, int]):
     """Query factors on the clique's attributes (ones rows for attributes it sums out)."""
     if any(a not in clique for a in term_factors):
@@ -138,6 +202,8 @@ def _kron_all(mats):
 def row_variances(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]) -> np.ndarray | None:
     """σ_b² diag(q G⁺ qᵀ) for one row block, or None if the block does not support it."""
     block = prepared.block
+    if not _within(rowblock, block.clique):
+        return None
     lifted = []
     for coef, factors in rowblock.terms:
         lf = _lift(factors, block.clique, sizes)
@@ -180,7 +246,7 @@ def _kron_apply(mats, y: np.ndarray) -> np.ndarray:
 def row_estimates(rowblock: RowBlock, prepared: _Prepared, sizes: dict[str, int]) -> np.ndarray | None:
     """Local least-squares estimate q (MᵀM)⁺ Mᵀ y of one row block from one block (§3.9)."""
     block = prepared.block
-    if block.values is None:
+    if block.values is None or not _within(rowblock, block.clique):
         return None
     y = np.asarray(block.values, dtype=np.float64)
     out = np.zeros(rowblock.rows)
@@ -236,7 +302,7 @@ def _marginal_of(p: _Prepared, sizes: dict[str, int]) -> tuple[np.ndarray, float
         if f.ndim != 2 or f.shape[0] != f.shape[1] or f.shape[0] == 0:
             return None
         d = float(f[0, 0])
-        if d == 0.0 or not np.array_equal(f, d * np.eye(f.shape[0], dtype=f.dtype)):
+        if d == 0.0 or not is_scaled_identity(f, d):
             return None
         c *= d
     if int(np.prod(shape, dtype=np.int64)) != int(np.prod([f.shape[0] for f in b.factors], dtype=np.int64)):
@@ -308,24 +374,27 @@ class MarginalJoint:
         do not support it (a component it needs is in no block, or its terms' rows differ)."""
         if not self.blocks:
             return None
-        T = [x for x in self.attributes if any(x in fs for _, fs in rb.terms)]
+        T = [x for x in self.attributes if any(x in fs for _, fs in rb.leaves)]
         shapes = []
         for x in T:
-            counts = {fs[x].shape[0] for _, fs in rb.terms if x in fs}
-            if len(counts) != 1 or any(x not in fs and counts != {1} for _, fs in rb.terms):
+            counts = {int(fs[x].shape[0]) for _, fs in rb.leaves if x in fs}
+            if len(counts) != 1 or any(x not in fs and counts != {1} for _, fs in rb.leaves):
                 return None
             shapes.append(counts.pop())
         if int(np.prod(shapes, dtype=np.int64)) != rb.rows:
             return None
-        qs = [(c, [np.asarray(fs.get(x, np.ones((1, self.sizes[x]))), dtype=np.float64) for x in T])
-              for c, fs in rb.terms]
+        # a GROUP BY's Bucket stays a cell → row map (``_row_sums``, ``_row_dots``, ``_apply``)
+        qs = [(c, [fs[x] if x in fs and _buckets(fs[x]) is not None
+                   else np.asarray(_dense(fs[x]) if x in fs else np.ones((1, self.sizes[x])), dtype=np.float64)
+                   for x in T])
+              for c, fs in rb.leaves]
         est = np.zeros(rb.rows)
         var = np.zeros(rb.rows)
         # per term and attribute: row sums s = q·1; per pair of terms: rowwise q·q'.  The
         # centred rows q P never need forming: ⟨qP, q'P⟩ = q·q' − (q·1)(q'·1)/n, and
         # (q P)·z = q·z for the components z, which are centred on their attributes.
-        sums = [[q[i].sum(axis=1) for i in range(len(T))] for _, q in qs]
-        dots = {(t1, t2): [np.einsum("ij,ij->i", qs[t1][1][i], qs[t2][1][i]) for i in range(len(T))]
+        sums = [[_row_sums(q[i]) for i in range(len(T))] for _, q in qs]
+        dots = {(t1, t2): [_row_dots(qs[t1][1][i], qs[t2][1][i]) for i in range(len(T))]
                 for t1 in range(len(qs)) for t2 in range(t1, len(qs))}
         for mask in range(1 << len(T)):
             inside = [bool(mask >> i & 1) for i in range(len(T))]
@@ -349,12 +418,12 @@ class MarginalJoint:
             for t, (c, q) in enumerate(qs):
                 part = z
                 for j, i in enumerate([i for i in range(len(T)) if inside[i]]):
-                    part = np.moveaxis(np.tensordot(q[i], part, axes=([1], [j])), 0, j)
+                    part = _apply(q[i], part, j)
                 full = np.ones(())
                 for i in range(len(T)):
-                    full = np.multiply.outer(full, np.ones(q[i].shape[0]) if inside[i]
+                    full = np.multiply.outer(full, np.ones(int(q[i].shape[0])) if inside[i]
                                              else sums[t][i] / self.sizes[T[i]])
-                shaped = part.reshape([q[i].shape[0] if inside[i] else 1 for i in range(len(T))])
+                shaped = part.reshape([int(q[i].shape[0]) if inside[i] else 1 for i in range(len(T))])
                 est += c * (full * shaped).reshape(-1)
         return est, var
 
@@ -535,7 +604,7 @@ class VarianceModel:
         block: the least squares of the blocks that inform its table together (or of the
         marginal blocks, on a larger table), and each other supporting block's local one."""
         out = []
-        T = tuple(x for x in self.attributes if any(x in fs for _, fs in rb.terms))
+        T = tuple(x for x in self.attributes if any(x in fs for _, fs in rb.leaves))
         skip: set[int] | frozenset[int] = set()
         table = self.table.rows(rb, T)
         if table is not None:
@@ -606,8 +675,8 @@ class VarianceModel:
             if estimates:
                 ok = any_support and all_values
                 ests.append(num / np.where(den > 0, den, 1.0) if ok else np.full(rb.rows, np.nan))
-                nonneg.append(np.full(rb.rows, all(c >= 0 and all(np.all(f >= 0) for f in fs.values())
-                                                   for c, fs in rb.terms)))
+                nonneg.append(np.full(rb.rows, all(c >= 0 and all(_nonneg(f) for f in fs.values())
+                                                   for c, fs in rb.leaves)))
         if not errs:
             return np.zeros(0), np.zeros(0, bool), np.zeros(0), np.zeros(0, bool)
         if not estimates:

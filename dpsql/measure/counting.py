@@ -66,6 +66,18 @@ class Backend(Protocol):
 
     def fingerprint(self, table: str) -> dict: ...
 
+    def add_source(self, name: str, source: Source) -> None:
+        """Read table ``name`` from ``source`` from now on (an engine's table added at run time)."""
+        ...
+
+    def source_columns(self, table: str) -> dict[str, str]:
+        """Column names and types of ``table``'s source, from metadata only."""
+        ...
+
+    def dialect_of(self, table: str) -> str:
+        """The SQL dialect in which ``source_columns`` names ``table``'s types."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -250,6 +262,36 @@ class DataCheck:
         return not any(c.problems for c in self.columns)
 
 
+#: The source type families a column may have for each way a flag's condition compares it
+#: (``sql.people.flag_uses``) without the engine converting the column's values; a string
+#: literal ("text") and NULL are converted, once, to the column's type instead.
+_FLAG_FAMILIES = {"number": ("integer", "float", "decimal"), "temporal": ("date", "timestamp", "timestamptz"),
+                  "boolean": ("boolean",), "pattern": ("text",)}
+
+
+def flag_type_problem(table: str, cond: exp.Expr, types: Mapping[str, str], dialect: str) -> tuple[str, str] | None:
+    """(message, hint) when a per-person flag's condition on ``table``'s view could only be
+    evaluated by converting a column's values (``o.status = 5`` on a text column: DuckDB
+    converts every status to a number and fails on the first that is not one), from the
+    columns' source types (``types``: view column → the engine's type name; catalog or file
+    metadata).  Such a failure would depend on the data, so the condition is refused before
+    any row is read, whatever the rows hold; None when every comparison is safe."""
+    from dpsql.sql.people import flag_uses
+    for column, use in flag_uses(cond):
+        allowed = _FLAG_FAMILIES.get(use)
+        if allowed is None or column not in types:
+            continue
+        if reader.type_family(types[column], dialect) not in allowed:
+            what = {"number": "a number", "temporal": "a date or time", "boolean": "a truth value",
+                    "pattern": "a LIKE pattern"}[use]
+            return (f"the condition '{cond.sql(dialect='postgres')}' on the persons' rows of {table!r} compares "
+                    f"'{column}' (a {types[column]} column in the source) with {what}",
+                    "the engine would convert every value of the column, which can fail on some values: compare "
+                    "it with a constant of its own type ('text' for text columns, numbers for numeric ones), as "
+                    "its declared domain lists them")
+    return None
+
+
 class SqlBackend(ABC):
     """Counts marginals of typed sources (a catalog gives every column's type) with one
     portable GROUPING SETS statement per round; subclasses supply the engine glue."""
@@ -277,6 +319,12 @@ class SqlBackend(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         pass
 
+    def add_source(self, name: str, source: Source) -> None:
+        """Read ``name`` from ``source`` from now on (an engine's table added at run time: a
+        people schema's on-demand flag, ``Engine.add_person_flags``)."""
+        with self._lock:
+            self._sources[name] = source
+
     # -- metadata -----------------------------------------------------------------------------
     def _source(self, table: str) -> Source:
         source = self._sources.get(table)
@@ -299,6 +347,9 @@ class SqlBackend(ABC):
     def source_columns(self, table: str) -> dict[str, str]:
         """Column names and types of a source, from its catalog or file metadata only."""
         return self._columns(self._source(table))
+
+    def dialect_of(self, table: str) -> str:
+        return self.dialect
 
     def _columns(self, source: Source) -> dict[str, str]:
         view = source.view
@@ -389,6 +440,17 @@ class SqlBackend(ABC):
                     "values cannot read",
                     hint="declare the column with a matching kind, or convert it in the source "
                          "(CHAR(n), dates and other types: a view casting to text or a number)")
+        if source.view is not None:
+            # the person view's flags: each condition compares columns with constants their
+            # source types take as they are (no row's value converted: flag_type_problem)
+            for _, view, cond in source.view.filters:
+                types = {}
+                for hop in view.hops:
+                    cols = self._describe(hop.source)
+                    types.update({name: cols[src] for src, name in hop.columns if src in cols})
+                problem = flag_type_problem(view.table, cond, types, self.dialect)
+                if problem is not None:
+                    raise ConfigError(f"table {schema.name!r}: {problem[0]}", hint=problem[1])
         if source.id_column and not reader.accepts_id(columns[source.id_column], self.dialect):
             raise ConfigError(
                 f"table {schema.name!r}: the id column {source.id_column!r} has type "

@@ -19,6 +19,13 @@ The pipeline of ``plan.ordered.OrderedStrategy`` without an n×n matrix anywhere
    the exact variance of C_j − q·N (the estimates are correlated; the band uses it, not a
    sum of independent cell variances).
 
+A strategy with ``groups`` (I_G ⊗ T, ``plan/ordered.py``) counts the histogram of the groups'
+and the column's cells, applies T to each group cell's row and fits each row alone: every
+group's estimate has the same error structure, with independent noise.  A statement's
+answer over groups is a combination c of the group rows (a GROUP BY's group, a WHERE's
+selected cells, 1 for all): its cells c·X̂ and its variances Σ c_g² times one group's
+(``OrderedEstimate.select``), exact as before.
+
 The variances are those of the reported noise (``release.stddev``, the discrete Gaussian's
 parameter: at most its actual variance, so conservative), and the tree is fitted with the
 same weights, so every reported standard error is that estimator's exactly.
@@ -26,6 +33,7 @@ same weights, so every reported standard error is that estimator's exactly.
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
@@ -57,7 +65,9 @@ class OrderedBlock:
     coefficient: Δ₂² = Σ a_k², Δ₁ = Σ a_k), over the column's histogram.
 
     ``bound`` is a public bound on the histogram's total (the declared rows times the rows a
-    privacy unit may add), the only thing ``toeplitz.exact_convolve`` decides by."""
+    privacy unit may add), the only thing ``toeplitz.exact_convolve`` decides by.  With
+    groups, ``shape`` is the clique's cells per attribute and ``axis`` the column's place in
+    it: the block applies to each group cell's row (its values group-major)."""
 
     clique: tuple[str, ...]
     n: int
@@ -67,7 +77,13 @@ class OrderedBlock:
     scale: float
     weight: float
     bound: int
+    shape: tuple[int, ...] = ()
+    axis: int = 0
     offsets: None = None
+
+    @property
+    def groups(self) -> int:
+        return math.prod(self.shape) // self.n if self.shape else 1
 
     def l2_sensitivity_sq(self) -> int:
         return 1 if self.coeffs is None else int(sum(int(x) * int(x) for x in self.coeffs))
@@ -76,25 +92,36 @@ class OrderedBlock:
         return 1 if self.coeffs is None else int(sum(abs(int(x)) for x in self.coeffs))
 
     def rows(self) -> int:
-        return self.n if self.tree is None else self.tree.nodes[self.level]
+        return self.groups * (self.n if self.tree is None else self.tree.nodes[self.level])
 
     @property
     def factors(self) -> tuple[np.ndarray, ...]:
-        """What the release key hashes: the tree's shape and level, or the coefficients."""
+        """What the release key hashes: the tree's shape and level, or the coefficients
+        (and the group cells, when measured per group)."""
+        grouped = (np.array([*self.shape, self.axis], dtype=np.int64),) if self.groups > 1 else ()
         if self.tree is None:
             assert self.coeffs is not None
-            return (np.asarray(self.coeffs, dtype=np.int64),)
-        return (np.array([self.n, self.level, *self.tree.radices], dtype=np.int64),)
+            return (np.asarray(self.coeffs, dtype=np.int64),) + grouped
+        return (np.array([self.n, self.level, *self.tree.radices], dtype=np.int64),) + grouped
+
+    def group_rows(self, counts: np.ndarray) -> np.ndarray:
+        """The clique's histogram (its attributes' axes, or flat in their order) as one row
+        of the column's cells per group cell (groups in domain order)."""
+        counts = np.asarray(counts, dtype=np.int64)
+        shape = self.shape or (self.n,)
+        if counts.size != math.prod(shape):
+            raise ProgrammingError(f"expected {math.prod(shape)} cells of {self.clique!r}, got {counts.shape}")
+        return np.moveaxis(counts.reshape(shape), self.axis, -1).reshape(self.groups, self.n)
 
     def apply(self, counts: np.ndarray) -> np.ndarray:
-        """The block's exact integer values on the column's histogram."""
-        counts = np.asarray(counts, dtype=np.int64)
-        if counts.shape != (self.n,):
-            raise ProgrammingError(f"expected {self.n} cells of {self.clique[0]!r}, got {counts.shape}")
+        """The block's exact integer values on the clique's histogram (group-major)."""
+        rows = self.group_rows(counts)
         if self.tree is None:
             assert self.coeffs is not None
-            return exact_convolve(self.coeffs, counts, self.n, bound=self.bound)
-        return self.tree.sums(counts)[self.level]
+            out = [exact_convolve(self.coeffs, r, self.n, bound=self.bound) for r in rows]
+        else:
+            out = [self.tree.sums(r)[self.level] for r in rows]
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
 
 def counts_bound(strategy: OrderedStrategy, rows: int | None, unit_rows: int = 1) -> int:
@@ -108,7 +135,9 @@ def counts_bound(strategy: OrderedStrategy, rows: int | None, unit_rows: int = 1
 
 def ordered_blocks(strategy: OrderedStrategy, bound: int) -> list[OrderedBlock]:
     """The measured blocks of ``strategy`` (public: no data)."""
-    clique = (strategy.attribute,)
+    clique = strategy.clique
+    grouped = dict(shape=tuple(strategy.shape[strategy.attributes.index(a)] for a in clique),
+                   axis=clique.index(strategy.attribute)) if strategy.groups else {}
     if strategy.coeffs is not None:
         if int(np.max(strategy.coeffs)) * int(bound) >= EXACT_MAX:
             # before any data is read: exact_convolve would refuse it after counting
@@ -118,17 +147,17 @@ def ordered_blocks(strategy: OrderedStrategy, bound: int) -> list[OrderedBlock]:
                 f"table declares {bound:,} (rows times the rows one unit may add)",
                 hint="declare the table's rows as its real size")
         return [OrderedBlock(clique, strategy.size, None, 0, np.asarray(strategy.coeffs, dtype=np.int64),
-                             float(strategy.scale), 1.0, bound)]
+                             float(strategy.scale), 1.0, bound, **grouped)]
     assert strategy.tree is not None
-    return [OrderedBlock(clique, strategy.size, strategy.tree, lv, None, 1.0, float(w), bound)
+    return [OrderedBlock(clique, strategy.size, strategy.tree, lv, None, 1.0, float(w), bound, **grouped)
             for lv, w in enumerate(strategy.weights) if w > 0]
 
 
 @dataclass(frozen=True)
 class OrderedRelease:
     """The noisy blocks of one measurement (tree: measured levels root first, values over
-    every node including padded ones; Toeplitz: one block) and their noise sd in query
-    units; ``rho`` the exact cost."""
+    every node including padded ones; Toeplitz: one block; group-major with groups) and
+    their noise sd in query units; ``rho`` the exact cost."""
 
     strategy: OrderedStrategy
     values: tuple[np.ndarray, ...]
@@ -147,8 +176,8 @@ def measure_ordered(backend: Any, schema: Any, strategy: OrderedStrategy,
     blocks = ordered_blocks(strategy, counts_bound(strategy, rows, unit_rows))
     plan = rel.calibrate(blocks, rho, family=strategy.noise,  # type: ignore[arg-type]
                          unit_rows=unit_rows)
-    attr = strategy.attribute
-    counts = backend.count_marginals(schema, [(attr,)])[(attr,)]
+    clique = strategy.clique
+    counts = backend.count_marginals(schema, [clique])[clique]
     exact = [b.apply(counts) for b in blocks]
     charge(plan)
     released = [(b, rel.noisy_values(b, e, p, strategy.noise),  # type: ignore[arg-type]
@@ -172,33 +201,52 @@ def _floored(sd: float, scale: float) -> float:
 
 
 class OrderedEstimate:
-    """Least-squares cell estimates of one release and their answers' exact variances."""
+    """Least-squares cell estimates of one release and their answers' exact variances.
+
+    ``group_cells`` holds each group cell's estimate (one row without groups); ``cells`` and
+    every answer are those of the combination the estimate was ``select``-ed for (the sum
+    over all groups by default), whose variances are ``_factor`` = Σ c_g² times one
+    group's: the groups' noise is independent and identically calibrated."""
 
     def __init__(self, release: OrderedRelease) -> None:
         s = self.strategy = release.strategy
         self.n = s.size
+        g = s.group_cells
         self._gram_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if s.coeffs is not None:
             a = s.coeffs.astype(np.float64) * s.scale
             self._d = series_inverse(a, self.n)               # A⁻¹'s coefficients
             self._m = np.cumsum(self._d)                      # rows of P A⁻¹
             self._s2 = _floored(release.stddev[0], s.scale) ** 2
-            y = np.asarray(release.values[0], dtype=np.float64)
-            self.cells = convolve(self._d, y[:, None], self.n)[:, 0]
+            Y = np.asarray(release.values[0], dtype=np.float64).reshape(g, self.n)
+            self.group_cells = convolve(self._d, Y.T, self.n).T
         else:
             tree = s.tree
             assert tree is not None
             it = iter(zip(release.values, release.stddev))
             ys, self._v = [], []
-            for w in s.weights:
+            for lv, w in enumerate(s.weights):
                 if w > 0:
                     y, sd = next(it)
-                    ys.append(np.asarray(y, dtype=np.float64))
+                    ys.append(np.asarray(y, dtype=np.float64).reshape(g, tree.nodes[lv]))
                     self._v.append(_floored(sd, 1.0) ** 2)
                 else:
-                    ys.append(np.zeros(0))
+                    ys.append(np.zeros((g, 0)))
                     self._v.append(np.inf)
-            self.cells = tree.solve(ys, self._v)[:self.n]
+            self.group_cells = np.stack([tree.solve([y[k] for y in ys], self._v)[:self.n] for k in range(g)])
+        self.cells = self.group_cells.sum(axis=0)
+        self._factor = float(g)
+
+    def select(self, c: np.ndarray) -> OrderedEstimate:
+        """The estimate of Σ_g c_g · (group g's cells): its cells and, by the groups'
+        independent noise, every variance times Σ c_g²."""
+        c = np.asarray(c, dtype=np.float64).reshape(-1)
+        if c.shape != (self.group_cells.shape[0],):
+            raise ProgrammingError(f"expected {self.group_cells.shape[0]} group weights, got {c.shape}")
+        out = copy.copy(self)            # the shared solves and caches are per unit group
+        out.cells = c @ self.group_cells
+        out._factor = float(c @ c)
+        return out
 
     # -- answers --------------------------------------------------------------------------
     def cdf(self) -> tuple[np.ndarray, np.ndarray]:
@@ -209,18 +257,18 @@ class OrderedEstimate:
             tree = self.strategy.tree
             assert tree is not None
             var = tree.variance(tree.prefix_norms(np.arange(self.n)), self._v)
-        return np.cumsum(self.cells), var
+        return np.cumsum(self.cells), self._factor * var
 
     def cell_variance(self) -> np.ndarray:
         """The variance of each cell's estimate (x̂ = A⁻¹y: Σ_{k≤i} d_k² noise units for the
         Toeplitz root; the same for every cell of a tree, whose unit row e_i has
         ‖P_l e_i‖² = 1/s_l)."""
         if self.strategy.coeffs is not None:
-            return self._s2 * np.cumsum(self._d * self._d)
+            return self._factor * self._s2 * np.cumsum(self._d * self._d)
         tree = self.strategy.tree
         assert tree is not None
         unit = np.array([[1.0 / s for s in tree.sizes]])
-        return np.full(self.n, float(tree.variance(unit, self._v)[0]))
+        return np.full(self.n, self._factor * float(tree.variance(unit, self._v)[0]))
 
     def answer(self, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows Q (k × n) over the cells: answers and variances."""
@@ -234,7 +282,7 @@ class OrderedEstimate:
             tree = self.strategy.tree
             assert tree is not None
             var = tree.variance(tree.norms(Q), self._v)
-        return Q @ self.cells, var
+        return Q @ self.cells, self._factor * var
 
     def ranges(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Counts of cells lo..hi (inclusive) and their variances."""
@@ -253,7 +301,7 @@ class OrderedEstimate:
                 j = a - 1
                 cross = float(m[b - j:b + 1] @ m[:j + 1]) if j >= 0 else 0.0
                 var[k] = own[b + 1] + own[j + 1] - 2.0 * cross
-            return cum[hi + 1] - cum[lo], self._s2 * var
+            return cum[hi + 1] - cum[lo], self._factor * self._s2 * var
         Q = np.zeros((lo.size, self.n))
         for k, (a, b) in enumerate(zip(lo, hi)):
             Q[k, a:b + 1] = 1.0
@@ -270,7 +318,7 @@ class OrderedEstimate:
                                       convolve(m, m[::-1, None], n)[:, 0])  # ⟨v_j, v_{n−1}⟩
             own, cross = self._gram_rows[n]
             var = own - 2.0 * q * cross + q * q * own[-1]
-            return np.sqrt(np.maximum(self._s2 * var, 0.0))
+            return np.sqrt(np.maximum(self._factor * self._s2 * var, 0.0))
         tree = self.strategy.tree
         assert tree is not None
         j = np.arange(n)
@@ -285,7 +333,7 @@ class OrderedEstimate:
             after = q * q * (c2[-1] - c2[beta + 1])
             own = (part - q * c[beta]) ** 2
             norms[:, lv] = (before + after + own) / s
-        return np.sqrt(np.maximum(tree.variance(norms, self._v), 0.0))
+        return np.sqrt(np.maximum(self._factor * tree.variance(norms, self._v), 0.0))
 
     def quantile(self, q: float, values: np.ndarray | None = None, method: str = "disc", *,
                  low: np.ndarray | None = None, high: np.ndarray | None = None,
@@ -323,7 +371,8 @@ def pack(release: OrderedRelease) -> bytes:
     meta = {"attribute": s.attribute, "n": s.size, "noise": s.noise, "scale": float(s.scale),
             "radices": list(s.tree.radices) if s.tree is not None else None,
             "weights": [float(w) for w in s.weights], "stddev": list(release.stddev),
-            "rho": str(release.rho), "blocks": len(release.values)}
+            "rho": str(release.rho), "blocks": len(release.values),
+            "groups": [[a, s.shape[s.attributes.index(a)]] for a in s.groups], "clique": list(s.clique)}
     # Any: numpy's type annotation of savez would read a key as allow_pickle (as in release.pack)
     arrays: dict[str, Any] = {f"y{i}": np.asarray(v, dtype=np.float64) for i, v in enumerate(release.values)}
     if s.coeffs is not None:
@@ -348,7 +397,12 @@ def unpack(payload: bytes) -> OrderedRelease:
         coeffs = np.asarray(z["coeffs"], dtype=np.int64) if "coeffs" in z.files else None
     n = int(meta["n"])
     tree = Tree(n, meta["radices"]) if meta["radices"] is not None else None
-    strategy = OrderedStrategy((meta["attribute"],), (n,), meta["attribute"], meta["noise"], math.nan,
-                               tree=tree, weights=tuple(meta["weights"]), coeffs=coeffs,
-                               scale=float(meta["scale"]))
+    # the groups and the column (the clique), in domain order as measured; payloads written
+    # before groups existed have none
+    groups = [(str(a), int(k)) for a, k in meta.get("groups", [])]
+    order = meta.get("clique") or [meta["attribute"]]
+    sizes = dict(groups, **{meta["attribute"]: n})
+    strategy = OrderedStrategy(tuple(order), tuple(sizes[a] for a in order), meta["attribute"], meta["noise"],
+                               math.nan, tree=tree, weights=tuple(meta["weights"]), coeffs=coeffs,
+                               scale=float(meta["scale"]), groups=tuple(a for a, _ in groups))
     return OrderedRelease(strategy, values, tuple(float(x) for x in meta["stddev"]), Fraction(meta["rho"]))

@@ -40,11 +40,15 @@ class Router:
         self._duckdb_options = duckdb_options
         self._backends: dict[str, Backend] = {}
 
-    def backend(self, table: str):
-        """The backend reading ``table`` (started on first use)."""
+    def _source(self, table: str) -> Source:
         source = self._sources.get(table)
         if source is None:
             raise ConfigError(f"no source configured for table {table!r}")
+        return source
+
+    def backend(self, table: str):
+        """The backend reading ``table`` (started on first use)."""
+        source = self._source(table)
         engine = _engine_of(source)
         if engine not in self._backends:
             group = {n: s for n, s in self._sources.items() if _engine_of(s) == engine}
@@ -58,6 +62,14 @@ class Router:
                 from dpsql.measure.spark import SparkBackend
                 self._backends[engine] = SparkBackend(group)
         return self._backends[engine]
+
+    def add_source(self, name: str, source: Source) -> None:
+        """Route ``name`` to its engine's backend from now on (a table an engine adds at run
+        time: a people schema's on-demand flag), the backend told too once started."""
+        self._sources[name] = source
+        started = self._backends.get(_engine_of(source))
+        if started is not None:
+            started.add_source(name, source)
 
     def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
                         expect: dict | None = None) -> dict[Clique, np.ndarray]:
@@ -77,6 +89,10 @@ class Router:
 
     def source_columns(self, table: str) -> dict[str, str]:
         return self.backend(table).source_columns(table)
+
+    def dialect_of(self, table: str) -> str:
+        """The SQL dialect of the engine reading ``table`` (how its catalog names types)."""
+        return "duckdb" if _engine_of(self._source(table)) == "duckdb" else self.backend(table).dialect
 
     def check_schema(self, schema: TableSchema) -> dict[str, str]:
         return self.backend(schema.name).check_schema(schema)

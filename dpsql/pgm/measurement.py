@@ -112,6 +112,29 @@ def dense(q) -> np.ndarray:
     return q if isinstance(q, np.ndarray) else np.asarray(q.dense(), dtype=float)
 
 
+def group_rows(q) -> np.ndarray | None:
+    """The cell → row map of ``q`` when it is a ``Bucket`` of more than one row with at most
+    one cell per row (a GROUP BY of a column, filtered or not: -1 for a cell in no row), or
+    None.  Such a factor is applied by picking cells (``into_buckets``), never as its
+    rows × n dense matrix, and the result is the matrix product's to the last bit (each row
+    sums one value and zeros)."""
+    if type(q).__name__ != "Bucket" or int(q.shape[0]) < 2:
+        return None
+    mapping = np.asarray(q.mapping)
+    kept = mapping[mapping >= 0]
+    # bincount, not np.unique (which imports numpy.ma: 0.1 s in a new process)
+    return mapping if kept.size == 0 or np.bincount(kept).max() <= 1 else None
+
+
+def into_buckets(table: np.ndarray, axis: int, mapping: np.ndarray, rows: int) -> np.ndarray:
+    """``table`` with its ``axis`` taken into ``rows`` rows: cell a into row ``mapping[a]``
+    (-1 into none; at most one cell per row, ``group_rows``), rows without a cell 0."""
+    keep = np.flatnonzero(mapping >= 0)
+    moved = np.moveaxis(table, axis, 0)
+    out = np.zeros((rows,) + moved.shape[1:], dtype=np.result_type(table.dtype, np.float64))
+    out[mapping[keep]] = moved[keep]
+    return np.moveaxis(out, 0, axis)
+
 
 #: A query's non-zeros: (row, column, value) arrays and its shape.
 Entries = tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]

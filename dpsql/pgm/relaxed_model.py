@@ -28,7 +28,7 @@ import numpy as np
 from dpsql.domain import Domain
 from dpsql.errors import NotSupportedError
 from dpsql.pgm.factor import Factor
-from dpsql.pgm.measurement import dense
+from dpsql.pgm.measurement import dense, group_rows, into_buckets
 from dpsql.pgm.out_of_model import max_entropy_marginal
 from dpsql.pgm.relaxed import RelaxedFit
 from dpsql.pgm.report import FitReport
@@ -152,12 +152,18 @@ class RelaxedModel:
         if len(factors) != len(self.domain.attributes):
             raise ValueError(f"answer: Kron has {len(factors)} factors for "
                              f"{len(self.domain.attributes)} attributes")
-        keep, mats = [], []
+        keep, mats, rows_of = [], [], []
         for a, n, f in zip(self.domain.attributes, self.domain.shape, factors):
             rows, cols = (int(s) for s in f.shape)
             if cols != n:
                 raise ValueError(f"answer: factor for {a!r} has {cols} columns, attribute has {n} cells")
             if type(f).__name__ == "Total":
+                continue
+            mapping = group_rows(f)
+            if mapping is not None:
+                keep.append(a)     # a GROUP BY: its cells picked into their rows, never densified
+                mats.append(mapping)
+                rows_of.append(rows)
                 continue
             d = None if type(f).__name__ == "Identity" else dense(f)
             if d is not None and rows == 1 and np.all(d == 1.0):
@@ -166,9 +172,12 @@ class RelaxedModel:
                 d = None
             keep.append(a)
             mats.append(d)
+            rows_of.append(rows)
         table = self._probabilities(tuple(keep))
         for axis, d in enumerate(mats):
-            if d is not None:
+            if d is not None and d.ndim == 1:       # a group_rows map
+                table = into_buckets(table, axis, d, rows_of[axis])
+            elif d is not None:
                 table = np.moveaxis(np.tensordot(d, table, axes=([1], [axis])), 0, axis)
         return np.asarray(table).ravel() * self.total
 

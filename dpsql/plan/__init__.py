@@ -21,7 +21,7 @@ _EXPORTS = {
     "term_errors": "error",
     "QueryPart": "objective", "QuerySpec": "objective",
     "OrderedStrategy": "ordered", "opt_ordered": "ordered",
-    "Caps": "planner", "optimize": "planner",
+    "Caps": "planner", "RowFactor": "planner", "optimize": "planner",
     "opt_0": "operators", "opt_kron": "operators", "opt_marginals": "operators",
     "opt_per_query": "operators", "opt_union": "operators", "round_strategy": "operators",
     "MeasurementBlock": "strategy", "Strategy": "strategy",
@@ -44,7 +44,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "Workload", "QuerySpec", "QueryPart", "Strategy", "MeasurementBlock", "Caps",
+    "Workload", "QuerySpec", "QueryPart", "Strategy", "MeasurementBlock", "Caps", "RowFactor",
     "query_errors", "term_errors",
     "expected_error", "rmse", "per_query_variance", "svd_bound", "svd_lower_bound",
     "opt_0", "opt_kron", "opt_union", "opt_marginals", "opt_per_query", "optimize", "round_strategy",

@@ -68,12 +68,33 @@ class AIMOptions:
     alpha: Fraction = Fraction(9, 10)           # share of each round for measuring
     rounds: int | None = None                   # T (an upper bound on rounds); 16·d
     unit_rows: int = 1                          # rows one privacy unit may contribute
+    # a view's group bound (docs/privacy.md §2a): a marginal whose clique holds every one of
+    # ``group_attributes`` moves by at most √``group_rows_sq`` (S ≤ k) in L2 when a person is
+    # removed, so it is measured at σ² scaled by S²/k², at the same cost as any other marginal
+    group_attributes: tuple[str, ...] = ()
+    group_rows_sq: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < Fraction(self.alpha) < 1:
             raise ValueError("AIM: alpha must lie strictly between 0 and 1")
         if self.unit_rows < 1 or self.max_model_cells < 1:
             raise ValueError("AIM: unit_rows and max_model_cells must be positive")
+        if (self.group_rows_sq is None) != (not self.group_attributes) or (
+                self.group_rows_sq is not None and not 1 <= self.group_rows_sq <= self.unit_rows ** 2):
+            raise ValueError("AIM: a group bound needs its attributes and 1 ≤ S² ≤ unit_rows²")
+
+    def rows_sq(self, clique: Sequence[str]) -> int:
+        """The squared L2 row factor of clique's marginal: S² when it holds the group
+        attributes (an identity marginal reads one group per cell), else unit_rows²."""
+        if self.group_rows_sq is not None and set(self.group_attributes) <= set(clique):
+            return self.group_rows_sq
+        return self.unit_rows * self.unit_rows
+
+    def sigma2_for(self, clique: Sequence[str], sigma2: Fraction) -> Fraction:
+        """The variance clique's marginal is measured with in a round of σ² ``sigma2`` (σ² is
+        calibrated for k² at the round's measurement share ρ_m = k²/(2σ²)): σ²·S²/k², so its
+        cost S²/(2σ_c²) is that same ρ_m, exactly."""
+        return Fraction(sigma2) * self.rows_sq(clique) / (self.unit_rows * self.unit_rows)
 
 
 # --- workload → candidates ----------------------------------------------------------------
@@ -184,8 +205,10 @@ class Round:
 
     ``kind`` is "init" (measure every clique in ``cliques`` at ``sigma2``) or "select"
     (choose one of ``cliques`` with the exponential mechanism at ``epsilon`` and
-    ``sensitivity`` on :func:`exact_scores`, then measure it at ``sigma2``).  ``rho`` is the
-    round's exact cost; it must be charged before the round reads anything it releases."""
+    ``sensitivity`` on :func:`exact_scores`, then measure it at ``sigma2``).  A clique is
+    measured at ``AIMOptions.sigma2_for(clique, sigma2)``: ``sigma2`` itself unless a group
+    bound lowers its marginal's sensitivity.  ``rho`` is the round's exact cost; it must be
+    charged before the round reads anything it releases."""
 
     index: int
     kind: str
@@ -217,7 +240,7 @@ class RoundResult:
 
 
 def as_charged(round_: Round, sigma2: Fraction, epsilon: Fraction | None, rho: Fraction, final: bool,
-               sizes: Mapping[str, int], unit_rows: int) -> Round | None:
+               sizes: Mapping[str, int], unit_rows: int, options: AIMOptions | None = None) -> Round | None:
     """``round_`` with the noise a recorded charge paid for (σ², ε, its ρ), or None when that
     charge cannot pay for this round (its cost at these parameters is not exactly ``rho``).
     The candidates, their weights and the sensitivity stay the round's own; the penalties
@@ -227,9 +250,9 @@ def as_charged(round_: Round, sigma2: Fraction, epsilon: Fraction | None, rho: F
     cost = n * k2 / (2 * sigma2) + (epsilon * epsilon / 8 if epsilon is not None else 0)
     if cost != rho or (round_.kind == "init") != (epsilon is None):
         return None
-    sigma = math.sqrt(float(sigma2))
-    penalties = tuple(Fraction(_SQRT_2_OVER_PI * sigma * _cells(sizes, r)) for r in round_.cliques) \
-        if round_.kind != "init" else round_.penalties
+    options = options or AIMOptions(unit_rows=unit_rows)
+    penalties = tuple(Fraction(_SQRT_2_OVER_PI * math.sqrt(float(options.sigma2_for(r, sigma2))) * _cells(sizes, r))
+                      for r in round_.cliques) if round_.kind != "init" else round_.penalties
     return replace(round_, sigma2=sigma2, epsilon=epsilon, rho=rho, penalties=penalties,
                    final=final or round_.final)
 
@@ -405,12 +428,13 @@ def run_aim(domain, workload: Any, rho, *,
                 size_cache[key] = model_size(selected + [r])
             if size_cache[key] <= limit:
                 candidates.append(r)
-        sigma = math.sqrt(float(sigma2))
         cand_w = tuple(weights[r] for r in candidates)
         delta = options.unit_rows * max(cand_w)
         if delta <= 0:
             break  # every candidate has weight 0: nothing the workload cares about
-        penalties = tuple(Fraction(_SQRT_2_OVER_PI * sigma * _cells(sizes, r)) for r in candidates)
+        # the bias correction of each candidate's score: the noise its measurement will carry
+        penalties = tuple(Fraction(_SQRT_2_OVER_PI * math.sqrt(float(options.sigma2_for(r, sigma2)))
+                                   * _cells(sizes, r)) for r in candidates)
         rnd = Round(index, "select", tuple(candidates), sigma2, cost, cand_w, penalties, eps,
                     Fraction(delta), final)
         res = step(rnd, model)
@@ -431,7 +455,7 @@ def run_aim(domain, workload: Any, rho, *,
         after = np.asarray(model.marginal(chosen).values).reshape(-1)
         n_r = _cells(sizes, chosen)
         change = float(np.abs(after - before).sum())
-        threshold = math.sqrt(float(res.sigma2)) * _SQRT_2_OVER_PI * n_r
+        threshold = math.sqrt(float(options.sigma2_for(chosen, res.sigma2))) * _SQRT_2_OVER_PI * n_r
         annealed = change <= threshold
         if annealed:
             budget.anneal()

@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from dpsql.linalg.base import is_scaled_identity
+
 __all__ = ["JointSupport"]
 
 
@@ -70,7 +72,7 @@ class JointSupport:
             for a, F in zip(clique, factors):
                 F = np.asarray(F, dtype=float)
                 n = sizes[a]
-                if F.shape == (n, n) and np.array_equal(F, np.eye(n)):
+                if F.shape == (n, n) and is_scaled_identity(F, 1.0):
                     kinds.append("I")
                 elif _is_residual(F) and (a not in rfac or np.array_equal(rfac[a], F)):
                     kinds.append("R")

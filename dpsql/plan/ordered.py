@@ -19,9 +19,17 @@ such workloads with error polylogarithmic in n, each with every error in closed 
   or all-range workload's total is O(n) (sums of differences of those rows), a thin row q
   costs one FFT (q A⁻¹).  Gaussian only (its L1 norm grows like √n).
 
-``opt_ordered`` returns the candidate with the lower weighted error.  Scope: every
-workload term is a query on the one large attribute (others summed out); terms on other
-columns are refused with a hint to plan them apart.
+``opt_ordered`` returns the candidate with the lower weighted error.
+
+**Groups** (a quantile per ``GROUP BY sex``, a CDF ``WHERE sex = 'F'``): the other attributes
+the workload asks about (its terms' supports) must be small, at most ``MAX_GROUPS`` cells
+together (public metadata; else ``ModelTooLargeError``), and the strategy is the ordered one
+on the large attribute Kron'd with the identity on them, I_G ⊗ T: the tree or root measured
+once per group cell.  A term V_G ⊗ V_f has error tr(V_G) · tr(V_f (TᵀT)⁻¹) under it (the
+pseudo-inverse of I ⊗ TᵀT is I ⊗ (TᵀT)⁻¹), so a group attribute's factor in the error model
+is its gram's trace where a summed-out attribute's is sum(V)/n², and the search over trees,
+level weights and the root is the ungrouped one.  Each row lies in exactly one group cell,
+so I_G ⊗ T has T's sensitivities (docs/privacy.md, "Ordered columns per group").
 """
 
 from __future__ import annotations
@@ -32,20 +40,30 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.errors import UnsupportedQueryError
+from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
 from dpsql.linalg.toeplitz import LowerToeplitz, series_inverse, sqrt_prefix_coefficients
 from dpsql.linalg.tree import SemiseparableTraces, Tree
-from dpsql.plan.gram import LowRankGram, RangeGram
+from dpsql.plan.gram import LowRankGram, RangeGram, gram_trace
 from dpsql.plan.strategy import MeasurementBlock
 from dpsql.plan.workload import WorkloadTerms
 
 __all__ = ["OrderedStrategy", "opt_ordered", "toeplitz_strategy", "ordered_attribute", "candidate_trees",
-           "level_traces", "tree_error", "toeplitz_errors", "TOEPLITZ_GRID"]
+           "level_traces", "tree_error", "toeplitz_errors", "group_attributes", "TOEPLITZ_GRID",
+           "MAX_GROUPS", "MAX_GROUPED_CELLS"]
 
 #: The Toeplitz square root is measured as round(c · 2^16) / 2^16: exact integer products
 #: with counts up to 2^46 rows, and coefficients off by at most 2^-17 (the error model
 #: uses the rounded coefficients, so what is reported is what is measured).
 TOEPLITZ_GRID = 1 << 16
+
+#: The most group cells (the product of the other attributes' cells, NULL cells included)
+#: an ordered strategy is measured per: each is one more copy of the column's histogram,
+#: estimate and CDF in memory, and a quantile per group reads each.
+MAX_GROUPS = 256
+
+#: The most cells of the grouped histogram (group cells × the column's cells): 2²³, 64 MiB
+#: per float64 copy (a 10⁶-cell column: 8 groups; 10⁵ cells: 83).
+MAX_GROUPED_CELLS = 1 << 23
 
 #: Widest fan-out tried (a 2-level tree over n cells has fan-out n: the flat histogram).
 MAX_RADIX = 1 << 12
@@ -58,6 +76,26 @@ def ordered_attribute(terms: WorkloadTerms) -> int | None:
             if isinstance(g, RangeGram):
                 return i
     return None
+
+
+def group_attributes(terms: WorkloadTerms, i: int) -> tuple[int, ...]:
+    """The attributes other than ``i`` that some term asks about (its support), in domain
+    order, after checking their cells against the caps (public metadata only)."""
+    groups = tuple(sorted({j for t in terms.terms for j in t.support if j != i}))
+    if not groups:
+        return ()
+    name, n = terms.attributes[i], terms.shape[i]
+    cells = math.prod(int(terms.shape[j]) for j in groups)
+    if cells > MAX_GROUPS or cells * n > MAX_GROUPED_CELLS:
+        names = ", ".join(f"{terms.attributes[j]!r} ({terms.shape[j]:,})" for j in groups)
+        raise ModelTooLargeError(
+            f"the CDF and range queries over {name!r} ({n:,} cells) are measured once per cell of "
+            f"the other columns the workload asks about with them, {names}: {cells:,} group cells, "
+            f"and at most {min(MAX_GROUPS, MAX_GROUPED_CELLS // n):,} fit ({MAX_GROUPS:,} groups, "
+            f"{MAX_GROUPED_CELLS:,} cells in all)",
+            hint=f"group or filter the queries over {name!r} by fewer or coarser columns, or plan "
+                 f"those queries in a workload of their own", size=cells * n)
+    return groups
 
 
 def candidate_trees(n: int) -> list[Tree]:
@@ -83,11 +121,14 @@ def candidate_trees(n: int) -> list[Tree]:
     return list(out.values())
 
 
-def _other_factor(t, i: int) -> float:
-    """tr(V_j J⁺) over the summed-out attributes: Π_j sum(V_j)/n_j²."""
+def _other_factor(t, i: int, groups: tuple[int, ...] = ()) -> float:
+    """tr(V_j S_j⁺) over the other attributes: sum(V_j)/n_j² for a summed-out one (S_j = 1ᵀ),
+    tr(V_j) for a group attribute (S_j = I)."""
     out = 1.0
     for j, (g, mu) in enumerate(zip(t.grams, t.mean)):
-        if j != i:
+        if j in groups:
+            out *= gram_trace(g)
+        elif j != i:
             out *= float(mu) / g.shape[0]
     return out
 
@@ -98,21 +139,21 @@ def _psd_rows(V: np.ndarray) -> np.ndarray:
     return np.sqrt(w[keep])[:, None] * P[:, keep].T
 
 
-def _per_gram(terms: WorkloadTerms, i: int, fn) -> np.ndarray:
+def _per_gram(terms: WorkloadTerms, i: int, fn, groups: tuple[int, ...] = ()) -> np.ndarray:
     """fn(gram) for each term's gram on attribute i (computed once per distinct gram),
-    times the term's weight² and summed-out factors."""
+    times the term's weight² and the other attributes' factors."""
     cache: dict[int, Any] = {}
     out = []
     for t in terms.terms:
         g = t.grams[i]
         if id(g) not in cache:
             cache[id(g)] = fn(g)
-        out.append(t.weight ** 2 * _other_factor(t, i) * cache[id(g)])
+        out.append(t.weight ** 2 * _other_factor(t, i, groups) * cache[id(g)])
     return np.array(out)
 
 
 def level_traces(tree: Tree, terms: WorkloadTerms, i: int,
-                 prepared: dict | None = None) -> np.ndarray:
+                 prepared: dict | None = None, groups: tuple[int, ...] = ()) -> np.ndarray:
     """τ[t, l] = w_t² · tr(P_l V_{t,i}) · (summed-out factors): terms × levels.
     ``prepared`` keeps each range gram's level-free sums across trees."""
     prepared = {} if prepared is None else prepared
@@ -127,7 +168,7 @@ def level_traces(tree: Tree, terms: WorkloadTerms, i: int,
             tau = g.c * tree.n / np.asarray(tree.sizes, dtype=float)
             return tau + tree.norms(g.rows).sum(axis=0) if g.rows.size else tau
         return tree.norms(_psd_rows(np.asarray(g, dtype=float))).sum(axis=0)
-    return _per_gram(terms, i, traces)
+    return _per_gram(terms, i, traces, groups)
 
 
 def _lambdas(tree: Tree, u: np.ndarray) -> np.ndarray:
@@ -195,7 +236,7 @@ def toeplitz_coefficients(n: int) -> np.ndarray:
     return np.rint(sqrt_prefix_coefficients(n) * TOEPLITZ_GRID).astype(np.int64)
 
 
-def _toeplitz_traces(a: np.ndarray, terms: WorkloadTerms, i: int) -> np.ndarray:
+def _toeplitz_traces(a: np.ndarray, terms: WorkloadTerms, i: int, groups: tuple[int, ...] = ()) -> np.ndarray:
     """tr(V_t (AᵀA)⁻¹) per term for A = LowerToeplitz(a) (real coefficients)."""
     n = a.size
     d = series_inverse(a, n)
@@ -223,19 +264,21 @@ def _toeplitz_traces(a: np.ndarray, terms: WorkloadTerms, i: int) -> np.ndarray:
                 out += float(np.sum(D.rmatmat(g.rows.T) ** 2))
             return out
         return float(np.sum(D.rmatmat(_psd_rows(np.asarray(g, dtype=float)).T) ** 2))
-    return _per_gram(terms, i, trace)
+    return _per_gram(terms, i, trace, groups)
 
 
-def toeplitz_errors(a: np.ndarray, terms: WorkloadTerms, i: int) -> np.ndarray:
-    """Unit-noise Gaussian squared error of each term under the Toeplitz strategy a."""
-    return float(np.sum(a * a)) * _toeplitz_traces(a, terms, i)
+def toeplitz_errors(a: np.ndarray, terms: WorkloadTerms, i: int, groups: tuple[int, ...] = ()) -> np.ndarray:
+    """Unit-noise Gaussian squared error of each term under the Toeplitz strategy a (per
+    group cell of ``groups``: I_G ⊗ A)."""
+    return float(np.sum(a * a)) * _toeplitz_traces(a, terms, i, groups)
 
 
 # -- the strategy ---------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class OrderedStrategy:
     """A tree (level weights root first; 0 = level not measured) or a Toeplitz square
-    root (integer ``coeffs`` times ``scale``) over one attribute, with the views of
+    root (integer ``coeffs`` times ``scale``) over one attribute, measured once per cell of
+    the ``groups`` attributes (none: the others summed out), with the views of
     ``strategy.Strategy`` that the engine and the error model read."""
 
     attributes: tuple[str, ...]
@@ -252,6 +295,7 @@ class OrderedStrategy:
     term_tse: tuple[float, ...] | None = field(default=None, repr=False)
     kron_blocks: tuple = ()
     assignment: None = None
+    groups: tuple[str, ...] = ()
 
     @property
     def operator(self) -> str:
@@ -261,7 +305,23 @@ class OrderedStrategy:
     def size(self) -> int:
         return self.shape[self.attributes.index(self.attribute)]
 
+    @property
+    def clique(self) -> tuple[str, ...]:
+        """The measured attributes in domain order: the groups' and the column."""
+        wanted = set(self.groups) | {self.attribute}
+        return tuple(a for a in self.attributes if a in wanted)
+
+    @property
+    def group_shape(self) -> tuple[int, ...]:
+        """Cells of each group attribute (domain order); () without groups."""
+        return tuple(self.shape[self.attributes.index(a)] for a in self.groups)
+
+    @property
+    def group_cells(self) -> int:
+        return math.prod(self.group_shape)
+
     def sensitivity(self, p: int | None = None) -> float:
+        # I_G ⊗ T: a row's column lies in one group's copy of T, so T's norms (module docstring)
         p = (1 if self.noise == "laplace" else 2) if p is None else int(p)
         w = np.abs(np.asarray(self.weights, dtype=float) if self.coeffs is None
                    else self.coeffs * self.scale)
@@ -273,23 +333,35 @@ class OrderedStrategy:
         assert self.tree is not None
         return [(self.tree.level(lv), float(w)) for lv, w in enumerate(self.weights) if w > 0]
 
+    def _factors(self, q) -> list:
+        """The Kron factors of query q on the column, over the clique's attributes."""
+        from dpsql.linalg import Identity
+        return [q if a == self.attribute else Identity(self.shape[self.attributes.index(a)])
+                for a in self.clique]
+
     @property
     def blocks(self) -> list[MeasurementBlock]:
-        return [MeasurementBlock((self.attribute,), q, w) for q, w in self._queries()]
+        from dpsql.linalg import Kron
+        out = []
+        for q, w in self._queries():
+            f = self._factors(q)
+            out.append(MeasurementBlock(self.clique, Kron(f) if len(f) > 1 else f[0], w))
+        return out
 
     @property
     def cliques(self) -> list[tuple[str, ...]]:
-        return [(self.attribute,)]
+        return [self.clique]
 
     @property
     def matrix(self):
-        """Over the full domain: the strategy on the attribute, the others summed out."""
+        """Over the full domain: the strategy on the attribute, the identity on the groups,
+        the others summed out."""
         from dpsql.linalg import Kron, Total, Union
-        i = self.attributes.index(self.attribute)
         rows = []
         for q, w in self._queries():
             factors = [Total(n) for n in self.shape]
-            factors[i] = q
+            for a, f in zip(self.clique, self._factors(q)):
+                factors[self.attributes.index(a)] = f
             rows.append(w * (Kron(factors) if len(factors) > 1 else factors[0]))
         return Union(rows)
 
@@ -299,17 +371,19 @@ class OrderedStrategy:
 
 def toeplitz_strategy(terms: WorkloadTerms) -> OrderedStrategy:
     """The Toeplitz square root of the prefix matrix over the workload's ordered attribute
-    (Gaussian noise), with its errors."""
+    (Gaussian noise), per group cell, with its errors."""
     i = ordered_attribute(terms)
     if i is None:
         raise UnsupportedQueryError("no prefix or range query on a large attribute")
+    groups = group_attributes(terms, i)
     a = toeplitz_coefficients(terms.shape[i])
-    per = toeplitz_errors(a / TOEPLITZ_GRID, terms, i)
+    per = toeplitz_errors(a / TOEPLITZ_GRID, terms, i, groups)
     return OrderedStrategy(tuple(terms.attributes), tuple(terms.shape), terms.attributes[i],
                            "gaussian", float(per.sum()), coeffs=a, scale=1.0 / TOEPLITZ_GRID,
                            explanation="Fichtenberger, Henzinger, Upadhyay 2023; errors in "
                                        "closed form", workload=terms,
-                           term_tse=tuple(float(x) for x in per))
+                           term_tse=tuple(float(x) for x in per),
+                           groups=tuple(terms.attributes[j] for j in groups))
 
 
 def opt_ordered(terms: WorkloadTerms, noise: str = "gaussian", **_ignored) -> OrderedStrategy:
@@ -318,14 +392,7 @@ def opt_ordered(terms: WorkloadTerms, noise: str = "gaussian", **_ignored) -> Or
     i = ordered_attribute(terms)
     if i is None:
         raise UnsupportedQueryError("no prefix or range query on a large attribute")
-    name = terms.attributes[i]
-    others = sorted({terms.attributes[j] for t in terms.terms for j in t.support if j != i})
-    if others:
-        raise UnsupportedQueryError(
-            f"the CDF and range queries over {name!r} ({terms.shape[i]:,} cells) are planned "
-            f"with a strategy over that column alone, and this workload's queries also ask "
-            f"about {others!r}",
-            hint=f"plan the queries over {name!r} in a workload of their own")
+    group_attributes(terms, i)       # the caps, before any search
     cache: dict = {}
     best, shape = _best_ordered(terms, noise, i, cache, candidate_trees(terms.shape[i]),
                                 np.ones(len(terms.terms)))
@@ -381,12 +448,13 @@ def _best_ordered(terms: WorkloadTerms, noise: str, i: int, cache: dict, trees: 
     of the ``trees``.  ``cache`` keeps per-tree traces and the Toeplitz root's errors."""
     name = terms.attributes[i]
     n = terms.shape[i]
+    groups = group_attributes(terms, i)
     prepared = cache.setdefault("prepared", {})
     best: tuple[float, Tree, np.ndarray, np.ndarray] | None = None
     for tree in trees:
         tau = cache.get(tree.radices)
         if tau is None:
-            tau = cache[tree.radices] = level_traces(tree, terms, i, prepared)
+            tau = cache[tree.radices] = level_traces(tree, terms, i, prepared, groups)
         if not np.all(np.isfinite(tau)):
             continue
         w = _tree_weights(tree, tau * scale[:, None], noise)
@@ -399,6 +467,8 @@ def _best_ordered(terms: WorkloadTerms, noise: str, i: int, cache: dict, trees: 
     err = float(tree_per.sum())
     tree_note = (f"tree: {tree.levels} levels, radices {list(tree.radices)} "
                  f"({tree.N - n:,} padded cells), expected error {err:.6g}")
+    per_group = "" if not groups else \
+        " per cell of " + ", ".join(repr(terms.attributes[j]) for j in groups)
     if noise == "gaussian":
         root = cache.get("toeplitz")
         if root is None:
@@ -406,13 +476,14 @@ def _best_ordered(terms: WorkloadTerms, noise: str, i: int, cache: dict, trees: 
         root_search = float(np.sum(np.asarray(root.term_tse) * scale))
         t_note = f"Toeplitz square root of the prefix matrix: expected error {root.expected_error:.6g}"
         if root_search < search_err:
-            return replace(root, explanation=f"Toeplitz square root over {name!r} chosen "
+            return replace(root, explanation=f"Toeplitz square root over {name!r}{per_group} chosen "
                                              f"({t_note}; {tree_note}; {root.explanation})"), tree
         tree_note += f"; {t_note}"
     return OrderedStrategy(
         tuple(terms.attributes), tuple(terms.shape), name, noise, err, tree=tree,
         weights=tuple(float(x) for x in w), workload=terms,
-        explanation=f"tree over {name!r} chosen ({tree_note}; level weights "
+        groups=tuple(terms.attributes[j] for j in groups),
+        explanation=f"tree over {name!r}{per_group} chosen ({tree_note}; level weights "
                     f"{[round(float(x), 4) for x in w]}; Hay et al. 2010, Qardaji et al. 2013); "
                     "errors in closed form",
         term_tse=tuple(float(x) for x in tree_per)), tree

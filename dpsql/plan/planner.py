@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from itertools import combinations
 from dataclasses import dataclass, replace
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,13 +35,13 @@ from dpsql.plan.operators import (
     opt_residual, opt_residual_plus, opt_union, round_strategy,
 )
 from dpsql.plan.ordered import OrderedStrategy, opt_ordered, ordered_attribute
-from dpsql.plan.strategy import Strategy, factor_kind
+from dpsql.plan.strategy import Strategy, block_sensitivity, factor_kind
 from dpsql.plan.union import group_by_support
 from dpsql.plan.error import noise_norm, term_errors
 from dpsql.plan.workload import WorkloadTerms, workload_terms
 from dpsql.triangulation import MAX_MODEL_CELLS, tree_cells
 
-__all__ = ["Caps", "Candidate", "CANDIDATES", "optimize", "junction_tree_size", "DEFAULT_GRID"]
+__all__ = ["Caps", "RowFactor", "Candidate", "CANDIDATES", "optimize", "junction_tree_size", "DEFAULT_GRID"]
 
 #: Grid that real-valued strategy factors are rounded to (entries scaled to max 1 first).
 DEFAULT_GRID = 2.0 ** -10
@@ -50,6 +50,22 @@ DEFAULT_GRID = 2.0 ** -10
 #: (2: OPT_M drops negligible weights; 4: ResidualPlanner meets per-query caps by its dual), so
 #: that stale cached strategies are not reused.
 PLANNER_VERSION = 4
+
+
+@dataclass(frozen=True)
+class RowFactor:
+    """The part of a view's squared row bound k² a strategy's noise will carry, in (0, 1]:
+    ``of(strategy)`` is the calibration's average factor over its blocks divided by k² (a
+    block that reads one group per value of a group-bounded view has S² ≤ k²,
+    ``dpsql.measure.release.effective_rows_sq``).  ``key`` names the bound for the strategy
+    cache (a strategy chosen with one factor is not the answer for another).  The planner
+    package cannot compute it (the calibration lives in ``dpsql.measure``); the engine does."""
+
+    of: Callable[[Strategy], float]
+    key: str
+    # each of a strategy's ``kron_blocks``' own factor S_b²/k² (1 where a block sums the
+    # groups): lets ``optimize`` re-weight the blocks for them (``_reweighted``); optional
+    blocks: Callable[[Strategy], Sequence[float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -231,11 +247,66 @@ def _marginal_name(terms: WorkloadTerms, clique) -> str:
     return f"over {cols}"
 
 
-def _above_baseline(terms: WorkloadTerms, strat: Strategy) -> list[int]:
-    """Queries (of a workload of queries) whose expected error exceeds their baseline."""
+def _reweighted(strat: Strategy, row_factor: RowFactor) -> Strategy:
+    """``strat`` with its blocks re-weighted for their row factors f_b, when that lowers its
+    error with the factor (else ``strat``).  The noise is one σ over every block
+    (``release.calibrate``), so block b's noise variance is ∝ 1/w_b² and the cost
+    ∝ Σ_b f_b·Δ_b²·w_b².  Where each query is answered by one block alone (errors E_b/w_b²),
+    (Σ_b f_b·Δ_b²·w_b²)(Σ_b E_b/w_b²) is least at w_b² ∝ √(E_b/(f_b·Δ_b²)) (Cauchy–Schwarz:
+    ``_separable_weights``), which is HDMM's weights, when optimal at equal factors, times
+    f_b^(-1/4).  Least-squares answers also draw on other blocks (a shared total), so both are
+    candidates, each kept only when the error recomputed on its weights is lower."""
+    if strat.workload is None or row_factor.blocks is None:
+        return strat
+    f = [float(x) for x in row_factor.blocks(strat)]
+    if len(f) != len(strat.kron_blocks) or min(f, default=0.0) <= 0 or max(f) - min(f) < 1e-12:
+        return strat
+    best, score = strat, strat.expected_error * row_factor.of(strat)
+    tries = ((_separable_weights(strat, f), "w_b ∝ (E_b/(f_b·Δ_b²))^(1/4)"),
+             ([b.weight * fb ** -0.25 for b, fb in zip(strat.kron_blocks, f)], "scaled by f_b^(-1/4)"))
+    for weights, how in tries:
+        if weights is None:
+            continue
+        blocks = tuple(replace(b, weight=float(w)) for b, w in zip(strat.kron_blocks, weights))
+        errs = tuple(float(e) for e in term_errors(strat.workload, blocks, strat.noise, strat.assignment, strat.shape))
+        if not all(math.isfinite(e) for e in errs):
+            continue
+        new = replace(strat, kron_blocks=blocks, expected_error=float(sum(errs)), term_tse=errs,
+                      explanation=strat.explanation + f" Block weights for the group bound: {how}.")
+        if new.expected_error * row_factor.of(new) < score:
+            best, score = new, new.expected_error * row_factor.of(new)
+    return best
+
+
+def _separable_weights(strat: Strategy, f: Sequence[float]) -> list[float] | None:
+    """The weights minimising (Σ_b f_b·Δ_b²·w_b²)(Σ_b ε_b/w_b²) when every workload term is
+    answered by one block (``assignment``, as OPT_+ and the per-query mechanism do): ε_b the
+    unit-weight trace of block b's terms, Δ_b its sensitivity at unit weight.  None when the
+    blocks share terms."""
+    a = strat.assignment
+    n = len(strat.kron_blocks)
+    if a is None or any(x < 0 or x >= n for x in a) or len(set(a)) != n:
+        return None
+    errs = (np.asarray(strat.term_tse, dtype=float) if strat.term_tse is not None
+            else term_errors(strat.workload, strat.kron_blocks, strat.noise, a, strat.shape))
+    p = noise_norm(strat.noise)
+    out = []
+    for i, (b, fb) in enumerate(zip(strat.kron_blocks, f)):
+        # a term's error is ∝ 1/w_b² at a fixed total sensitivity: × w_b² is its unit-weight trace
+        eps = float(sum(errs[j] for j, x in enumerate(a) if x == i)) * b.weight ** 2
+        d2 = block_sensitivity(replace(b, weight=1.0), p) ** 2
+        if not (eps > 0 and d2 > 0):
+            return None
+        out.append((eps / (fb * d2)) ** 0.25)
+    return out
+
+
+def _above_baseline(terms: WorkloadTerms, strat: Strategy, factor: float = 1.0) -> list[int]:
+    """Queries (of a workload of queries) whose expected error, with the strategy's row
+    factor (``RowFactor``; the baseline keeps the view's full bound), exceeds their baseline."""
     if not terms.parts:
         return []
-    errs = _term_tse(terms, strat)
+    errs = _term_tse(terms, strat) * factor
     return [q for q, p in enumerate(terms.parts)
             if float(np.sum(errs[list(p.terms)])) > p.scale * p.rows * p.baseline * (1 + 1e-9)]
 
@@ -283,7 +354,7 @@ def _planned_cliques(terms: WorkloadTerms, one_product: bool) -> list[tuple[str,
 def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
              caps: Caps | None = None, progress: Progress | None = None, *,
              operators: tuple[str, ...] | None = None, grid: float | None = DEFAULT_GRID,
-             cache=None) -> Strategy | OrderedStrategy:
+             cache=None, row_factor: RowFactor | None = None) -> Strategy | OrderedStrategy:
     """OPT_HDMM (thesis §3.8): best feasible strategy over the applicable operators.
     A workload with a CDF or range factor over a large attribute gets an
     ``OrderedStrategy`` (plan/ordered.py) instead.
@@ -291,6 +362,12 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
     Deterministic for a seed: every operator draws from one generator in a fixed order.
     ``grid`` rounds real-valued factors so measured values lie on a lattice (None keeps
     them exact, e.g. for comparisons with the thesis tables).
+
+    ``row_factor`` (a view's group bound, ``RowFactor``) scales each candidate's noise by
+    the row factor its blocks will be calibrated with: candidates are compared, and checked
+    against the per-query baselines, by ``expected_error`` times that factor, since a
+    candidate whose blocks read one group per value gets less noise at the same budget
+    (``docs/privacy.md`` §2a).  ``Strategy.expected_error`` stays the unit-noise figure.
     """
     # One BLAS thread: the optimisers make thousands of small and mid-sized BLAS/LAPACK
     # calls, where OpenBLAS's thread hand-off costs more than it saves (ALL RANGE at
@@ -299,17 +376,20 @@ def optimize(W: Any, noise: str = "gaussian", restarts: int = 3, seed: int = 0,
     # bench/RESULTS.md; dpsql/linalg/threads.py).
     with one_blas_thread():
         return _optimize(W, noise, restarts, seed, caps, progress, operators=operators, grid=grid,
-                         cache=cache)
+                         cache=cache, row_factor=row_factor)
 
 
 def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
               progress: Progress | None, *, operators: tuple[str, ...] | None,
-              grid: float | None, cache) -> Strategy | OrderedStrategy:
+              grid: float | None, cache, row_factor: RowFactor | None = None) -> Strategy | OrderedStrategy:
     noise_norm(noise)
     caps = Caps() if caps is None else caps
     terms = workload_terms(W)
     options = dict(restarts=restarts, seed=seed, caps=caps.__dict__, grid=grid,
                    operators=operators, planner=PLANNER_VERSION)
+    if row_factor is not None:      # another choice may win: a cache entry of its own
+        options["row_factor"] = row_factor.key
+    factor = (lambda s: 1.0) if row_factor is None else row_factor.of
     if cache is not None:
         hit = cache.get(terms, noise, options)
         if hit is not None:
@@ -329,7 +409,9 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
     cands: list[tuple[Strategy, int]] = []
     certified = None
     for cand in (CANDIDATES[n] for n in names):
-        if certified is not None and cand.beaten_by_certificate:
+        # the certificate is at unit noise: under a row factor a candidate above the SVD
+        # bound may still win with a smaller factor, so every candidate runs
+        if certified is not None and cand.beaten_by_certificate and row_factor is None:
             notes.append(f"{cand.name} not run: ResidualPlanner is certified within "
                          f"{certified:.4f}x of the SVD bound, which no strategy beats")
             continue
@@ -348,6 +430,8 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         if not math.isfinite(strat.expected_error):
             notes.append(f"{cand.name} rejected: {_unsupported(terms, strat)}")
             continue
+        if row_factor is not None and row_factor.blocks is not None:
+            strat = _reweighted(strat, row_factor)
         if cand.name == "RP":
             space = MarginalSpace.of(terms.shape, [t.support for t in terms.terms])
             bound = marginal_svd_bound(space, workload_kappa(space, terms))
@@ -359,7 +443,9 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         size = junction_tree_size(terms.attributes, terms.shape,
                                   _planned_cliques(terms, cand.one_product))
         cands.append((strat, size))
-        notes.append(f"{cand.name}: expected error {strat.expected_error:.6g}, "
+        scaled = "" if row_factor is None else (
+            f" (x{factor(strat):.4g} for the group bound: {strat.expected_error * factor(strat):.6g})")
+        notes.append(f"{cand.name}: expected error {strat.expected_error:.6g}{scaled}, "
                      f"{len(strat.kron_blocks)} block(s), junction tree {size:,} cells")
     if not cands:
         raise ModelTooLargeError(
@@ -376,7 +462,7 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
         finite = [s for s, _ in cands]
     # Never worse than noise per query (issue 16): among candidates, those leaving no query
     # above its own per-query baseline win; the per-query mechanism itself is one of them.
-    above = {id(s): _above_baseline(terms, s) for s in finite}
+    above = {id(s): _above_baseline(terms, s, factor(s)) for s in finite}
     within = [s for s in finite if not above[id(s)]]
     for s in finite:
         if above[id(s)]:
@@ -384,12 +470,13 @@ def _optimize(W: Any, noise: str, restarts: int, seed: int, caps: Caps | None,
                          f"{'y' if len(above[id(s)]) == 1 else 'ies'} above the per-query baseline")
     # Residual blocks (RP, RP+) only where they beat OPT_M's integer marginals: a tie goes to
     # the candidate without them (each of its marginals answers its own queries).
-    best = min(within or finite, key=lambda s: s.expected_error * (
+    best = min(within or finite, key=lambda s: s.expected_error * factor(s) * (
         1.0 + 1e-6 * any(factor_kind(F)[0] == "other" and F.shape[0] == F.shape[1] - 1
                          and np.all(F.sum(axis=1) == 0) for b in s.kron_blocks for F in b.factors)
         if s.operator in ("ResidualPlanner", "RP+") else 1.0))
     why = (f"{best.operator} chosen (lowest expected {'weighted ' if terms.parts else ''}"
-           f"unit-noise squared error among feasible candidates"
+           f"unit-noise squared error{'' if row_factor is None else ' times its group-bound row factor'} "
+           "among feasible candidates"
            f"{' that keep every query within its per-query baseline' if within and terms.parts else ''}). "
            + "; ".join(notes) + ".")
     best = Strategy(best.attributes, best.shape, best.kron_blocks, best.operator, noise,

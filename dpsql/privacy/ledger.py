@@ -55,6 +55,8 @@ VERSION = 1
 RhoLike = Fraction | float | str     # taken at its exact value (accountant.to_rho)
 T = TypeVar("T")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+# probe connections (Ledger._version) inherited through a fork: kept, never closed by the child
+_INHERITED: list[sqlite3.Connection] = []
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE entries (
@@ -250,6 +252,11 @@ class Ledger:
         self._verified_hash = ""
         self._spent_total = Fraction(0)
         self._spent_by: dict[str, Fraction] = {}
+        # change detection for reads (``_version``): a connection kept open only to ask
+        # SQLite whether anything was committed since the last verified read
+        self._probe: sqlite3.Connection | None = None
+        self._probe_of: tuple[int, int, int] | None = None     # (pid, st_dev, st_ino) it was opened for
+        self._synced: tuple | None = None                     # _version() before the last verified read
         self._config_text = _canonical({"format": FORMAT, "version": VERSION,
                                         "total_rho": _rho_text(self.total_rho),
                                         "per_user": self._user_spec})
@@ -310,6 +317,59 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise self._fail(f"cannot open database ({exc})") from exc
         return conn
+
+    def _version(self) -> tuple | None:
+        """A value that changes whenever the ledger file may have changed, or None when it
+        cannot be read (then nothing is skipped).  It is ``PRAGMA data_version`` of a
+        connection kept open for this alone (SQLite documents that it differs after any other
+        connection commits, in this or another process: every commit of this ledger is made
+        on another connection) with the identity, size and times of the file and of its WAL
+        (a file replaced, or written other than through SQLite, to the file system's time
+        resolution).  The probe connection is reopened when the path names another file or
+        in a forked child."""
+        stats = []
+        for p in (self.path, self.path.with_name(self.path.name + "-wal")):
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                stats.append(None)
+                continue
+            except OSError:
+                return None
+            # not the WAL's ctime: SQLite changes it whenever a connection opens the WAL
+            stats.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                         + ((st.st_ctime_ns,) if not stats else ()))
+        if stats[0] is None:
+            return None
+        owner = (os.getpid(), stats[0][0], stats[0][1])
+        try:
+            if self._probe is None or self._probe_of != owner:
+                if self._probe is not None:
+                    if self._probe_of is not None and self._probe_of[0] == os.getpid():
+                        self._probe.close()
+                    else:   # opened before a fork: closing it here could disturb the parent's locks
+                        _INHERITED.append(self._probe)
+                self._probe = None
+                self._probe = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None,
+                                              check_same_thread=False)
+                self._probe_of = owner
+            data_version = self._probe.execute("PRAGMA data_version").fetchall()[0][0]
+        except sqlite3.Error:
+            return None
+        return data_version, tuple(stats)
+
+    @staticmethod
+    def _checkpoint(conn: sqlite3.Connection) -> None:
+        """Copy a committed write from the WAL into the ledger file.  SQLite does this when
+        the last connection to a file closes; the probe of ``_version`` stays open, so
+        without it the newest entries would live only in ``<ledger>-wal`` and a copy of the
+        ledger file alone (a backup) would miss them.  Best effort and PASSIVE (it never waits
+        for a reader, as FULL/RESTART/TRUNCATE would, up to the busy timeout): the write is
+        durable in the WAL already, and a reader of another process may hold frames back."""
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            pass
 
     def _open_and_verify(self) -> None:
         try:
@@ -428,6 +488,10 @@ class Ledger:
     def _run(self, body: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
         """Run body(conn) in one transaction (IMMEDIATE for writes) after a sync."""
         with self._lock:
+            # read before the transaction: a commit landing after it changes the version
+            # again, so the next read syncs (never a stale "unchanged")
+            version = self._version()
+            self._synced = None
             conn = self._connect()
             try:
                 try:
@@ -444,6 +508,9 @@ class Ledger:
                     result = body(conn)
                     conn.execute("COMMIT")
                     committed = True
+                    self._synced = version
+                    if write:
+                        self._checkpoint(conn)
                     return result
                 finally:
                     if not committed:
@@ -624,7 +691,18 @@ class Ledger:
                 os.close(fd)  # releases the flock
 
     def entries(self, since: int = 0) -> list[LedgerEntry]:
-        """Every entry after ``since`` (a seq), verified, oldest first."""
+        """Every entry after ``since`` (a seq), verified, oldest first.
+
+        Asked for the entries after the last one verified, and nothing committed to the file
+        since that verification (``_version``), it answers [] without opening the file: a
+        session asks this before every statement, and the verification re-reads the last
+        entry's hash, which SQLite stores after the release payload (megabytes on a large
+        categorical: 6 ms a read, issue 35)."""
+        with self._lock:
+            if (since >= self._verified_seq and self._corrupt is None and self._synced is not None
+                    and self._version() == self._synced):
+                return []
+
         def body(conn: sqlite3.Connection) -> list[LedgerEntry]:
             out = []
             for row in conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE seq > ? AND seq <= ? "
@@ -656,6 +734,7 @@ class Ledger:
                                          f"{self._corrupt}", hint="no charges are accepted")
             self._verified_seq, self._verified_hash = 0, ""
             self._spent_total, self._spent_by = Fraction(0), {}
+            self._synced = None
             self._open_and_verify()
 
     # --- validation -------------------------------------------------------------------

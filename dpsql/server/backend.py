@@ -29,7 +29,9 @@ measurement (its error column is then NULL); with ``bounds``, c_lower/c_upper ca
 inferred value's range (``dpsql.engine.session.error_column_names``); a statement with an
 aggregate over wide bins also carries a boolean ``binned`` column: true where a value's
 interval holds a binning bound (``Result.bias``), not the noise alone.  Every answered or refused statement goes to
-the query log when one is configured (``querylog.py``).
+the query log when one is configured (``querylog.py``).  An answer's public remarks
+(``Result.notes``: the rows a people view's bound drops, as released with noise) go before
+its rows as NOTICEs.
 """
 
 from __future__ import annotations
@@ -69,11 +71,8 @@ class DpsqlLink:
 
     def compile(self, sql: str, params):
         """Compile for Describe: output columns as Execute will return them."""
-        try:
-            from dpsql.sql import compile as compile_sql
-        except ImportError:  # the package re-export is the contract; the module is where it lives
-            from dpsql.sql.compiler import compile as compile_sql
-        compiled = compile_sql(sql, self.catalog, params)
+        # the session's compile: a people schema's ad hoc flag gets its table first
+        compiled = self.connection.session.compile(sql, params)
         mode = self.connection.session.settings.get("dpsql.error_columns", "off")
         if mode == "off" or compiled.is_explain:
             return compiled
@@ -139,6 +138,14 @@ def _shadow_outcome(res) -> Outcome:
     if res.empty:
         return Outcome(empty=True)
     return Outcome(description=res.description, rows=res.rows, tag=res.tag)
+
+
+def _notices(result) -> list[bytes]:
+    """NoticeResponses for the answer's public remarks (``Result.notes``: a people view's
+    truncation figure as released with noise, beside the error columns; never a count in the
+    clear), sent before its rows as PostgreSQL sends a NOTICE (psql prints them)."""
+    return [codec.encode_notice_fields(b"N", {"S": "NOTICE", "V": "NOTICE", "C": "00000", "M": note})
+            for note in getattr(result, "notes", ()) or ()]
 
 
 def from_engine_error(exc: errors.Error, *, keep_position: bool = True) -> QueryError:
@@ -459,8 +466,9 @@ class Dispatcher:
         keeps its user's slot meanwhile, so the work stays bounded per user."""
         result, mode, cost = self._answer(route, sql, params)
         columns = [_column(c) for c in result.columns]
+        notices = _notices(result)
         if not columns:
-            return Outcome(tag=result.message or "SELECT"), cost
+            return Outcome(tag=result.message or "SELECT", before=notices), cost
         # values at their error's precision, as every front end shows them (dpsql.display):
         # a parseable number, never float noise such as 58640.60093598821 or 2.2e-308
         rows = rounded_rows(result)
@@ -479,7 +487,7 @@ class Dispatcher:
         oids = [pgtypes.oid_for(t) for _, t in columns]
         tag = "SELECT" if route.tag == "SELECT" else route.tag
         return Outcome(description=self._engine_description(columns, formats),
-                       rows=_data_rows(rows, oids, formats, self.max_reply), tag=tag), cost
+                       rows=_data_rows(rows, oids, formats, self.max_reply), tag=tag, before=notices), cost
 
     @staticmethod
     def _engine_description(columns, formats) -> bytes:

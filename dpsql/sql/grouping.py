@@ -22,7 +22,6 @@ and numeric buckets are ascending.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 from sqlglot import exp
@@ -69,14 +68,20 @@ class GroupAttr:
 def key_value_type(attr, values: list) -> str:
     """The type of a grouped expression's values on the cells: the rule of a CASE's or
     COALESCE's type over released values (``scalars.common_type``)."""
-    return common_type(type_name(v) for v in values if v is not None and v is not OTHER)
+    # type_name reads only a value's type: one value of each type (1,459 labels, issue 35)
+    one_of_each: dict[type, object] = {}
+    for v in values:
+        if v is not None and v is not OTHER:
+            one_of_each.setdefault(type(v), v)
+    return common_type(type_name(v) for v in one_of_each.values())
 
 
 def column_key_values(attr) -> tuple[list, str]:
     """Per-cell output value of a bare grouped column: its label, as a number when exact."""
     labels = attr.labels()
     if attr.kind == "categorical":
-        vals = ["(other)" if i == attr.other_index else labels[i] for i in range(attr.size)]
+        other = attr.other_index
+        vals = ["(other)" if i == other else labels[i] for i in range(attr.size)]
         return vals, key_value_type(attr, [v for v in vals if v != "(other)"])
     bounds = attr.bin_bounds()
     if attr.kind == "integer" and all(b is None or b[0] == b[1] for b in bounds):
@@ -103,10 +108,10 @@ class Grouping:
             idx = by_attr[name]
             attr = keys[idx[0]].attr
             seen: dict[tuple, int] = {}
-            mapping = np.empty(attr.size, dtype=np.int64)
-            for cell in range(attr.size):
-                tup = tuple(_hashable(keys[i].values[cell]) for i in idx)
-                mapping[cell] = seen.setdefault(tup, len(seen))
+            columns = [[_hashable(v) for v in keys[i].values[:attr.size]] for i in idx]
+            # first appearance order (setdefault's len(seen) is read before it inserts)
+            mapping = np.array([seen.setdefault(tup, len(seen)) for tup in zip(*columns)],
+                               dtype=np.int64).reshape(attr.size)
             self.attrs.append(GroupAttr(attr=attr, keys=idx, mapping=mapping, labels=list(seen)))
         if self.size > MAX_GROUPS:
             sizes = " × ".join(f"{g.buckets} ({g.attr.name})" for g in self.attrs)
@@ -156,15 +161,17 @@ class Grouping:
 
     def group_tuples(self) -> list[tuple]:
         """Label tuples (in GROUP BY key order) for the listed groups, in group order."""
-        out = []
-        combos = list(product(*[range(g.buckets) for g in self.attrs]))
-        for combo in (combos[i] for i in self.listed):
-            row = [None] * len(self.keys)
-            for g, b in zip(self.attrs, combo):
+        # the listed groups' bucket per attribute (C order: the order of product(...)),
+        # then each key's label column: no per-group loop (1,459 groups, issue 35)
+        n = len(self.listed)
+        cols: list[list] = [[None] * n for _ in self.keys]
+        if self.attrs:
+            index = np.unravel_index(np.asarray(self.listed, dtype=np.int64), [g.buckets for g in self.attrs])
+            for g, buckets in zip(self.attrs, index):
+                picked = [g.labels[b] for b in buckets.tolist()]
                 for j, k in enumerate(g.keys):
-                    row[k] = g.labels[b][j]
-            out.append(tuple(row))
-        return out
+                    cols[k] = [label[j] for label in picked]
+        return list(zip(*cols)) if cols else [() for _ in range(n)]
 
     def attr_map(self) -> dict[str, GroupAttr]:
         return {g.attr.name: g for g in self.attrs}

@@ -45,10 +45,26 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.cells import conjuncts, snippet
 from dpsql.sql.joins import _folded, _table_ref
 
-__all__ = ["person_join", "person_flags", "flag_column"]
+__all__ = ["person_join", "person_flags", "flag_column", "flag_table", "parse_condition", "flag_uses"]
 
 # the person view's flag columns (dpsql.measure.views.SEP, EXISTS; this package may not import it)
 _SEP, _EXISTS = "__", "exists"
+
+
+def flag_table(person: str, column: str) -> str:
+    """The table an engine may add for a flag no workload statement declared (``column``, a
+    ``flag_column``): the person's own columns and that flag, measured on demand."""
+    return f"{person}{_SEP}{column}"
+
+
+def parse_condition(text: str) -> exp.Expr:
+    """A flag's condition from its text (``condition.sql(dialect="postgres")``, as a charge
+    keeps it), so that ``flag_column`` names the same flag again."""
+    from dpsql.sql.syntax import parse_statement
+    tree = parse_statement(text)
+    if tree is None:
+        raise ProgrammingError(f"not a condition: {text[:60]!r}")
+    return tree
 
 
 def flag_column(table: str, condition: exp.Expr) -> str:
@@ -153,11 +169,56 @@ def person_join(tree: exp.Select, stmt, catalog) -> exp.Select:
         return tree
     people, refs, joins, persons = found
     if len(refs) < 2 and not persons:
+        if refs:
+            _check_keys_and_distinct(tree, stmt, refs, people, persons)
         return tree
     deepest = _check_path(tree, joins, refs, people, stmt, catalog)
+    _check_keys_and_distinct(tree, stmt, refs, people, persons)
     if persons:
         return _count_persons(tree, stmt, catalog, refs, deepest, people, persons)
     return _rewrite(tree, stmt, catalog, refs, deepest, people)
+
+
+def _person_key_text(refs: list[_Private], people) -> str:
+    """How this statement would name the person's key: ``c.custkey`` for the person table,
+    ``o.custkey`` for a table that references it, else the join that reaches it."""
+    for r in refs:
+        if r.name == people.person:
+            return f"COUNT(DISTINCT {r.alias}.{people.key})"
+    for r in refs:
+        view = people.views[r.name]
+        if len(view.hops) > 1 and view.hops[1].table == r.name:
+            return f"COUNT(DISTINCT {r.alias}.{view.hops[1].key})"
+    return f"COUNT(DISTINCT {people.person}.{people.key}) over a join with {people.person}"
+
+
+def _check_keys_and_distinct(tree: exp.Select, stmt, refs: list[_Private], people, persons) -> None:
+    """Refuse, with a hint for the people schema, a statement that reads a key column outside
+    its joins and person counts (42703: keys link the tables and are never released as
+    values) or counts distinct values of anything but the person (0A000)."""
+    for agg in tree.find_all(exp.Count):
+        if isinstance(agg.this, exp.Distinct) and agg not in persons and agg.find_ancestor(exp.Select) is tree:
+            raise UnsupportedQueryError(
+                f"{snippet(agg, 60)} is not supported: of distinct counts only persons are answered",
+                position=stmt.pos(agg),
+                hint=f"count persons with {_person_key_text(refs, people)} (one row per person in the "
+                     f"{people.person!r} view), or rows with COUNT(*)")
+    skip = [c for p in persons for c in p.find_all(exp.Column)]
+    skip += [c for j in tree.args.get("joins") or [] for c in j.find_all(exp.Column)]
+    for col in tree.find_all(exp.Column):
+        if col.find_ancestor(exp.Select) is not tree or any(col is c for c in skip):
+            continue
+        hit = _resolve(col, refs, stmt, keys=True)
+        if hit is None or hit[1] in hit[0].own:
+            continue
+        ref, name = hit
+        if persons and col.find_ancestor(exp.Where) is not None and ref.name != people.person:
+            continue    # a condition on persons' rows: refused with its own message (_flag_condition)
+        raise UnknownColumnError(
+            f"column \"{snippet(col, 60)}\" is a key of the people schema: keys link the tables and are "
+            "never released", position=stmt.pos(col),
+            hint=f"use the declared columns of {ref.name!r} ({', '.join(ref.own)}); to count persons, "
+                 f"{_person_key_text(refs, people)}")
 
 
 def person_flags(statements, catalog) -> list[tuple[str, exp.Expr]]:
@@ -214,6 +275,81 @@ def _unsafe(cond: exp.Expr) -> exp.Expr | None:
     return None
 
 
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _constant(node: exp.Expr) -> bool:
+    return not any(isinstance(n, exp.Column) for n in node.walk())
+
+
+def _unpaired(cond: exp.Expr) -> exp.Expr | None:
+    """The first predicate of ``cond`` (already within ``_FLAG_NODES``) that does not compare
+    one column with constants: two columns compared (their types could make the engine cast
+    one of them, row by row), or a constant on the side a column belongs; None when every
+    predicate does."""
+    for node in cond.walk():
+        if isinstance(node, _COMPARISONS):
+            a, b = node.this, node.expression
+            if not ((isinstance(a, exp.Column) and _constant(b)) or (isinstance(b, exp.Column) and _constant(a))):
+                return node
+        elif isinstance(node, (exp.In, exp.Between, exp.Like, exp.ILike, exp.Is)):
+            others = [v for k, v in node.args.items() if k != "this" and isinstance(v, exp.Expr)] + \
+                list(node.args.get("expressions") or [])
+            if not isinstance(node.this, exp.Column) or not all(_constant(o) for o in others):
+                return node
+    return None
+
+
+def _constant_use(node: exp.Expr) -> str:
+    """What a column compared with constant ``node`` must hold for the engine to compare it
+    without casting the column: "number", "text" (a string literal is cast to the column's
+    type, once, whatever the rows), "temporal", "boolean" or "null"."""
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        node = node.this
+    if isinstance(node, exp.Null):
+        return "null"
+    if isinstance(node, exp.Boolean):
+        return "boolean"
+    if isinstance(node, exp.Literal):
+        return "text" if node.is_string else "number"
+    if isinstance(node, exp.Cast):
+        to = node.args["to"]
+        if to.is_type(*exp.DataType.TEXT_TYPES):
+            return "text"
+        if to.is_type(*exp.DataType.TEMPORAL_TYPES):
+            return "temporal"
+        if to.is_type(exp.DataType.Type.BOOLEAN):
+            return "boolean"
+        return "number"
+    return "number"
+
+
+def flag_uses(condition: exp.Expr) -> list[tuple[str, str]]:
+    """(view column, what it is compared with: ``_constant_use``, or "pattern" for LIKE, or
+    "boolean" for a bare column or IS TRUE/FALSE) for every column of a flag's condition
+    that ``_flag_condition`` accepted: the engine checks them against the columns' types in
+    the source (public metadata), so that evaluating the condition never casts a row's value
+    (a cast that fails on some values would make the measurement fail with the data)."""
+    out = []
+    for node in condition.walk():
+        if isinstance(node, _COMPARISONS):
+            col, other = (node.this, node.expression) if isinstance(node.this, exp.Column) else \
+                (node.expression, node.this)
+            out.append((col.name, _constant_use(other)))
+        elif isinstance(node, exp.In):
+            out += [(node.this.name, _constant_use(e)) for e in node.expressions]
+        elif isinstance(node, exp.Between):
+            out += [(node.this.name, _constant_use(node.args[k])) for k in ("low", "high")]
+        elif isinstance(node, (exp.Like, exp.ILike)):
+            out.append((node.this.name, "pattern"))
+        elif isinstance(node, exp.Is):
+            out.append((node.this.name, _constant_use(node.expression)))
+        elif isinstance(node, exp.Column) and isinstance(node.parent, (exp.And, exp.Or, exp.Not, exp.Paren)) \
+                or node is condition and isinstance(node, exp.Column):
+            out.append((node.name, "boolean"))
+    return out
+
+
 def _flag_condition(tree: exp.Select, stmt, refs: list[_Private], deepest: _Private,
                     people) -> tuple[list[exp.Expr], exp.Expr] | None:
     """(the WHERE conjuncts that read a column of a table other than the person's, their AND
@@ -237,6 +373,13 @@ def _flag_condition(tree: exp.Select, stmt, refs: list[_Private], deepest: _Priv
                 position=stmt.pos(bad),
                 hint="such a condition is evaluated on every row inside the engine, where a computation can fail "
                      "on some values; compare columns with constants (=, <, IN, BETWEEN, LIKE, IS NULL; AND, OR, NOT)")
+        bad = _unpaired(cond)
+        if bad is not None:
+            raise UnsupportedQueryError(
+                f"the condition '{snippet(cond, 60)}' on persons' rows compares columns with each other in "
+                f"'{snippet(bad, 40)}'", position=stmt.pos(bad),
+                hint="compare each column with constants (o.status = 'F' AND o.priority <= 2): the engine would "
+                     "otherwise convert one column's values to the other's type, which can fail on some values")
         moved.append((cond, hits))
     if not moved:
         return None
@@ -356,14 +499,20 @@ def _count_persons(tree: exp.Select, stmt, catalog, refs: list[_Private], deepes
     flag = _flag_condition(tree, stmt, refs, deepest, people)
     moved = flag[0] if flag is not None else []
     column = None
+    table = people.person     # what the persons are counted from
     if flag is not None:
         column = flag_column(deepest.name, flag[1])
         if column not in catalog[people.person].column_names:
-            raise UnsupportedQueryError(
-                f"no per-person flag of '{snippet(flag[1], 60)}' on {deepest.name!r} was measured: counting "
-                "persons with such rows needs one", position=stmt.pos(moved[0]),
-                hint="add this statement to [workload]: each COUNT(DISTINCT person) condition there on another "
-                     "table's columns gets a measured 0/1 flag per person (sensitivity 1)")
+            # not a workload flag: the person's own columns and this flag, a table of its own
+            # that the engine added for this statement to be measured on demand
+            table = flag_table(people.person, column)
+            if table not in catalog:
+                raise UnsupportedQueryError(
+                    f"no per-person flag of '{snippet(flag[1], 60)}' on {deepest.name!r} was measured: counting "
+                    "persons with such rows needs one", position=stmt.pos(moved[0]),
+                    hint="add this statement to [workload]: each COUNT(DISTINCT person) condition there on "
+                         "another table's columns gets a measured 0/1 flag per person (sensitivity 1); a session "
+                         "with SET dpsql.policy = 'measure' measures it on demand")
     for col in tree.find_all(exp.Column):
         if any(col in c.find_all(exp.Column) for c in counts) or col.find_ancestor(exp.Select) is not tree:
             continue
@@ -381,6 +530,10 @@ def _count_persons(tree: exp.Select, stmt, catalog, refs: list[_Private], deepes
     key = "from_" if "from_" in out.args else "from"
     alias = person.alias if person is not None else people.person
     node = person.node.copy() if person is not None else exp.to_table(people.person)
+    if table != people.person:
+        # the flag's table under the person's alias, so the person's columns read as written
+        node = exp.Table(this=exp.to_identifier(table, quoted=True),
+                         alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     out.set(key, exp.From(this=node))
     kept = [j for j in out.args.get("joins") or []
             if isinstance(j.this, exp.Subquery) or not getattr(_table_ref(j.this, catalog, stmt), "private", False)]

@@ -493,7 +493,7 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
 class Answers(dict):
     """Linear query name → answers, plus ``cdfs``: per quantile query answered from an
     estimate with correlated cells (``dpsql.measure.ordered.OrderedEstimate``, issue 35),
-    that estimate, whose ``quantile(q, values, method, low=, high=)`` gives the point and
+    that estimate (or a list, one per group), whose ``quantile(q, values, method, low=, high=)`` gives the point and
     the 95% interval of its noisy CDF's band (the cells' variances alone would treat them
     as independent)."""
 
@@ -503,21 +503,24 @@ class Answers(dict):
 
 
 def _quantile_from_cdf(cdf, plan, groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """One group's quantile and its squared "standard error" (the interval's half-width
-    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate, over the cells
-    with a value (a NULL cell, NaN-valued, comes last and is left out); NaN where the
-    values are not one increasing value per cell (no interval is claimed then)."""
+    """Each group's quantile and its squared "standard error" (the interval's half-width
+    over Z95, as :func:`quantile_variance`) from a correlated CDF estimate (one, or one per
+    group in the order of :func:`_histograms`), over the cells with a value (a NULL cell,
+    NaN-valued, comes last and is left out); NaN where the values are not one increasing
+    value per cell (no interval is claimed then)."""
+    cdfs = list(cdf) if isinstance(cdf, (list, tuple)) else [cdf]
     v = np.asarray(plan.cell_values, dtype=float)
     m = int(np.isfinite(v).sum())
-    if groups != 1 or m == 0 or not np.all(np.isfinite(v[:m])) or np.any(np.diff(v[:m]) < 0):
+    if len(cdfs) != groups or m == 0 or not np.all(np.isfinite(v[:m])) or np.any(np.diff(v[:m]) < 0):
         return np.full(groups, np.nan), np.full(groups, np.nan)
     low = None if plan.cell_low is None else np.asarray(plan.cell_low, dtype=float)[:m]
     high = None if plan.cell_high is None else np.asarray(plan.cell_high, dtype=float)[:m]
-    x, (a, b) = cdf.quantile(plan.q, v[:m], plan.method, low=low, high=high, cells=m)
-    if x is None or not math.isfinite(x):
-        return np.full(1, np.nan), np.full(1, np.nan)
-    half = max(x - a, b - x, 0.0)
-    return np.array([x]), np.array([(half / Z95) ** 2])
+    xs, var = np.full(groups, np.nan), np.full(groups, np.nan)
+    for g, one in enumerate(cdfs):
+        x, (a, b) = one.quantile(plan.q, v[:m], plan.method, low=low, high=high, cells=m)
+        if x is not None and math.isfinite(x):
+            xs[g], var[g] = x, (max(x - a, b - x, 0.0) / Z95) ** 2
+    return xs, var
 
 
 # A bound computed from a noisy value holds when that value is within this many standard

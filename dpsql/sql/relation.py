@@ -255,6 +255,23 @@ def py_value(x):
     return _py(x)
 
 
+def _py_column(val, integer: bool) -> list:
+    """``[_py(x) for x in val]`` (with ``_as_int`` for an integer column), a whole numeric
+    column at once: ``tolist`` gives the same Python floats, ints and bools; a 1,459-row
+    answer spent 5 ms here value by value (issue 35)."""
+    arr = val if isinstance(val, np.ndarray) else None
+    if arr is None or arr.dtype.kind not in "fiub":
+        if integer:
+            return [_as_int(_py(x)) for x in val]
+        return [_py(x) for x in val]
+    out = arr.tolist()
+    if arr.dtype.kind != "f":
+        return out
+    if integer:
+        return [None if x != x else int(x) if x.is_integer() else x for x in out]
+    return [None if x != x else x for x in out]
+
+
 def as_num(v: V) -> V:
     return _as_num(v)
 
@@ -283,7 +300,10 @@ def stderr_of(v: V, variances: list, n: int) -> np.ndarray:
     total = np.zeros(n)
     for k, d in v.grad.items():
         total = total + (d * np.ones(n)) ** 2 * variances[k]
-    return np.array([None if math.isnan(x) else math.sqrt(x) for x in total], dtype=object)
+    # np.sqrt is math.sqrt to the bit (both correctly rounded); a total is never negative
+    out = np.empty(n, dtype=object)
+    out[:] = [None if x != x else x for x in np.sqrt(total).tolist()]
+    return out
 
 
 def bias_of(v: V, biases: list, n: int) -> np.ndarray:
@@ -299,8 +319,9 @@ def bias_of(v: V, biases: list, n: int) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             total = total + np.where(has, np.abs(d * np.ones(n)) * b, 0.0)
         any_bias |= has
-    return np.array([float(t) if f and not math.isnan(t) else None for t, f in zip(total, any_bias)],
-                    dtype=object)
+    out = np.empty(n, dtype=object)
+    out[:] = [t if f and t == t else None for t, f in zip(total.tolist(), any_bias.tolist())]
+    return out
 
 
 def select_rows(rows: list[tuple], keep: np.ndarray, order: list, distinct: bool,
@@ -351,22 +372,24 @@ class Relation:
         bound β reports se + β/Z95, so that every front end's ``± Z95·se`` is the 95%
         interval widened by β (``bias_rows`` says which cells carry one)."""
         n = self.n
-        integer = [t == "integer" for t in self.types]
-        rows = [tuple(_as_int(_py(c.val[i])) if integer[j] else _py(c.val[i]) for j, c in enumerate(self.cols))
-                for i in range(n)]
+        rows = list(zip(*[_py_column(c.val, t == "integer") for c, t in zip(self.cols, self.types)])) \
+            if self.cols else [() for _ in range(n)]
         if not with_errors:
             return rows, None
-        errs = [stderr_of(c, self.variances, n) for c in self.cols]
+        errs = [stderr_of(c, self.variances, n).tolist() for c in self.cols]
         if self.biases:
             for j, c in enumerate(self.cols):
-                b = bias_of(c, self.biases, n)
-                errs[j] = np.array([e if e is None or b[i] is None else e + b[i] / Z95_REL
-                                    for i, e in enumerate(errs[j])], dtype=object)
-        return rows, [tuple(e[i] for e in errs) for i in range(n)]
+                b = bias_of(c, self.biases, n).tolist()
+                errs[j] = [e if e is None or b[i] is None else e + b[i] / Z95_REL
+                           for i, e in enumerate(errs[j])]
+        return rows, list(zip(*errs)) if errs else [() for _ in range(n)]
 
     def bias_rows(self) -> list[tuple]:
         """Per row and column: the bound on the binning error already inside its standard
         error (None where there is none)."""
         n = self.n
-        cols = [bias_of(c, self.biases, n) if self.biases else np.full(n, None, dtype=object) for c in self.cols]
-        return [tuple(c[i] for c in cols) for i in range(n)]
+        if not self.cols:
+            return [() for _ in range(n)]
+        if not self.biases:
+            return [(None,) * len(self.cols)] * n
+        return list(zip(*[bias_of(c, self.biases, n).tolist() for c in self.cols]))

@@ -114,8 +114,13 @@ def test_an_interrupted_bound_is_completed_under_its_charge_not_paid_twice(con, 
 
 def test_no_bound_for_the_person_table_or_an_ordinary_table(con, adult_config):
     c, _ = con
-    with pytest.raises(ProgrammingError, match="person table"):
+    with pytest.raises(ProgrammingError, match="person table") as info:
         choose_bound(c.session.engine, "customers", Fraction(1))
+    assert "--table orders" in info.value.hint       # what to change
+    for bad in ({"epsilon": Fraction(0)}, {"epsilon": Fraction(1), "quantile": Fraction(0)}):
+        with pytest.raises(ProgrammingError) as info:
+            choose_bound(c.session.engine, "orders", **bad)
+        assert info.value.hint and "--epsilon" in info.value.hint
     other = dpsql.connect(adult_config())
     with pytest.raises(ProgrammingError, match="people schema"):
         choose_bound(other.session.engine, "adult", Fraction(1))

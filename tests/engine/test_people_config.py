@@ -64,6 +64,7 @@ def test_a_cycle_never_reaches_the_person(spec):
     (lambda p: p["tables"]["orders"].update(foreign_keys="custkey"), ("unknown key 'foreign_keys'",)),
     (lambda p: p["tables"].update(customers={"parent": "orders", "foreign_key": "x", "max_rows": 1}),
      ("person table",)),
+    (lambda p: p.update(hash_key_file="no-such.key"), ("hash key file not found",)),
 ])
 def test_schema_mistakes_are_refused_with_a_hint(spec, change, words):
     change(spec["people"])

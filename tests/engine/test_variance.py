@@ -278,3 +278,70 @@ def test_marginal_components_equal_the_table_fit(monkeypatch):
     components = [VarianceModel(ATTRS, SIZES, blocks).least_squares(q) for q in queries]
     for (e1, s1), (e2, s2) in zip(table, components):
         assert np.allclose(e1, e2, rtol=1e-9) and np.allclose(s1, s2, rtol=1e-9)
+
+
+def test_a_group_by_is_analysed_without_its_dense_matrix(monkeypatch):
+    """Issue 35: a GROUP BY's Bucket (filtered: -1) reaches the marginal blocks' least squares
+    as a cell → row map, never as its rows × n dense matrix (17 MB on a 1,459-label column);
+    the standard errors and estimates are those of the same query given densely."""
+    from dpsql.engine import variance
+    from dpsql.linalg import Bucket, Explicit
+    blocks = released(5, [SupportBlock(("a", "b"), (np.eye(3), np.eye(4)), 2.0, 1.0),
+                          SupportBlock(("b", "c"), (np.eye(4), np.eye(2)), 1.0, 1.0),
+                          SupportBlock(("a",), (np.eye(3),), 0.5, 1.0)])
+    monkeypatch.setattr(variance, "TABLE_CELLS", 0)     # as on a large table: MarginalJoint
+    by_b = Bucket(4, np.array([2, -1, 0, 3]), buckets=4)
+    queries = [Kron([Identity(3), by_b, Total(2)]), Kron([Total(3), by_b, Total(2)]),
+               Weighted(2.0, Kron([Bucket(3, np.array([1, 0, 2])), Total(4), Total(2)]))]
+    dense = [Kron([Explicit(f.dense()) for f in q.factors]) if isinstance(q, Kron)
+             else Weighted(q.weight, Kron([Explicit(f.dense()) for f in q.base.factors])) for q in queries]
+    want = [VarianceModel(ATTRS, SIZES, blocks).analyse_estimates(q) for q in dense]
+    monkeypatch.setattr(Bucket, "_dense", lambda self: pytest.fail("a GROUP BY was densified"))
+    for q, w in zip(queries, want):
+        got = VarianceModel(ATTRS, SIZES, blocks).analyse_estimates(q)
+        assert got[1].all()
+        for g, x in zip(got, w):
+            np.testing.assert_allclose(g, x, rtol=1e-12, atol=0)
+
+
+def test_identity_blocks_are_recognised_without_an_identity_matrix(monkeypatch):
+    """Issue 35: recognising a marginal's identity factor built np.eye(n) for each block
+    (JointSupport.build, MarginalJoint): 17 MB and ~10 ms a check on 1,459 labels, several
+    per new process.  The same blocks are recognised without it."""
+    n = 300
+    blocks = [SupportBlock(("d",), (np.eye(n, dtype=np.int64),), 2.0, 1.0, np.arange(n, dtype=float)),
+              SupportBlock(("d",), (3.0 * np.eye(n),), 1.0, 1.0, np.arange(n, dtype=float)),
+              SupportBlock(("o",), (np.eye(3),), 1.0, 1.0, np.ones(3))]
+    from dpsql.engine import variance
+    monkeypatch.setattr(variance, "TABLE_CELLS", 0)     # as on a large table: MarginalJoint
+    query = Kron([Indicator(n, [1, 2]), Total(3)])
+    want = VarianceModel(("d", "o"), {"d": n, "o": 3}, blocks).analyse_estimates(query)
+    eye = np.eye
+    monkeypatch.setattr(np, "eye", lambda m, *a, **k: pytest.fail("np.eye(n) was built") if m == n
+                        else eye(m, *a, **k))
+    vm = VarianceModel(("d", "o"), {"d": n, "o": 3}, blocks)
+    assert len(vm.marginal.blocks) == 3
+    for g, w in zip(vm.analyse_estimates(query), want):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_is_scaled_identity_is_array_equal_to_d_times_eye(seed):
+    from dpsql.linalg.base import is_scaled_identity
+    rng = np.random.default_rng(seed)
+    n = 5
+    cases = [np.eye(n), 2.5 * np.eye(n), -np.eye(n), np.eye(n, dtype=np.int64), np.zeros((n, n)),
+             rng.normal(size=(n, n)), np.eye(n, 4), np.eye(1)]
+    odd = np.eye(n)
+    odd[1, 3] = 1e-300
+    nan = np.eye(n)
+    nan[2, 0] = np.nan
+    negzero = np.eye(n)
+    negzero[0, 4] = -0.0
+    diag = np.eye(n)
+    diag[3, 3] = 1.0000000001
+    for F in cases + [odd, nan, negzero, diag]:
+        for d in (1.0, 2.5, -1.0, float(F.flat[0])):
+            want = d != 0 and F.ndim == 2 and F.shape[0] == F.shape[1] and \
+                np.array_equal(F, d * np.eye(F.shape[0]))
+            assert is_scaled_identity(F, d) == want

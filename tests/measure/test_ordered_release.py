@@ -160,3 +160,99 @@ def test_the_overflow_refusal_reads_the_declared_rows_not_the_data(monkeypatch):
     with pytest.raises(dpsql.errors.UnsupportedQueryError):
         measure_ordered(Spy(), None, s, Fraction(1, 2), charge=lambda plan: None, rows=1 << 50)
     assert not asked              # refused from the declaration, before any count
+
+
+# -- per group (I_G ⊗ T) ---------------------------------------------------------------------
+def _grouped(monkeypatch, noise):
+    """A 40-cell column x (LARGE_CELLS lowered) with a 3-cell group attribute g after it."""
+    import dpsql.plan.gram as gram
+    import dpsql.plan.workload as workload
+    from dpsql.linalg import Identity, Kron
+    monkeypatch.setattr(gram, "LARGE_CELLS", 20)
+    monkeypatch.setattr(workload, "LARGE_CELLS", 20)
+    n = 40
+    W = Workload.of_queries(Domain(["x", "g"], [n, 3]), [QuerySpec("cdf by g", Kron([Prefix(n), Identity(3)])),
+                                                        QuerySpec("r", Kron([AllRange(n), Total(3)]))], noise)
+    out = [optimize(W, noise=noise)]
+    if noise == "gaussian":
+        out.append(toeplitz_strategy(W.terms))
+    for s in out:
+        assert s.groups == ("g",) and s.clique == ("x", "g")
+    return n, out
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "laplace"])
+def test_grouped_variances_are_the_estimators_own(monkeypatch, noise):
+    """Each group cell's row is fitted alone, and a combination c of them (a GROUP BY's
+    group, a WHERE's selected cells) has the dense least-squares variances of I_G ⊗ T:
+    Σ c_g² times one group's.  Before, such a workload was refused at planning."""
+    n, strategies = _grouped(monkeypatch, noise)
+    counts = np.random.default_rng(5).integers(0, 30, (n, 3))        # the clique's axes: x, g
+    for s in strategies:
+        rel = measure_ordered(_fake_backend(counts), None, s, Fraction(1, 3), charge=lambda plan: None)
+        est = OrderedEstimate(rel)
+        if s.tree is not None:
+            N = s.tree.N
+            blocks = [np.kron(np.eye(s.tree.nodes[lv]), np.ones((1, s.tree.sizes[lv])))
+                      for lv, w in enumerate(s.weights) if w > 0]
+        else:
+            N = n
+            blocks = [np.asarray(s.coeffs * s.scale, dtype=float)[np.subtract.outer(np.arange(n), np.arange(n))]
+                      * np.tri(n)]
+        # group-major: the rows of group g's copy of each block, over group g's cells
+        A = np.vstack([np.kron(np.eye(3), B) / sd for B, sd in zip(blocks, rel.stddev)])
+        y = np.concatenate([v / sd for v, sd in zip(rel.values, rel.stddev)])
+        cov = np.linalg.inv(A.T @ A)
+        xhat = (cov @ A.T @ y).reshape(3, N)
+        assert np.allclose(est.group_cells, xhat[:, :n], atol=1e-6)
+        for c in (np.array([1.0, 0.0, 1.0]), np.array([0.0, 1.0, 0.0]), np.ones(3)):
+            sel = est.select(c)
+            assert np.allclose(sel.cells, c @ xhat[:, :n], atol=1e-6)
+            P = np.kron(c, np.pad(Prefix(n).dense(), ((0, 0), (0, N - n))))
+            _, var = sel.cdf()
+            assert np.allclose(var, np.einsum("ij,jk,ik->i", P, cov, P), rtol=1e-8)
+            q = 0.3
+            D = P - q * P[-1]
+            assert np.allclose(sel._rank_sd(q), np.sqrt(np.einsum("ij,jk,ik->i", D, cov, D)), rtol=1e-7)
+            cells = np.kron(c, np.eye(N)[:n])
+            assert np.allclose(sel.cell_variance(), np.einsum("ij,jk,ik->i", cells, cov, cells), rtol=1e-7)
+        # the default: every group summed
+        assert np.allclose(est.cells, xhat[:, :n].sum(axis=0), atol=1e-6)
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "laplace"])
+def test_one_row_moves_a_grouped_release_by_the_columns_sensitivity(monkeypatch, noise):
+    """docs/privacy.md, "Ordered columns per group": adding one row to any (x, g) cell moves
+    each block of I_G ⊗ T by at most T's sensitivities, which calibrate() charges for, and
+    some cell of every group reaches them (the first, for the Toeplitz root)."""
+    n, strategies = _grouped(monkeypatch, noise)
+    from dpsql.measure.ordered import ordered_blocks
+    counts = np.random.default_rng(6).integers(0, 30, (n, 3))
+    for s in strategies:
+        for b in ordered_blocks(s, 10 ** 6):
+            base = b.apply(counts)
+            assert base.size == b.rows()
+            for g in range(3):
+                l2, l1 = [], []
+                for i in range(n):
+                    more = counts.copy()
+                    more[i, g] += 1
+                    d = (b.apply(more) - base).astype(np.int64)
+                    l2.append(int(d @ d))
+                    l1.append(int(np.abs(d).sum()))
+                assert max(l2) == b.l2_sensitivity_sq() and max(l1) == b.l1_sensitivity()
+
+
+def test_a_grouped_release_survives_the_ledger_payload(monkeypatch):
+    from dpsql.measure.ordered import pack, unpack
+    n, strategies = _grouped(monkeypatch, "gaussian")
+    counts = np.random.default_rng(8).integers(0, 30, (n, 3))
+    for s in strategies:
+        rel = measure_ordered(_fake_backend(counts), None, s, Fraction(1, 3), charge=lambda plan: None)
+        again = unpack(pack(rel))
+        assert again.strategy.groups == ("g",) and again.strategy.group_shape == (3,)
+        assert again.strategy.clique == ("x", "g")
+        a, b = OrderedEstimate(rel), OrderedEstimate(again)
+        assert np.array_equal(a.group_cells, b.group_cells)
+        c = np.array([0.0, 1.0, 1.0])
+        assert np.array_equal(a.select(c).cdf()[1], b.select(c).cdf()[1])

@@ -255,3 +255,15 @@ def test_discrepancy_stop_that_never_triggers_says_so_and_bad_options_raise():
         fit(dom, ms, stop="bogus")
     with pytest.raises(ValueError):
         fit(dom, ms, stop="discrepancy", norm="l1")
+
+
+
+def test_group_by_factors_are_picked_into_rows_never_densified(monkeypatch):
+    from dpsql.linalg import Bucket
+    dom, exact, relaxed = _chain_models()
+    grouped = Bucket(4, np.array([3, -1, 0, 1]), buckets=5)     # filtered, one row empty
+    query = Kron([Bucket(3, np.array([2, 1, 0])), Total(2), grouped, Total(3), Total(2)])
+    ac = relaxed.marginal(("A", "C")).values
+    want = (Bucket(3, np.array([2, 1, 0])).dense() @ ac @ grouped.dense().T).ravel()
+    monkeypatch.setattr(Bucket, "_dense", lambda self: pytest.fail("a GROUP BY was densified"))
+    np.testing.assert_allclose(relaxed.answer(query), want, rtol=1e-12, atol=1e-9)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dpsql.domain import Domain
-from dpsql.errors import UnsupportedQueryError
+from dpsql.errors import ModelTooLargeError
 from dpsql.linalg import AllRange, Identity, Indicator, Kron, Prefix, Suffix, Total
 from dpsql.plan import OrderedStrategy, QuerySpec, Workload, optimize, query_errors, svd_bound
 from dpsql.plan.gram import RangeGram
@@ -122,14 +122,68 @@ def test_cdf_and_ranges_over_a_million_cells_plan_near_the_svd_bound(n):
         assert bound <= s.expected_error <= 1.3 * bound, (leaf, s.explanation)
 
 
-def test_other_columns_in_the_same_queries_are_refused_with_a_hint():
+def test_a_cdf_per_group_is_planned_per_group_cell():
+    """Refused before ("… also ask about ['sex']"): a CDF per sex over 100,000 cells is the
+    ordered strategy Kron'd with the identity on sex, within 1.3x of the SVD bound."""
     n = 100_000
     D = Domain(["income", "sex"], [n, 2])
     W = Workload.of_queries(D, [QuerySpec("cdf by sex", Kron([Prefix(n), Identity(2)]))])
-    with pytest.raises(UnsupportedQueryError) as err:
+    s = optimize(W)
+    assert isinstance(s, OrderedStrategy) and s.groups == ("sex",) and s.clique == ("income", "sex")
+    assert "per cell of 'sex'" in s.explanation
+    bound = svd_bound(W)
+    assert bound is not None and bound <= s.expected_error <= 1.3 * bound, s.explanation
+
+
+def test_too_many_group_cells_are_refused_from_public_metadata_with_a_hint():
+    n = 100_000
+    D = Domain(["income", "zip"], [n, 300])
+    W = Workload.of_queries(D, [QuerySpec("cdf by zip", Kron([Prefix(n), Identity(300)]))])
+    with pytest.raises(ModelTooLargeError) as err:
         optimize(W)
-    assert "'income'" in err.value.message and "'sex'" in err.value.message
-    assert err.value.hint
+    assert err.value.sqlstate == "54000"
+    assert "'income'" in err.value.message and "'zip' (300)" in err.value.message
+    assert "at most 83 fit" in err.value.message and err.value.hint
+    # the groups' cells times the column's: 100 groups fit the group cap, not the cell cap
+    D = Domain(["income", "zip"], [n, 100])
+    with pytest.raises(ModelTooLargeError):
+        optimize(Workload.of_queries(D, [QuerySpec("cdf", Kron([Prefix(n), Identity(100)]))]))
+
+
+def _grouped_queries(n):
+    return [QuerySpec("cdf by g", Kron([Prefix(n), Identity(3), Total(2)])),
+            QuerySpec("cdf where g = 1", Kron([Prefix(n), Indicator(3, [1]), Total(2)])),
+            QuerySpec("between by g", Kron([Indicator(n, range(n // 4, n // 2)), Identity(3), Total(2)]), 0.5),
+            QuerySpec("count by g", Kron([Total(n), Identity(3), Total(2)])),
+            QuerySpec("cdf", Kron([Prefix(n), Total(3), Total(2)]))]
+
+
+def test_a_grouped_toeplitz_error_equals_the_dense_recomputation(small_large):
+    """I_G ⊗ A: the error model's group factor tr(V_G) against the dense matrices, per query,
+    and its sensitivity is A's (each cell's column lies in one group's copy)."""
+    n = small_large
+    W = Workload.of_queries(Domain(["x", "g", "k"], [n, 3, 2]), _grouped_queries(n))
+    s = toeplitz_strategy(W.terms)
+    assert s.groups == ("g",) and s.group_cells == 3
+    A = s.dense()
+    assert A.shape == (3 * n, 6 * n)
+    assert s.sensitivity(2) ** 2 == pytest.approx((A * A).sum(axis=0).max(), rel=1e-12)
+    assert s.expected_error == pytest.approx(dense_tse(W.matrix.dense(), A, "gaussian"), rel=1e-8)
+    for (tse, _, _), q in zip(query_errors(s), _grouped_queries(n)):
+        assert tse == pytest.approx(dense_tse(q.matrix.dense(), A, "gaussian"), rel=1e-8), q.name
+
+
+def test_a_grouped_laplace_tree_error_equals_the_dense_recomputation(small_large):
+    n = small_large
+    W = Workload.of_queries(Domain(["x", "g", "k"], [n, 3, 2]), _grouped_queries(n), "laplace")
+    s = optimize(W, noise="laplace")
+    assert isinstance(s, OrderedStrategy) and s.operator == "tree" and s.groups == ("g",)
+    Wd = _padded_workload(W, n, s.tree.N, 6)
+    tree_rows = np.vstack([w * np.kron(np.eye(s.tree.nodes[lv]), np.ones((1, s.tree.sizes[lv])))
+                           for lv, w in enumerate(s.weights) if w > 0])
+    A = np.kron(tree_rows, np.kron(np.eye(3), np.ones((1, 2))))
+    assert s.expected_error == pytest.approx(dense_tse(Wd, A, "laplace"), rel=1e-9)
+    assert s.sensitivity(1) == pytest.approx(np.abs(s.dense()).sum(axis=0).max())
 
 
 def test_queries_are_reweighted_to_stay_within_their_per_query_baseline():

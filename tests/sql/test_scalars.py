@@ -145,3 +145,34 @@ def test_to_char_format_is_checked_alike_on_cells_and_values(toracle, fmt):
     assert type(cells) is type(values) is errors.UnsupportedQueryError
     assert cells.message == values.message == "to_char needs a constant format"
     assert cells.position == 29 and values.position == 50       # at the format, as written
+
+
+def _edge_values():
+    rng = np.random.default_rng(7)
+    halves = np.arange(-20, 21) / 2.0                    # ties: half away from zero
+    return np.concatenate([
+        halves, halves / 100, rng.normal(0, 1e3, 400), rng.normal(0, 1e-3, 200), rng.normal(0, 1e18, 50),
+        [0.0, -0.0, -0.3, 0.3, -0.5, 0.5, 2.0 ** 53 + 2, -(2.0 ** 60), 1e308, -1e308, 5e-324,
+         math.inf, -math.inf, math.nan]])
+
+
+@pytest.mark.parametrize("name,constants", [("round", ()), ("round", (1,)), ("round", (2,)), ("round", (15,)),
+                                            ("round", (-1,)), ("round", (-3,)), ("round", (-309,)),
+                                            ("round", (309,)), ("round", (300,)), ("round", (-300,)),
+                                            ("floor", ()), ("ceil", ()), ("abs", ()), ("sqrt", ())])
+def test_functions_apply_to_a_whole_released_column_to_the_bit(name, constants, monkeypatch):
+    """Issue 35: ROUND & co. over released values take the column at once (35 ms value by
+    value on 100,000 rows), with the bits of the function on each value, signed zeros and
+    NULLs (NaN) included."""
+    import dataclasses
+    fn = SCALARS[name]
+    x = _edge_values()
+    want = np.array([math.nan if math.isnan(a) else (math.nan if (r := fn.value(a, *constants)) is None else float(r))
+                     for a in x.tolist()])
+    monkeypatch.setitem(SCALARS, name, dataclasses.replace(
+        fn, value=lambda *a: pytest.fail("applied value by value")))
+    got = SCALARS[name].apply(x, *constants)
+    assert got.dtype == np.float64
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert np.array_equal(got[ok], want[ok]) and np.array_equal(np.signbit(got[ok]), np.signbit(want[ok]))

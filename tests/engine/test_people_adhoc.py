@@ -1,0 +1,176 @@
+"""An ad hoc COUNT(DISTINCT person) with a condition on a child table's rows (issue 32): no
+workload statement declared its per-person flag, so the engine adds a table of it (the
+person's own columns and the 0/1 flag, one row per person) and a session under policy
+'measure' measures it on demand — previewed, consented to, charged before any noise — and
+answers it equal to DuckDB's exact COUNT(DISTINCT) at a near-infinite budget.  Refused shapes
+keep their SQLSTATE and hint, and nothing refused spends."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "measure"))
+import shop  # noqa: E402
+
+import dpsql  # noqa: E402
+
+JOIN_CO = "customers c JOIN orders o ON o.custkey = c.custkey"
+JOIN_COL = JOIN_CO + " JOIN lineitem l ON l.orderkey = o.orderkey"
+# nothing in the workload conditions persons on orders or line items
+WORKLOAD = [f"SELECT o.status, COUNT(*) FROM {JOIN_CO} GROUP BY o.status",
+            "SELECT nation, COUNT(*) FROM customers GROUP BY nation"]
+AD_HOC = [
+    f"SELECT c.nation, COUNT(DISTINCT c.custkey) AS n FROM {JOIN_CO} WHERE o.priority = 2 AND c.nation <= 3 "
+    "GROUP BY c.nation",
+    f"SELECT COUNT(DISTINCT o.custkey) AS n FROM {JOIN_COL} WHERE l.flag IN ('A', 'R') AND o.status <> 'P'",
+    "SELECT nation, COUNT(DISTINCT customers.custkey) AS n FROM customers JOIN orders "
+    "ON orders.custkey = customers.custkey WHERE status LIKE 'F%' AND customers.nation < 4 GROUP BY nation",
+]
+
+
+@pytest.fixture(scope="module")
+def shop_files(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shop")
+    return shop.write_parquet(shop.shop_rows(customers=60), tmp)
+
+
+def _exact(files, sql):
+    con = duckdb.connect()
+    for t, p in files.items():
+        con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{p}')")
+    return con.execute(sql).fetchall()
+
+
+def _connect(files, tmp_path, epsilon=1e7, **extra):
+    spec = shop.config(tmp_path, {t: {"parquet": str(p)} for t, p in files.items()},
+                       bounds={"orders": 20, "lineitem": 200}, workload={"queries": WORKLOAD},
+                       policy={"unsupported": "measure", "epsilon": epsilon}, **extra)
+    return dpsql.connect(spec, budget={"epsilon": 1e8, "delta": 1e-6, "per_user": {"epsilon": 1e8}})
+
+
+def _spent(con) -> list:
+    return [(e.kind, e.rho) for e in con.session.engine.ledger.entries()]
+
+
+def test_an_ad_hoc_condition_is_measured_on_demand_and_equals_duckdb(shop_files, tmp_path):
+    con = _connect(shop_files, tmp_path)
+    cur = con.cursor()
+    cur.execute("SET dpsql.allow_spend = 'on'")
+    cur.execute("SET dpsql.estimator = 'least_squares'")
+    for sql in AD_HOC:
+        before = len(_spent(con))
+        cur.execute(sql)
+        assert len(_spent(con)) > before, sql        # charged: a new measurement
+        groups = len(cur.description) - 1
+        got = {tuple(r[:groups]): (r[groups], e[groups]) for r, e in zip(cur.fetchall(), cur.stderr)}
+        for row in _exact(shop_files, sql):
+            value, se = got.pop(tuple(row[:groups]))
+            assert abs(value - row[groups]) <= 6 * se + 1e-6, (sql, row, value, se)
+        assert all(abs(v) <= 6 * se + 1e-6 for v, se in got.values()), (sql, got)   # groups with no person
+        # asked again: answered from that release, nothing more spent
+        spent = _spent(con)
+        cur.execute(sql)
+        assert _spent(con) == spent
+    con.close()
+
+
+def test_the_measured_flag_answers_a_later_session_without_spending(shop_files, tmp_path):
+    """A new process (a new connection) finds the release in the ledger under the flag's
+    table identity: the same condition written with other aliases is answered, free, even
+    under policy 'informed'."""
+    con = _connect(shop_files, tmp_path)
+    cur = con.cursor()
+    cur.execute("SET dpsql.allow_spend = 'on'")
+    cur.execute(AD_HOC[0])
+    con.close()
+    con = _connect(shop_files, tmp_path)
+    spent = _spent(con)
+    # `dpsql budget` in a process that has not seen the statement: the release is in use
+    flags = [r for r in con.session.engine.releases() if "__has_" in r.table]
+    assert len(flags) == 1 and flags[0].current, flags
+    cur = con.cursor()
+    cur.execute("SET dpsql.policy = 'informed'")
+    cur.execute("SELECT x.nation, COUNT(DISTINCT x.custkey) AS n FROM customers x JOIN orders y "
+                "ON y.custkey = x.custkey WHERE y.priority = 2 AND x.nation <= 3 GROUP BY x.nation")
+    assert len(cur.fetchall()) == 4 and _spent(con) == spent
+    con.close()
+
+
+def test_without_consent_nothing_is_spent(shop_files, tmp_path):
+    con = _connect(shop_files, tmp_path)
+    spent = _spent(con)
+    cur = con.cursor()
+    with pytest.raises(dpsql.Error) as info:        # no approver, allow_spend off
+        cur.execute(AD_HOC[1])
+    assert info.value.sqlstate == "42501" and "nothing was spent" in str(info.value)
+    assert _spent(con) == spent
+    asked = []
+    con.session.approve = lambda request: asked.append(request) or False    # declined
+    with pytest.raises(dpsql.Error, match="declined"):
+        cur.execute(AD_HOC[1])
+    assert len(asked) == 1 and asked[0].rho > 0 and _spent(con) == spent
+    con.close()
+
+
+def test_under_another_policy_the_refusal_says_how_to_measure_it(shop_files, tmp_path):
+    con = _connect(shop_files, tmp_path)
+    spent = _spent(con)
+    cur = con.cursor()
+    cur.execute("SET dpsql.policy = 'informed'")
+    with pytest.raises(dpsql.Error) as info:
+        cur.execute(AD_HOC[0])
+    assert info.value.sqlstate == "0A000" and '"priority" = 2' in str(info.value)
+    assert "dpsql.policy = 'measure'" in info.value.hint and "[workload]" in info.value.hint
+    assert _spent(con) == spent
+    con.close()
+
+
+@pytest.mark.parametrize("condition, words", [
+    ("o.priority * 2 = 4", "constants"),
+    ("abs(o.priority) = 2", "constants"),
+    ("o.status LIKE o.status", "constants"),
+    ("o.orderkey > 5", "declared (domain) columns"),
+    ("o.status IN (SELECT status FROM orders)", "own columns"),
+    # a column compared with another, or with a constant of another type: the engine would
+    # convert every value of the column, and fail on some (on main: a failure with the data)
+    ("o.priority = c.nation", "compare each column with constants"),
+    ("o.status = c.segment", "compare each column with constants"),
+    ("o.status = 5", "constant of its own type"),
+    ("o.status IN ('F', 3)", "constant of its own type"),
+    ("o.status IS TRUE", "constant of its own type"),
+    ("o.priority LIKE '1%'", "constant of its own type"),
+    ("o.priority BETWEEN 1 AND CAST('2020-01-01' AS DATE)", "constant of its own type"),
+])
+def test_a_condition_of_a_refused_shape_spends_nothing(shop_files, tmp_path, condition, words):
+    con = _connect(shop_files, tmp_path)
+    spent = _spent(con)
+    cur = con.cursor()
+    cur.execute("SET dpsql.allow_spend = 'on'")
+    with pytest.raises(dpsql.Error) as info:
+        cur.execute(f"SELECT COUNT(DISTINCT c.custkey) FROM {JOIN_CO} WHERE {condition}")
+    assert info.value.sqlstate == "0A000" and words in info.value.hint, (info.value, info.value.hint)
+    assert _spent(con) == spent
+    assert not [t for t in con.session.engine.tables if "__has_" in t]
+    con.close()
+
+
+def test_a_workload_flag_comparing_a_text_column_with_a_number_is_refused_before_counting(shop_files, tmp_path):
+    """A workload statement's flag is evaluated in every measurement of the person's view
+    (an analyst's on-demand one included): ``o.status = 5`` made DuckDB convert every status
+    to a number and fail on 'P' (58000 on main: whether it failed depended on the values).
+    Now the schema check refuses it from the source's types (F0000) before any row is read,
+    and nothing is spent."""
+    spec = shop.config(tmp_path, {t: {"parquet": str(p)} for t, p in shop_files.items()},
+                       workload={"queries": [f"SELECT COUNT(DISTINCT c.custkey) FROM {JOIN_CO} WHERE o.status = 5"]})
+    con = dpsql.connect(spec)
+    spent = _spent(con)
+    with pytest.raises(dpsql.Error) as info:
+        con.session.measure("customers")
+    assert info.value.sqlstate == "F0000" and "with a number" in str(info.value)
+    assert "constant of its own type" in info.value.hint
+    assert _spent(con) == spent
+    con.close()
