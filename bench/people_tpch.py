@@ -6,7 +6,7 @@
 
 Two workloads.  ``dashboard`` (the default, ``DASHBOARD`` below) and ``templates``: 73
 instances of the TPC-H query templates Q1, Q3, Q4, Q5, Q6, Q10 and Q12 with their substitution
-parameters, dates as DATE columns by month (``bench/people_tpch_templates.py`` says which
+parameters, dates as DATE columns by month (``bench/_tpch_templates.py`` says which
 template and which parameter values each query comes from, and how each was adapted).
 Tumult's side can run on its own (``--tumult-save FILE``: only Tumult, its report to FILE;
 start it early, it is the slow part) and be read back by the comparison (``--tumult-load``,
@@ -69,7 +69,7 @@ sys.path.insert(0, str(HERE))
 import duckdb  # noqa: E402
 
 import dpsql  # noqa: E402
-import people_tpch_templates as templates  # noqa: E402
+import _tpch_templates as templates  # noqa: E402
 
 OUT = HERE / "out"
 TABLES = ("customers", "orders", "lineitem")
@@ -95,7 +95,7 @@ SUM_RANGE = {"l_quantity": (1, 50), "l_extendedprice": (0, 104950)}
 # the template workload's columns (the shared ones have the same table and range)
 OWNER = {**OWNER, **templates.OWNER}
 SUM_RANGE = {**SUM_RANGE, **templates.SUM_RANGE}
-# (name, group columns, aggregate: "count" or the summed column[, conditions: see people_tpch_templates])
+# (name, group columns, aggregate: "count" or the summed column[, conditions: see _tpch_templates])
 DASHBOARD = [
     ("segment", ["c_mktsegment"], "count"),
     ("nation", ["c_nationkey"], "count"),
@@ -235,7 +235,7 @@ def generate(scale: float) -> Path:
     files both systems read.  The dashboard's: its columns, o_year = the order date's year,
     quantities and prices as whole numbers, and (for Tumult, whose tables in an ID space must
     carry the id) the line items with their order's customer; the templates' (prefix
-    ``templates_``): ``people_tpch_templates.prepare``."""
+    ``templates_``): ``_tpch_templates.prepare``."""
     data = OUT / f"tpch-sf{scale:g}"
     raw = data / "raw"
     if not (raw / "supplier.parquet").exists():

@@ -63,7 +63,7 @@ lo = 0
 hi = 104950
 bin_width = 5000
 """
-# TPC-H Q1's shape (bench/people_tpch_templates.py): counts and sums of prices over wide bins
+# TPC-H Q1's shape (bench/_tpch_templates.py): counts and sums of prices over wide bins
 # by a flag, for two cutoffs of a ship month; the SUMs measure binning offsets, which take a
 # share of the workload's rho from the counts' blocks
 PRICE_WORKLOAD = [f"SELECT f, {agg} FROM t WHERE d <= {cut} GROUP BY f"

@@ -1,5 +1,7 @@
 """The TPC-H query templates as a people workload (``bench/people_tpch.py --workload templates``).
 
+A module, not a bench script (``bench/run_all.py`` skips names starting with "_").
+
 Every query below is an instance of a TPC-H query template (TPC-H specification 3.0.1, §2.4,
 "Substitution Parameters" of each query) with one value of its substitution parameters.  The
 list was fixed, by the rules below, before anything was measured on it, and is not tuned
