@@ -256,3 +256,95 @@ def prepare(con, raw: dict[str, str], data) -> None:
     con.execute(f"COPY (SELECT o.o_custkey AS custkey, l.l_orderkey AS o_orderkey, l.* EXCLUDE (l_orderkey) "
                 f"FROM '{data / 'templates_lineitem.parquet'}' l JOIN '{data / 'templates_orders.parquet'}' o "
                 f"ON l.l_orderkey = o.o_orderkey) TO '{data / 'templates_lineitem_people.parquet'}' (FORMAT parquet)")
+
+
+# -- the SVD bound of each template family on its own marginal (public: no data) ----------------
+
+def _months(first: str, last: str) -> list[tuple]:
+    """(first day, last day) of each month from ``first``'s month to ``last`` (cut there)."""
+    import datetime as dt
+    lo, hi = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    out, day = [], lo
+    while day <= hi:
+        nxt = dt.date(day.year + day.month // 12, day.month % 12 + 1, 1)
+        out.append((day.isoformat(), min(nxt - dt.timedelta(days=1), hi).isoformat()))
+        day = nxt
+    return out
+
+
+def _bins(lo: int, hi: int, width: int) -> list[tuple]:
+    return [(a, min(a + width - 1, hi)) for a in range(lo, hi + 1, width)]
+
+
+# each column's cells as dpsql's domain declares them (DOMAIN above): (first, last) values
+CELLS = {"o_orderdate": _months("1992-01-01", "1998-08-02"),
+         "l_shipdate": _months("1992-01-01", "1998-12-31"), "l_receiptdate": _months("1992-01-01", "1998-12-31"),
+         "c_mktsegment": [(v, v) for v in ("AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY")],
+         "o_orderpriority": [(v, v) for v in HIGH + LOW], "l_returnflag": [(v, v) for v in "ANR"],
+         "l_linestatus": [(v, v) for v in "FO"],
+         "l_shipmode": [(v, v) for v in ("AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK")],
+         "c_nationkey": [(v, v) for v in range(25)], "l_discount": [(v, v) for v in range(11)],
+         **{c: [(0, 0), (1, 1)] for c in ("o_late", "l_q12", "l_local")},
+         "l_quantity": [(1, 23), (24, 50)], "l_extendedprice": _bins(0, 104950, 5000),
+         "l_revenue": _bins(0, 104950, 5000), "l_discrev": _bins(0, 10495, 1000)}
+
+
+def _holds(cell: tuple, op: str, value) -> bool:
+    import operator
+    ops = {"=": operator.eq, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+    def one(x):
+        if op == "between":
+            return value[0] <= x <= value[1]
+        if op == "in":
+            return x in value
+        return ops[op](x, value)
+    first, last = one(cell[0]), one(cell[1])
+    if first != last:
+        raise ValueError(f"{op} {value!r} splits the cell {cell}")
+    return first
+
+
+def family_bounds(queries: list[tuple]) -> list[tuple[str, int, int, float]]:
+    """Per family (template × aggregate): its queries, their rows and the SVD bound of the
+    family alone as a multiple of its per-query baseline's RMSE (Li & Miklau's
+    (Σσᵢ)²/n over the cells its queries read, Gaussian, sensitivity 1; the baseline
+    measures each of its m queries with ρ/m: Σ_q rows_q·m·Δ_q²).  Budget- and bound-free:
+    no unbiased strategy answers the family, measured on its own, with a lower RMSE."""
+    from functools import reduce
+    from itertools import product
+
+    import numpy as np
+
+    families: dict[tuple, list] = {}
+    for q in queries:
+        families.setdefault((q[0].split()[0], q[2]), []).append(q)
+    out = []
+    for (template, agg), qs in families.items():
+        cols = sorted({c for _, g, a, conds in qs for c in g + ([] if a == "count" else [a]) + [x[0] for x in conds]})
+        rows, base = [], 0.0
+        for _, group, a, conds in qs:
+            first = len(rows)
+            for key in product(*[[cell[0] for cell in CELLS[c]] for c in group]):
+                vecs = []
+                for c in cols:
+                    v = np.ones(len(CELLS[c]))
+                    for column, op, value in conds:
+                        if column == c:
+                            v *= [_holds(cell, op, value) for cell in CELLS[c]]
+                    if c in group:
+                        v *= [cell[0] == key[group.index(c)] for cell in CELLS[c]]
+                    if c == a:
+                        v *= [(lo + hi) / 2 for lo, hi in CELLS[c]]
+                    vecs.append(v)
+                rows.append(reduce(np.kron, vecs))
+            # a record lies in one row of a GROUP BY: the query's L2 sensitivity is its largest entry
+            base += (len(rows) - first) * len(qs) * max(float(np.abs(r).max()) for r in rows[first:]) ** 2
+        matrix = np.array(rows)
+        # cells no query reads are dropped: a strategy restricted to the read cells answers the
+        # family as well, so the bound over them alone is valid and tighter (n smaller)
+        matrix = matrix[:, np.any(matrix != 0, axis=0)]
+        singular = np.linalg.svd(matrix, compute_uv=False)
+        bound = float(singular.sum()) ** 2 / matrix.shape[1]
+        out.append((f"{template} {agg}", len(qs), len(rows), (bound / base) ** 0.5))
+    return out
