@@ -19,7 +19,6 @@ Planning reads no data; a 10-row CSV satisfies the source declaration.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile

@@ -104,7 +104,7 @@ def workload_matrix(schema, lq) -> Any:
 def _group_rows(factors, groups: list[int]) -> np.ndarray:
     """The combination of group cells each output row reads: the Kron of the term's factors
     on the group attributes (domain order), a Total one for a group summed out."""
-    C = np.ones((1, 1))
+    C: np.ndarray = np.ones((1, 1))
     for j in groups:
         C = np.kron(C, np.atleast_2d(np.asarray(factors[j].dense(), dtype=np.float64)))
     return C

@@ -136,8 +136,8 @@ def counts_bound(strategy: OrderedStrategy, rows: int | None, unit_rows: int = 1
 def ordered_blocks(strategy: OrderedStrategy, bound: int) -> list[OrderedBlock]:
     """The measured blocks of ``strategy`` (public: no data)."""
     clique = strategy.clique
-    grouped = dict(shape=tuple(strategy.shape[strategy.attributes.index(a)] for a in clique),
-                   axis=clique.index(strategy.attribute)) if strategy.groups else {}
+    shape = tuple(strategy.shape[strategy.attributes.index(a)] for a in clique) if strategy.groups else ()
+    axis = clique.index(strategy.attribute) if strategy.groups else 0
     if strategy.coeffs is not None:
         if int(np.max(strategy.coeffs)) * int(bound) >= EXACT_MAX:
             # before any data is read: exact_convolve would refuse it after counting
@@ -147,9 +147,9 @@ def ordered_blocks(strategy: OrderedStrategy, bound: int) -> list[OrderedBlock]:
                 f"table declares {bound:,} (rows times the rows one unit may add)",
                 hint="declare the table's rows as its real size")
         return [OrderedBlock(clique, strategy.size, None, 0, np.asarray(strategy.coeffs, dtype=np.int64),
-                             float(strategy.scale), 1.0, bound, **grouped)]
+                             float(strategy.scale), 1.0, bound, shape=shape, axis=axis)]
     assert strategy.tree is not None
-    return [OrderedBlock(clique, strategy.size, strategy.tree, lv, None, 1.0, float(w), bound, **grouped)
+    return [OrderedBlock(clique, strategy.size, strategy.tree, lv, None, 1.0, float(w), bound, shape=shape, axis=axis)
             for lv, w in enumerate(strategy.weights) if w > 0]
 
 

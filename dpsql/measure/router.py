@@ -51,7 +51,8 @@ class Router:
         source = self._source(table)
         engine = _engine_of(source)
         if engine not in self._backends:
-            group = {n: s for n, s in self._sources.items() if _engine_of(s) == engine}
+            # a snapshot: add_source may add a table meanwhile (it tells started backends)
+            group = {n: s for n, s in list(self._sources.items()) if _engine_of(s) == engine}
             if engine == "duckdb":
                 from dpsql.measure.backend import DuckDBBackend
                 self._backends[engine] = DuckDBBackend(group, **self._duckdb_options)

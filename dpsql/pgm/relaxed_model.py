@@ -152,7 +152,9 @@ class RelaxedModel:
         if len(factors) != len(self.domain.attributes):
             raise ValueError(f"answer: Kron has {len(factors)} factors for "
                              f"{len(self.domain.attributes)} attributes")
-        keep, mats, rows_of = [], [], []
+        keep: list[str] = []
+        mats: list[np.ndarray | None] = []
+        rows_of: list[int] = []
         for a, n, f in zip(self.domain.attributes, self.domain.shape, factors):
             rows, cols = (int(s) for s in f.shape)
             if cols != n:

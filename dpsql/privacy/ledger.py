@@ -256,7 +256,7 @@ class Ledger:
         # SQLite whether anything was committed since the last verified read
         self._probe: sqlite3.Connection | None = None
         self._probe_of: tuple[int, int, int] | None = None     # (pid, st_dev, st_ino) it was opened for
-        self._synced: tuple | None = None                     # _version() before the last verified read
+        self._synced: tuple[object, ...] | None = None                     # _version() before the last verified read
         self._config_text = _canonical({"format": FORMAT, "version": VERSION,
                                         "total_rho": _rho_text(self.total_rho),
                                         "per_user": self._user_spec})
@@ -318,7 +318,7 @@ class Ledger:
             raise self._fail(f"cannot open database ({exc})") from exc
         return conn
 
-    def _version(self) -> tuple | None:
+    def _version(self) -> tuple[object, ...] | None:
         """A value that changes whenever the ledger file may have changed, or None when it
         cannot be read (then nothing is skipped).  It is ``PRAGMA data_version`` of a
         connection kept open for this alone (SQLite documents that it differs after any other
@@ -327,7 +327,7 @@ class Ledger:
         (a file replaced, or written other than through SQLite, to the file system's time
         resolution).  The probe connection is reopened when the path names another file or
         in a forked child."""
-        stats = []
+        stats: list[tuple[int, ...] | None] = []
         for p in (self.path, self.path.with_name(self.path.name + "-wal")):
             try:
                 st = os.stat(p)

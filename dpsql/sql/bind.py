@@ -111,7 +111,9 @@ def _lookup_table(catalog: Catalog, ident: exp.Identifier):
         return catalog.get(name)
     if name.lower() in catalog:
         return catalog[name.lower()]
-    folded = [k for k in catalog if k.lower() == name.lower()]
+    # over a snapshot of the names: an engine adds tables at run time (a people schema's
+    # on-demand flags) while other sessions compile
+    folded = [k for k in list(catalog) if k.lower() == name.lower()]
     if len(folded) == 1:
         return catalog[folded[0]]
     return None

@@ -154,7 +154,7 @@ def _table_ref(node, catalog, stmt) -> TableRef | None:
             found = (name, pool[name], private)
             break
         if not node.this.args.get("quoted"):
-            hits = [k for k in pool if k.lower() == name]
+            hits = [k for k in list(pool) if k.lower() == name]     # a snapshot: tables are added at run time
             if len(hits) == 1:
                 found = (hits[0], pool[hits[0]], private)
                 break
