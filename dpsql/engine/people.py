@@ -313,7 +313,8 @@ def check_flag_types(table: str, cond, types: dict[str, str], dialect: str) -> N
     only by converting a column's values (``counting.flag_type_problem``), from the columns'
     source types (public metadata), before any row is read."""
     from dpsql.measure.counting import flag_type_problem
-    problem = flag_type_problem(table, cond, types, dialect)
+    from dpsql.measure.backend import constant_error   # DuckDB's, used on DuckDB's dialect only
+    problem = flag_type_problem(table, cond, types, dialect, constant_error if dialect == "duckdb" else None)
     if problem is not None:
         raise UnsupportedQueryError(problem[0], hint=problem[1])
 
