@@ -10,7 +10,8 @@ in-process one where the shell reads it:
   ``c`` arrives with ``c_ci95``, ``c_lower``, ``c_upper`` and the row's ``inferred`` flag;
   they become the standard error (``c_ci95`` / Z95), the inferred flag and the range the
   shell's renderer shows as ``± …`` or ``in [lo, hi]`` — the same table as in process; a
-  trailing ``binned`` flag marks the row's values ``(binned)`` (``Result.bias``).
+  trailing ``binned`` flag marks the row's values ``(binned)`` (``Result.bias``); the server's
+  NOTICEs with the answer become its ``notes`` (the rows a view's bound drops, with noise).
 * ``RemoteSession.catalog()``: the declared domains rebuilt from the catalog view
   ``dpsql_columns`` (public metadata), so ``\\d`` and label completion work as in process;
   a kind this client cannot rebuild shows the catalog's own description.
@@ -162,7 +163,10 @@ def to_result(reply, seconds: float) -> Result:
         # renderer marks its values "(binned)" as in process
         bias.append(tuple(float("nan") if binned and full[-1] and errs[j] is not None
                           and errs[j] == errs[j] else None for j in range(base)))
-    return Result(columns, rows, stderr, inferred, seconds=seconds, bounds=bounds, bias=bias)
+    # the server's NOTICEs with the answer (a people view's truncation figure, released with
+    # noise) are the result's notes, as in process
+    return Result(columns, rows, stderr, inferred, seconds=seconds, bounds=bounds, bias=bias,
+                  notes=tuple(getattr(reply, "notices", ())))
 
 
 class RemoteCursor:

@@ -79,6 +79,8 @@ def result_lines(result, mode: str = "ci95", *, expanded: bool = False,
         lines.append(INFERRED_NOTE)
     if has_bounded(result) and mode != "off":
         lines.append(BOUNDED_NOTE)
+    # public remarks beside the errors: a people view's truncation figure, released with noise
+    lines.extend(getattr(result, "notes", ()) or ())
     return lines
 
 

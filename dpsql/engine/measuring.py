@@ -111,8 +111,13 @@ class Measurer:
             from dpsql.measure.ordered import counts_bound, ordered_blocks
             oblocks = ordered_blocks(strategy, counts_bound(strategy, self.config.table_rows.get(table),
                                                             source.unit_rows))
+            # a view's group bound: I_G ⊗ T separates the groups when G is among the strategy's
+            # group attributes (release.ordered_rows_sq, docs/privacy.md §2a)
+            groups = _groups(source, self.config.noise)
+            factors = None if groups is None else [rel.ordered_rows_sq(
+                strategy.groups, strategy.attribute, source.unit_rows, groups)] * len(oblocks)
             oplan = rel.calibrate(oblocks, rho, family=self.config.noise,  # type: ignore[arg-type]
-                                  unit_rows=source.unit_rows)        # a LatticeBlock's view
+                                  unit_rows=source.unit_rows, row_factors=factors)  # a LatticeBlock's view
             key = _identity(state).key() + ":" + _sha(
                 purpose, "ordered", float(oplan.rho), [str(p) for p in oplan.params],
                 *[(b.clique, b.scale, b.weight) for b in oblocks], *[f for b in oblocks for f in b.factors])

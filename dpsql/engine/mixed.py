@@ -134,9 +134,12 @@ def split_parts(workload, labels, offsets) -> tuple[int, list[int], list[int]] |
     return i, ordered, rest
 
 
-def sub_workload(workload, indices):
+def sub_workload(workload, indices, fraction: Fraction = Fraction(1)):
     """The query parts ``indices`` of ``workload`` as a workload of their own, each with its
-    scale in the whole workload's objective (so that errors of the parts add up)."""
+    scale in the whole workload's objective (so that errors of the parts add up), and its
+    per-query baseline (the whole workload's: each query alone at ρ/k) in the unit noise of a
+    part measured with ``fraction`` of ρ: b_q·f, so that the planner's balance keeps each
+    query within its baseline at the part's share, not at the whole budget."""
     from dpsql import linalg
     from dpsql.plan import Workload
 
@@ -144,7 +147,7 @@ def sub_workload(workload, indices):
     parts, first = [], 0
     for j in indices:
         p = workload.parts[j]
-        parts.append(replace(p, first_term=first))
+        parts.append(replace(p, first_term=first, baseline=p.baseline * float(fraction)))
         first += p.num_terms
     return Workload(workload.domain, linalg.Union([mats[j] for j in indices]), tuple(parts))
 

@@ -240,10 +240,12 @@ _WIRE_TYPES = {16: "boolean", 20: "integer", 21: "integer", 23: "integer", 700: 
 
 class WireReply:
     """One statement's reply: ``columns`` as (name, "integer" | "double" | "text" | "boolean"),
-    ``rows``, and the command tag (``status``: "SELECT 2", "SET")."""
+    ``rows``, the command tag (``status``: "SELECT 2", "SET"), and the server's NOTICEs sent
+    with it (``notices``: their messages; dpsql serve's truncation figures, docs/server.md)."""
 
-    def __init__(self, columns: list[tuple[str, str]], rows: list[tuple], status: str) -> None:
-        self.columns, self.rows, self.status = columns, rows, status
+    def __init__(self, columns: list[tuple[str, str]], rows: list[tuple], status: str,
+                 notices: tuple[str, ...] = ()) -> None:
+        self.columns, self.rows, self.status, self.notices = columns, rows, status, notices
 
 
 class WireClient:
@@ -265,8 +267,11 @@ class WireClient:
             raise wire_error(exc) from None
         info = self._conn.info
         self.user, self.host, self.port = info.user, info.host, info.port
+        self._notices: list[str] = []
+        self._conn.add_notice_handler(lambda diag: self._notices.append(diag.message_primary or ""))
 
     def execute(self, sql: str, params=None) -> WireReply:
+        self._notices.clear()
         try:
             # no parameters: the text goes as it is (a '%' in a label stays a '%')
             cur = self._conn.execute(sql, params)
@@ -274,7 +279,7 @@ class WireClient:
             rows = [tuple(r) for r in cur.fetchall()] if cur.description else []
         except psycopg.Error as exc:
             raise wire_error(exc) from None
-        return WireReply(columns, rows, cur.statusmessage or "")
+        return WireReply(columns, rows, cur.statusmessage or "", tuple(self._notices))
 
     def cancel(self) -> None:
         """Ask the server to cancel the running statement (from another thread)."""

@@ -203,6 +203,19 @@ def rows_sq(clique: Sequence[str], factors: Sequence[Any], unit_rows: int,
     return min(k2, groups.l2_sq(unit_rows))
 
 
+def ordered_rows_sq(group_attributes: Sequence[str], column: str, unit_rows: int,
+                    groups: GroupBound | None = None) -> int:
+    """The squared row factor of an ordered strategy's blocks (``dpsql.measure.ordered``): a
+    tree or Toeplitz root over ``column`` measured once per cell of ``group_attributes``
+    (I_G ⊗ T), so each row reads one cell of every group attribute.  Under a group bound whose
+    attributes are all among them (and not the column, whose rows span ranges) the blocks
+    separate the groups: ``groups.l2_sq(k)``; otherwise k² (``docs/privacy.md`` §2a)."""
+    k2 = int(unit_rows) * int(unit_rows)
+    if groups is None or column in groups.attributes or not set(groups.attributes) <= set(group_attributes):
+        return k2
+    return min(k2, groups.l2_sq(unit_rows))
+
+
 def effective_rows_sq(blocks, unit_rows: int, groups: GroupBound | None = None) -> float:
     """The squared row factor the noise of planner blocks ``(clique, query, weight)`` will
     carry on average: Σ_b rows_sq_b·Δ_b²·w_b² / Σ_b Δ_b²·w_b² (k² without a group bound or
@@ -269,18 +282,25 @@ class NoisePlan:
 
 
 def calibrate(blocks: Sequence[LatticeBlock], rho: Fraction | float, *, family: str = "gaussian",
-              unit_rows: int = 1, groups: GroupBound | None = None) -> NoisePlan:
+              unit_rows: int = 1, groups: GroupBound | None = None,
+              row_factors: Sequence[int] | None = None) -> NoisePlan:
     """Per-block noise so that the total zCDP cost is ≤ ``rho`` (exactly computed: ``rho``
     may be an exact Fraction; the float arithmetic below only finds the noise, which the
     1e-9 nudge makes large enough for the exact check to pass).  Under a group bound a
     block that separates the groups has the smaller squared row factor ``rows_sq`` (L2
-    only: Laplace's L1 factor stays k)."""
+    only: Laplace's L1 factor stays k).  ``row_factors`` gives each block's squared row
+    factor directly (≤ k², Gaussian only), for blocks ``rows_sq`` cannot inspect (an ordered
+    strategy's: ``ordered_rows_sq``)."""
     if not rho > 0:
         raise ValueError("rho must be positive")
+    if row_factors is not None and (len(row_factors) != len(blocks) or family != "gaussian"
+                                    or any(not 1 <= int(r) <= unit_rows * unit_rows for r in row_factors)):
+        raise ValueError("row_factors: one per block, each in [1, unit_rows²], Gaussian noise only")
     budget, rho = Fraction(rho), float(rho)
     eff = [b.weight * b.scale for b in blocks]
     if family == "gaussian":
-        k2 = [rows_sq(b.clique, b.factors, unit_rows, groups) for b in blocks]
+        k2 = ([int(r) for r in row_factors] if row_factors is not None
+              else [rows_sq(b.clique, b.factors, unit_rows, groups) for b in blocks])
         sens = [b.l2_sensitivity_sq() for b in blocks]
         total = sum(r * s * e * e for r, s, e in zip(k2, sens, eff))
         sigma2 = total / (2.0 * rho)

@@ -199,7 +199,9 @@ class WorkloadTerms:
         """Content hash of the grams, weights, rows and domain (strategy cache key)."""
         h = hashlib.sha256()
         h.update(repr((self.attributes, self.shape)).encode())
-        h.update(repr([(p.first_term, p.num_terms, p.scale, p.sensitivity)
+        # the baselines too: the planner keeps each query within its own (balance.py), and a
+        # mixed workload's part is planned against baselines at its share of the budget
+        h.update(repr([(p.first_term, p.num_terms, p.scale, p.sensitivity, p.baseline)
                        for p in self.parts]).encode())
         seen: dict[int, str] = {}
         for t in self.terms:

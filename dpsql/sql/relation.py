@@ -138,7 +138,11 @@ def _cast(x: V, to) -> V:
     if x.num and kind == "double precision":
         return x
     if x.num and kind == "integer":
-        val = np.array([v if not math.isfinite(v) else cast_value(v, to) for v in x.val.tolist()], dtype=float)
+        # cast_value's int(round(v)) on each finite value, for the whole column: np.rint rounds
+        # half to even like round() and exactly (+ 0.0: round(-0.3) is the int 0, not -0.0)
+        a = np.asarray(x.val, dtype=float)
+        with np.errstate(invalid="ignore"):
+            val = np.where(np.isfinite(a), np.rint(a) + 0.0, a)
         return V(val, dict(x.grad))
     out = np.array([cast_value(v, to) for v in _as_obj(x)], dtype=object)
     return _as_num(V(out, None, False)) if kind in ("integer", "double precision") else V(out, None, False)

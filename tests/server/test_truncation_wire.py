@@ -72,3 +72,26 @@ def test_an_answer_over_a_bounded_view_carries_its_released_truncation_as_a_noti
         assert notices == []
     finally:
         conn.close()
+
+
+def test_the_analysts_shell_prints_the_notice_under_the_answer(shop_server):
+    """``dpsql shell --connect``: the wire client keeps the server's NOTICEs with the reply,
+    they become the Result's notes, and the shell prints them under the table, as the
+    operator's ``dpsql query`` does in process."""
+    from repl.remote import connect as remote_connect
+    from repl.render import result_lines
+
+    from server_fakes import PASSWORD
+
+    thread, released = shop_server
+    conn = remote_connect(host="127.0.0.1", port=thread.port, user="alice", password=PASSWORD, dbname="dpsql",
+                          sslmode="disable")
+    try:
+        result = bounded(lambda: conn.cursor().execute(FLAGS).result)
+        assert len(result.notes) == 1 and f"about {released.dropped:,.0f} rows dropped" in result.notes[0]
+        lines = result_lines(result, timing=False)
+        assert lines[-1] == result.notes[0]
+        # the next statement starts with no notice of its own
+        assert bounded(lambda: conn.cursor().execute(SEGMENTS).result).notes == ()
+    finally:
+        conn.close()

@@ -176,3 +176,20 @@ def test_functions_apply_to_a_whole_released_column_to_the_bit(name, constants, 
     assert np.array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
     assert np.array_equal(got[ok], want[ok]) and np.array_equal(np.signbit(got[ok]), np.signbit(want[ok]))
+
+
+def test_cast_of_released_values_to_integer_takes_the_whole_column(monkeypatch):
+    """CAST(AVG(x) AS INTEGER) over released rows rounds half to even by cast_value, value by
+    value before; the column at once gives the same bits (signed zeros, ties, ±inf, NaN)."""
+    from dpsql.sql import relation
+    from dpsql.sql.scalars import cast_value
+    from sqlglot import exp
+    to = exp.DataType.Type.INT
+    x = _edge_values()
+    want = np.array([a if not math.isfinite(a) else float(cast_value(a, to)) for a in x.tolist()])
+    monkeypatch.setattr(relation, "cast_value", lambda *a: pytest.fail("cast value by value"))
+    got = relation._cast(relation.V(x.copy(), {0: np.ones(x.size)}), to)
+    assert np.array_equal(np.isnan(got.val), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert np.array_equal(got.val[ok], want[ok]) and np.array_equal(np.signbit(got.val[ok]), np.signbit(want[ok]))
+    assert np.array_equal(got.grad[0], np.ones(x.size))
