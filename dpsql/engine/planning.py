@@ -218,7 +218,7 @@ class Planner:
         bound, exact = None, False
         if self.config.noise == "gaussian":
             raw = Workload(domain, linalg.Union([blocks[j] for j in indices]))
-            if is_ordered_strategy(sub):
+            if is_ordered_strategy(sub) and not sub.groups:
                 # on the column alone: W ⊗ 1ᵀ over n·m cells has singular values √m·σ(W), so
                 # its SVD bound (Σσ)²/N is W's over n; there it is computable in closed form
                 i = list(domain.attributes).index(sub.attribute)
