@@ -59,6 +59,8 @@ bench: $(STAMP)
 
 # Issue 32's acceptance alone: TPC-H people across tables, dpsql vs Tumult's join_private
 # (bench/people_tpch.py; creates bench/peers/.venv-tumult, needs a JDK 17). `make bench` runs it too.
+# PEOPLE_ARGS="--workload templates" runs the TPC-H query templates instead of the dashboard
+# (73 queries: Tumult's side ~30 min per trial on the loaded 2-core VM; --tumult-save runs it apart).
 bench-people: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) bench/people_tpch.py $(PEOPLE_ARGS)

@@ -37,12 +37,38 @@ from dpsql.errors import ConfigError, DomainViolationError
 from dpsql.timeaxis import (DATE_UNITS, TIMESTAMP_UNITS, advance, iso_text, parse_date, parse_timestamp,
                             truncate)
 
-__all__ = ["Temporal", "DateRange", "TimestampRange", "build_temporal", "TEMPORAL_KEYS"]
+__all__ = ["Temporal", "DateRange", "TimestampRange", "build_temporal", "TEMPORAL_KEYS", "time_number",
+           "number_time"]
 
 TEMPORAL_KEYS = {"date": {"type", "lo", "hi", "bin", "nullable"},
                  "timestamp": {"type", "lo", "hi", "bin", "nullable", "timezone"}}
 _ONE_MICRO = dt.timedelta(microseconds=1)
 _ZONED = re.compile(r"(.{16}(?::\d{2}(?:[.]\d{1,6})?)?) ?(?:Z|[+-]\d{2}(?::?\d{2})?)")   # ISO text with a zone
+
+
+# A quantile of a time column is computed on numbers (postprocess reads it off the cells'
+# cumulative counts like any other): a day as days since 1970-01-01, an instant (wall time) as
+# seconds since 1970-01-01 00:00 with its microseconds, exact in a double for years 1-9999
+# (at most 2.6e11 s, so 1e-6 s is within its 53 bits).
+_EPOCH_DAY = dt.date(1970, 1, 1)
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def time_number(value: dt.date | dt.datetime) -> float:
+    """A date as days since 1970-01-01, a (naive, wall-time) datetime as seconds since then."""
+    if isinstance(value, dt.datetime):
+        d = value.replace(tzinfo=None) - _EPOCH
+        return d.days * 86400.0 + d.seconds + d.microseconds / 1e6
+    return float((value - _EPOCH_DAY).days)
+
+
+def number_time(x: float, kind: str) -> dt.date | dt.datetime:
+    """The inverse of :func:`time_number`: a ``"date"`` from days (rounded to the day), a
+    ``"timestamp"`` from seconds (to the microsecond) or, for a date column's interpolated
+    quantile, from days."""
+    if kind == "date":
+        return _EPOCH_DAY + dt.timedelta(days=round(x))
+    return _EPOCH + dt.timedelta(microseconds=round(x * 1e6))
 
 
 @dataclass(frozen=True)
@@ -128,6 +154,16 @@ class Temporal(Attribute):
 
     def cell_values(self) -> np.ndarray | None:
         return None          # no SUM or AVG of a date
+
+    def quantile_cells(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per cell, the numbers (:func:`time_number`) a quantile reads: the period's first
+        value (what a quantile in it reports: exact when the rows are on period starts,
+        e.g. minutes in minute bins) and its first and last value (its interval includes the
+        period); NaN for the NULL cell."""
+        bounds = self.bin_bounds()
+        low = np.array([np.nan if b is None else time_number(b[0]) for b in bounds])
+        high = np.array([np.nan if b is None else time_number(b[1]) for b in bounds])
+        return low.copy(), low, high
 
     # --- values ---------------------------------------------------------------------------
     @abstractmethod

@@ -153,11 +153,15 @@ def answer_ordered(schema, estimate, compiled):
             return None
         scale = (C * C).sum(axis=1)                   # Σ c_g² per output row
         if lq.kind == "quantile":
-            values = schema.attribute(strategy.attribute).cell_values()   # per cell: read only for quantiles
+            column = schema.attribute(strategy.attribute)
+            # per cell, read only for quantiles; a time column's periods are in order, the
+            # NULL cell last, by construction (temporal.Temporal)
+            values = column.cell_values() if column.kind == "integer" else None
             masks = lq.cell_masks
             if not isinstance(f, linalg.Identity) or w != 1.0 or lq.layout.quantile_group_map is not None \
                     or (masks is not None and not all(np.all(m) for m in masks)) \
-                    or values is None or not _values_then_null(values):
+                    or (values is None and column.kind == "integer") \
+                    or (values is not None and not _values_then_null(values)):
                 return None
             views = [estimate.select(c) for c in C]
             answers[lq.name] = _arranged(schema, np.stack([v.cells for v in views]), factors, k, groups)

@@ -218,7 +218,7 @@ class Planner:
         bound, exact = None, False
         if self.config.noise == "gaussian":
             raw = Workload(domain, linalg.Union([blocks[j] for j in indices]))
-            if is_ordered_strategy(sub):
+            if is_ordered_strategy(sub) and not sub.groups:
                 # on the column alone: W ⊗ 1ᵀ over n·m cells has singular values √m·σ(W), so
                 # its SVD bound (Σσ)²/N is W's over n; there it is computable in closed form
                 i = list(domain.attributes).index(sub.attribute)
@@ -253,8 +253,10 @@ class Planner:
         from dpsql.engine.mixed import MixedStrategy, StrategyPart, split_fractions, split_parts, sub_workload
 
         split = split_parts(workload, labels, offsets)
+        # measured, the strategy's blocks get rho less the binning offsets' share (``measure``)
+        counts_rho = lambda s: rho - self._offsets_rho(table, s, rho)     # noqa: E731
         if split is None:
-            return self.optimize_counted(workload, rho, unit_rows, table=table)
+            return self.optimize_counted(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
         i, ordered_idx, rest_idx = split
         attribute = workload.domain.attributes[i]
 
@@ -285,7 +287,7 @@ class Planner:
         # the other candidate: one strategy for the whole workload (the ordered strategy per
         # group of the other columns asked, when those are few: plan.ordered.group_attributes)
         try:
-            whole = self.optimize_counted(workload, rho, unit_rows, table=table)
+            whole = self.optimize_counted(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
             whole_error = self.rows_sq(table, whole) * whole.expected_error
             whole_text = f"{whole.operator} over the whole workload: expected error {whole_error:.6g}"
         except (UnsupportedQueryError, ModelTooLargeError) as exc:    # the group caps, the model size
@@ -356,8 +358,8 @@ class Planner:
         k2 = float(source.unit_rows ** 2)
         return k2 if groups is None else float(min(k2, groups.l2_sq(source.unit_rows)))
 
-    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1, *,
-                 table: str | None = None) -> Strategy:
+    def optimize(self, workload: Workload, rho: Fraction, unit_rows: int = 1, *, table: str | None = None,
+                 counts_rho: Callable[[Strategy], Fraction] | None = None) -> Strategy:
         """HDMM with the configured options and caps; strategies cached on disk.
 
         With ``table`` a view under a group bound, candidates are compared by their error
@@ -365,7 +367,14 @@ class Planner:
 
         A strategy whose real-valued factors cannot be put on the measurement lattice at
         this budget without losing rank (``release.lattice_keeps_rank``) is replaced by the
-        best strategy of the operators with integer blocks (OPT_+ and OPT_M)."""
+        best strategy of OPT_+ and OPT_M (and the per-query mechanism), and when that one
+        loses rank too, of OPT_M's marginals (identity blocks: always on the lattice).  A
+        collapsed factor no longer spans the queries it was planned for: the release is
+        charged and its own workload is then unsupported.  ``counts_rho(strategy)`` is
+        the ρ the strategy's blocks get when measured (``plan``: the workload's ρ less the
+        binning offsets' share, which depends on the strategy), default ``rho``: the
+        lattice is coarser at a smaller ρ, so the check must be made at that one (TPC-H's
+        Q1 sums of prices kept rank at ρ and lost it at ρ less that share)."""
         from dpsql.plan import Caps, StrategyCache, optimize
 
         opts = self.config.planner
@@ -377,17 +386,20 @@ class Planner:
                       progress=(lambda *a, **kw: self._progress("plan", {"args": a, **kw}))
                       if self._listening() else None, row_factor=self.row_factor(table))
         strategy = optimize(workload, **kwargs)
-        if is_ordered_strategy(strategy):
+        if is_ordered_strategy(strategy) or len(workload.domain) <= 1:
             return strategy      # integer blocks by construction (measure/ordered.py)
-        blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
-        if len(workload.domain) > 1 and not rel.lattice_keeps_rank(
-                blocks, rho, family=self.config.noise, unit_rows=unit_rows):
-            strategy = optimize(workload, operators=("OPT_+", "OPT_M", "per-query")
-                                if workload.parts else ("OPT_+", "OPT_M"), **kwargs)
+        per_query = ("per-query",) if workload.parts else ()
+        for operators in (("OPT_+", "OPT_M") + per_query, ("OPT_M",) + per_query):
+            blocks = [(b.clique, b.query, b.weight) for b in strategy.blocks]
+            at = rho if counts_rho is None else counts_rho(strategy)
+            if rel.lattice_keeps_rank(blocks, at, family=self.config.noise, unit_rows=unit_rows):
+                return strategy
+            strategy = optimize(workload, operators=operators, **kwargs)
         return strategy
 
     def optimize_counted(self, workload: Workload, rho: Fraction, unit_rows: int = 1,
-                         released: Sequence[Measurement] = (), *, table: str | None = None) -> Strategy:
+                         released: Sequence[Measurement] = (), *, table: str | None = None,
+                         counts_rho: Callable[[Strategy], Fraction] | None = None) -> Strategy:
         """``optimize``, then make sure the number of records is determined.
 
         The model is fitted to a known total (pgm.estimate: 1ᵀ must lie in some
@@ -398,7 +410,7 @@ class Planner:
         paid from the same budget."""
         from dpsql.plan import Workload
 
-        strategy = self.optimize(workload, rho, unit_rows, table=table)
+        strategy = self.optimize(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
         if is_ordered_strategy(strategy):
             return strategy      # a tree's leaves and the Toeplitz root are invertible: total known
         probe = [Measurement(b.clique, b.query, np.zeros(b.query.shape[0]), 1.0) for b in strategy.blocks]
@@ -406,8 +418,9 @@ class Planner:
             return strategy
         total = linalg.Weighted(1.0, linalg.Kron([linalg.Total(n) for n in workload.domain.shape]))
         blocks = list(workload.matrix.blocks) if isinstance(workload.matrix, linalg.Union) else [workload.matrix]
-        return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total])), rho, unit_rows,
-                             table=table)
+        return self.optimize(Workload(workload.domain, linalg.Union(blocks + [total]),
+                                      _with_total(workload, self.config.noise)),
+                             rho, unit_rows, table=table, counts_rho=counts_rho)
 
     def workload_rho(self, table: str | None = None) -> Fraction:
         """The exact ρ one workload measurement is given (``[workload]`` or the total);
@@ -462,6 +475,11 @@ class Planner:
         planned = self._offset_blocks(table, strategy, rho)
         return None if planned is None else ([b for b, _ in planned[0]], planned[1])
 
+    def _offsets_rho(self, table: str, strategy: Strategy, rho: Fraction) -> Fraction:
+        """The share of ``rho`` the workload's binning offsets take from ``strategy``'s blocks."""
+        planned = self._offset_blocks(table, strategy, rho)
+        return Fraction(0) if planned is None else planned[1]
+
     def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction):
         """``offset_plan`` with the workload queries each block serves."""
         from dpsql.engine.offsets import offset_blocks, offset_share
@@ -479,6 +497,21 @@ class Planner:
                                             else self.rows_sq(table, strategy) / source.unit_rows ** 2)
         return blocks, offset_share(rho, counts, blocks, [p.scale for p in workload.parts],
                                     source.unit_rows, groups)
+
+
+def _with_total(workload: Workload, noise: str) -> tuple:
+    """The workload's query parts with one more for the total count appended to its terms:
+    without them the re-planned strategy forgot its queries, and ``plan`` reported no
+    per-query errors, no baseline (NaN) and no SVD bound for a workload of filtered counts
+    (TPC-H Q4: late orders per priority and quarter)."""
+    from dpsql.plan import QueryPart
+    from dpsql.plan.objective import baseline_variance
+
+    if not workload.parts:
+        return ()
+    first = sum(p.num_terms for p in workload.parts)
+    base = baseline_variance(1.0, len(workload.parts) + 1, noise)
+    return tuple(workload.parts) + (QueryPart("(total)", 1, first, 1, 1.0, 1.0, 1.0, base),)
 
 
 __all__ = ["Planner", "gaussian_sigma2_unit"]

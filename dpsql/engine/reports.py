@@ -128,7 +128,8 @@ class PartReport:
         bound = "" if self.bound_rmse is None else \
             f" (SVD bound of {which} at this share: {self.bound_rmse:,.2f}, ratio {self.rmse / self.bound_rmse:.3f})"
         n = f"{self.queries} quer{'y' if self.queries == 1 else 'ies'}"
-        return (f"  {self.name}: {self.operator}, {n} ({self.rows:,} rows), rho = {self.rho:.6g} "
+        rows = f"{self.rows:,} row{'' if self.rows == 1 else 's'}"
+        return (f"  {self.name}: {self.operator}, {n} ({rows}), rho = {self.rho:.6g} "
                 f"({self.fraction:.1%} of the budget), expected RMSE per row {self.rmse:,.2f}{bound}")
 
 

@@ -70,6 +70,10 @@ class Backend(Protocol):
         """Read table ``name`` from ``source`` from now on (an engine's table added at run time)."""
         ...
 
+    def remove_source(self, name: str) -> None:
+        """Forget table ``name`` (an added table the engine no longer keeps)."""
+        ...
+
     def source_columns(self, table: str) -> dict[str, str]:
         """Column names and types of ``table``'s source, from metadata only."""
         ...
@@ -440,6 +444,11 @@ class SqlBackend(ABC):
         people schema's on-demand flag, ``Engine.add_person_flags``)."""
         with self._lock:
             self._sources[name] = source
+
+    def remove_source(self, name: str) -> None:
+        """Forget ``name`` (an on-demand flag's table the engine dropped, ``Engine._add_flag``)."""
+        with self._lock:
+            self._sources.pop(name, None)
 
     # -- metadata -----------------------------------------------------------------------------
     def _source(self, table: str) -> Source:

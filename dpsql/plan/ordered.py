@@ -43,6 +43,7 @@ import numpy as np
 from dpsql.errors import ModelTooLargeError, UnsupportedQueryError
 from dpsql.linalg.toeplitz import LowerToeplitz, series_inverse, sqrt_prefix_coefficients
 from dpsql.linalg.tree import SemiseparableTraces, Tree
+from dpsql.plan import gram as _gram
 from dpsql.plan.gram import LowRankGram, RangeGram, gram_trace
 from dpsql.plan.strategy import MeasurementBlock
 from dpsql.plan.workload import WorkloadTerms
@@ -85,6 +86,13 @@ def group_attributes(terms: WorkloadTerms, i: int) -> tuple[int, ...]:
     if not groups:
         return ()
     name, n = terms.attributes[i], terms.shape[i]
+    large = [terms.attributes[j] for j in groups if terms.shape[j] > _gram.LARGE_CELLS]   # read when used
+    if large:
+        raise UnsupportedQueryError(
+            f"the workload asks about {name!r} ({n:,} cells) and {large[0]!r} "
+            f"({terms.shape[terms.attributes.index(large[0])]:,} cells): a strategy is planned "
+            f"over one column of more than {_gram.LARGE_CELLS:,} cells at a time",
+            hint=f"plan the queries over {name!r} and those over {large[0]!r} in workloads of their own")
     cells = math.prod(int(terms.shape[j]) for j in groups)
     if cells > MAX_GROUPS or cells * n > MAX_GROUPED_CELLS:
         names = ", ".join(f"{terms.attributes[j]!r} ({terms.shape[j]:,})" for j in groups)

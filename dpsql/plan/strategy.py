@@ -23,6 +23,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -230,25 +231,41 @@ class Strategy:
 
 # --- rounding --------------------------------------------------------------------------
 
+# A value row's integer entries may reach 2·hi (its bins' lo + hi, the doubled midpoints of
+# integer bins: 4,999 … 204,950 for prices to 104,950); one row of them times a count stays
+# far inside int64, as an integer Values row of a column declared in whole units always did
+VALUE_ROW_MAX = 1 << 24
+
+
 def _integer_multiple(F: np.ndarray, max_entry: int = 1 << 16) -> tuple[np.ndarray, float] | None:
     """(K, g) with F = g·K and K a small integer matrix, when F is one (up to 1e-9).
 
     OPT_0 on a rank-one gram vvᵀ (a SUM's value row) returns a multiple of v; rounding
     it to a grid would tilt it out of span{v} and lose support of the SUM, whereas
-    the integer K measures exactly the planned row space.
+    the integer K measures exactly the planned row space.  Multipliers 1..64 are tried;
+    for a single row (a value row) also the least common denominator of its entries'
+    ratios to the smallest one, with entries up to ``VALUE_ROW_MAX``: the search missed
+    the midpoints of a price column's integer bins of 5,000 (2,499.5, 7,499.5, …, the
+    last cut at hi: 102,475), and the per-query mechanism then supported none of the
+    TPC-H template bench's SUMs of prices.
     """
     nz = np.abs(F[F != 0])
     if nz.size == 0:
         return None
     g0 = float(nz.min())
-    if float(nz.max()) / g0 > max_entry:
+    top = float(nz.max()) / g0
+    if top > max_entry:
         return None
     sample = nz[:256] / g0      # screen multipliers on a few entries, verify on all
-    for m in range(1, 65):
-        if float(nz.max()) / g0 * m > max_entry:
-            return None
-        if not np.allclose(sample * m, np.round(sample * m), rtol=0.0, atol=1e-9 * max_entry):
-            continue
+    candidates = [m for m in range(1, 65) if top * m <= max_entry
+                  and np.allclose(sample * m, np.round(sample * m), rtol=0.0, atol=1e-9 * max_entry)]
+    if not candidates and F.shape[0] == 1:
+        m = 1
+        for x in np.unique(sample):
+            d = Fraction(float(x)).limit_denominator(VALUE_ROW_MAX).denominator
+            m = m * d // math.gcd(m, d)
+        candidates = [m] if top * m <= VALUE_ROW_MAX else []
+    for m in candidates:
         K = F * (m / g0)
         R = np.round(K)
         if np.allclose(K, R, rtol=0.0, atol=1e-9 * max(float(np.abs(K).max()), 1.0)):

@@ -36,7 +36,7 @@ from dpsql.sql.joins import (answer_public, expand, join_tree, public_in_lists, 
                              table_columns)
 from dpsql.sql.people import person_join
 from dpsql.sql.derived import _TOPN_HINT, flatten, limit_clause, output_names, restrictions
-from dpsql.sql.ir import Expr, noisy, type_of
+from dpsql.sql.ir import Agg, Expr, Output, noisy, type_of, uses
 from dpsql.sql.postprocess import AggPlan, Program, Restriction, order_items, to_ir
 from dpsql.sql.predicates import compile_predicate
 from dpsql.sql.query import CompiledQuery, OutputColumn
@@ -230,7 +230,7 @@ class _Lowering:
                                         hint="filter on columns")
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
         if attr is not None and call.arg is not None and attr.kind in ("date", "timestamp") \
-                and call.func != "count" and isinstance(call.arg.unnest(), exp.Column):
+                and call.func not in ("count", "quantile") and isinstance(call.arg.unnest(), exp.Column):
             raise UnsupportedQueryError(f"{snippet(call.node)} aggregates {attr.kind} column '{attr.name}' as a number",
                                         position=self.pos(call.node),
                                         hint=f"count rows per period: GROUP BY date_trunc('month', {attr.name})")
@@ -273,6 +273,15 @@ class _Lowering:
                 # the cells' values (NaN for NULL) bound the average of an inferred group
                 plan = AggPlan("avg", label, [s, c], cell_values=self.weights(call, attr, keep_null=True),
                                bias_query=bound, halfwidth=float(half.max()), offset_query=offset)
+        elif attr is not None and attr.kind in ("date", "timestamp") and isinstance(call.arg, exp.Column):
+            # a time column's quantile: on numbers (temporal.time_number), reported as a DATE
+            # (DISC of a date) or a TIMESTAMP, as DuckDB's quantile_disc / quantile_cont
+            values, low, high = attr.quantile_cells()
+            q = self.spec("quantile", pred, label, quantile_attr=attr)
+            time_type = "date" if attr.kind == "date" and call.method == "disc" else "timestamp"
+            plan = AggPlan("quantile", label, [q], q=call.q, method=call.method, cell_values=values,
+                           cell_low=low, cell_high=high, time_type=time_type,
+                           time_days=attr.kind == "date")
         else:
             values = self.quantile_values(call, attr)
             q = self.spec("quantile", pred, label, quantile_attr=attr)
@@ -409,6 +418,7 @@ class _Lowering:
         having = self.tree.args.get("having")
         having_ir = ir(having.this) if having is not None else None
         order = order_items(self.tree, columns, ir, self.pos)
+        self.check_time_aggregates(outputs, having_ir, order)
         limit, offset = limit_clause(self.tree, self.pos)
         distinct = self.tree.args.get("distinct") is not None
         if self.where is not None:
@@ -451,8 +461,27 @@ class _Lowering:
         return out, extra
 
     def ir_type(self, e: Expr) -> str:
-        # aggregates here are noisy values (double precision); keys have their domain's type
+        # aggregates here are noisy values (double precision), but for a time column's
+        # quantile selected as it is (a DATE or TIMESTAMP); keys have their domain's type
+        time_type = self.aggs[e.index].time_type if isinstance(e, Agg) else None
+        if time_type is not None:
+            return time_type
         return type_of(e, lambda i: self.keys[i].type, lambda i: "double precision")
+
+    def check_time_aggregates(self, outputs, having, order) -> None:
+        """A time column's quantile is a number inside (seconds or days): it may be selected
+        (and ordered by), not computed with or compared, where that number would show."""
+        timed = {i for i, a in enumerate(self.aggs) if a.time_type is not None}
+        if not timed:
+            return
+        nested = [having] + [o for o in outputs if not isinstance(o, Agg)] + \
+            [k.by for k in order if not isinstance(k.by, (Output, Agg))]
+        for e in nested:
+            if e is not None and uses(e, lambda x: isinstance(x, Agg) and x.index in timed):
+                raise UnsupportedQueryError(
+                    f"{self.aggs[min(timed)].label} is a date or timestamp: it can be selected and "
+                    "ordered by, not used in an expression, a comparison or HAVING",
+                    hint="select the quantile as it is")
 
 
 class _Compiler:

@@ -69,6 +69,10 @@ class AggPlan:
     # SUM/AVG over wide bins: the rows' offsets from their bins' values (kind "offset"),
     # added where they were measured (then no bound: the SUM is unbiased)
     offset_query: str | None = None
+    # a time column's quantile: its output type ("date" or "timestamp"; the value is
+    # temporal.time_number's, converted when the rows are made) and whether its numbers are days
+    time_type: str | None = None
+    time_days: bool = False
 
 
 @dataclass
@@ -671,7 +675,11 @@ def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Re
     outs = [ev(o) for o in program.outputs]
     types = [c.type for c in cq.columns]
     ranks = [program.keys[o.index].sort_rank if isinstance(o, Key) else None for o in program.outputs]
-    full = Relation(outs, vars_, types, [c.name for c in cq.columns], ranks)
+    # a time column's quantile selected as it is: shown as its date or timestamp
+    times = [(program.aggs[o.index].time_type, program.aggs[o.index].time_days)
+             if isinstance(o, Agg) and program.aggs[o.index].time_type is not None else None
+             for o in program.outputs]
+    full = Relation(outs, vars_, types, [c.name for c in cq.columns], ranks, times=times)
     rows, _ = full.rows(False)
     order = []
     for spec in program.order:
@@ -685,7 +693,7 @@ def evaluate_program(program: Program, cq, answers, stderrs, present=None) -> Re
     chosen = np.asarray(select_rows(rows, keep, order, program.distinct, program.offset, program.limit),
                         dtype=np.int64)
     rel = Relation([take(o, chosen) for o in outs], [v[chosen] for v in vars_], types, full.names, ranks,
-                   biases=[b[chosen] for b in biases])
+                   biases=[b[chosen] for b in biases], times=times)
     # which group and which listed key tuple each row came from (for ranges, run_program)
     rel.group_index, rel.key_position = idx[chosen], pos[chosen]
     return rel

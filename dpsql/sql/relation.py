@@ -12,6 +12,7 @@ post-processing of released answers and public metadata.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from dpsql.errors import DataError, UnsupportedQueryError
 from dpsql.sql.ir import COMPARISON, Agg, Call, Cast, Expr, Key, Lit, Op
+from dpsql.temporal import number_time
 from dpsql.sql.scalars import SCALARS, cast_type, cast_value, compare, first_present, first_true
 
 # The two-sided 95% normal quantile (dpsql.engine.variance.Z95): a binning bound β is
@@ -259,6 +261,14 @@ def py_value(x):
     return _py(x)
 
 
+def _as_time(x, time):
+    """A time quantile's number (days, or seconds) as its date or timestamp (None stays)."""
+    if x is None or isinstance(x, (dt.date, dt.datetime)):
+        return x
+    kind, days = time
+    return number_time(float(x) * (86400.0 if days and kind == "timestamp" else 1.0), kind)
+
+
 def _py_column(val, integer: bool) -> list:
     """``[_py(x) for x in val]`` (with ``_as_int`` for an integer column), a whole numeric
     column at once: ``tolist`` gives the same Python floats, ints and bools; a 1,459-row
@@ -366,6 +376,9 @@ class Relation:
     # each row came from, for the rows' ranges; None elsewhere
     group_index: np.ndarray | None = field(default=None, compare=False, repr=False)
     key_position: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # per column: (type, days) where it is a time column's quantile (a number of days or
+    # seconds, postprocess.AggPlan.time_type) to be shown as a date or timestamp; else None
+    times: list = field(default_factory=list, compare=False, repr=False)
 
     @property
     def n(self) -> int:
@@ -378,6 +391,9 @@ class Relation:
         n = self.n
         rows = list(zip(*[_py_column(c.val, t == "integer") for c, t in zip(self.cols, self.types)])) \
             if self.cols else [() for _ in range(n)]
+        if any(self.times):
+            rows = [tuple(_as_time(v, self.times[j]) if j < len(self.times) and self.times[j] else v
+                          for j, v in enumerate(r)) for r in rows]
         if not with_errors:
             return rows, None
         errs = [stderr_of(c, self.variances, n).tolist() for c in self.cols]

@@ -132,3 +132,16 @@ def test_the_summary_reports_each_unit_and_advises_from_the_counts(tmp_path):
         # capital_gain has wide bins: its binning offsets are measured beside the counts
         # (docs/engine.md, "Binning offsets"), so no binning-bound row is planned
         assert [r.rstrip().rsplit(" [", 1)[1] for r in rows] == [f"SUM({agg})]", f"COUNT({agg})]"], rows
+
+
+def test_a_workload_of_filtered_counts_keeps_its_per_query_report(tmp_path):
+    """Filtered counts alone do not determine the total, so the planner adds it and plans
+    again (issue 21); that re-plan built its workload without the queries' parts, and the
+    report had no per-query errors, a NaN baseline and no SVD bound (the TPC-H template
+    bench's orders view: Q4's late orders per priority and quarter)."""
+    queries = ["SELECT sex, COUNT(*) FROM adult WHERE age >= 30 GROUP BY sex",
+               "SELECT sex, COUNT(*) FROM adult WHERE age >= 60 GROUP BY sex"]
+    report = plan(tmp_path, queries)
+    assert [q.sql for q in report.per_query] == queries
+    assert all(math.isfinite(q.stderr) and q.baseline > 0 for q in report.per_query)
+    assert math.isfinite(report.baseline_rmse) and report.rmse <= report.baseline_rmse

@@ -134,3 +134,23 @@ def test_column_classes_and_class_pinv_match_dense():
     np.testing.assert_allclose(Q.dense(), np.linalg.pinv(G.T @ G), atol=1e-8)
     W = Prefix(5).dense()
     assert Q.trace(W.T @ W) == math.inf
+
+
+@pytest.mark.parametrize("mids", [[2499.5 + 5000 * i for i in range(20)] + [102475.0],
+                                  [2500.0 + 5000 * i for i in range(20)] + [102475.0]])
+@pytest.mark.parametrize("scale", [1.0, 1 / 102475.0])
+def test_a_sum_over_bins_cut_at_hi_keeps_its_value_row(mids, scale):
+    """A price column lo = 0, hi = 104,950 in integer bins of 5,000: the midpoints are
+    2,499.5, 7,499.5, …, 97,499.5 and, the last bin cut at hi, 102,475 (also with a
+    numeric-style 2,500 … 97,500).  The value row (as the per-query mechanism measures a
+    SUM, or OPT_0 on its rank-one gram, scaled) is no multiple of an integer row with a
+    multiplier up to 64 and entries up to 2¹⁶: rounding put it on the planner's grid and
+    tilted it out of its span, and the SUM was unsupported by the strategy planned for it
+    (the TPC-H template bench: the per-query mechanism "does not support" the SUMs of
+    prices)."""
+    from dpsql.plan.strategy import KronBlock, round_blocks
+
+    mids = np.array(mids)
+    (block,) = round_blocks([KronBlock(1.0, (scale * mids[None, :], np.eye(3)))], DEFAULT_GRID)
+    row = block.factors[0]
+    assert row.shape == (1, 21) and np.allclose(row[0] / row[0, 0], mids / mids[0], rtol=0, atol=1e-12)
