@@ -5,8 +5,8 @@ the exception hierarchy.  Everything else is internal and documented in ``docs/`
 """
 
 from dpsql.errors import (  # noqa: F401  (re-exported, PEP 249)
-    BudgetExhaustedError, DataError, DatabaseError, DomainViolationError, Error, IntegrityError,
-    InterfaceError, InternalError, ModelTooLargeError, NotSupportedError, OperationalError,
+    BudgetExhaustedError, DataError, DatabaseError, DomainViolationError, Error, InsufficientResourcesError,
+    IntegrityError, InterfaceError, InternalError, ModelTooLargeError, NotSupportedError, OperationalError,
     PrivacyViolationError, ProgrammingError, StatementTooComplexError, UnsupportedQueryError,
     UselessMeasurementError, Warning,
 )
@@ -30,5 +30,5 @@ def __getattr__(name):
 __all__ = sorted(_DBAPI) + ["Error", "Warning", "InterfaceError", "DatabaseError", "DataError",
                             "OperationalError", "IntegrityError", "InternalError", "ProgrammingError",
                             "NotSupportedError", "BudgetExhaustedError", "DomainViolationError",
-                            "ModelTooLargeError", "PrivacyViolationError", "StatementTooComplexError",
-                            "UnsupportedQueryError", "UselessMeasurementError"]
+                            "InsufficientResourcesError", "ModelTooLargeError", "PrivacyViolationError",
+                            "StatementTooComplexError", "UnsupportedQueryError", "UselessMeasurementError"]

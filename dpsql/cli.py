@@ -608,6 +608,11 @@ def cmd_query(args) -> int:
             return _ask(f"Answering needs a new measurement of {request.what} that spends "
                         f"{_spend_text(request.rho, request.delta)}. Spend it? [y/N] ")
         session.approve = approve
+    else:
+        # one statement per run: no SET can precede it, the option can
+        session.spend_hint = ("run it with dpsql query --allow-spend to spend without being asked (in a "
+                              "terminal it asks instead); or answer from existing measurements: [policy] "
+                              "unsupported = \"informed\" in the configuration")
     cur = con.cursor()
     cur.execute(args.sql)
     status.clear()

@@ -213,6 +213,8 @@ SCHEMA: dict[str, Section] = {
         "tables": _k("table", "the other private tables", section="people_tables"),
         "truncation_share": _k("number", "the share of each view's budget that releases the rows its bound "
                                          "drops, in [0, 1) (0: not released)", default=0),
+        "max_ad_hoc_flags": _k("int", "on-demand flag tables that nothing has measured yet, kept at once "
+                                      "(53000 beyond)", default=64, minimum=1),
     }),
     "people_tables": Section("the other private tables", each="people_table"),
     "people_table": Section("a table's link towards the person", {

@@ -89,7 +89,7 @@ def _engine_for(config, overrides) -> Engine:
     key = str(Path(cfg.ledger_path).resolve())
     with _engines_lock:
         engine = _engines.get(key)
-        if engine is None or engine.config != cfg:
+        if engine is None or engine.declared_config != cfg:
             engine = Engine(cfg)
             # a connection binds its budget to the ledger at once, so a server or shell whose
             # configuration does not match its ledger fails at start (only planning is ledger-free)

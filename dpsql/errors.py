@@ -44,6 +44,7 @@ __all__ = [
     "BudgetExhaustedError",
     "UselessMeasurementError",
     "ModelTooLargeError",
+    "InsufficientResourcesError",
     "LedgerCorruptError",
     "QueryCanceledError",
     "StatementTooComplexError",
@@ -236,6 +237,13 @@ class UselessMeasurementError(BudgetExhaustedError):
     def __init__(self, message: str, *, expected_error: float | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.expected_error = expected_error
+
+
+class InsufficientResourcesError(OperationalError):
+    """The engine already holds as many objects of a kind as its configuration allows (a
+    people schema's on-demand flag tables, ``[people] max_ad_hoc_flags``)."""
+
+    sqlstate = "53000"
 
 
 class ModelTooLargeError(OperationalError):

@@ -112,9 +112,13 @@ class StarCatalog(dict):
 
     Iterating it lists the private tables only, so code that knows nothing of joins is
     unchanged; ``public`` and ``references`` are read by the SQL front end and the wire
-    server's catalog.  ``query`` (optional) runs SQL over the public tables alone (the
-    measure layer's ``PublicDatabase``): plain ``SELECT … FROM dim`` and ``IN (SELECT key
-    FROM dim …)`` are answered by it, exactly.
+    server's catalog.  The tables an engine adds for one statement (a people schema's
+    on-demand flags, ``add_unlisted``) are found by name (``[]``, ``get``, ``in``) but never
+    listed: iterating, ``items()`` and ``len`` leave them out, so no listing, table hint or
+    wire catalog shows one analyst the conditions another analyst asked.  ``query``
+    (optional) runs SQL over the public tables alone (the measure layer's
+    ``PublicDatabase``): plain ``SELECT … FROM dim`` and ``IN (SELECT key FROM dim …)`` are
+    answered by it, exactly.
     """
 
     def __init__(self, private: Mapping[str, Any], public: Mapping[str, PublicTable] | None = None,
@@ -126,6 +130,27 @@ class StarCatalog(dict):
         # the people schema (dpsql.engine.people.PeopleSchema): joins of private tables along
         # its keys are compiled over the deepest table's view (dpsql/sql/people.py)
         self.people = people
+        self.unlisted: dict[str, Any] = {}
+
+    def add_unlisted(self, name: str, schema: Any) -> None:
+        """Add table ``name``, found by name but never listed (an on-demand flag)."""
+        self.unlisted[name] = schema
+
+    def remove_unlisted(self, name: str) -> None:
+        self.unlisted.pop(name, None)
+
+    def __missing__(self, name: str) -> Any:
+        # dict.__getitem__ calls this for a name it does not hold
+        try:
+            return self.unlisted[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or name in self.unlisted
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
 
     def reference(self, table: str, column: str, target: str, target_column: str) -> Reference | None:
         """The declared one-column reference between the two columns, in either direction."""

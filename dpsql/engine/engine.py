@@ -63,6 +63,12 @@ class Engine:
 
     def __init__(self, config: Config, backend: Backend | None = None,
                  progress: Callable[[str, dict], None] | None = None) -> None:
+        # the configuration as loaded, which ``dpsql.connect`` compares to share this engine;
+        # ``config`` gets the sources of the tables added at run time (on-demand flags,
+        # ``_add_flag``), so that adding one does not make every later connection build an
+        # engine of its own (it did: the mutated configuration no longer equalled the file's)
+        self.declared_config = config
+        config = dataclasses.replace(config, sources=dict(config.sources), table_rows=dict(config.table_rows))
         self.config = config
         # the private tables, with the public ones and the declared keys beside them
         self.catalog = StarCatalog(config.tables, config.public_tables, config.references,
@@ -91,7 +97,10 @@ class Engine:
         self._seen_seq = 0
         self._charges: dict[int, LedgerEntry] = {}
         self._releases: list = []   # release entries of the ledger, oldest first
-        self._flags: dict[str, dict] = {}   # ad hoc flag tables: their condition (add_person_flags)
+        # ad hoc flag tables: their condition (add_person_flags), least recently asked first,
+        # and how many running statements hold each (hold_person_flags: never dropped then)
+        self._flags: dict[str, dict] = {}
+        self._held: dict[str, int] = {}
         # the models of the releases: a collaborator given what it uses, not a base class
         # reading this one's attributes (issue 36 item 3)
         self.models = ModelStore(config, self._lock, state=self._state, sync=self._sync,
@@ -511,51 +520,117 @@ class Engine:
         """Ranges implied by the released measurements (``ModelStore.bounds``)."""
         return self.models.bounds(table)
 
-    def add_person_flags(self, sql: str) -> None:
+    def add_person_flags(self, sql: str, hold: bool = False) -> list[str]:
         """Add the table of each per-person flag that statement ``sql`` needs and no workload
         statement declared (a people schema's ad hoc ``COUNT(DISTINCT person) … WHERE
         <condition on a child's rows>``; ``people.flag_table_of``), so that it compiles over
         that table and is measured on demand like any unmeasured query: planned, previewed,
         consented to and charged before noise (``Session._measure_for``).  Public: the SQL
         and the schema; a statement that needs none adds nothing, and a condition of a shape
-        the engine may not evaluate is refused (0A000) before any row is read."""
+        the engine may not evaluate is refused (0A000) before any row is read.  Returns the
+        tables' names; with ``hold`` each is held until ``release_person_flags`` (a running
+        statement's table is never dropped, ``_add_flag``)."""
         people = self.config.people
         if people is None:
-            return
+            return []
         from dpsql.sql.people import flag_column, person_flags
 
+        names = []
         for table, cond in person_flags([sql], self.catalog):
             if flag_column(table, cond) in self.catalog[people.person].column_names:
                 continue      # a workload flag, measured with the person's view
-            self._add_flag(table, cond)
+            names.append(self._add_flag(table, cond, hold))
+        return names
 
-    def _add_flag(self, table: str, cond) -> str:
-        """Add the table of the flag of ``cond`` on ``table``'s rows (``add_person_flags``)."""
+    def release_person_flags(self, names: list[str]) -> None:
+        """End the hold of ``add_person_flags(sql, hold=True)`` on ``names``."""
+        with self._lock:
+            for name in names:
+                left = self._held.get(name, 0) - 1
+                if left > 0:
+                    self._held[name] = left
+                else:
+                    self._held.pop(name, None)
+
+    def _add_flag(self, table: str, cond, hold: bool = False) -> str:
+        """Add the table of the flag of ``cond`` on ``table``'s rows (``add_person_flags``).
+
+        At most ``[people] max_ad_hoc_flags`` of these tables that no charge names (nothing
+        measured them) are kept: beyond, the one asked least recently that no running
+        statement holds is dropped (a later statement with its condition adds it again,
+        the same table under the same identity), and when every one is held the statement is
+        refused (53000, nothing spent).  A measured one is kept, so its release stays
+        answerable; their number is bounded by the budget (each first measurement is charged
+        a per-query budget).  Public state only: the tables' names and the ledger's charges."""
         from dpsql.engine.people import flag_table_of
         from dpsql.errors import ProgrammingError
         people = self.config.people
         if people is None:
             raise ProgrammingError("no [people] schema is configured")
         name, schema, source = flag_table_of(people, self.catalog, self.config.sources, table, cond)
-        if name in self.tables:
-            return name
+        with self._lock:
+            if name in self.tables:
+                self._use_flag(name, hold)
+                return name
         # the columns' source types (catalog or file metadata, never a row)
         from dpsql.engine.people import check_flag_types
         check_flag_types(table, cond, self.backend.source_columns(table), self.backend.dialect_of(table))
         with self._lock:
             if name in self.tables:
+                self._use_flag(name, hold)
                 return name
+            self._make_room(name, people.max_ad_hoc_flags)
             # one row per person: the person table's declared public size is its size
             if people.person in self.config.table_rows:
                 self.config.table_rows[name] = self.config.table_rows[people.person]
             self.config.sources[name] = source
             self.backend.add_source(name, source)
-            self.catalog[name] = schema
+            # found by name, never listed: its condition is another analyst's question
+            self.catalog.add_unlisted(name, schema)
             self.tables[name] = TableState(schema)
             # its releases' charges name the condition, so that a process that has not seen
             # the statement yet lists them as in use (``releases``)
             self._flags[name] = {"table": table, "condition": cond.sql(dialect="postgres")}
+            self._use_flag(name, hold)
         return name
+
+    def _use_flag(self, name: str, hold: bool) -> None:
+        """Mark flag table ``name`` asked now (the last to drop); hold it for a statement."""
+        self._flags[name] = self._flags.pop(name)
+        if hold:
+            self._held[name] = self._held.get(name, 0) + 1
+
+    def _make_room(self, name: str, cap: int) -> None:
+        """Before adding flag table ``name``: drop unmeasured, unheld flag tables, least
+        recently asked first, until fewer than ``cap`` unmeasured ones remain; 53000 when
+        every unmeasured one is held (``_add_flag``).  Called under the engine's lock."""
+        from dpsql.errors import InsufficientResourcesError
+        self._read_ledger()
+        charged = {(e.mechanism or {}).get("table") for e in self._charges.values()
+                   if isinstance(e.mechanism, dict)}
+        if name in charged:
+            return       # measured: kept regardless of the cap
+        unmeasured = [n for n in self._flags if n not in charged and not self.tables[n].release_keys]
+        for victim in [n for n in unmeasured if not self._held.get(n)]:
+            if len(unmeasured) < cap:
+                break
+            self._drop_flag(victim)
+            unmeasured.remove(victim)
+        if len(unmeasured) >= cap:
+            raise InsufficientResourcesError(
+                f"the engine already holds {len(unmeasured)} on-demand per-person flags that running statements "
+                "are measuring, its limit; nothing was spent",
+                hint="retry when they finish, ask for a condition already asked, or ask the operator to add the "
+                     "statement to [workload] or raise [people] max_ad_hoc_flags")
+
+    def _drop_flag(self, name: str) -> None:
+        """Forget flag table ``name`` (unmeasured and unheld: nothing of it is in the ledger)."""
+        del self.tables[name]
+        del self._flags[name]
+        self.catalog.remove_unlisted(name)
+        self.config.sources.pop(name, None)
+        self.config.table_rows.pop(name, None)
+        self.backend.remove_source(name)
 
     def _restore_flag(self, name: str, flag: dict) -> None:
         """Add the flag's table a charge names (``_add_flag``), if this configuration still
@@ -579,7 +654,7 @@ class Engine:
         except KeyError:
             from dpsql.errors import UnknownTableError
             raise UnknownTableError(f"table {table!r} is not a private table of this configuration",
-                                    hint=f"tables: {', '.join(sorted(self.tables))}") from None
+                                    hint=f"tables: {', '.join(sorted(self.catalog))}") from None
 
     def close(self) -> None:
         self.backend.close()

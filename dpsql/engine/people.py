@@ -26,6 +26,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from dpsql.config_schema import default
 from dpsql.domain import Attribute, IntegerRange, TableSchema
 from dpsql.errors import ConfigError, UnsupportedQueryError
 from dpsql.measure.source import FILE_KINDS, Source
@@ -52,6 +53,10 @@ class PeopleSchema:
     # the share of each bounded view's budget that releases the rows its bound drops
     # (dpsql/engine/people_truncation.py); 0: not released
     truncation_share: Fraction = Fraction(0)
+    # the most on-demand flag tables nothing has measured yet that an engine keeps at once
+    # (``Engine._add_flag``): each statement with a new condition adds one, so a client of a
+    # shared server could otherwise grow its memory without bound
+    max_ad_hoc_flags: int = default("people", "max_ad_hoc_flags")
 
     def bound(self, table: str) -> int:
         """The most rows of ``table``'s view one person contributes (1 for the person)."""
@@ -261,7 +266,8 @@ def people_views(spec: Any, tables: dict[str, TableSchema], sources: dict[str, S
         raise ConfigError(f"{pw}: truncation_share must be a number in [0, 1)",
                           hint="e.g. truncation_share = 0.05: 5% of each view's share releases how many rows its "
                                "bound drops, with noise")
-    return out_tables, out_sources, PeopleSchema(person, key, views, Fraction(str(share)))
+    return out_tables, out_sources, PeopleSchema(person, key, views, Fraction(str(share)),
+                                                 spec.get("max_ad_hoc_flags", default("people", "max_ad_hoc_flags")))
 
 
 def with_flags(people: PeopleSchema, tables: dict[str, TableSchema], sources: dict[str, Source],
@@ -313,7 +319,8 @@ def check_flag_types(table: str, cond, types: dict[str, str], dialect: str) -> N
     only by converting a column's values (``counting.flag_type_problem``), from the columns'
     source types (public metadata), before any row is read."""
     from dpsql.measure.counting import flag_type_problem
-    problem = flag_type_problem(table, cond, types, dialect)
+    from dpsql.measure.backend import constant_error   # DuckDB's, used on DuckDB's dialect only
+    problem = flag_type_problem(table, cond, types, dialect, constant_error if dialect == "duckdb" else None)
     if problem is not None:
         raise UnsupportedQueryError(problem[0], hint=problem[1])
 

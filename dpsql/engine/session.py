@@ -179,6 +179,10 @@ class Session:
                                  hint="names starting with '@' are reserved for the engine's own "
                                       "budget principals (e.g. @workload)")
         self.approve = approve
+        # the hint of a spend refused because nobody could be asked: how such a caller opts in;
+        # a front end with its own switch names it instead (``dpsql query --allow-spend``)
+        self.spend_hint = ("non-interactive callers opt in with SET dpsql.allow_spend = 'on' (the shell asks "
+                           "instead); or answer from existing measurements with SET dpsql.policy = 'informed'")
         self.settings: dict[str, str] = self._defaults()
         self._cache: dict[tuple, Result] = {}
 
@@ -215,6 +219,15 @@ class Session:
         command = parse_session_command(sql)
         if command is not None:
             return self._session_command(command, t0)
+        # the statement's on-demand flag tables are held until it ends: the engine drops
+        # unmeasured ones beyond its cap, never one a running statement measures
+        held = self.engine.add_person_flags(sql, hold=True)
+        try:
+            return self._execute(sql, params, t0)
+        finally:
+            self.engine.release_person_flags(held)
+
+    def _execute(self, sql: str, params: Sequence[Any] | None, t0: float) -> Result:
         compiled = self.compile(sql, params)
         if compiled.is_explain:
             return Result([Column("QUERY PLAN", "text")],
@@ -439,7 +452,11 @@ class Session:
         return f"{request} (`{command}`)"
 
     def explain(self, sql: str, params=None) -> str:
-        return self.explain_compiled(self.compile(sql, params))
+        held = self.engine.add_person_flags(sql, hold=True)
+        try:
+            return self.explain_compiled(self.compile(sql, params))
+        finally:
+            self.engine.release_person_flags(held)
 
     def explain_compiled(self, compiled) -> str:
         lines = [compiled.explain()]
@@ -493,10 +510,10 @@ class Session:
     def _table(self, table: str | None) -> str:
         if table is not None:
             return table
-        if len(self.engine.tables) == 1:
-            return next(iter(self.engine.tables))
+        if len(self.engine.catalog) == 1:     # the listed tables: not on-demand flags
+            return next(iter(self.engine.catalog))
         raise InterfaceError("several tables are configured; name one",
-                             hint=f"tables: {', '.join(sorted(self.engine.tables))}")
+                             hint=f"tables: {', '.join(sorted(self.engine.catalog))}")
 
     def _answer(self, compiled, model, variance):
         """Answers from the graphical model (default) or, with ``SET dpsql.estimator =
@@ -676,9 +693,7 @@ class Session:
         if self.approve is None:
             raise PrivacyViolationError(
                 f"answering needs a new measurement that spends {cost}; nothing was spent",
-                hint="non-interactive callers opt in with SET dpsql.allow_spend = 'on' (the shell "
-                     "asks instead); or answer from existing measurements with SET dpsql.policy = "
-                     "'informed'")
+                hint=self.spend_hint)
         if not self.approve(request):
             raise PrivacyViolationError(f"not measured: spending {cost} was declined; nothing was spent",
                                         hint="answer from existing measurements with SET dpsql.policy "

@@ -44,6 +44,9 @@ class DuckDBBackend(SqlBackend):
     dialect = "duckdb"
     engine = "DuckDB"
 
+    def constant_error(self, sql: str, cast_to: str | None = None) -> str | None:
+        return constant_error(sql, cast_to)
+
     def __init__(self, sources: Mapping[str, Source], *, threads: int | None = None,
                  memory_limit: str | None = None) -> None:
         self._framed: reader.Framed | None = None   # the framed copy of a CSV being read (_frame)
@@ -397,6 +400,22 @@ class DuckDBBackend(SqlBackend):
     def close(self) -> None:
         self._con.close()
         self._scratch.close()
+
+
+def constant_error(sql: str, cast_to: str | None = None) -> str | None:
+    """DuckDB's error evaluating the constant expression ``sql`` alone, and converted to type
+    ``cast_to`` if given, in an empty in-memory database (no table is read: public), or None
+    (a per-person flag's constants, ``counting.flag_type_problem``)."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"SELECT {sql}").fetchall()
+        if cast_to is not None:
+            con.execute(f"SELECT CAST({sql} AS {cast_to})").fetchall()
+    except duckdb.Error as exc:
+        return str(exc).splitlines()[0]
+    finally:
+        con.close()
+    return None
 
 
 def _framed_csv(source: Source) -> bool:

@@ -72,6 +72,14 @@ class Router:
         if started is not None:
             started.add_source(name, source)
 
+    def remove_source(self, name: str) -> None:
+        """Forget ``name`` (a table added at run time that the engine dropped), in its
+        engine's backend too once started."""
+        source = self._sources.pop(name, None)
+        started = self._backends.get(_engine_of(source)) if source is not None else None
+        if started is not None:
+            started.remove_source(name)
+
     def count_marginals(self, schema: TableSchema, cliques: Sequence[Clique],
                         expect: dict | None = None) -> dict[Clique, np.ndarray]:
         return self.backend(schema.name).count_marginals(schema, cliques, expect=expect)

@@ -463,8 +463,9 @@ class _Lowering:
     def ir_type(self, e: Expr) -> str:
         # aggregates here are noisy values (double precision), but for a time column's
         # quantile selected as it is (a DATE or TIMESTAMP); keys have their domain's type
-        if isinstance(e, Agg) and self.aggs[e.index].time_type is not None:
-            return self.aggs[e.index].time_type
+        time_type = self.aggs[e.index].time_type if isinstance(e, Agg) else None
+        if time_type is not None:
+            return time_type
         return type_of(e, lambda i: self.keys[i].type, lambda i: "double precision")
 
     def check_time_aggregates(self, outputs, having, order) -> None:

@@ -45,7 +45,8 @@ from dpsql.errors import ProgrammingError, UnknownColumnError, UnsupportedQueryE
 from dpsql.sql.cells import conjuncts, snippet
 from dpsql.sql.joins import _folded, _table_ref
 
-__all__ = ["person_join", "person_flags", "flag_column", "flag_table", "parse_condition", "flag_uses"]
+__all__ = ["person_join", "person_flags", "flag_column", "flag_table", "parse_condition", "flag_uses",
+           "flag_numbers", "flag_constants"]
 
 # the person view's flag columns (dpsql.measure.views.SEP, EXISTS; this package may not import it)
 _SEP, _EXISTS = "__", "exists"
@@ -303,7 +304,8 @@ def _unpaired(cond: exp.Expr) -> exp.Expr | None:
 def _constant_use(node: exp.Expr) -> str:
     """What a column compared with constant ``node`` must hold for the engine to compare it
     without casting the column: "number", "text" (a string literal is cast to the column's
-    type, once, whatever the rows), "temporal", "boolean" or "null"."""
+    type; ``measure.counting.flag_type_problem`` checks that it converts), "temporal",
+    "boolean" or "null"."""
     while isinstance(node, (exp.Paren, exp.Neg)):
         node = node.this
     if isinstance(node, exp.Null):
@@ -330,23 +332,43 @@ def flag_uses(condition: exp.Expr) -> list[tuple[str, str]]:
     that ``_flag_condition`` accepted: the engine checks them against the columns' types in
     the source (public metadata), so that evaluating the condition never casts a row's value
     (a cast that fails on some values would make the measurement fail with the data)."""
-    out = []
+    return [(column, use) for column, use, _ in _flag_pairs(condition)]
+
+
+def flag_numbers(condition: exp.Expr) -> list[tuple[str, exp.Expr]]:
+    """(view column, the constant) for every comparison of a flag's condition with a number
+    (``flag_uses``' "number"): the engine checks the constant's decimal places against the
+    column's type (``measure.counting.flag_type_problem``)."""
+    return [(column, const) for column, use, const in _flag_pairs(condition)
+            if use == "number" and const is not None]
+
+
+def flag_constants(condition: exp.Expr) -> list[tuple[str, str, exp.Expr]]:
+    """(view column, ``flag_uses``' use, the constant) for every comparison of a flag's
+    condition with a constant: the engine checks that it converts the constant whatever the
+    rows (``measure.counting.flag_type_problem``)."""
+    return [(column, use, const) for column, use, const in _flag_pairs(condition) if const is not None]
+
+
+def _flag_pairs(condition: exp.Expr) -> list[tuple[str, str, exp.Expr | None]]:
+    """(view column, ``flag_uses``' use, the constant compared or None) of each comparison."""
+    out: list[tuple[str, str, exp.Expr | None]] = []
     for node in condition.walk():
         if isinstance(node, _COMPARISONS):
             col, other = (node.this, node.expression) if isinstance(node.this, exp.Column) else \
                 (node.expression, node.this)
-            out.append((col.name, _constant_use(other)))
+            out.append((col.name, _constant_use(other), other))
         elif isinstance(node, exp.In):
-            out += [(node.this.name, _constant_use(e)) for e in node.expressions]
+            out += [(node.this.name, _constant_use(e), e) for e in node.expressions]
         elif isinstance(node, exp.Between):
-            out += [(node.this.name, _constant_use(node.args[k])) for k in ("low", "high")]
+            out += [(node.this.name, _constant_use(node.args[k]), node.args[k]) for k in ("low", "high")]
         elif isinstance(node, (exp.Like, exp.ILike)):
-            out.append((node.this.name, "pattern"))
+            out.append((node.this.name, "pattern", None))
         elif isinstance(node, exp.Is):
-            out.append((node.this.name, _constant_use(node.expression)))
+            out.append((node.this.name, _constant_use(node.expression), node.expression))
         elif isinstance(node, exp.Column) and isinstance(node.parent, (exp.And, exp.Or, exp.Not, exp.Paren)) \
                 or node is condition and isinstance(node, exp.Column):
-            out.append((node.name, "boolean"))
+            out.append((node.name, "boolean", None))
     return out
 
 

@@ -144,6 +144,13 @@ def test_under_another_policy_the_refusal_says_how_to_measure_it(shop_files, tmp
     ("o.status IS TRUE", "constant of its own type"),
     ("o.priority LIKE '1%'", "constant of its own type"),
     ("o.priority BETWEEN 1 AND CAST('2020-01-01' AS DATE)", "constant of its own type"),
+    # a constant DuckDB cannot convert: it converts it at each row the condition reaches, so
+    # the measurement failed only when some order had status 'P' (on main: this one was
+    # charged and answered, the same with 'P' failed with 58000)
+    ("o.status = 'X' AND o.priority = 'abc'", "a constant its column's type holds"),
+    ("o.status = 'X' AND o.priority = CAST(99999999999 AS INTEGER)", "a constant its column's type holds"),
+    # a decimal constant widens the column to DECIMAL(38, 29): fails on a priority ≥ 10⁹
+    ("o.priority = 1.12345678901234567890123456789", "decimal places"),
 ])
 def test_a_condition_of_a_refused_shape_spends_nothing(shop_files, tmp_path, condition, words):
     con = _connect(shop_files, tmp_path)
@@ -174,3 +181,36 @@ def test_a_workload_flag_comparing_a_text_column_with_a_number_is_refused_before
     assert "constant of its own type" in info.value.hint
     assert _spent(con) == spent
     con.close()
+
+
+def test_duckdb_converts_a_flag_constant_at_each_row_so_such_constants_are_refused():
+    """The premise of the refusals above, on DuckDB itself: whether these conditions fail
+    depends on the rows (a row reaching the comparison, a value of ten digits), and
+    ``flag_type_problem`` refuses them from the column types alone; the same conditions
+    with constants DuckDB converts (or a float) pass."""
+    from dpsql.measure.backend import constant_error
+    from dpsql.measure.counting import flag_type_problem
+    from dpsql.sql.people import parse_condition
+
+    def problem(cond, types):
+        return flag_type_problem("orders", parse_condition(cond), types, "duckdb", constant_error)
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE o (status VARCHAR, priority INTEGER)")
+    con.execute("INSERT INTO o VALUES ('P', 2)")
+    types = {"status": "VARCHAR", "priority": "INTEGER"}
+    for cond, fails_on in [("status = 'X' AND priority = 'abc'", "INSERT INTO o VALUES ('X', 1)"),
+                           ("priority = 1.12345678901234567890123456789", "INSERT INTO o VALUES ('P', 2000000000)")]:
+        con.execute("DELETE FROM o WHERE status <> 'P' OR priority > 2")
+        assert con.execute(f"SELECT COUNT(*) FROM o WHERE {cond}").fetchall() == [(0,)]
+        con.execute(fails_on)
+        with pytest.raises(duckdb.ConversionException):
+            con.execute(f"SELECT COUNT(*) FROM o WHERE {cond}").fetchall()
+        assert problem(cond, types) is not None, cond
+    for cond in ["status = 'X' AND priority = '5'", "priority = 1.5", "priority = 1.12345678901234567890123456789e0",
+                 "priority BETWEEN 1 AND 3 AND status IN ('P', 'F')"]:
+        assert problem(cond, types) is None, cond
+    # the column's integer digits and the constant's decimal places: 38 digits in all
+    assert problem("priority < 0.5", {"priority": "DECIMAL(38,0)"}) is not None
+    assert problem("priority < 0.5", {"priority": "DECIMAL(37,0)"}) is None
+    assert problem("priority < 0.5", {"priority": "HUGEINT"}) is not None

@@ -71,3 +71,49 @@ def test_an_ad_hoc_person_count_spends_only_once_allowed(people_server):
         assert ledger.spent("bob") == spent
     finally:
         bounded(conn.close)
+
+
+def test_another_analysts_flag_table_is_not_listed_in_hints(people_server):
+    """Alice's ad hoc condition adds a flag table to the shared engine; Bob, connecting after,
+    must not find it among the private tables a 42P01 hint lists (on main it was: its name
+    is a hash of her condition's text, and a connection's private tables were read from the
+    engine's catalog when it started)."""
+    thread, ledger = people_server
+    c = RawClient(thread.port)
+    try:
+        c.startup("alice", PASSWORD)
+        c.send(codec.encode_parse("s", SQL.replace("o.priority = 2", "o.priority = 4"))
+               + codec.encode_describe("S", "s") + codec.SYNC)
+        msgs = c.until()
+        assert [k for k, _ in msgs] == [b"1", b"t", b"T", b"Z"], error_fields(msgs)
+    finally:
+        c.close()
+    c = RawClient(thread.port)
+    try:
+        c.startup("bob", PASSWORD)
+        c.send(codec.encode_query("SELECT COUNT(*) FROM nosuch"))
+        fields = error_fields(c.until())
+    finally:
+        c.close()
+    assert fields.get("C") == "42P01" and "customers" in fields.get("H", ""), fields
+    assert "__has_" not in fields.get("H", "") + fields.get("M", ""), fields
+
+
+def test_the_catalogs_ddl_leaves_out_flag_tables(tmp_path):
+    """The shadow catalog's DDL (pg_catalog, information_schema, psql's \\d) is made from the
+    engine's catalog: an on-demand flag table, another analyst's condition, is not in it, nor
+    in the copy the server makes of that catalog."""
+    import dpsql
+    from dpsql.public import StarCatalog
+    from dpsql.server.shadow import schema_ddl
+    files = shop.write_parquet(shop.shop_rows(customers=20), tmp_path / "data")
+    spec = shop.config(tmp_path, {t: {"parquet": str(p)} for t, p in files.items()},
+                       policy={"unsupported": "measure", "epsilon": 1.0})
+    con = dpsql.connect(spec)
+    con.session.compile(SQL)
+    catalog = con.session.engine.catalog
+    assert [n for n in con.session.engine.tables if "__has_" in n]      # added, by name
+    copy = StarCatalog(catalog, catalog.public, catalog.references)
+    for ddl in ("\n".join(schema_ddl(catalog)), "\n".join(schema_ddl(copy))):
+        assert "customers" in ddl and "__has_" not in ddl
+    con.close()
