@@ -426,7 +426,8 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
     if isinstance(att, Temporal):
         pre2 = [(x.name, time_text_sql(t.copy(), att.kind))]
         missing = exp.Is(this=x.copy(), expression=exp.Null())
-        cell = cell.when(missing.copy(), inv).else_(time_index_sql(att, x.copy(), att.kind, nullable_input=False))
+        cell = cell.when(missing.copy(), inv).else_(time_index_sql(att, x.copy(), att.kind, nullable_input=False),
+                                                    copy=False)     # fresh: no copy of its bin chain
         status = status.when(missing, _s("unreadable")).else_(_time_status(att, x, att.kind))
         return Converted(pre, cell, status, pre2)
     if isinstance(att, Categorical) and att.python_type is str:

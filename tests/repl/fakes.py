@@ -118,7 +118,8 @@ class FakeSession:
         strategy = SimpleNamespace(operator="OPT_⊗", blocks=[1, 2, 3], explanation="three marginals")
         return SimpleNamespace(table="adult", strategy=strategy, queries=len(queries or [1]), rows=42,
                                rho=0.5, rmse=12.5, baseline_rmse=40.0, seconds=1.5, bound_rmse=None,
-                               bound_exact=False, advice=None, per_query_lines=lambda: [])
+                               bound_exact=False, advice=None, per_query_lines=lambda: [],
+                               part_lines=lambda: [])
 
     def explain(self, sql, params=None):
         if "nope" in sql:
