@@ -256,6 +256,9 @@ class Ledger:
         # SQLite whether anything was committed since the last verified read
         self._probe: sqlite3.Connection | None = None
         self._probe_of: tuple[int, int, int] | None = None     # (pid, st_dev, st_ino) it was opened for
+        # how many probes this instance has opened (a forked child's copy counts on from the
+        # parent's): part of the version, as a new connection's data_version restarts
+        self._probe_count = 0
         self._synced: tuple[object, ...] | None = None                     # _version() before the last verified read
         self._config_text = _canonical({"format": FORMAT, "version": VERSION,
                                         "total_rho": _rho_text(self.total_rho),
@@ -326,7 +329,7 @@ class Ledger:
         on another connection) with the identity, size and times of the file and of its WAL
         (a file replaced, or written other than through SQLite, to the file system's time
         resolution).  The probe connection is reopened when the path names another file or
-        in a forked child."""
+        in a forked child, and a reopened probe's version never equals an older one's."""
         stats: list[tuple[int, ...] | None] = []
         for p in (self.path, self.path.with_name(self.path.name + "-wal")):
             try:
@@ -350,13 +353,16 @@ class Ledger:
                     else:   # opened before a fork: closing it here could disturb the parent's locks
                         _INHERITED.append(self._probe)
                 self._probe = None
+                self._probe_count += 1
                 self._probe = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None,
                                               check_same_thread=False)
                 self._probe_of = owner
             data_version = self._probe.execute("PRAGMA data_version").fetchall()[0][0]
         except sqlite3.Error:
             return None
-        return data_version, tuple(stats)
+        # data_version is one connection's: a new probe's (a forked child's, or after the file
+        # was replaced) starts where the old one's did, 2, whatever was committed meanwhile
+        return self._probe_count, data_version, tuple(stats)
 
     @staticmethod
     def _checkpoint(conn: sqlite3.Connection) -> None:

@@ -260,11 +260,19 @@ _FLAG_NODES = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, e
                exp.Like, exp.ILike)
 
 
+#: What a constant's cast or sign may hold: literals and types only.  Not a function: the
+#: engine evaluates a condition's constants at each row it reaches, so a volatile one
+#: (``CAST(CASE WHEN random() < 0.5 THEN 1 ELSE error('x') END AS INT)``) would fail with a
+#: probability that grows with the number of rows reaching it.
+_LITERAL_NODES = (exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Neg, exp.Cast, exp.DataType,
+                  exp.DataTypeParam)
+
+
 def _unsafe(cond: exp.Expr) -> exp.Expr | None:
-    """The first node of ``cond`` outside ``_FLAG_NODES`` (a constant's cast or sign is a
+    """The first node of ``cond`` outside ``_FLAG_NODES`` (a cast or sign of literals is a
     constant: allowed), or None."""
     if isinstance(cond, (exp.Cast, exp.Neg)) and not any(isinstance(n, exp.Column) for n in cond.walk()):
-        return None
+        return next((n for n in cond.walk() if not isinstance(n, _LITERAL_NODES)), None)
     if not isinstance(cond, _FLAG_NODES):
         return cond
     if isinstance(cond, (exp.Like, exp.ILike)) and not isinstance(cond.expression, exp.Literal):

@@ -414,3 +414,36 @@ def test_a_replaced_ledger_file_is_a_change(tmp_path):
     copy.write_bytes(path.read_bytes())
     os.replace(copy, path)              # same bytes, another file
     assert ledger._version() != before
+
+
+def test_a_probe_reopened_in_a_forked_child_never_matches_the_parents_version(tmp_path, monkeypatch):
+    """A forked child reopens the change probe (``Ledger._version``), and a fresh connection's
+    ``PRAGMA data_version`` starts where the parent's probe did (2 on SQLite): on a file
+    system whose times did not move since the parent's last read (coarse timestamps, a WAL
+    reused at the same size) another process's commit meanwhile looked like no change, and
+    the child's read answered [] without the charge.  A reopened probe's version never
+    equals one of the probe before it."""
+    path = tmp_path / "l.db"
+    ledger = Ledger(path, total_rho=1)
+    assert ledger.entries() == [] and ledger.entries() == []    # the probe is open, a read verified
+    assert ledger._synced is not None and ledger._version() == ledger._synced
+    frozen = {}
+    for p in (path, path.with_name(path.name + "-wal")):
+        try:
+            frozen[str(p)] = os.stat(p)
+        except FileNotFoundError:
+            frozen[str(p)] = None
+    pid, dev, ino = ledger._probe_of
+    ledger._probe_of = (pid + 1, dev, ino)       # as in a child forked after that read
+    charge = Ledger(path, total_rho=1).charge("bob", Fraction(1, 1000), "fp-bob", {})
+    real_stat = os.stat
+
+    def coarse_stat(p, *args, **kwargs):
+        if str(p) in frozen:
+            if frozen[str(p)] is None:
+                raise FileNotFoundError(p)
+            return frozen[str(p)]
+        return real_stat(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", coarse_stat)
+    assert [e.seq for e in ledger.entries()] == [charge.id]
