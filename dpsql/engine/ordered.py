@@ -81,6 +81,35 @@ def _values_then_null(values: np.ndarray) -> bool:
     return m > 0 and bool(np.all(np.isfinite(values[:m])))
 
 
+def _mask_prefix(masks, n: int) -> int | None:
+    """How many leading cells a quantile's WHERE on its own column keeps (``x <= c``, ``x < c``:
+    a prefix of the cells), n when it keeps all; None for any other mask (a range from above,
+    several masks), which the ordered release does not answer."""
+    if masks is None:
+        return n
+    if len(masks) != 1:
+        return None
+    m = np.asarray(masks[0], dtype=bool)
+    k = int(m.sum())
+    return k if k > 0 and bool(np.all(m[:k])) else None
+
+
+class _FirstCells:
+    """A quantile estimate over the first ``m`` cells only (a WHERE ``x <= c`` on the column
+    itself): ``OrderedEstimate.quantile`` over those cells, its band's variances exact (the
+    CDF of a prefix is the CDF's first m entries, N its m-th)."""
+
+    def __init__(self, estimate, m: int) -> None:
+        self.estimate, self.m = estimate, m
+
+    def quantile(self, q, values, method="disc", *, low=None, high=None, cells=None, **kw):
+        m = self.m if cells is None else min(self.m, int(cells))
+
+        def cut(a):
+            return None if a is None else np.asarray(a)[:m]
+        return self.estimate.quantile(q, cut(values), method, low=cut(low), high=cut(high), cells=m, **kw)
+
+
 def workload_matrix(schema, lq) -> Any:
     """The matrix the workload plans for linear query ``lq``: a quantile over a large
     ordered attribute (one term, the identity on it, not grouped by its own bins) asks for
@@ -157,14 +186,15 @@ def answer_ordered(schema, estimate, compiled):
             # per cell, read only for quantiles; a time column's periods are in order, the
             # NULL cell last, by construction (temporal.Temporal)
             values = column.cell_values() if column.kind == "integer" else None
-            masks = lq.cell_masks
+            head = _mask_prefix(lq.cell_masks, estimate.n)
             if not isinstance(f, linalg.Identity) or w != 1.0 or lq.layout.quantile_group_map is not None \
-                    or (masks is not None and not all(np.all(m) for m in masks)) \
-                    or (values is None and column.kind == "integer") \
+                    or head is None or (values is None and column.kind == "integer") \
                     or (values is not None and not _values_then_null(values)):
                 return None
             views = [estimate.select(c) for c in C]
             answers[lq.name] = _arranged(schema, np.stack([v.cells for v in views]), factors, k, groups)
+            if head < estimate.n:
+                views = [_FirstCells(v, head) for v in views]
             stderrs[lq.name] = _arranged(schema, np.sqrt(scale[:, None] * unit.cell_variance()[None, :]),
                                          factors, k, groups)
             answers.cdfs[lq.name] = views[0] if len(views) == 1 else views

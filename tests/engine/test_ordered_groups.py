@@ -45,6 +45,9 @@ ASKED = QUERIES + [
     "SELECT quantile_disc(income, 0.9) FROM t",
     "SELECT sex, quantile_cont(income, 0.5) FROM t GROUP BY sex",
     "SELECT race, median(income) FROM t WHERE sex = 'M' GROUP BY race",
+    # a WHERE on the column itself keeps a prefix of its cells: the quantile of that prefix
+    "SELECT sex, quantile_disc(income, 0.3) FROM t WHERE income <= 45000 GROUP BY sex",
+    "SELECT median(income) FROM t WHERE income < 45001 AND sex = 'F'",
 ]
 
 
