@@ -30,6 +30,7 @@ import contextlib
 import difflib
 import logging
 import threading
+from datetime import date
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -310,6 +311,9 @@ def flag_type_problem(table: str, cond: exp.Expr, types: Mapping[str, str], dial
                         f"({failure})",
                         "the engine converts such a constant at each row it compares, so the measurement would "
                         "fail or not with the rows' values: write a constant its column's type holds")
+    problem = _temporal_problem(table, cond, types, dialect)
+    if problem is not None:
+        return problem
     if dialect == "postgres":
         return None     # numeric is arbitrary precision there: a column widens to it exactly
     from dpsql.sql.people import flag_numbers
@@ -349,6 +353,47 @@ def _conversion_failure(const: exp.Expr, use: str, sql_type: str | None, dialect
     text = const.sql(dialect=dialect)
     cast = use == "text" and sql_type is not None and reader.type_family(sql_type, dialect) != "text"
     return evaluate(text, sql_type if cast else None)
+
+
+#: sqlglot's names of one date or time type in the engines' dialects (TIMESTAMP_S, _MS and
+#: _NS are types of their own: a TIMESTAMP's range does not fit in TIMESTAMP_NS)
+_TIME_KIND = {"DATE32": "DATE", "TIMESTAMPNTZ": "TIMESTAMP", "DATETIME": "TIMESTAMP", "TIMESTAMPLTZ": "TIMESTAMPTZ"}
+
+
+def _temporal_problem(table: str, cond: exp.Expr, types: Mapping[str, str], dialect: str) -> tuple[str, str] | None:
+    """(message, hint) when a flag compares a date or time column with a typed constant of
+    another type (not a string literal, which the engine converts to the column's type): the
+    engine would convert the column's values, which fails on some (DuckDB: a date of year
+    5,000,000 compared with a TIMESTAMPTZ, a timestamp with a TIMESTAMP_NS; PostgreSQL: a date
+    beyond a timestamp's range), or a DATE constant outside the years 1 to 9999, converted at
+    each row it meets (PostgreSQL's cross-type operators).  None when there is none."""
+    from dpsql.sql.people import flag_constants
+    for column, use, const in flag_constants(cond):
+        if use != "temporal" or column not in types:
+            continue
+        node = const
+        while isinstance(node, exp.Paren):
+            node = node.this
+        column_type = data_type(types[column], dialect)
+        to = node.args.get("to") if isinstance(node, exp.Cast) else None
+        if to is None or column_type is None:
+            continue
+        if _TIME_KIND.get(to.this.name, to.this.name) == _TIME_KIND.get(column_type.this.name, column_type.this.name):
+            continue     # the same type: only the constant is converted (checked when it is bound)
+        inner = node.this
+        if to.is_type(exp.DataType.Type.DATE) and isinstance(inner, exp.Literal) and inner.is_string:
+            try:
+                if len(inner.name) == 10 and date.fromisoformat(inner.name):
+                    continue     # a date of years 1-9999 converts to every engine's timestamps
+            except ValueError:
+                pass
+        return (f"the condition '{cond.sql(dialect='postgres')}' on the persons' rows of {table!r} compares "
+                f"'{column}' (a {types[column]} column in the source) with {const.sql(dialect='postgres')}, "
+                "a constant of another type",
+                "the engine would convert the column's values (or the constant, at each row), which can fail on "
+                "some: write the constant as a string ('2020-01-31'), which is converted to the column's type, or "
+                "as a DATE between the years 1 and 9999")
+    return None
 
 
 #: The widest DECIMAL DuckDB and Spark have.  Comparing a decimal (or integer) column with a

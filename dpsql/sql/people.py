@@ -287,6 +287,25 @@ def _unsafe(cond: exp.Expr) -> exp.Expr | None:
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 
 
+def _bad_pattern(cond: exp.Expr) -> exp.Expr | None:
+    """The first LIKE pattern of ``cond`` with a backslash that escapes neither %, _ nor a
+    backslash, or None.  PostgreSQL reads a pattern as it matches a row's value, so 'P\\'
+    fails ('must not end with escape character') only on a value starting with P: whether
+    the measurement failed would tell something about the rows."""
+    for node in cond.find_all(exp.Like, exp.ILike):
+        pattern = node.expression
+        if not isinstance(pattern, exp.Literal):
+            continue
+        text, i = pattern.name, 0
+        while i < len(text):
+            if text[i] == "\\":
+                if i + 1 >= len(text) or text[i + 1] not in "%_\\":
+                    return pattern
+                i += 1
+            i += 1
+    return None
+
+
 def _constant(node: exp.Expr) -> bool:
     return not any(isinstance(n, exp.Column) for n in node.walk())
 
@@ -403,6 +422,13 @@ def _flag_condition(tree: exp.Select, stmt, refs: list[_Private], deepest: _Priv
                 position=stmt.pos(bad),
                 hint="such a condition is evaluated on every row inside the engine, where a computation can fail "
                      "on some values; compare columns with constants (=, <, IN, BETWEEN, LIKE, IS NULL; AND, OR, NOT)")
+        bad = _bad_pattern(cond)
+        if bad is not None:
+            raise UnsupportedQueryError(
+                f"the condition '{snippet(cond, 60)}' on persons' rows has the LIKE pattern {snippet(bad, 40)}, "
+                "whose backslash escapes neither %, _ nor a backslash", position=stmt.pos(bad),
+                hint="escape only %, _ and \\ with a backslash: PostgreSQL fails on a pattern ending in one when a "
+                     "row's value reaches it, Spark on one before another character")
         bad = _unpaired(cond)
         if bad is not None:
             raise UnsupportedQueryError(

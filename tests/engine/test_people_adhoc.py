@@ -154,6 +154,10 @@ def test_under_another_policy_the_refusal_says_how_to_measure_it(shop_files, tmp
     # with status 'X' (on main: a constant's cast passed whatever it held)
     ("o.status = 'X' AND o.priority = CAST(ln(floor(random() * 2)) AS INTEGER)", "constants"),
     ("o.priority = -(CAST(random() AS INTEGER))", "constants"),
+    # a LIKE pattern PostgreSQL reads as it matches: 'P\' fails only on a status starting
+    # with P (checked on PostgreSQL 15), Spark refuses '\x'; on main these were measured
+    ("o.status LIKE 'P\\'", "escape only"),
+    ("o.status LIKE 'F\\x%'", "escape only"),
     # a decimal constant widens the column to DECIMAL(38, 29): fails on a priority ≥ 10⁹
     ("o.priority = 1.12345678901234567890123456789", "decimal places"),
 ])
@@ -219,3 +223,30 @@ def test_duckdb_converts_a_flag_constant_at_each_row_so_such_constants_are_refus
     assert problem("priority < 0.5", {"priority": "DECIMAL(38,0)"}) is not None
     assert problem("priority < 0.5", {"priority": "DECIMAL(37,0)"}) is None
     assert problem("priority < 0.5", {"priority": "HUGEINT"}) is not None
+
+
+def test_a_date_column_compared_with_a_constant_of_another_time_type_is_refused():
+    """DuckDB converts a DATE column to a TIMESTAMPTZ constant's type row by row, and a date
+    of year 5,000,000 has no timestamp: the count fails only when such a row exists (on
+    main flag_type_problem let it pass).  A string or a DATE constant is converted instead,
+    and a DATE beyond the year 9999 is refused (PostgreSQL converts it at each row)."""
+    from dpsql.measure.backend import constant_error
+    from dpsql.measure.counting import flag_type_problem
+    from dpsql.sql.people import parse_condition
+
+    cond = "d < CAST('2020-01-01' AS TIMESTAMPTZ)"
+    con = duckdb.connect()
+    con.execute("CREATE TABLE o (d DATE, ts TIMESTAMP)")
+    con.execute("INSERT INTO o VALUES ('2020-01-01', '2020-01-01')")
+    assert con.execute(f"SELECT COUNT(*) FROM o WHERE {cond}").fetchall() == [(0,)]
+    con.execute("INSERT INTO o VALUES ('5000000-01-01', '2020-01-01')")
+    with pytest.raises(duckdb.ConversionException):
+        con.execute(f"SELECT COUNT(*) FROM o WHERE {cond}").fetchall()
+    types = {"d": "DATE", "ts": "TIMESTAMP"}
+    for dialect in ("duckdb", "postgres"):
+        evaluate = constant_error if dialect == "duckdb" else None
+        for bad in (cond, "ts < CAST('2020-01-01' AS TIMESTAMPTZ)", "ts < DATE '300000-01-01'"):
+            assert flag_type_problem("orders", parse_condition(bad), types, dialect, evaluate) is not None, bad
+        for good in ("d < '2020-01-01'", "d < DATE '2020-01-01'", "ts < DATE '2020-01-01'",
+                     "ts BETWEEN TIMESTAMP '2020-01-01 10:00' AND '2020-02-01'"):
+            assert flag_type_problem("orders", parse_condition(good), types, dialect, evaluate) is None, good
