@@ -127,7 +127,8 @@ def test_grouped_and_filtered_answers_equal_duckdb_at_a_huge_budget(grouped, sql
         assert math.isfinite(se) and se >= 0, (sql, key)
         if "quantile_cont" in sql or "median" in sql:
             # interpolated between cells by its own rank convention (as tests/engine/test_ordered_sql.py)
-            assert abs(value - float(exact)) <= Z95 * se, (sql, key, value, exact, se)
+            # (+1e-6: the truth can be the interval's end exactly, se being its half-width / Z95)
+            assert abs(value - float(exact)) <= Z95 * se + 1e-6, (sql, key, value, exact, se)
             assert se > 0
         else:
             assert value == pytest.approx(float(exact), abs=0.5), (sql, key, value, exact)

@@ -135,7 +135,9 @@ def test_answers_are_typed_and_equal_duckdb_at_a_huge_budget(timed, sql, kind):
         unit = dt.timedelta(days=1) if "born" in sql else dt.timedelta(seconds=1)
         assert math.isfinite(se) and se >= 0, (sql, key, se)
         if cont:     # interpolated between cells by its own rank convention, as for integers
-            assert abs(value - exact) <= Z95 * se * unit, (sql, key, value, exact, se)
+            # the truth can be the interval's end exactly (2 of 25 releases: a day's start);
+            # the value and the timedelta are rounded to the microsecond
+            assert abs(value - exact) <= Z95 * se * unit + dt.timedelta(milliseconds=1), (sql, key, value, exact, se)
         else:
             assert value == exact, (sql, key, value, exact)
 
