@@ -11,8 +11,12 @@ noise (``dpsql.privacy.noise``).  Integer matrices keep the measured values on t
   one, with scale s = ∏ r·max|F|.  Sensitivity and accounting use M itself, so the
   rounding costs accuracy, never privacy (``docs/privacy.md``, "Real-valued strategies").
   The relative resolution r is 1/4096 unless that would make the product lattice so fine
-  that the lattice noise σ/s exceeds 2²² (a Kron of d real factors has spacing ∝ r^d);
-  then r is coarsened just enough (:func:`lattice_blocks`).
+  that the lattice noise σ/s exceeds 2⁴⁰ (a Kron of d real factors has spacing ∝ r^d);
+  then r is coarsened just enough (:func:`lattice_blocks`).  The bound is the sampler's
+  (σ ≤ 2⁵⁰, ``noise.discrete_gaussian``) with room to spare; its cost does not grow with σ
+  and every sum of a lattice value and its noise is exact (``noise.add_exact``), so it is
+  no privacy limit.  It was 2²² until issue 32: at a line-item bound of 128 the rounding it
+  forced collapsed HDMM's real factors on TPC-H's price sums.
 
 Noise calibration (Gaussian).  The planner's strategy is the stack of rows w_b·Q_b with one
 common σ.  Measuring M_b x + Z_b with Z_b ~ N_ℤ(0, σ_b²), σ_b = σ/(w_b s_b), is that same
@@ -42,7 +46,10 @@ from dpsql.plan.views import GroupBound
 from dpsql.privacy import noise as _noise
 
 GRID = 1 << 12  # finest resolution of real-valued factors: relative rounding error ≤ 2^-13
-MAX_LATTICE_SIGMA = float(1 << 22)  # noise std on the lattice; the sampler is exact to 2^25
+# Noise std on the lattice.  The samplers are exact to σ (Laplace: scale) 2⁵⁰ at a cost that
+# does not depend on it (docs/privacy.md, "Exact sampling"); below 2⁴⁰ a sample leaves int64
+# with probability < 2·exp(-2⁴³), and even then stays exact (add_exact widens to Python ints).
+MAX_LATTICE_SIGMA = float(1 << 40)
 _INT64_SAFE = 1 << 22  # |M x| ≤ (max row sum of |M|)·N stays in int64 for N < 2^40 rows
 
 
@@ -237,8 +244,8 @@ def lattice_blocks(blocks, rho: Fraction | float, *, family: str = "gaussian",
 
     The noise each block will get (in query units) is estimated from the real strategy;
     each block with k real factors is rounded at relative resolution
-    r = max(1/4096, (σ_q / (2²² ∏ max|F|))^(1/k)), the finest for which the lattice noise
-    σ_q/s stays below 2²² (s = ∏ r·max|F| is the lattice spacing).  After exact
+    r = max(1/4096, (σ_q / (2⁴⁰ ∏ max|F|))^(1/k)), the finest for which the lattice noise
+    σ_q/s stays below 2⁴⁰ (s = ∏ r·max|F| is the lattice spacing).  After exact
     calibration a block still above the bound is coarsened (r doubled) and all are
     recalibrated; the bound only keeps the sampler's tables small, it is no privacy limit.
     """

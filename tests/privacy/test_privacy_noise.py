@@ -336,12 +336,16 @@ def test_large_laplace_scales_fit_the_exact_tail(scale):
     assert abs(np.mean(sample > 0) - np.mean(sample < 0)) < 4 / math.sqrt(sample.size)
 
 
-def test_large_gaussian_fits_the_normal_cdf():
+@pytest.mark.parametrize("sigma2", [Fraction(485891705873528600), Fraction(1 << 80), Fraction((1 << 80) - 1, 3)])
+def test_large_gaussian_fits_the_normal_cdf(sigma2):
     """sigma ~ 7e8 (a residual block in lattice units): the proposal's scale t takes two
-    levels of the geometric split.  At this sigma the discrete Gaussian's cdf equals the
-    normal one to far below the test's resolution."""
-    sigma2 = Fraction(485891705873528600)
-    sample = discrete_gaussian(sigma2, 50_000, rng=SeededBitSource(22)).astype(float)
+    levels of the geometric split; sigma = 2^40, the largest lattice noise
+    (``release.MAX_LATTICE_SIGMA``, issue 32), and a non-dyadic one below it: three levels.
+    At these sigmas the discrete Gaussian's cdf equals the normal one to far below the
+    test's resolution."""
+    draws = discrete_gaussian(sigma2, 50_000, rng=SeededBitSource(22))
+    assert draws.dtype == np.int64
+    sample = draws.astype(float)
     sd = math.sqrt(float(sigma2))
     edges = np.array([-np.inf, -2.5, -1.5, -1, -0.5, -0.2, 0.2, 0.5, 1, 1.5, 2.5, np.inf])
     probs = np.diff(stats.norm.cdf(edges))
