@@ -34,9 +34,12 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from dpsql.errors import ProgrammingError
 
-__all__ = ["MixedStrategy", "StrategyPart", "is_mixed_strategy", "split_parts", "sub_workload"]
+__all__ = ["MixedStrategy", "StrategyPart", "is_mixed_strategy", "split_parts", "sub_workload",
+           "thin_above_baseline"]
 
 
 def is_mixed_strategy(strategy) -> bool:
@@ -134,6 +137,28 @@ def split_parts(workload, labels, offsets) -> tuple[int, list[int], list[int]] |
     return i, ordered, rest
 
 
+def thin_above_baseline(workload, labels, indices, strategy) -> set[str]:
+    """The statements of the ordered part (query parts ``indices`` of ``workload``, planned
+    as ``strategy``) that are thin, no CDF or range row among their queries (a COUNT with
+    ``x <= c`` or ``BETWEEN``), and that ``strategy`` leaves above their per-query baseline
+    at the part's share.  The tree or root gives a single range an error polylogarithmic in
+    n, and no weighting of it reaches the baseline of one row at its share ρ/m (bench/
+    fine_mixed.py at n = 10⁴: 2.55× and 3.46×), so such a statement is planned with the rest
+    instead, where its row is measured within its baseline."""
+    from dpsql.engine.ordered import is_ordered_strategy
+    from dpsql.plan.ordered import above_baseline, ordered_attribute
+
+    if not is_ordered_strategy(strategy):
+        return set()
+    above = {indices[k] for k in above_baseline(strategy)}
+    thin: dict[str, bool] = {}
+    for j in indices:
+        sql = labels[j][0]
+        own = workload.terms.select(list(workload.parts[j].terms))
+        thin[sql] = thin.get(sql, True) and ordered_attribute(own) is None
+    return {labels[j][0] for j in above if thin[labels[j][0]]}
+
+
 def sub_workload(workload, indices, fraction: Fraction = Fraction(1)):
     """The query parts ``indices`` of ``workload`` as a workload of their own, each with its
     scale in the whole workload's objective (so that errors of the parts add up), and its
@@ -152,13 +177,45 @@ def sub_workload(workload, indices, fraction: Fraction = Fraction(1)):
     return Workload(workload.domain, linalg.Union([mats[j] for j in indices]), tuple(parts))
 
 
-def split_fractions(costs: dict[str, float]) -> dict[str, Fraction]:
+def split_fractions(costs: dict[str, float], least: dict[str, float] | None = None) -> dict[str, Fraction]:
     """Each part's exact fraction of the budget minimising Σ_v costs[v] / (2ρ_v)
-    (``dpsql.plan.views.split_budget`` at ρ = 1: shares ∝ √cost)."""
+    (``dpsql.plan.views.split_budget`` at ρ = 1: shares ∝ √cost), moved, for two parts,
+    to the nearest fractions at or above ``least`` (the shares at which each part keeps
+    every query within its per-query baseline, ``least_fraction``) when those add up to
+    at most 1: the objective is convex in the split, so the clamp is the constrained
+    optimum.  Exact fractions adding up to 1 either way."""
     from dpsql.plan.views import split_budget
 
     for name, c in costs.items():
         if not math.isfinite(c):
             raise ProgrammingError(f"part {name!r} has no finite expected error",
                                    hint="plan each part before splitting the budget")
-    return split_budget(Fraction(1), costs)
+    out = split_budget(Fraction(1), costs)
+    if least and len(out) == 2:
+        (a, fa), (b, _) = out.items()
+        lo_a, lo_b = Fraction(least.get(a, 0.0)), Fraction(least.get(b, 0.0))
+        if lo_a + lo_b <= 1:
+            fa = min(max(fa, lo_a), 1 - lo_b)
+            out = {a: fa, b: 1 - fa}
+    return out
+
+
+def least_fraction(strategy, planned_at: Fraction, rows_ratio: float = 1.0) -> float:
+    """The least fraction of the table's budget at which ``strategy`` (planned on a
+    ``sub_workload``) keeps each of its queries within its per-query baseline: the largest
+    tse_q·k²/(rows_q·b_q·k₀²) over its queries (variances scale as 1/f; b_q·f is the
+    sub-workload's baseline at the share f = ``planned_at`` it was planned at, ``rows_ratio`` = k²/k₀² the
+    part's squared rows factor against the baseline's), with a relative 10⁻⁹ above it."""
+    from dpsql.plan.objective import part_values
+    from dpsql.plan.error import term_errors
+
+    terms = strategy.workload
+    if terms is None or not terms.parts:
+        return 0.0
+    errs = (np.asarray(strategy.term_tse) if strategy.term_tse is not None else
+            term_errors(terms, strategy.kron_blocks, strategy.noise, strategy.assignment))
+    out = 0.0
+    for part, value in zip(terms.parts, part_values(terms.parts, errs)):
+        if part.baseline > 0:
+            out = max(out, float(value) * rows_ratio * float(planned_at) / (part.rows * part.baseline))
+    return min(1.0, out * (1 + 1e-9))

@@ -318,6 +318,17 @@ class Session:
         got = answer_ordered(self.engine.catalog[compiled.table], estimate, compiled)
         if got is None:
             return None
+        if all(lq.kind != "quantile" for lq in compiled.linear_queries):
+            # A thin count the plan moved to the rest (engine.mixed.thin_above_baseline) is
+            # also supported by the model, within its baseline: the lower standard errors
+            # answer it.  Both are public (the releases' variances), so is the choice.
+            model, variance, _ = self.engine.model(compiled.table, stale_ok=True)
+            if model is not None and self.settings.get("dpsql.estimator") != "least_squares":
+                _, errs, unsupported = self._answer(compiled, model, variance)
+                if not unsupported and all(
+                        lq.name in errs and np.all(np.asarray(errs[lq.name]) <= np.asarray(got[1][lq.name]))
+                        for lq in compiled.linear_queries):
+                    return None
         return got[0], got[1], f"ordered {estimate.strategy.operator}"
 
     def _result(self, compiled, columns, answered, unsupported, t0, cost, version, model_kind) -> Result:

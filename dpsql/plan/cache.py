@@ -22,7 +22,11 @@ from dpsql.plan.workload import WorkloadTerms
 
 __all__ = ["StrategyCache", "strategy_key"]
 
-_FORMAT = 1
+#: 2: a factor's integer basis (``KronBlock.bases``, a large attribute's C·S) is stored too;
+#: format 1 dropped it, so a strategy read back measured C·S as a dense factor rounded as
+#: such: another release (another key) than the same plan made fresh, and a crashed mixed
+#: measurement with a thin count over a fine column could not be completed under its charge.
+_FORMAT = 2
 
 
 def strategy_key(terms: WorkloadTerms, noise: str, options: dict[str, Any]) -> str:
@@ -52,7 +56,9 @@ class StrategyCache:
                 blocks = tuple(
                     KronBlock(float(b["weight"]),
                               tuple(np.array(arrays[f"b{k}_f{i}"]) for i in range(b["nfactors"])),
-                              tuple(b["grids"]))
+                              tuple(b["grids"]),
+                              tuple(np.array(arrays[f"b{k}_s{i}"]) if has else None
+                                    for i, has in enumerate(b["bases"])) if b.get("bases") else ())
                     for k, b in enumerate(meta["blocks"]))
         except (OSError, ValueError, KeyError):
             return None          # a torn or foreign file is a miss, never an error
@@ -68,14 +74,17 @@ class StrategyCache:
             strategy: Strategy) -> None:
         meta_path, arr_path = self._paths(strategy_key(terms, noise, options))
         arrays: dict[str, Any] = {f"b{k}_f{i}": F for k, b in enumerate(strategy.kron_blocks)
-                  for i, F in enumerate(b.factors)}
+                                  for i, F in enumerate(b.factors)}
+        arrays.update({f"b{k}_s{i}": S for k, b in enumerate(strategy.kron_blocks)
+                       for i, S in enumerate(b.bases) if S is not None})
         meta = {"format": _FORMAT, "attributes": list(strategy.attributes),
                 "shape": list(strategy.shape), "operator": strategy.operator,
                 "noise": strategy.noise, "expected_error": strategy.expected_error,
                 "explanation": strategy.explanation,
                 "assignment": None if strategy.assignment is None else list(strategy.assignment),
                 "blocks": [{"weight": b.weight, "nfactors": len(b.factors),
-                            "grids": list(b.grids or (1.0,) * len(b.factors))}
+                            "grids": list(b.grids or (1.0,) * len(b.factors)),
+                            "bases": [S is not None for S in b.bases]}
                            for b in strategy.kron_blocks]}
         # Write both files under temporary names and rename, so readers never see a
         # half-written entry; the json goes last because get() needs both.

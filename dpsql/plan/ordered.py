@@ -50,7 +50,7 @@ from dpsql.plan.workload import WorkloadTerms
 
 __all__ = ["OrderedStrategy", "opt_ordered", "toeplitz_strategy", "ordered_attribute", "candidate_trees",
            "level_traces", "tree_error", "toeplitz_errors", "group_attributes", "TOEPLITZ_GRID",
-           "MAX_GROUPS", "MAX_GROUPED_CELLS"]
+           "MAX_GROUPS", "MAX_GROUPED_CELLS", "above_baseline"]
 
 #: The Toeplitz square root is measured as round(c · 2^16) / 2^16: exact integer products
 #: with counts up to 2^46 rows, and coefficients off by at most 2^-17 (the error model
@@ -413,7 +413,7 @@ def opt_ordered(terms: WorkloadTerms, noise: str = "gaussian", **_ignored) -> Or
     # scale the cached per-term traces: re-searching every shape made a 10⁶-cell mixed
     # workload take 85 s.
     boost = np.ones(len(terms.parts))
-    chosen, over = best, _above_baseline(best)
+    chosen, over = best, above_baseline(best)
     for _ in range(8):
         if not over:
             break
@@ -423,11 +423,11 @@ def opt_ordered(terms: WorkloadTerms, noise: str = "gaussian", **_ignored) -> Or
         for k, part in enumerate(terms.parts):
             scale[list(part.terms)] = boost[k]
         cand, _ = _best_ordered(terms, noise, i, cache, [shape], scale)
-        over = _above_baseline(cand)
+        over = above_baseline(cand)
         if not over:
             chosen = replace(cand, explanation=cand.explanation + "; queries reweighted to keep "
                              "every one within its per-query baseline")
-    left = _above_baseline(chosen)
+    left = above_baseline(chosen)
     if left:
         names = ", ".join(terms.parts[k].name for k in sorted(left))
         chosen = replace(chosen, explanation=chosen.explanation + f"; {len(left)} quer"
@@ -435,7 +435,7 @@ def opt_ordered(terms: WorkloadTerms, noise: str = "gaussian", **_ignored) -> Or
     return chosen
 
 
-def _above_baseline(s: OrderedStrategy) -> dict[int, float]:
+def above_baseline(s: OrderedStrategy) -> dict[int, float]:
     """Queries whose error exceeds the per-query mechanism's (index: error / baseline)."""
     from dpsql.plan.objective import part_values
 

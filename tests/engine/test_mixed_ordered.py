@@ -114,19 +114,24 @@ def test_the_plan_splits_the_workload_and_the_budget_exactly(small):
         assert ordered.ordered and ordered.name == "ordered income"
         assert ordered.strategy.operator in ("tree", "toeplitz")
         assert not rest.ordered and rest.strategy.operator not in ("tree", "toeplitz")
-        # the quantile and the CDF count in the ordered part, the GROUP BY sex in the rest
-        assert {report.per_query[j].sql for j in ordered.parts} == {QUERIES[0], QUERIES[2]}
-        assert {report.per_query[j].sql for j in rest.parts} == {QUERIES[1]}
+        # the quantile in the ordered part, the GROUP BY sex in the rest, and the CDF count
+        # too: the root left it above its per-query baseline (mixed.thin_above_baseline)
+        assert {report.per_query[j].sql for j in ordered.parts} == {QUERIES[0]}
+        assert {report.per_query[j].sql for j in rest.parts} == {QUERIES[1], QUERIES[2]}
         rho = engine.workload_rho("t")
         shares = strategy.shares(rho)
         assert all(isinstance(s, Fraction) and s > 0 for s in shares)
         assert sum(shares, Fraction(0)) == rho                      # exactly the budget
         # ρ_v ∝ √(k²·E_v): the error-minimising split (dpsql.plan.views.split_budget)
+        # unless that leaves a part above its queries' baselines: then the least shares that
+        # keep them (mixed.split_fractions(least=…)), here the rest's, the moved count's
         e_o, e_r = ordered.strategy.expected_error, rest.strategy.expected_error
-        assert float(shares[0] / shares[1]) == pytest.approx(math.sqrt(e_o / e_r), rel=1e-9)
+        optimum = math.sqrt(e_o) / (math.sqrt(e_o) + math.sqrt(e_r))
+        if float(ordered.fraction) != pytest.approx(optimum, rel=1e-9):
+            assert float(ordered.fraction) < optimum
+            assert all(q.stderr <= q.baseline * (1 + 1e-6) for q in report.per_query)
         total = e_o / float(ordered.fraction) + e_r / float(rest.fraction)
         assert strategy.expected_error == pytest.approx(total)
-        assert total <= 2 * (e_o + e_r) * (1 + 1e-12)               # never worse than the even split
         # the report shows both parts with their shares and expected errors
         assert [p.name for p in report.parts] == ["ordered income", "rest"]
         assert sum(p.rho for p in report.parts) == pytest.approx(float(rho))
@@ -170,7 +175,7 @@ def test_both_kinds_are_answered_from_their_release_and_equal_duckdb(small):
             got = sorted(cur.fetchall())
             want = sorted(_exact(small, sql))
             assert cur.result.cost == 0, sql
-            ordered = "sex" not in sql
+            ordered = "sex" not in sql and sql != QUERIES[2]      # that one moved to the rest
             assert cur.result.model.startswith("ordered") == ordered, (sql, cur.result.model)
             assert len(got) == len(want), sql
             # quantile_cont interpolates between cells by its own rank convention
@@ -275,8 +280,10 @@ def test_a_crash_is_completed_under_the_charges_made(small, step):
         assert len(charges) == 2 and sorted(r.charge_id for r in releases) == sorted(c.seq for c in charges)
         assert engine.ledger.spent(None) == engine.workload_rho("t")
         cur = con.cursor()
-        cur.execute(QUERIES[2])
+        cur.execute(QUERIES[0])
         assert cur.result.model.startswith("ordered")
+        cur.execute(QUERIES[2])
+        assert not cur.result.model.startswith("ordered")
         cur.execute(QUERIES[1])
         assert not cur.result.model.startswith("ordered") and len(cur.fetchall()) == 2
     finally:
@@ -348,8 +355,11 @@ def test_the_split_is_chosen_only_when_its_expected_error_is_lower(small):
         grouped = [f"SELECT sex, COUNT(*) FROM t WHERE income <= {200 * (i + 1)} GROUP BY sex" for i in range(6)] \
             + ["SELECT sex, quantile_cont(income, 0.5) FROM t GROUP BY sex", "SELECT sex, COUNT(*) FROM t GROUP BY sex"]
         one = con.session.plan(queries=grouped)
-        assert one.strategy.operator in ("tree", "toeplitz") and one.strategy.groups == ("sex",)
-        assert "lower than the split" in one.strategy.explanation and not one.parts
+        # the ordered strategy per sex had the lower total error, but it leaves the thin
+        # counts per sex above their per-query baselines: no longer a candidate (issue 35)
+        assert one.strategy.operator == "split"
+        assert "not a candidate: it leaves thin counts above their per-query baselines" in one.strategy.explanation
+        assert all(q.stderr <= q.baseline * (1 + 1e-6) for q in one.per_query)
     finally:
         _close(con)
 
@@ -368,12 +378,69 @@ def test_the_rests_queries_stay_within_their_baselines_at_its_share(small):
         report = con.session.plan()
         assert report.strategy.operator == "split"
         ordered, rest = report.strategy.parts
-        assert sorted(rest.parts) == [3, 4, 5]
+        assert sorted(rest.parts) == [1, 2, 3, 4, 5]       # the thin counts moved there
         for j in rest.parts:
             q = report.per_query[j]
             assert q.stderr <= q.baseline * (1 + 1e-6), (q.sql, q.stderr, q.baseline)
         # the shares are still the error-minimising split of the parts as planned
         e_o, e_r = ordered.strategy.expected_error, rest.strategy.expected_error
         assert float(ordered.fraction / rest.fraction) == pytest.approx(math.sqrt(e_o / e_r), rel=1e-9)
+    finally:
+        _close(con)
+
+
+THIN = ["SELECT COUNT(*) FROM t WHERE income <= 2000", "SELECT COUNT(*) FROM t WHERE income BETWEEN 1000 AND 3000"]
+FINE_MIXED = ["SELECT quantile_cont(income, 0.5) FROM t",
+              "SELECT percentile_disc(0.9) WITHIN GROUP (ORDER BY income) FROM t", *THIN,
+              QUERIES[1], "SELECT age, sex, COUNT(*) FROM t GROUP BY age, sex",
+              "SELECT COUNT(*) FROM t WHERE age >= 65"]
+
+
+def test_thin_counts_over_the_column_stay_within_their_baselines(small):
+    """Issue 35 item 6: a thin count (``x <= c``, ``BETWEEN``) answered from the tree or root
+    had 2.55× and 3.46× its per-query baseline (bench/fine_mixed.py at n = 10⁴; here 2.52×).
+    No weighting of the ordered strategy gives one range the error of its row measured alone
+    at ρ/m: such a count moves to the rest, whose share is no less than what keeps its
+    queries within their baselines."""
+    queries = FINE_MIXED
+    con = dpsql.connect(_config(small, 1.0, queries=queries), user="tester")
+    try:
+        report = con.session.plan()
+        for q in report.per_query:
+            assert q.stderr <= q.baseline * (1 + 1e-6), (q.sql, q.stderr / q.baseline)
+        strategy = report.strategy
+        assert strategy.operator == "split"
+        ordered, rest = strategy.parts
+        assert {report.per_query[j].sql for j in ordered.parts} == set(queries[:2])
+        assert set(THIN) <= {report.per_query[j].sql for j in rest.parts}
+        shares = strategy.shares(con.session.engine.workload_rho("t"))
+        assert sum(shares, Fraction(0)) == con.session.engine.workload_rho("t")
+    finally:
+        _close(con)
+
+
+@pytest.mark.slow
+def test_thin_counts_are_answered_within_their_baselines_and_equal_duckdb(small):
+    """What users see: the moved counts are answered from the rest's model (its standard
+    error the lower one, at most the plan's baseline), the quantiles from the ordered
+    release, and at ε = 10⁷ every answer equals DuckDB's."""
+    queries = FINE_MIXED
+    con = dpsql.connect(_config(small, 1e7, queries=queries), user="tester")
+    try:
+        engine = con.session.engine
+        baseline = {q.sql: q.baseline for q in con.session.plan().per_query}
+        con.session.measure()
+        assert engine.ledger.spent(None) == engine.workload_rho("t")
+        cur = con.cursor()
+        for sql in queries:
+            cur.execute(sql)
+            got, want = cur.fetchall(), _exact(small, sql)
+            assert cur.result.model.startswith("ordered") == (sql in queries[:2]), (sql, cur.result.model)
+            stderr = cur.result.stderr[0][0]      # a quantile's is in the column's units
+            assert sql not in THIN or stderr <= baseline[sql] * (1 + 1e-6), (sql, stderr, baseline[sql])
+            slack = Z95 * stderr if "quantile_cont" in sql else 0.0
+            assert len(got) == len(want), sql
+            for g, w in zip(sorted(got), sorted(want)):
+                assert g[:-1] == w[:-1] and g[-1] == pytest.approx(float(w[-1]), abs=0.5 + slack), sql
     finally:
         _close(con)

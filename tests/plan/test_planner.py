@@ -224,3 +224,31 @@ def test_cap_score_sums_each_querys_terms_against_its_cap():
     assert score(np.array([1.0, 2.0, 0.5, 100.0, 1.5])) == (105.0, True)        # loads 3, 2, 100
     assert score(np.array([1.0, 2.0 + 1e-9, 0.5, 100.0, 1.5]))[1] is False     # query 0 over its cap
     assert score(np.array([0.0, 0.0, 1.0, 0.0, 1.0 + 1e-9]))[1] is False       # query 1 over its cap
+
+
+def test_cache_keeps_a_large_attributes_integer_basis(tmp_path):
+    """A thin factor on a large attribute is C·S with S an integer basis (plan/large.py) that
+    the measure step keeps exact while rounding C.  The cache dropped S: a strategy read back
+    was measured as a dense factor, another release (another ledger key) than the same plan
+    made fresh, so a crashed measurement could not be completed under its charge."""
+    from dpsql.linalg import Explicit, Product
+    from dpsql.plan.gram import LARGE_CELLS
+
+    n = LARGE_CELLS + 1000
+    rows = np.zeros((2, n))
+    rows[0, : n // 5] = 1.0
+    rows[1, n // 10: n // 2] = 1.0
+    W = Workload(Domain(["x", "s"], [n, 2]), Kron([Explicit(rows), Identity(2)]))
+    cache = StrategyCache(tmp_path)
+    fresh = optimize(W, "gaussian", restarts=1, seed=0, cache=cache)
+    assert any(S is not None for b in fresh.kron_blocks for S in b.bases)
+    again = optimize(W, "gaussian", restarts=1, seed=0, cache=cache,
+                     progress=lambda *a: pytest.fail("cache hit must not optimise"))
+    for a, b in zip(fresh.kron_blocks, again.kron_blocks):
+        assert len(a.bases) == len(b.bases)
+        for s, t in zip(a.bases, b.bases):
+            assert (s is None) == (t is None) and (s is None or np.array_equal(s, t))
+    for a, b in zip(fresh.blocks, again.blocks):
+        assert [type(f).__name__ for f in a.query.factors] == [type(f).__name__ for f in b.query.factors]
+        assert any(isinstance(f, Product) for f in b.query.factors)
+        np.testing.assert_array_equal(a.query.dense(), b.query.dense())
