@@ -251,16 +251,23 @@ class Planner:
         workload mixes a fine column's CDF/range queries with others, a ``MixedStrategy``
         of the two parts with the budget split between them (dpsql/engine/mixed.py)."""
         from dpsql.engine.mixed import (MixedStrategy, StrategyPart, least_fraction, split_fractions, split_parts,
-                                        sub_workload, thin_above_baseline)
+                                        sub_workload, thin_above_baseline, thin_split)
 
         split = split_parts(workload, labels, offsets)
         # measured, the strategy's blocks get rho less the binning offsets' share (``measure``)
         counts_rho = lambda s: rho - self._offsets_rho(table, s, rho)     # noqa: E731
+        moved: set[str] = set()
+        alone = None
         if split is None:
-            return self.optimize_counted(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
+            alone = self.optimize_counted(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
+            split = thin_split(workload, labels, offsets, alone)
+            if split is None:
+                return alone
+            # a workload of the fine column alone whose ordered strategy leaves thin counts
+            # above their baselines: those counts are a rest of their own (mixed.thin_split)
+            moved.update(labels[j][0] for j in split[2])
         i, ordered_idx, rest_idx = split
         attribute = workload.domain.attributes[i]
-        moved: set[str] = set()
 
         def fractions(ordered, rest, least=None):
             # c_v = k_v²·E_v: both in the whole workload's objective (mixed.py)
@@ -317,7 +324,8 @@ class Planner:
         # the other candidate: one strategy for the whole workload (the ordered strategy per
         # group of the other columns asked, when those are few: plan.ordered.group_attributes)
         try:
-            whole = self.optimize_counted(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
+            whole = alone if alone is not None else self.optimize_counted(workload, rho, unit_rows, table=table,
+                                                                          counts_rho=counts_rho)
             whole_error = self.rows_sq(table, whole) * whole.expected_error
             whole_text = f"{whole.operator} over the whole workload: expected error {whole_error:.6g}"
         except (UnsupportedQueryError, ModelTooLargeError) as exc:    # the group caps, the model size
@@ -338,8 +346,12 @@ class Planner:
         return MixedStrategy((
             StrategyPart(f"ordered {attribute}", ordered, f["ordered"], tuple(ordered_idx), ordered_w, True),
             StrategyPart("rest", rest, f["rest"], tuple(rest_idx), rest_w)),
-            explanation=f"The workload mixes CDF/range/quantile queries over the fine column {attribute!r} "
-                        f"with queries that do not ask about it: {n_o} linear quer{'y' if n_o == 1 else 'ies'} "
+            explanation=(f"The workload mixes CDF/range/quantile queries over the fine column {attribute!r} "
+                         "with queries that do not ask about it" if alone is None else
+                         f"The workload asks about the fine column {attribute!r} alone, and one ordered "
+                         "strategy leaves its thin counts above their per-query baselines, so those are "
+                         "planned apart") +
+                        f": {n_o} linear quer{'y' if n_o == 1 else 'ies'} "
                         f"planned by the ordered strategy ({ordered.operator}), {n_r} by {rest.operator}; the "
                         "budget is split between the two releases to minimise the total expected error (shares "
                         "proportional to the square root of each part's error at unit noise): expected error "

@@ -50,6 +50,13 @@ ASKED = QUERIES + [
     "SELECT median(income) FROM t WHERE income < 45001 AND sex = 'F'",
 ]
 
+def _ordered_part(strategy):
+    """The ordered strategy, or a split's ordered part: thin counts the ordered strategy
+    leaves above their per-query baselines are planned as a rest of their own (issue 35
+    item 6), and answered from it."""
+    return strategy.parts[0].strategy if strategy.operator == "split" else strategy
+
+
 
 def _table(tmp: Path, cells: int = 100_000, counts=CELLS, seed: int = 11) -> None:
     rng = np.random.default_rng(seed)
@@ -106,7 +113,7 @@ def grouped(tmp_path_factory):
 @pytest.mark.slow
 def test_the_workload_is_planned_per_group_cell(grouped):
     _, report, _ = grouped
-    s = report.strategy
+    s = _ordered_part(report.strategy)
     assert s.operator in ("tree", "toeplitz") and s.size == 100_000
     assert s.groups == ("sex", "race") and s.group_cells == 3 * 4      # each with its '(other)' cell
     assert "per cell of 'sex', 'race'" in s.explanation
@@ -118,7 +125,7 @@ def test_grouped_and_filtered_answers_equal_duckdb_at_a_huge_budget(grouped, sql
     con, _, tmp = grouped
     cur = con.cursor()
     cur.execute(sql)
-    assert cur.result.model.startswith("ordered"), sql
+    assert cur.result.model.startswith("ordered") or "COUNT" in sql, sql   # a thin count: the rest
     want = _exact(tmp, sql)
     got = {tuple(r[:-1]): (r[-1], e[-1]) for r, e in zip(cur.fetchall(), cur.stderr)}
     assert set(want) <= set(got), (sql, sorted(got))
@@ -208,7 +215,7 @@ def test_95_percent_intervals_per_group_cover_the_exact_answers(tmp_path):
         engine = con.session.engine
         con.session.plan()
         strategy = engine._state("t").strategy
-        assert strategy.groups == ("sex", "race")
+        assert _ordered_part(strategy).groups == ("sex", "race")
         asked = ["SELECT sex, percentile_disc(0.3) WITHIN GROUP (ORDER BY income) FROM t GROUP BY sex",
                  "SELECT race, sex, quantile_disc(income, 0.9) FROM t GROUP BY race, sex",
                  "SELECT quantile_disc(income, 0.7) FROM t WHERE sex = 'F'",
@@ -222,7 +229,7 @@ def test_95_percent_intervals_per_group_cover_the_exact_answers(tmp_path):
             engine.measure_strategy("t", strategy, rho, engine.WORKLOAD_PRINCIPAL, f"coverage {i}")
             for sql, want in exact.items():
                 cur.execute(sql)
-                assert cur.result.model.startswith("ordered"), sql
+                assert cur.result.model.startswith("ordered") or "COUNT" in sql, sql   # a thin count: the rest
                 got = {tuple(r[:-1]): (r[-1], e[-1]) for r, e in zip(cur.fetchall(), cur.stderr)}
                 for key, truth in want.items():
                     value, se = got[key]

@@ -36,6 +36,13 @@ BORN_QUERIES = [
     "SELECT COUNT(*) FROM p WHERE born BETWEEN '2005-01-01' AND '2012-06-30'",
 ]
 
+def _ordered_part(strategy):
+    """The ordered strategy, or a split's ordered part: thin counts the ordered strategy
+    leaves above their per-query baselines are planned as a rest of their own (issue 35
+    item 6), and answered from it."""
+    return strategy.parts[0].strategy if strategy.operator == "split" else strategy
+
+
 
 def _tables(tmp: Path) -> None:
     rng = np.random.default_rng(5)
@@ -97,10 +104,11 @@ def timed(tmp_path_factory):
 @pytest.mark.slow
 def test_fine_time_columns_are_planned_as_ordered(timed):
     _, reports, _ = timed
-    assert reports["t"].strategy.operator in ("tree", "toeplitz")
-    assert reports["t"].strategy.attribute == "ts" and reports["t"].strategy.size == 5_760
-    assert reports["t"].strategy.groups == ("sex",)
-    assert reports["p"].strategy.attribute == "born" and reports["p"].strategy.size == 7_305
+    t, p = _ordered_part(reports["t"].strategy), _ordered_part(reports["p"].strategy)
+    assert t.operator in ("tree", "toeplitz")
+    assert t.attribute == "ts" and t.size == 5_760
+    assert t.groups == ("sex",)
+    assert p.attribute == "born" and p.size == 7_305
 
 
 @pytest.mark.slow
@@ -116,7 +124,7 @@ def test_answers_are_typed_and_equal_duckdb_at_a_huge_budget(timed, sql, kind):
     cons, _, tmp = timed
     cur = cons["p" if "born" in sql else "t"].cursor()
     cur.execute(sql)
-    assert cur.result.model.startswith("ordered"), sql
+    assert cur.result.model.startswith("ordered") or "COUNT" in sql, sql   # a thin count: the rest
     want = _exact(tmp, sql.replace("median(ts)", "quantile_cont(ts, 0.5)"))
     got = {tuple(r[:-1]): (r[-1], e[-1]) for r, e in zip(cur.fetchall(), cur.stderr)}
     assert set(want) <= set(got), (sql, got)
