@@ -55,7 +55,12 @@ def test_psycopg_gets_each_answer_from_its_release(mixed_server, sql):
     conn, local = mixed_server
     want = local.cursor().execute(sql)
     rows = want.fetchall()
-    assert want.result.model.startswith("ordered") == ("sex" not in sql), want.result.model
+    # the quantile is read from the ordered release and the GROUP BY sex from the model; a thin
+    # count both can answer comes from the one with the lower standard error (5852c29)
+    if "percentile" in sql:
+        assert want.result.model.startswith("ordered"), want.result.model
+    elif "sex" in sql:
+        assert not want.result.model.startswith("ordered"), want.result.model
     cur = bounded(lambda: conn.execute(sql), timeout=120)
     got = bounded(cur.fetchall)
     names = [d.name for d in cur.description]
