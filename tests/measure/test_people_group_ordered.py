@@ -54,6 +54,8 @@ def test_an_ordered_strategy_on_a_grouped_view_is_calibrated_with_the_grouped_fa
     engine = Engine(cfg)
     report = engine.plan("lineitem")
     strategy = report.strategy
+    if strategy.operator == "split":   # the thin count goes to the rest part (82f43be)
+        strategy = next(p.strategy for p in strategy.parts if p.ordered)
     assert is_ordered_strategy(strategy) and "flag" in strategy.groups
     assert engine.rows_sq("lineitem", strategy) == grouped_l2_sq(5, 2, 2) == 8
     rho = engine.workload_rho("lineitem")
