@@ -316,9 +316,9 @@ def flag_table_of(people: PeopleSchema, tables: dict[str, TableSchema], sources:
 
 def check_flag_types(table: str, cond, types: dict[str, str], dialect: str) -> None:
     """Refuse (0A000) a flag's condition on ``table``'s view that the engine could evaluate
-    only by converting a column's values (``counting.flag_type_problem``), from the columns'
+    only by converting a column's values (``flag_types.flag_type_problem``), from the columns'
     source types (public metadata), before any row is read."""
-    from dpsql.measure.counting import flag_type_problem
+    from dpsql.measure.flag_types import flag_type_problem
     from dpsql.measure.backend import constant_error   # DuckDB's, used on DuckDB's dialect only
     problem = flag_type_problem(table, cond, types, dialect, constant_error if dialect == "duckdb" else None)
     if problem is not None:

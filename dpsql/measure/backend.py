@@ -405,7 +405,7 @@ class DuckDBBackend(SqlBackend):
 def constant_error(sql: str, cast_to: str | None = None) -> str | None:
     """DuckDB's error evaluating the constant expression ``sql`` alone, and converted to type
     ``cast_to`` if given, in an empty in-memory database (no table is read: public), or None
-    (a per-person flag's constants, ``counting.flag_type_problem``)."""
+    (a per-person flag's constants, ``flag_types.flag_type_problem``)."""
     con = duckdb.connect()
     try:
         con.execute(f"SELECT {sql}").fetchall()

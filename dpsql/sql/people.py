@@ -331,7 +331,7 @@ def _unpaired(cond: exp.Expr) -> exp.Expr | None:
 def _constant_use(node: exp.Expr) -> str:
     """What a column compared with constant ``node`` must hold for the engine to compare it
     without casting the column: "number", "text" (a string literal is cast to the column's
-    type; ``measure.counting.flag_type_problem`` checks that it converts), "temporal",
+    type; ``measure.flag_types.flag_type_problem`` checks that it converts), "temporal",
     "boolean" or "null"."""
     while isinstance(node, (exp.Paren, exp.Neg)):
         node = node.this
@@ -365,7 +365,7 @@ def flag_uses(condition: exp.Expr) -> list[tuple[str, str]]:
 def flag_numbers(condition: exp.Expr) -> list[tuple[str, exp.Expr]]:
     """(view column, the constant) for every comparison of a flag's condition with a number
     (``flag_uses``' "number"): the engine checks the constant's decimal places against the
-    column's type (``measure.counting.flag_type_problem``)."""
+    column's type (``measure.flag_types.flag_type_problem``)."""
     return [(column, const) for column, use, const in _flag_pairs(condition)
             if use == "number" and const is not None]
 
@@ -373,7 +373,7 @@ def flag_numbers(condition: exp.Expr) -> list[tuple[str, exp.Expr]]:
 def flag_constants(condition: exp.Expr) -> list[tuple[str, str, exp.Expr]]:
     """(view column, ``flag_uses``' use, the constant) for every comparison of a flag's
     condition with a constant: the engine checks that it converts the constant whatever the
-    rows (``measure.counting.flag_type_problem``)."""
+    rows (``measure.flag_types.flag_type_problem``)."""
     return [(column, use, const) for column, use, const in _flag_pairs(condition) if const is not None]
 
 

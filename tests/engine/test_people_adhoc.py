@@ -198,7 +198,7 @@ def test_duckdb_converts_a_flag_constant_at_each_row_so_such_constants_are_refus
     ``flag_type_problem`` refuses them from the column types alone; the same conditions
     with constants DuckDB converts (or a float) pass."""
     from dpsql.measure.backend import constant_error
-    from dpsql.measure.counting import flag_type_problem
+    from dpsql.measure.flag_types import flag_type_problem
     from dpsql.sql.people import parse_condition
 
     def problem(cond, types):
@@ -231,7 +231,7 @@ def test_a_date_column_compared_with_a_constant_of_another_time_type_is_refused(
     main flag_type_problem let it pass).  A string or a DATE constant is converted instead,
     and a DATE beyond the year 9999 is refused (PostgreSQL converts it at each row)."""
     from dpsql.measure.backend import constant_error
-    from dpsql.measure.counting import flag_type_problem
+    from dpsql.measure.flag_types import flag_type_problem
     from dpsql.sql.people import parse_condition
 
     cond = "d < CAST('2020-01-01' AS TIMESTAMPTZ)"
