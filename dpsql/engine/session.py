@@ -208,8 +208,12 @@ class Session:
         """``sql`` compiled over the engine's catalog, after the engine has added the table of
         any per-person flag it needs that no workload statement declared (a people schema's
         ad hoc COUNT(DISTINCT person) with a condition on a child's rows: measured on demand)."""
-        from dpsql.sql import compile as compile_sql
         self.engine.add_person_flags(sql)
+        return self._compile(sql, params)
+
+    def _compile(self, sql: str, params: Sequence[Any] | None = None):
+        """``sql`` compiled over the catalog as it stands (its flag tables already added)."""
+        from dpsql.sql import compile as compile_sql
         return compile_sql(sql, self.engine.catalog, params=params)
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Result:
@@ -228,7 +232,7 @@ class Session:
             self.engine.release_person_flags(held)
 
     def _execute(self, sql: str, params: Sequence[Any] | None, t0: float) -> Result:
-        compiled = self.compile(sql, params)
+        compiled = self._compile(sql, params)     # execute added and holds its flag tables
         if compiled.is_explain:
             return Result([Column("QUERY PLAN", "text")],
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
@@ -465,7 +469,7 @@ class Session:
     def explain(self, sql: str, params=None) -> str:
         held = self.engine.add_person_flags(sql, hold=True)
         try:
-            return self.explain_compiled(self.compile(sql, params))
+            return self.explain_compiled(self._compile(sql, params))
         finally:
             self.engine.release_person_flags(held)
 
