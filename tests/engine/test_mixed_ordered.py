@@ -307,26 +307,13 @@ def test_the_cli_answers_both_kinds(small):
         assert float(got.group(1).replace(",", "")) == pytest.approx(float(_exact(small, sql)[0][0]), abs=0.5), r.stdout
 
 
-def test_an_increment_after_the_mixed_measurement_measures_nothing_again(small):
+@pytest.mark.parametrize("queries", [QUERIES, [QUERIES[0], QUERIES[2]]], ids=["mixed", "column alone"])
+def test_an_increment_after_the_measurement_measures_nothing_again(small, queries):
     """The ordered release supports the column's queries: ``dpsql measure --increment`` finds
-    nothing to measure (before, the model's support alone counted, and an increment measured
-    the column's CDF again)."""
-    con = dpsql.connect(_config(small, 1.0), user="tester")
-    try:
-        engine = con.session.engine
-        con.session.measure()
-        spent = engine.ledger.spent(None)
-        assert engine.unsupported_workload("t") == []
-        assert engine.measure_increment("t", Fraction(1, 100)) is None
-        assert engine.ledger.spent(None) == spent
-    finally:
-        _close(con)
-
-
-def test_an_increment_after_an_ordered_measurement_measures_nothing_again(small):
-    """The same for a workload of the column alone: before, ``unsupported_workload`` listed
-    every query the ordered release answers, and an increment charged for them again."""
-    con = dpsql.connect(_config(small, 1.0, queries=[QUERIES[0], QUERIES[2]]), user="tester")
+    nothing to measure, after a mixed workload and after a workload of the column alone
+    (before, the model's support alone counted: ``unsupported_workload`` listed every query
+    the ordered release answers, and an increment charged for the column's CDF again)."""
+    con = dpsql.connect(_config(small, 1.0, queries=queries), user="tester")
     try:
         engine = con.session.engine
         con.session.measure()
