@@ -5,6 +5,7 @@ it did."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import shutil
@@ -18,7 +19,11 @@ import dpsql
 from dpsql.measure import release as rel
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ledger_v1"
-CONFIG = Path(__file__).resolve().parents[2] / "examples" / "adult" / "dpsql.toml"
+# the fixture's script: its data directory (a release's identity holds the source's path)
+_spec = importlib.util.spec_from_file_location("ledger_v1_make", FIXTURE / "make.py")
+assert _spec is not None and _spec.loader is not None
+fixture = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fixture)
 
 
 def _block(factors, clique=("dest",)):
@@ -69,7 +74,7 @@ def test_a_ledger_written_before_loads_and_answers_as_it_did(tmp_path):
             assert np.array_equal(y0, y1) and s0 == s1
     expected = json.loads((FIXTURE / "answers.json").read_text())
     workload = [sql for sql in expected][:5]
-    con = dpsql.connect(CONFIG, user="ana", ledger=str(ledger), cache_dir=str(tmp_path / "cache"),
+    con = dpsql.connect(fixture.data(), user="ana", ledger=str(ledger), cache_dir=str(tmp_path / "cache"),
                         budget={"epsilon": 1.0, "delta": 1e-6}, workload=workload)
     try:
         for sql, want in expected.items():
