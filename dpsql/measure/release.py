@@ -414,17 +414,54 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
 
 
 # -- persistence of released measurements (ledger payloads) -----------------------------
+#
+# A factor that is an identity, a total (one row of ones) or a prefix (lower-triangular ones)
+# is stored as its kind and size, not as its n² integers: a 1,459-label identity was 17 MB of
+# the flights ledger's payload (issue 35).  Each block's meta lists its factors' records
+# (``"factors"``); a payload without that list (written before) stores every factor densely as
+# ``b{i}f{j}``, and still loads.
+
+def _factor_record(f: np.ndarray) -> dict[str, Any]:
+    """The public description of one integer factor: its kind and size when it is one of
+    the structured leaves, else ``{"kind": "dense"}`` (the matrix travels as an array)."""
+    rows, cols = f.shape
+    if rows == 1 and bool(np.all(f == 1)):
+        return {"kind": "total", "n": int(cols)}
+    if rows == cols and rows > 0 and bool(np.all(f.diagonal() == 1)):
+        nonzero = int(np.count_nonzero(f))
+        if nonzero == rows:                       # ones on the diagonal and nothing else
+            return {"kind": "identity", "n": int(rows)}
+        if nonzero == rows * (rows + 1) // 2 and bool(np.all(f[np.tril_indices(rows)] == 1)):
+            return {"kind": "prefix", "n": int(rows)}   # the lower triangle holds every non-zero
+    return {"kind": "dense"}
+
+
+def _factor_from(record: dict[str, Any]) -> np.ndarray:
+    n = int(record["n"])
+    if record["kind"] == "identity":
+        return np.eye(n, dtype=np.int64)
+    if record["kind"] == "total":
+        return np.ones((1, n), dtype=np.int64)
+    if record["kind"] == "prefix":
+        return np.tril(np.ones((n, n), dtype=np.int64))
+    raise ValueError(f"unknown factor kind {record['kind']!r} in a release payload")
+
 
 def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
     """Serialize released (noisy) measurements; only noisy values and public structure.
+    Structured factors are stored as records (``_factor_record``), the others densely.
     Offset blocks (``LatticeBlock.offsets``) travel in the same payload, marked."""
     arrays: dict[str, Any] = {}     # Any: numpy's type annotation of savez would read a key as allow_pickle
     meta = []
     for i, (block, values, sd) in enumerate(released):
+        records = []
         for j, f in enumerate(block.factors):
-            arrays[f"b{i}f{j}"] = f
+            record = _factor_record(np.asarray(f))
+            if record["kind"] == "dense":
+                arrays[f"b{i}f{j}"] = f
+            records.append(record)
         arrays[f"b{i}y"] = values
-        meta.append({"clique": list(block.clique), "nfactors": len(block.factors),
+        meta.append({"clique": list(block.clique), "nfactors": len(block.factors), "factors": records,
                      "scale": block.scale, "weight": block.weight, "stddev": sd,
                      **({"offsets": block.offsets, "bound": block.bound} if block.offsets is not None else {})})
     buf = io.BytesIO()
@@ -433,12 +470,14 @@ def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
 
 
 def unpack_all(payload: bytes) -> list[tuple[LatticeBlock, np.ndarray, float]]:
-    """Every block of a payload: counts and offsets."""
+    """Every block of a payload: counts and offsets (either format, module comment above)."""
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
         meta = json.loads(bytes(z["__meta__"]).decode())
         out = []
         for i, m in enumerate(meta):
-            factors = tuple(z[f"b{i}f{j}"] for j in range(m["nfactors"]))
+            records = m.get("factors") or [{"kind": "dense"}] * int(m["nfactors"])
+            factors = tuple(z[f"b{i}f{j}"] if r["kind"] == "dense" else _factor_from(r)
+                            for j, r in enumerate(records))
             block = LatticeBlock(tuple(m["clique"]), factors, float(m["scale"]), float(m["weight"]),
                                  m.get("offsets"), int(m.get("bound", 1)))
             out.append((block, z[f"b{i}y"], float(m["stddev"])))
