@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 
 import dpsql
-import dpsql.privacy.noise as noise
 from dpsql.engine.measuring import KILL_AT_ENV
 from dpsql.errors import BudgetExhaustedError, OperationalError
 from dpsql.sql.postprocess import Z95
 
 from ordered_parts import assert_routed, ordered_part
+from privacy_order import spied
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,26 +138,6 @@ def small(tmp_path):
     return tmp_path
 
 
-def _spied(con, events, monkeypatch, fail_count=False):
-    engine = con.session.engine
-    ledger, backend = engine.ledger, engine.backend
-    for name in ("preview", "charge", "record_release"):
-        real = getattr(ledger, name)
-        monkeypatch.setattr(ledger, name, lambda *a, _real=real, _name=name, **kw:
-                            (events.append(_name), _real(*a, **kw))[1])
-    real_count = backend.count_marginals
-
-    def count(*a, **kw):
-        events.append("count")
-        if fail_count:
-            raise OperationalError("the engine went away")
-        return real_count(*a, **kw)
-    monkeypatch.setattr(backend, "count_marginals", count)
-    real_noise = noise.discrete_gaussian
-    monkeypatch.setattr(noise, "discrete_gaussian",
-                        lambda *a, **kw: (events.append("noise"), real_noise(*a, **kw))[1])
-
-
 @pytest.mark.slow
 def test_an_ordered_measurement_follows_the_engines_order(small, monkeypatch):
     """preview (public) → count → durable charge → noise → release, once per part of the
@@ -167,7 +147,7 @@ def test_an_ordered_measurement_follows_the_engines_order(small, monkeypatch):
         assert ordered_part(con.session.plan().strategy).operator in ("tree", "toeplitz")
         parts = len(getattr(con.session.engine._state("t").strategy, "parts", (None,)))
         events: list[str] = []
-        _spied(con, events, monkeypatch)
+        spied(con, events, monkeypatch)
         report = con.session.measure()
         assert report.rho > 0
         order = [e for i, e in enumerate(events) if e not in events[:i]]    # first occurrences
@@ -189,7 +169,7 @@ def test_an_ordered_measurement_over_the_budget_is_refused_before_the_data(small
         con.session.plan()
         strategy = engine._state("t").strategy
         events: list[str] = []
-        _spied(con, events, monkeypatch)
+        spied(con, events, monkeypatch)
         with pytest.raises(BudgetExhaustedError):
             engine.measure_strategy("t", strategy, engine.ledger.remaining(None) * 2,
                                     engine.WORKLOAD_PRINCIPAL, "too much")
@@ -205,7 +185,7 @@ def test_a_failing_count_spends_nothing(small, monkeypatch):
     try:
         con.session.plan()
         events: list[str] = []
-        _spied(con, events, monkeypatch, fail_count=True)
+        spied(con, events, monkeypatch, fail_on=1)
         with pytest.raises(OperationalError):
             con.session.measure()
         assert events[-1] == "count" and "charge" not in events and "noise" not in events
