@@ -299,7 +299,7 @@ def write(draft: TableDraft, out: Path, force: bool = False) -> tuple[Path, Path
         for key in c.missing:
             hint = {"lo": "first day of the public period, e.g. 2013-01-01" if time else "public lower bound",
                     "hi": "last day of the public period, e.g. 2013-12-31" if time else "public upper bound",
-                    "bin": '"day", "week", "month", "quarter" or "year"' + (' (or "hour", "minute")'
+                    "bin": '"day", "week", "month", "quarter" or "year"' + (' (or "hour", "minute", "second")'
                                                                              if c.kind == "timestamp" else ""),
                     "labels": "the published list of values", "edges": "public bin edges"}.get(key.split()[0], "")
             lines.append(f"# {key} = ?   (TO FILL{': ' + hint if hint else ''})")

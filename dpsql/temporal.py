@@ -1,8 +1,8 @@
 """Date and timestamp attributes: a time axis cut into calendar bins (``docs/domains.md``, "Time").
 
 A time column is an *ordered* attribute like an integer range: its cells are consecutive
-calendar intervals (days, ISO weeks, months, quarters, years; hours and minutes for
-timestamps) between public bounds ``lo`` and ``hi``, so a date range is a contiguous run of
+calendar intervals (days, ISO weeks, months, quarters, years; hours, minutes and seconds
+for timestamps) between public bounds ``lo`` and ``hi``, so a date range is a contiguous run of
 cells and the planner's range and prefix strategies apply to it unchanged.
 
 * :class:`DateRange` (``type = "date"``) holds calendar days.  A bin ``[a, b]`` holds the
@@ -141,16 +141,19 @@ class Temporal(Attribute):
 
     def _label(self, first: Any, last: Any) -> str:
         """The period's name: ``2013-06-01`` (day, week: its first day), ``2013-06``,
-        ``2013-Q2``, ``2013``, ``2013-06-01 10:00`` (hour, minute)."""
+        ``2013-Q2``, ``2013``, ``2013-06-01 10:00`` (hour, minute), ``2013-06-01 10:00:05``
+        (second); years padded to four digits (strftime's ``%Y`` writes year 1 as ``1``)."""
         if self.bin in ("day", "week"):
             return iso_text(first if not isinstance(first, dt.datetime) else first.date())
         if self.bin == "month":
-            return first.strftime("%Y-%m")
+            return f"{first.year:04d}" + first.strftime("-%m")
         if self.bin == "quarter":
             return f"{first.year}-Q{(first.month - 1) // 3 + 1}"
         if self.bin == "year":
             return f"{first.year:04d}"
-        return first.strftime("%Y-%m-%d %H:%M")
+        if self.bin == "second":
+            return f"{first.year:04d}" + first.strftime("-%m-%d %H:%M:%S")
+        return f"{first.year:04d}" + first.strftime("-%m-%d %H:%M")
 
     def cell_values(self) -> np.ndarray | None:
         return None          # no SUM or AVG of a date
@@ -303,7 +306,7 @@ class DateRange(Temporal):
 @dataclass(frozen=True)
 class TimestampRange(Temporal):
     """Instants from ``lo`` to ``hi`` (wall time in ``timezone``) in ``bin`` periods
-    (``minute``, ``hour``, ``day``, ``week``, ``month``, ``quarter``, ``year``).  ``hi`` is
+    (``second``, ``minute``, ``hour``, ``day``, ``week``, ``month``, ``quarter``, ``year``).  ``hi`` is
     inclusive: a date means the whole of that day, a timestamp that microsecond."""
 
     timezone: str = "UTC"

@@ -27,7 +27,7 @@ __all__ = ["DATE_UNITS", "TIMESTAMP_UNITS", "EXTRACT_FIELDS", "truncate", "advan
            "TIMESTAMP_PATTERN", "days_in_month", "iso_text"]
 
 DATE_UNITS = ("day", "week", "month", "quarter", "year")
-TIMESTAMP_UNITS = ("minute", "hour") + DATE_UNITS
+TIMESTAMP_UNITS = ("second", "minute", "hour") + DATE_UNITS
 #: EXTRACT / date_part fields and the unit whose periods each is constant on.
 EXTRACT_FIELDS = {"year": "year", "quarter": "quarter", "month": "month", "week": "week",
                   "day": "day", "dow": "day", "isodow": "day", "doy": "day", "hour": "hour",
@@ -169,7 +169,9 @@ def parse_timestamp(text: str) -> dt.datetime | None:
 def iso_text(value: dt.date) -> str:
     """PostgreSQL's output form: ``2013-06-01``, ``2013-06-01 10:00:00[.5]``."""
     if isinstance(value, dt.datetime):
-        text = value.strftime("%Y-%m-%d %H:%M:%S")
+        # the year padded by hand: strftime's %Y writes year 1 as "1", which PostgreSQL
+        # reads as 2001 (a literal of an axis in years 1..999 named another instant)
+        text = f"{value.year:04d}" + value.strftime("-%m-%d %H:%M:%S")
         if value.microsecond:
             text += f".{value.microsecond:06d}".rstrip("0")
         return text

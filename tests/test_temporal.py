@@ -176,3 +176,33 @@ def test_synthetic_time_values_land_in_their_cells(numbers):
     assert [k for _, k in columns] == ["text", "text"]
     for (d, h), (cd, ch) in zip(rows, cells):
         assert schema.attributes[0].index_of(d) == cd and schema.attributes[1].index_of(h) == ch
+
+
+def test_second_bins():
+    """``bin = "second"`` (issue 35): one cell per second, labelled to the second, read from
+    TOML like the other units; a microsecond value lands in its second."""
+    s = TimestampRange("s", "2013-01-01 10:00:00", "2013-01-01 10:01:59.999999", "second", nullable=True)
+    assert s.size == 121 and s.labels()[5] == "2013-01-01 10:00:05" and s.labels()[-1] is None
+    assert s.index_of(dt.datetime(2013, 1, 1, 10, 0, 5, 999999)) == 5 == s.index_of("2013-01-01 10:00:05.5")
+    assert s.index_of(dt.datetime(2013, 1, 1, 10, 2)) == s.invalid_index
+    assert s.bin_bounds()[5] == (dt.datetime(2013, 1, 1, 10, 0, 5), dt.datetime(2013, 1, 1, 10, 0, 5, 999999))
+    assert truncate(dt.datetime(2013, 1, 1, 10, 0, 5, 7), "second") == dt.datetime(2013, 1, 1, 10, 0, 5)
+    with pytest.raises(ConfigError, match="bin must be one of day"):
+        DateRange("d", "2013-01-01", "2013-12-31", "second")
+
+
+def test_second_bins_from_toml(tmp_path):
+    path = tmp_path / "d.toml"
+    path.write_text('[tables.t.columns.ts]\ntype = "timestamp"\nlo = "2013-01-01 10:00:00"\n'
+                    'hi = "2013-01-01 10:00:09"\nbin = "second"\n')
+    (att,) = load_domain(path)["t"].attributes
+    assert att.bin == "second" and att.size == 10
+
+
+def test_years_before_1000_are_padded():
+    """strftime's %Y writes year 1 as '1', which PostgreSQL reads as 2001: the SQL literals
+    (iso_text) and the labels pad the year to four digits."""
+    from dpsql.timeaxis import iso_text
+    assert iso_text(dt.datetime(1, 1, 1, 10)) == "0001-01-01 10:00:00" and iso_text(dt.date(9, 1, 1)) == "0009-01-01"
+    assert TimestampRange("t", "0001-01-01", "0001-01-01", "hour").labels()[1] == "0001-01-01 01:00"
+    assert DateRange("d", "0099-01-01", "0099-12-31", "month").labels()[0] == "0099-01"

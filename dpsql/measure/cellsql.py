@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dpsql.domain import Attribute, Categorical, IntegerRange, Numeric
 from dpsql.sql.syntax import exp
 from dpsql.temporal import Temporal, TimestampRange
-from dpsql.timeaxis import iso_text
+from dpsql.timeaxis import iso_text, truncate
 
-__all__ = ["index_sql", "bins_sql", "outside_range", "is_nan", "column_expr", "time_literal", "time_index_sql"]
+__all__ = ["index_sql", "bins_sql", "outside_range", "is_nan", "column_expr", "time_literal", "time_index_sql",
+           "time_arithmetic_sql", "ARITHMETIC_DIALECTS"]
 
 # Above this many thresholds a flat WHEN chain costs O(n) comparisons per row; a balanced
 # nested CASE costs O(log n) and is just as portable (and NULL/NaN still take one path).
@@ -132,12 +133,16 @@ def time_literal(att: Temporal, wall, family: str) -> exp.Expr:
     return _cast(iso_text(wall), "TIMESTAMPNTZ")
 
 
-def time_index_sql(att: Temporal, column, family: str, nullable_input: bool = True) -> exp.Expr:
+def time_index_sql(att: Temporal, column, family: str, nullable_input: bool = True,
+                   dialect: str | None = None) -> exp.Expr:
     """The cell of a time value of type ``family`` (``date``, ``timestamp``,
     ``timestamptz``): NULL → ``null_place``, before ``lo`` or from the axis' end on →
     ``invalid_index`` (``dpsql.temporal``: out-of-period rows are not clamped), else the
-    chain of ``x < start`` tests over the bin starts, with literals of the column's type."""
+    chain of ``x < start`` tests over the bin starts, with literals of the column's type.
+    Given the ``dialect`` it is rendered for, the chain is replaced by arithmetic where
+    :func:`time_arithmetic_sql` has it (the same cell for every value)."""
     x = column_expr(column)
+    arithmetic = None if dialect is None else time_arithmetic_sql(att, x, family, dialect)
 
     def literal(wall):
         return time_literal(att, wall, family)
@@ -146,8 +151,128 @@ def time_index_sql(att: Temporal, column, family: str, nullable_input: bool = Tr
         case = _when(case, exp.Is(this=x.copy(), expression=exp.Null()), att.null_place)
     case = _when(case, exp.LT(this=x.copy(), expression=literal(att.lo)), att.invalid_index)
     case = _when(case, exp.GTE(this=x.copy(), expression=literal(att.end)), att.invalid_index)
+    if arithmetic is not None:
+        return case.else_(arithmetic, copy=False)
     # copy=False: the chain is fresh (a copy of a 100,800-minute chain took minutes)
     return case.else_(_threshold_case(x, att.thresholds(), literal, 0), copy=False)
+
+
+# --- the cell of a time value by arithmetic ------------------------------------------------
+# The fixed-width units, in microseconds; month, quarter and year count calendar months.
+_UNIT_MICROS = {"second": 1_000_000, "minute": 60_000_000, "hour": 3_600_000_000,
+                "day": 86_400_000_000, "week": 7 * 86_400_000_000}
+_UNIT_MONTHS = {"month": 1, "quarter": 3, "year": 12}
+_DAY_MICROS = 86_400_000_000
+_EPOCH_DAY = dt.date(1970, 1, 1)
+_EPOCH = dt.datetime(1970, 1, 1)
+#: the engines whose functions :func:`_days` and :func:`_micros` know
+ARITHMETIC_DIALECTS = ("duckdb", "postgres", "spark")
+
+
+def _micros_of(wall: dt.datetime) -> int:
+    d = wall - _EPOCH
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+def _days(x: exp.Expr, dialect: str) -> exp.Expr:
+    """Days since 1970-01-01 of a DATE, an integer (DuckDB and PostgreSQL subtract dates
+    to an integer; Spark's date difference is an interval, its ``unix_date`` the days)."""
+    if dialect == "spark":
+        return exp.Anonymous(this="unix_date", expressions=[x.copy()])
+    return exp.Paren(this=exp.Sub(this=x.copy(), expression=_cast(iso_text(_EPOCH_DAY), "DATE")))
+
+
+def _micros(x: exp.Expr, dialect: str) -> exp.Expr:
+    """Microseconds since 1970-01-01 00:00 of a timestamp, a BIGINT: UTC for an instant,
+    the wall time's own for a naive one (DuckDB ``epoch_us``; PostgreSQL's ``EXTRACT(EPOCH
+    …)`` is an exact numeric with six decimals, so times 10⁶ it is an integer; Spark's
+    ``unix_micros`` reads a TIMESTAMP_NTZ in the session zone, UTC in every dpsql session
+    (``measure/spark.py``))."""
+    if dialect == "duckdb":
+        return exp.Anonymous(this="epoch_us", expressions=[x.copy()])
+    if dialect == "spark":
+        return exp.Anonymous(this="unix_micros", expressions=[x.copy()])
+    seconds = exp.Extract(this=exp.var("EPOCH"), expression=x.copy())
+    return exp.cast(exp.Mul(this=seconds, expression=exp.Literal.number(1_000_000)), "BIGINT")
+
+
+def _months(x: exp.Expr) -> exp.Expr:
+    """``year·12 + month`` of a DATE or naive TIMESTAMP (fields of the value itself, in no
+    zone; ``EXTRACT`` is numeric on PostgreSQL, hence the casts)."""
+    def field(name: str) -> exp.Expr:
+        return exp.cast(exp.Extract(this=exp.var(name), expression=x.copy()), "BIGINT")
+    return exp.Add(this=exp.Mul(this=field("YEAR"), expression=exp.Literal.number(12)), expression=field("MONTH"))
+
+
+def _offset_from(value: exp.Expr, anchor: int) -> exp.Expr:
+    if anchor > 0:
+        return exp.Paren(this=exp.Sub(this=value, expression=exp.Literal.number(anchor)))
+    if anchor < 0:   # never "x - -5": PostgreSQL reads "--" as a comment
+        return exp.Paren(this=exp.Add(this=value, expression=exp.Literal.number(-anchor)))
+    return value
+
+
+def _int_div(value: exp.Expr, width: int, dialect: str) -> exp.Expr:
+    """``value DIV width`` of a non-negative BIGINT (truncating and flooring agree)."""
+    if width == 1:
+        return value
+    if dialect == "postgres":     # bigint / bigint truncates (typed: a plain "/")
+        return exp.Div(this=value, expression=exp.Literal.number(width), typed=True)
+    return exp.IntDiv(this=value, expression=exp.Literal.number(width))   # DuckDB //, Spark DIV
+
+
+def _constant_offset(att: Temporal) -> dt.timedelta | None:
+    """The zone's offset (wall time minus UTC) when it is the same at every bin start and at
+    the axis' end, else None (a daylight-saving change inside the period)."""
+    if not isinstance(att, TimestampRange):
+        return dt.timedelta(0)
+    walls = att._starts + (att.end,)
+    offsets = {wall - instant.replace(tzinfo=None) for wall, instant in zip(walls, att._instants)}
+    return offsets.pop() if len(offsets) == 1 else None
+
+
+def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp.Expr | None:
+    """The bin of a time value inside the axis (``lo <= x < end``; NULL and the rest are
+    :func:`time_index_sql`'s branches before it) by arithmetic, or None where the chain of
+    comparisons stays.  Equal to the chain on every value (docs/domains.md, "The SQL
+    mapping"): the bins after the first start at ``a + k·w`` for the period ``a`` holding
+    ``lo`` (``truncate(lo)``) and a fixed width ``w``, so the bin of ``x`` is ``(x − a) DIV
+    w`` (the number of starts at or below ``x``); for months, quarters and years the same
+    on the count of months ``year·12 + month``.  The value is first clamped to ``[lo, hi]``
+    with literals of its own type, so the arithmetic never sees a value outside years
+    1..9999 (PostgreSQL's infinity, a huge date) and cannot fail on any row.
+
+    Fixed widths count days of a date on a date axis, else microseconds (a DATE on a
+    timestamp axis is compared as its midnight, as the chain does).  An instant (``timestamptz``) is
+    binned in UTC shifted by the zone's offset, only when that offset is the same at every
+    bin start (else the starts are not evenly spaced instants: None); months of an instant
+    would need the engine's zone rules, so they keep the chain.  Public metadata only."""
+    if dialect not in ARITHMETIC_DIALECTS:
+        return None
+    x = column_expr(column)
+    unit = att.bin
+    if unit in _UNIT_MONTHS and family == "timestamptz":
+        return None
+    offset = _constant_offset(att) if family == "timestamptz" else dt.timedelta(0)
+    if offset is None:
+        return None
+    last = att.end - att._step
+    clamped = exp.Anonymous(this="least", expressions=[
+        exp.Anonymous(this="greatest", expressions=[x.copy(), time_literal(att, att.lo, family)]),
+        time_literal(att, last, family)])
+    anchor = truncate(att.lo, unit)
+    if unit in _UNIT_MONTHS:
+        months = anchor.year * 12 + anchor.month
+        return _int_div(_offset_from(_months(clamped), months), _UNIT_MONTHS[unit], dialect)
+    if family == "date" and att.kind == "date":
+        days = (anchor - _EPOCH_DAY).days
+        return _int_div(_offset_from(_days(clamped, dialect), days), _UNIT_MICROS[unit] // _DAY_MICROS, dialect)
+    if not isinstance(anchor, dt.datetime):
+        anchor = dt.datetime.combine(anchor, dt.time())
+    # an instant's microseconds are UTC: the anchor's wall time moved by the zone's offset
+    start = _micros_of(anchor) - _micros_of(_EPOCH + offset)
+    # (a DATE on a timestamp axis is clamped by timestamp literals: a timestamp, its midnight)
+    return _int_div(_offset_from(_micros(clamped, dialect), start), _UNIT_MICROS[unit], dialect)
 
 
 def index_sql(att: Attribute, column) -> exp.Expr:

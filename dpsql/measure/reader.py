@@ -426,7 +426,8 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
     if isinstance(att, Temporal):
         pre2 = [(x.name, time_text_sql(t.copy(), att.kind))]
         missing = exp.Is(this=x.copy(), expression=exp.Null())
-        cell = cell.when(missing.copy(), inv).else_(time_index_sql(att, x.copy(), att.kind, nullable_input=False),
+        cell = cell.when(missing.copy(), inv).else_(time_index_sql(att, x.copy(), att.kind, nullable_input=False,
+                                                                   dialect=dialect),
                                                     copy=False)     # fresh: no copy of its bin chain
         status = status.when(missing, _s("unreadable")).else_(_time_status(att, x, att.kind))
         return Converted(pre, cell, status, pre2)
@@ -708,7 +709,7 @@ def typed_column(att: Attribute, col: exp.Expr, sql_type: str, tag: str,
     if isinstance(att, Temporal):
         # compared with literals of the column's own type: no cast of the column, and an
         # instant (timestamptz) only with instants (docs/domains.md, "Time")
-        value = time_index_sql(att, x, fam, nullable_input=False)
+        value = time_index_sql(att, x, fam, nullable_input=False, dialect=dialect)
         return Converted(pre, cell.else_(value), status.else_(_time_status(att, x, fam)))
     if fam == "float":
         nan = is_nan(x)

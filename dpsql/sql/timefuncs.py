@@ -143,7 +143,7 @@ def trunc_unit(node: exp.Expr) -> str:
     name = normal_unit(unit.name if unit is not None else "")
     if name not in _SUPPORTED_UNITS:
         raise UnsupportedQueryError(f"date_trunc to {name!r} is not supported",
-                                    hint="use minute, hour, day, week, month, quarter or year")
+                                    hint="use second, minute, hour, day, week, month, quarter or year")
     return name
 
 

@@ -135,3 +135,24 @@ def test_output_names_follow_postgresql(catalog_time):
     assert names("SELECT date_part('year', flight_date), COUNT(*) FROM flights GROUP BY 1") == ["date_part", "count"]
     assert names("SELECT date_trunc('month', flight_date), COUNT(*) FROM flights GROUP BY 1") == ["date_trunc",
                                                                                                   "count"]
+
+
+def test_second_bins_in_sql():
+    """A second axis (issue 35): date_trunc('second' …) groups by its cells, a coarser grain
+    sums them, a comparison on a second's start is exact and one inside a second is refused
+    with the bin named; date_trunc('second' …) of a minute axis splits its bins."""
+    from dpsql.domain import TableSchema
+    from dpsql.temporal import TimestampRange
+    secs = {"t": TableSchema("t", (TimestampRange("s", "2013-01-01 10:00:00", "2013-01-01 10:01:59.999999",
+                                                  "second"),))}
+    by_second = compile_sql("SELECT date_trunc('second', s), COUNT(*) FROM t GROUP BY 1", secs)
+    assert len(by_second.groups) == 120 and by_second.groups[5][0] == dt.datetime(2013, 1, 1, 10, 0, 5)
+    by_minute = compile_sql("SELECT date_trunc('minute', s), COUNT(*) FROM t GROUP BY 1", secs)
+    assert [g[0] for g in by_minute.groups] == [dt.datetime(2013, 1, 1, 10, 0), dt.datetime(2013, 1, 1, 10, 1)]
+    (lq,) = compile_sql("SELECT COUNT(*) FROM t WHERE s >= '2013-01-01 10:01:30'", secs).linear_queries
+    assert np.array_equal(lq.matrix.dense()[0], np.arange(120) >= 90)
+    with pytest.raises(errors.UnsupportedQueryError, match="2013-01-01 10:01:30"):
+        compile_sql("SELECT COUNT(*) FROM t WHERE s >= '2013-01-01 10:01:30.5'", secs)
+    mins = {"t": TableSchema("t", (TimestampRange("s", "2013-01-01 10:00", "2013-01-01 10:59:59", "minute"),))}
+    with pytest.raises(errors.UnsupportedQueryError, match="declared by minute"):
+        compile_sql("SELECT date_trunc('second', s), COUNT(*) FROM t GROUP BY 1", mins)
