@@ -580,7 +580,7 @@ def cap_stderr(wide: np.ndarray, stderr: np.ndarray, baseline: float | None,
     workload (no baseline).
 
     ``other``: per row, the standard error of an independent part the statement adds to this
-    query (a SUM's measured binning offsets, ``session._answer_offsets``: the reported error
+    query (a SUM's measured binning offsets, ``results._answer_offsets``: the reported error
     is √(se² + other²)).  The promise is the statement's, so the cut leaves it room: where
     √(s² + other²) ≤ b the error is at most √(b² − other²) (TPC-H Q1's price sums were
     reported 0.2% over their baselines by the offsets' part, bench/fit_stop.py)."""

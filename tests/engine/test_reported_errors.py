@@ -75,7 +75,7 @@ def test_cap_leaves_room_for_the_offsets_part_of_a_sum():
 def test_a_sum_with_offsets_stays_within_its_baseline_however_wide_the_model_interval(tmp_path, monkeypatch):
     """The widening is forced past every baseline (as a model answer far from least squares'
     would be); a SUM whose offsets are measured must still be reported within its baseline."""
-    import dpsql.engine.session as session_module
+    import dpsql.engine.results as results_module
 
     queries = ["SELECT sex, SUM(capital_gain) FROM adult GROUP BY sex",
                "SELECT sex, COUNT(*) FROM adult GROUP BY sex"]
@@ -84,7 +84,7 @@ def test_a_sum_with_offsets_stays_within_its_baseline_however_wide_the_model_int
     try:
         report = con.session.plan()
         con.session.measure()
-        monkeypatch.setattr(session_module, "interval_stderr",
+        monkeypatch.setattr(results_module, "interval_stderr",
                             lambda answer, estimate, stderr, nonneg: 100.0 * np.asarray(stderr))
         cur = con.cursor()
         cur.execute(queries[0])
