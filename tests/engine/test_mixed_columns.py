@@ -105,6 +105,8 @@ def test_each_fine_column_gets_its_own_part_and_share(data, tmp_path):
         assert all(q.stderr <= q.baseline * (1 + 1e-6) for q in report.per_query), \
             [(q.sql, q.stderr, q.baseline) for q in report.per_query]
         assert [p.name for p in report.parts] == ["ordered capital_gain", "ordered capital_loss", "rest"]
+        text = "\n".join(report.part_lines())       # what `dpsql plan` prints
+        assert text.startswith("three releases") and all(f"  {p.name}: " in text for p in report.parts), text
         assert sum(p.rho for p in report.parts) == pytest.approx(float(rho))
     finally:
         _close(con)
