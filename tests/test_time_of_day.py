@@ -55,3 +55,20 @@ def test_what_is_not_a_time_axis_is_refused_at_load(tmp_path, body, words):
     with pytest.raises(ConfigError) as info:
         _load(tmp_path, body)
     assert words in str(info.value) and info.value.hint
+
+
+def test_init_drafts_a_parquet_time_column_as_a_time_axis(tmp_path):
+    """``dpsql init`` on a Parquet file with a TIME column drafts ``type = "time"`` with the
+    bin to fill (it drafted a categorical before); filled in, the draft loads."""
+    import duckdb
+
+    from dpsql.draft import from_file, write
+    duckdb.sql(f"COPY (SELECT TIME '06:15:00' AS dep) TO '{tmp_path / 'd.parquet'}' (FORMAT parquet)")
+    draft = from_file(tmp_path / "d.parquet")
+    assert [(c.name, c.kind, c.missing) for c in draft.columns][0] == ("dep", "time", ["bin"])
+    _, domain_file, _ = write(draft, tmp_path / "dpsql.toml")
+    text = domain_file.read_text()
+    assert '# bin = ?   (TO FILL: "second", "minute" or "hour")' in text
+    domain_file.write_text(text.replace("# bin = ?", 'bin = "hour"\n#'))
+    table = next(iter(load_domain(domain_file).values()))
+    assert table.attribute("dep").kind == "time"
