@@ -68,6 +68,11 @@ from __future__ import annotations
 
 HIGH = ["1-URGENT", "2-HIGH"]
 LOW = ["3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"]
+# the public value lists of the TPC-H specification the workloads group by (also the
+# dashboard's, bench/people_tpch.py)
+LABELS = {"c_mktsegment": ["AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"],
+          "o_orderpriority": HIGH + LOW, "l_returnflag": ["A", "N", "R"], "l_linestatus": ["F", "O"],
+          "l_shipmode": ["AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK"]}
 DATE_COLUMNS = ("o_orderdate", "l_shipdate", "l_receiptdate")
 # SUM clamping ranges (public: the specification's ranges, whole dollars)
 SUM_RANGE = {"l_quantity": (1, 50), "l_extendedprice": (0, 104950), "l_revenue": (0, 104950),
@@ -90,6 +95,21 @@ def _window(column: str, start: str, months: int) -> list:
     return [(column, ">=", start), (column, "<", _add_months(start, months))]
 
 
+def _dated(template: str, start: str, months: int, column: str, group: list[str], agg: str,
+           conditions: list, params: str = "") -> tuple:
+    """One instance of a template whose DATE parameter is ``start``: the window of ``months``
+    months from it over ``column``, then the template's other ``conditions``; ``params`` names
+    its other parameter values after the date."""
+    return (f"{template} DATE={start}{params}", group, agg, _window(column, start, months) + conditions)
+
+
+# the DATE values the templates draw: each year's first day (Q5, Q6, Q12) and every third
+# month's (Q4: the quarter starts 1993-01 .. 1997-10)
+YEARS = [f"{year}-01-01" for year in range(1993, 1998)]
+QUARTERS = [f"{year}-{month:02d}-01" for year in range(1993, 1998) for month in (1, 4, 7, 10)
+            if (year, month) <= (1997, 10)]
+
+
 def workload() -> list[tuple]:
     """(name, group columns, "count" or the summed column, conditions): a condition is
     (column, op, value) with op one of = < <= > >= between in."""
@@ -103,133 +123,82 @@ def workload() -> list[tuple]:
                                            ("1995-03-31", "1995-04-01", "1995-03-31")):
         queries.append((f"Q3 DATE={date}", ["c_mktsegment"], "l_revenue",
                         [("o_orderdate", "<", order_before), ("l_shipdate", ">", ship_after)]))
-    for year in range(1993, 1998):
-        for month in (1, 4, 7, 10):
-            if (year, month) <= (1997, 10):
-                start = f"{year}-{month:02d}-01"
-                queries.append((f"Q4 DATE={start}", ["o_orderpriority"], "count",
-                                _window("o_orderdate", start, 3) + [("o_late", "=", 1)]))
-    for year in range(1993, 1998):
-        queries.append((f"Q5 DATE={year}-01-01", ["c_nationkey"], "l_revenue",
-                        _window("o_orderdate", f"{year}-01-01", 12) + [("l_local", "=", 1)]))
-    for year in range(1993, 1998):
-        for discount in (2, 4, 6, 8):
-            queries.append((f"Q6 DATE={year}-01-01 DISCOUNT=0.0{discount} QUANTITY=24", [], "l_discrev",
-                            _window("l_shipdate", f"{year}-01-01", 12)
-                            + [("l_discount", "between", (discount - 1, discount + 1)), ("l_quantity", "<", 24)]))
-    for start in ("1993-02-01", "1993-05-01", "1993-08-01", "1993-11-01",
-                  "1994-02-01", "1994-05-01", "1994-08-01", "1994-11-01"):
-        queries.append((f"Q10 DATE={start}", ["c_nationkey"], "l_revenue",
-                        _window("o_orderdate", start, 3) + [("l_returnflag", "=", "R")]))
-    for year in range(1993, 1998):
-        for label, priorities in (("high_line_count", HIGH), ("low_line_count", LOW)):
-            queries.append((f"Q12 DATE={year}-01-01 {label}", ["l_shipmode"], "count",
-                            _window("l_receiptdate", f"{year}-01-01", 12)
-                            + [("l_q12", "=", 1), ("o_orderpriority", "in", priorities)]))
+    queries += [_dated("Q4", start, 3, "o_orderdate", ["o_orderpriority"], "count", [("o_late", "=", 1)])
+                for start in QUARTERS]
+    queries += [_dated("Q5", start, 12, "o_orderdate", ["c_nationkey"], "l_revenue", [("l_local", "=", 1)])
+                for start in YEARS]
+    queries += [_dated("Q6", start, 12, "l_shipdate", [], "l_discrev",
+                       [("l_discount", "between", (discount - 1, discount + 1)), ("l_quantity", "<", 24)],
+                       f" DISCOUNT=0.0{discount} QUANTITY=24") for start in YEARS for discount in (2, 4, 6, 8)]
+    queries += [_dated("Q10", start, 3, "o_orderdate", ["c_nationkey"], "l_revenue", [("l_returnflag", "=", "R")])
+                for start in ("1993-02-01", "1993-05-01", "1993-08-01", "1993-11-01",
+                              "1994-02-01", "1994-05-01", "1994-08-01", "1994-11-01")]
+    queries += [_dated("Q12", start, 12, "l_receiptdate", ["l_shipmode"], "count",
+                       [("l_q12", "=", 1), ("o_orderpriority", "in", priorities)], f" {label}")
+                for start in YEARS for label, priorities in (("high_line_count", HIGH), ("low_line_count", LOW))]
     return queries
 
 
-DOMAIN = """\
-# TPC-H (generated by tpchgen-cli), the columns the template workload reads.  Public domains from
-# the TPC-H specification's value lists and ranges; dates by month; keys only link the tables.
+def categorical(labels) -> dict:
+    """A closed categorical column's domain entries (the specification's value list)."""
+    return {"type": "categorical", "labels": list(labels), "closed": True}
 
-[tables.customers.columns.c_mktsegment]
-type = "categorical"
-labels = ["AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"]
-closed = true
 
-[tables.customers.columns.c_nationkey]
-type = "integer"
-lo = 0
-hi = 24
+def integer(lo: int, hi: int, note: str | None = None, **more) -> dict:
+    """An integer column's domain entries (``more``: ``bin_width`` or ``edges``)."""
+    return {**({"#": note} if note else {}), "type": "integer", "lo": lo, "hi": hi, **more}
 
-[tables.orders.columns.o_orderdate]
-# the specification's STARTDATE .. ENDDATE - 151 days
-type = "date"
-lo = 1992-01-01
-hi = 1998-08-02
-bin = "month"
 
-[tables.orders.columns.o_orderpriority]
-type = "categorical"
-labels = ["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"]
-closed = true
+def months(lo: str, hi: str, note: str) -> dict:
+    """A DATE column's domain entries, by month."""
+    import datetime as dt
+    return {"#": note, "type": "date", "lo": dt.date.fromisoformat(lo), "hi": dt.date.fromisoformat(hi),
+            "bin": "month"}
 
-[tables.orders.columns.o_late]
-type = "integer"
-lo = 0
-hi = 1
 
-[tables.lineitem.columns.l_shipdate]
-# order date + 1..121 days
-type = "date"
-lo = 1992-01-01
-hi = 1998-12-31
-bin = "month"
+def domain_toml(header: str, owner: dict[str, str], columns: dict[str, dict]) -> str:
+    """A domain file (docs/domains.md): ``header`` (its comment lines), then each of
+    ``columns`` under its table (``owner``), its entries in order; an entry "#" is a comment
+    line (where a range comes from).  Both TPC-H workloads of ``bench/people_tpch.py``
+    declare their columns with it."""
+    import datetime as dt
 
-[tables.lineitem.columns.l_receiptdate]
-# ship date + 1..30 days
-type = "date"
-lo = 1992-01-01
-hi = 1998-12-31
-bin = "month"
+    from dpsql.draft import toml_value
 
-[tables.lineitem.columns.l_returnflag]
-type = "categorical"
-labels = ["A", "N", "R"]
-closed = true
+    lines = [header, ""]
+    for column, entries in columns.items():
+        lines.append(f"[tables.{owner[column]}.columns.{column}]")
+        lines += [f"# {v}" if k == "#" else f"{k} = {v.isoformat() if isinstance(v, dt.date) else toml_value(v)}"
+                  for k, v in entries.items()]
+        lines.append("")
+    return "\n".join(lines)
 
-[tables.lineitem.columns.l_linestatus]
-type = "categorical"
-labels = ["F", "O"]
-closed = true
 
-[tables.lineitem.columns.l_shipmode]
-type = "categorical"
-labels = ["AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK"]
-closed = true
-
-[tables.lineitem.columns.l_quantity]
-# Q6's QUANTITY 24 is a bin edge (a SUM adds the rows' offsets from their bin's middle)
-type = "integer"
-lo = 1
-hi = 50
-edges = [1, 24]
-
-[tables.lineitem.columns.l_discount]
-# whole percent
-type = "integer"
-lo = 0
-hi = 10
-
-[tables.lineitem.columns.l_extendedprice]
-type = "integer"
-lo = 0
-hi = 104950
-bin_width = 5000
-
-[tables.lineitem.columns.l_revenue]
-type = "integer"
-lo = 0
-hi = 104950
-bin_width = 5000
-
-[tables.lineitem.columns.l_discrev]
-type = "integer"
-lo = 0
-hi = 10495
-bin_width = 1000
-
-[tables.lineitem.columns.l_q12]
-type = "integer"
-lo = 0
-hi = 1
-
-[tables.lineitem.columns.l_local]
-type = "integer"
-lo = 0
-hi = 1
-"""
+# the columns the template workload reads, with their public domains: the specification's
+# value lists and ranges, dates by month
+COLUMNS = {
+    "c_mktsegment": categorical(LABELS["c_mktsegment"]),
+    "c_nationkey": integer(0, 24),
+    "o_orderdate": months("1992-01-01", "1998-08-02", "the specification's STARTDATE .. ENDDATE - 151 days"),
+    "o_orderpriority": categorical(LABELS["o_orderpriority"]),
+    "o_late": integer(0, 1),
+    "l_shipdate": months("1992-01-01", "1998-12-31", "order date + 1..121 days"),
+    "l_receiptdate": months("1992-01-01", "1998-12-31", "ship date + 1..30 days"),
+    "l_returnflag": categorical(LABELS["l_returnflag"]),
+    "l_linestatus": categorical(LABELS["l_linestatus"]),
+    "l_shipmode": categorical(LABELS["l_shipmode"]),
+    "l_quantity": integer(1, 50, "Q6's QUANTITY 24 is a bin edge (a SUM adds the rows' offsets from their "
+                          "bin's middle)", edges=[1, 24]),
+    "l_discount": integer(0, 10, "whole percent"),
+    "l_extendedprice": integer(0, 104950, bin_width=5000),
+    "l_revenue": integer(0, 104950, bin_width=5000),
+    "l_discrev": integer(0, 10495, bin_width=1000),
+    "l_q12": integer(0, 1),
+    "l_local": integer(0, 1),
+}
+DOMAIN = domain_toml("# TPC-H (generated by tpchgen-cli), the columns the template workload reads.  Public "
+                     "domains from\n# the TPC-H specification's value lists and ranges; dates by month; keys "
+                     "only link the tables.", OWNER, COLUMNS)
 
 
 def prepare(con, raw: dict[str, str], data) -> None:
@@ -276,17 +245,22 @@ def _bins(lo: int, hi: int, width: int) -> list[tuple]:
     return [(a, min(a + width - 1, hi)) for a in range(lo, hi + 1, width)]
 
 
+def _cells(entries: dict) -> list[tuple]:
+    """(first, last) value of each cell of a column as its domain entries (``COLUMNS``)
+    declare it: a label, a month, an integer bin (``bin_width``, or from each of ``edges``
+    to the next)."""
+    if entries["type"] == "categorical":
+        return [(v, v) for v in entries["labels"]]
+    if entries["type"] == "date":
+        return _months(entries["lo"].isoformat(), entries["hi"].isoformat())
+    if "edges" in entries:
+        starts = entries["edges"]
+        return [(a, b - 1) for a, b in zip(starts, starts[1:])] + [(starts[-1], entries["hi"])]
+    return _bins(entries["lo"], entries["hi"], entries.get("bin_width", 1))
+
+
 # each column's cells as dpsql's domain declares them (DOMAIN above): (first, last) values
-CELLS = {"o_orderdate": _months("1992-01-01", "1998-08-02"),
-         "l_shipdate": _months("1992-01-01", "1998-12-31"), "l_receiptdate": _months("1992-01-01", "1998-12-31"),
-         "c_mktsegment": [(v, v) for v in ("AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY")],
-         "o_orderpriority": [(v, v) for v in HIGH + LOW], "l_returnflag": [(v, v) for v in "ANR"],
-         "l_linestatus": [(v, v) for v in "FO"],
-         "l_shipmode": [(v, v) for v in ("AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK")],
-         "c_nationkey": [(v, v) for v in range(25)], "l_discount": [(v, v) for v in range(11)],
-         **{c: [(0, 0), (1, 1)] for c in ("o_late", "l_q12", "l_local")},
-         "l_quantity": [(1, 23), (24, 50)], "l_extendedprice": _bins(0, 104950, 5000),
-         "l_revenue": _bins(0, 104950, 5000), "l_discrev": _bins(0, 10495, 1000)}
+CELLS = {column: _cells(entries) for column, entries in COLUMNS.items()}
 
 
 def _holds(cell: tuple, op: str, value) -> bool:

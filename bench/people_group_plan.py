@@ -95,7 +95,7 @@ def _tpch(workdir: Path) -> tuple[Path, list[str], Path]:
                         "max_rows_per_group = 24\n", 1)
     assert text.count("group_by") == 2, "bench/people_tpch.py's config changed: update this bench"
     config.write_text(text)
-    return config, [pt.to_sql(g, a) for _, g, a in pt.DASHBOARD], data
+    return config, [pt.to_sql(g, a, c) for _, g, a, c in pt.DASHBOARD], data
 
 
 def _keys(sql: str) -> int:

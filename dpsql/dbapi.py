@@ -27,7 +27,8 @@ from dpsql import errors
 from dpsql import errors as errors_mod
 from dpsql.engine.config import load_config
 from dpsql.engine.engine import Engine
-from dpsql.engine.session import Result, Session
+from dpsql.engine.results import Result
+from dpsql.engine.session import Session
 
 apilevel = "2.0"
 threadsafety = 1  # threads may share the module, not connections

@@ -121,7 +121,7 @@ def rounded_rows(result) -> list[tuple]:
     """``result.rows`` as programs receive them (the wire, CSV): each value rounded by
     ``round_value``; the columns ``SET dpsql.error_columns`` appended (the last
     ``result.appended``; per value column either its error, or its ci95, lower and upper,
-    in the order of ``dpsql.engine.session.error_column_names``) rounded as errors and
+    in the order of ``dpsql.engine.results.error_column_names``) rounded as errors and
     outward as ranges."""
     ncol = len(result.columns)
     # getattr: any front end's result, also a link's or a test double's without these fields

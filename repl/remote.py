@@ -33,7 +33,7 @@ from typing import Any
 
 from dpsql import errors
 from dpsql.domain import Categorical, IntegerRange, Numeric, TableSchema
-from dpsql.engine.session import Column, Result
+from dpsql.engine.results import Column, Result
 from dpsql.engine.variance import Z95
 from dpsql.public import PublicColumn, PublicTable, StarCatalog
 

@@ -12,7 +12,7 @@ import math
 
 from dpsql import display
 from dpsql.cli import print_result
-from dpsql.engine.session import Column, Result
+from dpsql.engine.results import Column, Result
 from dpsql.engine.variance import Z95
 from repl import render
 

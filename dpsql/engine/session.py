@@ -2,9 +2,9 @@
 
 ``Session.execute`` compiles the statement (public metadata only; failures spend nothing),
 answers each of its linear queries from the fitted graphical model, attaches standard
-errors, and post-processes into rows.  Identical statements get identical answers: results
-are cached per model version, and a model only changes when new noisy measurements are
-released (never fresh noise for a repeat).
+errors, and post-processes into rows (``dpsql.engine.results``).  Identical statements get
+identical answers: results are cached per model version, and a model only changes when new
+noisy measurements are released (never fresh noise for a repeat).
 
 Values the released measurements do not support follow the session's policy
 (``SET dpsql.policy``, default from ``docs/config.md``):
@@ -22,9 +22,8 @@ Values the released measurements do not support follow the session's policy
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -32,10 +31,9 @@ from typing import Any
 import numpy as np
 
 from dpsql.engine.engine import Engine, MeasureReport, PlanReport, SpendPreview
-from dpsql.engine.planning import gaussian_sigma2_unit
-from dpsql.engine.variance import Z95, cap_stderr, interval_stderr
+from dpsql.engine.results import (Column, Result, answer_linear, model_kind, result_rows, type_name,
+                                  with_error_columns)
 from dpsql.privacy.accountant import format_rho
-from dpsql.linalg.threads import one_blas_thread
 from dpsql.errors import (BudgetExhaustedError, InterfaceError, OperationalError,
                           PrivacyViolationError, ProgrammingError, UnsupportedQueryError,
                           UselessMeasurementError)
@@ -49,74 +47,6 @@ ROLES = ("operator", "analyst")
 BUDGET_SETTING = "dpsql.budget_remaining"
 
 
-def baseline_stderr(engine, table: str, matrix) -> float | None:
-    """Per row, the standard error of this linear query under the per-query mechanism:
-    measured on its own as one of the k linear queries of the table's workload, at the
-    workload's budget (the plan report's baseline, ``plan.objective.baseline_variance``).
-    None when the table has no workload queries (issue 35 item 6).  Public: the workload,
-    the budget and the query's sensitivity."""
-    from dpsql.plan.objective import baseline_variance
-
-    state = engine._state(table)
-    k = state.workload_rows
-    if k is None:
-        try:     # the plan's query parts (binning-bound queries the offsets replace are not)
-            k = len(engine.workload_for(table)[2]) if engine.config.workload else 0
-        except ProgrammingError:
-            k = 0                                   # no workload query on this table
-        state.workload_rows = k
-    rho = engine.workload_rho(table)
-    if not k or not rho > 0:
-        return None
-    laplace = engine.config.noise == "laplace"
-    sens = float(matrix.sensitivity(1 if laplace else 2))
-    unit_rows = engine.config.sources[table].unit_rows
-    return math.sqrt(baseline_variance(sens, k, engine.config.noise)
-                     * gaussian_sigma2_unit(float(rho)) * unit_rows ** 2)
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str  # "text" | "integer" | "double" | "date" | "timestamp"
-
-
-@dataclass
-class Result:
-    """Rows of a private answer with their standard errors.
-
-    ``stderr[i][j]`` is the standard error of ``rows[i][j]`` (None for group keys and exact
-    values, NaN for inferred values); ``inferred[i]`` is True when a value of row i came
-    from model inference without a supporting measurement, and ``bounds[i][j]`` is then the
-    ``(lower, upper)`` range the released measurements imply for that value (None for keys
-    and supported values, or where no finite range follows).  ``cost`` is the ρ this
-    statement spent."""
-
-    columns: list[Column]
-    rows: list[tuple]
-    stderr: list[tuple] = field(default_factory=list)
-    inferred: list[bool] = field(default_factory=list)
-    cost: Fraction = Fraction(0)   # ρ this statement spent, exact
-    message: str | None = None   # e.g. "SET" for session commands, EXPLAIN text
-    seconds: float = 0.0
-    model_version: int = 0
-    model: str = ""      # which model answered: "exact junction tree" or "relaxed region graph"
-    bounds: list[tuple] = field(default_factory=list)
-    # per cell, the bound on the binning error of SUM/AVG/VARIANCE/STDDEV over wide bins that
-    # ``stderr`` already includes (stderr = σ + bias/Z95, so ± Z95·stderr is the 95% interval
-    # widened by it): such a cell's interval is *bounded*, not a pure 95% CI (None elsewhere)
-    bias: list[tuple] = field(default_factory=list)
-    # the statement has values whose interval may include a binning bound (``bias``): the
-    # wire server announces a ``binned`` flag for it (``CompiledQuery.may_be_binned``)
-    binnable: bool = False
-    # trailing columns that ``SET dpsql.error_columns`` appended (c_ci95, c_lower, …): derived
-    # from stderr and bounds, so their own stderr is None; dpsql.read_sql drops them
-    appended: int = 0
-    # public remarks printed beside the rows: the rows a people view's bound drops, as
-    # released with noise (dpsql/engine/people_truncation.py), when the answer reads such a view
-    notes: tuple[str, ...] = ()
-
-
 @dataclass(frozen=True)
 class SpendRequest:
     """What a statement would spend, shown to the user before anything is charged."""
@@ -127,28 +57,6 @@ class SpendRequest:
     table: str
     what: str          # the queries to be measured
     remaining_rho: Fraction
-
-
-def _model_kind(model) -> str:
-    """Short public description of the fitted model (its structure, never its values)."""
-    if model is None:
-        return ""
-    from dpsql.pgm import RelaxedModel
-    return "relaxed region graph" if isinstance(model, RelaxedModel) else "exact junction tree"
-
-
-def _type_name(pg_type: str) -> str:
-    """The driver's type code for a PostgreSQL type name from the compiler."""
-    t = pg_type.lower()
-    if t in ("integer", "bigint", "smallint", "int", "int8", "int4"):
-        return "integer"
-    if t in ("double precision", "numeric", "real", "float8", "double"):
-        return "double"
-    if t == "date":
-        return "date"
-    if t in ("timestamp", "timestamp without time zone"):
-        return "timestamp"
-    return "text"
 
 
 #: Values (rows x columns) one session keeps in its answer cache, oldest answers dropped first
@@ -237,7 +145,7 @@ class Session:
             return Result([Column("QUERY PLAN", "text")],
                           [(line,) for line in self.explain_compiled(compiled).splitlines()],
                           message="EXPLAIN", seconds=time.perf_counter() - t0)
-        columns = [Column(c.name, _type_name(c.type)) for c in compiled.columns]
+        columns = [Column(c.name, type_name(c.type)) for c in compiled.columns]
         # the value columns, which get error columns, are the compiled noisy ones (ir.noisy):
         # what the wire's Describe announces before any row exists, a probe's columns included
         values = [j for j, c in enumerate(compiled.columns) if c.is_aggregate]
@@ -300,7 +208,7 @@ class Session:
             elif policy == "informed":
                 self._refuse_prior(compiled, unsupported)
         result = self._result(compiled, columns, (answers, stderrs), unsupported, t0, cost, version,
-                              _model_kind(model))
+                              model_kind(model))
         self._remember(key, result)
         return self._with_error_columns(result, values)
 
@@ -336,46 +244,9 @@ class Session:
         return got[0], got[1], f"ordered {estimate.strategy.operator}"
 
     def _result(self, compiled, columns, answered, unsupported, t0, cost, version, model_kind) -> Result:
-        """The rows of a statement from its linear queries' answers and standard errors."""
-        answers, stderrs = answered[0], answered[1]
-        bounds = self._bounds(compiled, answers, stderrs, unsupported) if unsupported else None
-        # Unsupported rows carry an infinite variance through the post-processing (the
-        # delta method keeps inf where it would turn NaN into "no stderr"); a value is
-        # inferred exactly when its standard error comes out infinite, and is reported NaN.
-        processed = compiled.postprocess(
-            answers, {k: np.where(np.isnan(v), np.inf, v) for k, v in stderrs.items()},
-            **({"bounds": bounds} if bounds is not None else {}), with_bias=True)
-        rows, stderr_rows = processed[0], processed[1]
-        bound_rows = processed[2] if bounds is not None else None
-        bias_rows = processed[-1]
-        quantile_inferred = any(lq.kind == "quantile" for lq in unsupported)
-        inferred, cleaned, ranges = [], [], []
-        for i, r in enumerate(stderr_rows):
-            if not quantile_inferred and not any(isinstance(v, float) and not math.isfinite(v) for v in r):
-                # no inferred cell: the row's errors as they are, no ranges (the loop below
-                # gives the same, cell by cell: 3 ms on a 1,459-row answer, issue 35)
-                cleaned.append(tuple(r))
-                inferred.append(False)
-                ranges.append((None,) * len(r))
-                continue
-            flag = quantile_inferred
-            out, rng = [], []
-            for j, v in enumerate(r):
-                cell_inferred = isinstance(v, float) and (math.isinf(v) or math.isnan(v))
-                out.append(math.nan if cell_inferred else v)
-                flag = flag or cell_inferred
-                b = bound_rows[i][j] if bound_rows is not None else None
-                rng.append(b if (cell_inferred or (quantile_inferred and v is not None)) else None)
-            cleaned.append(tuple(out))
-            inferred.append(flag)
-            ranges.append(tuple(rng))
-        return Result(columns, list(rows), cleaned, inferred,
-                      cost=Fraction(0) if cost is None else cost, seconds=time.perf_counter() - t0,
-                      model_version=version, model=model_kind, bounds=ranges,
-                      binnable=compiled.may_be_binned(), notes=self._notes(compiled.table),
-                      bias=[row if all(b is None for b in row) else
-                            tuple(None if b is None or not math.isfinite(b) or ranges[i][j] is not None else b
-                                  for j, b in enumerate(row)) for i, row in enumerate(bias_rows)])
+        """The rows of a statement from its linear queries' answers (``results.result_rows``)."""
+        return result_rows(self.engine, compiled, columns, answered, unsupported, t0, cost, version,
+                           model_kind, self._notes(compiled.table))
 
     def plan(self, table: str | None = None, queries: Sequence[str] | None = None,
              rho: Fraction | None = None) -> PlanReport:
@@ -531,64 +402,10 @@ class Session:
                              hint=f"tables: {', '.join(sorted(self.engine.catalog))}")
 
     def _answer(self, compiled, model, variance):
-        """Answers from the graphical model (default) or, with ``SET dpsql.estimator =
-        'least_squares'``, HDMM's local least squares (thesis §3.9: unbiased, possibly
-        negative and mutually inconsistent; unsupported values are NULL).  On one BLAS
-        thread: standard errors take pseudo-inverses and eigendecompositions of small
-        factors, which multithreaded OpenBLAS made 10-100x slower on a loaded machine
-        (``dpsql.linalg.threads``)."""
-        with one_blas_thread():
-            return self._answer_rows(compiled, model, variance)
-
-    def _answer_rows(self, compiled, model, variance):
-        answers: dict[str, np.ndarray] = {}
-        stderrs: dict[str, np.ndarray] = {}
-        unsupported: list = []
+        """The linear queries' answers, standard errors and unsupported ones from the model, or
+        by least squares under ``SET dpsql.estimator = 'least_squares'`` (``results.answer_linear``)."""
         least_squares = self.settings.get("dpsql.estimator") == "least_squares"
-        replaced = self._answer_offsets(compiled, answers, stderrs)
-        for lq in compiled.linear_queries:
-            if lq.name in replaced:
-                continue     # a binning bound the measured offsets make unnecessary
-            if least_squares:
-                answers[lq.name], _ = variance.least_squares(lq.matrix)
-                err, sup = variance.analyse(lq.matrix)
-            else:
-                answers[lq.name] = np.asarray(model.answer(lq.matrix), dtype=np.float64)
-                err, sup, estimate, nonneg = variance.analyse_estimates(lq.matrix)
-                # the model's interval must contain the unbiased one (issue 29: sparse domains),
-                # widened no further than the per-query baseline (issue 35 item 6)
-                wide = interval_stderr(answers[lq.name], estimate, err, nonneg)
-                if np.any(sup & (wide > err)):
-                    base = baseline_stderr(self.engine, compiled.table, lq.matrix)
-                    wide = cap_stderr(wide, err, base)
-                err = np.where(sup, wide, err)
-            stderrs[lq.name] = err
-            if not sup.all():
-                unsupported.append(lq)
-        return answers, stderrs, unsupported
-
-    def _answer_offsets(self, compiled, answers, stderrs) -> set[str]:
-        """Answer the offset queries the released binning offsets support (least squares:
-        unbiased, docs/engine.md "Binning offsets") into ``answers``/``stderrs``; returns
-        the binning-bound queries they replace.  A SUM whose offsets are not all supported
-        keeps its bound (option b) and is marked ``binned``."""
-        if not compiled.offset_queries:
-            return set()
-        models = self.engine.offset_models(compiled.table)
-        pairs = compiled.offset_pairs()
-        replaced = set()
-        for lq in compiled.offset_queries:
-            vm = models.get(lq.offset_column)
-            if vm is None or lq.name not in pairs:
-                continue
-            err, sup, estimate, _ = vm.analyse_estimates(lq.matrix)
-            if not (sup.all() and np.all(np.isfinite(estimate)) and np.all(np.isfinite(err))):
-                continue
-            answers[lq.name], stderrs[lq.name] = estimate, err
-            bound = pairs[lq.name][0]   # the bound and the offsets share the predicate and column
-            if bound is not None:
-                replaced.add(bound)
-        return replaced
+        return answer_linear(self.engine, compiled, model, variance, least_squares)
 
     def _refuse_prior(self, compiled, unsupported) -> None:
         """Policy "informed": refuse when a value would be the model's prior, i.e. its
@@ -615,33 +432,6 @@ class Session:
                                      "dpsql measure --increment")
                   + (", or SET dpsql.policy = 'measure' to measure it now (spends budget)" if qb else "")
                   + ", or SET dpsql.policy = 'infer' to see the model's guess with its range"))
-
-    def _bounds(self, compiled, answers, stderrs, unsupported) -> dict | None:
-        """(lower, upper) per entry of every linear query: the answer itself where it is
-        supported, the range the released measurements imply where it is not (on one BLAS
-        thread, as ``_answer``)."""
-        with one_blas_thread():
-            return self._bound_rows(compiled, answers, stderrs, unsupported)
-
-    def _bound_rows(self, compiled, answers, stderrs, unsupported) -> dict | None:
-        ranges = self.engine.bounds(compiled.table)
-        if ranges is None:
-            return None
-        out = {}
-        unsupported_names = {lq.name for lq in unsupported}
-        for lq in compiled.linear_queries:
-            if lq.name not in answers and lq.name not in unsupported_names:
-                continue     # a binning bound replaced by measured offsets (_answer_offsets)
-            value = np.asarray(answers.get(lq.name, np.zeros(0)), dtype=float)
-            if lq.name not in unsupported_names:
-                out[lq.name] = (value, value)
-                continue
-            lo, hi = ranges.rows(lq.matrix, lq.attributes)
-            sup = ~np.isnan(stderrs.get(lq.name, np.full(value.shape, np.nan)))
-            lo = np.where(sup, value, np.minimum(lo, value))
-            hi = np.where(sup, value, np.maximum(hi, value))
-            out[lq.name] = (lo, hi)
-        return out
 
     def _measure_for(self, compiled, unsupported) -> MeasureReport:
         """Policy "measure": plan a strategy for the unsupported linear queries and measure it
@@ -777,53 +567,8 @@ class Session:
                      "for more budget")
 
     def _with_error_columns(self, result: Result, values: Sequence[int] | None = None) -> Result:
-        """``result`` with the columns ``dpsql.error_columns`` asks for, after the value columns
-        (``values``: their indices; by default those with a standard error in some row)."""
-        mode = self.settings.get("dpsql.error_columns", "off")
-        if mode == "off":
-            return result
-        cols = list(result.columns)
-        value_idx = list(values) if values is not None else [
-            j for j, c in enumerate(result.columns)
-            if any(r[j] is not None for r in result.stderr)] if result.stderr else []
-        for name in error_column_names([result.columns[j].name for j in value_idx], mode):
-            cols.append(Column(name, "double"))
-        rows, stderr, bounds = [], [], []
-        for i, row in enumerate(result.rows):
-            extra: list[float | None] = []
-            for j in value_idx:
-                se = result.stderr[i][j] if i < len(result.stderr) else None
-                if se is None or (isinstance(se, float) and math.isnan(se)):
-                    extra.append(None)
-                else:
-                    extra.append(float(se) * (1.0 if mode == "stderr" else Z95))
-                if mode == "bounds":   # the range of an inferred value (NULL where unbounded)
-                    b = result.bounds[i][j] if i < len(result.bounds) and result.bounds[i] else None
-                    extra += [_finite(b[0]), _finite(b[1])] if b is not None else [None, None]
-            rows.append(tuple(row) + tuple(extra))
-            # keep stderr and bounds aligned with the longer rows (stderr[i][j] for rows[i][j])
-            pad = (None,) * len(extra)
-            if i < len(result.stderr):
-                stderr.append(tuple(result.stderr[i]) + pad)
-            if i < len(result.bounds):
-                bounds.append(tuple(result.bounds[i]) + pad if result.bounds[i] else result.bounds[i])
-        return replace(result, columns=cols, rows=rows, stderr=stderr, bounds=bounds,
-                       appended=len(cols) - len(result.columns))
-
-
-def error_column_names(value_columns: Sequence[str], mode: str) -> list[str]:
-    """The columns ``SET dpsql.error_columns`` appends, in order, for these value columns:
-    ``c_stderr`` or ``c_ci95``; with "bounds", ``c_ci95``, ``c_lower``, ``c_upper`` (the range
-    the released measurements allow for an inferred value, NULL for a supported one)."""
-    if mode == "off":
-        return []
-    if mode == "bounds":
-        return [f"{c}_{s}" for c in value_columns for s in ("ci95", "lower", "upper")]
-    return [f"{c}_{mode}" for c in value_columns]
-
-
-def _finite(x):
-    return float(x) if x is not None and math.isfinite(float(x)) else None
+        """``result`` with the columns ``dpsql.error_columns`` asks for (``results.with_error_columns``)."""
+        return with_error_columns(result, self.settings.get("dpsql.error_columns", "off"), values)
 
 
 def _never_text(items: list[tuple[str, ...]], coarse: Sequence[str] = ()) -> str:

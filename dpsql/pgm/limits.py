@@ -33,10 +33,12 @@ class FitLimits:
     #: case and by √(0.5/m) σ ≈ 0.02 σ on average over m ≈ 1,000 noisy values.
     gap_atol: float = 0.5
     gap_rtol: float = 1e-6
-    #: Exact models above this many cells stop at the discrepancy principle (loss ≤ number of
-    #: noisy values): on adult with 15 random triples (5.3 M cells) that is 63 iterations,
-    #: 44 s and error 0.205 on the measured marginals, where 1,000 iterations took ~11 min of
-    #: CPU for 0.268.  Small models keep every iteration (bench/RESULTS.md, relaxed vs mbi).
+    #: With ``fit(stop="discrepancy")`` (the library's default, not the engine's), exact models
+    #: above this many cells stop at the discrepancy principle (loss ≤ number of noisy values):
+    #: on adult with 15 random triples (5.3 M cells) that is 63 iterations, 44 s and error 0.205
+    #: on the measured marginals, where 1,000 iterations took ~11 min of CPU for 0.268.  The
+    #: engine fits to the gap instead: that stop left answers outside their reported errors
+    #: (dpsql.engine.fitting.FIT_STOP; docs/engine.md, "Where the fit stops").
     discrepancy_above: int = 1_000_000
     #: The relaxed first-order fit's relative gap tolerance floor: it converges as O(1/t), and
     #: at 0.5 absolute a 55-marginal adult fit at ε = 1 ran 11,300 iterations (95 s).

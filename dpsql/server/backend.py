@@ -26,7 +26,7 @@ one analyst could fill every engine thread by cancelling and asking again).
 With error columns on (``dpsql.error_columns``), engine answers also carry a boolean
 ``inferred`` column: true where a value came from the model without a supporting
 measurement (its error column is then NULL); with ``bounds``, c_lower/c_upper carry an
-inferred value's range (``dpsql.engine.session.error_column_names``); a statement with an
+inferred value's range (``dpsql.engine.results.error_column_names``); a statement with an
 aggregate over wide bins also carries a boolean ``binned`` column: true where a value's
 interval holds a binning bound (``Result.bias``), not the noise alone.  Every answered or refused statement goes to
 the query log when one is configured (``querylog.py``).  An answer's public remarks
@@ -76,8 +76,8 @@ class DpsqlLink:
         mode = self.connection.session.settings.get("dpsql.error_columns", "off")
         if mode == "off" or compiled.is_explain:
             return compiled
-        # the session appends one error column per noisy value column (Session._with_error_columns)
-        from dpsql.engine.session import error_column_names
+        # the session appends one error column per noisy value column (results.with_error_columns)
+        from dpsql.engine.results import error_column_names
         values = [c.name for c in compiled.columns if c.is_aggregate]
         extra = [(name, "double") for name in error_column_names(values, mode)]
         extra.append((INFERRED, "boolean"))

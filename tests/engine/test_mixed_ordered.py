@@ -24,10 +24,11 @@ import numpy as np
 import pytest
 
 import dpsql
-import dpsql.privacy.noise as noise
 from dpsql.engine.measuring import KILL_AT_ENV
 from dpsql.errors import BudgetExhaustedError, OperationalError
 from dpsql.sql.postprocess import Z95
+
+from privacy_order import spied
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,32 +190,12 @@ def test_both_kinds_are_answered_from_their_release_and_equal_duckdb(small):
         _close(con)
 
 
-def _spied(con, events, monkeypatch, fail_on: int | None = None):
-    engine = con.session.engine
-    ledger, backend = engine.ledger, engine.backend
-    for name in ("preview", "charge", "record_release"):
-        real = getattr(ledger, name)
-        monkeypatch.setattr(ledger, name, lambda *a, _real=real, _name=name, **kw:
-                            (events.append(_name), _real(*a, **kw))[1])
-    real_count = backend.count_marginals
-
-    def count(*a, **kw):
-        events.append("count")
-        if fail_on is not None and events.count("count") == fail_on:
-            raise OperationalError("the engine went away")
-        return real_count(*a, **kw)
-    monkeypatch.setattr(backend, "count_marginals", count)
-    real_noise = noise.discrete_gaussian
-    monkeypatch.setattr(noise, "discrete_gaussian",
-                        lambda *a, **kw: (events.append("noise"), real_noise(*a, **kw))[1])
-
-
 def test_one_measure_previews_counts_charges_both_then_draws_noise(small, monkeypatch):
     con = dpsql.connect(_config(small, 1.0), user="tester")
     try:
         con.session.plan()
         events: list[str] = []
-        _spied(con, events, monkeypatch)
+        spied(con, events, monkeypatch)
         report = con.session.measure()
         assert report.rho == con.session.engine.workload_rho("t")
         assert events[0] == "preview" and events.count("preview") == 1
@@ -233,7 +214,7 @@ def test_over_the_budget_nothing_is_read_or_spent(small, monkeypatch):
         engine = con.session.engine
         con.session.plan()
         events: list[str] = []
-        _spied(con, events, monkeypatch)
+        spied(con, events, monkeypatch)
         with pytest.raises(BudgetExhaustedError):
             engine.measure("t", rho=engine.ledger.remaining(None) * 2)
         assert events == ["preview"], events
@@ -248,7 +229,7 @@ def test_a_failing_count_of_either_part_spends_nothing(small, monkeypatch, fail_
     try:
         con.session.plan()
         events: list[str] = []
-        _spied(con, events, monkeypatch, fail_on=fail_on)
+        spied(con, events, monkeypatch, fail_on=fail_on)
         with pytest.raises(OperationalError):
             con.session.measure()
         assert events[-1] == "count" and "charge" not in events and "noise" not in events

@@ -22,10 +22,12 @@ import numpy as np
 import pytest
 
 import dpsql
-import dpsql.privacy.noise as noise
 from dpsql.engine.measuring import KILL_AT_ENV
 from dpsql.errors import BudgetExhaustedError, OperationalError
 from dpsql.sql.postprocess import Z95
+
+from ordered_parts import assert_routed, ordered_part
+from privacy_order import spied
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,13 +37,6 @@ QUERIES = [
     "SELECT COUNT(*) FROM t WHERE income <= 20000",
     "SELECT COUNT(*) FROM t WHERE income BETWEEN 5000 AND 40000",
 ]
-
-def _ordered_part(strategy):
-    """The ordered strategy, or a split's ordered part: thin counts the ordered strategy
-    leaves above their per-query baselines are planned as a rest of their own (issue 35
-    item 6), and answered from it."""
-    return strategy.parts[0].strategy if strategy.operator == "split" else strategy
-
 
 
 def _table(tmp: Path, cells: int, rows: int, seed: int = 7) -> np.ndarray:
@@ -87,13 +82,13 @@ def fine(tmp_path_factory):
 @pytest.mark.slow
 def test_a_100k_cell_column_is_planned_by_the_ordered_strategy(fine):
     _, report, _ = fine
-    assert _ordered_part(report.strategy).operator in ("tree", "toeplitz")
-    assert _ordered_part(report.strategy).size == 100_000
+    assert ordered_part(report.strategy).operator in ("tree", "toeplitz")
+    assert ordered_part(report.strategy).size == 100_000
 
 
 @pytest.mark.slow
 def test_sql_answers_equal_duckdb_at_a_huge_budget(fine):
-    con, _, tmp = fine
+    con, report, tmp = fine
     cur = con.cursor()
     for sql in QUERIES + ["SELECT median(income) FROM t", "SELECT COUNT(*) FROM t WHERE income > 30000",
                           "SELECT approx_quantile(income, 0.25) FROM t"]:
@@ -101,7 +96,7 @@ def test_sql_answers_equal_duckdb_at_a_huge_budget(fine):
         got = cur.fetchone()[0]
         # DuckDB's approx_quantile is a sketch: the exact answer is its quantile_disc
         want = _exact(tmp, sql.replace("approx_quantile", "quantile_disc"))
-        assert cur.result.model.startswith("ordered") or "COUNT" in sql, sql   # a thin count: the rest
+        assert_routed(cur.result, sql, report)     # a thin count of the plan's rest: its model
         assert not cur.result.inferred[0]
         if "median" in sql:      # interpolated between cells by its own rank convention
             assert abs(got - float(want)) <= Z95 * cur.result.stderr[0][0], sql
@@ -143,36 +138,16 @@ def small(tmp_path):
     return tmp_path
 
 
-def _spied(con, events, monkeypatch, fail_count=False):
-    engine = con.session.engine
-    ledger, backend = engine.ledger, engine.backend
-    for name in ("preview", "charge", "record_release"):
-        real = getattr(ledger, name)
-        monkeypatch.setattr(ledger, name, lambda *a, _real=real, _name=name, **kw:
-                            (events.append(_name), _real(*a, **kw))[1])
-    real_count = backend.count_marginals
-
-    def count(*a, **kw):
-        events.append("count")
-        if fail_count:
-            raise OperationalError("the engine went away")
-        return real_count(*a, **kw)
-    monkeypatch.setattr(backend, "count_marginals", count)
-    real_noise = noise.discrete_gaussian
-    monkeypatch.setattr(noise, "discrete_gaussian",
-                        lambda *a, **kw: (events.append("noise"), real_noise(*a, **kw))[1])
-
-
 @pytest.mark.slow
 def test_an_ordered_measurement_follows_the_engines_order(small, monkeypatch):
     """preview (public) → count → durable charge → noise → release, once per part of the
     plan (a split's charges all before any noise, docs/engine.md)."""
     con = dpsql.connect(_config(small, 1.0), user="tester")
     try:
-        assert _ordered_part(con.session.plan().strategy).operator in ("tree", "toeplitz")
+        assert ordered_part(con.session.plan().strategy).operator in ("tree", "toeplitz")
         parts = len(getattr(con.session.engine._state("t").strategy, "parts", (None,)))
         events: list[str] = []
-        _spied(con, events, monkeypatch)
+        spied(con, events, monkeypatch)
         report = con.session.measure()
         assert report.rho > 0
         order = [e for i, e in enumerate(events) if e not in events[:i]]    # first occurrences
@@ -194,7 +169,7 @@ def test_an_ordered_measurement_over_the_budget_is_refused_before_the_data(small
         con.session.plan()
         strategy = engine._state("t").strategy
         events: list[str] = []
-        _spied(con, events, monkeypatch)
+        spied(con, events, monkeypatch)
         with pytest.raises(BudgetExhaustedError):
             engine.measure_strategy("t", strategy, engine.ledger.remaining(None) * 2,
                                     engine.WORKLOAD_PRINCIPAL, "too much")
@@ -210,7 +185,7 @@ def test_a_failing_count_spends_nothing(small, monkeypatch):
     try:
         con.session.plan()
         events: list[str] = []
-        _spied(con, events, monkeypatch, fail_count=True)
+        spied(con, events, monkeypatch, fail_on=1)
         with pytest.raises(OperationalError):
             con.session.measure()
         assert events[-1] == "count" and "charge" not in events and "noise" not in events
@@ -250,12 +225,13 @@ queries = {QUERIES!r}
         charges = [e for e in entries if e.kind == "charge"]
         releases = [e for e in entries if e.kind == "release"]
         # one charge and one release per part of the plan (a split: its thin counts apart)
-        parts = len(getattr(con.session.plan().strategy, "parts", (None,)))
+        report = con.session.plan()
+        parts = len(getattr(report.strategy, "parts", (None,)))
         assert len(charges) == parts and sorted(r.charge_id for r in releases) == [c.seq for c in charges]
         assert con.session.engine.ledger.spent(None) == sum((c.rho for c in charges), Fraction(0))
         cur = con.cursor()
         cur.execute(QUERIES[2])
-        assert cur.result.model.startswith("ordered") or "COUNT" in QUERIES[2]
+        assert_routed(cur.result, QUERIES[2], report)
     finally:
         con.close()
         dpsql.dbapi._engines.clear()
@@ -273,7 +249,7 @@ def test_95_percent_intervals_cover_the_exact_answers(small):
     con = dpsql.connect(_config(small, 100.0), user="tester")
     try:
         engine = con.session.engine
-        con.session.plan()
+        report = con.session.plan()
         strategy = engine._state("t").strategy
         asked = QUERIES[:3] + [f"SELECT COUNT(*) FROM t WHERE income BETWEEN {a} AND {b}"
                            for a, b in ((0, 99), (700, 1500), (1200, 1300), (2500, 4999))]
@@ -286,8 +262,8 @@ def test_95_percent_intervals_cover_the_exact_answers(small):
             for sql, want in exact.items():
                 cur.execute(sql)
                 got, se = cur.fetchone()[0], cur.result.stderr[0][0]
-                from_release = cur.result.model.startswith("ordered") or "COUNT" in sql    # a thin count: the rest
-                assert from_release and math.isfinite(se) and se > 0, (sql, got, se)
+                assert_routed(cur.result, sql, report)     # a thin count of the plan's rest: its model
+                assert math.isfinite(se) and se > 0, (sql, got, se)
                 kind = "count" if "COUNT" in sql else "quantile"
                 hits[kind].append(abs(got - want) <= Z95 * se)
         for kind, h in hits.items():

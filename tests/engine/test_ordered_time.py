@@ -23,6 +23,8 @@ import dpsql
 from dpsql.errors import UnsupportedQueryError
 from dpsql.sql.postprocess import Z95
 
+from ordered_parts import assert_routed, ordered_part
+
 ROWS = 5001          # odd, and q·N no integer for the DISC levels below: no tie to break
 
 TS_QUERIES = [
@@ -35,13 +37,6 @@ BORN_QUERIES = [
     "SELECT quantile_disc(born, 0.3) FROM p",
     "SELECT COUNT(*) FROM p WHERE born BETWEEN '2005-01-01' AND '2012-06-30'",
 ]
-
-def _ordered_part(strategy):
-    """The ordered strategy, or a split's ordered part: thin counts the ordered strategy
-    leaves above their per-query baselines are planned as a rest of their own (issue 35
-    item 6), and answered from it."""
-    return strategy.parts[0].strategy if strategy.operator == "split" else strategy
-
 
 
 def _tables(tmp: Path) -> None:
@@ -104,7 +99,7 @@ def timed(tmp_path_factory):
 @pytest.mark.slow
 def test_fine_time_columns_are_planned_as_ordered(timed):
     _, reports, _ = timed
-    t, p = _ordered_part(reports["t"].strategy), _ordered_part(reports["p"].strategy)
+    t, p = ordered_part(reports["t"].strategy), ordered_part(reports["p"].strategy)
     assert t.operator in ("tree", "toeplitz")
     assert t.attribute == "ts" and t.size == 5_760
     assert t.groups == ("sex",)
@@ -129,10 +124,10 @@ def test_fine_time_columns_are_planned_as_ordered(timed):
     ("SELECT quantile_disc(born, 0.7) FROM p WHERE born >= '2008-02-29'", "date"),
 ])
 def test_answers_are_typed_and_equal_duckdb_at_a_huge_budget(timed, sql, kind):
-    cons, _, tmp = timed
+    cons, reports, tmp = timed
     cur = cons["p" if "born" in sql else "t"].cursor()
     cur.execute(sql)
-    assert cur.result.model.startswith("ordered") or "COUNT" in sql, (sql, cur.result.model)   # a count: the rest
+    assert_routed(cur.result, sql, reports["p" if "born" in sql else "t"])    # a thin count of the rest: its model
     want = _exact(tmp, sql.replace("median(ts)", "quantile_cont(ts, 0.5)"))
     got = {tuple(r[:-1]): (r[-1], e[-1]) for r, e in zip(cur.fetchall(), cur.stderr)}
     assert set(want) <= set(got), (sql, got)

@@ -1,6 +1,6 @@
 """Hand-made stand-ins for a dpsql connection, for testing the shell's UI on its own.
 
-They have the shapes of ``dpsql.engine.session.Result`` and of the session commands the
+They have the shapes of ``dpsql.engine.results.Result`` and of the session commands the
 shell uses, with answers fixed by each test, so rendering, completion, meta-commands and
 cancellation can be checked without the engine (and without budget or noise).
 """

@@ -12,7 +12,7 @@ import math
 import pytest
 
 from dpsql.cli import print_result
-from dpsql.engine.session import Column, Result
+from dpsql.engine.results import Column, Result
 from repl.render import result_lines
 
 

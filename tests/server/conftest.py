@@ -4,17 +4,19 @@
 tests); ``shadow_server`` adds the schema-only PostgreSQL (skipped when its binaries are not
 installed); ``engine_server`` serves the real DP engine over the adult example with a temp
 ledger and a large budget, measured once (``engine_overrides`` lets a test start another
-server on that ledger)."""
+server on that ledger); ``measured_server(config)`` measures a configuration in process
+and serves it, for the wire tests that compare psycopg's answers with the DB-API's."""
 
 from __future__ import annotations
 
 import pytest
 
 from dpsql.server import scram
-from dpsql.server.server import Server, ServerOptions, ServerThread
+from dpsql.server.server import Server, ServerOptions, ServerThread, serve
 from dpsql.server.shadow import ShadowCluster, find_bindir
 
 from server_fakes import ADULT_CONFIG, PASSWORD, FakeLink
+from test_clients import bounded
 
 
 @pytest.fixture(scope="session")
@@ -79,3 +81,30 @@ def engine_server(users_file, engine_overrides, shadow_cluster):
     thread = ServerThread(server).start()
     yield thread, admin
     thread.stop()
+
+
+@pytest.fixture(scope="module")
+def measured_server(users_file):
+    """``measured_server(config) -> (conn, local)``: the configuration's workload measured
+    in process by ``local`` (a DB-API connection as alice), served by ``dpsql serve`` on a
+    free port without the shadow catalog, and ``conn`` a psycopg connection to it as alice
+    (autocommit), so a test compares the wire's answers with the in-process driver's on
+    the same release.  Everything started is closed at the end of the test module."""
+    import dpsql
+    closers = []
+
+    def start(config):
+        local = dpsql.connect(str(config), user="alice")
+        closers.append(local.close)
+        local.session.measure()
+        thread = serve(str(config), users_file=users_file, shadow=False)
+        closers.append(thread.stop)
+        psycopg = pytest.importorskip("psycopg")
+        conn = bounded(lambda: psycopg.connect(host="127.0.0.1", port=thread.port, user="alice", password=PASSWORD,
+                                               dbname="dpsql", connect_timeout=10, autocommit=True,
+                                               sslmode="disable"))
+        closers.append(lambda: bounded(conn.close))
+        return conn, local
+    yield start
+    for close in reversed(closers):
+        close()

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from dpsql.engine.session import Column, Result
+from dpsql.engine.results import Column, Result
 from dpsql.engine.variance import Z95
 from dpsql.server.server import Server, ServerOptions, ServerThread
 

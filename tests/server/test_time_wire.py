@@ -15,13 +15,11 @@ import pytest
 
 from dpsql.domain_file import load_domain
 from dpsql.server import pgtypes
-from dpsql.server.server import serve
 from dpsql.server.shadow import schema_ddl
 from dpsql.testing import write_config
 
 from dpsql.display import rounded_rows
 
-from server_fakes import PASSWORD
 from test_clients import bounded
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sql"))
@@ -67,7 +65,7 @@ def test_the_catalog_declares_date_and_timestamp_columns(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def flights_server(users_file, tmp_path_factory):
+def flights_server(measured_server, tmp_path_factory):
     """The flights table of the SQL tests (tests/fixtures/sql/flights.toml, the rows of
     tests/sql/time_oracle.py) in a Parquet file, served; a few marginals measured."""
     tmp = tmp_path_factory.mktemp("flights_wire")
@@ -78,17 +76,7 @@ def flights_server(users_file, tmp_path_factory):
     config = write_config(tmp, table="flights", domain=FIXTURES / "flights.toml",
                           source={"parquet": tmp / "f.parquet"}, epsilon=1e6, queries=workload,
                           dpsql={"policy": "infer"})
-    import dpsql
-    local = dpsql.connect(str(config), user="alice")
-    local.session.measure()
-    thread = serve(str(config), users_file=users_file, shadow=False)
-    psycopg = pytest.importorskip("psycopg")
-    conn = bounded(lambda: psycopg.connect(host="127.0.0.1", port=thread.port, user="alice", password=PASSWORD,
-                                           dbname="dpsql", connect_timeout=10, autocommit=True, sslmode="disable"))
-    yield conn, local
-    bounded(conn.close)
-    thread.stop()
-    local.close()
+    return measured_server(config)
 
 
 @pytest.mark.parametrize("binary", [False, True])
