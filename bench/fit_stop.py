@@ -165,7 +165,8 @@ def main() -> None:
     print(f"{start}–{time.strftime('%H:%M UTC', time.gmtime())}; commit {head}"
           f"{' + uncommitted dpsql/' if dirty else ''}; {platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}; load {load0:.1f} → {os.getloadavg()[0]:.1f}; "
-          f"TPC-H SF {args.scale:g} × {args.trials} releases, adult × {args.adult_trials}")
+          f"TPC-H SF {args.scale:g} × {args.trials} releases, adult × {args.adult_trials}; "
+          f"main = this checkout with main's old stop (FIT_STOP = 'discrepancy')")
     names = [v for v, _ in VARIANTS]
     print("\n| family | rows | " + " | ".join(f"MSE/se² {v}" for v in names) + " | "
           + " | ".join(f"rows above baseline {v}" for v in names) + " |")

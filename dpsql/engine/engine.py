@@ -416,13 +416,13 @@ class Engine:
     def _ordered_supports(self, table: str, block) -> bool:
         """Whether the table's ordered release answers every row of ``block``: each term asks
         about the released column or its group columns, the others summed out."""
-        estimate = self.ordered_estimate(table)
-        if estimate is None:
-            return False
         names = list(self._state(table).schema.domain.attributes)
-        allowed = {names.index(a) for a in (estimate.strategy.attribute, *estimate.strategy.groups) if a in names}
-        return all({i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)} <= allowed
-                   for _, factors in linalg.kron_terms(block))
+        for estimate in self.ordered_estimates(table):
+            allowed = {names.index(a) for a in (estimate.strategy.attribute, *estimate.strategy.groups) if a in names}
+            if all({i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)} <= allowed
+                   for _, factors in linalg.kron_terms(block)):
+                return True
+        return False
 
     def _unmeasured_bounds(self, table: str, queries: Sequence[str] | None) -> list:
         """Under ``binning = "offsets"`` the workload leaves out the binning-bound queries
@@ -472,14 +472,26 @@ class Engine:
     def ordered_estimate(self, table: str):
         """The closed-form estimate (``measure.ordered.OrderedEstimate``) of the table's
         latest ordered release (a fine column's tree or Toeplitz measurement), or None."""
+        estimates = self.ordered_estimates(table)
+        return estimates[0] if estimates else None
+
+    def ordered_estimates(self, table: str) -> list:
+        """The estimates of the table's ordered releases, latest first, one per column and
+        groups measured (the latest release of each): a mixed workload over several fine
+        columns releases one per column (dpsql/engine/mixed.py, ``split_columns``), and each
+        answers its own column's queries."""
         with self._lock:
             state = self._sync(table)
             if not state.ordered:
-                return None
+                return []
             if state.ordered_estimate is None:
                 from dpsql.measure.ordered import OrderedEstimate
-                state.ordered_estimate = OrderedEstimate(state.ordered[-1])
-            return state.ordered_estimate
+                latest: dict[tuple, Any] = {}
+                for release in reversed(state.ordered):
+                    s = release.strategy
+                    latest.setdefault((s.attribute, tuple(s.groups)), release)
+                state.ordered_estimate = [OrderedEstimate(r) for r in latest.values()]
+            return list(state.ordered_estimate)
 
     # -- model (``self.models``, dpsql/engine/fitting.py) -------------------------------------
     def model(self, table: str, stale_ok: bool = False) -> tuple[GraphicalModel | None, VarianceModel | None, int]:

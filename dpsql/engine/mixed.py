@@ -1,5 +1,5 @@
-"""A table whose workload mixes a fine ordered column's CDF, range and quantile queries with
-ordinary queries (issue 35 item 4): two strategies, one budget.
+"""A table whose workload mixes fine ordered columns' CDF, range and quantile queries with
+ordinary queries (issue 35 item 4): a strategy per part, one budget.
 
 The ordered strategy (``dpsql.plan.ordered``: a tree or the Toeplitz root) measures one
 column alone, and HDMM or ResidualPlanner cannot plan a prefix over 10⁵ cells, so a
@@ -14,13 +14,17 @@ of their own").  Here it is split by statement:
   planner's rules for large attributes say) and answered from the model.
 
 A statement goes whole to one part, since a statement is answered whole from one release.
+A table with several fine columns that have CDF/range queries gets one ordered part per
+column and the rest (``split_columns``: k + 1 parts, k + 1 releases, the shares below over
+all of them).
 Both sub-workloads keep the whole workload's objective scales (``plan.objective``: each
 query against the per-query baseline of the whole workload), so their unit-noise errors
 E_v add up to the table's objective: measured with shares ρ_v of ρ, the expected error is
 Σ_v k_v²·E_v / (2ρ_v) (k_v² the noise's squared row factor), minimised subject to
 Σ_v ρ_v = ρ by ρ_v ∝ √(k_v²·E_v): ``dpsql.plan.views.split_budget``, the split the views
-of a people schema get.  The shares are exact fractions adding up to ρ; the two releases
-compose sequentially (docs/privacy.md, "Mixed workloads").
+of a people schema get (``split_fractions``, with each part's least share).  The shares are
+exact fractions adding up to ρ; the releases compose sequentially (docs/privacy.md, "Mixed
+workloads").
 
 Everything here is public (workload SQL, domains, configuration).  ``MixedStrategy`` is
 told apart by its class name (``is_mixed_strategy``) so that a process that only answers
@@ -38,8 +42,8 @@ import numpy as np
 
 from dpsql.errors import ProgrammingError
 
-__all__ = ["MixedStrategy", "StrategyPart", "is_mixed_strategy", "split_parts", "sub_workload",
-           "thin_above_baseline", "thin_split"]
+__all__ = ["MixedStrategy", "StrategyPart", "is_mixed_strategy", "range_attributes", "split_columns",
+           "split_fractions", "split_parts", "sub_workload", "thin_above_baseline", "thin_split"]
 
 
 def is_mixed_strategy(strategy) -> bool:
@@ -100,10 +104,44 @@ class MixedStrategy:
         return sum(float(p.strategy.expected_error) / float(p.fraction) for p in self.parts)
 
 
-def split_parts(workload, labels, offsets) -> tuple[int, list[int], list[int]] | None:
+def range_attributes(terms) -> list[int]:
+    """The attributes some term of ``terms`` asks a CDF or range about (a ``RangeGram``), in
+    the order ``plan.ordered.ordered_attribute`` meets them (its choice first)."""
+    from dpsql.plan.gram import RangeGram
+
+    out: list[int] = []
+    for t in terms.terms:
+        out += [i for i, g in enumerate(t.grams) if isinstance(g, RangeGram) and i not in out]
+    return out
+
+
+def split_columns(workload, labels, offsets) -> tuple[list[tuple[int, list[int]]], list[int]] | None:
+    """([(fine attribute index, its ordered part's query part indices), …], rest indices) of
+    a workload that mixes fine columns' CDF/range queries with other statements, or None
+    when ``split_parts`` finds no such column.  ``split_parts`` is applied to the workload
+    for its first range attribute, then to the rest for each further one, so that every
+    fine column with ordered queries gets an ordered part of its own (a table with incomes
+    to the dollar and timestamps to the minute: two trees and the rest).  A rest that asks
+    about one fine column alone stays the rest (planned by ``Planner.optimize``, which gives
+    it that column's ordered strategy)."""
+    parts: list[tuple[int, list[int]]] = []
+    rest = list(range(len(workload.parts)))
+    for i in range_attributes(workload.terms):
+        sub = workload if not parts else sub_workload(workload, rest)
+        at = {j: k for k, j in enumerate(rest)}
+        found = split_parts(sub, [labels[j] for j in rest], [(q, at[j]) for q, j in offsets if j in at], i)
+        if found is None:
+            continue
+        parts.append((i, [rest[k] for k in found[1]]))
+        rest = [rest[k] for k in found[2]]
+    return (parts, rest) if parts else None
+
+
+def split_parts(workload, labels, offsets, attribute: int | None = None) -> tuple[int, list[int], list[int]] | None:
     """(ordered attribute index, ordered part indices, rest part indices) of a workload
     that mixes a fine column's CDF/range queries with statements that do not ask about that
-    column, or None when it does not (all of one kind: planned as before).
+    column, or None when it does not (all of one kind: planned as before).  The column is
+    ``attribute``, or the one ``plan.ordered.ordered_attribute`` picks.
 
     A statement goes to the ordered part when one of its terms asks about the column (with
     or without other columns: the ordered strategy measures it per group of those,
@@ -114,7 +152,7 @@ def split_parts(workload, labels, offsets) -> tuple[int, list[int], list[int]] |
     from dpsql.plan.ordered import ordered_attribute
 
     terms = workload.terms
-    i = ordered_attribute(terms)
+    i = ordered_attribute(terms) if attribute is None else attribute
     if i is None:
         return None
     with_offsets = {labels[j][0] for _, j in offsets}
@@ -206,11 +244,14 @@ def sub_workload(workload, indices, fraction: Fraction = Fraction(1)):
 
 def split_fractions(costs: dict[str, float], least: dict[str, float] | None = None) -> dict[str, Fraction]:
     """Each part's exact fraction of the budget minimising Σ_v costs[v] / (2ρ_v)
-    (``dpsql.plan.views.split_budget`` at ρ = 1: shares ∝ √cost), moved, for two parts,
-    to the nearest fractions at or above ``least`` (the shares at which each part keeps
-    every query within its per-query baseline, ``least_fraction``) when those add up to
-    at most 1: the objective is convex in the split, so the clamp is the constrained
-    optimum.  Exact fractions adding up to 1 either way."""
+    (``dpsql.plan.views.split_budget`` at ρ = 1: shares ∝ √cost), moved to the nearest
+    fractions at or above ``least`` (the shares at which each part keeps every query within
+    its per-query baseline, ``least_fraction``) when those add up to at most 1.  The
+    objective is convex and separable, so the constrained optimum is f_v = max(l_v, √c_v/λ)
+    with λ making them add up to 1 (KKT): the parts below their least are set to it and the
+    others split what is left by ``split_budget``, again until none is below (a part once
+    set stays set: λ only grows).  For two parts this is the clamp min(max(f_a, l_a),
+    1 − l_b).  Exact fractions adding up to 1 either way."""
     from dpsql.plan.views import split_budget
 
     for name, c in costs.items():
@@ -218,13 +259,20 @@ def split_fractions(costs: dict[str, float], least: dict[str, float] | None = No
             raise ProgrammingError(f"part {name!r} has no finite expected error",
                                    hint="plan each part before splitting the budget")
     out = split_budget(Fraction(1), costs)
-    if least and len(out) == 2:
-        (a, fa), (b, _) = out.items()
-        lo_a, lo_b = Fraction(least.get(a, 0.0)), Fraction(least.get(b, 0.0))
-        if lo_a + lo_b <= 1:
-            fa = min(max(fa, lo_a), 1 - lo_b)
-            out = {a: fa, b: 1 - fa}
-    return out
+    lo = {v: Fraction(least.get(v, 0.0)) for v in costs} if least else {}
+    if not lo or sum(lo.values(), Fraction(0)) > 1:
+        return out
+    fixed: dict[str, Fraction] = {}
+    while True:
+        low = [v for v in out if v not in fixed and out[v] < lo[v]]
+        if not low:
+            break
+        fixed.update((v, lo[v]) for v in low)
+        free = {v: c for v, c in costs.items() if v not in fixed}
+        left = 1 - sum(fixed.values(), Fraction(0))
+        out = {**fixed, **(split_budget(left, free) if free and left > 0 else {v: Fraction(0) for v in free})}
+    assert sum(out.values(), Fraction(0)) == 1
+    return {v: out[v] for v in costs}
 
 
 def least_fraction(strategy, planned_at: Fraction, rows_ratio: float = 1.0) -> float:

@@ -75,23 +75,44 @@ class ViewCost:
 
 def view_costs(engine: Engine, rho: Fraction) -> dict[str, ViewCost]:
     """Each view with workload queries, planned at the even share of ``rho`` (the strategy
-    HDMM picks does not depend on the share, except for the lattice check at tiny budgets)."""
+    HDMM picks does not depend on the share, except for the lattice check at tiny budgets)
+    as its own plan will be (``Planner.strategy_for``): a view whose workload mixes fine
+    columns' CDF/range/quantile queries with others is split into parts (dpsql/engine/
+    mixed.py) there too, and its cost is the split's.  Before, the view was priced by one
+    strategy for its whole workload, which over two fine columns is refused, so the whole
+    people schema could not be planned."""
     people = engine.config.people
     if people is None:
         return {}
+    planner: Any = getattr(engine, "planning", engine)      # given the Engine or its Planner
     planned = {}
     for table in people.views:
         try:
-            planned[table] = engine.workload_for(table)[0]
+            planned[table] = planner._workload(table)
         except ProgrammingError:        # no workload query reads this view
             continue
     out = {}
-    for table, workload in planned.items():
+    for table, (workload, _, _, labels, offsets) in planned.items():
         k = people.bound(table)
-        strategy = engine.optimize_counted(workload, Fraction(rho) / len(planned), k, table=table)
-        out[table] = ViewCost(table, k, float(strategy.expected_error), engine.rows_sq(table, strategy),
-                              len(workload.parts), engine.config.planner.objective)
+        strategy = planner.strategy_for(table, workload, labels, offsets, Fraction(rho) / len(planned), k)
+        error, rows_sq = _unit_error(planner, table, strategy, k)
+        out[table] = ViewCost(table, k, error, rows_sq, len(workload.parts), engine.config.planner.objective)
     return out
+
+
+def _unit_error(planner: Any, table: str, strategy: Any, k: int) -> tuple[float, float]:
+    """(E, rows_sq) of a view's strategy for ``ViewCost``: its unit-noise error and squared
+    row factor, or for a mixed strategy Σ_v (rows_sq_v/k²)·E_v/f_v with k² (each part's noise
+    at its fraction f_v of the view's share, with its own row factor: ``Planner.rows_sq``,
+    which reads an ordered part's factor from its shape), so that ``ViewCost.cost`` is the
+    parts' total in either objective."""
+    from dpsql.engine.mixed import is_mixed_strategy
+
+    if not is_mixed_strategy(strategy):
+        return float(strategy.expected_error), float(planner.rows_sq(table, strategy))
+    k2 = float(k * k)
+    return (sum(planner.rows_sq(table, p.strategy) / k2 * float(p.strategy.expected_error) / float(p.fraction)
+                for p in strategy.parts), k2)
 
 
 @dataclass(frozen=True)

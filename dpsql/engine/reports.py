@@ -166,7 +166,8 @@ class PlanReport:
         """The split of a mixed plan, as the CLI and the shell print it (empty otherwise)."""
         if not self.parts:
             return []
-        return ([f"two releases, rho = {self.rho:.6g} split between them to minimise the total expected error "
+        count = {2: "two", 3: "three"}.get(len(self.parts), str(len(self.parts)))
+        return ([f"{count} releases, rho = {self.rho:.6g} split between them to minimise the total expected error "
                  "(shares proportional to the square root of each part's error at unit noise):"]
                 + [p.line() for p in self.parts])
 

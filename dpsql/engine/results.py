@@ -137,6 +137,9 @@ def _answer_rows(engine, compiled, model, variance, least_squares: bool):
     stderrs: dict[str, np.ndarray] = {}
     unsupported: list = []
     replaced = _answer_offsets(engine, compiled, answers, stderrs)
+    # the SUM row query each answered offset query completes: its error adds to that row's
+    completes = ({pair[1]: off for off, pair in compiled.offset_pairs().items() if off in stderrs}
+                 if compiled.offset_queries else {})
     for lq in compiled.linear_queries:
         if lq.name in replaced:
             continue     # a binning bound the measured offsets make unnecessary
@@ -151,7 +154,7 @@ def _answer_rows(engine, compiled, model, variance, least_squares: bool):
             wide = interval_stderr(answers[lq.name], estimate, err, nonneg)
             if np.any(sup & (wide > err)):
                 base = baseline_stderr(engine, compiled.table, lq.matrix)
-                wide = cap_stderr(wide, err, base)
+                wide = cap_stderr(wide, err, base, stderrs.get(completes.get(lq.name, "")))
             err = np.where(sup, wide, err)
         stderrs[lq.name] = err
         if not sup.all():

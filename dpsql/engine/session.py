@@ -221,14 +221,16 @@ class Session:
         return () if released is None else (f"{table}: {released.line()}",)
 
     def _answer_ordered(self, compiled):
-        """(answers, stderrs, model description) from the table's ordered release
-        (``engine.ordered.answer_ordered``), or None when it cannot answer the statement."""
-        estimate = self.engine.ordered_estimate(compiled.table)
-        if estimate is None:
-            return None
+        """(answers, stderrs, model description) from the table's ordered release of the
+        statement's column (``engine.ordered.answer_ordered``; the latest that answers it,
+        ``Engine.ordered_estimates``), or None when none can answer the statement."""
         from dpsql.engine.ordered import answer_ordered
-        got = answer_ordered(self.engine.catalog[compiled.table], estimate, compiled)
-        if got is None:
+        got = estimate = None
+        for estimate in self.engine.ordered_estimates(compiled.table):
+            got = answer_ordered(self.engine.catalog[compiled.table], estimate, compiled)
+            if got is not None:
+                break
+        if got is None or estimate is None:
             return None
         if all(lq.kind != "quantile" for lq in compiled.linear_queries):
             # A thin count the plan moved to the rest (engine.mixed.thin_above_baseline) is

@@ -56,9 +56,10 @@ class TableState:
     offsets: list[Released] = field(default_factory=list)
     offset_models: dict | None = None
     # releases of a fine ordered column (``measure.ordered.OrderedRelease``; never in the
-    # model) and the closed-form estimate of the latest, built on first use
+    # model) and the closed-form estimates of the latest per column and groups, latest
+    # first, built on first use (``Engine.ordered_estimates``)
     ordered: list = field(default_factory=list)
-    ordered_estimate: object = None
+    ordered_estimate: list | None = None
 
 
 def _retire_model(state: TableState) -> None:
