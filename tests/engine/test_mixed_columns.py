@@ -12,6 +12,7 @@ their baselines), and the engine answered from its latest ordered release only."
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -21,6 +22,10 @@ import pytest
 
 import dpsql
 from dpsql.engine.mixed import split_fractions
+from dpsql.errors import OperationalError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from privacy_order import spied  # noqa: E402
 from dpsql.sql.postprocess import Z95
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,3 +187,37 @@ def test_the_shares_of_k_parts_are_the_constrained_optimum(costs, least):
                if 1 - a - b > 0 and a >= least["a"] and b >= least["b"] and 1 - a - b >= least["c"])
     assert total({v: float(x) for v, x in f.items()}) <= best[0] * (1 + 1e-9)
     assert float(f["a"]) == pytest.approx(best[1], abs=2.5e-3) and float(f["b"]) == pytest.approx(best[2], abs=2.5e-3)
+
+
+@pytest.mark.slow
+def test_the_three_parts_are_counted_then_charged_before_any_noise(data, tmp_path, monkeypatch):
+    con = _connect(data, tmp_path, 1.0)
+    try:
+        con.session.plan()
+        events: list[str] = []
+        spied(con, events, monkeypatch)
+        report = con.session.measure()
+        assert report.rho == con.session.engine.workload_rho("a")
+        assert events.count("preview") == 1 and events[0] == "preview"
+        assert events.count("count") == 3 and events.count("charge") == 3 and events.count("record_release") == 3
+        # every count before the first charge, every charge (durable) before any noise
+        assert max(i for i, e in enumerate(events) if e == "count") < events.index("charge")
+        assert max(i for i, e in enumerate(events) if e == "charge") < events.index("noise")
+        assert max(i for i, e in enumerate(events) if e == "noise") < events.index("record_release")
+    finally:
+        _close(con)
+
+
+@pytest.mark.slow
+def test_a_failing_count_of_the_last_part_spends_nothing(data, tmp_path, monkeypatch):
+    con = _connect(data, tmp_path, 1.0)
+    try:
+        con.session.plan()
+        events: list[str] = []
+        spied(con, events, monkeypatch, fail_on=3)
+        with pytest.raises(OperationalError):
+            con.session.measure()
+        assert events.count("count") == 3 and "charge" not in events and "noise" not in events
+        assert con.session.engine.ledger.spent(None) == 0
+    finally:
+        _close(con)
