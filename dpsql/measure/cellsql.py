@@ -221,14 +221,24 @@ def _int_div(value: exp.Expr, width: int, dialect: str) -> exp.Expr:
     return exp.IntDiv(this=value, expression=exp.Literal.number(width))   # DuckDB //, Spark DIV
 
 
-def _constant_offset(att: Temporal) -> dt.timedelta | None:
-    """The zone's offset (wall time minus UTC) when it is the same at every bin start and at
-    the axis' end, else None (a daylight-saving change inside the period)."""
+#: The most runs of one zone offset an instant's arithmetic takes (two a year for a zone with
+#: daylight-saving time: 64 is 32 years); more keep the chain.
+_MAX_RUNS = 64
+
+
+def _offset_runs(att: Temporal) -> list[tuple[int, int, dt.timedelta]]:
+    """Maximal runs ``(first, last, offset)`` of consecutive bins whose starts have the same
+    zone offset (wall time minus UTC): one run for UTC or any period without a change."""
     if not isinstance(att, TimestampRange):
-        return dt.timedelta(0)
-    walls = att._starts + (att.end,)
-    offsets = {wall - instant.replace(tzinfo=None) for wall, instant in zip(walls, att._instants)}
-    return offsets.pop() if len(offsets) == 1 else None
+        return [(0, len(att._starts) - 1, dt.timedelta(0))]
+    runs: list[tuple[int, int, dt.timedelta]] = []
+    for k, (wall, instant) in enumerate(zip(att._starts, att._instants)):
+        offset = wall - instant.replace(tzinfo=None)
+        if runs and runs[-1][2] == offset:
+            runs[-1] = (runs[-1][0], k, offset)
+        else:
+            runs.append((k, k, offset))
+    return runs
 
 
 def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp.Expr | None:
@@ -243,18 +253,21 @@ def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp
     1..9999 (PostgreSQL's infinity, a huge date) and cannot fail on any row.
 
     Fixed widths count days of a date on a date axis, else microseconds (a DATE on a
-    timestamp axis is compared as its midnight, as the chain does).  An instant (``timestamptz``) is
-    binned in UTC shifted by the zone's offset, only when that offset is the same at every
-    bin start (else the starts are not evenly spaced instants: None); months of an instant
-    would need the engine's zone rules, so they keep the chain.  Public metadata only."""
+    timestamp axis is compared as its midnight, as the chain does).  An instant
+    (``timestamptz``) is binned in UTC shifted by the zone's offset: over a run of bins whose
+    starts have one offset the starts are evenly spaced instants ``a − o + k·w``; with a
+    daylight-saving change in the period a CASE picks the run (one comparison with the first
+    instant of each next run) and each run's bin is capped at its last (a bin that holds a
+    repeated hour is longer than ``w``; a skipped one is empty).  Months of an instant would
+    need the engine's zone rules, so they keep the chain.  Public metadata only."""
     if dialect not in ARITHMETIC_DIALECTS:
         return None
     x = column_expr(column)
     unit = att.bin
     if unit in _UNIT_MONTHS and family == "timestamptz":
         return None
-    offset = _constant_offset(att) if family == "timestamptz" else dt.timedelta(0)
-    if offset is None:
+    runs = _offset_runs(att) if family == "timestamptz" else [(0, len(att._starts) - 1, dt.timedelta(0))]
+    if len(runs) > _MAX_RUNS:
         return None
     last = att.end - att._step
     clamped = exp.Anonymous(this="least", expressions=[
@@ -269,10 +282,24 @@ def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp
         return _int_div(_offset_from(_days(clamped, dialect), days), _UNIT_MICROS[unit] // _DAY_MICROS, dialect)
     if not isinstance(anchor, dt.datetime):
         anchor = dt.datetime.combine(anchor, dt.time())
-    # an instant's microseconds are UTC: the anchor's wall time moved by the zone's offset
-    start = _micros_of(anchor) - _micros_of(_EPOCH + offset)
-    # (a DATE on a timestamp axis is clamped by timestamp literals: a timestamp, its midnight)
-    return _int_div(_offset_from(_micros(clamped, dialect), start), _UNIT_MICROS[unit], dialect)
+    # the end's offset may differ from the last start's (the last bin then is not w long)
+    capped = len(runs) > 1 or (isinstance(att, TimestampRange) and family == "timestamptz"
+                               and att.end - att._instants[-1].replace(tzinfo=None) != runs[-1][2])
+
+    def run_cell(first: int, last_cell: int, offset: dt.timedelta) -> exp.Expr:
+        # an instant's microseconds are UTC: the anchor's wall time moved by the run's offset
+        start = _micros_of(anchor) - _micros_of(_EPOCH + offset)
+        # (a DATE on a timestamp axis is clamped by timestamp literals: a timestamp, its midnight)
+        cell = _int_div(_offset_from(_micros(clamped, dialect), start), _UNIT_MICROS[unit], dialect)
+        return exp.Anonymous(this="least", expressions=[cell, exp.Literal.number(last_cell)]) if capped else cell
+    if len(runs) == 1:
+        return run_cell(*runs[0])
+    case = exp.Case()
+    for run, following in zip(runs, runs[1:]):
+        # the run holds the instants before the next run's first start
+        case = case.when(exp.LT(this=x.copy(), expression=time_literal(att, att._starts[following[0]], family)),
+                         run_cell(*run), copy=False)
+    return case.else_(run_cell(*runs[-1]), copy=False)
 
 
 def index_sql(att: Attribute, column) -> exp.Expr:
