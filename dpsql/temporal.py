@@ -34,8 +34,8 @@ import numpy as np
 
 from dpsql.domain import MAX_CELLS, Attribute, _normalise_op
 from dpsql.errors import ConfigError, DomainViolationError
-from dpsql.timeaxis import (DATE_UNITS, TIMESTAMP_UNITS, advance, iso_text, parse_date, parse_timestamp,
-                            truncate)
+from dpsql.timeaxis import (DATE_UNITS, DAY_MICROS, TIMESTAMP_UNITS, advance, day_micros, iso_text, parse_date,
+                            parse_timestamp, time_of, truncate)
 
 __all__ = ["Temporal", "DateRange", "TimestampRange", "build_temporal", "TEMPORAL_KEYS", "time_number",
            "number_time"]
@@ -54,20 +54,25 @@ _EPOCH_DAY = dt.date(1970, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def time_number(value: dt.date | dt.datetime) -> float:
-    """A date as days since 1970-01-01, a (naive, wall-time) datetime as seconds since then."""
+def time_number(value: dt.date | dt.datetime | dt.time) -> float:
+    """A date as days since 1970-01-01, a (naive, wall-time) datetime as seconds since then,
+    a time of day as seconds since midnight."""
+    if isinstance(value, dt.time):
+        return day_micros(value) / 1e6
     if isinstance(value, dt.datetime):
         d = value.replace(tzinfo=None) - _EPOCH
         return d.days * 86400.0 + d.seconds + d.microseconds / 1e6
     return float((value - _EPOCH_DAY).days)
 
 
-def number_time(x: float, kind: str) -> dt.date | dt.datetime:
+def number_time(x: float, kind: str) -> dt.date | dt.datetime | dt.time:
     """The inverse of :func:`time_number`: a ``"date"`` from days (rounded to the day), a
     ``"timestamp"`` from seconds (to the microsecond) or, for a date column's interpolated
-    quantile, from days."""
+    quantile, from days; a ``"time"`` of day from seconds since midnight."""
     if kind == "date":
         return _EPOCH_DAY + dt.timedelta(days=round(x))
+    if kind == "time":          # inside the day, to the microsecond
+        return time_of(min(max(round(x * 1e6), 0), DAY_MICROS - 1))
     return _EPOCH + dt.timedelta(microseconds=round(x * 1e6))
 
 

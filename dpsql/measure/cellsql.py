@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dpsql.domain import Attribute, Categorical, IntegerRange, Numeric
 from dpsql.sql.syntax import exp
 from dpsql.temporal import Temporal, TimestampRange
-from dpsql.timeaxis import iso_text, truncate
+from dpsql.timeaxis import day_micros, iso_text, truncate
+from dpsql.timeofday import UNIT_MICROS, TimeOfDayRange
 
 __all__ = ["index_sql", "bins_sql", "outside_range", "is_nan", "column_expr", "time_literal", "time_index_sql",
-           "time_arithmetic_sql", "ARITHMETIC_DIALECTS"]
+           "time_arithmetic_sql", "ARITHMETIC_DIALECTS", "time_of_day_literal", "time_of_day_index_sql"]
 
 # Above this many thresholds a flat WHEN chain costs O(n) comparisons per row; a balanced
 # nested CASE costs O(log n) and is just as portable (and NULL/NaN still take one path).
@@ -110,7 +111,7 @@ def bins_sql(att: Attribute, column) -> exp.Expr:
 # The literals' types, built once: time_literal runs once per bin start (100,800 for minutes
 # over ten weeks), and DataType.build parses its name each time (17x the cost of a copy; the
 # Cast built from the copy is the same expression: tests/measure/test_time_reader.py).
-_TIME_TYPES = {name: exp.DataType.build(name) for name in ("DATE", "TIMESTAMPTZ", "TIMESTAMPNTZ")}
+_TIME_TYPES = {name: exp.DataType.build(name) for name in ("DATE", "TIMESTAMPTZ", "TIMESTAMPNTZ", "TIME")}
 
 
 def _cast(text: str, name: str) -> exp.Cast:
@@ -302,6 +303,43 @@ def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp
     return case.else_(run_cell(*runs[-1]), copy=False)
 
 
+# --- the cell of a time of day ----------------------------------------------------------------
+def time_of_day_literal(value: dt.time, family: str) -> exp.Expr:
+    """A time of day as a literal of the compared value's family: ``time`` (a TIME column:
+    ``CAST('10:00:00' AS TIME)``) or ``micros`` (microseconds since midnight, the integer
+    the reader computes from text, on every engine alike)."""
+    if family == "micros":
+        return exp.Literal.number(day_micros(value))
+    return _cast(iso_text(value), "TIME")
+
+
+def time_of_day_index_sql(att: TimeOfDayRange, column, family: str, nullable_input: bool = True,
+                          dialect: str | None = None) -> exp.Expr:
+    """The cell of a time of day (``family`` ``time`` or ``micros``: see
+    :func:`time_of_day_literal`): NULL → ``null_place``, before ``lo`` or after ``hi`` →
+    ``invalid_index`` (not clamped, as for dates), else its bin.  The bin is ``(m − a) DIV
+    w`` on the microseconds ``m`` since midnight, ``a`` the start of the period holding ``lo``
+    (the bins after the first start at multiples of the width ``w``), for the engines whose
+    microseconds :func:`_micros` knows (DuckDB's ``epoch_us`` and PostgreSQL's ``EXTRACT(EPOCH
+    …)`` are exact on a TIME); else the chain of ``x < start`` tests.  Public metadata only."""
+    x = column_expr(column)
+
+    def literal(value):
+        return time_of_day_literal(value, family)
+    case = exp.Case()
+    if nullable_input:
+        case = _when(case, exp.Is(this=x.copy(), expression=exp.Null()), att.null_place)
+    case = _when(case, exp.LT(this=x.copy(), expression=literal(att.lo)), att.invalid_index)
+    case = _when(case, exp.GT(this=x.copy(), expression=literal(att.hi)), att.invalid_index)
+    micros: exp.Expr | None = None
+    if dialect in ARITHMETIC_DIALECTS:
+        micros = x.copy() if family == "micros" else _micros(x, dialect) if dialect != "spark" else None
+    if micros is None or dialect is None:
+        return case.else_(_threshold_case(x, att.thresholds(), literal, 0), copy=False)
+    width = UNIT_MICROS[att.bin]
+    return case.else_(_int_div(_offset_from(micros, day_micros(att.lo) // width * width), width, dialect))
+
+
 def index_sql(att: Attribute, column) -> exp.Expr:
     """sqlglot expression computing ``att.index_of`` inside the database; never NULL.
 
@@ -311,6 +349,8 @@ def index_sql(att: Attribute, column) -> exp.Expr:
     DOUBLE)``: DuckDB, PostgreSQL and Spark all hold NaN equal to itself, and PostgreSQL has
     no ``isnan``), else the bin (:func:`bins_sql`)."""
     x = column_expr(column)
+    if isinstance(att, TimeOfDayRange):
+        return time_of_day_index_sql(att, x, "time")
     if isinstance(att, Temporal):
         return time_index_sql(att, x, att.kind)
     if isinstance(att, Categorical):
