@@ -42,7 +42,7 @@ MODEL_FORMAT = "1"
 #: The engine's exact fits run to the gap tolerance at every size (``fit(stop=None)``); they
 #: stopped at the discrepancy principle above ``FitLimits.discrepancy_above`` cells, which nothing
 #: certifies: on TPC-H's 1.4 M-cell line-item model Q1's counts had realised MSE 2.3 times
-#: their reported se² (1.0 to the gap; issue 35 item 6, bench/RESULTS.md "Where the fit
+#: their reported se² (0.5 fitted to the gap; issue 35 item 6, bench/RESULTS.md "Where the fit
 #: stops").  Part of each saved model's key, so a model fitted with the old stop is not loaded.
 FIT_STOP: str | None = None
 

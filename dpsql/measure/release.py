@@ -415,8 +415,9 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
 
 # -- persistence of released measurements (ledger payloads) -----------------------------
 #
-# A factor that is an identity, a total (one row of ones) or a prefix (lower-triangular ones)
-# is stored as its kind and size, not as its n² integers: a 1,459-label identity was 17 MB of
+# A factor that is an identity, a total (one row of ones), a prefix (lower-triangular ones) or
+# a constant plus a diagonal (a·I + b·11ᵀ on the lattice) is stored as its kind, size and
+# values, not as its n² integers: a 1,459-label identity was 17 MB of
 # the flights ledger's payload (issue 35).  Each block's meta lists its factors' records
 # (``"factors"``); a payload without that list (written before) stores every factor densely as
 # ``b{i}f{j}``, and still loads.
@@ -433,6 +434,12 @@ def _factor_record(f: np.ndarray) -> dict[str, Any]:
             return {"kind": "identity", "n": int(rows)}
         if nonzero == rows * (rows + 1) // 2 and bool(np.all(f[np.tril_indices(rows)] == 1)):
             return {"kind": "prefix", "n": int(rows)}   # the lower triangle holds every non-zero
+    if rows == cols and rows > 1:
+        # a·I + b·11ᵀ on the lattice (OPT_0's closed form on span{I, 1} grams, e.g. a
+        # GROUP BY dest with a filter on another column): one value on the diagonal, one off it
+        d, o = int(f[0, 0]), int(f[0, 1])
+        if bool(np.all(f.diagonal() == d)) and int(np.count_nonzero(f != o)) == (rows if d != o else 0):
+            return {"kind": "diagonal_plus_constant", "n": int(rows), "diagonal": d, "other": o}
     return {"kind": "dense"}
 
 
@@ -444,6 +451,10 @@ def _factor_from(record: dict[str, Any]) -> np.ndarray:
         return np.ones((1, n), dtype=np.int64)
     if record["kind"] == "prefix":
         return np.tril(np.ones((n, n), dtype=np.int64))
+    if record["kind"] == "diagonal_plus_constant":
+        out = np.full((n, n), int(record["other"]), dtype=np.int64)
+        np.fill_diagonal(out, int(record["diagonal"]))
+        return out
     raise ValueError(f"unknown factor kind {record['kind']!r} in a release payload")
 
 

@@ -41,9 +41,12 @@ def test_an_identity_over_1459_labels_is_stored_as_a_record():
     released = [(_block([np.eye(n)]), np.arange(n, dtype=np.float64), 3.0),
                 (_block([np.ones((1, n)), np.eye(3)], ("dest", "origin")), np.arange(3.0), 1.5),
                 (_block([np.tril(np.ones((50, 50)))], ("delay",)), np.arange(50.0), 1.0),
-                (_block([np.array([[1, 0, 2], [0, 1, 1]])], ("x",)), np.arange(2.0), 1.0)]
+                (_block([np.array([[1, 0, 2], [0, 1, 1]])], ("x",)), np.arange(2.0), 1.0),
+                # OPT_0's a·I + b·11ᵀ over dest on the lattice (1,460 cells)
+                (_block([np.full((1460, 1460), -3) + 4099 * np.eye(1460)]), np.arange(1460.0), 2.0),
+                (_block([np.full((4, 4), 7) + np.diag([1, 1, 2, 1])], ("y",)), np.arange(4.0), 1.0)]
     payload = rel.pack(released)
-    assert len(payload) < 60_000          # 17,032,000 bytes of int64 before
+    assert len(payload) < 80_000          # 34,084,800 bytes of int64 before
     back = rel.unpack_all(payload)
     for (b0, y0, s0), (b1, y1, s1) in zip(released, back):
         assert (b1.clique, b1.scale, b1.weight) == (b0.clique, b0.scale, b0.weight)
@@ -52,8 +55,10 @@ def test_an_identity_over_1459_labels_is_stored_as_a_record():
     with np.load(io.BytesIO(payload)) as z:
         meta = json.loads(bytes(z["__meta__"]).decode())
         assert [r["kind"] for m in meta for r in m["factors"]] == ["identity", "total", "identity",
-                                                                   "prefix", "dense"]
-        assert sorted(k for k in z.files if "f" in k and k != "__meta__") == ["b3f0"]
+                                                                   "prefix", "dense", "diagonal_plus_constant",
+                                                                   "dense"]
+        assert meta[4]["factors"][0] == {"kind": "diagonal_plus_constant", "n": 1460, "diagonal": 4096, "other": -3}
+        assert sorted(k for k in z.files if "f" in k and k != "__meta__") == ["b3f0", "b5f0"]
 
 
 def test_a_ledger_written_before_loads_and_answers_as_it_did(tmp_path):
