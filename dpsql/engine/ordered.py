@@ -42,7 +42,7 @@ __all__ = ["workload_matrix", "answer_ordered", "is_ordered_strategy", "is_order
            "ORDERED_KINDS", "MAX_ROWS"]
 
 #: Attribute kinds whose cells are ordered values (a CDF means something over them).
-ORDERED_KINDS = ("integer", "date", "timestamp")
+ORDERED_KINDS = ("integer", "date", "timestamp", "time")
 
 #: The most rows one linear query may ask of the ordered release (each is a dense row over
 #: the column's cells): a GROUP BY over every cell takes the identity's closed form instead.
