@@ -340,13 +340,11 @@ def _key_values(attr, stmt, node) -> list:
 
 
 def _public_value(v):
-    # the evaluator computes on numbers, text, dates and timestamps (dpsql.sql.timefuncs: so
-    # a public DATE column compares, truncates and extracts as a declared date column does);
-    # a time of day and other public values are read as their text
+    # the evaluator computes on numbers, text, dates, timestamps and times of day
+    # (dpsql.sql.timefuncs: so a public DATE or TIME column compares, truncates and extracts
+    # as a declared one does); decimals are read as doubles
     if isinstance(v, decimal.Decimal):
         return float(v)
-    if isinstance(v, datetime.time):
-        return v.isoformat()
     return v
 
 
@@ -760,6 +758,8 @@ def _literal(v) -> exp.Expr:
             return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMPTZ")
         kind = "TIMESTAMP" if isinstance(v, datetime.datetime) else "DATE"
         return exp.cast(exp.Literal.string(iso_text(v)), kind)
+    if isinstance(v, datetime.time):
+        return exp.cast(exp.Literal.string(iso_text(v)), "TIME")
     return exp.Literal.string(str(v))
 
 
