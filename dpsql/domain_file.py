@@ -15,6 +15,7 @@ from typing import Any
 from dpsql.domain import Attribute, Categorical, IntegerRange, Numeric, TableSchema, check_keys
 from dpsql.errors import ConfigError
 from dpsql.temporal import TEMPORAL_KEYS, build_temporal
+from dpsql.timeofday import TIME_KEYS, build_time_of_day
 
 _COLUMN_KEYS = {
     "categorical": {"type", "labels", "labels_from", "nullable", "closed"},
@@ -28,12 +29,15 @@ _SOURCE_PATH_KEYS = ("csv", "parquet", "duckdb")
 def _build_attribute(name: str, spec: Mapping[str, Any],
                      labels_from: Callable[[str], list[Any]] | None = None) -> Attribute:
     kind = spec.get("type")
+    if kind == "time":
+        check_keys(spec, TIME_KEYS, "a time column")
+        return build_time_of_day(name, dict(spec))
     if kind in ("date", "timestamp"):
         check_keys(spec, TEMPORAL_KEYS[kind], f"a {kind} column")
         return build_temporal(name, dict(spec))
     if kind not in _COLUMN_KEYS:
         raise ConfigError(f"unknown or missing type {kind!r}",
-                          hint='type must be "categorical", "integer", "numeric", "date" or "timestamp"')
+                          hint='type must be "categorical", "integer", "numeric", "date", "timestamp" or "time"')
     check_keys(spec, _COLUMN_KEYS[kind], f"a {kind} column")
     if "labels_from" in spec:
         # labels = the distinct values of a public table's column (dpsql.public): declared

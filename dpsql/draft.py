@@ -85,6 +85,8 @@ def _typed(name: str, kind: str) -> ColumnDraft:
         return ColumnDraft(name, "numeric", {}, ["edges"])
     if kind in ("date", "timestamp"):
         return ColumnDraft(name, kind, {"timezone": "UTC"} if kind == "timestamp" else {}, ["lo", "hi", "bin"])
+    if kind == "time":              # a time of day: lo and hi default to the whole day
+        return ColumnDraft(name, kind, {}, ["bin"])
     return ColumnDraft(name, "categorical", {}, ["labels"])
 
 
@@ -299,8 +301,9 @@ def write(draft: TableDraft, out: Path, force: bool = False) -> tuple[Path, Path
         for key in c.missing:
             hint = {"lo": "first day of the public period, e.g. 2013-01-01" if time else "public lower bound",
                     "hi": "last day of the public period, e.g. 2013-12-31" if time else "public upper bound",
-                    "bin": '"day", "week", "month", "quarter" or "year"' + (' (or "hour", "minute", "second")'
-                                                                             if c.kind == "timestamp" else ""),
+                    "bin": '"second", "minute" or "hour"' if c.kind == "time" else
+                           '"day", "week", "month", "quarter" or "year"' + (' (or "hour", "minute", "second")'
+                                                                            if c.kind == "timestamp" else ""),
                     "labels": "the published list of values", "edges": "public bin edges"}.get(key.split()[0], "")
             lines.append(f"# {key} = ?   (TO FILL{': ' + hint if hint else ''})")
         lines.append("")

@@ -55,6 +55,8 @@ def catalog_type(attr) -> str:
         return "date"
     if attr.kind == "timestamp":
         return "timestamp without time zone"     # wall-clock time in the declared zone
+    if attr.kind == "time":
+        return "time without time zone"
     return "double precision"
 
 
@@ -85,7 +87,7 @@ def domain_items(attr, limit: int | None = DESCRIBE_LIMIT, see_all: str = "") ->
             items = [f"{attr.lo}..{attr.hi}" + (f" in bins of {w}" if w != 1 else "")]
     elif kind == "numeric":
         items = [f"bins with edges {_num(attr.edges[0])}"] + [_num(e) for e in attr.edges[1:]]
-    elif kind in ("date", "timestamp"):
+    elif kind in ("date", "timestamp", "time"):
         zone = f" ({attr.timezone})" if kind == "timestamp" else ""
         items = [f"{attr.lo} .. {attr.hi}{zone} by {attr.bin}"]
     else:

@@ -34,8 +34,8 @@ import numpy as np
 
 from dpsql.domain import MAX_CELLS, Attribute, _normalise_op
 from dpsql.errors import ConfigError, DomainViolationError
-from dpsql.timeaxis import (DATE_UNITS, TIMESTAMP_UNITS, advance, iso_text, parse_date, parse_timestamp,
-                            truncate)
+from dpsql.timeaxis import (DATE_UNITS, DAY_MICROS, TIMESTAMP_UNITS, advance, day_micros, iso_text, parse_date,
+                            parse_timestamp, time_of, truncate)
 
 __all__ = ["Temporal", "DateRange", "TimestampRange", "build_temporal", "TEMPORAL_KEYS", "time_number",
            "number_time"]
@@ -54,20 +54,25 @@ _EPOCH_DAY = dt.date(1970, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def time_number(value: dt.date | dt.datetime) -> float:
-    """A date as days since 1970-01-01, a (naive, wall-time) datetime as seconds since then."""
+def time_number(value: dt.date | dt.datetime | dt.time) -> float:
+    """A date as days since 1970-01-01, a (naive, wall-time) datetime as seconds since then,
+    a time of day as seconds since midnight."""
+    if isinstance(value, dt.time):
+        return day_micros(value) / 1e6
     if isinstance(value, dt.datetime):
         d = value.replace(tzinfo=None) - _EPOCH
         return d.days * 86400.0 + d.seconds + d.microseconds / 1e6
     return float((value - _EPOCH_DAY).days)
 
 
-def number_time(x: float, kind: str) -> dt.date | dt.datetime:
+def number_time(x: float, kind: str) -> dt.date | dt.datetime | dt.time:
     """The inverse of :func:`time_number`: a ``"date"`` from days (rounded to the day), a
     ``"timestamp"`` from seconds (to the microsecond) or, for a date column's interpolated
-    quantile, from days."""
+    quantile, from days; a ``"time"`` of day from seconds since midnight."""
     if kind == "date":
         return _EPOCH_DAY + dt.timedelta(days=round(x))
+    if kind == "time":          # inside the day, to the microsecond
+        return time_of(min(max(round(x * 1e6), 0), DAY_MICROS - 1))
     return _EPOCH + dt.timedelta(microseconds=round(x * 1e6))
 
 
@@ -101,12 +106,12 @@ class Temporal(Attribute):
         object.__setattr__(self, "hi", hi_v)
         object.__setattr__(self, "_end", end)
         starts = [lo_v]
-        nxt = advance(truncate(lo_v, bin), bin)
-        while nxt < end:
+        nxt = _next_start(truncate(lo_v, bin), bin)
+        while nxt is not None and nxt < end:
             starts.append(nxt)
             if len(starts) > MAX_CELLS:
                 self._fail(f"more than {MAX_CELLS} bins", "use a coarser bin or a shorter period")
-            nxt = advance(nxt, bin)
+            nxt = _next_start(nxt, bin)
         object.__setattr__(self, "_starts", tuple(starts))
 
     @abstractmethod
@@ -244,6 +249,15 @@ class Temporal(Attribute):
         return frozenset(cells), exact
 
 
+def _next_start(start: Any, unit: str) -> Any:
+    """The next period's start, or None past year 9999 (the axis ends before it: a period
+    holding 9999-12-30 has no successor to compute, and the OverflowError was a crash)."""
+    try:
+        return advance(start, unit)
+    except OverflowError:
+        return None
+
+
 def _discrete(lo: Any, hi: Any, op: str, v: Any) -> tuple[bool, bool]:
     """(all, any) values ``lo..hi`` (a discrete, inclusive range) satisfy ``x <op> v``."""
     if op == "<":
@@ -334,7 +348,12 @@ class TimestampRange(Temporal):
         object.__setattr__(self, "timezone", timezone)
         object.__setattr__(self, "_zone", zone)
         self._init(name, lo, hi, bin, nullable)
-        object.__setattr__(self, "_instants", tuple(self.instant(s) for s in self._starts + (self._end,)))
+        try:
+            instants = tuple(self.instant(s) for s in self._starts + (self._end,))
+        except OverflowError:       # e.g. 0001-01-01 00:00 in a zone east of UTC
+            self._fail(f"the period's instants in {timezone} fall outside the years 1..9999",
+                       "start the period later or end it earlier")
+        object.__setattr__(self, "_instants", instants)
 
     def _bounds_of(self, lo: Any, hi: Any) -> tuple[Any, Any, Any]:
         out = []
@@ -350,6 +369,8 @@ class TimestampRange(Temporal):
                 self._fail(f"{key} must be a date or timestamp, got {v!r}", f"e.g. {key} = 2013-01-01T00:00:00")
             out.append(v)
         lo_v, hi_v = out
+        if hi_v in (dt.date.max, dt.datetime.max):
+            self._fail("hi must be before 9999-12-31 23:59:59.999999", "the axis needs the instant after hi")
         if isinstance(hi_v, dt.datetime):
             end = hi_v + _ONE_MICRO
         else:

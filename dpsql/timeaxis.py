@@ -22,12 +22,15 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-__all__ = ["DATE_UNITS", "TIMESTAMP_UNITS", "EXTRACT_FIELDS", "truncate", "advance", "extract",
+__all__ = ["DATE_UNITS", "TIMESTAMP_UNITS", "TIME_UNITS", "TIME_PATTERN", "DAY_MICROS", "parse_time", "day_micros",
+           "time_of", "truncate_time", "EXTRACT_FIELDS", "truncate", "advance", "extract",
            "parse_date", "parse_timestamp", "Interval", "parse_interval", "DATE_PATTERN",
            "TIMESTAMP_PATTERN", "days_in_month", "iso_text"]
 
 DATE_UNITS = ("day", "week", "month", "quarter", "year")
 TIMESTAMP_UNITS = ("second", "minute", "hour") + DATE_UNITS
+#: the periods of a time of day (a TIME column: no calendar)
+TIME_UNITS = ("second", "minute", "hour")
 #: EXTRACT / date_part fields and the unit whose periods each is constant on.
 EXTRACT_FIELDS = {"year": "year", "quarter": "quarter", "month": "month", "week": "week",
                   "day": "day", "dow": "day", "isodow": "day", "doy": "day", "hour": "hour",
@@ -42,6 +45,10 @@ _UNIT_ALIASES = {"days": "day", "weeks": "week", "months": "month", "quarters": 
 DATE_PATTERN = "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$"
 TIMESTAMP_PATTERN = ("^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[ T]([01][0-9]|2[0-3]):[0-5][0-9]"
                      "(:[0-5][0-9]([.][0-9]{1,6})?)?$")
+
+#: a time of day: ``HH:MM[:SS[.ffffff]]``, 00:00 to 23:59:59.999999 (no zone, no 24:00)
+TIME_PATTERN = "^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9]([.][0-9]{1,6})?)?$"
+DAY_MICROS = 86_400_000_000
 
 
 def normal_unit(unit: str) -> str:
@@ -84,6 +91,12 @@ def truncate(value: dt.date, unit: str) -> dt.date:
     return dt.datetime.combine(out, dt.time()) if is_ts else out
 
 
+def truncate_time(value: dt.time, unit: str) -> dt.time:
+    """The start of the second, minute or hour holding a time of day."""
+    width = {"second": 1_000_000, "minute": 60_000_000, "hour": 3_600_000_000}[normal_unit(unit)]
+    return time_of(day_micros(value) // width * width)
+
+
 def advance(start: dt.date, unit: str, n: int = 1) -> dt.date:
     """``start`` moved by ``n`` whole ``unit`` periods (months keep the day, clipped to the
     month's end as PostgreSQL does)."""
@@ -113,6 +126,10 @@ def _add_months(value: dt.date, months: int) -> dt.date:
 def extract(field: str, value: dt.date) -> int:
     """``EXTRACT(field FROM value)`` as PostgreSQL computes it (integers only)."""
     f = field.strip().lower()
+    if isinstance(value, dt.time):       # a time of day has no calendar fields (PostgreSQL refuses them)
+        if f not in ("hour", "minute"):
+            raise ValueError(f"field {field!r} of a time")
+        return value.hour if f == "hour" else value.minute
     day = value.date() if isinstance(value, dt.datetime) else value
     if f == "year":
         return day.year
@@ -166,8 +183,34 @@ def parse_timestamp(text: str) -> dt.datetime | None:
     return dt.datetime.combine(day, dt.time(hh, mm, ss, micro))
 
 
-def iso_text(value: dt.date) -> str:
-    """PostgreSQL's output form: ``2013-06-01``, ``2013-06-01 10:00:00[.5]``."""
+def parse_time(text: str) -> dt.time | None:
+    """A ``HH:MM[:SS[.ffffff]]`` text as a time of day, or None (the Python twin of the
+    reader's SQL: ``dpsql.measure.reader.time_text_sql``)."""
+    if not isinstance(text, str) or not re.fullmatch(TIME_PATTERN, text):
+        return None
+    ss = int(text[6:8]) if len(text) > 5 else 0
+    micro = int((text[9:] + "000000")[:6]) if len(text) > 8 else 0
+    return dt.time(int(text[:2]), int(text[3:5]), ss, micro)
+
+
+def day_micros(value: dt.time) -> int:
+    """Microseconds since midnight of a time of day."""
+    return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+
+
+def time_of(micros: int) -> dt.time:
+    """The inverse of :func:`day_micros` (``0 <= micros < DAY_MICROS``)."""
+    s, us = divmod(micros, 1_000_000)
+    m, s = divmod(s, 60)
+    h, m = divmod(m, 60)
+    return dt.time(h, m, s, us)
+
+
+def iso_text(value: dt.date | dt.time) -> str:
+    """PostgreSQL's output form: ``2013-06-01``, ``2013-06-01 10:00:00[.5]``, ``10:00:00[.5]``."""
+    if isinstance(value, dt.time):
+        text = value.replace(microsecond=0, tzinfo=None).isoformat()
+        return text + (f".{value.microsecond:06d}".rstrip("0") if value.microsecond else "")
     if isinstance(value, dt.datetime):
         # the year padded by hand: strftime's %Y writes year 1 as "1", which PostgreSQL
         # reads as 2001 (a literal of an axis in years 1..999 named another instant)

@@ -206,3 +206,24 @@ def test_years_before_1000_are_padded():
     assert iso_text(dt.datetime(1, 1, 1, 10)) == "0001-01-01 10:00:00" and iso_text(dt.date(9, 1, 1)) == "0009-01-01"
     assert TimestampRange("t", "0001-01-01", "0001-01-01", "hour").labels()[1] == "0001-01-01 01:00"
     assert DateRange("d", "0099-01-01", "0099-12-31", "month").labels()[0] == "0099-01"
+
+
+@pytest.mark.parametrize("unit", ["week", "month", "quarter", "year"])
+def test_an_axis_up_to_year_9999_has_a_last_bin(unit):
+    """The last period of an axis ending in December 9999 has no next start to compute:
+    declaring it raised OverflowError (not even a ConfigError)."""
+    d = DateRange("d", "9999-10-01", "9999-12-30", unit)
+    assert d.bin_bounds()[-1][1] == dt.date(9999, 12, 30) and d.index_of(dt.date(9999, 12, 30)) == d.size - 1
+    t = TimestampRange("t", "9999-10-01", "9999-12-30", unit)
+    assert t.bin_bounds()[-1][1] == dt.datetime(9999, 12, 30, 23, 59, 59, 999999)
+
+
+def test_a_period_past_the_calendar_is_a_config_error():
+    """hi on the last day of 9999, or instants outside years 1..9999 in the declared zone:
+    an OverflowError before, a ConfigError naming the column now."""
+    for args, kw in [(("9999-12-01", "9999-12-31", "day"), {}),
+                     (("9999-12-01", "9999-12-31 23:59:59.999999", "day"), {}),
+                     (("0001-01-01", "0001-01-02", "hour"), {"timezone": "Asia/Kolkata"}),
+                     (("9999-12-30", "9999-12-31 22:00", "hour"), {"timezone": "America/New_York"})]:
+        with pytest.raises(ConfigError, match="'t'"):
+            TimestampRange("t", *args, **kw)

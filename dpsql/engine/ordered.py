@@ -29,6 +29,7 @@ measures the column per cell of those columns (``plan.ordered``, ``MAX_GROUPS``)
 from __future__ import annotations
 
 import io
+import math
 import zipfile
 from typing import Any
 
@@ -41,7 +42,7 @@ __all__ = ["workload_matrix", "answer_ordered", "is_ordered_strategy", "is_order
            "ORDERED_KINDS", "MAX_ROWS"]
 
 #: Attribute kinds whose cells are ordered values (a CDF means something over them).
-ORDERED_KINDS = ("integer", "date", "timestamp")
+ORDERED_KINDS = ("integer", "date", "timestamp", "time")
 
 #: The most rows one linear query may ask of the ordered release (each is a dense row over
 #: the column's cells): a GROUP BY over every cell takes the identity's closed form instead.
@@ -81,33 +82,41 @@ def _values_then_null(values: np.ndarray) -> bool:
     return m > 0 and bool(np.all(np.isfinite(values[:m])))
 
 
-def _mask_prefix(masks, n: int) -> int | None:
-    """How many leading cells a quantile's WHERE on its own column keeps (``x <= c``, ``x < c``:
-    a prefix of the cells), n when it keeps all; None for any other mask (a range from above,
-    several masks), which the ordered release does not answer."""
+def _mask_range(masks, n: int) -> tuple[int, int] | None:
+    """The run of cells ``start..end−1`` a quantile's WHERE on its own column keeps (``x <= c``
+    a prefix, ``x >= c`` or ``BETWEEN`` a range: the column's cells are in order), (0, n) when
+    it keeps all; None for any other mask (gaps, several masks), which the ordered release
+    does not answer."""
     if masks is None:
-        return n
+        return 0, n
     if len(masks) != 1:
         return None
     m = np.asarray(masks[0], dtype=bool)
-    k = int(m.sum())
-    return k if k > 0 and bool(np.all(m[:k])) else None
+    kept = np.flatnonzero(m)
+    if kept.size == 0 or kept[-1] - kept[0] + 1 != kept.size:
+        return None
+    return int(kept[0]), int(kept[-1]) + 1
 
 
-class _FirstCells:
-    """A quantile estimate over the first ``m`` cells only (a WHERE ``x <= c`` on the column
-    itself): ``OrderedEstimate.quantile`` over those cells, its band's variances exact (the
-    CDF of a prefix is the CDF's first m entries, N its m-th)."""
+class _CellRun:
+    """A quantile estimate over the cells ``start..end−1`` only (a WHERE on the column itself
+    that keeps a run of its cells): ``OrderedEstimate.quantile`` over those cells, its band's
+    variances exact (the CDF of the run is C_j − C_{start−1}, N = C_{end−1} − C_{start−1};
+    ``OrderedEstimate._rank_sd``).  The values, low and high the caller passes are per cell
+    from cell 0, as for the whole column."""
 
-    def __init__(self, estimate, m: int) -> None:
-        self.estimate, self.m = estimate, m
+    def __init__(self, estimate, start: int, end: int) -> None:
+        self.estimate, self.start, self.end = estimate, start, end
 
     def quantile(self, q, values, method="disc", *, low=None, high=None, cells=None, **kw):
-        m = self.m if cells is None else min(self.m, int(cells))
+        end = self.end if cells is None else min(self.end, int(cells))
+        if end <= self.start:
+            return None, (math.nan, math.nan)      # the run holds only the NULL cell: no value
 
         def cut(a):
-            return None if a is None else np.asarray(a)[:m]
-        return self.estimate.quantile(q, cut(values), method, low=cut(low), high=cut(high), cells=m, **kw)
+            return None if a is None else np.asarray(a)[self.start:end]
+        return self.estimate.quantile(q, cut(values), method, low=cut(low), high=cut(high), cells=end,
+                                      start=self.start, **kw)
 
 
 def workload_matrix(schema, lq) -> Any:
@@ -186,15 +195,15 @@ def answer_ordered(schema, estimate, compiled):
             # per cell, read only for quantiles; a time column's periods are in order, the
             # NULL cell last, by construction (temporal.Temporal)
             values = column.cell_values() if column.kind == "integer" else None
-            head = _mask_prefix(lq.cell_masks, estimate.n)
+            run = _mask_range(lq.cell_masks, estimate.n)
             if not isinstance(f, linalg.Identity) or w != 1.0 or lq.layout.quantile_group_map is not None \
-                    or head is None or (values is None and column.kind == "integer") \
+                    or run is None or (values is None and column.kind == "integer") \
                     or (values is not None and not _values_then_null(values)):
                 return None
             views = [estimate.select(c) for c in C]
             answers[lq.name] = _arranged(schema, np.stack([v.cells for v in views]), factors, k, groups)
-            if head < estimate.n:
-                views = [_FirstCells(v, head) for v in views]
+            if run != (0, estimate.n):
+                views = [_CellRun(v, *run) for v in views]
             stderrs[lq.name] = _arranged(schema, np.sqrt(scale[:, None] * unit.cell_variance()[None, :]),
                                          factors, k, groups)
             answers.cdfs[lq.name] = views[0] if len(views) == 1 else views

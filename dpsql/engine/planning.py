@@ -160,7 +160,7 @@ class Planner:
         reports: dict[int, QueryReport] = {}
         parts, share = [], Fraction(0)
         for name, sub, sub_rho, indices, with_offsets in groups:
-            planned = self._offset_blocks(table, sub, sub_rho) if queries is None and with_offsets else None
+            planned = self._offset_blocks(table, sub, sub_rho, indices) if queries is None and with_offsets else None
             off = planned[1] if planned is not None else Fraction(0)
             share += off
             added = (offset_variances(planned[0], off, self.config.noise, unit_rows,
@@ -528,14 +528,16 @@ class Planner:
         rho = Fraction(rho)
         if not is_mixed_strategy(strategy):
             return [(strategy, rho, self.offset_plan(table, strategy, rho))]
-        return [(p.strategy, p.share(rho), None if p.ordered else self.offset_plan(table, p.strategy, p.share(rho)))
+        return [(p.strategy, p.share(rho),
+                 None if p.ordered else self.offset_plan(table, p.strategy, p.share(rho), p.parts))
                 for p in strategy.parts]
 
-    def offset_plan(self, table: str, strategy: Strategy, rho: Fraction):
+    def offset_plan(self, table: str, strategy: Strategy, rho: Fraction, indices: Sequence[int] | None = None):
         """The workload's offset blocks and their share of ``rho`` (``dpsql.engine.offsets``),
         or None: binning bounds instead (``[planner] binning``), a backend that cannot sum
-        offsets, or no SUM/AVG over wide bins in the workload."""
-        planned = self._offset_blocks(table, strategy, rho)
+        offsets, or no SUM/AVG over wide bins in the workload.  ``indices``: as in
+        ``_offset_blocks``."""
+        planned = self._offset_blocks(table, strategy, rho, indices)
         return None if planned is None else ([b for b, _ in planned[0]], planned[1])
 
     def _offsets_rho(self, table: str, strategy: Strategy, rho: Fraction) -> Fraction:
@@ -543,8 +545,9 @@ class Planner:
         planned = self._offset_blocks(table, strategy, rho)
         return Fraction(0) if planned is None else planned[1]
 
-    def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction):
-        """``offset_plan`` with the workload queries each block serves."""
+    def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction, indices: Sequence[int] | None = None):
+        """``offset_plan`` with the workload queries each block serves; ``indices`` the whole
+        workload's index of each of ``strategy``'s query parts (a mixed plan's part)."""
         from dpsql.engine.offsets import offset_blocks, offset_share
 
         if self.config.planner.binning != "offsets" or not self._sums_offsets:
@@ -558,8 +561,39 @@ class Planner:
         # the counts' objective with its row factor over k², as the offset blocks' (offset_share)
         counts = strategy.expected_error * (1.0 if groups is None
                                             else self.rows_sq(table, strategy) / source.unit_rows ** 2)
-        return blocks, offset_share(rho, counts, blocks, [p.scale for p in workload.parts],
-                                    source.unit_rows, groups)
+        share = offset_share(rho, counts, blocks, [p.scale for p in workload.parts], source.unit_rows, groups)
+        index = list(range(len(workload.parts))) if indices is None else list(indices)
+        return blocks, self._within_baselines(table, strategy, rho, share, blocks, index)
+
+    def _within_baselines(self, table: str, strategy: Strategy, rho: Fraction, share: Fraction, blocks,
+                          indices: Sequence[int]) -> Fraction:
+        """``share`` moved to the nearest at which every query of ``strategy``'s workload keeps
+        its per-query baseline with its offsets' noise (``offsets.within_baselines``), in the
+        figures ``plan`` reports: the counts' variance tse·σ²(ρ_c)·rows_sq/rows, the offsets'
+        at ρ_o, the baseline b·σ²(ρ)·k² (a part's sub-workload holds its baseline at its
+        share, ``mixed.sub_workload``).  ``indices[i]``: the whole workload's index of the
+        strategy's query part i; parts past them (the total ``optimize_counted`` may append,
+        ``_with_total``) are not the workload's and are left out, as the report leaves them."""
+        from dpsql.engine.offsets import offset_variances, within_baselines
+        from dpsql.plan.error import query_tse
+
+        terms = strategy.workload
+        tse = query_tse(strategy)
+        if terms is None or not terms.parts or tse is None or not share > 0:
+            return share
+        index = list(indices)
+        if len(index) > len(terms.parts):
+            return share
+        source = self.config.sources[table]
+        groups = _groups(source, self.config.noise)
+        whole = offset_variances(blocks, rho, self.config.noise, source.unit_rows, groups)
+        s2 = gaussian_sigma2_unit(float(rho))
+        rows2, k2 = self.rows_sq(table, strategy), float(source.unit_rows ** 2)
+        parts = terms.parts[:len(index)]
+        counts = [float(t) * s2 * rows2 / p.rows for t, p in zip(tse, parts)]
+        offsets = [whole.get(j, 0.0) for j in index]
+        baselines = [p.baseline * s2 * k2 for p in parts]
+        return within_baselines(share, rho, counts, offsets, baselines)
 
 
 def _with_total(workload: Workload, noise: str) -> tuple:

@@ -91,6 +91,8 @@ def type_name(pg_type: str) -> str:
         return "date"
     if t in ("timestamp", "timestamp without time zone"):
         return "timestamp"
+    if t in ("time", "time without time zone"):
+        return "time"
     return "text"
 
 

@@ -17,13 +17,14 @@ in [lo, hi)).
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
 
 from dpsql.domain import TableSchema
 from dpsql.errors import ProgrammingError
-from dpsql.timeaxis import iso_text
+from dpsql.timeaxis import day_micros, iso_text, time_of
 
 __all__ = ["SyntheticTable", "decode_cells", "synthesize"]
 
@@ -48,7 +49,7 @@ def _column(attr, cells: np.ndarray, numbers: str, rng: np.random.Generator) -> 
         table = np.array(labels, dtype=object)
         return table[cells].tolist(), "text"
     null = attr.null_index
-    if attr.kind in ("date", "timestamp"):
+    if attr.kind in ("date", "timestamp", "time"):
         return _time_column(attr, cells, numbers, rng)
     if numbers == "label":
         if attr.kind == "integer":
@@ -89,7 +90,10 @@ def _time_column(attr, cells: np.ndarray, numbers: str, rng: np.random.Generator
             out.append(None)
             continue
         first, last = b
-        if numbers == "value" and first != last:
+        if numbers == "value" and first != last and isinstance(first, dt.time):
+            # a time of day: a uniform microsecond of the bin (no time arithmetic in Python)
+            first = time_of(day_micros(first) + int(rng.integers(0, day_micros(last) - day_micros(first) + 1)))
+        elif numbers == "value" and first != last:
             step = attr._step
             first = first + step * int(rng.integers(0, (last - first) // step + 1))
         out.append(iso_text(first))

@@ -474,7 +474,7 @@ def _decode_numpy(rows: Mapping[str, np.ndarray], used: Sequence[str], columns: 
 
 
 def describe_source(path: Path) -> list[tuple[str, str]]:
-    """Column names and coarse types (integer, numeric, date, timestamp or text) of a data file, for
+    """Column names and coarse types (integer, numeric, date, timestamp, time or text) of a data file, for
     ``dpsql init``.  The operator runs this on their own data; only the schema is printed
     and no domain is inferred (domains must come from public knowledge)."""
     path = Path(path)
@@ -498,6 +498,8 @@ def _coarse_type(dtype) -> str:
         return "date"
     if t.startswith("TIMESTAMP"):           # TIMESTAMP, _S, _MS, _NS, WITH TIME ZONE
         return "timestamp"
+    if t == "TIME":                         # a time of day (TIME WITH TIME ZONE stays text)
+        return "time"
     return ("integer" if "INT" in t and t != "INTERVAL" else
             "numeric" if any(k in t for k in ("DOUBLE", "FLOAT", "DECIMAL", "REAL")) else "text")
 

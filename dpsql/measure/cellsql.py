@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dpsql.domain import Attribute, Categorical, IntegerRange, Numeric
 from dpsql.sql.syntax import exp
 from dpsql.temporal import Temporal, TimestampRange
-from dpsql.timeaxis import iso_text, truncate
+from dpsql.timeaxis import day_micros, iso_text, truncate
+from dpsql.timeofday import UNIT_MICROS, TimeOfDayRange
 
 __all__ = ["index_sql", "bins_sql", "outside_range", "is_nan", "column_expr", "time_literal", "time_index_sql",
-           "time_arithmetic_sql", "ARITHMETIC_DIALECTS"]
+           "time_arithmetic_sql", "ARITHMETIC_DIALECTS", "time_of_day_literal", "time_of_day_index_sql"]
 
 # Above this many thresholds a flat WHEN chain costs O(n) comparisons per row; a balanced
 # nested CASE costs O(log n) and is just as portable (and NULL/NaN still take one path).
@@ -110,7 +111,7 @@ def bins_sql(att: Attribute, column) -> exp.Expr:
 # The literals' types, built once: time_literal runs once per bin start (100,800 for minutes
 # over ten weeks), and DataType.build parses its name each time (17x the cost of a copy; the
 # Cast built from the copy is the same expression: tests/measure/test_time_reader.py).
-_TIME_TYPES = {name: exp.DataType.build(name) for name in ("DATE", "TIMESTAMPTZ", "TIMESTAMPNTZ")}
+_TIME_TYPES = {name: exp.DataType.build(name) for name in ("DATE", "TIMESTAMPTZ", "TIMESTAMPNTZ", "TIME")}
 
 
 def _cast(text: str, name: str) -> exp.Cast:
@@ -221,14 +222,24 @@ def _int_div(value: exp.Expr, width: int, dialect: str) -> exp.Expr:
     return exp.IntDiv(this=value, expression=exp.Literal.number(width))   # DuckDB //, Spark DIV
 
 
-def _constant_offset(att: Temporal) -> dt.timedelta | None:
-    """The zone's offset (wall time minus UTC) when it is the same at every bin start and at
-    the axis' end, else None (a daylight-saving change inside the period)."""
+#: The most runs of one zone offset an instant's arithmetic takes (two a year for a zone with
+#: daylight-saving time: 64 is 32 years); more keep the chain.
+_MAX_RUNS = 64
+
+
+def _offset_runs(att: Temporal) -> list[tuple[int, int, dt.timedelta]]:
+    """Maximal runs ``(first, last, offset)`` of consecutive bins whose starts have the same
+    zone offset (wall time minus UTC): one run for UTC or any period without a change."""
     if not isinstance(att, TimestampRange):
-        return dt.timedelta(0)
-    walls = att._starts + (att.end,)
-    offsets = {wall - instant.replace(tzinfo=None) for wall, instant in zip(walls, att._instants)}
-    return offsets.pop() if len(offsets) == 1 else None
+        return [(0, len(att._starts) - 1, dt.timedelta(0))]
+    runs: list[tuple[int, int, dt.timedelta]] = []
+    for k, (wall, instant) in enumerate(zip(att._starts, att._instants)):
+        offset = wall - instant.replace(tzinfo=None)
+        if runs and runs[-1][2] == offset:
+            runs[-1] = (runs[-1][0], k, offset)
+        else:
+            runs.append((k, k, offset))
+    return runs
 
 
 def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp.Expr | None:
@@ -243,18 +254,21 @@ def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp
     1..9999 (PostgreSQL's infinity, a huge date) and cannot fail on any row.
 
     Fixed widths count days of a date on a date axis, else microseconds (a DATE on a
-    timestamp axis is compared as its midnight, as the chain does).  An instant (``timestamptz``) is
-    binned in UTC shifted by the zone's offset, only when that offset is the same at every
-    bin start (else the starts are not evenly spaced instants: None); months of an instant
-    would need the engine's zone rules, so they keep the chain.  Public metadata only."""
+    timestamp axis is compared as its midnight, as the chain does).  An instant
+    (``timestamptz``) is binned in UTC shifted by the zone's offset: over a run of bins whose
+    starts have one offset the starts are evenly spaced instants ``a − o + k·w``; with a
+    daylight-saving change in the period a CASE picks the run (one comparison with the first
+    instant of each next run) and each run's bin is capped at its last (a bin that holds a
+    repeated hour is longer than ``w``; a skipped one is empty).  Months of an instant would
+    need the engine's zone rules, so they keep the chain.  Public metadata only."""
     if dialect not in ARITHMETIC_DIALECTS:
         return None
     x = column_expr(column)
     unit = att.bin
     if unit in _UNIT_MONTHS and family == "timestamptz":
         return None
-    offset = _constant_offset(att) if family == "timestamptz" else dt.timedelta(0)
-    if offset is None:
+    runs = _offset_runs(att) if family == "timestamptz" else [(0, len(att._starts) - 1, dt.timedelta(0))]
+    if len(runs) > _MAX_RUNS:
         return None
     last = att.end - att._step
     clamped = exp.Anonymous(this="least", expressions=[
@@ -269,10 +283,61 @@ def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp
         return _int_div(_offset_from(_days(clamped, dialect), days), _UNIT_MICROS[unit] // _DAY_MICROS, dialect)
     if not isinstance(anchor, dt.datetime):
         anchor = dt.datetime.combine(anchor, dt.time())
-    # an instant's microseconds are UTC: the anchor's wall time moved by the zone's offset
-    start = _micros_of(anchor) - _micros_of(_EPOCH + offset)
-    # (a DATE on a timestamp axis is clamped by timestamp literals: a timestamp, its midnight)
-    return _int_div(_offset_from(_micros(clamped, dialect), start), _UNIT_MICROS[unit], dialect)
+    # the end's offset may differ from the last start's (the last bin then is not w long)
+    capped = len(runs) > 1 or (isinstance(att, TimestampRange) and family == "timestamptz"
+                               and att.end - att._instants[-1].replace(tzinfo=None) != runs[-1][2])
+
+    def run_cell(first: int, last_cell: int, offset: dt.timedelta) -> exp.Expr:
+        # an instant's microseconds are UTC: the anchor's wall time moved by the run's offset
+        start = _micros_of(anchor) - _micros_of(_EPOCH + offset)
+        # (a DATE on a timestamp axis is clamped by timestamp literals: a timestamp, its midnight)
+        cell = _int_div(_offset_from(_micros(clamped, dialect), start), _UNIT_MICROS[unit], dialect)
+        return exp.Anonymous(this="least", expressions=[cell, exp.Literal.number(last_cell)]) if capped else cell
+    if len(runs) == 1:
+        return run_cell(*runs[0])
+    case = exp.Case()
+    for run, following in zip(runs, runs[1:]):
+        # the run holds the instants before the next run's first start
+        case = case.when(exp.LT(this=x.copy(), expression=time_literal(att, att._starts[following[0]], family)),
+                         run_cell(*run), copy=False)
+    return case.else_(run_cell(*runs[-1]), copy=False)
+
+
+# --- the cell of a time of day ----------------------------------------------------------------
+def time_of_day_literal(value: dt.time, family: str) -> exp.Expr:
+    """A time of day as a literal of the compared value's family: ``time`` (a TIME column:
+    ``CAST('10:00:00' AS TIME)``) or ``micros`` (microseconds since midnight, the integer
+    the reader computes from text, on every engine alike)."""
+    if family == "micros":
+        return exp.Literal.number(day_micros(value))
+    return _cast(iso_text(value), "TIME")
+
+
+def time_of_day_index_sql(att: TimeOfDayRange, column, family: str, nullable_input: bool = True,
+                          dialect: str | None = None) -> exp.Expr:
+    """The cell of a time of day (``family`` ``time`` or ``micros``: see
+    :func:`time_of_day_literal`): NULL → ``null_place``, before ``lo`` or after ``hi`` →
+    ``invalid_index`` (not clamped, as for dates), else its bin.  The bin is ``(m − a) DIV
+    w`` on the microseconds ``m`` since midnight, ``a`` the start of the period holding ``lo``
+    (the bins after the first start at multiples of the width ``w``), for the engines whose
+    microseconds :func:`_micros` knows (DuckDB's ``epoch_us`` and PostgreSQL's ``EXTRACT(EPOCH
+    …)`` are exact on a TIME); else the chain of ``x < start`` tests.  Public metadata only."""
+    x = column_expr(column)
+
+    def literal(value):
+        return time_of_day_literal(value, family)
+    case = exp.Case()
+    if nullable_input:
+        case = _when(case, exp.Is(this=x.copy(), expression=exp.Null()), att.null_place)
+    case = _when(case, exp.LT(this=x.copy(), expression=literal(att.lo)), att.invalid_index)
+    case = _when(case, exp.GT(this=x.copy(), expression=literal(att.hi)), att.invalid_index)
+    micros: exp.Expr | None = None
+    if dialect in ARITHMETIC_DIALECTS:
+        micros = x.copy() if family == "micros" else _micros(x, dialect) if dialect != "spark" else None
+    if micros is None or dialect is None:
+        return case.else_(_threshold_case(x, att.thresholds(), literal, 0), copy=False)
+    width = UNIT_MICROS[att.bin]
+    return case.else_(_int_div(_offset_from(micros, day_micros(att.lo) // width * width), width, dialect))
 
 
 def index_sql(att: Attribute, column) -> exp.Expr:
@@ -284,6 +349,8 @@ def index_sql(att: Attribute, column) -> exp.Expr:
     DOUBLE)``: DuckDB, PostgreSQL and Spark all hold NaN equal to itself, and PostgreSQL has
     no ``isnan``), else the bin (:func:`bins_sql`)."""
     x = column_expr(column)
+    if isinstance(att, TimeOfDayRange):
+        return time_of_day_index_sql(att, x, "time")
     if isinstance(att, Temporal):
         return time_index_sql(att, x, att.kind)
     if isinstance(att, Categorical):

@@ -45,8 +45,8 @@ def _sql_literal(v) -> str:
 def _decode_expr(att, column: str) -> str:
     """Cell index → the value the cell stands for (label, integer, or bin representative;
     a time bin's first value)."""
-    if att.kind in ("date", "timestamp"):
-        sql_type = "DATE" if att.kind == "date" else "TIMESTAMP"
+    if att.kind in ("date", "timestamp", "time"):
+        sql_type = {"date": "DATE", "timestamp": "TIMESTAMP", "time": "TIME"}[att.kind]
         whens = " ".join(f"WHEN {column} = {i} THEN {sql_type} '{iso_text(b[0])}'"
                          for i, b in enumerate(att.bin_bounds()) if b is not None)
         return f'CAST(CASE {whens} ELSE NULL END AS {sql_type}) AS "{att.name}"'

@@ -307,10 +307,14 @@ class OrderedEstimate:
             Q[k, a:b + 1] = 1.0
         return self.answer(Q)
 
-    def _rank_sd(self, q: float, cells: int | None = None) -> np.ndarray:
+    def _rank_sd(self, q: float, cells: int | None = None, start: int = 0) -> np.ndarray:
         """sd of D_j = C_j − q·N for every j < m, N = C_{m−1}: the first m = ``cells``
-        cells (all n by default; n − 1 leaves out a NULL cell, which sits last)."""
+        cells (all n by default; n − 1 leaves out a NULL cell, which sits last).  From
+        ``start`` = a > 0, the cells a..m−1 only (a WHERE on the column that keeps a range
+        of its cells): D_j = (C_j − C_{a−1}) − q·(C_{m−1} − C_{a−1}) for a ≤ j < m."""
         n = self.n if cells is None else int(cells)
+        if start:
+            return self._range_rank_sd(q, int(start), n)
         if self.strategy.coeffs is not None:
             if n not in self._gram_rows:        # q-free: one FFT per estimate, not per quantile
                 m = self._m[:n]                                 # v_j (j < n) reads m_0..m_j only
@@ -335,19 +339,54 @@ class OrderedEstimate:
             norms[:, lv] = (before + after + own) / s
         return np.sqrt(np.maximum(self._factor * tree.variance(norms, self._v), 0.0))
 
+    def _range_rank_sd(self, q: float, a: int, n: int) -> np.ndarray:
+        """:meth:`_rank_sd` over the cells a..n−1 (0 < a < n), exactly as over a prefix.
+
+        Toeplitz root: with v_i the rows of P A⁻¹ (v_{a−1} the one subtracted),
+        D_j = v_j − q·v_{n−1} − (1 − q)·v_{a−1}, whose variance needs ⟨v_j, v_{a−1}⟩ for
+        j ≥ a − 1: Σ_{u<a} m_u m_{u+j−a+1}, one FFT correlation of m_0..m_{a−1} with m.
+        Tree: per level, the row's block sums are (1 − q)·(its cells in a..j) − q·(its cells
+        in j+1..n−1), the prefix's closed form with each block's count of cells in a..n−1."""
+        if self.strategy.coeffs is not None:
+            m = self._m[:n]
+            own = np.cumsum(m * m)                                   # ‖v_j‖²
+            to_end = convolve(m, m[::-1, None], n)[:, 0]             # ⟨v_j, v_{n−1}⟩, j < n
+            to_start = convolve(m[:a][::-1], m[:, None], n)[:, 0]    # ⟨v_j, v_{a−1}⟩, j ≥ a − 1
+            p = 1.0 - q
+            var = (own[a:] + q * q * own[-1] + p * p * own[a - 1] - 2.0 * q * to_end[a:]
+                   - 2.0 * p * to_start[a:] + 2.0 * q * p * to_start[n - 1])
+            return np.sqrt(np.maximum(self._factor * self._s2 * var, 0.0))
+        tree = self.strategy.tree
+        assert tree is not None
+        j = np.arange(a, n)
+        norms = np.empty((j.size, tree.levels))
+        for lv, s in enumerate(tree.sizes):
+            first = np.arange(tree.nodes[lv]) * s
+            c = np.clip(np.minimum(n, first + s) - np.maximum(a, first), 0, s).astype(np.float64)
+            c2 = np.concatenate([[0.0], np.cumsum(c * c)])
+            beta = j // s
+            part = (j - np.maximum(a, beta * s) + 1).astype(np.float64)
+            before = (1 - q) ** 2 * c2[beta]
+            after = q * q * (c2[-1] - c2[beta + 1])
+            own_ = (part - q * c[beta]) ** 2
+            norms[:, lv] = (before + after + own_) / s
+        return np.sqrt(np.maximum(self._factor * tree.variance(norms, self._v), 0.0))
+
     def quantile(self, q: float, values: np.ndarray | None = None, method: str = "disc", *,
                  low: np.ndarray | None = None, high: np.ndarray | None = None,
-                 z: float = Z95, cells: int | None = None) -> tuple[float | None, tuple[float, float]]:
+                 z: float = Z95, cells: int | None = None, start: int = 0) -> tuple[float | None, tuple[float, float]]:
         """The q-quantile of the first ``cells`` cells (all by default; a nullable column's
-        NULL cell, the last, is left out), valued ``values`` in increasing order (the cell
-        index by default), and its 95% interval from the noisy CDF's band."""
+        NULL cell, the last, is left out), from cell ``start`` on (a WHERE on the column
+        keeping a range of its cells), valued ``values`` in increasing order (one per cell
+        ``start..cells−1``; the cell index by default), and its 95% interval from the noisy
+        CDF's band."""
         m = self.n if cells is None else int(cells)
-        if not 0 < m <= self.n:
-            raise ProgrammingError(f"cells must be in 1..{self.n}")
-        v = np.arange(m, dtype=np.float64) if values is None else np.asarray(values, float)
-        if v.shape != (m,) or np.any(np.diff(v) < 0):
+        if not 0 <= start < m <= self.n:
+            raise ProgrammingError(f"cells must be in 1..{self.n} and start below them")
+        v = np.arange(start, m, dtype=np.float64) if values is None else np.asarray(values, float)
+        if v.shape != (m - start,) or np.any(np.diff(v) < 0):
             raise ProgrammingError("quantile values must be one increasing value per cell")
-        x = self.cells[:m]
+        x = self.cells[start:m]
         # from the unclipped CDF made monotone: clipping the noisy cells at 0 first (as a
         # histogram's point estimate does) adds their negative parts' mass and moved a
         # median over 100,000 cells by 30%
@@ -355,7 +394,7 @@ class OrderedEstimate:
         point = quantile_from_histogram(np.diff(cum, prepend=0.0), v, q, method)
         lo = v if low is None else np.asarray(low, dtype=float)
         hi = v if high is None else np.asarray(high, dtype=float)
-        band = quantile_band(np.cumsum(x), self._rank_sd(q, m), lo, hi, q, z=z)
+        band = quantile_band(np.cumsum(x), self._rank_sd(q, m, start), lo, hi, q, z=z)
         return point, band
 
 

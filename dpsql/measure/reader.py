@@ -45,11 +45,13 @@ import numpy as np
 
 from dpsql.domain import Attribute, Categorical, IntegerRange
 from dpsql.errors import ConfigError
-from dpsql.measure.cellsql import bins_sql, index_sql, is_nan, outside_range, time_index_sql, time_literal
+from dpsql.measure.cellsql import (bins_sql, index_sql, is_nan, outside_range, time_index_sql, time_literal,
+                                   time_of_day_index_sql, time_of_day_literal)
 from dpsql.measure.source import CsvDialect, Source
 from dpsql.sql.syntax import data_type, exp
 from dpsql.temporal import Temporal
-from dpsql.timeaxis import DATE_PATTERN, TIMESTAMP_PATTERN
+from dpsql.timeofday import TimeOfDayRange
+from dpsql.timeaxis import DATE_PATTERN, TIME_PATTERN, TIMESTAMP_PATTERN
 
 CHUNK = 8 << 20
 OVERLONG = "\uffff"
@@ -423,6 +425,15 @@ def convert_text(att: Attribute, raw: exp.Expr, ok: exp.Expr,
     null_status = _s("null" if att.nullable else "null_not_nullable")
     cell = exp.Case().when(exp.Not(this=ok.copy()), inv).when(z.copy(), _lit(att.null_place))
     status = exp.Case().when(exp.Not(this=ok.copy()), _s("malformed")).when(z.copy(), null_status)
+    if isinstance(att, TimeOfDayRange):
+        # microseconds since midnight from the text's digits: the same integer on every
+        # engine (Spark has no TIME type), NULL for text that is not a time of day
+        pre2 = [(x.name, time_of_day_text_sql(t.copy()))]
+        missing = exp.Is(this=x.copy(), expression=exp.Null())
+        cell = cell.when(missing.copy(), inv).else_(time_of_day_index_sql(att, x.copy(), "micros", False, dialect),
+                                                    copy=False)
+        status = status.when(missing, _s("unreadable")).else_(_time_of_day_status(att, x, "micros"))
+        return Converted(pre, cell, status, pre2)
     if isinstance(att, Temporal):
         pre2 = [(x.name, time_text_sql(t.copy(), att.kind))]
         missing = exp.Is(this=x.copy(), expression=exp.Null())
@@ -489,6 +500,40 @@ def time_text_sql(text: exp.Expr, kind: str) -> exp.Expr:
     target = "DATE" if kind == "date" else "TIMESTAMPNTZ"
     value = exp.TryCast(this=exp.func("replace", text.copy(), _s("T"), _s(" ")), to=exp.DataType.build(target))
     return exp.Case().when(shape, exp.Case().when(real_day, value))
+
+
+def _big_at(text: exp.Expr, start: int, length: int) -> exp.Expr:
+    return exp.TryCast(this=exp.Substring(this=text.copy(), start=_lit(start), length=_lit(length)),
+                       to=exp.DataType.build("BIGINT"))
+
+
+def time_of_day_text_sql(text: exp.Expr) -> exp.Expr:
+    """Microseconds since midnight (a BIGINT) of ``HH:MM[:SS[.ffffff]]`` text, else NULL;
+    never raises, on any engine (the Python twin is ``dpsql.timeaxis.parse_time``): only text
+    of the grammar reaches the arithmetic, whose parts are digits by then."""
+    shape = exp.and_(
+        exp.LTE(this=exp.Length(this=text.copy()), expression=_lit(15)),
+        exp.EQ(this=exp.func("translate", text.copy(), _s("0123456789:."), _s("")), expression=_s("")),
+        exp.RegexpLike(this=text.copy(), expression=_s(TIME_PATTERN)))
+    n = exp.Length(this=text.copy())
+    seconds = exp.Case().when(exp.GT(this=n.copy(), expression=_lit(5)), _big_at(text, 7, 2)).else_(_lit(0))
+    frac = exp.Case().when(exp.GT(this=n.copy(), expression=_lit(8)), exp.TryCast(
+        this=exp.func("rpad", exp.Substring(this=text.copy(), start=_lit(10), length=_lit(6)), _lit(6), _s("0")),
+        to=exp.DataType.build("BIGINT"))).else_(_lit(0))
+
+    def times(a: exp.Expr, k: int) -> exp.Expr:
+        return exp.Mul(this=a, expression=_lit(k))
+    total = exp.Add(this=exp.Add(this=exp.Add(this=times(_big_at(text, 1, 2), 3_600_000_000),
+                                              expression=times(_big_at(text, 4, 2), 60_000_000)),
+                                 expression=times(seconds, 1_000_000)), expression=frac)
+    return exp.Case().when(shape, exp.Paren(this=total))
+
+
+def _time_of_day_status(att: TimeOfDayRange, x: exp.Expr, family: str) -> exp.Expr:
+    """Status of a non-NULL time of day: before the axis, after it, or a value."""
+    return (exp.Case().when(exp.LT(this=x.copy(), expression=time_of_day_literal(att.lo, family)), _s("below_range"))
+            .when(exp.GT(this=x.copy(), expression=time_of_day_literal(att.hi, family)), _s("above_range"))
+            .else_(_s("value")))
 
 
 def _time_status(att: Temporal, x: exp.Expr, family: str) -> exp.Expr:
@@ -650,10 +695,12 @@ _FAMILIES = {
     "timestamp": ("TIMESTAMP", "TIMESTAMPNTZ", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS", "DATETIME",
                   "DATETIME2", "DATETIME64"),
     "timestamptz": ("TIMESTAMPTZ", "TIMESTAMPLTZ"),
+    "time": ("TIME",),                # a time of day, no zone (TIMETZ is not read)
 }
 #: the type families each time kind reads natively (a date axis has no zone, so it cannot
 #: place an instant on a calendar day)
-_TIME_FAMILIES = {"date": ("date", "timestamp"), "timestamp": ("date", "timestamp", "timestamptz")}
+_TIME_FAMILIES = {"date": ("date", "timestamp"), "timestamp": ("date", "timestamp", "timestamptz"),
+                  "time": ("time",)}
 _FAMILY_OF = {t: fam for fam, types in _FAMILIES.items() for t in types}
 
 
@@ -664,7 +711,7 @@ def _type_name(sql_type: str, dialect: str) -> str | None:
 
 
 def type_family(sql_type: str, dialect: str = "duckdb") -> str:
-    """integer | float | decimal | text | boolean | uuid | date | timestamp | timestamptz |
+    """integer | float | decimal | text | boolean | uuid | date | timestamp | timestamptz | time |
     other, for a column type as the
     engine's catalog names it (``BIGINT``, ``double precision``, ``string``, …)."""
     name = _type_name(sql_type, dialect)
@@ -706,6 +753,9 @@ def typed_column(att: Attribute, col: exp.Expr, sql_type: str, tag: str,
     is_null = exp.Is(this=x.copy(), expression=exp.Null())
     cell = exp.Case().when(is_null.copy(), _lit(att.null_place))
     status = exp.Case().when(is_null, _s("null" if att.nullable else "null_not_nullable"))
+    if isinstance(att, TimeOfDayRange):
+        value = time_of_day_index_sql(att, x, "time", nullable_input=False, dialect=dialect)
+        return Converted(pre, cell.else_(value), status.else_(_time_of_day_status(att, x, "time")))
     if isinstance(att, Temporal):
         # compared with literals of the column's own type: no cast of the column, and an
         # instant (timestamptz) only with instants (docs/domains.md, "Time")

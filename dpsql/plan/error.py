@@ -33,7 +33,7 @@ from dpsql.plan.gram import FactorPinv, LowRankGram, psd_root
 from dpsql.plan.strategy import KronBlock, Strategy, union_sensitivity
 from dpsql.plan.workload import WorkloadTerms, factor_dense, workload_terms
 
-__all__ = ["expected_error", "rmse", "per_query_variance", "strategy_tse", "term_errors",
+__all__ = ["expected_error", "query_tse", "rmse", "per_query_variance", "strategy_tse", "term_errors",
            "query_errors",
            "noise_norm",
            "strategy_blocks", "DENSE_LIMIT"]
@@ -202,20 +202,30 @@ def strategy_tse(terms: WorkloadTerms, blocks: Sequence[KronBlock], noise: str,
 FLOOR_CELLS = 2048
 
 
+def query_tse(strategy: Strategy) -> np.ndarray | None:
+    """Per query of a workload built by ``Workload.of_queries``, its unweighted unit-noise
+    total squared error under the strategy (None without query parts)."""
+    from dpsql.plan.objective import part_values
+
+    terms = strategy.workload
+    if terms is None or not terms.parts:
+        return None
+    errs = (np.asarray(strategy.term_tse) if strategy.term_tse is not None else
+            term_errors(terms, strategy.kron_blocks, strategy.noise, strategy.assignment))
+    return part_values(terms.parts, errs)
+
+
 def query_errors(strategy: Strategy) -> list[tuple[float, float, float | None]]:
     """Per query of a workload built by ``Workload.of_queries``: its unit-noise total
     squared error under the strategy, the per-query mechanism's (rows·b_q), and the SVD
     bound of the query alone (a floor no strategy beats with unbiased answers; None when
     not computable).  All unweighted: the objective's scales are divided out."""
-    from dpsql.plan.objective import part_values
     from dpsql.plan.svd_bound import svd_bound
 
     terms = strategy.workload
-    if terms is None or not terms.parts:
+    tse = query_tse(strategy)
+    if terms is None or tse is None:
         return []
-    errs = (np.asarray(strategy.term_tse) if strategy.term_tse is not None else
-            term_errors(terms, strategy.kron_blocks, strategy.noise, strategy.assignment))
-    tse = part_values(terms.parts, errs)
     out = []
     for part, value in zip(terms.parts, tse):
         sub = terms.select(list(part.terms))

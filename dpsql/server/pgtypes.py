@@ -1,8 +1,8 @@
 """PostgreSQL type OIDs and the text/binary encodings of the values dpsql returns.
 
-dpsql answers carry few types: group keys are ``text``, ``integer``, ``date`` or
-``timestamp``, noisy aggregates are ``integer`` (counts) or ``double``.  They go out as
-``text`` (25), ``int8`` (20), ``date`` (1082), ``timestamp`` (1114) and ``float8`` (701);
+dpsql answers carry few types: group keys are ``text``, ``integer``, ``date``,
+``timestamp`` or ``time``, noisy aggregates are ``integer`` (counts) or ``double``.  They go out as
+``text`` (25), ``int8`` (20), ``date`` (1082), ``timestamp`` (1114), ``time`` (1083) and ``float8`` (701);
 ``numeric`` (1700), ``timestamptz`` (1184) and ``bool`` (16) are here for parameters and
 completeness.  Text forms follow PostgreSQL's output functions (``Infinity``, ``NaN``,
 ``t``/``f``); binary forms follow the type send/recv functions (numeric: base-10000 digits,
@@ -15,15 +15,16 @@ import datetime
 import math
 import struct
 from decimal import Decimal, InvalidOperation
+from dpsql.timeaxis import day_micros, iso_text, time_of
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID, FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NUMERIC = (
     16, 17, 20, 21, 23, 25, 26, 700, 701, 705, 1043, 1042, 1700)
 NAME = 19
-DATE, TIMESTAMP, TIMESTAMPTZ = 1082, 1114, 1184
+DATE, TIMESTAMP, TIMESTAMPTZ, TIME = 1082, 1114, 1184, 1083
 _EPOCH = datetime.date(2000, 1, 1)          # PostgreSQL's binary date/time origin
 
 TYPE_SIZES = {BOOL: 1, INT8: 8, INT2: 2, INT4: 4, OID: 4, FLOAT4: 4, FLOAT8: 8, NAME: 64, DATE: 4, TIMESTAMP: 8,
-              TIMESTAMPTZ: 8}
+              TIMESTAMPTZ: 8, TIME: 8}
 
 _BY_NAME = {
     "text": TEXT, "varchar": TEXT, "character varying": TEXT, "string": TEXT,
@@ -31,6 +32,7 @@ _BY_NAME = {
     "double": FLOAT8, "double precision": FLOAT8, "float8": FLOAT8, "float": FLOAT8, "real": FLOAT8,
     "numeric": NUMERIC, "decimal": NUMERIC, "boolean": BOOL, "bool": BOOL,
     "date": DATE, "timestamp": TIMESTAMP, "timestamp without time zone": TIMESTAMP,
+    "time": TIME, "time without time zone": TIME,
 }
 
 
@@ -82,6 +84,8 @@ def encode_text(value, oid: int) -> bytes | None:
         return str(value).encode()
     if oid in (DATE, TIMESTAMP) and isinstance(value, datetime.date):
         return _time_text(value).encode()
+    if oid == TIME and isinstance(value, datetime.time):
+        return iso_text(value).encode()           # 10:05:00, 10:05:00.5 (PostgreSQL's time_out)
     return str(value).encode("utf-8")
 
 
@@ -164,6 +168,8 @@ def encode_binary(value, oid: int) -> bytes | None:
         return struct.pack("!i", (day - _EPOCH).days)
     if oid == TIMESTAMP and isinstance(value, datetime.date):
         return struct.pack("!q", _micros(value))
+    if oid == TIME and isinstance(value, datetime.time):
+        return struct.pack("!q", day_micros(value))       # time_send: microseconds since midnight
     return str(value).encode("utf-8")
 
 
@@ -214,6 +220,8 @@ def decode_param(data: bytes | None, oid: int, fmt: int):
             if oid in (TIMESTAMP, TIMESTAMPTZ):
                 value = datetime.datetime(2000, 1, 1) + datetime.timedelta(microseconds=struct.unpack("!q", data)[0])
                 return value if oid == TIMESTAMP else value.replace(tzinfo=datetime.UTC)
+            if oid == TIME:
+                return time_of(struct.unpack("!q", data)[0])
             raise ParameterError(f"binary parameters of type OID {oid} are not supported")
         text = data.decode("utf-8")
         if oid in (INT2, INT4, INT8, OID):

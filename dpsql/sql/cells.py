@@ -271,7 +271,7 @@ class CellEvaluator:
     def _split_error(self, node, cells) -> None:
         bounds = self.attr.bin_bounds()
         shown = [bounds[i] for i in sorted(cells)][:3]
-        if self.attr.kind in ("date", "timestamp"):
+        if self.attr.kind in ("date", "timestamp", "time"):
             self._fail(UnsupportedQueryError, node, *timefuncs.split_message(self.attr, cells, snippet(node)))
         if self.attr.kind == "integer":
             text = ", ".join(f"{a}..{b}" for a, b in shown)
@@ -321,7 +321,11 @@ class CellEvaluator:
             return self._width_bucket(node)
         if isinstance(node, timefuncs.TRUNC_NODES):
             unit = timefuncs.trunc_unit(node)
-            return self._map(node, [self.value(node.this)], lambda a: timefuncs.truncated(a, unit))
+            try:
+                return self._map(node, [self.value(node.this)], lambda a: timefuncs.truncated(a, unit))
+            except TypeError as err:
+                self._fail(UnsupportedQueryError, node, f"{snippet(node)} cannot be computed: {err}",
+                           "truncate a time of day to its second, minute or hour, a date or timestamp to any unit")
         if isinstance(node, (exp.Date, exp.TsOrDsToDate)):       # DATE(col): Looker's date timeframe
             return self._map(node, [self.value(node.this)], lambda a: cast_value(a, exp.DataType.Type.DATE),
                              text_ok=True)
@@ -702,7 +706,7 @@ class CellEvaluator:
 
     def _coerce(self, node, v):
         attr = self.attr
-        if attr.kind in ("date", "timestamp"):
+        if attr.kind in ("date", "timestamp", "time"):
             try:
                 return attr.literal(v)
             except Error as err:

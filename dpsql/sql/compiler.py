@@ -229,7 +229,7 @@ class _Lowering:
             raise UnsupportedQueryError("aggregates are not allowed in FILTER", position=self.pos(call.filter),
                                         hint="filter on columns")
         attr = self.attrs_of(call.arg)[0] if call.arg is not None else None
-        if attr is not None and call.arg is not None and attr.kind in ("date", "timestamp") \
+        if attr is not None and call.arg is not None and attr.kind in ("date", "timestamp", "time") \
                 and call.func not in ("count", "quantile") and isinstance(call.arg.unnest(), exp.Column):
             raise UnsupportedQueryError(f"{snippet(call.node)} aggregates {attr.kind} column '{attr.name}' as a number",
                                         position=self.pos(call.node),
@@ -273,12 +273,13 @@ class _Lowering:
                 # the cells' values (NaN for NULL) bound the average of an inferred group
                 plan = AggPlan("avg", label, [s, c], cell_values=self.weights(call, attr, keep_null=True),
                                bias_query=bound, halfwidth=float(half.max()), offset_query=offset)
-        elif attr is not None and attr.kind in ("date", "timestamp") and isinstance(call.arg, exp.Column):
+        elif attr is not None and attr.kind in ("date", "timestamp", "time") and isinstance(call.arg, exp.Column):
             # a time column's quantile: on numbers (temporal.time_number), reported as a DATE
             # (DISC of a date) or a TIMESTAMP, as DuckDB's quantile_disc / quantile_cont
             values, low, high = attr.quantile_cells()
             q = self.spec("quantile", pred, label, quantile_attr=attr)
-            time_type = "date" if attr.kind == "date" and call.method == "disc" else "timestamp"
+            time_type = "time" if attr.kind == "time" else \
+                "date" if attr.kind == "date" and call.method == "disc" else "timestamp"
             plan = AggPlan("quantile", label, [q], q=call.q, method=call.method, cell_values=values,
                            cell_low=low, cell_high=high, time_type=time_type,
                            time_days=attr.kind == "date")

@@ -263,7 +263,7 @@ def py_value(x):
 
 def _as_time(x, time):
     """A time quantile's number (days, or seconds) as its date or timestamp (None stays)."""
-    if x is None or isinstance(x, (dt.date, dt.datetime)):
+    if x is None or isinstance(x, (dt.date, dt.datetime, dt.time)):
         return x
     kind, days = time
     return number_time(float(x) * (86400.0 if days and kind == "timestamp" else 1.0), kind)

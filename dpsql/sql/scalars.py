@@ -224,10 +224,12 @@ def type_name(v: Any) -> str:
         return "timestamp"
     if isinstance(v, dt.date):
         return "date"
+    if isinstance(v, dt.time):
+        return "time"
     return "text" if isinstance(v, str) else type(v).__name__
 
 
-_TYPES = frozenset({"boolean", "integer", "double precision", "text", "date", "timestamp"})
+_TYPES = frozenset({"boolean", "integer", "double precision", "text", "date", "timestamp", "time"})
 _NUMBERS = frozenset({"boolean", "integer", "double precision"})
 
 
@@ -244,7 +246,7 @@ def common_type(types) -> str:
 
 
 _ORDERED = (frozenset({"boolean", "integer", "double precision"}), frozenset({"text"}),
-            frozenset({"date", "timestamp"}))
+            frozenset({"date", "timestamp"}), frozenset({"time"}))
 
 
 def check_ordered(left: str, right: str) -> None:
@@ -253,7 +255,7 @@ def check_ordered(left: str, right: str) -> None:
     read as a time), with :func:`compare`'s message.  Over values it is checked from the IR's
     types before anything is measured (``postprocess.to_ir``)."""
     groups = {g for g in _ORDERED for t in (left, right) if t in g}
-    if len(groups) == 2 and _ORDERED[0] in groups:
+    if len(groups) == 2 and (_ORDERED[0] in groups or _ORDERED[3] in groups and _ORDERED[2] in groups):
         raise _incomparable(left, right)
 
 
@@ -324,6 +326,8 @@ def cast_type(dtype: Any) -> str:
         return "date"
     if dtype in timefuncs.TIME_TYPES:
         return "timestamp"
+    if dtype == _T.TIME:
+        return "time"
     raise UnsupportedQueryError(f"cast to {dtype.value.lower()} is not supported",
                                 hint="cast to integer, double or text")
 
@@ -336,13 +340,15 @@ def cast_value(v: Any, dtype: Any) -> Any:
         return None
     if dtype in timefuncs.TIME_TYPES:
         return timefuncs.cast_time(v, dtype)
+    if dtype == _T.TIME:
+        return timefuncs.cast_time_of_day(v)
     try:
         if dtype in _INTEGER:
             return int(round(float(v))) if not isinstance(v, int) else v
         if dtype in _DOUBLE:
             return float(v)
         if dtype in _TEXT:
-            return iso_text(v) if isinstance(v, dt.date) else str(v)
+            return iso_text(v) if isinstance(v, (dt.date, dt.time)) else str(v)
     except (TypeError, ValueError, OverflowError):
         raise DomainViolationError(f"cannot cast {str(v)[:40]!r} to {dtype.value.lower()}",
                                    hint="cast a value that has the target type's form") from None

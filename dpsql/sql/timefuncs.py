@@ -21,12 +21,13 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.errors import DomainViolationError, UnsupportedQueryError
-from dpsql.timeaxis import (DATE_UNITS, EXTRACT_FIELDS, TIMESTAMP_UNITS, Interval, extract, iso_text,
-                            normal_unit, parse_date, parse_interval, parse_timestamp, truncate)
+from dpsql.timeaxis import (DATE_UNITS, EXTRACT_FIELDS, TIME_UNITS, TIMESTAMP_UNITS, Interval, extract, iso_text,
+                            normal_unit, parse_date, parse_interval, parse_time, parse_timestamp, truncate,
+                            truncate_time)
 
 __all__ = ["time_literal", "cast_time", "TRUNC_NODES", "EXTRACT_NODES", "trunc_unit", "extract_field",
            "extract_cells", "extract_on_cell", "split_message", "comparable", "add", "sub", "is_time",
-           "extract_name"]
+           "extract_name", "cast_time_of_day"]
 
 T = exp.DataType.Type
 DATE_TYPES = {T.DATE, T.DATE32}
@@ -43,7 +44,21 @@ _SUPPORTED_UNITS = set(TIMESTAMP_UNITS)
 
 
 def is_time(v: Any) -> bool:
-    return isinstance(v, dt.date)
+    """A date, a timestamp or a time of day."""
+    return isinstance(v, (dt.date, dt.time))
+
+
+def cast_time_of_day(v: Any) -> dt.time | None:
+    """``CAST(v AS TIME)``: text ``HH:MM[:SS[.ffffff]]``, a time, or a timestamp's time of day."""
+    if v is None or isinstance(v, dt.time):
+        return v
+    if isinstance(v, dt.datetime):
+        return (v.astimezone(dt.UTC) if v.tzinfo is not None else v).time()
+    parsed = parse_time(v.strip()) if isinstance(v, str) else None
+    if parsed is None:
+        raise DomainViolationError(f"invalid input syntax for type time: {str(v)[:40]!r}",
+                                   hint="write times of day as '10:30' or TIME '10:30:00'")
+    return parsed
 
 
 def _bad(text: str, what: str) -> DomainViolationError:
@@ -148,7 +163,13 @@ def trunc_unit(node: exp.Expr) -> str:
 
 
 def truncated(value: Any, unit: str) -> Any:
-    """``date_trunc(unit, value)``: a timestamp (PostgreSQL casts a date to one first)."""
+    """``date_trunc(unit, value)``: a timestamp (PostgreSQL casts a date to one first); of a
+    time of day, the time at the start of its hour, minute or second (PostgreSQL casts a
+    time to an interval, DuckDB has no such function: dpsql keeps the column's type)."""
+    if isinstance(value, dt.time):
+        if unit not in TIME_UNITS:
+            raise TypeError(f"date_trunc('{unit}') of a time of day")
+        return truncate_time(value, unit)
     if not isinstance(value, dt.date):
         raise TypeError("date_trunc needs a date or timestamp")
     if not isinstance(value, dt.datetime):
@@ -179,6 +200,8 @@ def extract_cells(field: str, lo: list, hi: list, null) -> tuple[list, list]:
             continue
         if not is_time(a):
             raise TypeError("EXTRACT needs a date or timestamp")
+        if isinstance(a, dt.time) and field not in ("hour", "minute"):
+            raise TypeError(f"EXTRACT({field}) of a time of day")     # no calendar fields
         x, y = extract_on_cell(field, a, z)
         out_lo.append(x)
         out_hi.append(y)
@@ -203,7 +226,9 @@ def extract_on_cell(field: str, lo: Any, hi: Any) -> tuple[Any, Any]:
     differ even if the field's values there happen to agree."""
     unit = EXTRACT_FIELDS[field]
     a = extract(field, lo)
-    if unit in DATE_UNITS or isinstance(lo, dt.datetime):
+    if isinstance(lo, dt.time):
+        same = truncate_time(lo, unit) == truncate_time(hi, unit)
+    elif unit in DATE_UNITS or isinstance(lo, dt.datetime):
         same = truncate(lo, unit) == truncate(hi, unit)
     else:
         same = True       # hour or minute of a date: always 0
@@ -229,6 +254,10 @@ class _Spans:
 def comparable(x: Any, v: Any) -> tuple[Any, Any]:
     """A time value and a constant made comparable as SQL compares them: text is read as a
     timestamp, a date against a timestamp is its midnight, an instant is taken in UTC."""
+    if isinstance(x, dt.time) or isinstance(v, dt.time):
+        # a time of day compares with a time (or text read as one) only: no implicit cast
+        # between it and a date (a TypeError: the caller refuses the comparison)
+        return (x, cast_time_of_day(v)) if isinstance(x, dt.time) and isinstance(v, str) else (x, v)
     if is_time(x) and isinstance(v, str):
         parsed = _parse_instant(v.strip())
         if parsed is None:
@@ -253,6 +282,8 @@ def _midnight(v: dt.date) -> dt.datetime:
 
 def add(a: Any, b: Any) -> Any:
     """``a + b`` with PostgreSQL's date rules (date + integer is a date)."""
+    if isinstance(a, dt.time) or isinstance(b, dt.time):
+        raise TypeError("arithmetic on a time of day")     # (it wraps at midnight: not monotone)
     if isinstance(a, int) and is_time(b):
         a, b = b, a
     if is_time(a) and isinstance(b, int) and not isinstance(b, bool):
@@ -266,6 +297,8 @@ def add(a: Any, b: Any) -> Any:
 
 def sub(a: Any, b: Any) -> Any:
     """``a - b``: date - integer is a date, date - date the number of days between them."""
+    if isinstance(a, dt.time) or isinstance(b, dt.time):
+        raise TypeError("arithmetic on a time of day")
     if is_time(a) and isinstance(b, int) and not isinstance(b, bool):
         if isinstance(a, dt.datetime):
             raise TypeError("timestamp - integer")

@@ -51,6 +51,9 @@ ASKED = QUERIES + [
     # a WHERE on the column itself keeps a prefix of its cells: the quantile of that prefix
     "SELECT sex, quantile_disc(income, 0.3) FROM t WHERE income <= 45000 GROUP BY sex",
     "SELECT median(income) FROM t WHERE income < 45001 AND sex = 'F'",
+    # a range from above or both sides: a run of its cells (before: the model's path)
+    "SELECT sex, quantile_disc(income, 0.3) FROM t WHERE income >= 20000 GROUP BY sex",
+    "SELECT median(income) FROM t WHERE income BETWEEN 10000 AND 60000 AND sex = 'M'",
 ]
 
 

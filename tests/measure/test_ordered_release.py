@@ -130,6 +130,13 @@ def test_reported_variances_are_the_estimators_own(monkeypatch, noise):
         m = n - 3
         Dm = P[:m] - q * P[m - 1]
         assert np.allclose(est._rank_sd(q, m), np.sqrt(np.einsum("ij,jk,ik->i", Dm, cov, Dm)), rtol=1e-7)
+        # over the cells a..m−1 (a WHERE x >= c on the column): D_j = (C_j − C_{a−1}) − q (C_{m−1} − C_{a−1})
+        for a in (1, 7, m - 1):
+            Da = P[a:m] - P[a - 1] - q * (P[m - 1] - P[a - 1])
+            assert np.allclose(est._rank_sd(q, m, a), np.sqrt(np.einsum("ij,jk,ik->i", Da, cov, Da)), rtol=1e-7)
+        x, (lo_, hi_) = est.quantile(0.5, np.arange(7, m) * 10.0, "disc", cells=m, start=7)
+        inside = np.maximum.accumulate(np.cumsum(est.cells[7:m]))
+        assert x == 10.0 * (7 + int(np.searchsorted(inside, 0.5 * inside[-1])))
         # the variance of each cell: the diagonal of the estimator's covariance
         assert np.allclose(est.cell_variance(), np.diag(cov)[:n], rtol=1e-7)
         assert math.isfinite(cdf[-1])

@@ -45,9 +45,22 @@ AXES = [
     (TimestampRange("kol", "2013-03-09 07:00", "2013-03-20", "day", timezone="Asia/Kolkata"), ("timestamptz",)),
     (TimestampRange("nyw", "2013-01-10", "2013-01-12", "hour", timezone="America/New_York"),
      ("timestamptz", "timestamp")),
-    # a daylight-saving change inside the period: instants keep the chain, wall times do not
+    # a daylight-saving change inside the period: instants take the run of their offset (the
+    # skipped hour is an empty bin, a repeated one holds two hours of instants)
     (TimestampRange("dst", "2013-03-09", "2013-03-11", "hour", timezone="America/New_York"),
      ("timestamptz", "timestamp")),
+    (TimestampRange("fall", "2013-11-02 22:17", "2013-11-03 04:00", "minute", timezone="America/New_York"),
+     ("timestamptz",)),
+    (TimestampRange("dstd", "2013-03-05 05:00", "2013-11-07 12:00", "day", timezone="Europe/Paris"),
+     ("timestamptz",)),
+    (TimestampRange("dstw", "2012-12-30", "2014-01-15", "week", timezone="Australia/Lord_Howe"),
+     ("timestamptz",)),
+    # the end's offset differs from the last start's: the last bin is an hour longer
+    (TimestampRange("endoff", "2013-11-02", "2013-11-03 03:00", "day", nullable=True, timezone="America/New_York"),
+     ("timestamptz",)),
+    # a change between lo and the second bin's start
+    (TimestampRange("lochg", "2013-03-10 01:30", "2013-03-10 05:00", "hour", timezone="America/New_York"),
+     ("timestamptz",)),
     (DateRange("dd", "2012-02-27", "2012-03-02", "day", nullable=True), ("date", "timestamp")),
     (DateRange("dw", "2013-01-03", "2013-03-01", "week"), ("date", "timestamp")),
     (DateRange("dm", "2011-11-15", "2013-02-10", "month", nullable=True), ("date", "timestamp")),
@@ -55,8 +68,9 @@ AXES = [
     (DateRange("dy", "1999-06-01", "2004-02-29", "year"), ("date", "timestamp")),
     (DateRange("d1", "0001-01-01", "0001-03-01", "week"), ("date",)),
     (DateRange("d9", "9999-12-01", "9999-12-30", "day"), ("date", "timestamp")),
+    (DateRange("d9m", "9999-10-01", "9999-12-30", "month"), ("date", "timestamp")),
 ]
-ARITHMETIC_EXPECTED = {("dst", "timestamptz"): False}
+ARITHMETIC_EXPECTED = {("dst", "timestamptz"): True}
 
 
 def _values(att: Temporal, family: str, seed: int) -> list:
