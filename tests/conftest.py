@@ -45,7 +45,8 @@ def adult_config(tmp_path):
 SPARK_FILES = frozenset({"tests/measure/test_engines.py", "tests/measure/test_sources.py",
                          "tests/measure/test_people_engines.py", "tests/measure/test_people_group_engines.py",
                          "tests/measure/test_people_flag_engines.py",
-                         "tests/measure/test_init_sources.py", "tests/measure/test_public_engines.py"})
+                         "tests/measure/test_init_sources.py", "tests/measure/test_public_engines.py",
+                         "tests/measure/test_time_arithmetic.py", "tests/measure/test_time_of_day_reader.py"})
 
 
 @pytest.hookimpl(optionalhook=True)   # a pytest-xdist hook: without xdist nothing calls it
