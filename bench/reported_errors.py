@@ -1,6 +1,7 @@
 """Reported standard errors against the per-query baselines (issue 35 item 6), this checkout vs a base.
 
     python bench/reported_errors.py [--base REV] [--releases 3] [--workdir /tmp/dpsql-reported]
+                                    [--measure-with base|this]
 
 The plan report promises each workload query an expected error at or below its per-query
 baseline (the query measured on its own, the budget split evenly over the workload's k
@@ -28,6 +29,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -102,7 +104,8 @@ print(json.dumps(out))
 def export(rev: str, into: Path) -> str:
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], check=True,
                          capture_output=True, text=True).stdout.strip()
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "dpsql"], check=True,
+    # the package and the example data its write_config reads (when the base measures)
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "dpsql", "examples"], check=True,
                           capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
@@ -123,6 +126,9 @@ def main() -> None:
     ap.add_argument("--base", default="HEAD~1")
     ap.add_argument("--releases", type=int, default=3)
     ap.add_argument("--workdir", default="/tmp/dpsql-reported")
+    # the older commit measures when the ledger format moved on (a newer ledger may not load in
+    # older code; older ledgers always load in newer code)
+    ap.add_argument("--measure-with", choices=("base", "this"), default="this")
     args = ap.parse_args()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
@@ -137,11 +143,11 @@ def main() -> None:
         for corpus, queries in corpora(ROOT).items():
             for r in range(args.releases):
                 d = work / f"{corpus}-{r}"
-                d.mkdir(parents=True, exist_ok=True)
-                for f in d.glob("*"):
-                    if f.is_file():
-                        f.unlink()
-                config = subprocess.run([sys.executable, "-c", MEASURE, str(ROOT), str(d), json.dumps(queries)],
+                # a fresh directory: a cache another commit wrote may not load in this one
+                shutil.rmtree(d, ignore_errors=True)
+                d.mkdir(parents=True)
+                config = subprocess.run([sys.executable, "-c", MEASURE, str(roots[args.measure_with]), str(d),
+                                         json.dumps(queries)],
                                         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
                 for name, root in roots.items():
                     got = subprocess.run([sys.executable, "-c", CHECK, str(root), config], check=True,

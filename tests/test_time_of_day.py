@@ -72,3 +72,27 @@ def test_init_drafts_a_parquet_time_column_as_a_time_axis(tmp_path):
     domain_file.write_text(text.replace("# bin = ?", 'bin = "hour"\n#'))
     table = next(iter(load_domain(domain_file).values()))
     assert table.attribute("dep").kind == "time"
+
+
+def test_casts_to_and_from_time_follow_postgresql():
+    from sqlglot import exp
+
+    from dpsql.sql.scalars import cast_type, cast_value
+    T = exp.DataType.Type
+    assert cast_value(dt.time(6, 0, 0, 500000), T.TEXT) == "06:00:00.5"        # time_out, not str()'s .500000
+    assert cast_value("06:00", T.TIME) == dt.time(6) and cast_type(T.TIME) == "time"
+    assert cast_value(dt.datetime(2013, 1, 1, 6, 30), T.TIME) == dt.time(6, 30)
+
+
+def test_catalog_describes_a_time_column_as_time(tmp_path):
+    """``dpsql init`` from a catalog (PostgreSQL, Spark, Parquet sets) types a TIME column
+    ``time`` (it was left out as a type no domain column reads)."""
+    import duckdb
+
+    from dpsql.measure.catalog import describe
+    from dpsql.measure.source import Source
+    (tmp_path / "set").mkdir()
+    duckdb.sql(f"COPY (SELECT TIME '06:15:00' AS dep, 'x' AS c) TO '{tmp_path / 'set' / 'a.parquet'}' "
+               "(FORMAT parquet)")
+    source = Source.from_config({"parquet": str(tmp_path / "set" / "*.parquet")}, tmp_path)
+    assert [(c, k) for c, _, k in describe(source)] == [("dep", "time"), ("c", "categorical")]

@@ -9,12 +9,12 @@ from dpsql.measure.source import FILE_KINDS, Source
 
 _KIND = {"integer": "integer", "float": "numeric", "decimal": "numeric", "text": "categorical",
          "boolean": "boolean", "uuid": "other", "other": "other", "date": "date", "timestamp": "timestamp",
-         "timestamptz": "timestamp"}
+         "timestamptz": "timestamp", "time": "time"}
 
 
 def describe(source: Source, name: str = "source") -> list[tuple[str, str, str]]:
     """``[(column, type as the catalog names it, coarse kind)]`` with kind one of integer,
-    numeric, categorical, boolean, date, timestamp or other (a type no domain column reads)."""
+    numeric, categorical, boolean, date, timestamp, time or other (a type no domain column reads)."""
     from dpsql.measure.router import open_backend
 
     backend = open_backend({name: source})

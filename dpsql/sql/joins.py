@@ -30,10 +30,10 @@ of the columns' cells; the query compiles over the largest column with the other
 one cell, and :func:`expand_linear` writes F·E over their product back as one Kronecker
 block per cell combination of the folded columns.  An ON condition that reads the joined
 public table alone filters its rows before they are matched (``catalog.query``, public data;
-for a LEFT join rows matching none keep NULLs); an INNER join's condition on one other
-table moves to WHERE; a LEFT join's condition on the private table becomes a WHERE conjunct
-choosing, per private row, the matching rows or one all-NULL row added to the join's cells
-(:func:`dpsql.sql.joined.guard`).
+for a LEFT join rows matching none keep NULLs); an INNER join's condition on the tables
+before it moves to WHERE; a LEFT join's condition on the tables before it (the private
+table, public tables joined earlier) becomes a WHERE conjunct choosing, per joined row, the
+matching rows or one all-NULL row added to the join's cells (:func:`dpsql.sql.joined.guard`).
 
 Key cells: a NULL key matches nothing (SQL's NULL ≠ NULL); the "(other)" cell of an open
 categorical matches nothing either, because the configuration refuses a reference whose
@@ -177,6 +177,13 @@ def join_tree(tree: exp.Select, stmt, catalog) -> JoinTree | None:
         return None           # bind_table explains what FROM holds
     tables = [first]
     edges = []
+    lead = _table_ref(joins[0].this, catalog, stmt)
+    if not first.private and lead is not None and lead.private and (joins[0].args.get("side") or "").upper() \
+            == "RIGHT" and (joins[0].args.get("kind") or "").upper() in ("", "OUTER"):
+        # public p RIGHT JOIN private f ON …: the rows of f LEFT JOIN p ON … (its mirror)
+        tables, joins = [lead], [joins[0].copy()] + joins[1:]
+        joins[0].set("side", "LEFT")
+        joins[0].set("this", first.node.copy())
     for j in joins:
         ref = _table_ref(j.this, catalog, stmt)
         if ref is None:
@@ -224,9 +231,10 @@ def _edge(j: exp.Join, tables: list[TableRef], stmt) -> JoinEdge:
         raise UnsupportedQueryError(f"{word} joins are not supported: a join must name the keys it equates",
                                     position=stmt.pos(j), hint=_HINT_SHAPE)
     if side in ("RIGHT", "FULL") or kind not in ("", "INNER", "OUTER"):
-        raise UnsupportedQueryError(f"{(side + ' ' + kind).strip()} JOIN is not supported: only INNER and LEFT "
-                                    "joins keep every joined row a function of one private row",
-                                    position=stmt.pos(j), hint=_HINT_SHAPE)
+        raise UnsupportedQueryError(f"{(side + ' ' + kind).strip()} JOIN is not supported here: it keeps public rows "
+                                    "no private row matches (which ones depends on the private rows)",
+                                    position=stmt.pos(j), hint="keep every private row with FROM flights f LEFT JOIN "
+                                                               "carriers c ON … (or carriers c RIGHT JOIN flights f)")
     pairs: list[tuple[tuple[int, str], tuple[int, str]]] = []
     if j.args.get("using"):
         for ident in j.args["using"]:
@@ -268,11 +276,11 @@ def _edge(j: exp.Join, tables: list[TableRef], stmt) -> JoinEdge:
 def _on_condition(cond, tables: list[TableRef], right: int, left_join: bool, stmt, filters: list,
                   where: list, guards: list) -> None:
     """Place an ON condition that is not a key equality: one reading the attached public
-    table alone chooses which of its rows match (``filters``, INNER or LEFT); in an INNER
-    join one reading a single other table filters as in WHERE (``where``); in a LEFT join
-    one reading the private table alone decides which of its rows join at all (``guards``);
-    anything else (a comparison across tables, a LEFT join's condition on another public
-    table) is refused."""
+    table alone chooses which of its rows match (``filters``, INNER or LEFT); one reading
+    only tables before it (the private table, public tables joined before) filters as in
+    WHERE in an INNER join (``where``) and, in a LEFT join, chooses per joined row between
+    the matching rows and one all-NULL row (``guards``); one reading the attached table
+    together with another (a comparison across tables) is refused."""
     if any(isinstance(n, (exp.Select, exp.Subquery)) for n in cond.walk()):
         raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' holds a subquery", position=stmt.pos(cond),
                                     hint="write it in WHERE")
@@ -280,21 +288,21 @@ def _on_condition(cond, tables: list[TableRef], right: int, left_join: bool, stm
     if at <= {right} and not tables[right].private:
         filters.append(cond)
         return
-    if len(at) > 1:
-        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' compares columns of two tables other than "
-                                    "by equality: only equi-joins on declared keys are supported",
-                                    position=stmt.pos(cond), hint="conditions in ON may read the joined public table "
-                                                                  "alone; " + _HINT_SHAPE)
-    if left_join:
-        other = next(iter(at), right)
-        if tables[other].private:
-            guards.append(cond)
-            return
-        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' reads \"{tables[other].alias}\" inside a "
-                                    "LEFT JOIN's ON: it would keep the rows it rejects, with NULL columns",
+    if right in at and len(at) > 1:
+        others = ", ".join(f'"{tables[i].alias}"' for i in sorted(at - {right}))
+        joined = tables[right].alias
+        raise UnsupportedQueryError(f"join condition '{snippet(cond, 60)}' compares columns of \"{joined}\" with "
+                                    f"{others} other than by equality: only equi-joins on declared keys are supported",
                                     position=stmt.pos(cond),
-                                    hint="move it to WHERE to drop those rows; conditions in a LEFT JOIN's ON may "
-                                         f"read \"{tables[right].alias}\" or the private table alone")
+                                    hint=f"split it into conditions on \"{joined}\" alone and on the tables "
+                                         "before it, joined by AND; " + _HINT_SHAPE)
+    if left_join:
+        # on tables before this join only (the private table, public tables joined before
+        # it): per joined row it chooses between the matching rows and one all-NULL row, so
+        # it is a guard (joined.guard); a public table's columns are public per-cell values
+        # of the joined cells, as the private table's are its own cells (W·x still)
+        guards.append(cond)
+        return
     where.append(cond)
 
 
@@ -332,13 +340,11 @@ def _key_values(attr, stmt, node) -> list:
 
 
 def _public_value(v):
-    # the evaluator computes on numbers, text, dates and timestamps (dpsql.sql.timefuncs: so
-    # a public DATE column compares, truncates and extracts as a declared date column does);
-    # a time of day and other public values are read as their text
+    # the evaluator computes on numbers, text, dates, timestamps and times of day
+    # (dpsql.sql.timefuncs: so a public DATE or TIME column compares, truncates and extracts
+    # as a declared one does); decimals are read as doubles
     if isinstance(v, decimal.Decimal):
         return float(v)
-    if isinstance(v, datetime.time):
-        return v.isoformat()
     return v
 
 
@@ -359,9 +365,10 @@ def star(tree: exp.Select, jt: JoinTree, stmt, catalog) -> tuple[exp.Select, Any
     schema: Any = jt.tables[fact].table
     for e in jt.edges:
         if e.kind == "left" and fact != 0:
-            raise UnsupportedQueryError("a LEFT JOIN onto the private table would add rows for public keys that no "
-                                        "private row has", position=stmt.pos(e.node),
-                                        hint="put the private table first: FROM flights f LEFT JOIN airports a ON …")
+            why = "onto the private table would add rows for public keys that no private row has" \
+                if e.right == fact else "is answered only when the private table leads the FROM clause"
+            raise UnsupportedQueryError(f"a LEFT JOIN {why}", position=stmt.pos(e.node), hint="put the private "
+                                        "table first: FROM flights f [JOIN carriers c ON …] LEFT JOIN airports a ON …")
         _declared(catalog, jt, e, stmt)
     order = _attach_order(jt, fact, stmt)
     # Which key columns of the private table each public table hangs from (through chains):
@@ -752,6 +759,8 @@ def _literal(v) -> exp.Expr:
             return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMPTZ")
         kind = "TIMESTAMP" if isinstance(v, datetime.datetime) else "DATE"
         return exp.cast(exp.Literal.string(iso_text(v)), kind)
+    if isinstance(v, datetime.time):
+        return exp.cast(exp.Literal.string(iso_text(v)), "TIME")
     return exp.Literal.string(str(v))
 
 

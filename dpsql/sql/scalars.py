@@ -348,7 +348,7 @@ def cast_value(v: Any, dtype: Any) -> Any:
         if dtype in _DOUBLE:
             return float(v)
         if dtype in _TEXT:
-            return iso_text(v) if isinstance(v, dt.date) else str(v)
+            return iso_text(v) if isinstance(v, (dt.date, dt.time)) else str(v)
     except (TypeError, ValueError, OverflowError):
         raise DomainViolationError(f"cannot cast {str(v)[:40]!r} to {dtype.value.lower()}",
                                    hint="cast a value that has the target type's form") from None

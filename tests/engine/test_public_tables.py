@@ -226,3 +226,40 @@ def test_sums_over_a_join_use_the_measured_offsets(tmp_path):
     finally:
         raw.close()
         con.close()
+
+
+def test_a_dimension_time_column_stays_a_time(tmp_path):
+    """A TIME column of a public table (DuckDB reads ``09:30:00`` in a CSV as TIME) is a time
+    of day: answered exactly as ``datetime.time`` of type ``time`` (it was ISO text typed
+    ``time``, which the wire sent as OID 1083 with text bytes in binary form), compared with
+    text read as a time, and grouped in a join, equal to DuckDB's exact join."""
+    import datetime as dt
+    config = _star_copy(tmp_path, {})
+    rows = (tmp_path / "holidays.csv").read_text().splitlines()
+    opens = ["09:30:00", "12:00:00", "07:15:00"]
+    (tmp_path / "holidays.csv").write_text("\n".join([rows[0] + ",opens"] + [
+        r + "," + opens[i % 3] for i, r in enumerate(rows[1:])]) + "\n")
+    con = dpsql.connect(config, user="t", ledger=str(tmp_path / "l"), cache_dir=str(tmp_path / "c"), budget=HUGE,
+                        workload=["SELECT month, COUNT(*) FROM flights GROUP BY month"])
+    cfg = load_config(config)
+    oracle = ExactOracle(cfg.tables, cfg.sources, cfg.public_tables)
+    try:
+        assert ("opens", "time") in [(c.name, c.type) for c in cfg.public_tables["holidays"].columns]
+        cur = con.cursor()
+        cur.execute("SELECT name, opens FROM holidays WHERE opens >= '09:00' ORDER BY name")
+        got = cur.fetchall()
+        assert cur.description[1][1] == "time" and got and all(isinstance(t, dt.time) for _, t in got)
+        assert got == [(n, t) for n, t in oracle.query("SELECT name, opens FROM holidays WHERE opens >= "
+                                                       "TIME '09:00' ORDER BY name")]
+        con.session.measure()
+        sql = ("SELECT h.opens, COUNT(*) FROM flights f JOIN holidays h ON f.month = h.month "
+               "WHERE h.opens < '{}' GROUP BY 1")
+        cur.execute(sql.format("12:00"))
+        ours = {r[0]: r[1] for r in cur.fetchall()}
+        assert cur.description[0][1] == "time"
+        exact = {r[0]: r[1] for r in oracle.query(sql.format("12:00:00"))}
+        assert set(ours) == set(exact) == {dt.time(9, 30), dt.time(7, 15)}
+        assert all(abs(ours[k] - exact[k]) <= 0.5 for k in exact), (ours, exact)
+    finally:
+        oracle.close()
+        con.close()
