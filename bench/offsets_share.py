@@ -15,8 +15,8 @@ commits, each in its own process:
 * adult with ``hours_per_week`` in two bins (1..39, 40..99) and ``SUM(hours_per_week) GROUP BY
   sex`` beside the first n dashboard counts (the test's workload, n = 7, and more).
 
-Prints per workload, per commit, the offsets' share of ρ, the largest se / baseline and the
-queries above their baseline; no assertion.
+Prints per workload, per commit, the strategy, the offsets' share of ρ, the largest se / baseline,
+the queries above their baseline and the counts' RMSE over their baseline RMSE; no assertion.
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ else:
                           planner={"restarts": 1, "seed": 0})
     con = dpsql.connect(config, user="bench")
     report = con.session.plan()
-print(json.dumps({"share": report.offsets_rho / report.rho,
+print(json.dumps({"share": report.offsets_rho / report.rho, "operator": report.strategy.operator,
+                  "rmse": [u.rmse for u in report.units if u.unit == "counts"][0],
+                  "baseline": [u.baseline for u in report.units if u.unit == "counts"][0],
                   "rows": [[q.sql, q.stderr, q.baseline] for q in report.per_query]}))
 """
 
@@ -115,17 +117,19 @@ def main() -> None:
     print(f"{start}–{time.strftime('%H:%M UTC', time.gmtime())}; base {base}, this {head}"
           f"{' + uncommitted dpsql/' if dirty else ''}; {platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}; load {load0:.1f} → {os.getloadavg()[0]:.1f}")
-    print("\n| workload | offsets' share of ρ base → this | max se/baseline base → this "
-          "| queries above baseline base → this |")
-    print("|---|---|---|---|")
+    print("\n| workload | strategy base → this | offsets' share of ρ base → this | max se/baseline base → this "
+          "| queries above baseline base → this | counts' RMSE / their baseline RMSE base → this |")
+    print("|---|---|---|---|---|---|")
     for case in cases:
         b, t = got[case, "base"], got[case, "this"]
         rb = [se / bl for _, se, bl in b["rows"]]
         rt = [se / bl for _, se, bl in t["rows"]]
         name = {"tpch": "TPC-H templates, line items", "mixed": "adult, reported_errors' mixed corpus"}.get(
             case, f"adult (hours in 2 bins), {case} counts + SUM(hours) by sex")
-        print(f"| {name} | {b['share']:.4f} → {t['share']:.4f} | {max(rb):.4f} → {max(rt):.4f} "
-              f"| {sum(r > 1 + 1e-9 for r in rb)} of {len(rb)} → {sum(r > 1 + 1e-9 for r in rt)} of {len(rt)} |")
+        print(f"| {name} | {b['operator']} → {t['operator']} | {b['share']:.4f} → {t['share']:.4f} "
+              f"| {max(rb):.4f} → {max(rt):.4f} "
+              f"| {sum(r > 1 + 1e-9 for r in rb)} of {len(rb)} → {sum(r > 1 + 1e-9 for r in rt)} of {len(rt)} "
+              f"| {b['rmse'] / b['baseline']:.4f} → {t['rmse'] / t['baseline']:.4f} |")
     b, t = got["tpch", "base"], got["tpch", "this"]
     print("\nTPC-H line-item queries, planned se / baseline (distinct queries, first of each):")
     print("\n| query | base | this |\n|---|---:|---:|")
