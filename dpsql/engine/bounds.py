@@ -17,6 +17,10 @@ range holds for the true table, not just for the noisy one.  The range of a row 
 intersection over every determined s (including the empty set, the total N, which gives
 [0, N·max q] for a count when nothing touches the query) and the trivial q·x ≥ 0.
 
+A fine ordered column's factors (10⁵–10⁶ cells: a quantile's CDF rows, a GROUP BY of every
+value) are never formed as dense matrices: their row extremes are known from their structure
+(``_row_extremes``) and their products with a marginal go through ``matmat`` (issue 35).
+
 Everything here is post-processing of released measurements: it costs no budget.
 """
 
@@ -119,7 +123,8 @@ class BoundsModel:
         for rb in decompose(matrix, self.attributes):
             lo = np.zeros(rb.rows)
             hi = np.zeros(rb.rows)
-            for coef, factors in rb.terms:
+            # the leaves, not ``rb.terms``: a fine column's factor stays structured
+            for coef, factors in rb.leaves:
                 t_lo, t_hi = self._term(coef, factors, rb.rows, cands)
                 lo += t_lo
                 hi += t_hi
@@ -129,52 +134,87 @@ class BoundsModel:
             return np.zeros(0), np.zeros(0)
         return np.concatenate(lows), np.concatenate(highs)
 
-    def _term(self, coef: float, factors: dict[str, np.ndarray], rows: int,
+    def _term(self, coef: float, factors: dict[str, np.ndarray | linalg.QueryMatrix], rows: int,
               cands: list[_Marginal]) -> tuple[np.ndarray, np.ndarray]:
-        if coef < 0 or any(np.any(f < 0) for f in factors.values()):
+        extremes = {a: _row_extremes(f) for a, f in factors.items()}
+        if coef < 0 or any(e is None for e in extremes.values()):
             return np.full(rows, -np.inf), np.full(rows, np.inf)
         order = [a for a in self.attributes if a in factors]
-        shape = tuple(factors[a].shape[0] for a in order)
+        shape = tuple(int(factors[a].shape[0]) for a in order)
         if int(np.prod(shape, dtype=np.int64)) != rows:
             return np.full(rows, -np.inf), np.full(rows, np.inf)
         hi = np.full(shape, np.inf)
         lo = np.zeros(shape)  # q ≥ 0 and x ≥ 0
         for m in cands:
-            est_hi, est_lo, sd = self._side(factors, order, m)
+            est_hi, est_lo, sd = self._side(factors, extremes, order, m)
             hi = np.minimum(hi, coef * (est_hi + Z_BOUND * sd))
             lo = np.maximum(lo, coef * (est_lo - Z_BOUND * sd))
         return lo.reshape(-1), hi.reshape(-1)
 
-    def _side(self, factors, order, m: _Marginal):
+    def _side(self, factors, extremes, order, m: _Marginal):
         """Upper and lower Fréchet sums of one marginal, and the sd of the upper one."""
-        def apply(tensor: np.ndarray, pick) -> np.ndarray:
+        def apply(tensor: np.ndarray) -> np.ndarray:
             # over m's attributes: apply the query factor (rows × cells) or sum the cells out
             for axis, a in enumerate(m.attrs):
-                mat = pick(factors[a]) if a in factors else np.ones((1, self.sizes[a]))
-                tensor = np.moveaxis(np.tensordot(mat, tensor, axes=([1], [axis])), 0, axis)
+                tensor = _along(factors[a], tensor, axis) if a in factors else tensor.sum(axis=axis, keepdims=True)
             return tensor
 
-        inside = apply(m.estimate, lambda f: f)
-        spread = apply(m.sd, lambda f: f)
         # m.attrs and the row's attributes are both in domain order: the summed-out axes
         # have one row, so a reshape lines the tensor up with the row tensor
-        target = [factors[a].shape[0] if a in m.attrs else 1 for a in order]
-
-        def to_rows(t: np.ndarray) -> np.ndarray:
-            return t.reshape(target)
-
-        inside, spread = to_rows(inside), to_rows(spread)
+        target = [int(factors[a].shape[0]) if a in m.attrs else 1 for a in order]
+        inside = apply(m.estimate).reshape(target)
+        spread = apply(m.sd).reshape(target)
         up = np.ones([1] * len(order))
         down = np.ones([1] * len(order))
         for axis, a in enumerate(order):
             if a in m.attrs:
                 continue
-            f = factors[a]
+            high, low = extremes[a]
             shape = [1] * len(order)
-            shape[axis] = f.shape[0]
-            up = up * f.max(axis=1).reshape(shape)
-            down = down * f.min(axis=1).reshape(shape)
+            shape[axis] = high.shape[0]
+            up = up * high.reshape(shape)
+            down = down * low.reshape(shape)
         return inside * up, inside * down, spread * up
+
+
+def _along(f, tensor: np.ndarray, axis: int) -> np.ndarray:
+    """The factor ``f`` (rows × cells; an array or a structured matrix) applied along ``axis``."""
+    moved = np.moveaxis(tensor, axis, 0)
+    flat = moved.reshape(moved.shape[0], -1)
+    out = f @ flat if isinstance(f, np.ndarray) else f.matmat(flat)
+    return np.moveaxis(np.asarray(out).reshape((out.shape[0],) + moved.shape[1:]), 0, axis)
+
+
+def _row_extremes(f) -> tuple[np.ndarray, np.ndarray] | None:
+    """(largest, smallest) entry of each row of a factor with no negative entry, or None
+    when it has one or its structure is unknown and it is too large to form.  The
+    structured leaves of a fine column are read from their structure: a dense 10⁵×10⁵ CDF
+    (a quantile's rows) was "refusing to materialise" before (issue 35)."""
+    if isinstance(f, linalg.Weighted):
+        base = _row_extremes(f.base)
+        w = float(f.weight)
+        return None if base is None or w < 0 else (w * base[0], w * base[1])
+    r, n = (int(k) for k in f.shape)
+    ones, zeros = np.ones(r), np.zeros(r)
+    if isinstance(f, linalg.Identity):
+        return ones, (ones if n == 1 else zeros)
+    if isinstance(f, (linalg.Prefix, linalg.Suffix)):    # row b: cells 0..b (b..n-1)
+        low = zeros.copy()
+        low[-1 if isinstance(f, linalg.Prefix) else 0] = 1.0
+        return ones, low
+    if isinstance(f, linalg.Bucket):
+        keep = f.mapping >= 0
+        counts = np.bincount(f.mapping[keep], minlength=r)
+        return (counts > 0).astype(float), (counts == n).astype(float)
+    if not isinstance(f, np.ndarray):
+        if r * n > linalg.DENSE_LIMIT:
+            return None       # no range rather than a dense matrix (an unknown structure)
+        f = np.asarray(f.dense(), dtype=np.float64)
+    if f.size and np.any(f < 0):
+        return None
+    if not f.size:
+        return np.zeros(r), np.zeros(r)
+    return f.max(axis=1), f.min(axis=1)
 
 
 __all__ = ["BoundsModel", "Z_BOUND"]

@@ -156,6 +156,43 @@ def _arranged(schema, rows: np.ndarray, factors, k: int, groups: list[int]) -> n
     return np.moveaxis(t, -1, sum(1 for j in groups if j < k)).reshape(-1)
 
 
+def _bucket_runs(f) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(first cell, last cell, non-empty) of each row of a ``Bucket`` whose rows each sum a
+    run of consecutive cells (a GROUP BY of the column, kept to a range by its WHERE), or
+    None when some row has a gap.  Public: the query's structure only."""
+    mapping = np.asarray(f.mapping)
+    r, n = f.shape
+    cells = np.flatnonzero(mapping >= 0)
+    rows = mapping[cells]
+    lo = np.full(r, n, dtype=np.int64)
+    hi = np.full(r, -1, dtype=np.int64)
+    np.minimum.at(lo, rows, cells)
+    np.maximum.at(hi, rows, cells)
+    count = np.bincount(rows, minlength=r)
+    used = count > 0
+    if np.any(count[used] != hi[used] - lo[used] + 1):
+        return None
+    return np.where(used, lo, 0), np.where(used, hi, 0), used
+
+
+def _run_sums(group_cells: np.ndarray, unit, lo: np.ndarray, hi: np.ndarray,
+              used: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each group's sum over every run lo..hi (0 for an empty row) and one group's variance
+    of it, in closed form: a cell's variance when every run is one cell (a GROUP BY of each
+    of 10⁵ values; no dense 10⁵×10⁵ matrix, issue 35), else ``ranges`` for at most
+    ``MAX_ROWS`` runs; None beyond."""
+    cum = np.concatenate([np.zeros((group_cells.shape[0], 1)), np.cumsum(group_cells, axis=1)], axis=1)
+    base = np.where(used[None, :], cum[:, hi + 1] - cum[:, lo], 0.0)
+    var = np.zeros(lo.size)
+    if np.all(hi[used] == lo[used]):
+        var[used] = unit.cell_variance()[lo[used]]
+    elif lo.size <= MAX_ROWS:
+        var[used] = unit.ranges(lo[used], hi[used])[1]
+    else:
+        return None
+    return base, var
+
+
 def answer_ordered(schema, estimate, compiled):
     """(answers, stderrs) of every linear query of ``compiled`` from the ordered release's
     ``estimate``, or None when some query is not a thin query on its attribute whose other
@@ -210,6 +247,11 @@ def answer_ordered(schema, estimate, compiled):
             continue
         if isinstance(f, linalg.Identity):
             base, var = estimate.group_cells, unit.cell_variance()
+        elif isinstance(f, linalg.Bucket) and (runs := _bucket_runs(f)) is not None:
+            got = _run_sums(estimate.group_cells, unit, *runs)
+            if got is None:
+                return None
+            base, var = got
         elif f.shape[0] <= MAX_ROWS:
             F = np.atleast_2d(np.asarray(f.dense(), dtype=np.float64))
             base, var = estimate.group_cells @ F.T, unit.answer(F)[1]

@@ -365,9 +365,10 @@ def star(tree: exp.Select, jt: JoinTree, stmt, catalog) -> tuple[exp.Select, Any
     schema: Any = jt.tables[fact].table
     for e in jt.edges:
         if e.kind == "left" and fact != 0:
-            raise UnsupportedQueryError("a LEFT JOIN onto the private table would add rows for public keys that no "
-                                        "private row has", position=stmt.pos(e.node),
-                                        hint="put the private table first: FROM flights f LEFT JOIN airports a ON …")
+            why = "onto the private table would add rows for public keys that no private row has" \
+                if e.right == fact else "is answered only when the private table leads the FROM clause"
+            raise UnsupportedQueryError(f"a LEFT JOIN {why}", position=stmt.pos(e.node), hint="put the private "
+                                        "table first: FROM flights f [JOIN carriers c ON …] LEFT JOIN airports a ON …")
         _declared(catalog, jt, e, stmt)
     order = _attach_order(jt, fact, stmt)
     # Which key columns of the private table each public table hangs from (through chains):
