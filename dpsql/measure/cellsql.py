@@ -122,16 +122,32 @@ def time_literal(att: Temporal, wall, family: str) -> exp.Expr:
     """A point of a time axis (wall time) as a SQL literal of the column's type family:
     ``date`` (``CAST('2013-06-01' AS DATE)``) for a date axis over a DATE column, the
     instant with an explicit ``+00:00`` offset for ``timestamptz`` (so that no engine's
-    session time zone takes part in the comparison), else a naive TIMESTAMP (a DATE column
-    on a timestamp axis is compared as its midnight, as SQL casts it)."""
+    session time zone takes part in the comparison), a DATE for a DATE column on a timestamp
+    axis (the first day from ``wall``: the date compares as its midnight, as SQL casts it,
+    but is never cast, ``_first_day_from``), else a naive TIMESTAMP."""
     if family == "date" and att.kind == "date":
         return _cast(iso_text(wall), "DATE")
+    if family == "date":
+        return _cast(_first_day_from(wall), "DATE")
     if not isinstance(wall, dt.datetime):
         wall = dt.datetime.combine(wall, dt.time())
     if family == "timestamptz":
         instant = att.instant(wall) if isinstance(att, TimestampRange) else wall.replace(tzinfo=dt.UTC)
         return _cast(iso_text(instant.replace(tzinfo=None)) + "+00:00", "TIMESTAMPTZ")
     return _cast(iso_text(wall), "TIMESTAMPNTZ")
+
+
+def _first_day_from(wall) -> str:
+    """The first day whose midnight is at or after ``wall``, as DATE text: a DATE ``x`` on a
+    timestamp axis is below ``wall`` exactly when ``x`` is below that day (its midnight, as
+    SQL casts it, then is).  A DATE column is so compared with DATE literals only: Spark casts
+    a date to a timestamp to compare the two and fails ("long overflow") on a date after year
+    294,247, which a DATE holds, so the comparison would make the reader fail on a row."""
+    if not isinstance(wall, dt.datetime) or wall.time() == dt.time():
+        return iso_text(wall if not isinstance(wall, dt.datetime) else wall.date())
+    if wall.date() == dt.date.max:
+        return "10000-01-01"          # the day after 9999-12-31 (no Python date): every engine reads it
+    return iso_text(wall.date() + dt.timedelta(days=1))
 
 
 def time_index_sql(att: Temporal, column, family: str, nullable_input: bool = True,
@@ -271,6 +287,11 @@ def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp
     if len(runs) > _MAX_RUNS:
         return None
     last = att.end - att._step
+    if family == "date" and att.kind != "date":
+        # a DATE on a timestamp axis is clamped by DATE literals (time_literal): to the last
+        # day whose midnight is inside the axis, the day before the first day from its end
+        after = _first_day_from(att.end)
+        last = dt.date.max if after == "10000-01-01" else dt.date.fromisoformat(after) - dt.timedelta(days=1)
     clamped = exp.Anonymous(this="least", expressions=[
         exp.Anonymous(this="greatest", expressions=[x.copy(), time_literal(att, att.lo, family)]),
         time_literal(att, last, family)])
@@ -290,8 +311,11 @@ def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp
     def run_cell(first: int, last_cell: int, offset: dt.timedelta) -> exp.Expr:
         # an instant's microseconds are UTC: the anchor's wall time moved by the run's offset
         start = _micros_of(anchor) - _micros_of(_EPOCH + offset)
-        # (a DATE on a timestamp axis is clamped by timestamp literals: a timestamp, its midnight)
-        cell = _int_div(_offset_from(_micros(clamped, dialect), start), _UNIT_MICROS[unit], dialect)
+        # a DATE on a timestamp axis is clamped by DATE literals: its midnight's microseconds
+        # are its days' (Spark's unix_micros takes no DATE)
+        micros = _micros(clamped, dialect) if family != "date" else \
+            exp.Mul(this=_days(clamped, dialect), expression=exp.Literal.number(_DAY_MICROS))
+        cell = _int_div(_offset_from(micros, start), _UNIT_MICROS[unit], dialect)
         return exp.Anonymous(this="least", expressions=[cell, exp.Literal.number(last_cell)]) if capped else cell
     if len(runs) == 1:
         return run_cell(*runs[0])

@@ -50,6 +50,11 @@ def test_share_moves_to_the_nearest_that_keeps_every_baseline():
     assert t == pytest.approx((0.55 - 0.1025 ** 0.5) / 2, rel=1e-5)
     # a share already within every baseline is kept exactly
     assert within_baselines(rho / 5, rho, counts, offsets, baselines) == rho / 5
+    # one exactly at a baseline is moved a millionth inside it: the release's calibration rounds
+    # σ up by ~1e-9, and an answer a hair above its baseline keeps the model's widening whole
+    edge = (0.55 - 0.1025 ** 0.5) / 2
+    t = float(within_baselines(rho * Fraction(edge), rho, counts, offsets, baselines) / rho)
+    assert 0.5 / (1 - t) + 0.05 / t <= 1 - 1e-6
     # no share keeps the SUM ((√0.5 + √0.1)² = 1.047 > 1 at best); the count alone needs t ≤ 0.1
     c, o = [0.9, 0.5], [0.0, 0.1]
 
