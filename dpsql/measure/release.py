@@ -424,7 +424,14 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
 
 def _factor_record(f: np.ndarray) -> dict[str, Any]:
     """The public description of one integer factor: its kind and size when it is one of
-    the structured leaves, else ``{"kind": "dense"}`` (the matrix travels as an array)."""
+    the structured leaves, else ``{"kind": "dense"}`` (the matrix travels as an array).
+    Total: packing runs after the ledger's charge, so a factor that is not a matrix of
+    int64-sized integers (NaN, ±inf, 2.5, a vector) is stored densely, never an exception
+    that would leave the charge without its release."""
+    if f.ndim != 2 or (f.dtype.kind not in "iub" and not (
+            f.dtype.kind == "f" and bool(np.all(np.isfinite(f))) and bool(np.all(f == np.round(f)))
+            and float(np.abs(f).max(initial=0)) < 2.0 ** 63)):
+        return {"kind": "dense"}
     rows, cols = f.shape
     if rows == 1 and bool(np.all(f == 1)):
         return {"kind": "total", "n": int(cols)}
