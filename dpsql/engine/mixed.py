@@ -80,6 +80,10 @@ class MixedStrategy:
         if sum((p.fraction for p in self.parts), Fraction(0)) != 1:
             raise ProgrammingError("the parts' budget fractions must add up to exactly 1",
                                    hint="build a MixedStrategy from split_fractions")
+        if any(p.fraction <= 0 for p in self.parts):
+            # a part with no budget has no noise scale to measure at (and infinite error)
+            raise ProgrammingError("every part of a split strategy needs a positive budget fraction",
+                                   hint="build a MixedStrategy from split_fractions")
 
     def shares(self, rho: Fraction) -> list[Fraction]:
         """Each part's exact share of ``rho`` (they add up to ``rho``)."""
@@ -251,14 +255,15 @@ def split_fractions(costs: dict[str, float], least: dict[str, float] | None = No
     with λ making them add up to 1 (KKT): the parts below their least are set to it and the
     others split what is left by ``split_budget``, again until none is below (a part once
     set stays set: λ only grows).  For two parts this is the clamp min(max(f_a, l_a),
-    1 − l_b).  Exact fractions adding up to 1 either way."""
+    1 − l_b).  Exact fractions adding up to 1 either way; a part of positive cost always
+    gets a positive share."""
     from dpsql.plan.views import split_budget
 
     for name, c in costs.items():
         if not math.isfinite(c):
             raise ProgrammingError(f"part {name!r} has no finite expected error",
                                    hint="plan each part before splitting the budget")
-    out = split_budget(Fraction(1), costs)
+    best = out = split_budget(Fraction(1), costs)
     lo = {v: Fraction(least.get(v, 0.0)) for v in costs} if least else {}
     if not lo or sum(lo.values(), Fraction(0)) > 1:
         return out
@@ -270,7 +275,13 @@ def split_fractions(costs: dict[str, float], least: dict[str, float] | None = No
         fixed.update((v, lo[v]) for v in low)
         free = {v: c for v, c in costs.items() if v not in fixed}
         left = 1 - sum(fixed.values(), Fraction(0))
-        out = {**fixed, **(split_budget(left, free) if free and left > 0 else {v: Fraction(0) for v in free})}
+        if free and left <= 0:
+            # the parts set to their least take the whole budget (least shares adding up
+            # to exactly 1, e.g. a part's clamped to 1): the others would get 0, a share no
+            # measurement can use (the planner divides its error by it), so, as when the
+            # least shares add up to over 1, no positive shares keep every baseline
+            return best
+        out = {**fixed, **(split_budget(left, free) if free else {})}
     assert sum(out.values(), Fraction(0)) == 1
     return {v: out[v] for v in costs}
 

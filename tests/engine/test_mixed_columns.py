@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import dpsql
-from dpsql.engine.mixed import split_fractions
-from dpsql.errors import OperationalError
+from dpsql.engine.mixed import MixedStrategy, StrategyPart, split_fractions
+from dpsql.errors import OperationalError, ProgrammingError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from privacy_order import spied  # noqa: E402
@@ -187,6 +187,21 @@ def test_the_shares_of_k_parts_are_the_constrained_optimum(costs, least):
                if 1 - a - b > 0 and a >= least["a"] and b >= least["b"] and 1 - a - b >= least["c"])
     assert total({v: float(x) for v, x in f.items()}) <= best[0] * (1 + 1e-9)
     assert float(f["a"]) == pytest.approx(best[1], abs=2.5e-3) and float(f["b"]) == pytest.approx(best[2], abs=2.5e-3)
+
+
+@pytest.mark.parametrize("costs, least", [
+    ({"a": 1.0, "b": 4.0}, {"a": 1.0, "b": 0.0}),                  # a part's least clamped to 1
+    ({"a": 1.0, "b": 4.0, "c": 1.0}, {"a": 0.25, "b": 0.75}),       # two leasts adding up to exactly 1
+])
+def test_least_shares_taking_the_whole_budget_leave_no_part_a_zero_share(costs, least):
+    # the constrained optimum would give the other parts 0 (the planner then divided its
+    # expected error by 0.0); as when the leasts exceed 1, the error-minimising split is kept
+    f = split_fractions(costs, least)
+    assert sum(f.values(), Fraction(0)) == 1 and all(x > 0 for x in f.values())
+    assert f == split_fractions(costs)
+    with pytest.raises(ProgrammingError):
+        MixedStrategy((StrategyPart("a", None, Fraction(1), (0,), None),
+                       StrategyPart("b", None, Fraction(0), (1,), None)))
 
 
 @pytest.mark.slow
