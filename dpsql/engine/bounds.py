@@ -68,6 +68,37 @@ class BoundsModel:
                 candidates.update(combinations(clique, k))
         self._candidates = sorted(candidates, key=lambda c: (len(c), c))
         self._marginals: dict[tuple[str, ...], _Marginal | None] = {}
+        # a fine column's ordered releases (never in the model) determine its marginal too
+        self._ordered_from: tuple = ()
+        self._ordered: list[_Marginal] = []
+
+    def use_ordered(self, estimates: Sequence) -> None:
+        """Take the marginals of the table's ordered releases (``OrderedEstimate``: the
+        column's cells per group of its group columns) as ranges' candidates too: a count
+        over a range of a fine column by another column is then at most the range's count."""
+        estimates = tuple(estimates)
+        if len(estimates) == len(self._ordered_from) and all(
+                a is b for a, b in zip(estimates, self._ordered_from)):
+            return
+        position = {a: i for i, a in enumerate(self.attributes)}
+        out = []
+        for est in estimates:
+            s = est.strategy
+            attrs = (s.attribute, *s.groups)
+            if any(a not in position for a in attrs) or len(set(attrs)) != len(attrs) \
+                    or tuple(self.sizes[a] for a in s.groups) != tuple(s.group_shape) \
+                    or self.sizes[s.attribute] != est.n:
+                continue
+            # group_cells: (groups in the release's order, flattened) × the column's cells
+            tensor = np.asarray(est.group_cells, dtype=np.float64).reshape(*s.group_shape, est.n)
+            var = est.select(np.eye(s.group_cells)[0]).cell_variance()    # one group's, per cell
+            sd = np.broadcast_to(np.sqrt(np.maximum(var, 0.0)), tensor.shape)
+            held = (*s.groups, s.attribute)
+            order = sorted(range(len(held)), key=lambda i: position[held[i]])
+            est_t, sd_t = np.transpose(tensor, order), np.transpose(sd, order)
+            if np.all(np.isfinite(est_t)) and np.all(np.isfinite(sd_t)):
+                out.append(_Marginal(tuple(held[i] for i in order), est_t, np.ascontiguousarray(sd_t)))
+        self._ordered, self._ordered_from = out, estimates
 
     # -- what was measured together --------------------------------------------------------
     def informed(self, attrs: Sequence[str]) -> bool:
@@ -119,6 +150,7 @@ class BoundsModel:
         touched_set = set(touched)
         cands = [m for c in self._candidates
                  if (not c or touched_set & set(c)) and (m := self._marginal(c)) is not None]
+        cands += [m for m in self._ordered if touched_set & set(m.attrs)]
         lows, highs = [], []
         for rb in decompose(matrix, self.attributes):
             lo = np.zeros(rb.rows)

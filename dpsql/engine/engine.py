@@ -529,8 +529,12 @@ class Engine:
         return self.models.model_status(table)
 
     def bounds(self, table: str) -> BoundsModel | None:
-        """Ranges implied by the released measurements (``ModelStore.bounds``)."""
-        return self.models.bounds(table)
+        """Ranges implied by the released measurements (``ModelStore.bounds``), the table's
+        ordered releases included (``BoundsModel.use_ordered``)."""
+        ranges = self.models.bounds(table)
+        if ranges is not None:
+            ranges.use_ordered(self.ordered_estimates(table))
+        return ranges
 
     def add_person_flags(self, sql: str, hold: bool = False) -> list[str]:
         """Add the table of each per-person flag that statement ``sql`` needs and no workload

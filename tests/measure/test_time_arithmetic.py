@@ -335,3 +335,34 @@ def test_spark_far_dates_on_a_timestamp_axis(spark):
         sql = f"SELECT {', '.join(exprs)} FROM (SELECT i, make_date(y, m, d) AS x FROM tf) v ORDER BY i"
         return [tuple(r) for r in spark.sql(sql).collect()]
     _far_check(run, "spark")
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "parquet"])
+def test_a_nanosecond_column_on_an_axis_past_its_range(tmp_path, kind):
+    """DuckDB compares a TIMESTAMP_NS with a TIMESTAMP literal by casting the literal to
+    nanoseconds, which fails for one outside 1677-09-22..2262-04-11: an axis reaching past
+    them made the reader fail, and only when a non-NULL row reached that comparison (an
+    all-NULL or empty column counted), so whether a query failed depended on the rows.  The
+    reader reads such a column at microseconds (every TIMESTAMP_NS is a TIMESTAMP)."""
+    from dpsql.measure.backend import DuckDBBackend
+    from dpsql.measure.source import Source
+    att = TimestampRange("ts", "1600-01-01", "2400-12-31", "year", nullable=True)
+    texts = ["2000-06-01 12:00:00.0000005", "1677-09-22", "2262-04-10 23:59:59.999999999",
+             "1969-12-31 23:59:59.9999995", None]
+    con = duckdb.connect(str(tmp_path / "t.duckdb"))
+    con.execute("CREATE TABLE t (ts TIMESTAMP_NS)")
+    con.executemany("INSERT INTO t VALUES (CAST(? AS TIMESTAMP_NS))", [(t,) for t in texts])
+    con.execute(f"COPY t TO '{tmp_path / 't.parquet'}' (FORMAT parquet)")
+    assert con.execute("SELECT typeof(ts) FROM t LIMIT 1").fetchone()[0] == "TIMESTAMP_NS"
+    con.close()
+    want = [0] * att.size
+    for t in texts:     # read at microseconds, floored
+        want[att.index_of(None if t is None else dt.datetime.fromisoformat(t[:26]))] += 1
+    spec = {"duckdb": str(tmp_path / "t.duckdb"), "table": "t"} if kind == "duckdb" else \
+        {"parquet": str(tmp_path / "t.parquet")}
+    backend = DuckDBBackend({"t": Source.from_config(spec, tmp_path)}, threads=1)
+    try:
+        got = backend.count_marginals(TableSchema("t", (att,)), [("ts",)])[("ts",)]
+    finally:
+        backend.close()
+    assert got.tolist() == want
