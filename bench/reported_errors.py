@@ -1,7 +1,7 @@
 """Reported standard errors against the per-query baselines (issue 35 item 6), this checkout vs a base.
 
     python bench/reported_errors.py [--base REV] [--releases 3] [--workdir /tmp/dpsql-reported]
-                                    [--measure-with base|this]
+                                    [--measure-with base|this|each]
 
 The plan report promises each workload query an expected error at or below its per-query
 baseline (the query measured on its own, the budget split evenly over the workload's k
@@ -128,7 +128,7 @@ def main() -> None:
     ap.add_argument("--workdir", default="/tmp/dpsql-reported")
     # the older commit measures when the ledger format moved on (a newer ledger may not load in
     # older code; older ledgers always load in newer code)
-    ap.add_argument("--measure-with", choices=("base", "this"), default="this")
+    ap.add_argument("--measure-with", choices=("base", "this", "each"), default="this")
     args = ap.parse_args()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
@@ -142,17 +142,22 @@ def main() -> None:
         load0 = os.getloadavg()
         for corpus, queries in corpora(ROOT).items():
             for r in range(args.releases):
-                d = work / f"{corpus}-{r}"
-                # a fresh directory: a cache another commit wrote may not load in this one
-                shutil.rmtree(d, ignore_errors=True)
-                d.mkdir(parents=True)
-                config = subprocess.run([sys.executable, "-c", MEASURE, str(roots[args.measure_with]), str(d),
-                                         json.dumps(queries)],
-                                        check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-                for name, root in roots.items():
-                    got = subprocess.run([sys.executable, "-c", CHECK, str(root), config], check=True,
-                                         capture_output=True, text=True, cwd=d).stdout
-                    res.setdefault((name, corpus), []).append(json.loads(got))
+                # "each": every commit measures (plans) its own release and answers it, for a
+                # change of the plan; otherwise one release answered by both, paired
+                measurers = list(roots) if args.measure_with == "each" else [args.measure_with]
+                for measurer in measurers:
+                    d = work / f"{corpus}-{r}-{measurer}"
+                    # a fresh directory: a cache another commit wrote may not load in this one
+                    shutil.rmtree(d, ignore_errors=True)
+                    d.mkdir(parents=True)
+                    config = subprocess.run([sys.executable, "-c", MEASURE, str(roots[measurer]), str(d),
+                                             json.dumps(queries)],
+                                            check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                    answerers = [measurer] if args.measure_with == "each" else list(roots)
+                    for name in answerers:
+                        got = subprocess.run([sys.executable, "-c", CHECK, str(roots[name]), config], check=True,
+                                             capture_output=True, text=True, cwd=d).stdout
+                        res.setdefault((name, corpus), []).append(json.loads(got))
                 print(f"{corpus} release {r + 1}/{args.releases} done", file=sys.stderr)
         load1 = os.getloadavg()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this {head[:7]}"
