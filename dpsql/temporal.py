@@ -89,6 +89,7 @@ class Temporal(Attribute):
     kind = "temporal"
     _step: ClassVar[dt.timedelta]       # the resolution: one day, or one microsecond
     units: ClassVar[tuple[str, ...]] = ()
+    bin_example: ClassVar[str] = "month"      # the refusal's hint
     python_type: ClassVar[type] = dt.date
     sql_type = "DATE"
 
@@ -98,21 +99,26 @@ class Temporal(Attribute):
         object.__setattr__(self, "bin", bin)
         self._check_common()
         if bin not in self.units:
-            self._fail(f"bin must be one of {', '.join(self.units)}, got {bin!r}", 'e.g. bin = "month"')
+            self._fail(f"bin must be one of {', '.join(self.units)}, got {bin!r}",
+                       f'e.g. bin = "{self.bin_example}"')
         lo_v, hi_v, end = self._bounds_of(lo, hi)
         if lo_v > hi_v:
             self._fail(f"lo ({iso_text(lo_v)}) is after hi ({iso_text(hi_v)})", "swap lo and hi")
         object.__setattr__(self, "lo", lo_v)
         object.__setattr__(self, "hi", hi_v)
         object.__setattr__(self, "_end", end)
-        starts = [lo_v]
-        nxt = _next_start(truncate(lo_v, bin), bin)
+        object.__setattr__(self, "_starts", tuple(self._bin_starts(lo_v, end)))
+
+    def _bin_starts(self, lo: Any, end: Any) -> list:
+        """The bins' first instants from ``lo`` up to ``end`` (exclusive), by the calendar."""
+        starts = [lo]
+        nxt = _next_start(truncate(lo, self.bin), self.bin)
         while nxt is not None and nxt < end:
             starts.append(nxt)
             if len(starts) > MAX_CELLS:
                 self._fail(f"more than {MAX_CELLS} bins", "use a coarser bin or a shorter period")
-            nxt = _next_start(nxt, bin)
-        object.__setattr__(self, "_starts", tuple(starts))
+            nxt = _next_start(nxt, self.bin)
+        return starts
 
     @abstractmethod
     def _bounds_of(self, lo: Any, hi: Any) -> tuple[Any, Any, Any]:

@@ -40,29 +40,23 @@ class TimeOfDayRange(Temporal):
 
     kind = "time"
     units = TIME_UNITS
+    bin_example = "minute"
     python_type = dt.time
     sql_type = "TIME"
     _step = dt.timedelta(microseconds=1)
 
     def __init__(self, name: str, lo: Any = "00:00", hi: Any = "23:59:59.999999", bin: str = "hour",
                  nullable: bool = False) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "nullable_", nullable)
-        object.__setattr__(self, "bin", bin)
-        self._check_common()
-        if bin not in self.units:
-            self._fail(f"bin must be one of {', '.join(self.units)}, got {bin!r}", 'e.g. bin = "minute"')
-        lo_v, hi_v = (self._bound(key, v) for key, v in (("lo", lo), ("hi", hi)))
-        if lo_v > hi_v:
-            self._fail(f"lo ({iso_text(lo_v)}) is after hi ({iso_text(hi_v)})", "swap lo and hi")
-        object.__setattr__(self, "lo", lo_v)
-        object.__setattr__(self, "hi", hi_v)
-        object.__setattr__(self, "_end", None)        # 24:00 is not a time: see end_micros
-        width, first, end = UNIT_MICROS[bin], day_micros(lo_v), day_micros(hi_v) + 1
-        starts = [first] + list(range((first // width + 1) * width, end, width))
+        self._init(name, lo, hi, bin, nullable)
+
+    def _bin_starts(self, lo: Any, end: Any) -> list:
+        """By arithmetic on microseconds since midnight (no calendar): the first bin is cut at
+        ``lo``, the others start on multiples of the bin's width."""
+        width, first = UNIT_MICROS[self.bin], day_micros(lo)
+        starts = [first] + list(range((first // width + 1) * width, self.end_micros, width))
         if len(starts) > MAX_CELLS:
             self._fail(f"more than {MAX_CELLS} bins", "use a coarser bin or a shorter period")
-        object.__setattr__(self, "_starts", tuple(time_of(s) for s in starts))
+        return [time_of(m) for m in starts]
 
     def _bound(self, key: str, v: Any) -> dt.time:
         if isinstance(v, str):
@@ -72,7 +66,8 @@ class TimeOfDayRange(Temporal):
         return v
 
     def _bounds_of(self, lo: Any, hi: Any) -> tuple[Any, Any, Any]:
-        raise NotImplementedError        # __init__ builds the axis itself (no calendar)
+        # no end value: 24:00 is not a time (end_micros is the axis' end)
+        return self._bound("lo", lo), self._bound("hi", hi), None
 
     def identity_extra(self) -> tuple[Any, ...]:
         return ()
