@@ -23,7 +23,7 @@ from typing import Any
 from dpsql.domain import MAX_CELLS
 from dpsql.errors import ConfigError, DomainViolationError
 from dpsql.temporal import Temporal
-from dpsql.timeaxis import TIME_UNITS, day_micros, iso_text, parse_time, time_of
+from dpsql.timeaxis import TIME_UNITS, day_micros, parse_time, time_of
 
 __all__ = ["TimeOfDayRange", "UNIT_MICROS", "TIME_KEYS", "build_time_of_day"]
 
