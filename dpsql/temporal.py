@@ -188,7 +188,7 @@ class Temporal(Attribute):
         if value is None:
             return self.null_place
         v = self.wall_value(value)
-        if v is None or not self.lo <= v < self._end:
+        if v is None or not self._within(v):
             return self.invalid_index
         return bisect.bisect_right(self._starts, v) - 1
 
@@ -196,7 +196,11 @@ class Temporal(Attribute):
         if value is None:
             return self.nullable
         v = self.wall_value(value)
-        return v is not None and self.lo <= v < self._end
+        return v is not None and self._within(v)
+
+    def _within(self, v: Any) -> bool:
+        """Whether the point ``v`` lies on the axis (its end is exclusive)."""
+        return bool(self.lo <= v < self._end)
 
     def literal(self, value: Any) -> Any:
         """A SQL literal (ISO text, a date, a datetime) as a point to compare cells with,

@@ -15,7 +15,6 @@ and so does anything that is not a time of day inside the axis (a value before `
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any
@@ -97,19 +96,8 @@ class TimeOfDayRange(Temporal):
             return value if value.tzinfo is None else None
         return None     # a timestamp is not a time of day (SQL has no implicit cast)
 
-    def index_of(self, value: Any) -> int:
-        if value is None:
-            return self.null_place
-        v = self.wall_value(value)
-        if v is None or not self.lo <= v <= self.hi:
-            return self.invalid_index
-        return bisect.bisect_right(self._starts, v) - 1
-
-    def contains_value(self, value: Any) -> bool:
-        if value is None:
-            return self.nullable
-        v = self.wall_value(value)
-        return v is not None and self.lo <= v <= self.hi
+    def _within(self, v: Any) -> bool:
+        return bool(self.lo <= v <= self.hi)     # hi inclusive: the day's end is no time
 
     def literal(self, value: Any) -> Any:
         """A SQL literal (``'10:30'``, ``TIME '10:30:00'``) as a time of day to compare cells
