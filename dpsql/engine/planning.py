@@ -30,6 +30,7 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.engine.measuring import _groups
+from dpsql.engine.direct import is_direct_strategy
 from dpsql.engine.ordered import is_ordered_strategy
 from dpsql.engine.mixed import is_mixed_strategy
 from dpsql.engine.reports import COUNTS, QUANTILES, PartReport, PlanReport, QueryReport, unit_of, units_of
@@ -151,7 +152,8 @@ class Planner:
         # one group per release: the whole workload, or each part of a mixed plan at its
         # share (dpsql/engine/mixed.py); the offsets go with the part the model answers
         groups = [("", strategy, rho, list(range(len(workload.parts))), True)] if not is_mixed_strategy(strategy) \
-            else [(p.name, p.strategy, p.share(rho), list(p.parts), not p.ordered) for p in strategy.parts]
+            else [(p.name, p.strategy, p.share(rho), list(p.parts), not (p.ordered or p.direct))
+                  for p in strategy.parts]
         # the per-query baselines keep the view's bound k (a query alone at k, as the split
         # across views judges them, people_plan.ViewCost); the SVD floors, lower bounds for
         # every strategy, the smallest factor any block can get (S² under a group bound)
@@ -174,7 +176,9 @@ class Planner:
                 reports[j] = QueryReport(
                     sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(j, 0.0)),
                     math.sqrt(part.rows * part.baseline * s2_all / part.rows),
-                    None if floor is None else math.sqrt(floor * s2_floor / part.rows), unit)
+                    # a direct part's floor would be its merged cells', not the column's
+                    None if floor is None or is_direct_strategy(sub) else math.sqrt(floor * s2_floor / part.rows),
+                    unit)
             if is_mixed_strategy(strategy):
                 parts.append(self._part_report(table, name, sub, sub_rho, rho, indices, blocks, reports, s2,
                                                {labels[j][0] for j in indices}, workload.domain))
@@ -218,7 +222,9 @@ class Planner:
         bound, exact = None, False
         if self.config.noise == "gaussian":
             raw = Workload(domain, linalg.Union([blocks[j] for j in indices]))
-            if is_ordered_strategy(sub) and not sub.groups:
+            if is_direct_strategy(sub):
+                b = None        # its merged domain is not the table's: no floor of the table's cells
+            elif is_ordered_strategy(sub) and not sub.groups:
                 # on the column alone: W ⊗ 1ᵀ over n·m cells has singular values √m·σ(W), so
                 # its SVD bound (Σσ)²/N is W's over n; there it is computable in closed form
                 i = list(domain.attributes).index(sub.attribute)
@@ -254,6 +260,10 @@ class Planner:
         from dpsql.engine.mixed import (MixedStrategy, StrategyPart, least_fraction, split_columns, split_fractions,
                                         sub_workload, thin_above_baseline, thin_split)
 
+        from dpsql.engine.direct import plan_with_direct
+        direct = plan_with_direct(self, table, workload, labels, offsets, rho, unit_rows)
+        if direct is not None:      # thin statements over two fine columns: a part of their own
+            return direct
         split = split_columns(workload, labels, offsets)
         # measured, the strategy's blocks get rho less the binning offsets' share (``measure``)
         counts_rho = lambda s: rho - self._offsets_rho(table, s, rho)     # noqa: E731
@@ -529,7 +539,7 @@ class Planner:
         if not is_mixed_strategy(strategy):
             return [(strategy, rho, self.offset_plan(table, strategy, rho))]
         return [(p.strategy, p.share(rho),
-                 None if p.ordered else self.offset_plan(table, p.strategy, p.share(rho), p.parts))
+                 None if p.ordered or p.direct else self.offset_plan(table, p.strategy, p.share(rho), p.parts))
                 for p in strategy.parts]
 
     def offset_plan(self, table: str, strategy: Strategy, rho: Fraction, indices: Sequence[int] | None = None):
