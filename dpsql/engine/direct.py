@@ -104,6 +104,13 @@ def _thin_factor(f) -> np.ndarray | None:
     return F if bool(np.all(F == np.round(F))) else None
 
 
+def _rows_of(f) -> np.ndarray:
+    """``_thin_factor`` of a factor ``direct_split`` found thin."""
+    F = _thin_factor(f)
+    assert F is not None, "a direct statement's factors on the fine columns are thin"
+    return F
+
+
 def _runs(rows: list[np.ndarray], attr) -> tuple[int, ...]:
     """The first cell of each run of cells on which every row of ``rows`` is constant; a
     nullable column's NULL cell (the last) is a run of its own."""
@@ -169,16 +176,21 @@ def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str
     if len(fine) < 2:
         return None
     with_offsets = {labels[j][0] for _, j in offsets}
-    asks: dict[str, list[int]] = {}
+    asks: dict[str, set[int]] = {}
+    for j, part in enumerate(workload.parts):
+        on = {i for t in part.terms for i in workload.terms.terms[t].support if i in fine}
+        asks[labels[j][0]] = asks.get(labels[j][0], set()) | on
+    chosen = {sql for sql, on in asks.items() if len(on) >= 2}
+    if not chosen:
+        return None
+    # only those statements' factors are read densely (a workload of many others pays nothing)
     thin: dict[str, bool] = {}
-    rows: dict[int, list[np.ndarray]] = {}
     for j, part in enumerate(workload.parts):
         sql = labels[j][0]
+        if sql not in chosen:
+            continue
         terms = [workload.terms.terms[t] for t in part.terms]
-        on = sorted({i for t in terms for i in t.support if i in fine})
-        asks.setdefault(sql, [])
-        asks[sql] = sorted(set(asks[sql]) | set(on))
-        ok = sql not in with_offsets and len(terms) == 1 and part.rows <= MAX_ROWS
+        ok = sql not in with_offsets and len(terms) == 1 and part.rows <= MAX_ROWS and bool(terms[0].factors)
         if ok:
             for i, f in enumerate(terms[0].factors):
                 if isinstance(f, linalg.Total):
@@ -187,15 +199,10 @@ def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str
                 if F is None or not bool(np.all(F == np.round(F))):
                     ok = False
                     break
-                if i in fine:
-                    rows.setdefault(i, []).append(F)
         thin[sql] = thin.get(sql, True) and ok
-    chosen = [sql for sql, on in asks.items() if len(on) >= 2]
-    if not chosen:
-        return None
-    for sql in chosen:
+    for sql in sorted(chosen):
         if not thin[sql]:
-            cols = " and ".join(repr(names[i]) for i in asks[sql])
+            cols = " and ".join(repr(names[i]) for i in sorted(asks[sql]))
             raise UnsupportedQueryError(
                 f"statement {sql!r} asks about {cols}, columns of more than {large:,} cells, together, "
                 "and not as a few counts: a CDF, a quantile, a GROUP BY of every value or a SUM of real values "
@@ -203,7 +210,7 @@ def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str
                 f"whose rows are at most {MAX_ROWS} cells are measured directly)",
                 hint=f"declare all but one of {cols} in coarser bins (bin_width or edges in the domain), "
                      "or ask for counts with range predicates (WHERE x > c AND y BETWEEN a AND b) instead")
-    indices = [j for j in range(len(workload.parts)) if labels[j][0] in set(chosen)]
+    indices = [j for j in range(len(workload.parts)) if labels[j][0] in chosen]
     # the runs of every fine column any chosen statement's rows touch (from their rows only)
     used = {i for j in indices for t in workload.parts[j].terms for i in workload.terms.terms[t].support
             if i in fine}
@@ -211,7 +218,7 @@ def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str
     for j in indices:
         for i, f in enumerate(workload.terms.terms[workload.parts[j].terms[0]].factors):
             if i in used and not isinstance(f, linalg.Total):
-                mine[i].append(_thin_factor(f))
+                mine[i].append(_rows_of(f))
     starts = {names[i]: _runs(mine[i], schema.attributes[i]) for i in used}
     coarse = coarse_schema(schema, starts)
     if coarse is None:
@@ -245,7 +252,7 @@ def _coarse_workload(workload, indices, starts, coarse, fraction: Fraction):
             elif isinstance(f, linalg.Total):
                 factors.append(linalg.Total(len(starts[name])))
             else:
-                Fc = _coarse(_thin_factor(f), starts[name])
+                Fc = _coarse(_rows_of(f), starts[name])
                 assert Fc is not None, "the runs are cut where any row changes"
                 factors.append(linalg.Explicit(Fc))
         k = linalg.Kron(factors) if len(factors) > 1 else factors[0]

@@ -128,10 +128,10 @@ class Measurer:
         # sum over at most n_γ kept rows, the same rows (docs/privacy.md §2a, §7.1b)
         groups = _groups(source, self.config.noise)
         if is_direct_strategy(strategy):
-            # thin statements over two fine columns (engine/direct.py): a view's group bound
-            # is not applied to them (k² for every block), the merge of the columns is part
-            # of what the release is
-            groups = None
+            # thin statements over two fine columns (engine/direct.py), counted over their
+            # merged columns: a record still lands in one cell of each, so the sensitivity is
+            # that of the blocks' integer factors as for any block; the merge is part of
+            # what the release is (its key)
             purpose = f"{purpose}:direct:{sorted(strategy.starts.items())!r}"
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
                                           family=self.config.noise, unit_rows=source.unit_rows, groups=groups)
@@ -314,10 +314,10 @@ class Measurer:
             return
         if is_direct_strategy(p.strategy):
             from dpsql.engine import direct
-            done = direct.DirectRelease(dict(p.strategy.starts), released)
-            self._ledger().record_release(p.charge_id, p.key, direct.pack(done))
+            kept = direct.DirectRelease(dict(p.strategy.starts), released)
+            self._ledger().record_release(p.charge_id, p.key, direct.pack(kept))
             kill_point("released")
-            state.direct.append(done)       # never in the model: answered block by block
+            state.direct.append(kept)       # never in the model: answered block by block
             state.release_keys.add(p.key)
             return
         self._ledger().record_release(p.charge_id, p.key, rel.pack(released))

@@ -202,8 +202,14 @@ class Planner:
             from dpsql.plan.aim import advise
             with self._lock:
                 fitted = self._state(table).model
-            advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
-                            total=None if fitted is None else float(fitted.total)).text
+            # thin statements over two fine columns are measured directly, never by a model
+            # AIM could fit (engine/direct.py): their 10⁹-cell marginals are not AIM's to weigh
+            skip = {j for p in strategy.parts if p.direct for j in p.parts} if is_mixed_strategy(strategy) else set()
+            if skip and len(skip) < len(blocks):
+                raw = Workload(workload.domain, linalg.Union([b for j, b in enumerate(blocks) if j not in skip]))
+            advice = None if len(skip) == len(blocks) else advise(
+                raw, raw.domain, rmse if count_rmse is None else count_rmse,
+                total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * s2_floor / m),
                           bool(bound and bound[1]), self.config.planner.objective,
