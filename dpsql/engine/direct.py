@@ -404,14 +404,16 @@ def _match(release: DirectRelease, clique: tuple[str, ...], factors: list[np.nda
     for block, values, sd in release.released:
         if block.clique != clique or block.offsets is not None or block.scale != 1.0:
             continue
+        # a factor read back from a payload may be a StructuredFactor (an identity over sex):
+        # its entries through np.asarray
         if block.joint:
             dense = factors[0]
             for F in factors[1:]:
                 dense = np.kron(dense, F)
-            same = block.factors[0].shape == dense.shape and np.array_equal(block.factors[0], dense)
+            same = block.factors[0].shape == dense.shape and np.array_equal(np.asarray(block.factors[0]), dense)
         else:
             same = len(block.factors) == len(factors) and all(
-                b.shape == F.shape and np.array_equal(b, F) for b, F in zip(block.factors, factors))
+                b.shape == F.shape and np.array_equal(np.asarray(b), F) for b, F in zip(block.factors, factors))
         if same:
             return np.asarray(values, dtype=np.float64), float(sd)
     return None
