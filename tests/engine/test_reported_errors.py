@@ -39,8 +39,9 @@ def test_cap_keeps_the_widening_within_the_baseline():
 def test_cap_holds_at_the_baseline_to_the_plans_own_tolerance():
     """A query planned exactly at its baseline (the per-query mechanism when its blocks' union
     sensitivity is 1) computes its least-squares error a rounding error either side of b: one
-    1e-15 above it kept the model's whole widening (12 → 20 here).  Within the plan's relative 1e-9 the cut holds, at s itself
-    (never below the least-squares error); beyond it nothing changes."""
+    1e-15 above it kept the model's whole widening (12 → 20 here).  Within the plan's relative
+    1e-9 the cut holds, at s itself (never below the least-squares error); beyond it nothing
+    changes."""
     b = 12.0
     s = np.array([b * (1 + 1e-15), b * (1 - 1e-15), b * (1 + 1e-6)])
     wide = np.array([20.0, 20.0, 20.0])
