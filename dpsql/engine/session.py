@@ -22,6 +22,7 @@ Values the released measurements do not support follow the session's policy
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, replace
 from collections.abc import Callable, Mapping, Sequence
@@ -593,5 +594,11 @@ def _example_query(table: str, never: list[tuple[str, ...]]) -> str:
         for a in item:
             if a not in attrs:
                 attrs.append(a)
-    cols = ", ".join(attrs[:2]) if len(never) == 1 or len(attrs) <= 2 else ", ".join(never[0])
-    return f"SELECT {cols}, COUNT(*) FROM {table} GROUP BY {cols}"
+    cols = ", ".join(map(_sql_name, attrs[:2] if len(never) == 1 or len(attrs) <= 2 else never[0]))
+    return f"SELECT {cols}, COUNT(*) FROM {_sql_name(table)} GROUP BY {cols}"
+
+
+def _sql_name(name: str) -> str:
+    """``name`` as the hint's SQL must spell it: quoted unless a plain identifier (a CSV's
+    ``pay-rate`` unquoted is ``pay - rate``: the suggested query did not run)."""
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'

@@ -31,7 +31,7 @@ from functools import cached_property
 import numpy as np
 
 from dpsql.linalg import Bucket, Identity, Kron, QueryMatrix, Sum, Union, Weighted
-from dpsql.linalg.base import is_scaled_identity
+from dpsql.linalg.lattice import StructuredFactor, scaled_identity
 from dpsql.linalg.rowscaled import GramPinv, SpanPinv, gram_pinv
 from dpsql.pgm.measurement import group_rows, into_buckets
 from dpsql.plan.joint import JointSupport
@@ -172,9 +172,14 @@ class _Prepared:
             # amount that depends on the BLAS kernel (issue 28); GramPinv works on the unit
             # rows, applies the weights exactly, and never forms an n×n matrix.  The scale
             # goes on the first factor (measured row = scale · (⊗ factors) x).
-            self._parts = [gram_pinv(f.astype(np.float64) * (block.scale if i == 0 else 1.0))
+            self._parts = [gram_pinv(_scaled(f, block.scale if i == 0 else 1.0))
                            for i, f in enumerate(block.factors)]
         return self._parts
+
+
+def _scaled(f, s: float):
+    """``f.astype(float64) * s``, a factor read from a payload kept as its structure."""
+    return f.scaled(s) if isinstance(f, StructuredFactor) else f.astype(np.float64) * s
 
 
 def _within(rowblock: RowBlock, clique: Sequence[str]) -> bool:
@@ -299,10 +304,8 @@ def _marginal_of(p: _Prepared, sizes: dict[str, int]) -> tuple[np.ndarray, float
     shape = tuple(sizes[a] for a in b.clique)
     c = float(b.scale)
     for f in b.factors:
-        if f.ndim != 2 or f.shape[0] != f.shape[1] or f.shape[0] == 0:
-            return None
-        d = float(f[0, 0])
-        if d == 0.0 or not is_scaled_identity(f, d):
+        d = scaled_identity(f)
+        if d is None:
             return None
         c *= d
     if int(np.prod(shape, dtype=np.int64)) != int(np.prod([f.shape[0] for f in b.factors], dtype=np.int64)):
@@ -486,11 +489,12 @@ class TableLS:
         row space (the block then cannot tell the sum over that attribute)."""
         key = (k, i)
         if key not in self._totals:
-            F = self.prepared[k].block.factors[i].astype(np.float64)
+            F = _scaled(self.prepared[k].block.factors[i], 1.0)
             g = gram_pinv(F)
             ones = np.ones((1, F.shape[1]))
             got = None
-            if g.spans(ones, atol=1e-8 * max(1.0, float(np.abs(F).max(initial=0.0)))):
+            if g.spans(ones, atol=1e-8 * max(1.0, F.max_abs() if isinstance(F, StructuredFactor)
+                                              else float(np.abs(F).max(initial=0.0)))):
                 got = (g.estimator(ones)[0], float(g.quad(ones, ones)[0]))
             self._totals[key] = got
         return self._totals[key]

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpsql.linalg.lattice import StructuredFactor
+
 #: A unit row whose distance from the span of the heavier pivots is at most this is in their
 #: span.  Exact dependencies leave ~1e-15; integer rows that are independent stay far above
 #: (the old row-space check, eigenvalues of the unit-row gram above 1e-15, cut at a singular
@@ -267,9 +269,12 @@ class SpanPinv:
         return c / self.a + (s / (self.shape[0] * self.top))[:, None]
 
 
-def gram_pinv(m: np.ndarray) -> GramPinv | SpanPinv:
+def gram_pinv(m: np.ndarray | StructuredFactor) -> GramPinv | SpanPinv:
     """``SpanPinv`` for an invertible a·I + b·11ᵀ of at least ``SPAN_COLUMNS`` columns, else
     ``GramPinv``: the products the answer path takes of a measured factor."""
+    if isinstance(m, StructuredFactor):      # read from a payload: its closed form, no n² matrix
+        form = m.span_form(SPAN_COLUMNS)
+        return SpanPinv(m.n, *form) if form is not None else GramPinv(m.astype(np.float64))
     m = np.asarray(m, dtype=np.float64)
     form = span_form(m)
     return GramPinv(m) if form is None else SpanPinv(m.shape[0], *form)

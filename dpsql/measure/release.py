@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.linalg import Identity, Kron, QueryMatrix
+from dpsql.linalg.lattice import StructuredFactor, scaled_identity
 from dpsql.plan.views import GroupBound
 from dpsql.privacy import noise as _noise
 
@@ -59,7 +60,8 @@ class LatticeBlock:
     factor over the flattened clique), a scale, and its noise weight from the planner."""
 
     clique: tuple[str, ...]
-    factors: tuple[np.ndarray, ...]   # int64 matrices
+    # int64 matrices; one read from a payload may be its structure (``linalg.lattice``)
+    factors: tuple[np.ndarray | StructuredFactor, ...]
     scale: float                      # measured value = scale · (M x + Z)
     weight: float
     # A block of binning offsets (``dpsql.measure.offsets``): M is applied to the per-cell
@@ -113,9 +115,9 @@ class LatticeBlock:
         return q if self.scale == 1.0 else self.scale * q
 
 
-def _as_matrix(f: np.ndarray) -> QueryMatrix:
+def _as_matrix(f: np.ndarray | StructuredFactor) -> QueryMatrix:
     from dpsql.linalg import Explicit
-    if f.shape[0] == f.shape[1] and np.array_equal(f, np.eye(f.shape[0], dtype=f.dtype)):
+    if f.shape[0] == f.shape[1] and f.shape[0] > 0 and scaled_identity(f) == 1.0:
         return Identity(f.shape[0])
     return Explicit(f.astype(np.float64))
 
@@ -422,12 +424,18 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
 # (``"factors"``); a payload without that list (written before) stores every factor densely as
 # ``b{i}f{j}``, and still loads.
 
-def _factor_record(f: np.ndarray) -> dict[str, Any]:
+def _factor_record(f: np.ndarray | StructuredFactor) -> dict[str, Any]:
     """The public description of one integer factor: its kind and size when it is one of
     the structured leaves, else ``{"kind": "dense"}`` (the matrix travels as an array).
     Total: packing runs after the ledger's charge, so a factor that is not a matrix of
     int64-sized integers (NaN, ±inf, 2.5, a vector) is stored densely, never an exception
     that would leave the charge without its release."""
+    if isinstance(f, StructuredFactor) and f.dtype.kind == "i":    # read from a payload
+        if f.kind in ("identity", "prefix") and f.diagonal == 1:
+            return {"kind": f.kind, "n": f.n}
+        if f.kind == "diagonal_plus_constant" and f.n > 1:
+            return {"kind": f.kind, "n": f.n, "diagonal": int(f.diagonal), "other": int(f.other)}
+    f = np.asarray(f)
     if f.ndim != 2 or (f.dtype.kind not in "iub" and not (
             f.dtype.kind == "f" and bool(np.all(np.isfinite(f))) and bool(np.all(f == np.round(f)))
             and float(np.abs(f).max(initial=0)) < 2.0 ** 63)):
@@ -450,19 +458,15 @@ def _factor_record(f: np.ndarray) -> dict[str, Any]:
     return {"kind": "dense"}
 
 
-def _factor_from(record: dict[str, Any]) -> np.ndarray:
+def _factor_from(record: dict[str, Any]) -> np.ndarray | StructuredFactor:
+    """A record's factor: the n×n kinds stay implicit (a 1,459-label identity was 17 MB of
+    int64 held by every process that read the flights ledger, issue 35); a total is 1×n."""
     n = int(record["n"])
-    if record["kind"] == "identity":
-        return np.eye(n, dtype=np.int64)
     if record["kind"] == "total":
         return np.ones((1, n), dtype=np.int64)
-    if record["kind"] == "prefix":
-        return np.tril(np.ones((n, n), dtype=np.int64))
     if record["kind"] == "diagonal_plus_constant":
-        out = np.full((n, n), int(record["other"]), dtype=np.int64)
-        np.fill_diagonal(out, int(record["diagonal"]))
-        return out
-    raise ValueError(f"unknown factor kind {record['kind']!r} in a release payload")
+        return StructuredFactor("diagonal_plus_constant", n, int(record["diagonal"]), int(record["other"]))
+    return StructuredFactor(record["kind"], n)      # identity, prefix (else ValueError)
 
 
 def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
@@ -474,7 +478,7 @@ def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
     for i, (block, values, sd) in enumerate(released):
         records = []
         for j, f in enumerate(block.factors):
-            record = _factor_record(np.asarray(f))
+            record = _factor_record(f)
             if record["kind"] == "dense":
                 arrays[f"b{i}f{j}"] = f
             records.append(record)

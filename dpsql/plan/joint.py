@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from dpsql.linalg.base import is_scaled_identity
+from dpsql.linalg.lattice import scaled_identity
 
 __all__ = ["JointSupport"]
 
@@ -70,11 +70,12 @@ class JointSupport:
             w = (scale / sigma) ** 2
             kinds: list[str | None] = []
             for a, F in zip(clique, factors):
-                F = np.asarray(F, dtype=float)
                 n = sizes[a]
-                if F.shape == (n, n) and is_scaled_identity(F, 1.0):
-                    kinds.append("I")
-                elif _is_residual(F) and (a not in rfac or np.array_equal(rfac[a], F)):
+                if F.shape == (n, n) and scaled_identity(F) == 1.0:
+                    kinds.append("I")          # (read from a payload: the record, not n² floats)
+                    continue
+                F = np.asarray(F, dtype=float)
+                if _is_residual(F) and (a not in rfac or np.array_equal(rfac[a], F)):
                     kinds.append("R")
                     rfac.setdefault(a, F)
                 else:
