@@ -67,6 +67,7 @@ class StrategyPart:
     parts: tuple[int, ...]
     workload: Any
     ordered: bool = False
+    direct: bool = False     # thin statements over two fine columns (engine/direct.py)
 
     def share(self, rho: Fraction) -> Fraction:
         return Fraction(rho) * self.fraction

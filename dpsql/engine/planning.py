@@ -29,6 +29,7 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.engine.measuring import _groups
+from dpsql.engine.direct import is_direct_strategy
 from dpsql.engine.ordered import is_ordered_strategy
 from dpsql.engine.mixed import is_mixed_strategy
 from dpsql.engine.reports import COUNTS, QUANTILES, PartReport, PlanReport, QueryReport, unit_of, units_of
@@ -150,7 +151,8 @@ class Planner:
         # one group per release: the whole workload, or each part of a mixed plan at its
         # share (dpsql/engine/mixed.py); the offsets go with the part the model answers
         groups = [("", strategy, rho, list(range(len(workload.parts))), True)] if not is_mixed_strategy(strategy) \
-            else [(p.name, p.strategy, p.share(rho), list(p.parts), not p.ordered) for p in strategy.parts]
+            else [(p.name, p.strategy, p.share(rho), list(p.parts), not (p.ordered or p.direct))
+                  for p in strategy.parts]
         # the per-query baselines keep the view's bound k (a query alone at k, as the split
         # across views judges them, people_plan.ViewCost); the SVD floors, lower bounds for
         # every strategy, the smallest factor any block can get (S² under a group bound)
@@ -173,7 +175,9 @@ class Planner:
                 reports[j] = QueryReport(
                     sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(j, 0.0)),
                     math.sqrt(part.rows * part.baseline * s2_all / part.rows),
-                    None if floor is None else math.sqrt(floor * s2_floor / part.rows), unit)
+                    # a direct part's floor would be its merged cells', not the column's
+                    None if floor is None or is_direct_strategy(sub) else math.sqrt(floor * s2_floor / part.rows),
+                    unit)
             if is_mixed_strategy(strategy):
                 parts.append(self._part_report(table, name, sub, sub_rho, rho, indices, blocks, reports, s2,
                                                {labels[j][0] for j in indices}, workload.domain))
@@ -197,8 +201,14 @@ class Planner:
             from dpsql.plan.aim import advise
             with self._lock:
                 fitted = self._state(table).model
-            advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
-                            total=None if fitted is None else float(fitted.total)).text
+            # thin statements over two fine columns are measured directly, never by a model
+            # AIM could fit (engine/direct.py): their 10⁹-cell marginals are not AIM's to weigh
+            skip = {j for p in strategy.parts if p.direct for j in p.parts} if is_mixed_strategy(strategy) else set()
+            if skip and len(skip) < len(blocks):
+                raw = Workload(workload.domain, linalg.Union([b for j, b in enumerate(blocks) if j not in skip]))
+            advice = None if len(skip) == len(blocks) else advise(
+                raw, raw.domain, rmse if count_rmse is None else count_rmse,
+                total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * s2_floor / m),
                           bool(bound and bound[1]), self.config.planner.objective,
@@ -217,7 +227,9 @@ class Planner:
         bound, exact = None, False
         if self.config.noise == "gaussian":
             raw = Workload(domain, linalg.Union([blocks[j] for j in indices]))
-            if is_ordered_strategy(sub) and not sub.groups:
+            if is_direct_strategy(sub):
+                b = None        # its merged domain is not the table's: no floor of the table's cells
+            elif is_ordered_strategy(sub) and not sub.groups:
                 # on the column alone: W ⊗ 1ᵀ over n·m cells has singular values √m·σ(W), so
                 # its SVD bound (Σσ)²/N is W's over n; there it is computable in closed form
                 i = list(domain.attributes).index(sub.attribute)
@@ -250,8 +262,12 @@ class Planner:
         workload mixes fine columns' CDF/range queries with others, a ``MixedStrategy`` of
         one ordered part per such column and the rest, with the budget split between them
         (``mixed.MixedPlanner``: the split is kept only when its expected error is lower)."""
+        from dpsql.engine.direct import plan_with_direct
         from dpsql.engine.mixed import MixedPlanner, split_columns, thin_split
 
+        direct = plan_with_direct(self, table, workload, labels, offsets, rho, unit_rows)
+        if direct is not None:      # thin statements over two fine columns: a part of their own
+            return direct
         # measured, one strategy's blocks get rho less the binning offsets' share (``measure``)
         counts_rho = lambda s: rho - self._offsets_rho(table, s, rho)     # noqa: E731
         mixed = MixedPlanner(self, table, workload, labels, offsets, rho, unit_rows, counts_rho)
@@ -420,7 +436,7 @@ class Planner:
         if not is_mixed_strategy(strategy):
             return [(strategy, rho, self.offset_plan(table, strategy, rho))]
         return [(p.strategy, p.share(rho),
-                 None if p.ordered else self.offset_plan(table, p.strategy, p.share(rho), p.parts))
+                 None if p.ordered or p.direct else self.offset_plan(table, p.strategy, p.share(rho), p.parts))
                 for p in strategy.parts]
 
     def offset_plan(self, table: str, strategy: Strategy, rho: Fraction, indices: Sequence[int] | None = None):
