@@ -286,6 +286,8 @@ class Planner:
         σ²(ρ)·k²), so that the planner chooses a strategy that leaves them a share of the
         budget at which every query keeps its baseline (``dpsql.plan.shares``).  The offsets'
         blocks and their calibration do not depend on the strategy (``offset_blocks``)."""
+        from dataclasses import replace
+
         from dpsql.engine.offsets import offset_blocks, offset_variances
 
         if not offsets or self.config.planner.binning != "offsets" or not self._sums_offsets or not workload.parts:
