@@ -266,6 +266,7 @@ class Planner:
         from dpsql.engine.direct import plan_with_direct
         from dpsql.engine.mixed import MixedPlanner, split_columns, thin_split
 
+        workload = self._with_offsets(table, workload, offsets, rho)
         direct = plan_with_direct(self, table, workload, labels, offsets, rho, unit_rows)
         if direct is not None:      # thin statements over two fine columns: a part of their own
             return direct
@@ -279,6 +280,30 @@ class Planner:
         # a fine column alone whose ordered strategy leaves thin counts above their baselines
         apart = thin_split(workload, labels, offsets, alone)
         return alone if apart is None else mixed.split([(apart[0], apart[1])], apart[2], alone)
+
+    def _with_offsets(self, table: str, workload: Workload, offsets, rho: Fraction) -> Workload:
+        """``workload`` with each SUM's binning offsets' variance in its part
+        (``QueryPart.offsets``: per row, at the whole ``rho``, in the unit noise of its baseline,
+        σ²(ρ)·k²), so that the planner chooses a strategy that leaves them a share of the
+        budget at which every query keeps its baseline (``dpsql.plan.shares``).  The offsets'
+        blocks and their calibration do not depend on the strategy (``offset_blocks``)."""
+        from dataclasses import replace
+
+        from dpsql.engine.offsets import offset_blocks, offset_variances
+
+        if not offsets or self.config.planner.binning != "offsets" or not self._sums_offsets or not workload.parts:
+            return workload
+        blocks = offset_blocks(self._state(table).schema, offsets)
+        if not blocks:
+            return workload
+        source = self.config.sources[table]
+        var = offset_variances(blocks, rho, self.config.noise, source.unit_rows,
+                               _groups(source, self.config.noise))
+        unit = gaussian_sigma2_unit(float(rho)) * source.unit_rows ** 2
+        if not var or not unit > 0:
+            return workload
+        return replace(workload, parts=tuple(replace(p, offsets=var[j] / unit) if var.get(j, 0.0) > 0 else p
+                                             for j, p in enumerate(workload.parts)))
 
     def rows_sq(self, table: str, strategy: Strategy) -> float:
         """The squared rows-per-unit factor of ``strategy``'s noise on ``table``: max_rows²,
