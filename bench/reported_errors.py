@@ -1,24 +1,38 @@
 """Reported standard errors against the per-query baselines (issue 35 item 6), this checkout vs a base.
 
-    python bench/reported_errors.py [--base REV] [--releases 3] [--workdir /tmp/dpsql-reported]
-                                    [--measure-with base|this|each]
+    python bench/reported_errors.py [--base REV|none] [--releases 3] [--workdir /tmp/dpsql-reported]
+                                    [--measure-with base|this|each] [--corpora counts,mixed,...]
 
 The plan report promises each workload query an expected error at or below its per-query
 baseline (the query measured on its own, the budget split evenly over the workload's k
 linear queries).  This checks the numbers users see: every row of every workload query is
 answered through the DB-API after ``measure`` and its *reported* standard error is compared
-with the baseline.  Two corpora over the adult example (ε = 1):
+with the baseline.  Corpora (ε = 1), two over the adult example:
 
 * ``counts``: the 30-query dashboard (examples/adult/dashboard.sql) and ``sex, race`` (31);
-* ``mixed``: its first 26 queries and 5 SUM/AVG queries (31 queries, 36 linear queries).
+* ``mixed``: its first 26 queries and 5 SUM/AVG queries (31 queries, 36 linear queries);
+
+and three over real tables no example uses, each declared as a new user would from its
+published domain file only (bench/workloads/NAME/domain.toml; the CSV from /work/shared/data,
+or $DPSQL_DATA) with a hand-written analyst corpus (bench/workloads/NAME/analyst.sql: counts
+with GROUP BY and WHERE, prefix and range counts, SUM/AVG, quantiles):
+
+* ``salary``: Maryland state salaries, 135,727 rows, 9 columns (24 queries; a 501-code
+  first-name column);
+* ``taxi``: the NIST challenge's Chicago taxi trips, 226,051 rows, 10 columns (24 queries);
+* ``titanic``: 1,304 passengers under the CSV's own column names (original.toml; 22 queries,
+  the age CDF over its 91 single-year codes).
 
 For a SUM the binning bound over wide bins (``Cursor.bias``, already inside the standard
 error as bias/1.96) is taken out first: the per-query mechanism over the same cells has the
 same binning error.  An AVG is checked through its SUM and COUNT (``SELECT g, SUM(x),
 COUNT(x)`` answers the same two linear queries), against the delta-method error the
-baselines of its SUM and COUNT give at the answer.  Each release is a new measurement with
-its own ledger; both commits answer the same release.  Prints, per commit and corpus, the
-queries and rows above their baseline and the largest ratio; no assertion.
+baselines of its SUM and COUNT give at the answer.  A quantile is checked through the
+histogram it is read from (``SELECT g, x, COUNT(*) … GROUP BY g, x``: the quantile's linear
+queries), against the quantile's baseline.  Each release is a new
+measurement with its own ledger; both commits answer the same release (``--base none``: this
+checkout alone).  Prints, per commit and corpus, the queries and rows above their baseline and
+the largest ratio; no assertion.
 """
 
 from __future__ import annotations
@@ -39,6 +53,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+DATA = Path(os.environ.get("DPSQL_DATA", "/work/shared/data"))
+# corpus: (table, its CSV under DATA, its domain file under bench/workloads/)
+UNSEEN = {"salary": ("salary", "salary/salary.csv", "salary/domain.toml"),
+          "taxi": ("taxi", "nist-taxi/nist-taxi.csv", "nist-taxi/domain.toml"),
+          "titanic": ("titanic", "titanic/titanic.csv", "titanic/original.toml")}
 
 EXTRA = ["SELECT SUM(hours_per_week) FROM adult",
          "SELECT sex, AVG(age) FROM adult GROUP BY sex",
@@ -51,8 +70,8 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import dpsql
 from dpsql.testing import write_config
-queries = json.loads(sys.argv[3])
-config = write_config(sys.argv[2], queries=queries, planner={"restarts": 1, "seed": 0})
+queries, table = json.loads(sys.argv[3]), json.loads(sys.argv[4])
+config = write_config(sys.argv[2], queries=queries, planner={"restarts": 1, "seed": 0}, **table)
 con = dpsql.connect(config, user="alice")
 con.session.measure()
 print(config)
@@ -73,8 +92,23 @@ for q in report.per_query:
 out = []
 def noise_se(row_se, row_bias):
     return [None if s is None else s - (b or 0.0) / Z for s, b in zip(row_se, row_bias)]
+QUANTILE = re.compile(r'(?:MEDIAN\((\w+|"[^"]+")\)|percentile_(?:disc|cont)\([\d.]+\)\s+WITHIN GROUP\s*'
+                      r'\(ORDER BY (\w+|"[^"]+")\))', re.I)
+def histogram(sql, m):
+    # the per-group histogram of x a quantile is read from: its linear queries
+    col = m.group(1) or m.group(2)
+    out = sql[:m.start()] + f"{col}, COUNT(*)" + sql[m.end():]
+    out = out.rstrip().rstrip(";")
+    return re.sub(r"(\bGROUP BY\b.*)$", rf"\1, {col}", out, flags=re.I | re.S) \
+        if re.search(r"\bGROUP BY\b", out, re.I) else f"{out} GROUP BY {col}"
 for sql, qs in parts.items():
-    m = re.search(r"AVG\((\w+)\)", sql)
+    m = QUANTILE.search(sql)
+    if m:      # a quantile: the reported errors of its histogram's cells, against its baseline
+        cur.execute(histogram(sql, m))
+        for e, b in zip(cur.stderr, cur.bias):
+            out.append((sql, "QUANTILE", noise_se(e, b)[-1], qs[0].baseline))
+        continue
+    m = re.search(r'AVG\((\w+|"[^"]+")\)', sql)
     if m:      # an AVG: its SUM and COUNT, and the delta-method baseline at the answer
         col = m.group(1)
         cur.execute(sql.replace(f"AVG({col})", f"SUM({col}), COUNT({col})"))
@@ -112,13 +146,19 @@ def export(rev: str, into: Path) -> str:
     return sha
 
 
-def corpora(root: Path) -> dict[str, list[str]]:
+def corpora(root: Path) -> dict[str, tuple[list[str], dict]]:
+    """Each corpus' queries and the table entries of its configuration (``write_config``'s)."""
     sys.path.insert(0, str(root))
     from dpsql.sql.split import split_statements
     from dpsql.testing import ADULT
     dash = split_statements((ADULT / "dashboard.sql").read_text())
     counts = dash + ["SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race"]
-    return {"counts": counts, "mixed": counts[:26] + EXTRA}
+    out: dict[str, tuple[list[str], dict]] = {"counts": (counts, {}), "mixed": (counts[:26] + EXTRA, {})}
+    for name, (table, csv, domain) in UNSEEN.items():
+        folder = HERE / "workloads" / Path(domain).parent
+        out[name] = (split_statements((folder / "analyst.sql").read_text()),
+                     {"table": table, "domain": str(HERE / "workloads" / domain), "source": {"csv": str(DATA / csv)}})
+    return out
 
 
 def main() -> None:
@@ -129,6 +169,7 @@ def main() -> None:
     # the older commit measures when the ledger format moved on (a newer ledger may not load in
     # older code; older ledgers always load in newer code)
     ap.add_argument("--measure-with", choices=("base", "this", "each"), default="this")
+    ap.add_argument("--corpora", default="counts,mixed,salary,taxi,titanic", help="comma-separated")
     args = ap.parse_args()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
@@ -137,10 +178,13 @@ def main() -> None:
     work = Path(args.workdir)
     res: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        base_sha = export(args.base, Path(tmp))
-        roots = {"base": Path(tmp), "this": ROOT}
+        base_sha = export(args.base, Path(tmp)) if args.base != "none" else "none"
+        roots = {"base": Path(tmp), "this": ROOT} if args.base != "none" else {"this": ROOT}
         load0 = os.getloadavg()
-        for corpus, queries in corpora(ROOT).items():
+        chosen = args.corpora.split(",")
+        for corpus, (queries, table) in corpora(ROOT).items():
+            if corpus not in chosen:
+                continue
             for r in range(args.releases):
                 # "each": every commit measures (plans) its own release and answers it, for a
                 # change of the plan; otherwise one release answered by both, paired
@@ -151,7 +195,7 @@ def main() -> None:
                     shutil.rmtree(d, ignore_errors=True)
                     d.mkdir(parents=True)
                     config = subprocess.run([sys.executable, "-c", MEASURE, str(roots[measurer]), str(d),
-                                             json.dumps(queries)],
+                                             json.dumps(queries), json.dumps(table)],
                                             check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
                     answerers = [measurer] if args.measure_with == "each" else list(roots)
                     for name in answerers:
@@ -163,8 +207,8 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this {head[:7]}"
           f"{' + uncommitted dpsql/' if dirty else ''} vs base {base_sha[:7]}; {platform.machine()}, "
           f"{os.cpu_count()} cores, python {platform.python_version()}; load {load0[0]:.1f} → {load1[0]:.1f}; "
-          f"adult, ε = 1, {args.releases} releases per corpus")
-    print(f"{'corpus':8} {'commit':6} {'queries above (of 31), per release':>36} "
+          f"ε = 1, {args.releases} releases per corpus")
+    print(f"{'corpus':8} {'commit':6} {'queries above, per release':>36} "
           f"{'rows above':>12} {'largest ratio':>14}")
     for (name, corpus), runs in res.items():
         for run in runs:
@@ -182,10 +226,14 @@ def main() -> None:
             total += len(run)
             top = max([top] + [got / base for _, _, got, base in run if got is not None and base > 0])
         print(f"{corpus:8} {name:6} {', '.join(map(str, per)):>36} {rows:>5} of {total:<5} {top:>14.3f}")
-    names = {re.sub(r"\s+", " ", sql)[:70] for (n, c), runs in res.items() if n == "this" for run in runs
-             for sql, _, got, base in run if got is not None and got > base * (1 + 1e-9)}
-    for sql in sorted(names):
-        print(f"  this, above: {sql}")
+    above: dict[tuple[str, str], list[float]] = {}
+    for (n, c), runs in res.items():
+        for run in runs:
+            for sql, _, got, base in run:
+                if n == "this" and got is not None and got > base * (1 + 1e-9):
+                    above.setdefault((c, re.sub(r"\s+", " ", sql)[:90]), []).append(got / base)
+    for (c, sql), ratios in sorted(above.items()):
+        print(f"  this, {c}: {len(ratios)} rows above, largest {max(ratios):.3f}: {sql}")
 
 
 if __name__ == "__main__":

@@ -265,6 +265,12 @@ def load_config(config: str | os.PathLike | Mapping, **overrides: Any) -> Config
         dpath = Path(spec["domain"])
         if not dpath.is_absolute():
             dpath = base / dpath
+        if not dpath.exists():
+            # load_domain's own hint speaks of the working directory, which a configuration's
+            # relative path is not taken from
+            raise ConfigError(f"{twhere}: domain file {dpath} not found",
+                              hint=f"a relative domain path is taken from the configuration's directory "
+                                   f"({base}): write it relative to that, or absolute")
         declared = load_domain(dpath, labels_from)
         schema_name = spec.get("domain_table", name)
         if schema_name not in declared:

@@ -30,6 +30,7 @@ from dpsql.engine.reports import MeasureReport, PlanReport, QueryReport, Release
 from dpsql.engine.fitting import ModelStore
 from dpsql.engine.measuring import Measurer
 from dpsql.engine.mixed import is_mixed_strategy
+from dpsql.engine.direct import is_direct_payload
 from dpsql.engine.ordered import is_ordered_payload
 from dpsql.engine.planning import Planner
 from dpsql.engine.state import TableState, _retire_model
@@ -194,6 +195,7 @@ class Engine:
                 state.released, state.release_keys = [], set()
                 state.offsets, state.offset_models = [], None
                 state.ordered, state.ordered_estimate = [], None
+                state.direct = []
                 state.model = state.variance = state.model_last = state.stale = None
                 if state.identity is not None:
                     # sessions cache answers per model version: the old identity's answers
@@ -208,6 +210,11 @@ class Engine:
                 if payload is None:   # listed by entries() but unreadable: never guess a release
                     raise LedgerCorruptError(f"the ledger lists release {entry.key!r} but holds no payload for it",
                                              hint="restore the ledger file from a backup")
+                if is_direct_payload(payload):
+                    from dpsql.engine import direct
+                    state.direct.append(direct.unpack(payload))
+                    state.release_keys.add(entry.key)
+                    continue
                 if is_ordered_payload(payload):
                     from dpsql.measure import ordered
                     state.ordered.append(ordered.unpack(payload))
@@ -405,13 +412,25 @@ class Engine:
         blocks = self.workload_for(table, queries)[2] + self._unmeasured_bounds(table, queries)
         # what a fine column's ordered release answers is not the model's to support (an
         # increment would measure the column's part of a mixed workload again)
-        blocks = [b for b in blocks if not self._ordered_supports(table, b)]
+        blocks = [b for b in blocks if not self._ordered_supports(table, b) and not self._direct_supports(table, b)]
         if not blocks:
             return []
         _, variance, _ = self.model(table)
         if variance is None:
             return list(blocks)
         return [b for b in blocks if not variance.analyse(b)[1].all()]
+
+    def _direct_supports(self, table: str, block) -> bool:
+        """Whether a direct release (thin statements over two fine columns) measured ``block``."""
+        from dpsql.engine.direct import answers_block
+        schema = self._state(table).schema
+        return any(answers_block(schema, r, block) for r in self.direct_releases(table))
+
+    def direct_releases(self, table: str) -> list:
+        """The table's direct releases (``engine.direct.DirectRelease``), latest first."""
+        with self._lock:
+            state = self._sync(table)
+            return list(reversed(state.direct))
 
     def _ordered_supports(self, table: str, block) -> bool:
         """Whether the table's ordered release answers every row of ``block``: each term asks

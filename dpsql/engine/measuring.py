@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpsql.engine.direct import is_direct_strategy
 from dpsql.engine.ordered import is_ordered_strategy
 from dpsql.engine.reports import MeasureReport, SpendPreview
 from dpsql.engine.state import TableState, _identity, _retire_model, _sha
@@ -126,6 +127,12 @@ class Measurer:
         # (release.rows_sq), counts and binning offsets alike: a person's offsets in group γ
         # sum over at most n_γ kept rows, the same rows (docs/privacy.md §2a, §7.1b)
         groups = _groups(source, self.config.noise)
+        if is_direct_strategy(strategy):
+            # thin statements over two fine columns (engine/direct.py), counted over their
+            # merged columns: a record still lands in one cell of each, so the sensitivity is
+            # that of the blocks' integer factors as for any block; the merge is part of
+            # what the release is (its key)
+            purpose = f"{purpose}:direct:{sorted(strategy.starts.items())!r}"
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
                                           family=self.config.noise, unit_rows=source.unit_rows, groups=groups)
         if extra:
@@ -215,7 +222,8 @@ class Measurer:
             for strategy, rho, offsets in parts:
                 blocks, plan, key = self.release_plan(table, strategy, rho, purpose, offsets)
                 blocks_n += len(blocks)
-                cells += sum(int(np.prod([state.schema.domain[a] for a in b.clique])) for b in blocks)
+                domain = (strategy.schema if is_direct_strategy(strategy) else state.schema).domain
+                cells += sum(int(np.prod([domain[a] for a in b.clique])) for b in blocks)
                 if key not in state.release_keys:
                     todo.append(_Pending(strategy, blocks, plan, key, Fraction(rho)))
             if not todo:
@@ -279,13 +287,15 @@ class Measurer:
         """The exact values of a part's blocks (one scan of the source)."""
         cliques = list(dict.fromkeys(b.clique for b in p.blocks if b.offsets is None))
         requests = [(b.clique, b.offsets) for b in p.blocks if b.offsets is not None]
+        # a direct part counts over its merged fine columns (the same rows' counts, engine/direct.py)
+        schema = p.strategy.schema if is_direct_strategy(p.strategy) else state.schema
         if hasattr(self.backend, "fingerprint"):
             # counted only from the content the identity names (else nothing is charged)
-            counts = self.backend.count_marginals(state.schema, cliques, expect=state.content)
-            sums = self.backend.sum_offsets(state.schema, requests, expect=state.content) if requests else {}
+            counts = self.backend.count_marginals(schema, cliques, expect=state.content)
+            sums = self.backend.sum_offsets(schema, requests, expect=state.content) if requests else {}
         else:
-            counts = self.backend.count_marginals(state.schema, cliques)
-            sums = self.backend.sum_offsets(state.schema, requests) if requests else {}
+            counts = self.backend.count_marginals(schema, cliques)
+            sums = self.backend.sum_offsets(schema, requests) if requests else {}
         p.exact = [b.apply(counts[b.clique] if b.offsets is None else sums[(b.clique, b.offsets)])
                    for b in p.blocks]
 
@@ -300,6 +310,14 @@ class Measurer:
             kill_point("released")
             state.ordered.append(done)
             state.ordered_estimate = None
+            state.release_keys.add(p.key)
+            return
+        if is_direct_strategy(p.strategy):
+            from dpsql.engine import direct
+            kept = direct.DirectRelease(dict(p.strategy.starts), released)
+            self._ledger().record_release(p.charge_id, p.key, direct.pack(kept))
+            kill_point("released")
+            state.direct.append(kept)       # never in the model: answered block by block
             state.release_keys.add(p.key)
             return
         self._ledger().record_release(p.charge_id, p.key, rel.pack(released))

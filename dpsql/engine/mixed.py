@@ -26,7 +26,9 @@ of a people schema get (``split_fractions``, with each part's least share).  The
 exact fractions adding up to ρ; the releases compose sequentially (docs/privacy.md, "Mixed
 workloads").
 
-Everything here is public (workload SQL, domains, configuration).  ``MixedStrategy`` is
+``MixedPlanner`` plans the parts and their shares, and keeps the split only when its
+expected error is lower than one strategy's for the whole workload (``Planner.strategy_for``
+tries it).  Everything here is public (workload SQL, domains, configuration).  ``MixedStrategy`` is
 told apart by its class name (``is_mixed_strategy``) so that a process that only answers
 never imports the planner (issue 17).
 """
@@ -36,13 +38,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpsql.errors import ProgrammingError
+from dpsql.errors import ModelTooLargeError, ProgrammingError, UnsupportedQueryError
 
-__all__ = ["MixedStrategy", "StrategyPart", "is_mixed_strategy", "range_attributes", "split_columns",
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["MixedPlanner", "MixedStrategy", "StrategyPart", "is_mixed_strategy", "range_attributes", "split_columns",
            "split_fractions", "split_parts", "sub_workload", "thin_above_baseline", "thin_split"]
 
 
@@ -62,6 +67,7 @@ class StrategyPart:
     parts: tuple[int, ...]
     workload: Any
     ordered: bool = False
+    direct: bool = False     # thin statements over two fine columns (engine/direct.py)
 
     def share(self, rho: Fraction) -> Fraction:
         return Fraction(rho) * self.fraction
@@ -305,3 +311,191 @@ def least_fraction(strategy, planned_at: Fraction, rows_ratio: float = 1.0) -> f
         if part.baseline > 0:
             out = max(out, float(value) * rows_ratio * float(planned_at) / (part.rows * part.baseline))
     return min(1.0, out * (1 + 1e-9))
+
+
+class MixedPlanner:
+    """Plans one table's workload as a ``MixedStrategy`` (module docstring) or keeps one
+    strategy for the whole of it, whichever has the lower total expected error
+    (``Planner.strategy_for`` decides when a split is tried).
+
+    Each part is planned against its queries' baselines at its share (``sub_workload``), and
+    its share follows from its plan's error: a few rounds of that fixed point (``balance``;
+    on bench/fine_mixed.py's workload the shares move by 5e-3 in the third round and by
+    < 1e-3 in the fourth).  The rest is planned at its share for the lattice check too.  An
+    ordered part is planned again only when its share moved by over 1% since (at 10⁶ cells
+    each plan of it is seconds of CPU; its baselines then differ by under 1%).  A thin count
+    an ordered plan leaves above its baseline at its share moves to the rest
+    (``thin_above_baseline``), and that ordered part is planned again without it.
+
+    ``planner`` is the engine's ``Planner``: its ``optimize``, ``optimize_counted`` and
+    ``rows_sq`` are all this uses of it (public metadata only).  ``counts_rho(strategy)`` is
+    the ρ one strategy for the whole workload gets for its blocks when measured (``rho``
+    less its binning offsets' share)."""
+
+    def __init__(self, planner: Any, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int,
+                 counts_rho: Callable[[Any], Fraction]) -> None:
+        self.planner = planner
+        self.table = table
+        self.workload = workload
+        self.labels = labels
+        self.offsets = offsets
+        self.rho = rho
+        self.unit_rows = unit_rows
+        self.counts_rho = counts_rho
+        self.moved: set[str] = set()             # thin statements moved from an ordered part to the rest
+        # per ordered part (named "ordered <column>"): its column, query parts, sub-workload,
+        # strategy and the fraction it was planned at; the rest's the same
+        self.attributes: dict[str, str] = {}
+        self.idx: dict[str, list[int]] = {}
+        self.subs: dict[str, Any] = {}
+        self.ordered: dict[str, Any] = {}
+        self.planned_at: dict[str, Fraction] = {}
+        self.rest_idx: list[int] = []
+        self.rest: Any = None
+        self.rest_w: Any = None
+        self.rest_at = Fraction(1)
+        self.f: dict[str, Fraction] = {}         # each part's fraction of ρ, "rest" last
+
+    # -- the two entry points -------------------------------------------------------------
+    def whole(self):
+        """One strategy (HDMM's or an ordered one) for the whole workload."""
+        return self.planner.optimize_counted(self.workload, self.rho, self.unit_rows, table=self.table,
+                                             counts_rho=self.counts_rho)
+
+    def split(self, columns: list[tuple[int, list[int]]], rest: list[int], alone=None):
+        """The split of ``split_columns`` (``columns``: each fine attribute with its ordered
+        part's query parts; ``rest``: the others), or ``whole`` when that is better.
+        ``alone``: the workload of one fine column alone, already planned as one strategy
+        whose thin counts ``thin_split`` made the rest (then ``rest`` names them)."""
+        if alone is not None:
+            # a workload of the fine column alone whose ordered strategy leaves thin counts
+            # above their baselines: those counts are a rest of their own (thin_split)
+            self.moved.update(self.labels[j][0] for j in rest)
+        names = self.workload.domain.attributes
+        self.attributes = {f"ordered {names[i]}": names[i] for i, _ in columns}
+        self.idx = {name: list(ordered) for name, (_, ordered) in zip(self.attributes, columns)}
+        self.rest_idx = list(rest)
+        self.balance()
+        self.keep_baselines()
+        return self.choose(alone)
+
+    # -- the shares -----------------------------------------------------------------------
+    def balance(self) -> None:
+        """Plan every part and set its share, in rounds until the shares settle (class
+        docstring), moving the thin counts an ordered part leaves above their baselines."""
+        self.f = {**{v: Fraction(1) for v in self.idx}, "rest": Fraction(1)}
+        for v in self.idx:
+            self._plan_ordered(v, Fraction(1))
+        for round_ in range(6):
+            moved_any = False
+            for v in self.idx:
+                if round_ and abs(float(self.f[v] - self.planned_at[v])) > 1e-2 * float(self.f[v]):
+                    self._plan_ordered(v, self.f[v])
+                thin = thin_above_baseline(self.workload, self.labels, self.idx[v], self.ordered[v])
+                if thin:
+                    self._move(v, thin)
+                    moved_any = True
+                    self._plan_ordered(v, self.planned_at[v])
+            self._plan_rest(self.f["rest"])
+            last, self.f = self.f, self._fractions()
+            if not moved_any and all(abs(float(self.f[v] - last[v])) <= 1e-3 * float(self.f[v]) for v in self.f):
+                break
+
+    def keep_baselines(self) -> None:
+        """At the error-minimising shares a part may still leave queries above their
+        baselines (a rest of thin counts alone: 1.15× at n = 10⁴): the nearest shares at
+        which every part keeps them, when such exist (``split_fractions``), each part planned
+        again at its new share.  Only after ``balance``: a part balanced at its share is
+        tight there, and clamping every round would ratchet its share up (the quantiles'
+        RMSE tripled)."""
+        k2 = self.unit_rows ** 2
+        least = {**{v: least_fraction(self.ordered[v], self.planned_at[v], self._rows_sq(self.ordered[v]) / k2)
+                    for v in self.idx},
+                 "rest": least_fraction(self.rest, self.rest_at, self._rows_sq(self.rest) / k2)}
+        if not any(least[v] > self.f[v] for v in self.f):
+            return
+        self.f = self._fractions(least)
+        if self.f["rest"] != self.rest_at:
+            self._plan_rest(self.f["rest"])
+        for v in self.idx:
+            if self.f[v] != self.planned_at[v]:
+                self._plan_ordered(v, self.f[v])
+
+    def _fractions(self, least: dict[str, float] | None = None) -> dict[str, Fraction]:
+        # c_v = k_v²·E_v: every part in the whole workload's objective (module docstring)
+        return split_fractions({**{v: self._rows_sq(self.ordered[v]) * self.ordered[v].expected_error
+                                   for v in self.idx},
+                                "rest": self._rows_sq(self.rest) * self.rest.expected_error}, least)
+
+    def _plan_ordered(self, v: str, at: Fraction) -> None:
+        self.subs[v] = sub_workload(self.workload, self.idx[v], at)
+        # in closed form, budget-free
+        self.ordered[v] = self.planner.optimize(self.subs[v], self.rho, self.unit_rows, table=self.table)
+        self.planned_at[v] = at
+
+    def _plan_rest(self, at: Fraction) -> None:
+        self.rest_w = sub_workload(self.workload, self.rest_idx, at)
+        self.rest = self.planner.optimize_counted(self.rest_w, self.rho * at, self.unit_rows, table=self.table)
+        self.rest_at = at
+
+    def _move(self, v: str, statements: set[str]) -> None:
+        self.moved.update(statements)
+        self.rest_idx = sorted(self.rest_idx + [j for j in self.idx[v] if self.labels[j][0] in statements])
+        self.idx[v] = [j for j in self.idx[v] if self.labels[j][0] not in statements]
+
+    def _rows_sq(self, strategy) -> float:
+        return self.planner.rows_sq(self.table, strategy)
+
+    # -- the choice -----------------------------------------------------------------------
+    def split_error(self) -> float:
+        """The split's total expected error at unit budget: Σ_v k_v²·E_v / f_v."""
+        return (sum(self._rows_sq(self.ordered[v]) * self.ordered[v].expected_error / float(self.f[v])
+                    for v in self.idx)
+                + self._rows_sq(self.rest) * self.rest.expected_error / float(self.f["rest"]))
+
+    def _whole_candidate(self, alone) -> tuple[Any, float, str]:
+        """The other candidate (the ordered strategy per group of the other columns asked,
+        when those are few: ``plan.ordered.group_attributes``), its total expected error and
+        how the explanation names it; None and ∞ when it is refused or would leave the moved
+        thin counts above their baselines."""
+        from dpsql.engine.ordered import is_ordered_strategy
+
+        try:
+            whole = alone if alone is not None else self.whole()
+            error = self._rows_sq(whole) * whole.expected_error
+            text = f"{whole.operator} over the whole workload: expected error {error:.6g}"
+        except (UnsupportedQueryError, ModelTooLargeError) as exc:    # the group caps, the model size
+            return None, math.inf, f"one strategy over the whole workload is refused ({exc.message})"
+        if self.moved and is_ordered_strategy(whole) and thin_above_baseline(
+                self.workload, self.labels, list(range(len(self.workload.parts))), whole):
+            # one ordered strategy would leave the moved thin counts above their baselines
+            return None, error, text.replace(
+                ": expected error", " (not a candidate: it leaves thin counts above their per-query baselines): "
+                "expected error")
+        return whole, error, text
+
+    def choose(self, alone=None):
+        """The split, or one strategy for the whole workload when its expected error is no
+        higher; either explains the other's."""
+        whole, whole_error, whole_text = self._whole_candidate(alone)
+        split_error = self.split_error()
+        names = " and ".join(repr(a) for a in self.attributes.values())
+        if whole is not None and whole_error <= split_error:
+            return replace(whole, explanation=whole.explanation + f" (lower than the split into the queries "
+                           f"over {names} and the rest: expected error {split_error:.6g})")
+        idx, several = self.idx, len(self.idx) > 1
+        counts = ", ".join(f"{len(idx[v])} linear quer{'y' if len(idx[v]) == 1 else 'ies'} planned by the ordered "
+                           f"strategy over {self.attributes[v]!r} ({self.ordered[v].operator})" for v in idx)
+        return MixedStrategy((
+            *(StrategyPart(v, self.ordered[v], self.f[v], tuple(idx[v]), self.subs[v], True) for v in idx),
+            StrategyPart("rest", self.rest, self.f["rest"], tuple(self.rest_idx), self.rest_w)),
+            explanation=(f"The workload mixes CDF/range/quantile queries over the fine column{'s' if several else ''} "
+                         f"{names} with queries that do not ask about {'them' if several else 'it'}"
+                         if alone is None else
+                         f"The workload asks about the fine column {names} alone, and one ordered "
+                         "strategy leaves its thin counts above their per-query baselines, so those are "
+                         "planned apart") +
+                        f": {counts}, {len(self.rest_idx)} by {self.rest.operator}; the budget is split between "
+                        f"the {len(idx) + 1} releases to minimise the total expected error (shares "
+                        "proportional to the square root of each part's error at unit noise): expected error "
+                        f"{split_error:.6g}, against {whole_text}.")

@@ -42,6 +42,7 @@ from dpsql.domain import TableSchema
 from dpsql.engine.variance import SupportBlock, VarianceModel, decompose
 from dpsql.measure import release as rel
 from dpsql.measure.offsets import offset_grid
+from dpsql.plan.shares import HI as _HI, LO as _LO, common as _common, intervals as _intervals
 from dpsql.plan.views import GroupBound
 
 __all__ = ["offset_blocks", "offset_share", "offset_variances", "offset_models", "within_baselines"]
@@ -129,13 +130,12 @@ def within_baselines(share: Fraction, rho: Fraction, counts: Sequence[float], of
     # baseline answered at 1 − 8e-9), and a row whose se is a hair above its baseline keeps the
     # model's widening whole (variance.cap_stderr)
     ends = _intervals(c, o, b * (1 - _MARGIN))
-    if any(e is None for e in ends) or not (max([_LO] + [e[0] for e in ends if e is not None])
-                                            < min([_HI] + [e[1] for e in ends if e is not None])):
+    if _common(ends) is None:
         ends = _intervals(c, o, b)
-    lo = max([_LO] + [e[0] for e in ends if e is not None])
-    hi = min([_HI] + [e[1] for e in ends if e is not None])
+    meet = _common(ends)
     t0 = float(Fraction(share) / Fraction(rho))
-    if all(e is not None for e in ends) and lo < hi:
+    if meet is not None:
+        lo, hi = meet
         if lo <= t0 <= hi:
             return Fraction(share)
         # inside the interval by a millionth of its width: the report's check is relative 1e-9
@@ -146,26 +146,7 @@ def within_baselines(share: Fraction, rho: Fraction, counts: Sequence[float], of
     return Fraction(t).limit_denominator(1 << 40) * Fraction(rho)
 
 
-_LO, _HI = 1e-3, 1 - 1e-3        # offset_share's bounds: both sides measured
 _MARGIN = 1e-6
-
-
-def _intervals(c: np.ndarray, o: np.ndarray, b: np.ndarray) -> list[tuple[float, float] | None]:
-    """Each query's shares t within its baseline, as (lo, hi), or None when there are none."""
-    out: list[tuple[float, float] | None] = []
-    for cj, oj, bj in zip(c.tolist(), o.tolist(), b.tolist()):
-        if oj <= 0:
-            out.append((-math.inf, 1 - cj / bj) if cj < bj else None)
-            continue
-        p = bj - cj + oj
-        disc = p * p - 4 * bj * oj
-        if disc < 0 or p <= 0:
-            out.append(None)
-            continue
-        root = math.sqrt(disc)
-        # the smaller root as 2o/(p + √disc): no cancellation when o ≪ b
-        out.append((2 * oj / (p + root), (p + root) / (2 * bj)))
-    return out
 
 
 def _fewest_above(c: np.ndarray, o: np.ndarray, b: np.ndarray, t0: float,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +29,11 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.engine.measuring import _groups
+from dpsql.engine.direct import is_direct_strategy
 from dpsql.engine.ordered import is_ordered_strategy
 from dpsql.engine.mixed import is_mixed_strategy
 from dpsql.engine.reports import COUNTS, QUANTILES, PartReport, PlanReport, QueryReport, unit_of, units_of
-from dpsql.errors import ModelTooLargeError, ProgrammingError, UnsupportedQueryError
+from dpsql.errors import ProgrammingError
 from dpsql.measure import release as rel
 from dpsql.pgm.measurement import Measurement, estimate_total
 
@@ -151,7 +151,8 @@ class Planner:
         # one group per release: the whole workload, or each part of a mixed plan at its
         # share (dpsql/engine/mixed.py); the offsets go with the part the model answers
         groups = [("", strategy, rho, list(range(len(workload.parts))), True)] if not is_mixed_strategy(strategy) \
-            else [(p.name, p.strategy, p.share(rho), list(p.parts), not p.ordered) for p in strategy.parts]
+            else [(p.name, p.strategy, p.share(rho), list(p.parts), not (p.ordered or p.direct))
+                  for p in strategy.parts]
         # the per-query baselines keep the view's bound k (a query alone at k, as the split
         # across views judges them, people_plan.ViewCost); the SVD floors, lower bounds for
         # every strategy, the smallest factor any block can get (S² under a group bound)
@@ -174,7 +175,9 @@ class Planner:
                 reports[j] = QueryReport(
                     sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(j, 0.0)),
                     math.sqrt(part.rows * part.baseline * s2_all / part.rows),
-                    None if floor is None else math.sqrt(floor * s2_floor / part.rows), unit)
+                    # a direct part's floor would be its merged cells', not the column's
+                    None if floor is None or is_direct_strategy(sub) else math.sqrt(floor * s2_floor / part.rows),
+                    unit)
             if is_mixed_strategy(strategy):
                 parts.append(self._part_report(table, name, sub, sub_rho, rho, indices, blocks, reports, s2,
                                                {labels[j][0] for j in indices}, workload.domain))
@@ -198,8 +201,14 @@ class Planner:
             from dpsql.plan.aim import advise
             with self._lock:
                 fitted = self._state(table).model
-            advice = advise(raw, raw.domain, rmse if count_rmse is None else count_rmse,
-                            total=None if fitted is None else float(fitted.total)).text
+            # thin statements over two fine columns are measured directly, never by a model
+            # AIM could fit (engine/direct.py): their 10⁹-cell marginals are not AIM's to weigh
+            skip = {j for p in strategy.parts if p.direct for j in p.parts} if is_mixed_strategy(strategy) else set()
+            if skip and len(skip) < len(blocks):
+                raw = Workload(workload.domain, linalg.Union([b for j, b in enumerate(blocks) if j not in skip]))
+            advice = None if len(skip) == len(blocks) else advise(
+                raw, raw.domain, rmse if count_rmse is None else count_rmse,
+                total=None if fitted is None else float(fitted.total)).text
         return PlanReport(table, strategy, len(names), m, float(rho), rmse, baseline, time.perf_counter() - t0,
                           None if bound is None else math.sqrt(bound[0] * s2_floor / m),
                           bool(bound and bound[1]), self.config.planner.objective,
@@ -218,7 +227,9 @@ class Planner:
         bound, exact = None, False
         if self.config.noise == "gaussian":
             raw = Workload(domain, linalg.Union([blocks[j] for j in indices]))
-            if is_ordered_strategy(sub) and not sub.groups:
+            if is_direct_strategy(sub):
+                b = None        # its merged domain is not the table's: no floor of the table's cells
+            elif is_ordered_strategy(sub) and not sub.groups:
                 # on the column alone: W ⊗ 1ᵀ over n·m cells has singular values √m·σ(W), so
                 # its SVD bound (Σσ)²/N is W's over n; there it is computable in closed form
                 i = list(domain.attributes).index(sub.attribute)
@@ -250,127 +261,48 @@ class Planner:
         """The strategy of a table's workload: one HDMM or ordered strategy, or, when the
         workload mixes fine columns' CDF/range queries with others, a ``MixedStrategy`` of
         one ordered part per such column and the rest, with the budget split between them
-        (dpsql/engine/mixed.py)."""
-        from dpsql.engine.mixed import (MixedStrategy, StrategyPart, least_fraction, split_columns, split_fractions,
-                                        sub_workload, thin_above_baseline, thin_split)
+        (``mixed.MixedPlanner``: the split is kept only when its expected error is lower)."""
+        from dpsql.engine.direct import plan_with_direct
+        from dpsql.engine.mixed import MixedPlanner, split_columns, thin_split
 
-        split = split_columns(workload, labels, offsets)
-        # measured, the strategy's blocks get rho less the binning offsets' share (``measure``)
+        workload = self._with_offsets(table, workload, offsets, rho)
+        direct = plan_with_direct(self, table, workload, labels, offsets, rho, unit_rows)
+        if direct is not None:      # thin statements over two fine columns: a part of their own
+            return direct
+        # measured, one strategy's blocks get rho less the binning offsets' share (``measure``)
         counts_rho = lambda s: rho - self._offsets_rho(table, s, rho)     # noqa: E731
-        moved: set[str] = set()
-        alone = None
-        if split is None:
-            alone = self.optimize_counted(workload, rho, unit_rows, table=table, counts_rho=counts_rho)
-            apart = thin_split(workload, labels, offsets, alone)
-            if apart is None:
-                return alone
-            # a workload of the fine column alone whose ordered strategy leaves thin counts
-            # above their baselines: those counts are a rest of their own (mixed.thin_split)
-            moved.update(labels[j][0] for j in apart[2])
-            split = ([(apart[0], apart[1])], apart[2])
-        columns, rest_idx = split
-        attributes = {f"ordered {workload.domain.attributes[i]}": workload.domain.attributes[i] for i, _ in columns}
-        idx = {name: list(ordered) for name, (_, ordered) in zip(attributes, columns)}
+        mixed = MixedPlanner(self, table, workload, labels, offsets, rho, unit_rows, counts_rho)
+        split = split_columns(workload, labels, offsets)
+        if split is not None:
+            return mixed.split(*split)
+        alone = mixed.whole()
+        # a fine column alone whose ordered strategy leaves thin counts above their baselines
+        apart = thin_split(workload, labels, offsets, alone)
+        return alone if apart is None else mixed.split([(apart[0], apart[1])], apart[2], alone)
 
-        def fractions(ordered, rest, least=None):
-            # c_v = k_v²·E_v: every part in the whole workload's objective (mixed.py)
-            return split_fractions({**{v: self.rows_sq(table, ordered[v]) * ordered[v].expected_error for v in idx},
-                                    "rest": self.rows_sq(table, rest) * rest.expected_error}, least)
+    def _with_offsets(self, table: str, workload: Workload, offsets, rho: Fraction) -> Workload:
+        """``workload`` with each SUM's binning offsets' variance in its part
+        (``QueryPart.offsets``: per row, at the whole ``rho``, in the unit noise of its baseline,
+        σ²(ρ)·k²), so that the planner chooses a strategy that leaves them a share of the
+        budget at which every query keeps its baseline (``dpsql.plan.shares``).  The offsets'
+        blocks and their calibration do not depend on the strategy (``offset_blocks``)."""
+        from dataclasses import replace
 
-        def move(v, statements):
-            nonlocal rest_idx
-            moved.update(statements)
-            rest_idx = sorted(rest_idx + [j for j in idx[v] if labels[j][0] in statements])
-            idx[v] = [j for j in idx[v] if labels[j][0] not in statements]
+        from dpsql.engine.offsets import offset_blocks, offset_variances
 
-        def plan_ordered(v, at):
-            subs[v] = sub_workload(workload, idx[v], at)
-            ordered[v] = self.optimize(subs[v], rho, unit_rows, table=table)    # in closed form, budget-free
-            planned_at[v] = at
-        # Each part is planned against its queries' baselines at its share (sub_workload), and
-        # its share follows from its plan's error: a few rounds of that fixed point (on
-        # bench/fine_mixed.py's workload the shares move by 5e-3 in the third round and by
-        # < 1e-3 in the fourth).  The rest is planned at its share for the lattice check too.
-        # An ordered part is planned again only when its share moved by over 1% since (at 10⁶
-        # cells each plan of it is seconds of CPU; its baselines then differ by under 1%).
-        # A thin count an ordered plan leaves above its baseline at its share moves to the
-        # rest (mixed.thin_above_baseline), and that ordered part is planned again without it.
-        f = {**{v: Fraction(1) for v in idx}, "rest": Fraction(1)}
-        subs: dict[str, Any] = {}
-        ordered: dict[str, Any] = {}
-        planned_at: dict[str, Fraction] = {}
-        for v in idx:
-            plan_ordered(v, Fraction(1))
-        for round_ in range(6):
-            moved_any = False
-            for v in idx:
-                if round_ and abs(float(f[v] - planned_at[v])) > 1e-2 * float(f[v]):
-                    plan_ordered(v, f[v])
-                thin = thin_above_baseline(workload, labels, idx[v], ordered[v])
-                if thin:
-                    move(v, thin)
-                    moved_any = True
-                    plan_ordered(v, planned_at[v])
-            rest_w = sub_workload(workload, rest_idx, f["rest"])
-            rest = self.optimize_counted(rest_w, rho * f["rest"], unit_rows, table=table)
-            last, f = f, fractions(ordered, rest)
-            if not moved_any and all(abs(float(f[v] - last[v])) <= 1e-3 * float(f[v]) for v in f):
-                break
-        # At the error-minimising shares a part may still leave queries above their baselines
-        # (a rest of thin counts alone: 1.15× at n = 10⁴): the nearest shares at which every
-        # part keeps them, when such exist (mixed.split_fractions), each part planned again
-        # at its new share.  Only then: a part balanced at its share is tight there, and
-        # clamping every round would ratchet its share up (the quantiles' RMSE tripled).
-        least = {**{v: least_fraction(ordered[v], planned_at[v], self.rows_sq(table, ordered[v]) / unit_rows ** 2)
-                    for v in idx},
-                 "rest": least_fraction(rest, last["rest"], self.rows_sq(table, rest) / unit_rows ** 2)}
-        if any(least[v] > f[v] for v in f):
-            f = fractions(ordered, rest, least)
-            if f["rest"] != last["rest"]:
-                rest_w = sub_workload(workload, rest_idx, f["rest"])
-                rest = self.optimize_counted(rest_w, rho * f["rest"], unit_rows, table=table)
-            for v in idx:
-                if f[v] != planned_at[v]:
-                    plan_ordered(v, f[v])
-        # the other candidate: one strategy for the whole workload (the ordered strategy per
-        # group of the other columns asked, when those are few: plan.ordered.group_attributes)
-        try:
-            whole = alone if alone is not None else self.optimize_counted(workload, rho, unit_rows, table=table,
-                                                                          counts_rho=counts_rho)
-            whole_error = self.rows_sq(table, whole) * whole.expected_error
-            whole_text = f"{whole.operator} over the whole workload: expected error {whole_error:.6g}"
-        except (UnsupportedQueryError, ModelTooLargeError) as exc:    # the group caps, the model size
-            whole, whole_error = None, math.inf
-            whole_text = f"one strategy over the whole workload is refused ({exc.message})"
-        split_error = (sum(self.rows_sq(table, ordered[v]) * ordered[v].expected_error / float(f[v]) for v in idx)
-                       + self.rows_sq(table, rest) * rest.expected_error / float(f["rest"]))
-        if whole is not None and moved and is_ordered_strategy(whole) and thin_above_baseline(
-                workload, labels, list(range(len(workload.parts))), whole):
-            # one ordered strategy would leave the moved thin counts above their baselines
-            whole, whole_text = None, whole_text.replace(
-                ": expected error", " (not a candidate: it leaves thin counts above their per-query baselines): "
-                "expected error")
-        names = " and ".join(repr(a) for a in attributes.values())
-        if whole is not None and whole_error <= split_error:
-            return replace(whole, explanation=whole.explanation + f" (lower than the split into the queries "
-                           f"over {names} and the rest: expected error {split_error:.6g})")
-        n_r = len(rest_idx)
-        counts = ", ".join(f"{len(idx[v])} linear quer{'y' if len(idx[v]) == 1 else 'ies'} planned by the ordered "
-                           f"strategy over {attributes[v]!r} ({ordered[v].operator})" for v in idx)
-        several = len(idx) > 1
-        return MixedStrategy((
-            *(StrategyPart(v, ordered[v], f[v], tuple(idx[v]), subs[v], True) for v in idx),
-            StrategyPart("rest", rest, f["rest"], tuple(rest_idx), rest_w)),
-            explanation=(f"The workload mixes CDF/range/quantile queries over the fine column{'s' if several else ''} "
-                         f"{names} with queries that do not ask about {'them' if several else 'it'}"
-                         if alone is None else
-                         f"The workload asks about the fine column {names} alone, and one ordered "
-                         "strategy leaves its thin counts above their per-query baselines, so those are "
-                         "planned apart") +
-                        f": {counts}, {n_r} by {rest.operator}; the budget is split between the "
-                        f"{len(idx) + 1} releases to minimise the total expected error (shares "
-                        "proportional to the square root of each part's error at unit noise): expected error "
-                        f"{split_error:.6g}, against {whole_text}.")
+        if not offsets or self.config.planner.binning != "offsets" or not self._sums_offsets or not workload.parts:
+            return workload
+        blocks = offset_blocks(self._state(table).schema, offsets)
+        if not blocks:
+            return workload
+        source = self.config.sources[table]
+        var = offset_variances(blocks, rho, self.config.noise, source.unit_rows,
+                               _groups(source, self.config.noise))
+        unit = gaussian_sigma2_unit(float(rho)) * source.unit_rows ** 2
+        if not var or not unit > 0:
+            return workload
+        return replace(workload, parts=tuple(replace(p, offsets=var[j] / unit) if var.get(j, 0.0) > 0 else p
+                                             for j, p in enumerate(workload.parts)))
 
     def rows_sq(self, table: str, strategy: Strategy) -> float:
         """The squared rows-per-unit factor of ``strategy``'s noise on ``table``: max_rows²,
@@ -529,7 +461,7 @@ class Planner:
         if not is_mixed_strategy(strategy):
             return [(strategy, rho, self.offset_plan(table, strategy, rho))]
         return [(p.strategy, p.share(rho),
-                 None if p.ordered else self.offset_plan(table, p.strategy, p.share(rho), p.parts))
+                 None if p.ordered or p.direct else self.offset_plan(table, p.strategy, p.share(rho), p.parts))
                 for p in strategy.parts]
 
     def offset_plan(self, table: str, strategy: Strategy, rho: Fraction, indices: Sequence[int] | None = None):

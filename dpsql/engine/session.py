@@ -22,6 +22,7 @@ Values the released measurements do not support follow the session's policy
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, replace
 from collections.abc import Callable, Mapping, Sequence
@@ -162,8 +163,9 @@ class Session:
             if isinstance(params, Mapping) else tuple(params)
         key = (sql, bound, self.settings["dpsql.estimator"], self.policy)
         self.engine.refresh()  # releases made by other processes since the last statement
-        # a fine ordered column's release answers what it can, in closed form (issue 35)
-        ordered = self._answer_ordered(compiled)
+        # a fine ordered column's release answers what it can, in closed form (issue 35);
+        # a thin statement over two fine columns comes from its direct release
+        ordered = self._answer_direct(compiled) or self._answer_ordered(compiled)
         if ordered is not None:
             return self._with_error_columns(self._result(compiled, columns, ordered[:2], [], t0, None, 0,
                                                          ordered[2]), values)
@@ -219,6 +221,17 @@ class Session:
         from dpsql.engine.people_truncation import released_truncation
         released = released_truncation(self.engine, table)
         return () if released is None else (f"{table}: {released.line()}",)
+
+    def _answer_direct(self, compiled):
+        """(answers, stderrs, "direct") from the direct release that measured every linear
+        query of the statement (``engine.direct.answer_direct``), or None."""
+        from dpsql.engine.direct import answer_direct
+        schema = self.engine.catalog[compiled.table]
+        for release in self.engine.direct_releases(compiled.table):
+            got = answer_direct(schema, release, compiled)
+            if got is not None:
+                return got[0], got[1], "direct"
+        return None
 
     def _answer_ordered(self, compiled):
         """(answers, stderrs, model description) from the table's ordered release of the
@@ -593,5 +606,11 @@ def _example_query(table: str, never: list[tuple[str, ...]]) -> str:
         for a in item:
             if a not in attrs:
                 attrs.append(a)
-    cols = ", ".join(attrs[:2]) if len(never) == 1 or len(attrs) <= 2 else ", ".join(never[0])
-    return f"SELECT {cols}, COUNT(*) FROM {table} GROUP BY {cols}"
+    cols = ", ".join(map(_sql_name, attrs[:2] if len(never) == 1 or len(attrs) <= 2 else never[0]))
+    return f"SELECT {cols}, COUNT(*) FROM {_sql_name(table)} GROUP BY {cols}"
+
+
+def _sql_name(name: str) -> str:
+    """``name`` as the hint's SQL must spell it: quoted unless a plain identifier (a CSV's
+    ``pay-rate`` unquoted is ``pay - rate``: the suggested query did not run)."""
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'

@@ -60,6 +60,9 @@ class TableState:
     # first, built on first use (``Engine.ordered_estimates``)
     ordered: list = field(default_factory=list)
     ordered_estimate: list | None = None
+    # direct releases of thin statements over two fine columns (``engine.direct.DirectRelease``;
+    # never in the model), oldest first
+    direct: list = field(default_factory=list)
 
 
 def _retire_model(state: TableState) -> None:

@@ -590,12 +590,17 @@ def cap_stderr(wide: np.ndarray, stderr: np.ndarray, baseline: float | None,
     reported 0.2% over their baselines by the offsets' part, bench/fit_stop.py)."""
     if baseline is None or not np.isfinite(baseline):
         return wide
+    # "within" to the plan's own relative 1e-9 (planner._above_baseline): a query planned at its
+    # baseline exactly (the per-query mechanism at union sensitivity 1) computes s by least squares
+    # a rounding error either side of b, and one above kept the whole widening; the cut is then
+    # at s itself, never below the least-squares error
+    tol = 1 + 1e-9
     if other is None:
-        return np.where(stderr <= baseline, np.minimum(wide, baseline), wide)
+        return np.where(stderr <= baseline * tol, np.minimum(wide, np.maximum(baseline, stderr)), wide)
     o2 = np.square(np.asarray(other, dtype=np.float64))
-    within = np.isfinite(o2) & (np.square(stderr) + o2 <= baseline * baseline)
+    within = np.isfinite(o2) & (np.square(stderr) + o2 <= (baseline * tol) ** 2)
     room = np.sqrt(np.maximum(baseline * baseline - np.where(np.isfinite(o2), o2, 0.0), 0.0))
-    return np.where(within, np.minimum(wide, room), wide)
+    return np.where(within, np.minimum(wide, np.maximum(room, stderr)), wide)
 
 
 class VarianceModel:

@@ -60,7 +60,9 @@ class DuckDBBackend(SqlBackend):
             self._con.execute(f"SET threads = {int(threads)}")
         if memory_limit:
             self._con.execute("SET memory_limit = ?", [memory_limit])
-        self._encoded: dict[str, tuple[str, dict]] = {}
+        # per table: the temp table, the content and the schema it encodes (a direct part's
+        # merged fine columns are another schema of the same table: engine/direct.py)
+        self._encoded: dict[str, tuple[str, dict, TableSchema]] = {}
         self._sql_cache: dict[tuple, str] = {}
         # copies of private rows (the framed records, DuckDB's spills) only in a private
         # directory removed on exit; a start removes what crashed processes left (issue 34)
@@ -218,7 +220,7 @@ class DuckDBBackend(SqlBackend):
         """Create (once per source content) the temp table of cell indices for ``schema``."""
         current = expect if expect is not None else self.fingerprint(schema.name)
         cached = self._encoded.get(schema.name)
-        if cached is not None and cached[1] == current:
+        if cached is not None and cached[1] == current and cached[2] == schema:
             return cached[0]
         source = self._source(schema.name)
         if not _framed_csv(source):
@@ -247,7 +249,7 @@ class DuckDBBackend(SqlBackend):
         if fp != current:
             self._encoded.pop(schema.name, None)
             raise changed_error(schema.name, while_reading=True)
-        self._encoded[schema.name] = (name, fp)
+        self._encoded[schema.name] = (name, fp, schema)
         return name
 
     def _drop_framed(self) -> None:

@@ -63,6 +63,9 @@ class QueryPart:
     weight: float             # user weight w_q
     scale: float              # its rows' variances are multiplied by this in the objective
     baseline: float           # b_q: per-row unit variance of the per-query mechanism
+    # o_q: per-row unit variance a SUM's measured binning offsets add at the whole budget (0
+    # for a count); at a share t of it o_q/t, the strategy's rows then at 1 − t (plan/shares.py)
+    offsets: float = 0.0
 
     @property
     def terms(self) -> range:

@@ -200,8 +200,10 @@ class WorkloadTerms:
         h = hashlib.sha256()
         h.update(repr((self.attributes, self.shape)).encode())
         # the baselines too: the planner keeps each query within its own (balance.py), and a
-        # mixed workload's part is planned against baselines at its share of the budget
+        # mixed workload's part is planned against baselines at its share of the budget; a
+        # SUM's binning offsets (plan/shares.py) where it has any, so other keys stay as they were
         h.update(repr([(p.first_term, p.num_terms, p.scale, p.sensitivity, p.baseline)
+                       + ((p.offsets,) if p.offsets else ())
                        for p in self.parts]).encode())
         seen: dict[int, str] = {}
         for t in self.terms:

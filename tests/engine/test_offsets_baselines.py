@@ -106,3 +106,38 @@ def test_reported_errors_keep_the_plans_promise(tmp_path, monkeypatch):
     finally:
         con.close()
         dpsql.dbapi._engines.clear()
+
+
+# bench/reported_errors.py's mixed corpus: the first 26 dashboard counts and 5 SUM/AVG queries
+MIXED = split_statements((ADULT / "dashboard.sql").read_text())[:26] + [
+    "SELECT SUM(hours_per_week) FROM adult",
+    "SELECT sex, AVG(age) FROM adult GROUP BY sex",
+    "SELECT income, AVG(hours_per_week) FROM adult GROUP BY income",
+    "SELECT race, SUM(capital_gain) FROM adult GROUP BY race",
+    "SELECT AVG(education_num) FROM adult"]
+
+
+@pytest.mark.slow      # plans 31 queries, some candidates twice (~3 CPU-s)
+def test_the_strategy_leaves_the_offsets_a_share_that_keeps_every_baseline(tmp_path):
+    """``race, SUM(capital_gain)`` (capital_gain in wide bins) is its bin query plus measured
+    offsets.  OPT_M+ kept every count and that bin query at 0.91–1.00 of their baselines, so
+    no share of ρ left the offsets room: the plan reported the SUM at 1.029× its baseline, and
+    15 of its answers came out above it (bench/reported_errors.py).  The planner now judges
+    candidates with the offsets' share (plan/shares.py) and plans again against tightened
+    baselines; the counts' error must not jump to the per-query mechanism's (0.95×)."""
+    con = dpsql.connect(write_config(tmp_path, queries=MIXED, planner={"restarts": 1, "seed": 0}), user="alice")
+    try:
+        report = con.session.plan()
+        assert report.offsets_rho > 0
+        ratios = {f"{q.sql} [{q.aggregate}]": q.stderr / q.baseline for q in report.per_query}
+        assert "SELECT race, SUM(capital_gain) FROM adult GROUP BY race [SUM(capital_gain)]" in ratios
+        above = {k: r for k, r in ratios.items() if r > 1 + 1e-9}
+        assert not above, above
+        assert not report.flagged
+        counts = [u for u in report.units if u.unit == "counts"][0]
+        # 0.582 on main (above), 0.593 now; the per-query mechanism 0.952
+        assert counts.rmse / counts.baseline <= 0.62, counts.rmse / counts.baseline
+        assert report.strategy.operator != "per-query"
+    finally:
+        con.close()
+        dpsql.dbapi._engines.clear()

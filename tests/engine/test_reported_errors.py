@@ -36,6 +36,24 @@ def test_cap_keeps_the_widening_within_the_baseline():
     assert cap_stderr(biased, np.array([30.0]), 12.0)[0] == pytest.approx(30.0 + 60.0 / Z95)
 
 
+def test_cap_holds_at_the_baseline_to_the_plans_own_tolerance():
+    """A query planned exactly at its baseline (the per-query mechanism when its blocks' union
+    sensitivity is 1) computes its least-squares error a rounding error either side of b: one
+    1e-15 above it kept the model's whole widening (12 → 20 here).  Within the plan's relative
+    1e-9 the cut holds, at s itself (never below the least-squares error); beyond it nothing
+    changes."""
+    b = 12.0
+    s = np.array([b * (1 + 1e-15), b * (1 - 1e-15), b * (1 + 1e-6)])
+    wide = np.array([20.0, 20.0, 20.0])
+    got = cap_stderr(wide, s, b)
+    assert got[0] == s[0] and got[1] == b and got[2] == 20.0
+    other = np.array([3.0, 3.0, 3.0])
+    room = np.sqrt(b * b - 9.0)
+    s = np.array([room * (1 + 1e-15), room * (1 - 1e-15), room * (1 + 1e-6)])
+    got = cap_stderr(wide, s, b, other)
+    assert got[0] == s[0] and got[1] == room and got[2] == 20.0
+
+
 @pytest.mark.slow      # measures and fits the adult table (~5 CPU-s)
 def test_no_reported_count_error_is_above_its_baseline(tmp_path):
     assert len(QUERIES) == 9 and any("GROUP BY sex" in q and "WHERE" not in q for q in QUERIES)

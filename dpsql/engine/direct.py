@@ -1,0 +1,419 @@
+"""Thin statements over two fine columns, measured directly (issue 35 item 4).
+
+A statement such as ``SELECT COUNT(*) FROM adult WHERE capital_gain > 5000 AND
+capital_loss > 0`` or ``… WHERE capital_gain BETWEEN 1 AND 9999 AND capital_loss < 1000
+GROUP BY sex`` asks about two columns of more than ``gram.LARGE_CELLS`` cells at once.  No
+strategy over both can be planned (a marginal of 10⁵ × 5·10³ cells; the ordered strategy
+measures one column), and no model over both can be fitted.  But such a statement is
+*thin*: each of its linear queries is one Kronecker term whose factors on the fine columns
+are a few predicate rows and whose rows are a few group cells.  Its per-query baseline is
+the query measured on its own (``plan.objective``), so that is what is done:
+
+* the fine columns' cells are merged into the runs on which every such statement's rows
+  are constant (``direct_split``: public, from the workload's SQL and the declared domain),
+  a column of 10⁵ cells becoming a handful of bins (``coarse_schema``: an ``IntegerRange``
+  or ``Numeric`` with those bins' starts as edges); the counts of the statements' rows are
+  unchanged by the merge, so a marginal over the merged columns is counted instead;
+* the statements form a **direct part** of a mixed plan: the per-query mechanism
+  (``plan.operators.opt_per_query``) on the merged domain, at the least share of the
+  budget that keeps each of its queries within its per-query baseline (k/m of ρ for k of
+  the workload's m queries: exactly their baseline), the other statements planned as a
+  workload of their own at the rest (``mixed`` and ``Planner.strategy_for`` as before);
+  every part is measured in the same ``measure_parts`` (one preview, every charge durable
+  before any noise);
+* a statement is answered from its own released block (``answer_direct``): each linear
+  query's rows are the block's noisy values, its variance the block's noise variance.
+
+Nothing else is measured this way: a CDF, quantile or GROUP BY of every value of one fine
+column together with a predicate on another is refused (``direct_split``) with a hint.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpsql import linalg
+from dpsql.errors import UnsupportedQueryError
+
+__all__ = ["DirectStrategy", "DirectRelease", "direct_split", "coarse_schema", "answer_direct",
+           "answers_block", "is_direct_strategy", "is_direct_payload", "pack", "unpack", "plan_with_direct"]
+
+#: The most rows one linear query measured directly may have (a few group cells).
+MAX_ROWS = 512
+
+
+def is_direct_strategy(strategy) -> bool:
+    """A ``DirectStrategy``, told by class name (as the ordered and mixed ones are)."""
+    return type(strategy).__name__ == "DirectStrategy"
+
+
+def is_direct_payload(payload: bytes) -> bool:
+    """Whether a release payload is a direct release (``pack``), from its member names."""
+    with zipfile.ZipFile(io.BytesIO(payload)) as z:
+        return "__direct__.npy" in z.namelist()
+
+
+@dataclass(frozen=True, eq=False)
+class DirectStrategy:
+    """The per-query strategy ``inner`` (a ``plan.Strategy``) over ``schema``: the table's
+    schema with the fine columns of ``starts`` merged into runs (``coarse_schema``);
+    ``starts[name]`` the first fine cell of each run (the NULL cell its own run).  The
+    views the planner and the measurement read are ``inner``'s."""
+
+    inner: Any
+    schema: Any
+    starts: dict[str, tuple[int, ...]]
+    explanation: str = ""
+    operator: str = "direct"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+@dataclass(frozen=True, eq=False)
+class DirectRelease:
+    """A released direct part: the merge of each fine column (``DirectStrategy.starts``) and
+    the noisy blocks (``release.LatticeBlock``, values, noise standard deviation)."""
+
+    starts: dict[str, tuple[int, ...]]
+    released: list
+
+
+def _large_cells() -> int:
+    from dpsql.plan.gram import LARGE_CELLS
+    return int(LARGE_CELLS)
+
+
+def _thin_factor(f) -> np.ndarray | None:
+    """The dense rows of a factor on a fine column when it is a few integer rows (a WHERE's
+    predicate, a BETWEEN), else None (a GROUP BY of every value, a CDF, real values)."""
+    from dpsql.plan.workload import THIN_ROWS
+
+    if isinstance(f, (linalg.Identity, linalg.Prefix, linalg.Suffix, linalg.AllRange)) or f.shape[0] > THIN_ROWS:
+        return None
+    F = np.atleast_2d(np.asarray(f.dense(), dtype=np.float64))
+    return F if bool(np.all(F == np.round(F))) else None
+
+
+def _rows_of(f) -> np.ndarray:
+    """``_thin_factor`` of a factor ``direct_split`` found thin."""
+    F = _thin_factor(f)
+    assert F is not None, "a direct statement's factors on the fine columns are thin"
+    return F
+
+
+def _runs(rows: list[np.ndarray], attr) -> tuple[int, ...]:
+    """The first cell of each run of cells on which every row of ``rows`` is constant; a
+    nullable column's NULL cell (the last) is a run of its own."""
+    n = attr.size
+    values = n - 1 if attr.nullable else n
+    R = np.vstack(rows)[:, :values]
+    breaks = np.flatnonzero(np.any(R[:, 1:] != R[:, :-1], axis=0)) + 1
+    out = [0, *(int(b) for b in breaks)]
+    return tuple(out + ([n - 1] if attr.nullable else []))
+
+
+def coarse_attribute(attr, starts: tuple[int, ...]):
+    """``attr`` with its cells merged into the runs starting at ``starts``, or None for a
+    kind that cannot be merged (only integer and numeric bins are).  A value lands in the
+    run holding the cell it lands in: the merged bins' starts are cells' starts, and values
+    outside the domain clamp (or are invalid) as before."""
+    from dpsql.domain import IntegerRange, Numeric
+
+    values = [s for s in starts if not (attr.nullable and s == attr.size - 1)]
+    if isinstance(attr, IntegerRange):
+        cell_starts = [lo for lo, _ in attr.bin_bounds()[:attr.size - (1 if attr.nullable else 0)]]
+        return IntegerRange(attr.name, attr.lo, attr.hi, edges=[int(cell_starts[s]) for s in values],
+                            nullable=attr.nullable, clamp=attr.clamp)
+    if isinstance(attr, Numeric):
+        return Numeric(attr.name, [attr.edges[s] for s in values] + [attr.edges[-1]], nullable=attr.nullable)
+    return None
+
+
+def coarse_schema(schema, starts: dict[str, tuple[int, ...]]):
+    """``schema`` with each column of ``starts`` merged (``coarse_attribute``)."""
+    from dpsql.domain import TableSchema
+
+    attrs = [coarse_attribute(a, starts[a.name]) if a.name in starts else a for a in schema.attributes]
+    if any(a is None for a in attrs):
+        return None
+    return TableSchema(schema.name, tuple(attrs), schema.source)
+
+
+def _class_of(starts: tuple[int, ...], n: int) -> np.ndarray:
+    """Each fine cell's run (``starts`` in order, the last run to the end)."""
+    out = np.zeros(n, dtype=np.int64)
+    out[list(starts[1:])] = 1
+    return np.cumsum(out)
+
+
+def _coarse(F: np.ndarray, starts: tuple[int, ...]) -> np.ndarray | None:
+    """F's columns per run, or None when F is not constant on each run."""
+    Fc = F[:, list(starts)]
+    return Fc if np.array_equal(Fc[:, _class_of(starts, F.shape[1])], F) else None
+
+
+def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str, tuple[int, ...]], Any] | None:
+    """(query part indices, runs per fine column, merged schema) of the workload's
+    statements that ask about two or more fine columns (more than ``LARGE_CELLS`` cells)
+    and are thin (every linear query one Kronecker term of integer factors, a few rows on
+    each fine column, at most ``MAX_ROWS`` rows), or None when there are none.  Such a
+    statement that is not thin, or whose columns cannot be merged (only integer and
+    numeric bins can), is refused: no strategy over two such columns is planned.  A
+    statement with binning offsets is not thin.  Public: workload SQL and domains."""
+    large = _large_cells()
+    names = list(workload.domain.attributes)
+    fine = {i for i, n in enumerate(workload.domain.shape) if n > large}
+    if len(fine) < 2:
+        return None
+    with_offsets = {labels[j][0] for _, j in offsets}
+    asks: dict[str, set[int]] = {}
+    for j, part in enumerate(workload.parts):
+        on = {i for t in part.terms for i in workload.terms.terms[t].support if i in fine}
+        asks[labels[j][0]] = asks.get(labels[j][0], set()) | on
+    chosen = {sql for sql, on in asks.items() if len(on) >= 2}
+    if not chosen:
+        return None
+    # only those statements' factors are read densely (a workload of many others pays nothing)
+    thin: dict[str, bool] = {}
+    for j, part in enumerate(workload.parts):
+        sql = labels[j][0]
+        if sql not in chosen:
+            continue
+        terms = [workload.terms.terms[t] for t in part.terms]
+        ok = sql not in with_offsets and len(terms) == 1 and part.rows <= MAX_ROWS and bool(terms[0].factors)
+        if ok:
+            for i, f in enumerate(terms[0].factors):
+                if isinstance(f, linalg.Total):
+                    continue
+                F = _thin_factor(f) if i in fine else np.atleast_2d(np.asarray(f.dense(), dtype=np.float64))
+                if F is None or not bool(np.all(F == np.round(F))):
+                    ok = False
+                    break
+        thin[sql] = thin.get(sql, True) and ok
+    for sql in sorted(chosen):
+        if not thin[sql]:
+            cols = " and ".join(repr(names[i]) for i in sorted(asks[sql]))
+            raise UnsupportedQueryError(
+                f"statement {sql!r} asks about {cols}, columns of more than {large:,} cells, together, "
+                "and not as a few counts: a CDF, a quantile, a GROUP BY of every value or a SUM of real values "
+                "over one of them restricted by the other has no strategy (only counts and integer sums "
+                f"whose rows are at most {MAX_ROWS} cells are measured directly)",
+                hint=f"declare all but one of {cols} in coarser bins (bin_width or edges in the domain), "
+                     "or ask for counts with range predicates (WHERE x > c AND y BETWEEN a AND b) instead")
+    indices = [j for j in range(len(workload.parts)) if labels[j][0] in chosen]
+    # the runs of every fine column any chosen statement's rows touch (from their rows only)
+    used = {i for j in indices for t in workload.parts[j].terms for i in workload.terms.terms[t].support
+            if i in fine}
+    mine: dict[int, list[np.ndarray]] = {i: [] for i in used}
+    for j in indices:
+        for i, f in enumerate(workload.terms.terms[workload.parts[j].terms[0]].factors):
+            if i in used and not isinstance(f, linalg.Total):
+                mine[i].append(_rows_of(f))
+    starts = {names[i]: _runs(mine[i], schema.attributes[i]) for i in used}
+    coarse = coarse_schema(schema, starts)
+    if coarse is None:
+        bad = [names[i] for i in used if coarse_attribute(schema.attributes[i], starts[names[i]]) is None]
+        raise UnsupportedQueryError(
+            f"the workload counts over {' and '.join(map(repr, bad))} together with another column of more "
+            f"than {large:,} cells: only integer and numeric columns can be measured that way",
+            hint="declare the column in coarser bins, or ask about one fine column per statement")
+    return indices, starts, coarse
+
+
+def _coarse_workload(workload, indices, starts, coarse, fraction: Fraction):
+    """The query parts ``indices`` of ``workload`` over the merged domain of ``coarse``: each
+    term's factors on the merged columns taken per run (equal on every cell of it), the
+    parts' scales and per-query baselines the whole workload's (the latter at ``fraction``,
+    as ``mixed.sub_workload``), so that errors add up with the other parts'."""
+    from dataclasses import replace
+
+    from dpsql.plan import Workload
+
+    names = list(workload.domain.attributes)
+    mats, parts, first = [], [], 0
+    for j in indices:
+        p = workload.parts[j]
+        term = workload.terms.terms[p.terms[0]]
+        factors = []
+        for i, f in enumerate(term.factors):
+            name = names[i]
+            if name not in starts:
+                factors.append(f)
+            elif isinstance(f, linalg.Total):
+                factors.append(linalg.Total(len(starts[name])))
+            else:
+                Fc = _coarse(_rows_of(f), starts[name])
+                assert Fc is not None, "the runs are cut where any row changes"
+                factors.append(linalg.Explicit(Fc))
+        k = linalg.Kron(factors) if len(factors) > 1 else factors[0]
+        mats.append(k if term.weight == 1.0 else linalg.Weighted(float(term.weight), k))
+        parts.append(replace(p, first_term=first, baseline=p.baseline * float(fraction)))
+        first += 1
+    return Workload(coarse.domain, linalg.Union(mats), tuple(parts))
+
+
+def plan_direct(workload, indices, starts, coarse, noise: str, fraction: Fraction) -> DirectStrategy:
+    """The per-query mechanism for the parts ``indices`` over the merged domain: each query
+    measured on its own, its rows' noise that of the query alone at the part's share."""
+    from dpsql.plan.operators import opt_per_query
+
+    sub = _coarse_workload(workload, indices, starts, coarse, fraction)
+    inner = opt_per_query(sub, noise)
+    cells = ", ".join(f"{a!r} {workload.domain[a]:,} → {len(s)}" for a, s in starts.items())
+    return DirectStrategy(inner, coarse, starts,
+                          f"{len(indices)} thin quer{'y' if len(indices) == 1 else 'ies'} over two fine columns "
+                          f"measured directly on merged cells ({cells})")
+
+
+def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int = 1):
+    """The strategy of a workload some of whose statements are thin over two fine columns
+    (``direct_split``), or None when none are: those statements form a direct part at the
+    least share keeping each within its per-query baseline (``mixed.least_fraction``: k/m of
+    ρ for k of m queries), the others are planned by ``planner.strategy_for`` at the rest
+    of ρ, their per-query baselines still the whole workload's (``mixed.sub_workload``),
+    and the two are one ``MixedStrategy`` (the other plan's parts scaled to the rest)."""
+    from dpsql.engine.mixed import MixedStrategy, StrategyPart, is_mixed_strategy, least_fraction, sub_workload
+    from dpsql.engine.ordered import is_ordered_strategy
+
+    schema = planner._state(table).schema
+    found = direct_split(workload, labels, offsets, schema)
+    if found is None:
+        return None
+    indices, starts, coarse = found
+    noise = planner.config.noise
+    direct = plan_direct(workload, indices, starts, coarse, noise, Fraction(1))
+    # the per-query mechanism's variances scale as 1/f: its least share, planned once more
+    # there so that its sub-workload's baselines are those of the share it is measured at
+    least = least_fraction(direct, Fraction(1), planner.rows_sq(table, direct) / unit_rows ** 2)
+    f = Fraction(least) if least > 0 else Fraction(len(indices), len(workload.parts))
+    direct = plan_direct(workload, indices, starts, coarse, noise, f)
+    parts: list[StrategyPart] = []
+    keep = [j for j in range(len(workload.parts)) if j not in set(indices)]
+    if keep:
+        if f >= 1:
+            raise UnsupportedQueryError(
+                "the thin statements over two fine columns would need the whole budget to keep their "
+                "per-query baselines", hint="measure them in a workload of their own")
+        rest_f = 1 - f
+        at = {j: k for k, j in enumerate(keep)}
+        sub = sub_workload(workload, keep, rest_f)
+        other = planner.strategy_for(table, sub, [labels[j] for j in keep],
+                                     [(q, at[j]) for q, j in offsets if j in at], rho * rest_f, unit_rows)
+        if is_mixed_strategy(other):
+            parts += [StrategyPart(p.name, p.strategy, p.fraction * rest_f, tuple(keep[i] for i in p.parts),
+                                   p.workload, p.ordered) for p in other.parts]
+        else:
+            ordered = is_ordered_strategy(other)
+            parts.append(StrategyPart(f"ordered {other.attribute}" if ordered else "rest", other, rest_f,
+                                      tuple(keep), sub, ordered))
+        why = getattr(other, "explanation", "")
+    else:
+        f, why = Fraction(1), ""
+    parts.append(StrategyPart("direct", direct, f, tuple(indices), sub_workload(workload, indices, f), direct=True))
+    text = (f"{direct.explanation}, at {float(f):.4g} of the budget (each within its per-query baseline)"
+            + (f"; the other statements at the rest: {why}" if why else ""))
+    return MixedStrategy(tuple(parts), explanation=text)
+
+
+def pack(release: DirectRelease) -> bytes:
+    """A direct release's payload: the released blocks (``release.pack``) and the runs."""
+    from dpsql.measure import release as rel
+
+    buf = io.BytesIO()
+    np.savez(buf, __direct__=np.frombuffer(json.dumps({k: list(v) for k, v in release.starts.items()}).encode(),
+                                           dtype=np.uint8),
+             blocks=np.frombuffer(rel.pack(release.released), dtype=np.uint8))
+    return buf.getvalue()
+
+
+def unpack(payload: bytes) -> DirectRelease:
+    from dpsql.measure import release as rel
+
+    with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+        starts = {k: tuple(int(s) for s in v) for k, v in json.loads(bytes(z["__direct__"]).decode()).items()}
+        blocks = bytes(z["blocks"])
+    return DirectRelease(starts, rel.unpack(blocks))
+
+
+def answer_direct(schema, release: DirectRelease, compiled):
+    """(answers, stderrs) of every linear query of ``compiled`` from the direct ``release``:
+    each query's rows are one released block's noisy values when the block measured
+    exactly those rows (its factors, per run on the merged columns, equal the query's), its
+    standard errors the block's noise; None when some query was not measured so."""
+    from dpsql.sql.postprocess import Answers
+
+    if compiled.offset_queries:
+        return None
+    answers, stderrs = Answers(), {}
+    for lq in compiled.linear_queries:
+        got = _answer_matrix(schema, release, lq.matrix) if lq.blocks == 1 else None
+        if got is None:
+            return None
+        answers[lq.name], stderrs[lq.name] = got
+    return answers, stderrs
+
+
+def answers_block(schema, release: DirectRelease, matrix) -> bool:
+    """Whether ``release`` measured every row of the workload block ``matrix``."""
+    return _answer_matrix(schema, release, matrix) is not None
+
+
+def _answer_matrix(schema, release: DirectRelease, matrix):
+    """(values, standard errors) of the rows of ``matrix`` (one weighted Kronecker term over
+    the table's domain) from the block of ``release`` that measured them, or None."""
+    names = list(schema.domain.attributes)
+    terms = linalg.kron_terms(matrix)
+    if len(terms) != 1:
+        return None
+    w, factors = terms[0]
+    clique, coarse = [], []
+    for i, f in enumerate(factors):
+        if isinstance(f, linalg.Total):
+            continue
+        if f.shape[0] > MAX_ROWS:
+            return None
+        F = np.atleast_2d(np.asarray(f.dense(), dtype=np.float64))
+        if names[i] in release.starts:
+            Fc = _coarse(F, release.starts[names[i]])
+            if Fc is None:
+                return None
+            F = Fc
+        if F.shape[0] == 1 and bool(np.all(F == 1)):
+            continue        # summed over: the block's clique leaves it out too
+        clique.append(names[i])
+        coarse.append(F)
+    got = _match(release, tuple(clique), coarse)
+    if got is None:
+        return None
+    y, sd = got
+    return float(w) * y, np.full(y.shape, abs(float(w)) * sd)
+
+
+def _match(release: DirectRelease, clique: tuple[str, ...], factors: list[np.ndarray]):
+    """(values, stddev) of the released block measuring exactly ``factors`` over ``clique``."""
+    for block, values, sd in release.released:
+        if block.clique != clique or block.offsets is not None or block.scale != 1.0:
+            continue
+        # a factor read back from a payload may be a StructuredFactor (an identity over sex):
+        # its entries through np.asarray
+        if block.joint:
+            dense = factors[0]
+            for F in factors[1:]:
+                dense = np.kron(dense, F)
+            same = block.factors[0].shape == dense.shape and np.array_equal(np.asarray(block.factors[0]), dense)
+        else:
+            same = len(block.factors) == len(factors) and all(
+                b.shape == F.shape and np.array_equal(np.asarray(b), F) for b, F in zip(block.factors, factors))
+        if same:
+            return np.asarray(values, dtype=np.float64), float(sd)
+    return None
