@@ -186,7 +186,7 @@ class PeoplePlan:
 
 def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
     """The plan of every view at its share of ``rho`` (default: the workload budget)."""
-    from dpsql.plan.views import even_total, expected_total, split_budget
+    from dpsql.plan.views import even_total, expected_total
 
     people = engine.config.people
     if people is None:
@@ -194,8 +194,9 @@ def people_plan(engine: Engine, rho: Fraction | None = None) -> PeoplePlan:
                                hint='declare [people] person = "...", key = "..." (docs/config.md, "People across '
                                     'tables")')
     rho = Fraction(rho) if rho is not None else engine.workload_rho()
-    costs = view_costs(engine, rho)
-    shares = split_budget(rho, {v: c.cost for v, c in costs.items()})
+    # the split across views and its costs, planned once per budget (``Planner.view_costs``):
+    # each view's plan at ``share`` below is the only other plan of it
+    costs, shares = engine.planning.view_costs(rho), engine.view_shares(rho)
     rows = engine.config.table_rows
     persons = rows.get(people.person)
     views = []

@@ -74,6 +74,7 @@ class Planner:
         self._listening = listening
         self._strategy_cache: StrategyCache | None = None
         self._view_shares: dict[Fraction, dict[str, Fraction]] = {}
+        self._view_costs: dict[Fraction, dict] = {}
 
     def workload_for(self, table: str, queries: Sequence[str] | None = None):
         """Compile workload SQL (public) into an HDMM workload over the table's domain,
@@ -439,16 +440,32 @@ class Planner:
     def view_shares(self, rho: Fraction) -> dict[str, Fraction]:
         """The workload budget ``rho`` divided across the views that have workload queries,
         minimising their total expected error (``dpsql/engine/people_plan.py``; public)."""
-        from dpsql.engine.people_plan import view_costs
         from dpsql.plan.views import split_budget
 
         rho = Fraction(rho)
         with self._lock:
             cached = self._view_shares.get(rho)
         if cached is None:
-            cached = split_budget(rho, {v: c.cost for v, c in view_costs(self, rho).items()})
+            cached = split_budget(rho, {v: c.cost for v, c in self.view_costs(rho).items()})
             with self._lock:
                 self._view_shares[rho] = cached
+        return dict(cached)
+
+    def view_costs(self, rho: Fraction) -> dict:
+        """``people_plan.view_costs`` at ``rho``, planned once per budget: the split across
+        views (``view_shares``) and ``dpsql plan``'s people plan (``people_plan``) read the
+        same costs, and each view's plan for them is a whole ``strategy_for`` (a mixed fine
+        workload's parts and shares included).  Public, and a function of the configuration
+        and ``rho`` alone."""
+        from dpsql.engine.people_plan import view_costs
+
+        rho = Fraction(rho)
+        with self._lock:
+            cached = self._view_costs.get(rho)
+        if cached is None:
+            cached = view_costs(self, rho)
+            with self._lock:
+                self._view_costs[rho] = cached
         return dict(cached)
 
 

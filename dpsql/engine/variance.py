@@ -146,7 +146,7 @@ class SupportBlock:
     """A released measurement seen by the variance analysis (structure and σ only)."""
 
     clique: tuple[str, ...]
-    factors: tuple[np.ndarray, ...]   # per clique attribute, or one joint factor
+    factors: tuple[np.ndarray | StructuredFactor, ...]   # per clique attribute, or one joint factor
     stddev: float                     # noise σ of each measured row, in query units
     scale: float                      # measured row = scale · (M x)
     values: np.ndarray | None = None  # the noisy measurement (for least-squares answers)

@@ -119,10 +119,10 @@ class StructuredFactor:
             raise AttributeError(name)
         return getattr(self.dense(), name)
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any:
         return self.dense() == np.asarray(other)
 
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+    def __ne__(self, other: Any) -> Any:
         return self.dense() != np.asarray(other)
 
     def __mul__(self, other: Any) -> Any:

@@ -17,10 +17,11 @@ Aggregates from answers:
   counts.  NULL when N ≤ 0.
 
 Standard errors (delta method).  Each aggregate gets a variance: COUNT/SUM the sum of the
-block variances; AVG, (1/c)²·var(s) + (s/c²)²·var(c).  An output expression f of
-aggregates a_i gets var ≈ Σ (∂f/∂a_i)² var(a_i), with the partials propagated forward
-through the arithmetic.  The approximation treats the aggregates as independent and f as
-linear near the estimate; it is poor when a denominator's standard error is comparable to
+block variances (or the variance of the blocks' sum when the caller gives one per row); AVG,
+(1/c)²·var(s) + (s/c²)²·var(c).  An output expression f of aggregates a_i gets
+var ≈ Σ (∂f/∂a_i)² var(a_i), with the partials propagated forward through the arithmetic.
+The approximation treats the aggregates as independent and f as linear near the estimate;
+it is poor when a denominator's standard error is comparable to
 the denominator itself.  Quantiles: a 95% interval from the noisy CDF's confidence band,
 inverted and widened to whole bins (:func:`quantile_interval`), reported as the standard
 error whose ±Z95 holds it.  Group keys carry no standard error (None).
@@ -396,7 +397,9 @@ def _answers(lq, answers, stderrs):
                              hint="pass matrix @ x for the query's matrix")
     var = None
     if stderrs is not None and lq.name in stderrs:
-        var = np.asarray(stderrs[lq.name], dtype=float).reshape(lq.blocks, rows) ** 2
+        # one error per block and row, or per row: the blocks' sum's (their covariances in
+        # it, engine.results._block_sum), which the sums over blocks below take as it is
+        var = np.asarray(stderrs[lq.name], dtype=float).reshape(-1, rows) ** 2
     return a.reshape(lq.blocks, rows), var
 
 
@@ -435,8 +438,8 @@ def _aggregate_values(program: Program, answers, stderrs, groups: int):
         if offsets:
             (a, var), (o, vo) = got[0], _answers(program.lq_by_name[plan.offset_query], answers, stderrs)
             # SUM(x) = Σ v_c·n_c + Σ (x − v_c): independent noise, so the variances add
-            got[0] = (a + o,
-                      None if var is None or vo is None else var + vo)
+            got[0] = (a + o, None if var is None or vo is None
+                      else var.sum(axis=0, keepdims=True) + vo.sum(axis=0, keepdims=True))
             biases.append(np.zeros(groups))
         else:
             biases.append(_binning_bound(plan, got, bound, groups))

@@ -118,3 +118,30 @@ def test_each_part_is_charged_its_exact_share_and_answers_its_column(tmp_path):
     finally:
         con.close()
         dpsql.dbapi._engines.clear()
+
+
+def test_dpsql_plan_plans_each_view_once_for_the_split_and_once_at_its_share(tmp_path, monkeypatch):
+    """`dpsql plan`'s people plan priced every view twice at the even share (``people_plan``
+    called ``view_costs``, then each view's plan asked ``view_shares``, which called it again)
+    before planning it at its share: three whole plans of the line-item view's two fine
+    columns and rest per view.  The costs are now planned once per budget
+    (``Planner.view_costs``), and the plan at the share is the only other one; the figures
+    are those of the costs and shares the split uses."""
+    from dpsql.engine.planning import Planner
+
+    engine = Engine(load_config(_spec(tmp_path)))
+    planned: list[tuple[str, Fraction]] = []
+    strategy_for = Planner.strategy_for
+
+    def counted(self, table, workload, labels, offsets, rho, unit_rows=1):
+        planned.append((table, Fraction(rho)))
+        return strategy_for(self, table, workload, labels, offsets, rho, unit_rows)
+
+    monkeypatch.setattr(Planner, "strategy_for", counted)
+    total = engine.workload_rho()
+    shown = people_plan(engine, total)
+    views = {"orders", "lineitem"}
+    assert sorted(planned) == sorted([(v, total / 2) for v in views] + [(v, engine.workload_rho(v)) for v in views])
+    costs = view_costs(engine, total)
+    assert {v.table: v.rows_sq for v in shown.views if v.table in views} == {v: costs[v].rows_sq for v in views}
+    assert {v.table: v.rho for v in shown.views if v.table in views} == {v: engine.workload_rho(v) for v in views}

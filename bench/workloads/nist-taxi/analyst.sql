@@ -1,7 +1,8 @@
--- taxi: 24 queries an analyst might ask of the NIST challenge's Chicago taxi trips (integer
+-- taxi: 28 queries an analyst might ask of the NIST challenge's Chicago taxi trips (integer
 -- codes, see domain.toml), written by hand for bench/reported_errors.py: trips by shift,
 -- company, community area and payment type, shift ranges, SUM/AVG of the fare, tip, total,
--- duration and distance codes, and quantiles of the fare and distance codes.
+-- duration and distance codes, and quantiles of the fare and distance codes; an OR, an IN, a
+-- HAVING and a filtered AVG at the end.
 SELECT COUNT(*) FROM taxi;
 SELECT shift, COUNT(*) FROM taxi GROUP BY shift;
 SELECT payment_type, COUNT(*) FROM taxi GROUP BY payment_type;
@@ -26,3 +27,7 @@ SELECT company_id, SUM(trip_total) FROM taxi GROUP BY company_id;
 SELECT MEDIAN(fare) FROM taxi;
 SELECT payment_type, percentile_disc(0.9) WITHIN GROUP (ORDER BY trip_miles) FROM taxi GROUP BY payment_type;
 SELECT shift, MEDIAN(trip_seconds) FROM taxi GROUP BY shift;
+SELECT COUNT(*) FROM taxi WHERE payment_type = 1 OR tips > 0;
+SELECT shift, COUNT(*) FROM taxi WHERE pickup_community_area IN (8, 32, 76) GROUP BY shift;
+SELECT payment_type, COUNT(*) FROM taxi GROUP BY payment_type HAVING COUNT(*) > 1000;
+SELECT trip_miles, AVG(fare) FROM taxi WHERE trip_seconds BETWEEN 2 AND 8 GROUP BY trip_miles;
