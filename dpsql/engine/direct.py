@@ -41,12 +41,17 @@ import numpy as np
 
 from dpsql import linalg
 from dpsql.errors import UnsupportedQueryError
+from dpsql.sql.predicates import MAX_JOINT_CELLS
 
 __all__ = ["DirectStrategy", "DirectRelease", "direct_split", "coarse_schema", "answer_direct",
            "answers_block", "is_direct_strategy", "is_direct_payload", "pack", "unpack", "plan_with_direct"]
 
 #: The most rows one linear query measured directly may have (a few group cells).
 MAX_ROWS = 512
+
+#: The most cells of the merged marginal one directly measured query is counted over (the
+#: predicates' joint-domain limit).
+MAX_CELLS = MAX_JOINT_CELLS
 
 
 def is_direct_strategy(strategy) -> bool:
@@ -227,6 +232,24 @@ def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str
             f"the workload counts over {' and '.join(map(repr, bad))} together with another column of more "
             f"than {large:,} cells: only integer and numeric columns can be measured that way",
             hint="declare the column in coarser bins, or ask about one fine column per statement")
+    # each block is counted as a marginal over its merged columns: the runs are shared by all
+    # the statements, so a SUM over every value of one column beside a SUM over every value
+    # of the other would ask for 10⁵ × 5·10³ cells (counted densely)
+    for j in indices:
+        term = workload.terms.terms[workload.parts[j].terms[0]]
+        cells = 1
+        for i, f in enumerate(term.factors):
+            if not isinstance(f, linalg.Total):
+                cells *= coarse.attributes[i].size
+        if cells > MAX_CELLS:
+            sql = labels[j][0]
+            raise UnsupportedQueryError(
+                f"statement {sql!r} would be counted over {cells:,} merged cells of "
+                f"{' and '.join(repr(names[i]) for i in sorted(asks[sql]))} (at most {MAX_CELLS:,}): the "
+                "workload's other statements over these columns cut them into that many runs (a SUM over "
+                "every value of one of them beside one over the other)",
+                hint="plan the SUMs over each fine column in a workload of its own, or declare the columns "
+                     "in coarser bins")
     return indices, starts, coarse
 
 

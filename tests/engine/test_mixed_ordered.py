@@ -289,17 +289,23 @@ def test_the_cli_answers_both_kinds(small):
 
 
 @pytest.mark.parametrize("queries", [QUERIES, [QUERIES[0], QUERIES[2]]], ids=["mixed", "column alone"])
-def test_an_increment_after_the_measurement_measures_nothing_again(small, queries):
+def test_an_increment_after_the_measurement_measures_nothing_again(small, queries, monkeypatch):
     """The ordered release supports the column's queries: ``dpsql measure --increment`` finds
     nothing to measure, after a mixed workload and after a workload of the column alone
     (before, the model's support alone counted: ``unsupported_workload`` listed every query
-    the ordered release answers, and an increment charged for the column's CDF again)."""
+    the ordered release answers, and an increment charged for the column's CDF again).  The
+    ordered and direct releases are read once per call (they were read again per block)."""
     con = dpsql.connect(_config(small, 1.0, queries=queries), user="tester")
     try:
         engine = con.session.engine
         con.session.measure()
         spent = engine.ledger.spent(None)
+        read, estimates, direct = [], engine.ordered_estimates, engine.direct_releases
+        monkeypatch.setattr(engine, "ordered_estimates", lambda table: read.append(table) or estimates(table))
+        monkeypatch.setattr(engine, "direct_releases", lambda table: read.append(table) or direct(table))
         assert engine.unsupported_workload("t") == []
+        assert read == ["t", "t"]   # the ordered and direct releases read once per call, not once per block
+        monkeypatch.undo()
         assert engine.measure_increment("t", Fraction(1, 100)) is None
         assert engine.ledger.spent(None) == spent
     finally:

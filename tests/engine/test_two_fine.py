@@ -208,3 +208,41 @@ def test_the_merged_columns_count_the_same_rows():
     merged = coarse_attribute(real, (0, 2))
     assert merged.edges == (0.0, 1.0, 2.0)
     assert [merged.index_of(v) for v in (-1.0, 0.7, 1.0, 1.9, 3.0)] == [0, 0, 1, 1, 1]
+
+
+@pytest.mark.slow
+def test_sums_and_averages_of_one_fine_column_under_a_predicate_on_the_other(data, tmp_path, monkeypatch):
+    # a SUM's value row over capital_gain cuts it into every cell (100,000 runs) and the
+    # predicate on capital_loss into 2 or 3: a marginal of 300,000 cells, counted directly;
+    # its noise is the per-query mechanism's (sensitivity 99,999: se 44.8 at ε = 10⁷)
+    monkeypatch.setattr(noise, "_SYSTEM", noise.SeededBitSource(7))
+    sums = ["SELECT SUM(capital_gain) FROM a WHERE capital_loss > 0",
+            "SELECT sex, AVG(capital_gain) FROM a WHERE capital_loss BETWEEN 1 AND 2000 GROUP BY sex",
+            THIN[0]]
+    con = _connect(data, tmp_path / "a.ledger", 1e7, sums)
+    try:
+        report = con.session.plan()
+        assert all(q.stderr <= q.baseline * (1 + 1e-6) for q in report.per_query)
+        con.session.measure()
+        cur = con.cursor()
+        for sql in sums:
+            cur.execute(sql)
+            assert cur.result.model == "direct", sql
+            got, want = sorted(cur.fetchall()), _exact(data, sql)
+            assert [g[:-1] for g in got] == [w[:-1] for w in want]
+            for g, w, se in zip(got, want, sorted(cur.result.stderr)):
+                assert 0 < se[-1] < 50 and abs(g[-1] - float(w[-1])) <= 4 * se[-1] + 1e-6, (sql, g, w, se)
+    finally:
+        _close(con)
+
+
+def test_sums_over_each_of_two_fine_columns_beside_each_other_are_refused_before_spending(data, tmp_path):
+    # each cuts the other's column into every cell: 100,000 × 5,000 merged cells
+    con = _connect(data, tmp_path / "a.ledger", 1.0, ["SELECT SUM(capital_gain) FROM a WHERE capital_loss > 0",
+                                                      "SELECT SUM(capital_loss) FROM a WHERE capital_gain > 0"])
+    try:
+        with pytest.raises(UnsupportedQueryError) as err:
+            con.session.plan()
+        assert "500,000,000 merged cells" in err.value.message and "workload of its own" in err.value.hint
+    finally:
+        _close(con)
