@@ -163,6 +163,7 @@ SQL_QUERIES = [
     "SELECT percentile_disc(0.99) WITHIN GROUP (ORDER BY income) FROM t",
     "SELECT COUNT(*) FROM t WHERE income <= {a}",
     "SELECT COUNT(*) FROM t WHERE income BETWEEN {a} AND {b}",
+    "SELECT COUNT(*) FROM t WHERE income > {b}",
 ]
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "ModelTooLargeError",
     "InsufficientResourcesError",
     "LedgerCorruptError",
+    "LedgerVersionError",
     "QueryCanceledError",
     "StatementTooComplexError",
     "error_for_sqlstate",
@@ -270,6 +271,14 @@ class LedgerCorruptError(InternalError):
     SQLSTATE XX001 (data_corrupted), class XX: a PEP 249 InternalError."""
 
     sqlstate = "XX001"
+
+
+class LedgerVersionError(NotSupportedError):
+    """The privacy ledger, or a release in it, was written in a format this dpsql does not
+    read (a newer dpsql wrote it).  Nothing was read, charged or changed: the file stays as it
+    is for the dpsql that reads it.  SQLSTATE 0AP02, a PEP 249 NotSupportedError."""
+
+    sqlstate = "0AP02"
 
 
 class QueryCanceledError(OperationalError):

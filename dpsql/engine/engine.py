@@ -410,9 +410,16 @@ class Engine:
         the binning bounds of SUMs/AVGs whose offsets no release measured: an increment
         measures those, and their answers fall back to the bound)."""
         blocks = self.workload_for(table, queries)[2] + self._unmeasured_bounds(table, queries)
-        # what a fine column's ordered release answers is not the model's to support (an
-        # increment would measure the column's part of a mixed workload again)
-        blocks = [b for b in blocks if not self._ordered_supports(table, b) and not self._direct_supports(table, b)]
+        # what a fine column's ordered release or a direct release answers is not the model's
+        # to support (an increment would measure the column's part of a mixed workload again);
+        # the releases are read once per call, not once per block
+        columns = self._ordered_columns(table)
+        direct = self.direct_releases(table)
+        if columns or direct:
+            from dpsql.engine.direct import answers_block
+            schema = self._state(table).schema
+            blocks = [b for b in blocks if not _ordered_supports(b, columns)
+                      and not any(answers_block(schema, r, b) for r in direct)]
         if not blocks:
             return []
         _, variance, _ = self.model(table)
@@ -420,28 +427,18 @@ class Engine:
             return list(blocks)
         return [b for b in blocks if not variance.analyse(b)[1].all()]
 
-    def _direct_supports(self, table: str, block) -> bool:
-        """Whether a direct release (thin statements over two fine columns) measured ``block``."""
-        from dpsql.engine.direct import answers_block
-        schema = self._state(table).schema
-        return any(answers_block(schema, r, block) for r in self.direct_releases(table))
-
     def direct_releases(self, table: str) -> list:
         """The table's direct releases (``engine.direct.DirectRelease``), latest first."""
         with self._lock:
             state = self._sync(table)
             return list(reversed(state.direct))
 
-    def _ordered_supports(self, table: str, block) -> bool:
-        """Whether the table's ordered release answers every row of ``block``: each term asks
-        about the released column or its group columns, the others summed out."""
+    def _ordered_columns(self, table: str) -> list[set[int]]:
+        """Per ordered release of the table (``ordered_estimates``), the domain indices of the
+        attributes it answers about: its column and its group columns."""
         names = list(self._state(table).schema.domain.attributes)
-        for estimate in self.ordered_estimates(table):
-            allowed = {names.index(a) for a in (estimate.strategy.attribute, *estimate.strategy.groups) if a in names}
-            if all({i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)} <= allowed
-                   for _, factors in linalg.kron_terms(block)):
-                return True
-        return False
+        return [{names.index(a) for a in (e.strategy.attribute, *e.strategy.groups) if a in names}
+                for e in self.ordered_estimates(table)]
 
     def _unmeasured_bounds(self, table: str, queries: Sequence[str] | None) -> list:
         """Under ``binning = "offsets"`` the workload leaves out the binning-bound queries
@@ -693,6 +690,16 @@ class Engine:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _ordered_supports(block, columns: list[set[int]]) -> bool:
+    """Whether one ordered release answers every row of ``block``: each term asks about that
+    release's column or its group columns (``Engine._ordered_columns``), the others summed out."""
+    if not columns:
+        return False
+    asked = [{i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)}
+             for _, factors in linalg.kron_terms(block)]
+    return any(all(a <= allowed for a in asked) for allowed in columns)
 
 
 __all__ = ["Engine", "PlanReport", "QueryReport", "MeasureReport", "ReleaseInfo"]

@@ -41,8 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.errors import LedgerVersionError
 from dpsql.linalg import Identity, Kron, QueryMatrix
 from dpsql.linalg.lattice import StructuredFactor, scaled_identity
+from dpsql.measure.union_cost import union_max
 from dpsql.plan.views import GroupBound
 from dpsql.privacy import noise as _noise
 
@@ -312,12 +314,27 @@ def calibrate(blocks: Sequence[LatticeBlock], rho: Fraction | float, *, family: 
               else [rows_sq(b.clique, b.factors, unit_rows, groups) for b in blocks])
         sens = [b.l2_sensitivity_sq() for b in blocks]
         total = sum(r * s * e * e for r, s, e in zip(k2, sens, eff))
+        # one record sits in one cell: the union's sensitivity at its worst cell, not the sum of
+        # each block's worst (union_cost; docs/privacy.md "One σ for a union of blocks").  With
+        # one row factor for all: under a group bound the blocks' factors differ (§2a)
+        union = (row_factors is None and len(blocks) > 1 and len(set(k2)) == 1
+                 and all(isinstance(b, LatticeBlock) and all(isinstance(f, np.ndarray) for f in b.factors)
+                         for b in blocks))
+        if union:
+            found = union_max(blocks, [k2[0] * e * e for e in eff])
+            union = found is not None
+            if found is not None:
+                total = min(total, float(found))
         sigma2 = total / (2.0 * rho)
         params = []
         for e in eff:
             # float → exact rational, nudged up so the rational cost cannot exceed rho
             params.append(Fraction(sigma2 / (e * e) * (1 + 1e-9)))
         cost = sum((Fraction(r * s) / (2 * p) for r, s, p in zip(k2, sens, params)), Fraction(0))
+        if union:
+            exact = union_max(blocks, [Fraction(k2[0]) / (2 * p) for p in params])
+            if exact is not None:
+                cost = min(cost, Fraction(exact))
     elif family == "laplace":
         # pure ε-DP costs ε²/2 in zCDP (thesis Prop. 4); ε = Σ_b kΔ₁(M_b)/b_b
         eps = math.sqrt(2.0 * rho)
@@ -424,6 +441,37 @@ def lattice_keeps_rank(blocks, rho: Fraction | float, *, family: str = "gaussian
 # (``"factors"``); a payload without that list (written before) stores every factor densely as
 # ``b{i}f{j}``, and still loads.
 
+# The payload's format version, stored as its own ``__version__`` entry (JSON) since ledger
+# format 2: 1 is every factor dense (no entry), 2 the factor records.  A reader that meets a
+# higher version, or a factor kind it does not know, refuses with LedgerVersionError (a payload
+# from a newer dpsql), never a KeyError from the archive; code since the records ignores the
+# entry, so it reads these payloads as before.
+PAYLOAD_FORMAT = "dpsql-release"
+PAYLOAD_VERSION = 2
+
+
+def _newer(what: str, version: int = PAYLOAD_VERSION) -> LedgerVersionError:
+    return LedgerVersionError(
+        f"a release in the privacy ledger was written by a newer dpsql ({what}; this dpsql reads "
+        f"release payload versions up to {version})",
+        hint="open the ledger with the dpsql version that wrote it or a newer one; nothing was charged")
+
+
+def version_stamp(fmt: str, version: int) -> np.ndarray:
+    """A payload's ``__version__`` entry: its format and version as JSON bytes."""
+    return np.frombuffer(json.dumps({"format": fmt, "version": version}).encode(), dtype=np.uint8)
+
+
+def check_stamp(z: Any, fmt: str, version: int) -> None:
+    """Refuse (LedgerVersionError) a payload whose ``__version__`` names another format or a
+    version above ``version``; a payload without the entry (written before it) is read."""
+    if "__version__" not in z.files:
+        return
+    stamp = json.loads(bytes(z["__version__"]).decode())
+    if stamp.get("format") != fmt or not (type(stamp.get("version")) is int and stamp["version"] <= version):
+        raise _newer(f"format {stamp.get('format')!r} version {stamp.get('version')!r}", version)
+
+
 def _factor_record(f: np.ndarray | StructuredFactor) -> dict[str, Any]:
     """The public description of one integer factor: its kind and size when it is one of
     the structured leaves, else ``{"kind": "dense"}`` (the matrix travels as an array).
@@ -466,7 +514,9 @@ def _factor_from(record: dict[str, Any]) -> np.ndarray | StructuredFactor:
         return np.ones((1, n), dtype=np.int64)
     if record["kind"] == "diagonal_plus_constant":
         return StructuredFactor("diagonal_plus_constant", n, int(record["diagonal"]), int(record["other"]))
-    return StructuredFactor(record["kind"], n)      # identity, prefix (else ValueError)
+    if record["kind"] in ("identity", "prefix"):
+        return StructuredFactor(record["kind"], n)
+    raise _newer(f"factor kind {record['kind']!r}")
 
 
 def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
@@ -487,13 +537,15 @@ def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
                      "scale": block.scale, "weight": block.weight, "stddev": sd,
                      **({"offsets": block.offsets, "bound": block.bound} if block.offsets is not None else {})})
     buf = io.BytesIO()
-    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+             __version__=version_stamp(PAYLOAD_FORMAT, PAYLOAD_VERSION), **arrays)
     return buf.getvalue()
 
 
 def unpack_all(payload: bytes) -> list[tuple[LatticeBlock, np.ndarray, float]]:
     """Every block of a payload: counts and offsets (either format, module comment above)."""
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+        check_stamp(z, PAYLOAD_FORMAT, PAYLOAD_VERSION)
         meta = json.loads(bytes(z["__meta__"]).decode())
         out = []
         for i, m in enumerate(meta):

@@ -21,7 +21,9 @@ Invariants (argued in ``docs/privacy.md``, "Ledger"):
    chain starts from a hash of the ledger's configuration and its head is kept in the
    metadata.  An empty, truncated or malformed file, a failed ``PRAGMA
    integrity_check``, a wrong format/version, or any break in the chain raises
-   :class:`~dpsql.errors.LedgerCorruptError`; the ledger then refuses charges.  A ledger
+   :class:`~dpsql.errors.LedgerCorruptError`; the ledger then refuses charges.  A
+   format version above :data:`VERSION` (a newer dpsql's ledger) raises
+   :class:`~dpsql.errors.LedgerVersionError` instead: not corrupt, only not readable here.  A ledger
    file is only ever created by atomically linking a complete new file into place, so an
    existing path is never re-initialised.
 """
@@ -45,13 +47,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dpsql.errors import (BudgetExhaustedError, ConfigError, IntegrityError,
-                          LedgerCorruptError, OperationalError)
+                          LedgerCorruptError, LedgerVersionError, OperationalError)
 from dpsql.privacy.accountant import format_rho, rho_to_epsilon, to_rho
 
 __all__ = ["Ledger", "Charge", "LedgerEntry", "Preview", "FORMAT", "VERSION"]
 
 FORMAT = "dpsql-ledger"
-VERSION = 1
+# The format version a new ledger is created with; READS the versions this code opens.  2:
+# its release payloads may store factors as records and carry their own version
+# (``measure.release.PAYLOAD_VERSION``); a dpsql before it read such payloads with a KeyError
+# and now refuses a version-2 ledger when it opens it.  A version-1 ledger keeps its version
+# (the configuration record is bound into the hash chain) and is read as before.
+VERSION = 2
+READS = (1, 2)
 RhoLike = Fraction | float | str     # taken at its exact value (accountant.to_rho)
 T = TypeVar("T")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -260,12 +268,15 @@ class Ledger:
         # parent's): part of the version, as a new connection's data_version restarts
         self._probe_count = 0
         self._synced: tuple[object, ...] | None = None                     # _version() before the last verified read
-        self._config_text = _canonical({"format": FORMAT, "version": VERSION,
-                                        "total_rho": _rho_text(self.total_rho),
-                                        "per_user": self._user_spec})
+        self._config_text = self._config_of(VERSION)
         if not self.path.exists():
             self._create()
         self._open_and_verify()
+
+    def _config_of(self, version: int) -> str:
+        """The configuration record of this budget in format ``version``."""
+        return _canonical({"format": FORMAT, "version": version, "total_rho": _rho_text(self.total_rho),
+                           "per_user": self._user_spec})
 
     # --- creation and verification ----------------------------------------------------
 
@@ -414,15 +425,22 @@ class Ledger:
             stored = json.loads(config)
         except ValueError:
             raise self._fail("unreadable configuration record") from None
-        if stored.get("format") != FORMAT or stored.get("version") != VERSION:
+        version = stored.get("version")
+        if stored.get("format") == FORMAT and type(version) is int and version > VERSION:
+            raise LedgerVersionError(
+                f"privacy ledger {self.path} was written by a newer dpsql: ledger format version "
+                f"{version}, this dpsql reads versions {', '.join(map(str, READS))}",
+                hint="open it with the dpsql version that wrote it or a newer one; the file was "
+                     "not changed and nothing was charged")
+        if stored.get("format") != FORMAT or type(version) is not int or version not in READS:
             raise self._fail(f"unsupported format {stored.get('format')!r} "
-                             f"version {stored.get('version')!r}")
+                             f"version {version!r}")
         expected = hashlib.sha256(("genesis\n" + config).encode()).hexdigest()
         if meta["genesis"] != expected:
             raise self._fail("configuration record does not match the chain's genesis")
-        if config != self._config_text:
+        if config != self._config_of(version):
             try:
-                error = _mismatch(self.path, stored, json.loads(self._config_text), self._delta)
+                error = _mismatch(self.path, stored, json.loads(self._config_of(version)), self._delta)
             except (KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError):
                 raise self._fail("unreadable budget in the configuration record") from None
             raise error

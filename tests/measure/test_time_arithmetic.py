@@ -16,6 +16,8 @@ import random
 
 import duckdb
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from dpsql.domain import TableSchema
 from dpsql.measure import reader
@@ -36,9 +38,9 @@ AXES = [
     (TimestampRange("h", "2013-03-09 10:17:23.5", "2013-03-11", "hour"), ("timestamp", "timestamptz")),
     (TimestampRange("d", "2016-02-20 06:00", "2016-03-03", "day", nullable=True), ("timestamp", "date")),
     (TimestampRange("w", "2013-01-03 12:00", "2013-03-01", "week"), ("timestamp", "timestamptz", "date")),
-    (TimestampRange("mo", "2011-11-15 10:00", "2013-02-10", "month"), ("timestamp", "date")),
-    (TimestampRange("q", "2011-11-15 10:00", "2013-02-10", "quarter"), ("timestamp",)),
-    (TimestampRange("y", "1999-06-01", "2004-02-29 12:00", "year"), ("timestamp", "date")),
+    (TimestampRange("mo", "2011-11-15 10:00", "2013-02-10", "month"), ("timestamp", "date", "timestamptz")),
+    (TimestampRange("q", "2011-11-15 10:00", "2013-02-10", "quarter"), ("timestamp", "timestamptz")),
+    (TimestampRange("y", "1999-06-01", "2004-02-29 12:00", "year"), ("timestamp", "date", "timestamptz")),
     (TimestampRange("early", "0001-01-01", "0001-01-03", "hour"), ("timestamp", "timestamptz")),
     (TimestampRange("late", "9999-12-30", "9999-12-30 23:59:59", "minute"), ("timestamp", "timestamptz")),
     # instants in a zone: a constant offset (+05:30), New York in winter (-05:00)
@@ -61,6 +63,21 @@ AXES = [
     # a change between lo and the second bin's start
     (TimestampRange("lochg", "2013-03-10 01:30", "2013-03-10 05:00", "hour", timezone="America/New_York"),
      ("timestamptz",)),
+    # months, quarters and years of an instant in a zone: runs of one offset, the local day
+    # by arithmetic (daylight saving in both hemispheres and at half an hour; Paris' local
+    # mean time +0:09:21 before 1911 and its war years; Apia skipping 30 December 2011 from
+    # -10:00 to +14:00; Pyongyang's +8:30 from 15 August 2015; a +14:00 zone at year 9999 and
+    # Los Angeles' local mean time -7:52:58 in year 1)
+    (TimestampRange("pmo", "2012-01-20 13:00", "2014-03-01", "month", nullable=True, timezone="Europe/Paris"),
+     ("timestamptz",)),
+    (TimestampRange("lhq", "2011-11-15", "2014-02-10", "quarter", timezone="Australia/Lord_Howe"), ("timestamptz",)),
+    (TimestampRange("nyy", "1990-06-01", "2030-02-01", "year", timezone="America/New_York"), ("timestamptz",)),
+    (TimestampRange("py", "1880-03-01", "1960-01-01 06:00", "year", timezone="Europe/Paris"), ("timestamptz",)),
+    (TimestampRange("pq", "1938-02-01", "1947-12-01", "quarter", timezone="Europe/Paris"), ("timestamptz",)),
+    (TimestampRange("apia", "2011-06-01", "2012-06-01", "month", timezone="Pacific/Apia"), ("timestamptz",)),
+    (TimestampRange("pyong", "2015-01-01", "2016-03-01", "month", timezone="Asia/Pyongyang"), ("timestamptz",)),
+    (TimestampRange("kir", "9999-06-01", "9999-12-30", "month", timezone="Pacific/Kiritimati"), ("timestamptz",)),
+    (TimestampRange("la1", "0001-01-02", "0001-12-15", "month", timezone="America/Los_Angeles"), ("timestamptz",)),
     (DateRange("dd", "2012-02-27", "2012-03-02", "day", nullable=True), ("date", "timestamp")),
     (DateRange("dw", "2013-01-03", "2013-03-01", "week"), ("date", "timestamp")),
     (DateRange("dm", "2011-11-15", "2013-02-10", "month", nullable=True), ("date", "timestamp")),
@@ -109,6 +126,15 @@ def _values(att: Temporal, family: str, seed: int) -> list:
         zoned = [None if v is None else (att.instant(v) if isinstance(att, TimestampRange) else v.replace(tzinfo=UTC))
                  for v in out if v is None or dt.datetime(1, 1, 2) <= v <= dt.datetime(9999, 12, 30)]
         out = zoned + [v.replace(tzinfo=UTC) for v in out if v is not None]
+        if isinstance(att, TimestampRange):
+            # instants hours from each bin start: an offset change moves a wall reading by them
+            for i in att._instants:
+                for h in (-14, -2, -1, 1, 2, 14):
+                    for k in (-1, 0):
+                        try:
+                            out.append(i + dt.timedelta(hours=h) + k * _MICRO)
+                        except OverflowError:
+                            pass
     return out
 
 
@@ -366,3 +392,36 @@ def test_a_nanosecond_column_on_an_axis_past_its_range(tmp_path, kind):
     finally:
         backend.close()
     assert got.tolist() == want
+
+
+# --- months of an instant: a property over zones, periods and instants near the bin starts ----
+_ZONES = ["UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Pacific/Apia", "Asia/Pyongyang",
+          "America/Sao_Paulo", "Asia/Kolkata", "Pacific/Chatham", "Europe/Dublin", "America/St_Johns"]
+_NEAR = [0, 1, -1, 3_600_000_000, -3_600_000_000, 1_800_000_000, -1_800_000_000, 86_400_000_000, -86_400_000_000]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(zone=st.sampled_from(_ZONES), unit=st.sampled_from(["month", "quarter", "year"]),
+       lo=st.datetimes(min_value=dt.datetime(1890, 1, 1), max_value=dt.datetime(2090, 1, 1)),
+       days=st.integers(20, 4_000), data=st.data())
+def test_duckdb_instant_months_equal_the_chain_property(zone, unit, lo, days, data):
+    """Any zone, period and unit: instants at, and hours or a microsecond from, the bin starts
+    (where an offset change moves a wall reading across a month) and anywhere in and around
+    the period land in the chain's cell and ``index_of``'s by the arithmetic."""
+    att = TimestampRange("p", iso_text(lo), iso_text(lo + dt.timedelta(days=days)), unit, nullable=True,
+                         timezone=zone)
+    assume(time_arithmetic_sql(att, "x", "timestamptz", "duckdb") is not None)
+    starts = list(att._instants)
+    picks = data.draw(st.lists(st.tuples(st.integers(0, len(starts) - 1), st.sampled_from(_NEAR)),
+                               min_size=5, max_size=40))
+    values = [None] + [starts[k] + dt.timedelta(microseconds=d) for k, d in picks]
+    first, last = starts[0], att.instant(att.end)
+    span = int((last - first) / _MICRO)
+    values += [first + dt.timedelta(microseconds=data.draw(st.integers(-span // 10, span + span // 10)))
+               for _ in range(10)]
+    texts = [_text(v) for v in values] + _INFINITIES["duckdb"]
+    got = _duckdb_run("TIMESTAMPTZ", texts, time_index_sql(att, "x", "timestamptz").sql("duckdb"),
+                      time_index_sql(att, "x", "timestamptz", dialect="duckdb").sql("duckdb"))
+    for i, (by_chain, by_arithmetic) in enumerate(got):
+        want = att.index_of(values[i]) if i < len(values) else att.invalid_index
+        assert by_chain == by_arithmetic == want, (zone, unit, texts[i], by_chain, by_arithmetic, want)
