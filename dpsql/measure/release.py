@@ -44,6 +44,7 @@ import numpy as np
 from dpsql.errors import LedgerVersionError
 from dpsql.linalg import Identity, Kron, QueryMatrix
 from dpsql.linalg.lattice import StructuredFactor, scaled_identity
+from dpsql.measure.union_cost import union_max
 from dpsql.plan.views import GroupBound
 from dpsql.privacy import noise as _noise
 
@@ -313,12 +314,27 @@ def calibrate(blocks: Sequence[LatticeBlock], rho: Fraction | float, *, family: 
               else [rows_sq(b.clique, b.factors, unit_rows, groups) for b in blocks])
         sens = [b.l2_sensitivity_sq() for b in blocks]
         total = sum(r * s * e * e for r, s, e in zip(k2, sens, eff))
+        # one record sits in one cell: the union's sensitivity at its worst cell, not the sum of
+        # each block's worst (union_cost; docs/privacy.md "One σ for a union of blocks").  With
+        # one row factor for all: under a group bound the blocks' factors differ (§2a)
+        union = (row_factors is None and len(blocks) > 1 and len(set(k2)) == 1
+                 and all(isinstance(b, LatticeBlock) and all(isinstance(f, np.ndarray) for f in b.factors)
+                         for b in blocks))
+        if union:
+            found = union_max(blocks, [k2[0] * e * e for e in eff])
+            union = found is not None
+            if found is not None:
+                total = min(total, float(found))
         sigma2 = total / (2.0 * rho)
         params = []
         for e in eff:
             # float → exact rational, nudged up so the rational cost cannot exceed rho
             params.append(Fraction(sigma2 / (e * e) * (1 + 1e-9)))
         cost = sum((Fraction(r * s) / (2 * p) for r, s, p in zip(k2, sens, params)), Fraction(0))
+        if union:
+            exact = union_max(blocks, [Fraction(k2[0]) / (2 * p) for p in params])
+            if exact is not None:
+                cost = min(cost, Fraction(exact))
     elif family == "laplace":
         # pure ε-DP costs ε²/2 in zCDP (thesis Prop. 4); ε = Σ_b kΔ₁(M_b)/b_b
         eps = math.sqrt(2.0 * rho)
