@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dpsql.engine.config import load_config  # noqa: E402
 from dpsql.engine.engine import Engine  # noqa: E402
 from dpsql.engine.planning import gaussian_sigma2_unit  # noqa: E402
+from dpsql.testing import income_columns, write_config, write_domain  # noqa: E402
 
 
 def queries(n: int) -> list[str]:
@@ -48,37 +49,9 @@ def queries(n: int) -> list[str]:
 def _engine(tmp: Path, n: int) -> Engine:
     (tmp / "t.csv").write_text("income,sex,age\n" + "\n".join(f"{i * 7 % n},{'FM'[i % 2]},{i * 13 % 100}"
                                                               for i in range(10)) + "\n")
-    (tmp / "d.toml").write_text(f"""
-[tables.t.columns.income]
-type = "integer"
-lo = 0
-hi = {n - 1}
-[tables.t.columns.sex]
-type = "categorical"
-labels = ["F", "M"]
-closed = true
-[tables.t.columns.age]
-type = "integer"
-lo = 0
-hi = 99
-""")
-    qs = ",\n  ".join('"' + q + '"' for q in queries(n))
-    (tmp / "dpsql.toml").write_text(f"""
-[dpsql]
-ledger = "t.ledger"
-cache_dir = "cache"
-[budget]
-epsilon = 1.0
-delta = 1e-6
-[tables.t]
-domain = "d.toml"
-source = {{ csv = "t.csv" }}
-rows = 1000000
-[workload]
-queries = [
-  {qs}
-]
-""")
+    write_domain(tmp / "d.toml", "t", income_columns(n))
+    write_config(tmp, queries=queries(n), ledger=tmp / "t.ledger", table="t", domain=tmp / "d.toml",
+                 source={"csv": tmp / "t.csv"}, table_options={"rows": 1_000_000})
     return Engine(load_config(tmp / "dpsql.toml"))
 
 

@@ -4,7 +4,9 @@ Tests (through the ``adult_config`` fixture of ``tests/conftest.py``) and the sc
 ``bench/`` need a ``dpsql.toml`` over the adult example (or another table) with their own
 ledger, cache, budget, workload and planner options.  :func:`write_config` writes it from
 keyword arguments, so that each caller states only what it is about; :func:`copy_adult_example`
-copies the example itself for tests of the example's own configuration.  The adult example
+copies the example itself for tests of the example's own configuration.  :func:`write_domain`
+writes a domain file of one table from its columns' keys (the fine-column tests and
+``bench/fine_mixed.py`` declare an income of n cells beside sex and age: :func:`income_columns`).  The adult example
 lives in the source checkout (``examples/adult``), which tests and benchmarks run from.
 
 Nothing in the engine imports this module.
@@ -19,7 +21,7 @@ from typing import Any
 
 from dpsql.draft import toml_key, toml_value
 
-__all__ = ["ADULT", "write_config", "copy_adult_example", "toml_value"]
+__all__ = ["ADULT", "write_config", "write_domain", "income_columns", "copy_adult_example", "toml_value"]
 
 #: The adult example: its configuration, domain, rows and dashboard.
 ADULT = Path(__file__).resolve().parents[1] / "examples" / "adult"
@@ -67,6 +69,28 @@ def write_config(directory: str | Path, *, queries: Sequence[str] | None = None,
     path = directory / name
     path.write_text("\n".join(lines))
     return path
+
+
+def write_domain(path: str | Path, table: str, columns: Mapping[str, Mapping[str, Any]], *,
+                 source: Mapping[str, Any] | None = None) -> Path:
+    """Write the domain file ``path`` of one table and return it: ``columns`` maps each
+    column, in order, to its keys (docs/domains.md: ``{"type": "integer", "lo": 0, "hi": 99}``),
+    ``source`` the table's source (``{"csv": "t.csv"}``, relative to the file), if declared there."""
+    path = Path(path)
+    key = f"tables.{toml_key(table)}"
+    lines = _section(key, {"source": source}) if source is not None else []
+    for name, keys in columns.items():
+        lines += _section(f"{key}.columns.{toml_key(name)}", keys)
+    path.write_text("\n".join(lines))
+    return path
+
+
+def income_columns(cells: int, age: tuple[int, int] = (0, 99)) -> dict[str, dict[str, Any]]:
+    """An income of ``cells`` integer cells from 0 (a fine column, issue 35), a closed sex
+    (F, M) and an integer age over ``age``: the table of the fine-column tests and benchmarks."""
+    return {"income": {"type": "integer", "lo": 0, "hi": cells - 1},
+            "sex": {"type": "categorical", "labels": ["F", "M"], "closed": True},
+            "age": {"type": "integer", "lo": age[0], "hi": age[1]}}
 
 
 def copy_adult_example(directory: str | Path) -> Path:

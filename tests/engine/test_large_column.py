@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import dpsql
+from dpsql import testing
 
 N_CELLS = 6_000
 QUERIES = [
@@ -31,22 +32,9 @@ QUERIES = [
 
 
 def write_domain(tmp) -> None:
-    (tmp / "people.toml").write_text(f"""
-[tables.people]
-source = {{ csv = "people.csv" }}
-[tables.people.columns.income]
-type = "integer"
-lo = 0
-hi = {N_CELLS - 1}
-[tables.people.columns.sex]
-type = "categorical"
-labels = ["F", "M"]
-closed = true
-[tables.people.columns.age]
-type = "integer"
-lo = 18
-hi = 89
-""")
+    # the income of the fine-column tests with an age of 18..89 (72 cells: the message below)
+    testing.write_domain(tmp / "people.toml", "people", testing.income_columns(N_CELLS, age=(18, 89)),
+                         source={"csv": "people.csv"})
 
 
 @pytest.fixture(scope="module")

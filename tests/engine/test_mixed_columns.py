@@ -26,9 +26,9 @@ from dpsql.errors import OperationalError, ProgrammingError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from privacy_order import spied  # noqa: E402
+import adult_fine  # noqa: E402
 from dpsql.sql.postprocess import Z95
 
-ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ["SELECT quantile_cont(capital_gain, 0.95) FROM a",
            "SELECT quantile_cont(capital_loss, 0.97) FROM a",
            "SELECT sex, COUNT(*) FROM a GROUP BY sex",
@@ -38,38 +38,11 @@ FINE = {"capital_gain": 0, "capital_loss": 1}      # column: its quantile's inde
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("adult_fine")
-    duckdb.sql(f"COPY (SELECT capital_gain, capital_loss, sex, race FROM "
-               f"read_csv('{ROOT / 'examples' / 'adult' / 'adult.csv'}')) TO '{tmp / 'a.csv'}' (HEADER)")
-    (tmp / "d.toml").write_text("""
-[tables.a]
-source = { csv = "a.csv" }
-[tables.a.columns.capital_gain]
-type = "integer"
-lo = 0
-hi = 99999
-[tables.a.columns.capital_loss]
-type = "integer"
-lo = 0
-hi = 4999
-[tables.a.columns.sex]
-type = "categorical"
-labels = ["Female", "Male"]
-closed = true
-[tables.a.columns.race]
-type = "categorical"
-labels = ["White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"]
-closed = true
-""")
-    return tmp
+    return adult_fine.write_table(tmp_path_factory.mktemp("adult_fine"))
 
 
 def _connect(data: Path, tmp: Path, epsilon: float):
-    return dpsql.connect({"dpsql": {"ledger": str(tmp / "a.ledger"), "cache_dir": str(data / "cache")},
-                          "budget": {"epsilon": epsilon, "delta": 1e-6},
-                          "tables": {"a": {"domain": str(data / "d.toml"), "source": {"csv": str(data / "a.csv")},
-                                           "rows": 48842}},
-                          "workload": {"queries": QUERIES}}, user="tester")
+    return adult_fine.connect(data, tmp / "a.ledger", epsilon, QUERIES)
 
 
 def _close(con) -> None:

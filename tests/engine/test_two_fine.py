@@ -24,7 +24,8 @@ import dpsql
 from dpsql.errors import UnsupportedQueryError
 from dpsql.privacy import noise
 
-ROOT = Path(__file__).resolve().parents[2]
+import adult_fine
+
 THIN = ["SELECT COUNT(*) FROM a WHERE capital_gain > 5000 AND capital_loss > 0",
         "SELECT sex, COUNT(*) FROM a WHERE capital_gain BETWEEN 1 AND 9999 AND capital_loss < 1000 GROUP BY sex"]
 MIXED = ["SELECT quantile_cont(capital_gain, 0.95) FROM a",
@@ -34,34 +35,10 @@ MIXED = ["SELECT quantile_cont(capital_gain, 0.95) FROM a",
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("two_fine")
-    duckdb.sql(f"COPY (SELECT capital_gain, capital_loss, sex FROM "
-               f"read_csv('{ROOT / 'examples' / 'adult' / 'adult.csv'}')) TO '{tmp / 'a.csv'}' (HEADER)")
-    (tmp / "d.toml").write_text("""
-[tables.a]
-source = { csv = "a.csv" }
-[tables.a.columns.capital_gain]
-type = "integer"
-lo = 0
-hi = 99999
-[tables.a.columns.capital_loss]
-type = "integer"
-lo = 0
-hi = 4999
-[tables.a.columns.sex]
-type = "categorical"
-labels = ["Female", "Male"]
-closed = true
-""")
-    return tmp
+    return adult_fine.write_table(tmp_path_factory.mktemp("two_fine"), ("capital_gain", "capital_loss", "sex"))
 
 
-def _connect(data: Path, ledger: Path, epsilon: float, queries):
-    return dpsql.connect({"dpsql": {"ledger": str(ledger), "cache_dir": str(data / "cache")},
-                          "budget": {"epsilon": epsilon, "delta": 1e-6},
-                          "tables": {"a": {"domain": str(data / "d.toml"), "source": {"csv": str(data / "a.csv")},
-                                           "rows": 48842}},
-                          "workload": {"queries": queries}}, user="tester")
+_connect = adult_fine.connect
 
 
 def _close(con) -> None:

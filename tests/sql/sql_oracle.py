@@ -61,24 +61,29 @@ class Oracle:
 
     def __init__(self) -> None:
         self.catalog = load_domain(ADULT_TOML)
-        self.schema = self.catalog["adult"]
+        self._build("adult", f"SELECT * FROM read_csv('{ADULT_CSV}', header=true, nullstr='')")
+
+    def _build(self, table: str, raw_sql: str) -> None:
+        """The DuckDB tables of ``self.catalog[table]`` (subclasses over other tables set their
+        catalog, then call this): ``raw`` (the rows ``raw_sql`` selects), ``idx`` (each value's
+        cell, ``index_sql``) and ``table`` (each value its cell's representative), and the
+        values of the cells reported by label (``_midpoints``)."""
+        self.schema = self.catalog[table]
         self.con = duckdb.connect()
-        self.con.execute(f"CREATE TABLE raw AS SELECT * FROM read_csv('{ADULT_CSV}', header=true, nullstr='')")
-        idx_cols, binned_cols = [], []
-        for a in self.schema.attributes:
-            idx = index_sql(a, a.name).sql(dialect="duckdb")
-            idx_cols.append(f"{idx} AS \"{a.name}\"")
-        self.con.execute(f"CREATE TABLE idx AS SELECT {', '.join(idx_cols)} FROM raw")
-        for a in self.schema.attributes:
-            binned_cols.append(f"{self._representative(a)} AS \"{a.name}\"")
-        self.con.execute(f"CREATE TABLE adult AS SELECT {', '.join(binned_cols)} FROM idx")
+        self.con.execute(f"CREATE TABLE raw AS {raw_sql}")
+        idx = ", ".join(f'{index_sql(a, a.name).sql(dialect="duckdb")} AS "{a.name}"' for a in self.schema.attributes)
+        self.con.execute(f"CREATE TABLE idx AS SELECT {idx} FROM raw")
+        binned = ", ".join(f'{self._representative(a)} AS "{a.name}"' for a in self.schema.attributes)
+        self.con.execute(f'CREATE TABLE "{table}" AS SELECT {binned} FROM idx')
         self._marginals: dict[tuple, tuple] = {}
-        self.midpoints = {}
-        for a in self.schema.attributes:
-            if a.kind != "categorical":
-                for lab, v in zip(a.labels(), a.cell_values()):
-                    if lab is not None:
-                        self.midpoints[(a.name, lab)] = float(v)
+        self.midpoints = {(a.name, label): v for a in self.schema.attributes for label, v in self._midpoints(a)}
+
+    def _midpoints(self, a) -> list[tuple]:
+        """(label, value) of each of ``a``'s cells a result reports by its label: every
+        labelled cell of a numeric column, at its representative value."""
+        if a.kind == "categorical":
+            return []
+        return [(label, float(v)) for label, v in zip(a.labels(), a.cell_values()) if label is not None]
 
     def _representative(self, a) -> str:
         col = f"\"{a.name}\""

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import numpy as np
 
 from dpsql.engine.config import load_config
-from dpsql.measure.cellsql import index_sql
 from dpsql.public import StarCatalog
 from dpsql.sql.joins import expand_linear
 from dpsql.sql.lower import QuerySpec, build_linear_query
@@ -28,29 +26,15 @@ class StarOracle(Oracle):
     def __init__(self) -> None:            # not super().__init__: that builds adult's tables
         config = load_config(STAR / "dpsql.toml")
         self.config = config
-        self.schema = config.tables["flights"]
         self.catalog = StarCatalog(config.tables, config.public_tables, config.references,
                                    query=config.public_db.query)
-        self.con = duckdb.connect()
-        self.con.execute(f"CREATE TABLE raw AS SELECT * FROM read_csv('{STAR / 'flights.csv'}', header=true, "
-                         "nullstr='')")
-        idx = [f"{index_sql(a, a.name).sql(dialect='duckdb')} AS \"{a.name}\"" for a in self.schema.attributes]
-        self.con.execute(f"CREATE TABLE idx AS SELECT {', '.join(idx)} FROM raw")
-        binned = [f"{self._representative(a)} AS \"{a.name}\"" for a in self.schema.attributes]
-        self.con.execute(f"CREATE TABLE flights AS SELECT {', '.join(binned)} FROM idx")
+        self._build("flights", f"SELECT * FROM read_csv('{STAR / 'flights.csv'}', header=true, nullstr='')")
         for name, table in config.public_tables.items():
             cols = ", ".join(f'"{c.name}" {c.type}' for c in table.columns)
             self.con.execute(f'CREATE TABLE "{name}" ({cols})')
             if table.rows:
                 marks = ", ".join("?" for _ in table.columns)
                 self.con.executemany(f'INSERT INTO "{name}" VALUES ({marks})', [list(r) for r in table.rows])
-        self._marginals = {}
-        self.midpoints = {}
-        for a in self.schema.attributes:
-            if a.kind != "categorical":
-                for lab, v in zip(a.labels(), a.cell_values()):
-                    if lab is not None:
-                        self.midpoints[(a.name, lab)] = float(v)
 
     def ours(self, sql: str, dialect: str = "postgres", params=None):
         from dpsql.sql import compile as compile_sql

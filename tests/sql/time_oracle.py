@@ -6,10 +6,7 @@ of the bin gives DuckDB's answer)."""
 
 from __future__ import annotations
 
-import duckdb
-
 from dpsql.domain_file import load_domain
-from dpsql.measure.cellsql import index_sql
 from dpsql.timeaxis import iso_text
 from sql_oracle import FIXTURES, Oracle
 
@@ -28,24 +25,14 @@ RAW_SQL = f"""SELECT
 class TimeOracle(Oracle):
     def __init__(self) -> None:     # not super().__init__: that loads adult
         self.catalog = load_domain(FIXTURES / "flights.toml")
-        self.schema = self.catalog["flights"]
-        self.con = duckdb.connect()
-        self.con.execute(f"CREATE TABLE raw AS {RAW_SQL}")
-        idx = ", ".join(f'{index_sql(a, a.name).sql(dialect="duckdb")} AS "{a.name}"' for a in self.schema.attributes)
-        self.con.execute(f"CREATE TABLE idx AS SELECT {idx} FROM raw")
-        binned = ", ".join(f'{self._representative(a)} AS "{a.name}"' for a in self.schema.attributes)
-        self.con.execute(f"CREATE TABLE flights AS SELECT {binned} FROM idx")
-        self._marginals = {}
-        self.midpoints = {}
-        for a in self.schema.attributes:
-            if a.kind in ("date", "timestamp"):
-                for label, bounds in zip(a.labels(), a.bin_bounds()):
-                    if label is not None and bounds[0] != bounds[1]:   # wide bins: reported by label
-                        self.midpoints[(a.name, label)] = bounds[0]
-            elif a.kind != "categorical":
-                for label, v in zip(a.labels(), a.cell_values()):
-                    if label is not None:
-                        self.midpoints[(a.name, label)] = float(v)
+        self._build("flights", RAW_SQL)
+
+    def _midpoints(self, a) -> list[tuple]:
+        if a.kind not in ("date", "timestamp"):
+            return super()._midpoints(a)
+        # wide bins are reported by label, at their first instant
+        return [(label, bounds[0]) for label, bounds in zip(a.labels(), a.bin_bounds())
+                if label is not None and bounds[0] != bounds[1]]
 
     def _representative(self, a) -> str:
         if a.kind not in ("date", "timestamp"):
