@@ -230,7 +230,9 @@ class Session:
         for release in self.engine.direct_releases(compiled.table):
             got = answer_direct(schema, release, compiled)
             if got is not None:
-                return got[0], got[1], "direct"
+                # a CDF/quantile under a predicate on another fine column: its ordered release
+                kind = "direct" if release.ordered is None else f"ordered {release.ordered.strategy.operator} (merged)"
+                return got[0], got[1], kind
         return None
 
     def _answer_ordered(self, compiled):
