@@ -7,8 +7,10 @@ measured once by each commit (``dpsql measure --yes`` in a fresh process, its ow
 in ``WORKDIR/<commit>``); the base commit's ``dpsql/`` is exported with ``git archive``.  Prints
 per commit the ledger file's size, the release payloads' total size, and the CPU time of a new
 process opening the ledger and unpacking its releases (``Ledger`` verifies every payload's
-hash when it opens).  Then each commit's code reads the *other* commit's ledger, as a check
-that the old format still loads (the base reading the new format is expected to fail).
+hash when it opens), and the memory the unpacked releases hold and peak at (tracemalloc:
+a dense 1,459-label identity is 17 MB).  Then each commit's code reads the *other* commit's
+ledger, as a check that the old format still loads (a base from before ledger format 2
+refuses the new one when it opens it).
 """
 
 from __future__ import annotations
@@ -38,13 +40,18 @@ from dpsql.measure import release as rel
 spec = json.loads(sys.argv[3])   # the ledger's own configuration record, so that it opens
 users = spec["per_user"]
 per_user = {"none": None, "uniform": users.get("limit")}.get(users["kind"], users.get("limits"))
+import tracemalloc
 c = time.process_time()
 ledger = Ledger(sys.argv[2], total_rho=spec["total_rho"], per_user_rho=per_user)
-blocks = 0
+blocks, kept = 0, []
+tracemalloc.start()
 for e in ledger.entries():
     if e.kind == "release":
-        blocks += len(rel.unpack_all(ledger.release(e.key)))
-print(json.dumps({"cpu": time.process_time() - c, "blocks": blocks}))
+        kept.append(rel.unpack_all(ledger.release(e.key)))    # held, as the engine holds them
+        blocks += len(kept[-1])
+held, peak = tracemalloc.get_traced_memory()
+print(json.dumps({"cpu": time.process_time() - c, "blocks": blocks, "unpacked_bytes_held": held,
+                  "unpack_peak_bytes": peak}))
 """
 
 
@@ -59,7 +66,10 @@ def sizes(ledger: Path) -> dict:
 def read(root: Path, ledger: Path, config: str) -> dict | str:
     out = subprocess.run([sys.executable, "-c", READ_CHILD, str(root), str(ledger), config],
                          capture_output=True, text=True)
-    return json.loads(out.stdout) if out.returncode == 0 else out.stderr.strip().splitlines()[-1]
+    if out.returncode == 0:
+        return json.loads(out.stdout)
+    lines = out.stderr.strip().splitlines()      # the exception's line (its HINT follows it)
+    return next((line for line in reversed(lines) if "Error" in line), lines[-1])
 
 
 def main() -> None:

@@ -11,7 +11,8 @@ ISO text in a CSV, by
   time for the question without totality or the declared bins.
 
 Then months of an instant: a TIMESTAMPTZ column on a month axis in Europe/Paris (30 years,
-360 bins, 60 runs of one offset) and in UTC (100 years, 1,200 bins), read by the arithmetic
+360 bins, 60 runs of one offset; 100 years, 138 runs) and in UTC (100 years, 1,200 bins), and
+days in Paris over the century (36,525 bins, 138 runs), read by the arithmetic
 (``cellsql._instant_months_cell``: the local day of the instant at its run's offset) and by
 the chain it replaced, next to DuckDB's exact ``GROUP BY date_trunc('month', ts AT TIME ZONE
 zone)``.
@@ -74,7 +75,10 @@ def count(spec: dict, arithmetic: bool, att: TimestampRange = ATT) -> tuple[floa
 
 
 MONTH_AXES = [TimestampRange("ts", "1995-01-01", "2025-01-01", "month", nullable=True, timezone="Europe/Paris"),
-              TimestampRange("ts", "1925-01-01", "2025-01-01", "month", nullable=True)]
+              TimestampRange("ts", "1925-01-01", "2025-01-01", "month", nullable=True),
+              # more than 64 runs: the arithmetic when they hold 8 bins each (cellsql._BINS_PER_RUN)
+              TimestampRange("ts", "1925-01-01", "2025-01-01", "month", nullable=True, timezone="Europe/Paris"),
+              TimestampRange("ts", "1925-01-01", "2025-01-01", "day", nullable=True, timezone="Europe/Paris")]
 
 
 def build_instants(rows: int) -> Path:
@@ -91,10 +95,10 @@ def build_instants(rows: int) -> Path:
     return db
 
 
-def exact_months(db: Path, zone: str) -> float:
+def exact_months(db: Path, zone: str, unit: str = "month") -> float:
     con = duckdb.connect(str(db), read_only=True)
     t0 = time.perf_counter()
-    con.execute(f"SELECT date_trunc('month', ts AT TIME ZONE '{zone}') m, COUNT(*) FROM t GROUP BY 1").fetchall()
+    con.execute(f"SELECT date_trunc('{unit}', ts AT TIME ZONE '{zone}') m, COUNT(*) FROM t GROUP BY 1").fetchall()
     elapsed = time.perf_counter() - t0
     con.close()
     return elapsed
@@ -102,8 +106,8 @@ def exact_months(db: Path, zone: str) -> float:
 
 def months(rows: int) -> None:
     db = build_instants(rows)
-    print(f"\n{rows:,} TIMESTAMPTZ rows on month axes; load {os.getloadavg()[0]:.1f}")
-    print(f"{'axis':<34} {'arithmetic':>11} {'chain (previous)':>17} {'ratio':>7} {'DuckDB exact':>13}")
+    print(f"\n{rows:,} TIMESTAMPTZ rows on zoned axes; load {os.getloadavg()[0]:.1f}")
+    print(f"{'axis':<42} {'arithmetic':>11} {'chain (previous)':>17} {'ratio':>7} {'DuckDB exact':>13}")
     for att in MONTH_AXES:
         spec = {"duckdb": str(db), "table": "t"}
         # interleaved, best of three each: the first count in a process pays for warming up
@@ -114,8 +118,9 @@ def months(rows: int) -> None:
         (fast, a), (slow, b) = min(runs_a, key=lambda r: r[0]), min(runs_b, key=lambda r: r[0])
         assert np.array_equal(a, b), "the two readers disagree"
         runs = len(cellsql._offset_runs(att))
-        label = f"{att.timezone}, {len(att._starts):,} bins, {runs} runs"
-        print(f"{label:<34} {fast:>10.2f}s {slow:>16.2f}s {slow / fast:>6.1f}x {exact_months(db, att.timezone):>12.2f}s"
+        label = f"{att.timezone} {att.bin}s, {len(att._starts):,} bins, {runs} runs"
+        duck = exact_months(db, att.timezone, att.bin)
+        print(f"{label:<42} {fast:>10.2f}s {slow:>16.2f}s {slow / fast:>6.1f}x {duck:>12.2f}s"
               f"   (counts identical, {int(a[:-1].sum()):,} rows in the period)")
     print(f"load {os.getloadavg()[0]:.1f}")
 

@@ -30,6 +30,7 @@ column together with a predicate on another is refused (``direct_split``) with a
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import zipfile
@@ -44,7 +45,8 @@ from dpsql.errors import UnsupportedQueryError
 from dpsql.sql.predicates import MAX_JOINT_CELLS
 
 __all__ = ["DirectStrategy", "DirectRelease", "direct_split", "coarse_schema", "answer_direct",
-           "answers_block", "is_direct_strategy", "is_direct_payload", "pack", "unpack", "plan_with_direct"]
+           "answers_block", "is_direct_strategy", "is_direct_payload", "pack", "unpack", "plan_with_direct",
+           "plan_merged_ordered", "Found"]
 
 #: The most rows one linear query measured directly may have (a few group cells).
 MAX_ROWS = 512
@@ -84,13 +86,21 @@ class DirectStrategy:
         return getattr(self.inner, name)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class DirectRelease:
     """A released direct part: the merge of each fine column (``DirectStrategy.starts``) and
     the noisy blocks (``release.LatticeBlock``, values, noise standard deviation)."""
 
     starts: dict[str, tuple[int, ...]]
     released: list
+    # an ordered part over the merged domain: its ``measure.ordered.OrderedRelease`` (and the
+    # closed-form estimate of it, built on first use)
+    ordered: Any = None
+
+    @functools.cached_property
+    def estimate(self):
+        from dpsql.measure.ordered import OrderedEstimate
+        return OrderedEstimate(self.ordered)
 
 
 def _large_cells() -> int:
@@ -167,14 +177,38 @@ def _coarse(F: np.ndarray, starts: tuple[int, ...]) -> np.ndarray | None:
     return Fc if np.array_equal(Fc[:, _class_of(starts, F.shape[1])], F) else None
 
 
-def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str, tuple[int, ...]], Any] | None:
-    """(query part indices, runs per fine column, merged schema) of the workload's
-    statements that ask about two or more fine columns (more than ``LARGE_CELLS`` cells)
-    and are thin (every linear query one Kronecker term of integer factors, a few rows on
-    each fine column, at most ``MAX_ROWS`` rows), or None when there are none.  Such a
-    statement that is not thin, or whose columns cannot be merged (only integer and
-    numeric bins can), is refused: no strategy over two such columns is planned.  A
-    statement with binning offsets is not thin.  Public: workload SQL and domains."""
+@dataclass(frozen=True)
+class Found:
+    """What ``direct_split`` found: the thin statements' query parts with the runs of the
+    fine columns they touch and the merged schema (``thin``: None when there are none), and
+    per fine column A whose CDF, range or quantile some statement restricts by a predicate
+    on another fine column, those statements' parts, the runs of the other columns and
+    their merged schema (``ordered``: (A's index, parts, runs, schema))."""
+
+    thin: tuple[list[int], dict[str, tuple[int, ...]], Any] | None
+    ordered: list[tuple[int, list[int], dict[str, tuple[int, ...]], Any]]
+
+
+_ORDERED_FACTORS = (linalg.Prefix, linalg.Suffix, linalg.AllRange, linalg.Identity)
+
+
+def direct_split(workload, labels, offsets, schema) -> Found | None:
+    """The workload's statements that ask about two or more fine columns (more than
+    ``LARGE_CELLS`` cells), or None when there are none (``Found``):
+
+    * **thin** ones (every linear query one Kronecker term of integer factors, a few rows on
+      each fine column, at most ``MAX_ROWS`` rows), measured directly;
+    * **ordered** ones: a CDF, range, quantile or GROUP BY of every value of one fine
+      column A (an integer, date or timestamp column) whose other fine columns carry thin
+      predicate rows (``quantile_cont(gain, 0.5) … WHERE loss > 0``): planned by the
+      ordered strategy over A with the other columns merged into the runs of those
+      predicates, which makes them few-celled group columns (``plan.ordered``).
+
+    Any other such statement, or one whose columns cannot be merged (only integer and
+    numeric bins can), is refused with a hint.  A statement with binning offsets is
+    neither.  Public: workload SQL and domains."""
+    from dpsql.engine.ordered import ORDERED_KINDS
+
     large = _large_cells()
     names = list(workload.domain.attributes)
     fine = {i for i, n in enumerate(workload.domain.shape) if n > large}
@@ -190,33 +224,66 @@ def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str
         return None
     # only those statements' factors are read densely (a workload of many others pays nothing)
     thin: dict[str, bool] = {}
+    column: dict[str, set[int] | None] = {}     # the fine columns asked other than thinly
     for j, part in enumerate(workload.parts):
         sql = labels[j][0]
         if sql not in chosen:
             continue
         terms = [workload.terms.terms[t] for t in part.terms]
-        ok = sql not in with_offsets and len(terms) == 1 and part.rows <= MAX_ROWS and bool(terms[0].factors)
+        ok = sql not in with_offsets and len(terms) == 1 and bool(terms[0].factors)
+        wide: set[int] | None = set() if ok else None
         if ok:
             for i, f in enumerate(terms[0].factors):
                 if isinstance(f, linalg.Total):
                     continue
                 F = _thin_factor(f) if i in fine else np.atleast_2d(np.asarray(f.dense(), dtype=np.float64))
-                if F is None or not bool(np.all(F == np.round(F))):
-                    ok = False
-                    break
+                if F is not None and bool(np.all(F == np.round(F))):
+                    continue
+                ok = False
+                if wide is not None and i in fine and isinstance(f, _ORDERED_FACTORS) \
+                        and schema.attributes[i].kind in ORDERED_KINDS:
+                    wide.add(i)
+                elif i not in fine and wide is not None:
+                    pass            # a small column's factor: the ordered strategy's groups
+                else:
+                    wide = None
+        ok = ok and part.rows <= MAX_ROWS
         thin[sql] = thin.get(sql, True) and ok
+        had = column.get(sql, set())
+        column[sql] = None if had is None or wide is None else had | wide
+    ordered: dict[int, list[str]] = {}
     for sql in sorted(chosen):
-        if not thin[sql]:
-            cols = " and ".join(repr(names[i]) for i in sorted(asks[sql]))
-            raise UnsupportedQueryError(
-                f"statement {sql!r} asks about {cols}, columns of more than {large:,} cells, together, "
-                "and not as a few counts: a CDF, a quantile, a GROUP BY of every value or a SUM of real values "
-                "over one of them restricted by the other has no strategy (only counts and integer sums "
-                f"whose rows are at most {MAX_ROWS} cells are measured directly)",
-                hint=f"declare all but one of {cols} in coarser bins (bin_width or edges in the domain), "
-                     "or ask for counts with range predicates (WHERE x > c AND y BETWEEN a AND b) instead")
-    indices = [j for j in range(len(workload.parts)) if labels[j][0] in chosen]
-    # the runs of every fine column any chosen statement's rows touch (from their rows only)
+        if thin[sql]:
+            continue
+        wide = column[sql]
+        if wide is not None and len(wide) == 1 and sql not in with_offsets:
+            ordered.setdefault(next(iter(wide)), []).append(sql)
+            continue
+        cols = " and ".join(repr(names[i]) for i in sorted(asks[sql]))
+        raise UnsupportedQueryError(
+            f"statement {sql!r} asks about {cols}, columns of more than {large:,} cells, together, and "
+            "neither as a few counts nor as a CDF, range or quantile of one of them under predicates on the "
+            "others: no strategy over two such columns is planned (counts and integer sums whose rows are at "
+            f"most {MAX_ROWS} cells are measured directly, one integer, date or timestamp column's CDF per "
+            "merged predicate cell by the ordered strategy)",
+            hint=f"declare all but one of {cols} in coarser bins (bin_width or edges in the domain), "
+                 "or ask for counts with range predicates (WHERE x > c AND y BETWEEN a AND b) instead")
+    found_thin = None
+    indices = [j for j in range(len(workload.parts)) if thin.get(labels[j][0], False) and labels[j][0] in chosen]
+    if indices:
+        found_thin = (indices, *_merged(workload, labels, indices, fine, None, schema, asks))
+    found_ordered = []
+    for a, statements in sorted(ordered.items()):
+        idx = [j for j in range(len(workload.parts)) if labels[j][0] in statements]
+        found_ordered.append((a, idx, *_merged(workload, labels, idx, fine - {a}, a, schema, asks)))
+    return Found(found_thin, found_ordered)
+
+
+def _merged(workload, labels, indices, fine, keep, schema, asks) -> tuple[dict[str, tuple[int, ...]], Any]:
+    """(runs per fine column, merged schema) of the query parts ``indices``: each fine column
+    their rows touch (but ``keep``, the ordered column) cut where any of their rows changes."""
+    large = _large_cells()
+    names = list(workload.domain.attributes)
     used = {i for j in indices for t in workload.parts[j].terms for i in workload.terms.terms[t].support
             if i in fine}
     mine: dict[int, list[np.ndarray]] = {i: [] for i in used}
@@ -229,9 +296,11 @@ def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str
     if coarse is None:
         bad = [names[i] for i in used if coarse_attribute(schema.attributes[i], starts[names[i]]) is None]
         raise UnsupportedQueryError(
-            f"the workload counts over {' and '.join(map(repr, bad))} together with another column of more "
-            f"than {large:,} cells: only integer and numeric columns can be measured that way",
+            f"the workload restricts {' and '.join(map(repr, bad))} together with another column of more "
+            f"than {large:,} cells: only integer and numeric columns can be merged for that",
             hint="declare the column in coarser bins, or ask about one fine column per statement")
+    if keep is not None:
+        return starts, coarse
     # each block is counted as a marginal over its merged columns: the runs are shared by all
     # the statements, so a SUM over every value of one column beside a SUM over every value
     # of the other would ask for 10⁵ × 5·10³ cells (counted densely)
@@ -250,7 +319,7 @@ def direct_split(workload, labels, offsets, schema) -> tuple[list[int], dict[str
                 "every value of one of them beside one over the other)",
                 hint="plan the SUMs over each fine column in a workload of its own, or declare the columns "
                      "in coarser bins")
-    return indices, starts, coarse
+    return starts, coarse
 
 
 def _coarse_workload(workload, indices, starts, coarse, fraction: Fraction):
@@ -298,64 +367,173 @@ def plan_direct(workload, indices, starts, coarse, noise: str, fraction: Fractio
                           f"measured directly on merged cells ({cells})")
 
 
+def plan_merged_ordered(planner, table: str, workload, indices, starts, coarse, rho: Fraction, fraction: Fraction,
+                        unit_rows: int = 1) -> DirectStrategy:
+    """The ordered strategy (``plan.ordered``, through ``planner.optimize``) for the parts
+    ``indices``, CDFs or quantiles of one fine column under predicates on other fine columns,
+    over the merged domain of ``coarse``, where those columns are a few cells each: the
+    column measured per merged predicate cell (a group column of the ordered strategy)."""
+    from dpsql.engine.ordered import is_ordered_strategy
+
+    sub = _coarse_workload(workload, indices, starts, coarse, fraction)
+    inner = planner.optimize(sub, rho * fraction, unit_rows, table=table)
+    if not is_ordered_strategy(inner):
+        raise UnsupportedQueryError(
+            "the CDF/quantile queries under predicates on another fine column were not planned by the "
+            f"ordered strategy ({inner.operator})",
+            hint="declare all but one of the fine columns in coarser bins")
+    cells = ", ".join(f"{a!r} {workload.domain[a]:,} → {len(s)}" for a, s in starts.items())
+    return DirectStrategy(inner, coarse, starts,
+                          f"{len(indices)} CDF/quantile quer{'y' if len(indices) == 1 else 'ies'} over "
+                          f"{inner.attribute!r} under predicates on merged cells ({cells}) by the ordered "
+                          f"strategy ({inner.operator}) per merged cell")
+
+
+def _check_runs(catalog, statements, column: str, n: int) -> None:
+    """Refuse (before any spending) a quantile under a predicate on another fine column whose
+    WHERE keeps values of its own column with gaps (``x < a OR x > b``): the ordered release
+    answers a quantile over one run of the column's cells (``ordered._mask_range``), and no
+    model can hold two fine columns, so it could never be answered.  Public: the SQL."""
+    from dpsql.engine.ordered import _mask_range
+    from dpsql.sql import compile as compile_sql
+
+    for sql in sorted(statements):
+        for lq in compile_sql(sql, catalog).linear_queries:
+            if lq.kind == "quantile" and _mask_range(lq.cell_masks, n) is None:
+                raise UnsupportedQueryError(
+                    f"statement {sql!r} asks for a quantile of {column!r} over values with gaps, under a predicate "
+                    "on another column of more than 4,096 cells: the ordered strategy answers a quantile over one "
+                    "range of its column's values",
+                    hint=f"keep one range of {column!r} (BETWEEN a AND b, or >= a AND <= b) in its WHERE, or ask "
+                         "for each range in a statement of its own")
+
+
 def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int = 1):
-    """The strategy of a workload some of whose statements are thin over two fine columns
-    (``direct_split``), or None when none are: those statements form a direct part at the
-    least share keeping each within its per-query baseline (``mixed.least_fraction``: k/m of
-    ρ for k of m queries), the others are planned by ``planner.strategy_for`` at the rest
-    of ρ, their per-query baselines still the whole workload's (``mixed.sub_workload``),
-    and the two are one ``MixedStrategy`` (the other plan's parts scaled to the rest)."""
-    from dpsql.engine.mixed import MixedStrategy, StrategyPart, is_mixed_strategy, least_fraction, sub_workload
+    """The strategy of a workload some of whose statements ask about two fine columns
+    (``direct_split``), or None when none do.  The thin ones form a direct part at the least
+    share keeping each within its per-query baseline (``mixed.least_fraction``: k/m of ρ for
+    k of m queries); each fine column whose CDF/quantile is restricted by predicates on
+    another gets an ordered part over the merged domain (``plan_merged_ordered``); the other
+    statements are planned by ``planner.strategy_for``, their per-query baselines still the
+    whole workload's (``mixed.sub_workload``).  What the direct part leaves is split between
+    the merged ordered parts and the others as any parts are (``mixed.split_fractions``:
+    ρ_v ∝ √(k_v²·E_v), raised to the least shares keeping their queries within their
+    baselines), from their errors planned at an even split, and every part is then planned
+    at its share.  One ``MixedStrategy`` (the other plan's parts scaled to their share)."""
+    from dpsql.engine.mixed import MixedStrategy, StrategyPart, is_mixed_strategy, least_fraction, split_fractions
+    from dpsql.engine.mixed import sub_workload
     from dpsql.engine.ordered import is_ordered_strategy
 
     schema = planner._state(table).schema
     found = direct_split(workload, labels, offsets, schema)
     if found is None:
         return None
-    indices, starts, coarse = found
     noise = planner.config.noise
-    direct = plan_direct(workload, indices, starts, coarse, noise, Fraction(1))
-    # the per-query mechanism's variances scale as 1/f: its least share, planned once more
-    # there so that its sub-workload's baselines are those of the share it is measured at
-    least = least_fraction(direct, Fraction(1), planner.rows_sq(table, direct) / unit_rows ** 2)
-    f = Fraction(least) if least > 0 else Fraction(len(indices), len(workload.parts))
-    direct = plan_direct(workload, indices, starts, coarse, noise, f)
+    k2 = float(unit_rows ** 2)
+    names = list(workload.domain.attributes)
     parts: list[StrategyPart] = []
-    keep = [j for j in range(len(workload.parts)) if j not in set(indices)]
+    texts: list[str] = []
+    f_d = Fraction(0)
+    peeled: set[int] = set()
+    if found.thin is not None:
+        indices, starts, coarse = found.thin
+        direct = plan_direct(workload, indices, starts, coarse, noise, Fraction(1))
+        # the per-query mechanism's variances scale as 1/f: its least share, planned once more
+        # there so that its sub-workload's baselines are those of the share it is measured at
+        least = least_fraction(direct, Fraction(1), planner.rows_sq(table, direct) / k2)
+        f_d = Fraction(least) if least > 0 else Fraction(len(indices), len(workload.parts))
+        peeled |= set(indices)
+    keep = [j for j in range(len(workload.parts)) if j not in peeled
+            and not any(j in idx for _, idx, _, _ in found.ordered)]
+    merged = {f"ordered {names[a]} (merged)": (idx, starts, coarse) for a, idx, starts, coarse in found.ordered}
+    for a, idx, _, _ in found.ordered:
+        _check_runs(planner.catalog, {labels[j][0] for j in idx}, names[a], workload.domain[names[a]])
+    left = 1 - f_d
+    if (keep or merged) and left <= 0:
+        raise UnsupportedQueryError(
+            "the thin statements over two fine columns would need the whole budget to keep their "
+            "per-query baselines", hint="measure them in a workload of their own")
+    at = {j: k for k, j in enumerate(keep)}
+
+    def plan_rest(fraction: Fraction):
+        sub = sub_workload(workload, keep, fraction)
+        return sub, planner.strategy_for(table, sub, [labels[j] for j in keep],
+                                         [(q, at[j]) for q, j in offsets if j in at], rho * fraction, unit_rows)
+
+    def cost(s) -> float:
+        if is_mixed_strategy(s):
+            return sum(planner.rows_sq(table, p.strategy) * float(p.strategy.expected_error) / float(p.fraction)
+                       for p in s.parts)
+        return planner.rows_sq(table, s) * float(s.expected_error)
+
+    names_v = list(merged) + (["rest"] if keep else [])
+    shares = {v: left / len(names_v) for v in names_v}
+    plans: dict[str, Any] = {}
+    rest_sub = other = None
+    for round_ in range(2):
+        # round 0 at an even split for the parts' errors; round 1 at the shares they give
+        for v, (idx, starts, coarse) in merged.items():
+            plans[v] = plan_merged_ordered(planner, table, workload, idx, starts, coarse, rho, shares[v], unit_rows)
+        if keep:
+            rest_sub, other = plan_rest(shares["rest"])
+        if round_ or len(names_v) < 2:
+            break
+        costs = {v: cost(plans[v].inner) for v in merged}
+        if keep:
+            costs["rest"] = cost(other)
+        # least shares of what is left keeping every query within its baseline (variances
+        # scale as 1/f; the other plan's parts scale with its share)
+        lows = {v: least_fraction(plans[v].inner, shares[v], planner.rows_sq(table, plans[v].inner) / k2)
+                / float(left) for v in merged}
+        if keep:
+            assert other is not None
+            inner = [(p.strategy, shares["rest"] * p.fraction, p.fraction) for p in other.parts] \
+                if is_mixed_strategy(other) else [(other, shares["rest"], Fraction(1))]
+            lows["rest"] = max(least_fraction(s, at_, planner.rows_sq(table, s) / k2) / float(f)
+                               for s, at_, f in inner) / float(left)
+        shares = {v: left * x for v, x in split_fractions(costs, lows).items()}
+    for v, (idx, _, _) in merged.items():
+        parts.append(StrategyPart(v, plans[v], shares[v], tuple(idx), sub_workload(workload, idx, shares[v]),
+                                  direct=True))
+        texts.append(f"{plans[v].explanation}, at {float(shares[v]):.4g} of the budget")
     if keep:
-        if f >= 1:
-            raise UnsupportedQueryError(
-                "the thin statements over two fine columns would need the whole budget to keep their "
-                "per-query baselines", hint="measure them in a workload of their own")
-        rest_f = 1 - f
-        at = {j: k for k, j in enumerate(keep)}
-        sub = sub_workload(workload, keep, rest_f)
-        other = planner.strategy_for(table, sub, [labels[j] for j in keep],
-                                     [(q, at[j]) for q, j in offsets if j in at], rho * rest_f, unit_rows)
+        assert other is not None and rest_sub is not None
+        r = shares["rest"]
         if is_mixed_strategy(other):
-            parts += [StrategyPart(p.name, p.strategy, p.fraction * rest_f, tuple(keep[i] for i in p.parts),
-                                   p.workload, p.ordered) for p in other.parts]
+            parts += [StrategyPart(p.name, p.strategy, p.fraction * r, tuple(keep[i] for i in p.parts),
+                                   p.workload, p.ordered, p.direct) for p in other.parts]
         else:
             ordered = is_ordered_strategy(other)
-            parts.append(StrategyPart(f"ordered {other.attribute}" if ordered else "rest", other, rest_f,
-                                      tuple(keep), sub, ordered))
+            parts.append(StrategyPart(f"ordered {other.attribute}" if ordered else "rest", other, r,
+                                      tuple(keep), rest_sub, ordered))
         why = getattr(other, "explanation", "")
-    else:
-        f, why = Fraction(1), ""
-    parts.append(StrategyPart("direct", direct, f, tuple(indices), sub_workload(workload, indices, f), direct=True))
-    text = (f"{direct.explanation}, at {float(f):.4g} of the budget (each within its per-query baseline)"
-            + (f"; the other statements at the rest: {why}" if why else ""))
-    return MixedStrategy(tuple(parts), explanation=text)
+        texts.append(f"the other statements at {float(r):.4g}: {why}" if why else
+                     f"the other statements at {float(r):.4g}")
+    if found.thin is not None:
+        indices, starts, coarse = found.thin
+        if not keep and not merged:
+            f_d = Fraction(1)
+        direct = plan_direct(workload, indices, starts, coarse, noise, f_d)
+        parts.append(StrategyPart("direct", direct, f_d, tuple(indices), sub_workload(workload, indices, f_d),
+                                  direct=True))
+        texts.insert(0, f"{direct.explanation}, at {float(f_d):.4g} of the budget (each within its per-query "
+                        "baseline)")
+    return MixedStrategy(tuple(parts), explanation="; ".join(texts) + ".")
 
 
 def pack(release: DirectRelease) -> bytes:
     """A direct release's payload: the released blocks (``release.pack``) and the runs."""
     from dpsql.measure import release as rel
 
+    from dpsql.measure import ordered
+
     buf = io.BytesIO()
+    inner = ordered.pack(release.ordered) if release.ordered is not None else rel.pack(release.released)
+    # Any: numpy's annotation of savez would read a key as allow_pickle
+    name = "ordered" if release.ordered is not None else "blocks"
+    arrays: dict[str, Any] = {name: np.frombuffer(inner, dtype=np.uint8)}
     np.savez(buf, __direct__=np.frombuffer(json.dumps({k: list(v) for k, v in release.starts.items()}).encode(),
-                                           dtype=np.uint8),
-             blocks=np.frombuffer(rel.pack(release.released), dtype=np.uint8))
+                                           dtype=np.uint8), **arrays)
     return buf.getvalue()
 
 
@@ -364,6 +542,9 @@ def unpack(payload: bytes) -> DirectRelease:
 
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
         starts = {k: tuple(int(s) for s in v) for k, v in json.loads(bytes(z["__direct__"]).decode()).items()}
+        if "ordered" in z.files:
+            from dpsql.measure import ordered
+            return DirectRelease(starts, [], ordered.unpack(bytes(z["ordered"])))
         blocks = bytes(z["blocks"])
     return DirectRelease(starts, rel.unpack(blocks))
 
@@ -377,6 +558,8 @@ def answer_direct(schema, release: DirectRelease, compiled):
 
     if compiled.offset_queries:
         return None
+    if release.ordered is not None:
+        return _answer_merged_ordered(schema, release, compiled)
     answers, stderrs = Answers(), {}
     for lq in compiled.linear_queries:
         got = _answer_matrix(schema, release, lq.matrix) if lq.blocks == 1 else None
@@ -387,8 +570,75 @@ def answer_direct(schema, release: DirectRelease, compiled):
 
 
 def answers_block(schema, release: DirectRelease, matrix) -> bool:
-    """Whether ``release`` measured every row of the workload block ``matrix``."""
-    return _answer_matrix(schema, release, matrix) is not None
+    """Whether ``release`` measured every row of the workload block ``matrix`` (an ordered
+    part: every factor on its column, its group columns per run, or summed out)."""
+    if release.ordered is None:
+        return _answer_matrix(schema, release, matrix) is not None
+    coarse = _coarsen_matrix(schema, release.starts, matrix)
+    if coarse is None:
+        return False
+    s = release.ordered.strategy
+    names = list(schema.domain.attributes)
+    allowed = {names.index(a) for a in (s.attribute, *s.groups) if a in names}
+    return all({i for i, f in enumerate(factors) if not isinstance(f, linalg.Total)} <= allowed
+               for _, factors in linalg.kron_terms(coarse))
+
+
+def _coarsen_matrix(schema, starts: dict[str, tuple[int, ...]], matrix):
+    """``matrix`` (one weighted Kronecker term over the table's domain) over the merged
+    domain: each factor on a merged column taken per run, or None when there are several
+    terms or a factor is not constant on every run (the release cannot answer it)."""
+    terms = linalg.kron_terms(matrix)
+    if len(terms) != 1:
+        return None
+    w, factors = terms[0]
+    out = []
+    for a, f in zip(schema.domain.attributes, factors):
+        if a not in starts:
+            out.append(f)
+        elif isinstance(f, linalg.Total):
+            out.append(linalg.Total(len(starts[a])))
+        elif f.shape[0] > MAX_ROWS:
+            return None
+        else:
+            Fc = _coarse(np.atleast_2d(np.asarray(f.dense(), dtype=np.float64)), starts[a])
+            if Fc is None:
+                return None
+            out.append(linalg.Explicit(Fc))
+    k = linalg.Kron(out) if len(out) > 1 else out[0]
+    return k if w == 1.0 else linalg.Weighted(float(w), k)
+
+
+def _answer_merged_ordered(schema, release: DirectRelease, compiled):
+    """``engine.ordered.answer_ordered`` of the merged ordered ``release``: the statement's
+    linear queries taken over the merged domain (``_coarsen_matrix``), the merged schema's
+    columns as the release's groups."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from dpsql.engine.ordered import answer_ordered
+
+    coarse = coarse_schema(schema, release.starts)
+    if coarse is None:
+        return None
+    names = list(schema.domain.attributes)
+    merged = {names.index(a) for a in release.starts}
+
+    def restricts(matrix) -> bool:         # a factor on a merged column that is not all ones
+        return any(i in merged and not isinstance(f, linalg.Total)
+                   and (f.shape[0] > MAX_ROWS or not bool(np.all(np.asarray(f.dense()) == 1)))
+                   for _, factors in linalg.kron_terms(matrix) for i, f in enumerate(factors))
+    if not any(restricts(lq.matrix) for lq in compiled.linear_queries):
+        # nothing asks about the merged columns: the table's own releases answer it (a GROUP
+        # BY sex the ordered part also holds comes from the model, planned for it)
+        return None
+    lqs = []
+    for lq in compiled.linear_queries:
+        m = _coarsen_matrix(schema, release.starts, lq.matrix)
+        if m is None:
+            return None
+        lqs.append(dataclasses.replace(lq, matrix=m))
+    return answer_ordered(coarse, release.estimate, SimpleNamespace(offset_queries=(), linear_queries=lqs))
 
 
 def _answer_matrix(schema, release: DirectRelease, matrix):

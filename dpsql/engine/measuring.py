@@ -106,6 +106,14 @@ class Measurer:
         state = self._state(table)
         source = self.config.sources[table]
         extra, share = offsets if offsets is not None else ([], Fraction(0))
+        if is_direct_strategy(strategy):
+            # statements over two fine columns (engine/direct.py), counted over their merged
+            # columns (``_count``): a record still lands in one cell of each, so the
+            # sensitivity is that of the blocks' integer factors as for any block (an ordered
+            # part's, as for any ordered release); the merge is part of what the release is
+            purpose = f"{purpose}:direct:{sorted(strategy.starts.items())!r}"
+            if is_ordered_strategy(strategy.inner):
+                strategy = strategy.inner
         if is_ordered_strategy(strategy):
             # a tree's levels or the Toeplitz root's integer coefficients, over one column:
             # their own blocks (no n×n lattice factor), the int64 bound from the declared rows
@@ -127,12 +135,6 @@ class Measurer:
         # (release.rows_sq), counts and binning offsets alike: a person's offsets in group γ
         # sum over at most n_γ kept rows, the same rows (docs/privacy.md §2a, §7.1b)
         groups = _groups(source, self.config.noise)
-        if is_direct_strategy(strategy):
-            # thin statements over two fine columns (engine/direct.py), counted over their
-            # merged columns: a record still lands in one cell of each, so the sensitivity is
-            # that of the blocks' integer factors as for any block; the merge is part of
-            # what the release is (its key)
-            purpose = f"{purpose}:direct:{sorted(strategy.starts.items())!r}"
         blocks, plan = rel.lattice_blocks([(b.clique, b.query, b.weight) for b in strategy.blocks], rho - share,
                                           family=self.config.noise, unit_rows=source.unit_rows, groups=groups)
         if extra:
@@ -314,7 +316,12 @@ class Measurer:
             return
         if is_direct_strategy(p.strategy):
             from dpsql.engine import direct
-            kept = direct.DirectRelease(dict(p.strategy.starts), released)
+            if is_ordered_strategy(p.strategy.inner):
+                from dpsql.measure import ordered
+                kept = direct.DirectRelease(dict(p.strategy.starts), [],
+                                            ordered.release_of(p.strategy.inner, released, p.plan.rho))
+            else:
+                kept = direct.DirectRelease(dict(p.strategy.starts), released)
             self._ledger().record_release(p.charge_id, p.key, direct.pack(kept))
             kill_point("released")
             state.direct.append(kept)       # never in the model: answered block by block

@@ -131,6 +131,13 @@ def workload_matrix(schema, lq) -> Any:
         return lq.matrix
     w, factors = terms[0]
     i = _ordered_axis(schema, factors)
+    if i is None:
+        # under a predicate on another fine column (engine/direct.py: that column merged
+        # into the predicate's runs): the one large ordered column the identity is on
+        large = _large_cells()
+        on = [j for j, f in enumerate(factors) if isinstance(f, linalg.Identity)
+              and schema.attributes[j].kind in ORDERED_KINDS and schema.attributes[j].size > large]
+        i = on[0] if len(on) == 1 else None
     if i is None or not isinstance(factors[i], linalg.Identity):
         return lq.matrix
     factors = list(factors)

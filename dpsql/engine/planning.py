@@ -312,6 +312,8 @@ class Planner:
         groups = _groups(source, self.config.noise)
         if groups is None:
             return float(source.unit_rows ** 2)
+        if is_direct_strategy(strategy):
+            strategy = strategy.inner       # over the merged domain (engine/direct.py)
         if is_ordered_strategy(strategy):
             # its blocks may hold a fine column's n×n factor: never densified, decided by shape
             return float(rel.ordered_rows_sq(strategy.groups, strategy.attribute, source.unit_rows, groups))
@@ -340,6 +342,8 @@ class Planner:
         k² otherwise), as ``dpsql plan --table`` shows them."""
         source = self.config.sources[table]
         groups = _groups(source, self.config.noise)
+        if is_direct_strategy(strategy):
+            strategy = strategy.inner       # over the merged domain (engine/direct.py)
         if is_ordered_strategy(strategy):
             return [(tuple(strategy.clique), self.rows_sq(table, strategy))]
         return [(tuple(b.clique), float(rel.rows_sq(b.clique, rel._dense_factors(b.clique, b.query),

@@ -178,6 +178,13 @@ class Session:
         policy = self.policy
         if model is None and policy != "measure":
             self._refuse_unmeasured_flag(compiled.table)
+            if self.engine.direct_releases(compiled.table):
+                # statements over two fine columns were measured (engine/direct.py), each
+                # answering itself only: this one is not among them
+                raise UnsupportedQueryError(
+                    f"the releases of table {compiled.table!r} measured other statements over its fine columns "
+                    "directly, and no model of the table was released to answer this one",
+                    hint=self.operator_step("add it to the workload and measure it", "dpsql measure --increment"))
             raise OperationalError(
                 f"nothing has been measured on table {compiled.table!r} yet",
                 hint=self.operator_step("measure the workload first", "dpsql measure")
@@ -230,7 +237,9 @@ class Session:
         for release in self.engine.direct_releases(compiled.table):
             got = answer_direct(schema, release, compiled)
             if got is not None:
-                return got[0], got[1], "direct"
+                # a CDF/quantile under a predicate on another fine column: its ordered release
+                kind = "direct" if release.ordered is None else f"ordered {release.ordered.strategy.operator} (merged)"
+                return got[0], got[1], kind
         return None
 
     def _answer_ordered(self, compiled):

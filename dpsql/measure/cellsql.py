@@ -239,8 +239,14 @@ def _int_div(value: exp.Expr, width: int, dialect: str) -> exp.Expr:
 
 
 #: The most runs of one zone offset an instant's arithmetic takes (two a year for a zone with
-#: daylight-saving time: 64 is 32 years); more keep the chain.
+#: daylight-saving time: 64 is 32 years) unless its runs hold ``_BINS_PER_RUN`` bins each on
+#: average; else the chain.  The runs are picked by a balanced tree (log₂ runs comparisons),
+#: the chain bisects the bins: with few bins per run (quarters in New York, 1925-2025: 195
+#: runs of 401 bins) the chain was faster (0.30 s against 1.05 s on 10⁶ rows), with many (days
+#: in Paris over the same century: 138 runs of 36,526 bins) the arithmetic (0.43 s against 27 s,
+#: plus 6 s to build the chain's SQL); months there (1,201 bins) 0.71 s against 1.15 s.
 _MAX_RUNS = 64
+_BINS_PER_RUN = 8
 
 
 def _offset_runs(att: Temporal) -> list[tuple[int, int, dt.timedelta]]:
@@ -285,7 +291,7 @@ def time_arithmetic_sql(att: Temporal, column, family: str, dialect: str) -> exp
     x = column_expr(column)
     unit = att.bin
     runs = _offset_runs(att) if family == "timestamptz" else [(0, len(att._starts) - 1, dt.timedelta(0))]
-    if len(runs) > _MAX_RUNS:
+    if len(runs) > _MAX_RUNS and len(att._starts) < _BINS_PER_RUN * len(runs):
         return None
     last = att.end - att._step
     if family == "date" and att.kind != "date":

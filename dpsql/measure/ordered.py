@@ -401,6 +401,10 @@ class OrderedEstimate:
 # -- the ledger's payload -------------------------------------------------------------------
 #: The npz member that marks an ordered release (``release.pack``'s payloads hold ``__meta__``).
 ORDERED_META = "__ordered__"
+# Its format version (``release.version_stamp``, since ledger format 2): a newer one is refused
+# with LedgerVersionError, one without the entry (written before) is read.
+ORDERED_FORMAT = "dpsql-ordered-release"
+ORDERED_VERSION = 1
 
 
 def pack(release: OrderedRelease) -> bytes:
@@ -417,6 +421,7 @@ def pack(release: OrderedRelease) -> bytes:
     if s.coeffs is not None:
         arrays["coeffs"] = np.asarray(s.coeffs, dtype=np.int64)
     arrays[ORDERED_META] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    arrays["__version__"] = rel.version_stamp(ORDERED_FORMAT, ORDERED_VERSION)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
@@ -431,6 +436,7 @@ def unpack(payload: bytes) -> OrderedRelease:
     """The ``OrderedRelease`` of a payload written by :func:`pack` (its strategy carries what
     the estimator reads; the planner's errors are not stored)."""
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+        rel.check_stamp(z, ORDERED_FORMAT, ORDERED_VERSION)
         meta = json.loads(bytes(z[ORDERED_META]).decode())
         values = tuple(np.asarray(z[f"y{i}"], dtype=np.float64) for i in range(int(meta["blocks"])))
         coeffs = np.asarray(z["coeffs"], dtype=np.int64) if "coeffs" in z.files else None

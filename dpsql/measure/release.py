@@ -450,11 +450,26 @@ PAYLOAD_FORMAT = "dpsql-release"
 PAYLOAD_VERSION = 2
 
 
-def _newer(what: str) -> LedgerVersionError:
+def _newer(what: str, version: int = PAYLOAD_VERSION) -> LedgerVersionError:
     return LedgerVersionError(
         f"a release in the privacy ledger was written by a newer dpsql ({what}; this dpsql reads "
-        f"release payload versions up to {PAYLOAD_VERSION})",
+        f"release payload versions up to {version})",
         hint="open the ledger with the dpsql version that wrote it or a newer one; nothing was charged")
+
+
+def version_stamp(fmt: str, version: int) -> np.ndarray:
+    """A payload's ``__version__`` entry: its format and version as JSON bytes."""
+    return np.frombuffer(json.dumps({"format": fmt, "version": version}).encode(), dtype=np.uint8)
+
+
+def check_stamp(z: Any, fmt: str, version: int) -> None:
+    """Refuse (LedgerVersionError) a payload whose ``__version__`` names another format or a
+    version above ``version``; a payload without the entry (written before it) is read."""
+    if "__version__" not in z.files:
+        return
+    stamp = json.loads(bytes(z["__version__"]).decode())
+    if stamp.get("format") != fmt or not (type(stamp.get("version")) is int and stamp["version"] <= version):
+        raise _newer(f"format {stamp.get('format')!r} version {stamp.get('version')!r}", version)
 
 
 def _factor_record(f: np.ndarray | StructuredFactor) -> dict[str, Any]:
@@ -522,20 +537,15 @@ def pack(released: Sequence[tuple[LatticeBlock, np.ndarray, float]]) -> bytes:
                      "scale": block.scale, "weight": block.weight, "stddev": sd,
                      **({"offsets": block.offsets, "bound": block.bound} if block.offsets is not None else {})})
     buf = io.BytesIO()
-    version = json.dumps({"format": PAYLOAD_FORMAT, "version": PAYLOAD_VERSION}).encode()
     np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-             __version__=np.frombuffer(version, dtype=np.uint8), **arrays)
+             __version__=version_stamp(PAYLOAD_FORMAT, PAYLOAD_VERSION), **arrays)
     return buf.getvalue()
 
 
 def unpack_all(payload: bytes) -> list[tuple[LatticeBlock, np.ndarray, float]]:
     """Every block of a payload: counts and offsets (either format, module comment above)."""
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
-        if "__version__" in z.files:
-            stamp = json.loads(bytes(z["__version__"]).decode())
-            if stamp.get("format") != PAYLOAD_FORMAT or not (
-                    type(stamp.get("version")) is int and stamp["version"] <= PAYLOAD_VERSION):
-                raise _newer(f"format {stamp.get('format')!r} version {stamp.get('version')!r}")
+        check_stamp(z, PAYLOAD_FORMAT, PAYLOAD_VERSION)
         meta = json.loads(bytes(z["__meta__"]).decode())
         out = []
         for i, m in enumerate(meta):

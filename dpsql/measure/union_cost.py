@@ -27,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LIMIT", "union_max"]
+__all__ = ["LIMIT", "MAX_BLOCKS", "union_max"]
 
 #: Cells of the varying attributes searched (float64: 32 MiB of scratch).
 LIMIT = 1 << 22
+#: Blocks summed per cell: the float search's relative error stays below 2⁻³² (module doc).
+MAX_BLOCKS = 1 << 20
 
 
 def _colnorms(f: Any) -> list[int]:
@@ -49,6 +51,8 @@ def union_max(blocks: Sequence[Any], coefs: Sequence[Fraction | float]) -> Fract
     over block b's factors (one per clique attribute, or one joint factor over the clique):
     exact (a Fraction) when every coefficient is a Fraction, else a float.  None when the
     blocks' attribute sizes disagree or the varying cells exceed ``LIMIT``."""
+    if len(blocks) > MAX_BLOCKS:
+        return None                 # the float search's error bound (module doc) needs ≤ 2²⁰ terms
     sizes: dict[str, int] = {}
     for b in blocks:                # the attributes' sizes, from the one-attribute factors
         if not b.joint:

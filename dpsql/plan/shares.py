@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-__all__ = ["LO", "HI", "intervals", "common", "above", "tightened"]
+__all__ = ["LO", "HI", "intervals", "common", "above", "tightened", "split_error"]
 
 #: The share's bounds (``offsets.offset_share``): both sides are always measured.
 LO, HI = 1e-3, 1 - 1e-3
@@ -71,14 +71,29 @@ def above(c: np.ndarray, o: np.ndarray, b: np.ndarray) -> list[int]:
     return np.flatnonzero(over[int(np.argmin(over.sum(axis=1)))]).tolist()
 
 
-def tightened(o: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray]:
+def tightened(o: np.ndarray, b: np.ndarray, scale: float = 1.0) -> tuple[float, np.ndarray]:
     """A share t and baselines b'_j = (1 − t)·(b_j − o_j/t) for the strategy: a strategy with
     every c_j ≤ b'_j keeps every query within b_j at t.  t = √(max_j o_j/b_j) (in [LO, HI])
     maximises the least b'_j/b_j = (1 − t)·(1 − max_j o_j/(b_j·t)): the SUM's bin query keeps
-    (1 − √(o/b))² of its baseline, the counts 1 − √(o/b).  A b'_j ≤ 0 (o_j ≥ b_j·t: the
-    offsets alone exceed the baseline) stays, and no strategy meets it."""
+    (1 − √(o/b))² of its baseline, the counts 1 − √(o/b).  ``scale`` multiplies that t: a
+    smaller one leaves the counts more room and the SUM's bin query less (the planner tries
+    both, ``planner._optimize``).  A b'_j ≤ 0 (o_j ≥ b_j·t: the offsets alone exceed the
+    baseline) stays, and no strategy meets it."""
     o, b = np.asarray(o, dtype=float), np.asarray(b, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         need = np.where(b > 0, o / b, 0.0)
-    t = min(max(math.sqrt(float(np.max(need, initial=0.0))), LO), HI)
+    t = min(max(scale * math.sqrt(float(np.max(need, initial=0.0))), LO), HI)
     return t, (1 - t) * (b - o / t)
+
+
+def split_error(counts: float, offsets: float, c: np.ndarray, o: np.ndarray, b: np.ndarray) -> float:
+    """The objective of a strategy with the offsets at their share: C/(1 − t) + O/t, C the
+    strategy's objective and O the offsets' (both at the whole budget), at the share that
+    minimises it, √O/(√C + √O), moved into the shares keeping every query within its baseline
+    (per-row ``c``, ``o``, ``b``) where there are any; as ``dpsql.engine.offsets`` will choose it."""
+    if not offsets > 0:
+        return counts
+    t = math.sqrt(offsets) / (math.sqrt(max(counts, 0.0)) + math.sqrt(offsets))
+    meet = common(intervals(c, o, b))
+    t = min(max(t, LO), HI) if meet is None else min(max(t, meet[0]), meet[1])
+    return counts / (1 - t) + offsets / t

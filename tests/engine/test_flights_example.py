@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import dpsql
@@ -73,3 +74,49 @@ def test_joins_equal_the_exact_join_at_a_huge_budget(tmp_path, config):
     finally:
         oracle.close()
         con.close()
+
+
+_NEW_PROCESS = r"""
+import json, sys
+import dpsql
+from dpsql.linalg.lattice import StructuredFactor
+config, kw, queries = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+con = dpsql.connect(config, **kw)
+cur = con.cursor()
+out = []
+for sql in queries:
+    cur.execute(sql)
+    out.append([cur.fetchall(), cur.stderr])
+kinds = [type(f).__name__ + ":" + str(f.shape[0]) for b, _, _ in con.session.engine._state("flights").released
+         if b.clique == ("dest",) for f in b.factors]
+print(json.dumps({"answers": out, "dest": kinds}))
+"""
+
+
+def test_a_new_process_reads_the_dest_identity_as_its_record_and_answers_alike(tmp_path):
+    """Issue 35: a new process reading the ledger holds the 1,459-label dest identity as its
+    record (``linalg.lattice.StructuredFactor``), not 17 MB of int64, and answers exactly as
+    the process that measured it (which holds the planner's dense factors)."""
+    import json
+    import subprocess
+    import sys
+    queries = ["SELECT dest, COUNT(*) FROM flights GROUP BY dest",
+               "SELECT COUNT(*) FROM flights WHERE dest IN ('LAX', 'SFO')"]
+    kw = dict(user="t", ledger=str(tmp_path / "l"), cache_dir=str(tmp_path / "c"),
+              budget={"epsilon": 1.0, "delta": 1e-6}, workload=queries)
+    con = dpsql.connect(CONFIG, **kw)
+    con.session.measure()
+    cur = con.cursor()
+    measured = []
+    for sql in queries:
+        cur.execute(sql)
+        measured.append([cur.fetchall(), cur.stderr])
+    dense = [f for b, _, _ in con.session.engine._state("flights").released if b.clique == ("dest",)
+             for f in b.factors]
+    assert dense and all(isinstance(f, np.ndarray) for f in dense)
+    con.close()
+    out = subprocess.run([sys.executable, "-c", _NEW_PROCESS, str(CONFIG), json.dumps(kw), json.dumps(queries)],
+                         capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    assert got["answers"] == json.loads(json.dumps(measured))
+    assert got["dest"] and set(got["dest"]) == {"StructuredFactor:1459"}

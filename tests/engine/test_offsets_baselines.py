@@ -135,8 +135,8 @@ def test_the_strategy_leaves_the_offsets_a_share_that_keeps_every_baseline(tmp_p
         assert not above, above
         assert not report.flagged
         counts = [u for u in report.units if u.unit == "counts"][0]
-        # 0.582 on main (above), 0.593 now; the per-query mechanism 0.952
-        assert counts.rmse / counts.baseline <= 0.62, counts.rmse / counts.baseline
+        # 0.582 on main (above), 0.593 at one tightened share, 0.580 at two; per-query 0.952
+        assert counts.rmse / counts.baseline <= 0.60, counts.rmse / counts.baseline
         assert report.strategy.operator != "per-query"
     finally:
         con.close()

@@ -263,3 +263,35 @@ def test_a_grouped_release_survives_the_ledger_payload(monkeypatch):
         assert np.array_equal(a.group_cells, b.group_cells)
         c = np.array([0.0, 1.0, 1.0])
         assert np.array_equal(a.select(c).cdf()[1], b.select(c).cdf()[1])
+
+
+def test_an_ordered_payload_carries_its_version_and_a_newer_one_is_refused(monkeypatch):
+    """Issue 35: the ordered release's payload names its format and version; a newer dpsql's is
+    refused with LedgerVersionError (0AP02, a hint), one without the entry (before) is read."""
+    import io
+    import json
+
+    from dpsql.errors import LedgerVersionError
+    from dpsql.measure.ordered import pack, unpack
+    n, strategies = _grouped(monkeypatch, "gaussian")
+    rel = measure_ordered(_fake_backend(np.ones((n, 3), dtype=np.int64)), None, strategies[0], Fraction(1, 3),
+                          charge=lambda plan: None)
+    payload = pack(rel)
+    with np.load(io.BytesIO(payload)) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert json.loads(bytes(arrays["__version__"]).decode()) == {"format": "dpsql-ordered-release", "version": 1}
+
+    def restamped(stamp):
+        out = dict(arrays)
+        del out["__version__"]
+        if stamp is not None:
+            out["__version__"] = np.frombuffer(json.dumps(stamp).encode(), dtype=np.uint8)
+        buf = io.BytesIO()
+        np.savez(buf, **out)
+        return buf.getvalue()
+    for stamp in (None, {"format": "dpsql-ordered-release", "version": 1}):
+        assert np.array_equal(unpack(restamped(stamp)).values[0], rel.values[0])
+    for stamp in ({"format": "dpsql-ordered-release", "version": 2}, {"format": "dpsql-release", "version": 1}):
+        with pytest.raises(LedgerVersionError, match="newer dpsql") as info:
+            unpack(restamped(stamp))
+        assert info.value.sqlstate == "0AP02" and info.value.hint

@@ -78,6 +78,11 @@ AXES = [
     (TimestampRange("pyong", "2015-01-01", "2016-03-01", "month", timezone="Asia/Pyongyang"), ("timestamptz",)),
     (TimestampRange("kir", "9999-06-01", "9999-12-30", "month", timezone="Pacific/Kiritimati"), ("timestamptz",)),
     (TimestampRange("la1", "0001-01-02", "0001-12-15", "month", timezone="America/Los_Angeles"), ("timestamptz",)),
+    # more than 64 runs: the arithmetic while the runs hold 8 bins each on average (weeks in
+    # Paris over 40 years: 80 runs, 2,088 bins), else the chain (quarters in New York over a
+    # century: 195 runs of 401 bins)
+    (TimestampRange("pw40", "1975-01-01", "2015-01-01", "week", timezone="Europe/Paris"), ("timestamptz",)),
+    (TimestampRange("nyq", "1925-01-01", "2025-01-01", "quarter", timezone="America/New_York"), ("timestamptz",)),
     (DateRange("dd", "2012-02-27", "2012-03-02", "day", nullable=True), ("date", "timestamp")),
     (DateRange("dw", "2013-01-03", "2013-03-01", "week"), ("date", "timestamp")),
     (DateRange("dm", "2011-11-15", "2013-02-10", "month", nullable=True), ("date", "timestamp")),
@@ -87,7 +92,7 @@ AXES = [
     (DateRange("d9", "9999-12-01", "9999-12-30", "day"), ("date", "timestamp")),
     (DateRange("d9m", "9999-10-01", "9999-12-30", "month"), ("date", "timestamp")),
 ]
-ARITHMETIC_EXPECTED = {("dst", "timestamptz"): True}
+ARITHMETIC_EXPECTED = {("dst", "timestamptz"): True, ("nyq", "timestamptz"): False}
 
 
 def _values(att: Temporal, family: str, seed: int) -> list:

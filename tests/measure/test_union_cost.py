@@ -102,3 +102,17 @@ def test_calibrate_charges_the_union_of_disjoint_filtered_counts():
     # Laplace keeps the sum (ε = Σ_b kΔ₁/b_b)
     lap = rel.calibrate(blocks, rho, family="laplace")
     assert lap.rho <= rho and float(lap.params[0]) == pytest.approx(4.0 / float((2 * rho) ** 0.5) * 1, rel=1e-6)
+
+
+def test_beyond_the_limits_the_caller_keeps_the_sum_of_maxima(monkeypatch):
+    from dpsql.measure import union_cost
+    ind = [LatticeBlock(("a",), (np.array([[1, 0, 0]], dtype=np.int64),), 1.0, 1.0),
+           LatticeBlock(("a",), (np.array([[0, 0, 1]], dtype=np.int64),), 1.0, 1.0)]
+    assert union_max(ind, [Fraction(1), Fraction(1)]) == 1
+    monkeypatch.setattr(union_cost, "LIMIT", 2)         # a varies over 3 cells
+    assert union_max(ind, [Fraction(1), Fraction(1)]) is None
+    plan = rel.calibrate(ind, Fraction(1, 2))
+    assert float(plan.params[0]) == pytest.approx(2.0, rel=1e-8)      # Δ² = 1 + 1, the sum
+    monkeypatch.setattr(union_cost, "LIMIT", 1 << 22)
+    monkeypatch.setattr(union_cost, "MAX_BLOCKS", 1)
+    assert union_max(ind, [Fraction(1), Fraction(1)]) is None
