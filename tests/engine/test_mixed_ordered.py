@@ -29,6 +29,7 @@ from dpsql.errors import BudgetExhaustedError, OperationalError
 from dpsql.sql.postprocess import Z95
 from dpsql.testing import income_columns, write_config, write_domain
 
+from measured import close as _close
 from privacy_order import spied
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,11 +65,6 @@ def _toml(tmp: Path, epsilon: float) -> Path:
 
 def _exact(tmp: Path, sql: str):
     return duckdb.connect().execute(sql.replace("FROM t", f"FROM read_csv('{tmp / 't.csv'}')")).fetchall()
-
-
-def _close(con) -> None:
-    con.close()
-    dpsql.dbapi._engines.clear()
 
 
 @pytest.fixture
