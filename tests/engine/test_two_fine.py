@@ -20,6 +20,7 @@ import duckdb
 import numpy as np
 import pytest
 
+import dpsql
 from dpsql.errors import UnsupportedQueryError
 from dpsql.privacy import noise
 from dpsql.sql.postprocess import Z95
