@@ -389,6 +389,25 @@ def plan_merged_ordered(planner, table: str, workload, indices, starts, coarse, 
                           f"strategy ({inner.operator}) per merged cell")
 
 
+def _check_runs(catalog, statements, column: str, n: int) -> None:
+    """Refuse (before any spending) a quantile under a predicate on another fine column whose
+    WHERE keeps values of its own column with gaps (``x < a OR x > b``): the ordered release
+    answers a quantile over one run of the column's cells (``ordered._mask_range``), and no
+    model can hold two fine columns, so it could never be answered.  Public: the SQL."""
+    from dpsql.engine.ordered import _mask_range
+    from dpsql.sql import compile as compile_sql
+
+    for sql in sorted(statements):
+        for lq in compile_sql(sql, catalog).linear_queries:
+            if lq.kind == "quantile" and _mask_range(lq.cell_masks, n) is None:
+                raise UnsupportedQueryError(
+                    f"statement {sql!r} asks for a quantile of {column!r} over values with gaps, under a predicate "
+                    "on another column of more than 4,096 cells: the ordered strategy answers a quantile over one "
+                    "range of its column's values",
+                    hint=f"keep one range of {column!r} (BETWEEN a AND b, or >= a AND <= b) in its WHERE, or ask "
+                         "for each range in a statement of its own")
+
+
 def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int = 1):
     """The strategy of a workload some of whose statements ask about two fine columns
     (``direct_split``), or None when none do.  The thin ones form a direct part at the least
@@ -427,6 +446,8 @@ def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fracti
     keep = [j for j in range(len(workload.parts)) if j not in peeled
             and not any(j in idx for _, idx, _, _ in found.ordered)]
     merged = {f"ordered {names[a]} (merged)": (idx, starts, coarse) for a, idx, starts, coarse in found.ordered}
+    for a, idx, _, _ in found.ordered:
+        _check_runs(planner.catalog, {labels[j][0] for j in idx}, names[a], workload.domain[names[a]])
     left = 1 - f_d
     if (keep or merged) and left <= 0:
         raise UnsupportedQueryError(

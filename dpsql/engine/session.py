@@ -178,6 +178,13 @@ class Session:
         policy = self.policy
         if model is None and policy != "measure":
             self._refuse_unmeasured_flag(compiled.table)
+            if self.engine.direct_releases(compiled.table):
+                # statements over two fine columns were measured (engine/direct.py), each
+                # answering itself only: this one is not among them
+                raise UnsupportedQueryError(
+                    f"the releases of table {compiled.table!r} measured other statements over its fine columns "
+                    "directly, and no model of the table was released to answer this one",
+                    hint=self.operator_step("add it to the workload and measure it", "dpsql measure --increment"))
             raise OperationalError(
                 f"nothing has been measured on table {compiled.table!r} yet",
                 hint=self.operator_step("measure the workload first", "dpsql measure")

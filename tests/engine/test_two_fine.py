@@ -305,3 +305,30 @@ def test_sums_over_each_of_two_fine_columns_beside_each_other_are_refused_before
         assert "500,000,000 merged cells" in err.value.message and "workload of its own" in err.value.hint
     finally:
         _close(con)
+
+
+def test_a_quantile_under_another_fine_columns_predicate_with_gaps_in_its_own_is_refused_before_spending(
+        data, tmp_path):
+    # the ordered release answers a quantile over one run of its column's cells, and no model
+    # holds two fine columns: it would have been charged and then never answered
+    con = _connect(data, tmp_path / "a.ledger", 1.0,
+                   ["SELECT quantile_cont(capital_gain, 0.5) FROM a "
+                    "WHERE (capital_gain < 3000 OR capital_gain > 8000) AND capital_loss = 0"])
+    try:
+        with pytest.raises(UnsupportedQueryError) as err:
+            con.session.plan()
+        assert "with gaps" in err.value.message and "BETWEEN" in err.value.hint
+    finally:
+        _close(con)
+
+
+@pytest.mark.slow
+def test_a_statement_the_direct_release_did_not_measure_is_refused_as_unsupported(data, tmp_path):
+    con = _connect(data, tmp_path / "a.ledger", 1e7, THIN)
+    try:
+        con.session.measure()
+        with pytest.raises(UnsupportedQueryError) as err:     # before: "nothing has been measured"
+            con.cursor().execute("SELECT COUNT(*) FROM a WHERE capital_gain > 6000 AND capital_loss > 0")
+        assert "measured other statements" in err.value.message and "workload" in err.value.hint
+    finally:
+        _close(con)
