@@ -14,7 +14,7 @@ The maximum is searched in floats over the cells of the attributes on which some
 column norms vary (the others factor out), then taken exactly (Fractions, Python ints) over
 every cell whose float value is within 1e-9 of the float maximum: a sum of at most 2²⁰ positive
 terms in float64 is within 2⁻³² of its value, so the true maximum is among them.  Cells with
-the same column-norm values are evaluated once.  None when those cells exceed ``LIMIT``: the
+the same exact (integer) column norms are evaluated once.  None when those cells exceed ``LIMIT``: the
 caller keeps the sum of maxima, an upper bound.
 """
 
@@ -88,7 +88,8 @@ def union_max(blocks: Sequence[Any], coefs: Sequence[Fraction | float]) -> Fract
                 continue
             axes = [vary.index(a) for a in attrs]
             arr = np.asarray(norms, dtype=np.float64).reshape([sizes[a] for a in attrs])
-            values, inverse = np.unique(arr, return_inverse=True)
+            # classes of equal exact norms: two norms past 2⁵³ may be one double
+            values, inverse = np.unique(np.asarray(norms).reshape(arr.shape), return_inverse=True)
             classes.append((axes, inverse.reshape(arr.shape)))
             term = term * _broadcast(arr, axes, len(shape))
         acc = acc + const * term

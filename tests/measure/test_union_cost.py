@@ -116,3 +116,73 @@ def test_beyond_the_limits_the_caller_keeps_the_sum_of_maxima(monkeypatch):
     monkeypatch.setattr(union_cost, "LIMIT", 1 << 22)
     monkeypatch.setattr(union_cost, "MAX_BLOCKS", 1)
     assert union_max(ind, [Fraction(1), Fraction(1)]) is None
+
+
+def test_cells_whose_norms_differ_past_a_doubles_precision_are_told_apart():
+    # column norms 2⁵⁴ and 2⁵⁴ + 1 are one double: cells were grouped by their norms' float
+    # values, only the first of the class was evaluated exactly, and the union came out 2⁵⁴,
+    # one below the true maximum (a charge below the cost; review of 28ca264)
+    f = np.array([[2 ** 27, 2 ** 27], [0, 1]], dtype=np.int64)
+    blocks = [LatticeBlock(("a",), (f,), 1.0, 1.0)]
+    assert union_max(blocks, [Fraction(1)]) == 2 ** 54 + 1 == blocks[0].l2_sensitivity_sq()
+    joint = [LatticeBlock(("a", "b"), (np.array([[2 ** 27, 2 ** 27, 2 ** 27, 2 ** 27], [0, 0, 0, 1]]),), 1.0, 1.0),
+             LatticeBlock(("a",), (np.array([[1, 1]]),), 1.0, 1.0), LatticeBlock(("b",), (np.eye(2, dtype=np.int64),),
+                                                                                1.0, 1.0)]
+    assert union_max(joint, [Fraction(1)] * 3) == 2 ** 54 + 1 + 1 + 1
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_union_max_over_permuted_joint_cliques_and_bounds(seed, monkeypatch):
+    # cliques in any order (a joint factor flattened in its clique's order, not the
+    # domain's), one-cell attributes, totals, offset bounds and 0/1 factors, against brute force
+    sizes = {"a": 3, "b": 4, "c": 2, "d": 1}
+    monkeypatch.setitem(globals(), "SIZES", sizes)
+    rng = np.random.default_rng(1000 + seed)
+    blocks = []
+    for _ in range(int(rng.integers(1, 6))):
+        k = int(rng.integers(0, 4))
+        clique = tuple(str(a) for a in rng.permutation(list(sizes))[:k])
+        lo, hi = (-3, 4) if rng.integers(0, 2) else (0, 2)
+        if k > 1 and rng.integers(0, 2):
+            n = int(np.prod([sizes[a] for a in clique]))
+            factors = (rng.integers(lo, hi, size=(int(rng.integers(1, 5)), n)),)
+        elif k == 0:
+            factors = (np.ones((1, 1), dtype=np.int64),)
+        else:
+            factors = tuple(rng.integers(lo, hi, size=(int(rng.integers(1, 4)), sizes[a])) for a in clique)
+        blocks.append(LatticeBlock(clique, factors, 1.0, 1.0, None, int(rng.integers(1, 4))))
+    coefs = [Fraction(int(rng.integers(1, 9)), int(rng.integers(1, 9))) for _ in blocks]
+    got = union_max(blocks, coefs)
+    assert got is None or got == _brute(blocks, coefs)
+
+
+def test_under_a_group_bound_blocks_that_all_separate_the_groups_share_the_union():
+    # every block reads one group per row (I_g ⊗ a filter on a), so all carry S² and
+    # calibrate charges S²·U; brute force over every person a view with k = 3, g = 2, r = 2
+    # may hold: removing them costs at most the charge (docs/privacy.md §7.1 and §2a)
+    from dpsql.plan.views import GroupBound
+
+    groups, k = GroupBound(("g",), 2, 2), 3
+    eye = np.eye(3, dtype=np.int64)
+    blocks = [LatticeBlock(("g", "a"), (eye, np.array([[1, 1, 0]])), 1.0, 1.0),
+              LatticeBlock(("g", "a"), (eye, np.array([[0, 0, 1]])), 1.0, 2.0),
+              LatticeBlock(("g",), (eye,), 1.0, 1.0)]
+    plan = rel.calibrate(blocks, Fraction(1, 2), unit_rows=k, groups=groups)
+    s2 = groups.l2_sq(k)
+    assert s2 == 5 and plan.rho <= Fraction(1, 2)
+    # σ_b² = S²·U/(2ρ·w_b²) with U = max_c Σ_b w_b²‖M_b e_c‖² = 4 + 1 (a = 2), not 1 + 4 + 1
+    assert float(plan.params[0]) == pytest.approx(s2 * (4 + 1) / 1.0, rel=1e-8)
+    worst = Fraction(0)
+    cells = list(itertools.product(range(3), range(3)))
+    for n in range(1, k + 1):
+        for rows in itertools.combinations_with_replacement(cells, n):
+            per = [sum(1 for g, _ in rows if g == gg) for gg in range(3)]
+            if sum(1 for p in per if p) > groups.max_groups or max(per) > groups.max_rows_per_group:
+                continue
+            delta = np.zeros((3, 3), dtype=np.int64)
+            for g, a in rows:
+                delta[g, a] += 1
+            marg = [delta if len(b.clique) == 2 else delta.sum(axis=1) for b in blocks]
+            cost = sum(Fraction(int((b.apply(m) ** 2).sum())) / (2 * p) for b, m, p in zip(blocks, marg, plan.params))
+            worst = max(worst, cost)
+    assert worst <= plan.rho
