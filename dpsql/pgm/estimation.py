@@ -29,7 +29,7 @@ from dpsql.pgm.inference import BeliefPropagation
 from dpsql.pgm.junction_tree import JunctionTree
 from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.loss import MarginalLoss, SparseLoss
-from dpsql.pgm.measurement import Measurement, estimate_total, identity_scale, lipschitz
+from dpsql.pgm.measurement import Measurement, identity_scale, lipschitz, resolve_total
 from dpsql.pgm.model import GraphicalModel
 from dpsql.pgm.progress import GapTest, Progress, converged, estimated_gap
 from dpsql.triangulation import MAX_MODEL_CELLS
@@ -227,16 +227,8 @@ def exact_setup(domain: Domain, measurements: Sequence[Measurement], method: str
     sizes = dict(zip(domain.attributes, domain.shape))
     tree = JunctionTree(domain.attributes, sizes, [m.clique for m in measurements])
     check_capacity(tree, capacity)
-    if total is None:
-        est = estimate_total(measurements)
-        if est is not None:
-            total = est[0]
-        elif warm_start is not None:
-            total = warm_start.total
-        else:
-            raise ValueError("estimate: no measurement determines the number of records "
-                             "(1ᵀ is in no query's row space); pass total=")
-    return ExactSetup(measurements, tree, max(float(total), 1.0), BeliefPropagation(tree))
+    return ExactSetup(measurements, tree, resolve_total(measurements, total, warm_start, "estimate"),
+                      BeliefPropagation(tree))
 
 
 def first_order(domain: Domain, setup: ExactSetup, *, iters: int, method: str,

@@ -317,3 +317,19 @@ def estimate_total(measurements: Sequence[Measurement]) -> tuple[float, float] |
     if den == 0.0:
         return None
     return num / den, 1.0 / den
+
+
+def resolve_total(measurements: Sequence[Measurement], total, warm_start, caller: str) -> float:
+    """The number of records a fit is scaled to: ``total`` when given, else the one the
+    measurements determine (``estimate_total``), else the warm start's; at least 1.
+    ``caller`` names the fit in the error when none is known."""
+    if total is None:
+        est = estimate_total(measurements)
+        if est is not None:
+            total = est[0]
+        elif warm_start is not None:
+            total = warm_start.total
+        else:
+            raise ValueError(f"{caller}: no measurement determines the number of records "
+                             "(1ᵀ is in no query's row space); pass total=")
+    return max(float(total), 1.0)

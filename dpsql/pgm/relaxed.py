@@ -58,7 +58,7 @@ from dpsql.pgm.convex_gbp import ConvexGBP
 from dpsql.pgm.progress import Progress, estimated_gap
 from dpsql.pgm.limits import FitLimits
 from dpsql.pgm.loss import MarginalLoss
-from dpsql.pgm.measurement import Measurement, estimate_total, lambda_max
+from dpsql.pgm.measurement import Measurement, lambda_max, resolve_total
 from dpsql.pgm.region_graph import RegionGraph
 
 __all__ = ["RelaxedFit", "auto_kappa", "estimate_relaxed", "region_curvatures"]
@@ -182,19 +182,6 @@ def auto_kappa(graph: RegionGraph, curv: list[_Curvature]) -> np.ndarray:
     return kappa
 
 
-def _resolve_total(measurements, total, warm_start) -> float:
-    if total is None:
-        est = estimate_total(measurements)
-        if est is not None:
-            total = est[0]
-        elif warm_start is not None:
-            total = warm_start.total
-        else:
-            raise ValueError("estimate_relaxed: no measurement determines the number of records "
-                             "(1ᵀ is in no query's row space); pass total=")
-    return max(float(total), 1.0)
-
-
 def _initial(graph: RegionGraph, oracle: ConvexGBP, warm_start) -> tuple[list[np.ndarray], list | None]:
     theta = [np.zeros(s) for s in oracle.shapes]
     if warm_start is None:
@@ -260,7 +247,7 @@ def estimate_relaxed(domain: Domain, measurements: Sequence[Measurement], *,
                 raise ValueError(f"estimate_relaxed: the region graph does not support {c}")
     else:
         graph = RegionGraph.build(region_graph, domain.attributes, sizes, cliques, region_capacity)
-    total = _resolve_total(measurements, total, warm_start)
+    total = resolve_total(measurements, total, warm_start, "estimate_relaxed")
     curv = region_curvatures(graph, measurements, total, norm)
     if isinstance(kappa, str):
         if kappa != "auto":

@@ -20,6 +20,7 @@ import pytest
 
 import dpsql
 from dpsql import testing
+from measured import measured
 
 N_CELLS = 6_000
 QUERIES = [
@@ -55,12 +56,7 @@ def people(tmp_path_factory):
                               "source": {"csv": str(tmp / "people.csv")}}},
         "workload": {"queries": QUERIES},
     }
-    con = dpsql.connect(config, user="tester")
-    report = con.session.plan()
-    con.session.measure()
-    yield con, report, tmp
-    con.close()
-    dpsql.dbapi._engines.clear()
+    yield from measured(config, tmp)
 
 
 @pytest.mark.slow

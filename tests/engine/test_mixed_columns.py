@@ -20,13 +20,13 @@ import duckdb
 import numpy as np
 import pytest
 
-import dpsql
 from dpsql.engine.mixed import MixedStrategy, StrategyPart, split_fractions
 from dpsql.errors import OperationalError, ProgrammingError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from privacy_order import spied  # noqa: E402
 import adult_fine  # noqa: E402
+from measured import close as _close  # noqa: E402
 from dpsql.sql.postprocess import Z95
 
 QUERIES = ["SELECT quantile_cont(capital_gain, 0.95) FROM a",
@@ -43,11 +43,6 @@ def data(tmp_path_factory) -> Path:
 
 def _connect(data: Path, tmp: Path, epsilon: float):
     return adult_fine.connect(data, tmp / "a.ledger", epsilon, QUERIES)
-
-
-def _close(con) -> None:
-    con.close()
-    dpsql.dbapi._engines.clear()
 
 
 def _exact(data: Path, sql: str):

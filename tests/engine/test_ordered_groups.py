@@ -24,6 +24,7 @@ from dpsql.errors import ModelTooLargeError
 from dpsql.sql.postprocess import Z95
 
 from coverage import check_coverage, independent_trials
+from measured import measured
 from ordered_parts import assert_routed, ordered_part
 
 # rows per (sex, race): no group a query reads has q·N an integer for the quantile levels
@@ -101,12 +102,7 @@ def _exact(tmp: Path, sql: str) -> dict:
 def grouped(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("grouped")
     _table(tmp)
-    con = dpsql.connect(_config(tmp, 1e7), user="tester")
-    report = con.session.plan()
-    con.session.measure()
-    yield con, report, tmp
-    con.close()
-    dpsql.dbapi._engines.clear()
+    yield from measured(_config(tmp, 1e7), tmp)
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from dpsql.errors import BudgetExhaustedError, OperationalError
 from dpsql.sql.postprocess import Z95
 
 from coverage import check_coverage, independent_trials
+from measured import measured
 from ordered_parts import assert_routed, ordered_part
 from privacy_order import spied
 
@@ -72,12 +73,7 @@ def _exact(tmp: Path, sql: str):
 def fine(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fine")
     _table(tmp, 100_000, 20_001)   # q·N is no integer: no tie for float rounding to break
-    con = dpsql.connect(_config(tmp, 1e7, rows=20_001), user="tester")
-    report = con.session.plan()
-    con.session.measure()
-    yield con, report, tmp
-    con.close()
-    dpsql.dbapi._engines.clear()
+    yield from measured(_config(tmp, 1e7, rows=20_001), tmp)
 
 
 @pytest.mark.slow

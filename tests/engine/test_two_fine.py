@@ -20,12 +20,12 @@ import duckdb
 import numpy as np
 import pytest
 
-import dpsql
 from dpsql.errors import UnsupportedQueryError
 from dpsql.privacy import noise
 from dpsql.sql.postprocess import Z95
 
 import adult_fine
+from measured import close as _close
 
 THIN = ["SELECT COUNT(*) FROM a WHERE capital_gain > 5000 AND capital_loss > 0",
         "SELECT sex, COUNT(*) FROM a WHERE capital_gain BETWEEN 1 AND 9999 AND capital_loss < 1000 GROUP BY sex"]
@@ -43,11 +43,6 @@ def data(tmp_path_factory) -> Path:
 
 
 _connect = adult_fine.connect
-
-
-def _close(con) -> None:
-    con.close()
-    dpsql.dbapi._engines.clear()
 
 
 def _exact(data: Path, sql: str):

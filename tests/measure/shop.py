@@ -87,6 +87,19 @@ def write_parquet(rows: dict[str, list[tuple]], directory: Path) -> dict[str, Pa
     con.close()
     return out
 
+def load(engine: str, rows, where: Path, tag: str, pg=None, spark=None) -> dict[str, dict]:
+    """Put ``rows`` into ``engine`` ("duckdb", "postgres" through the ``pg`` fixture, or
+    "spark": its session fixture ``spark`` started by the caller, the file scheduled with the
+    other Spark files, tests/conftest.py SPARK_FILES); the source spec of each table there."""
+    files = write_parquet(rows, where / tag)
+    if engine == "duckdb":
+        return {t: {"parquet": str(p)} for t, p in files.items()}
+    if engine == "spark":
+        return {t: {"spark": "local[2]", "parquet": str(p)} for t, p in files.items()}
+    for t in TYPES:
+        pg.load(f"{t}_{tag}", PG_TYPES[t], rows[t])
+    return {t: {"postgres": pg.url, "table": f"{t}_{tag}", "data_version": tag} for t in TYPES}
+
 
 def people_section(bounds: dict[str, int] | None = None) -> dict:
     bounds = {"orders": 3, "lineitem": 5, **(bounds or {})}

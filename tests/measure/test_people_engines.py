@@ -73,16 +73,7 @@ def cliques(schema):
     return [(a,) for a in names] + [(names[0], names[-1]), ()]
 
 
-def _load(engine: str, rows, where: Path, tag: str, pg=None, spark=None) -> dict[str, dict]:
-    """Put ``rows`` into ``engine``; the source spec of each table there."""
-    files = shop.write_parquet(rows, where / tag)
-    if engine == "duckdb":
-        return {t: {"parquet": str(p)} for t, p in files.items()}
-    if engine == "spark":
-        return {t: {"spark": "local[2]", "parquet": str(p)} for t, p in files.items()}
-    for t in shop.TYPES:
-        pg.load(f"{t}_{tag}", shop.PG_TYPES[t], rows[t])
-    return {t: {"postgres": pg.url, "table": f"{t}_{tag}", "data_version": tag} for t in shop.TYPES}
+_load = shop.load
 
 
 def _counts(tmp: Path, sources: dict, bounds=None):

@@ -19,17 +19,7 @@ SQL = ("SELECT c.nation, COUNT(DISTINCT c.custkey) FROM customers c JOIN orders 
        "JOIN lineitem l ON l.orderkey = o.orderkey WHERE o.priority <= 2 AND l.flag = 'R' GROUP BY c.nation")
 
 
-def _load(engine: str, rows, where: Path, tag: str, pg=None, spark=None) -> dict[str, dict]:
-    """Put ``rows`` into ``engine`` (``spark``: the session fixture, started by the caller;
-    the file is scheduled with the other Spark files, tests/conftest.py SPARK_FILES)."""
-    files = shop.write_parquet(rows, where / tag)
-    if engine == "duckdb":
-        return {t: {"parquet": str(p)} for t, p in files.items()}
-    if engine == "spark":
-        return {t: {"spark": "local[2]", "parquet": str(p)} for t, p in files.items()}
-    for t in shop.TYPES:
-        pg.load(f"{t}_{tag}", shop.PG_TYPES[t], rows[t])
-    return {t: {"postgres": pg.url, "table": f"{t}_{tag}", "data_version": tag} for t in shop.TYPES}
+_load = shop.load
 
 
 def _counts(tmp: Path, sources: dict):
