@@ -529,6 +529,10 @@ def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fracti
     return MixedStrategy(tuple(parts), explanation="; ".join(texts) + ".")
 
 
+DIRECT_FORMAT = "dpsql-direct-release"
+DIRECT_VERSION = 1
+
+
 def pack(release: DirectRelease) -> bytes:
     """A direct release's payload: the released blocks (``release.pack``) and the runs."""
     from dpsql.measure import release as rel
@@ -540,6 +544,8 @@ def pack(release: DirectRelease) -> bytes:
     # Any: numpy's annotation of savez would read a key as allow_pickle
     name = "ordered" if release.ordered is not None else "blocks"
     arrays: dict[str, Any] = {name: np.frombuffer(inner, dtype=np.uint8)}
+    # its own format version beside the inner payload's (a newer one is refused, release.check_stamp)
+    arrays["__version__"] = rel.version_stamp(DIRECT_FORMAT, DIRECT_VERSION)
     np.savez(buf, __direct__=np.frombuffer(json.dumps({k: list(v) for k, v in release.starts.items()}).encode(),
                                            dtype=np.uint8), **arrays)
     return buf.getvalue()
@@ -549,6 +555,7 @@ def unpack(payload: bytes) -> DirectRelease:
     from dpsql.measure import release as rel
 
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+        rel.check_stamp(z, DIRECT_FORMAT, DIRECT_VERSION)
         starts = {k: tuple(int(s) for s in v) for k, v in json.loads(bytes(z["__direct__"]).decode()).items()}
         if "ordered" in z.files:
             from dpsql.measure import ordered
