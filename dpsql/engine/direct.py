@@ -291,15 +291,23 @@ def _merged(workload, labels, indices, fine, keep, schema, asks) -> tuple[dict[s
         for i, f in enumerate(workload.terms.terms[workload.parts[j].terms[0]].factors):
             if i in used and not isinstance(f, linalg.Total):
                 mine[i].append(_rows_of(f))
-    starts = {names[i]: _runs(mine[i], schema.attributes[i]) for i in used}
+    runs = {names[i]: _runs(mine[i], schema.attributes[i]) for i in used}
+    # only integer and numeric bins merge (a date or timestamp column's cells are computed
+    # by its own arithmetic in SQL): such a column stays as it is, its cells counted densely
+    # (thin counts, within MAX_CELLS below), never a group column of an ordered part
+    starts = {a: r for a, r in runs.items() if coarse_attribute(schema.attribute(a), r) is not None}
     coarse = coarse_schema(schema, starts)
-    if coarse is None:
-        bad = [names[i] for i in used if coarse_attribute(schema.attributes[i], starts[names[i]]) is None]
-        raise UnsupportedQueryError(
-            f"the workload restricts {' and '.join(map(repr, bad))} together with another column of more "
-            f"than {large:,} cells: only integer and numeric columns can be merged for that",
-            hint="declare the column in coarser bins, or ask about one fine column per statement")
+    assert coarse is not None, "only the columns that merge are merged"
     if keep is not None:
+        bad = sorted(set(runs) - set(starts))
+        if bad:
+            raise UnsupportedQueryError(
+                f"the CDF or quantile of {names[keep]!r} is restricted by a predicate on "
+                f"{' and '.join(map(repr, bad))}, a date or timestamp column of more than {large:,} cells: only "
+                "integer and numeric columns are "
+                "merged into the predicate's ranges for that",
+                hint=f"declare {bad[0]!r} in coarser bins (bin = \"hour\" or \"day\"), or ask for counts with "
+                     "range predicates on both columns instead")
         return starts, coarse
     # each block is counted as a marginal over its merged columns: the runs are shared by all
     # the statements, so a SUM over every value of one column beside a SUM over every value
@@ -521,6 +529,10 @@ def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fracti
     return MixedStrategy(tuple(parts), explanation="; ".join(texts) + ".")
 
 
+DIRECT_FORMAT = "dpsql-direct-release"
+DIRECT_VERSION = 1
+
+
 def pack(release: DirectRelease) -> bytes:
     """A direct release's payload: the released blocks (``release.pack``) and the runs."""
     from dpsql.measure import release as rel
@@ -532,6 +544,8 @@ def pack(release: DirectRelease) -> bytes:
     # Any: numpy's annotation of savez would read a key as allow_pickle
     name = "ordered" if release.ordered is not None else "blocks"
     arrays: dict[str, Any] = {name: np.frombuffer(inner, dtype=np.uint8)}
+    # its own format version beside the inner payload's (a newer one is refused, release.check_stamp)
+    arrays["__version__"] = rel.version_stamp(DIRECT_FORMAT, DIRECT_VERSION)
     np.savez(buf, __direct__=np.frombuffer(json.dumps({k: list(v) for k, v in release.starts.items()}).encode(),
                                            dtype=np.uint8), **arrays)
     return buf.getvalue()
@@ -541,6 +555,7 @@ def unpack(payload: bytes) -> DirectRelease:
     from dpsql.measure import release as rel
 
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+        rel.check_stamp(z, DIRECT_FORMAT, DIRECT_VERSION)
         starts = {k: tuple(int(s) for s in v) for k, v in json.loads(bytes(z["__direct__"]).decode()).items()}
         if "ordered" in z.files:
             from dpsql.measure import ordered

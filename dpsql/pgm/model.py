@@ -52,18 +52,10 @@ class GraphicalModel:
     def __init__(self, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray],
                  total: float, *, measured: Iterable[Sequence[str]] = (),
                  loss: Sequence[float] = (), query_capacity: int = DEFAULT_QUERY_CAPACITY) -> None:
-        self.domain = domain
-        self.tree = tree
-        self.theta = [np.asarray(t, dtype=float) for t in theta]
-        self.total = float(total)
-        self.measured = [tuple(c) for c in measured]
-        self.loss = list(loss)
-        bp = BeliefPropagation(tree)
-        belief, log_z = bp.beliefs(self.theta)
-        self.log_partition = log_z
-        self._probs = [np.exp(b - log_z) for b in belief]
-        self._elim = Eliminator(tree, self._probs, query_capacity)
-        self._position = {a: i for i, a in enumerate(domain.attributes)}
+        theta = [np.asarray(t, dtype=float) for t in theta]
+        belief, log_z = BeliefPropagation(tree).beliefs(theta)
+        self._set(domain, tree, theta, total, [np.exp(b - log_z) for b in belief], log_z, measured, loss,
+                  query_capacity)
 
     @classmethod
     def from_parts(cls, domain: Domain, tree: JunctionTree, theta: Sequence[np.ndarray], total: float,
@@ -74,19 +66,28 @@ class GraphicalModel:
         computed for ``theta``) are taken as given, so no belief propagation runs
         (``dpsql.pgm.store`` loads saved models this way)."""
         self = cls.__new__(cls)
+        probs = [np.asarray(p, dtype=float) for p in probs]
+        theta = [np.asarray(t, dtype=float) for t in theta]
+        if [p.shape for p in probs] != [t.shape for t in theta]:
+            raise ValueError("from_parts: probabilities and potentials have different shapes")
+        self._set(domain, tree, theta, total, probs, float(log_partition), measured, loss, query_capacity)
+        return self
+
+    def _set(self, domain: Domain, tree: JunctionTree, theta: list[np.ndarray], total: float,
+             probs: list[np.ndarray], log_partition: float, measured: Iterable[Sequence[str]],
+             loss: Sequence[float], query_capacity: int) -> None:
+        """The state of a model, from its calibrated clique probabilities ``probs`` (either
+        constructor: ``__init__`` runs belief propagation for them, ``from_parts`` is given them)."""
         self.domain = domain
         self.tree = tree
-        self.theta = [np.asarray(t, dtype=float) for t in theta]
+        self.theta = theta
         self.total = float(total)
         self.measured = [tuple(c) for c in measured]
         self.loss = list(loss)
-        self.log_partition = float(log_partition)
-        self._probs = [np.asarray(p, dtype=float) for p in probs]
-        if [p.shape for p in self._probs] != [t.shape for t in self.theta]:
-            raise ValueError("from_parts: probabilities and potentials have different shapes")
-        self._elim = Eliminator(tree, self._probs, query_capacity)
+        self.log_partition = log_partition
+        self._probs = probs
+        self._elim = Eliminator(tree, probs, query_capacity)
         self._position = {a: i for i, a in enumerate(domain.attributes)}
-        return self
 
     # --- structure -----------------------------------------------------------------------
     @property

@@ -20,6 +20,7 @@ import duckdb
 import numpy as np
 import pytest
 
+import dpsql
 from dpsql.errors import UnsupportedQueryError
 from dpsql.privacy import noise
 from dpsql.sql.postprocess import Z95
@@ -325,5 +326,51 @@ def test_a_statement_the_direct_release_did_not_measure_is_refused_as_unsupporte
         with pytest.raises(UnsupportedQueryError) as err:     # before: "nothing has been measured"
             con.cursor().execute("SELECT COUNT(*) FROM a WHERE capital_gain > 6000 AND capital_loss > 0")
         assert "measured other statements" in err.value.message and "workload" in err.value.hint
+    finally:
+        _close(con)
+
+
+
+@pytest.mark.slow
+def test_a_timestamp_to_the_minute_and_an_income_to_the_dollar_in_one_where(tmp_path):
+    # the timestamp's cells are computed by its own SQL arithmetic and are not merged: its
+    # 5,760 minutes are counted densely beside the income's 4 runs (23,040 cells); a quantile
+    # of the income under a predicate on it would need it as a few-celled group: refused
+    import datetime as dt
+    rng = np.random.default_rng(5)
+    start, rows = dt.datetime(2024, 1, 1), 4000
+    minutes = np.clip(rng.normal(2 * 1440, 0.6 * 1440, rows).astype(np.int64), 0, 4 * 1440 - 1)
+    income = np.clip(rng.lognormal(10, 1, rows).astype(np.int64), 0, 99999)
+    (tmp_path / "t.csv").write_text("ts,income\n" + "\n".join(
+        f"{(start + dt.timedelta(minutes=int(m))).isoformat(' ')},{i}" for m, i in zip(minutes, income)) + "\n")
+    (tmp_path / "d.toml").write_text('[tables.t.columns.ts]\ntype = "timestamp"\nlo = 2024-01-01\n'
+                                     'hi = 2024-01-04\nbin = "minute"\n[tables.t.columns.income]\n'
+                                     'type = "integer"\nlo = 0\nhi = 99999\n')
+    queries = ["SELECT COUNT(*) FROM t WHERE ts >= '2024-01-02 06:00' AND income > 50000",
+               "SELECT COUNT(*) FROM t WHERE ts < '2024-01-03' AND income BETWEEN 1000 AND 20000"]
+
+    def connect(qs, name):
+        return dpsql.connect({"dpsql": {"ledger": str(tmp_path / name), "cache_dir": str(tmp_path / "cache")},
+                              "budget": {"epsilon": 1e7, "delta": 1e-6},
+                              "tables": {"t": {"domain": str(tmp_path / "d.toml"),
+                                               "source": {"csv": str(tmp_path / "t.csv")}, "rows": rows}},
+                              "workload": {"queries": qs}}, user="tester")
+    con = connect(queries, "a.ledger")
+    try:
+        direct = [p for p in con.session.plan().strategy.parts if p.direct]
+        assert [set(p.strategy.starts) for p in direct] == [{"income"}]
+        con.session.measure()
+        cur = con.cursor()
+        for sql in queries:
+            cur.execute(sql)
+            want = duckdb.connect().execute(sql.replace("FROM t", f"FROM read_csv('{tmp_path / 't.csv'}')")).fetchall()
+            assert cur.result.model == "direct" and cur.fetchall()[0][0] == pytest.approx(float(want[0][0]), abs=0.5)
+    finally:
+        _close(con)
+    con = connect(queries + ["SELECT quantile_cont(income, 0.5) FROM t WHERE ts >= '2024-01-02'"], "b.ledger")
+    try:
+        with pytest.raises(UnsupportedQueryError) as err:
+            con.session.plan()
+        assert "'ts'" in err.value.message and "coarser bins" in err.value.hint
     finally:
         _close(con)

@@ -186,3 +186,22 @@ def test_under_a_group_bound_blocks_that_all_separate_the_groups_share_the_union
             cost = sum(Fraction(int((b.apply(m) ** 2).sum())) / (2 * p) for b, m, p in zip(blocks, marg, plan.params))
             worst = max(worst, cost)
     assert worst <= plan.rho
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_calibrate_charges_exactly_the_worst_record_never_above_its_share(seed):
+    # random weights, scales, offset bounds and k: the charged ρ is the brute-force maximum
+    # over every cell of Σ_b k²·S_b²‖M_b e_c‖²/(2σ_b²) with the σ_b² handed to the sampler,
+    # and never above the share the ledger records
+    rng = np.random.default_rng(500 + seed)
+    blocks = [LatticeBlock(b.clique, b.factors, float(rng.uniform(0.1, 3)), float(rng.uniform(0.1, 3)), None,
+                           b.bound)
+              for b in (_block(rng, ("a",)), _block(rng, ("b", "c")), _block(rng, ("a", "c"), joint=True),
+                        _block(rng, ("c",), bound=int(rng.integers(1, 5))), _block(rng, ("b",), lo=0, hi=2))
+              if b.l2_sensitivity_sq() > 0]
+    k = int(rng.integers(1, 4))
+    rho = Fraction(int(rng.integers(1, 100)), int(rng.integers(1, 100)))
+    plan = rel.calibrate(blocks, rho, unit_rows=k)
+    assert plan.rho <= rho
+    assert plan.rho == _brute(blocks, [Fraction(k * k) / (2 * p) for p in plan.params])
+    assert float(plan.rho) == pytest.approx(float(rho), rel=1e-8)

@@ -108,3 +108,27 @@ def test_a_release_payload_from_a_newer_dpsql_is_refused_clearly(stamp):
     with pytest.raises(LedgerVersionError, match="written by a newer dpsql") as info:
         rel.unpack_all(_payload(stamp))
     assert info.value.sqlstate == "0AP02" and info.value.hint
+
+
+def test_a_direct_payload_carries_its_version_and_a_newer_one_is_refused():
+    from dpsql.engine import direct
+    block = rel.LatticeBlock(("a",), (np.eye(3, dtype=np.int64),), 1.0, 1.0)
+    release = direct.DirectRelease({"a": (0, 2, 5)}, [(block, np.arange(3.0), 1.0)])
+    payload = direct.pack(release)
+    assert direct.is_direct_payload(payload)
+    with np.load(io.BytesIO(payload)) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert json.loads(bytes(arrays["__version__"]).decode()) == {"format": "dpsql-direct-release", "version": 1}
+    back = direct.unpack(payload)
+    assert back.starts == {"a": (0, 2, 5)} and np.array_equal(back.released[0][1], np.arange(3.0))
+    for stamp, ok in ((None, True), ({"format": "dpsql-direct-release", "version": 2}, False)):
+        out = {k: v for k, v in arrays.items() if k != "__version__"}
+        if stamp is not None:
+            out["__version__"] = np.frombuffer(json.dumps(stamp).encode(), dtype=np.uint8)
+        buf = io.BytesIO()
+        np.savez(buf, **out)
+        if ok:
+            assert direct.unpack(buf.getvalue()).starts == {"a": (0, 2, 5)}
+        else:
+            with pytest.raises(LedgerVersionError, match="newer dpsql"):
+                direct.unpack(buf.getvalue())
