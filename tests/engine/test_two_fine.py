@@ -374,3 +374,61 @@ def test_a_timestamp_to_the_minute_and_an_income_to_the_dollar_in_one_where(tmp_
         assert "'ts'" in err.value.message and "coarser bins" in err.value.hint
     finally:
         _close(con)
+
+
+def test_every_part_is_counted_then_charged_then_noised_in_one_measurement(data, tmp_path, monkeypatch):
+    # the direct part (over merged cells) and the merged ordered part in the same measure_parts
+    # as the table's other parts: one preview, every count before the first charge, every
+    # charge (durable) before any noise
+    from privacy_order import spied
+
+    con = _connect(data, tmp_path / "a.ledger", 1.0,
+                   UNDER[:1] + THIN[:1] + ["SELECT sex, COUNT(*) FROM a GROUP BY sex"])
+    try:
+        con.session.plan()
+        events: list[str] = []
+        spied(con, events, monkeypatch)
+        con.session.measure()
+        assert events[0] == "preview" and events.count("preview") == 1
+        assert events.count("count") == 3 and events.count("charge") == 3 and events.count("record_release") == 3
+        assert max(i for i, e in enumerate(events) if e == "count") < events.index("charge")
+        assert max(i for i, e in enumerate(events) if e == "charge") < events.index("noise")
+    finally:
+        _close(con)
+
+
+@pytest.mark.slow
+def test_a_crash_after_the_charges_is_completed_under_them(data, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from dpsql.engine.measuring import KILL_AT_ENV
+    from dpsql.testing import write_config
+
+    root = Path(__file__).resolve().parents[2]
+    queries = UNDER[:1] + THIN[:1]
+    config = write_config(tmp_path, table="a", domain=data / "d.toml", source={"csv": data / "a.csv"},
+                          epsilon=1e7, queries=queries)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-m", "dpsql.cli", "measure", "--config", str(config), "--yes", "--no-fit"]
+    crashed = subprocess.run(cmd, env={**env, KILL_AT_ENV: "charged"}, capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    env.pop(KILL_AT_ENV, None)
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    con = dpsql.connect(str(config))
+    try:
+        engine = con.session.engine
+        charges = [e for e in engine.ledger.entries() if e.kind == "charge"]
+        releases = [e for e in engine.ledger.entries() if e.kind == "release"]
+        assert len(charges) == 2 and sorted(r.charge_id for r in releases) == sorted(c.seq for c in charges)
+        assert engine.ledger.spent(None) == engine.workload_rho("a")
+        cur = con.cursor()
+        for sql in queries:
+            cur.execute(sql)
+            assert cur.result.cost == 0 and cur.fetchall()[0][0] == pytest.approx(float(_exact(data, sql)[0][0]),
+                                                                                   abs=1.0), sql
+    finally:
+        _close(con)
