@@ -586,10 +586,15 @@ def answer_direct(schema, release: DirectRelease, compiled):
         return _answer_merged_ordered(schema, release, compiled)
     answers, stderrs = Answers(), {}
     for lq in compiled.linear_queries:
-        got = _answer_matrix(schema, release, lq.matrix) if lq.blocks == 1 else None
+        got = _answer_matrix(schema, release, lq.matrix)
         if got is None:
             return None
         answers[lq.name], stderrs[lq.name] = got
+        if lq.blocks > 1:
+            # an OR's boxes measured as one sum per group (engine/direct_sums.py): the sum in
+            # the first block's rows, the others 0, its error per group (postprocess adds the
+            # blocks up and takes an error per row as the sum's)
+            answers[lq.name] = np.concatenate([got[0], np.zeros(got[0].size * (lq.blocks - 1))])
     return answers, stderrs
 
 
@@ -671,7 +676,13 @@ def _answer_matrix(schema, release: DirectRelease, matrix):
     names = list(schema.domain.attributes)
     terms = linalg.kron_terms(matrix)
     if len(terms) != 1:
-        return None
+        # an OR's boxes measured as one block of their sum (engine/direct_sums.py), never
+        # from a two-fine release (its cells are merged runs)
+        from dpsql.engine.box_sums import sum_matrix
+        got = None if release.starts else sum_matrix(
+            names, schema.domain.shape, [(float(w), list(fs)) for w, fs in terms])
+        found = None if got is None else _match(release, got[0], [got[1]])
+        return None if found is None else (found[0], np.full(found[0].shape, found[1]))
     w, factors = terms[0]
     clique, coarse = [], []
     for i, f in enumerate(factors):

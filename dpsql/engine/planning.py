@@ -170,11 +170,21 @@ class Planner:
                      if planned is not None else {})
             rows2 = self.rows_sq(table, sub)
             s2 = gaussian_sigma2_unit(float(sub_rho - off)) * rows2
-            for j, (tse, _, floor) in zip(indices, query_errors(sub)):
+            # a direct part of sums (engine/direct_sums.py) measures an OR's boxes as one count
+            # per group: its error is the sum's, per group, not per box
+            summed = is_direct_strategy(sub) and not sub.starts
+            for k, (j, (tse, _, floor)) in enumerate(zip(indices, query_errors(sub))):
                 # the baseline of the whole workload (a part's sub-workload holds it at its share)
                 part, (sql, aggregate, unit) = workload.parts[j], labels[j]
+                per = sub.workload.parts[k].rows if summed else part.rows
+                if part.num_terms >= 2 and type(sub).__name__ == "Strategy" and sub.workload is not None:
+                    # an OR's boxes: the statement shows their sum, its error (covariance
+                    # included, engine/direct_sums.py) per group is what the plan promises
+                    from dpsql.engine.direct_sums import sum_tse
+                    per = int(math.prod(sub.workload.terms[sub.workload.parts[k].first_term].rows))
+                    tse = sum_tse(sub, k) / sub.workload.parts[k].scale
                 reports[j] = QueryReport(
-                    sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / part.rows + added.get(j, 0.0)),
+                    sql, aggregate, part.rows, part.weight, math.sqrt(tse * s2 / per + added.get(j, 0.0)),
                     math.sqrt(part.rows * part.baseline * s2_all / part.rows),
                     # a direct part's floor would be its merged cells', not the column's
                     None if floor is None or is_direct_strategy(sub) else math.sqrt(floor * s2_floor / part.rows),
@@ -264,6 +274,7 @@ class Planner:
         one ordered part per such column and the rest, with the budget split between them
         (``mixed.MixedPlanner``: the split is kept only when its expected error is lower)."""
         from dpsql.engine.direct import plan_with_direct
+        from dpsql.engine.direct_sums import plan_with_sums
         from dpsql.engine.mixed import MixedPlanner, split_columns, thin_split
 
         workload = self._with_offsets(table, workload, offsets, rho)
@@ -275,11 +286,15 @@ class Planner:
         mixed = MixedPlanner(self, table, workload, labels, offsets, rho, unit_rows, counts_rho)
         split = split_columns(workload, labels, offsets)
         if split is not None:
-            return mixed.split(*split)
-        alone = mixed.whole()
-        # a fine column alone whose ordered strategy leaves thin counts above their baselines
-        apart = thin_split(workload, labels, offsets, alone)
-        return alone if apart is None else mixed.split([(apart[0], apart[1])], apart[2], alone)
+            chosen = mixed.split(*split)
+        else:
+            alone = mixed.whole()
+            # a fine column alone whose ordered strategy leaves thin counts above their baselines
+            apart = thin_split(workload, labels, offsets, alone)
+            chosen = alone if apart is None else mixed.split([(apart[0], apart[1])], apart[2], alone)
+        # a statement of several boxes (an OR) whose sum the strategy leaves above its
+        # baseline: measured as one count per group (engine/direct_sums.py)
+        return plan_with_sums(self, table, workload, labels, offsets, rho, unit_rows, chosen)
 
     def _with_offsets(self, table: str, workload: Workload, offsets, rho: Fraction) -> Workload:
         """``workload`` with each SUM's binning offsets' variance in its part
