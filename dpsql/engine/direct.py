@@ -436,6 +436,15 @@ def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fracti
     found = direct_split(workload, labels, offsets, schema)
     if found is None:
         return None
+    if planner.config.sources[table].id_column is not None:
+        # a privacy unit's rows are kept by a keyed hash of the row's cells (sqlgen.bounded):
+        # counted over merged cells, another selection of its rows would be kept than the
+        # table's other releases count (private either way, but the answers would disagree)
+        raise UnsupportedQueryError(
+            f"table {table!r} keeps at most {planner.config.sources[table].unit_rows} rows per privacy unit, "
+            "chosen by a hash of each row's cells: statements over two of its columns of more than "
+            f"{_large_cells():,} cells, counted over merged cells, would keep other rows than its other releases",
+            hint="declare all but one of the fine columns in coarser bins, or ask about one fine column per statement")
     noise = planner.config.noise
     k2 = float(unit_rows ** 2)
     names = list(workload.domain.attributes)
