@@ -153,3 +153,30 @@ def test_the_planned_error_of_a_sum_of_boxes_is_the_dense_one(kind):
     assert (_algebra_exact(terms, [0, 1, 2], blocks) is None) == (kind == "kron")
     got = _source_exact(terms, [0, 1, 2], blocks)
     assert got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.slow      # plans and measures the adult table (~3 CPU-s)
+def test_the_plan_promises_an_or_counts_sum_error_where_the_model_keeps_it(tmp_path):
+    """Under OPT_M the two boxes of ``sex = 'Female' OR income = '>50K'`` are correlated and
+    their sum stays within the baseline: the statement stays in the model, and the plan
+    report promises the error users then see (least squares, the sum's: 8.33), where on
+    main it promised the boxes' per-row error (6.42)."""
+    queries = ["SELECT COUNT(*) FROM adult WHERE sex = 'Female' OR income = '>50K'",
+               "SELECT sex, income, COUNT(*) FROM adult GROUP BY sex, income",
+               "SELECT sex, COUNT(*) FROM adult GROUP BY sex",
+               "SELECT income, COUNT(*) FROM adult GROUP BY income",
+               "SELECT COUNT(*) FROM adult",
+               "SELECT race, COUNT(*) FROM adult GROUP BY race"]
+    config = write_config(tmp_path, queries=queries, planner={"restarts": 1, "seed": 0})
+    con = dpsql.connect(config, user="alice")
+    try:
+        report = con.session.plan()
+        assert not any(getattr(p, "direct", False) for p in getattr(report.strategy, "parts", ()))
+        con.session.measure()
+        cur = con.cursor()
+        cur.execute("SET dpsql.estimator = 'least_squares'")
+        cur.execute(queries[0])
+        assert cur.stderr[0][-1] == pytest.approx(report.per_query[0].stderr, rel=1e-6)
+        assert report.per_query[0].stderr <= report.per_query[0].baseline
+    finally:
+        _close(con)
