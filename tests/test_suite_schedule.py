@@ -22,8 +22,14 @@ def _spark_files_declared() -> set[str]:
 
 
 def _takes_spark(path: Path) -> bool:
+    """A test or helper with a ``spark`` argument, or a ``request.getfixturevalue("spark")``
+    (parametrized engine tests ask for the session only on Spark's case)."""
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.FunctionDef) and "spark" in {a.arg for a in node.args.args}:
+            return True
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "getfixturevalue"
+                and any(isinstance(a, ast.Constant) and a.value == "spark" for a in node.args)):
             return True
     return False
 
