@@ -234,7 +234,8 @@ def _groups(terms, part) -> int:
 def sums_above(planner, table: str, workload, offsets, strategy, rho: Fraction) -> list[int]:
     """The workload's query parts of several terms (no binning offsets) whose sum's planned
     error under ``strategy`` (one ``plan.Strategy``, or a ``MixedStrategy`` whose model
-    parts are) exceeds its per-query baseline at the share its blocks are measured with."""
+    parts are) exceeds its per-query baseline at the share its blocks are measured with (the
+    part's, less its binning offsets', in a mixed plan as in a plain one)."""
     from dpsql.engine.mixed import is_mixed_strategy
 
     with_offsets = {j for _, j in offsets}
@@ -243,7 +244,10 @@ def sums_above(planner, table: str, workload, offsets, strategy, rho: Fraction) 
         return []
     unit = float(planner.config.sources[table].unit_rows ** 2)
     if is_mixed_strategy(strategy):
-        pieces = [(p.strategy, list(p.parts), p.fraction) for p in strategy.parts if not (p.ordered or p.direct)]
+        # a model part's counts get its share less its offsets', as measured (``Planner.plan``)
+        pieces = [(p.strategy, list(p.parts),
+                   (p.share(rho) - planner._offsets_rho(table, p.strategy, p.share(rho), p.parts)) / Fraction(rho))
+                  for p in strategy.parts if not (p.ordered or p.direct)]
     else:
         counts = Fraction(rho) - planner._offsets_rho(table, strategy, rho)
         pieces = [(strategy, list(range(len(workload.parts))), counts / Fraction(rho))]

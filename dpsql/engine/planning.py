@@ -508,9 +508,11 @@ class Planner:
         planned = self._offset_blocks(table, strategy, rho, indices)
         return None if planned is None else ([b for b, _ in planned[0]], planned[1])
 
-    def _offsets_rho(self, table: str, strategy: Strategy, rho: Fraction) -> Fraction:
-        """The share of ``rho`` the workload's binning offsets take from ``strategy``'s blocks."""
-        planned = self._offset_blocks(table, strategy, rho)
+    def _offsets_rho(self, table: str, strategy: Strategy, rho: Fraction,
+                     indices: Sequence[int] | None = None) -> Fraction:
+        """The share of ``rho`` the workload's binning offsets take from ``strategy``'s blocks
+        (``indices``: as in ``_offset_blocks``, for a mixed plan's model part)."""
+        planned = self._offset_blocks(table, strategy, rho, indices)
         return Fraction(0) if planned is None else planned[1]
 
     def _offset_blocks(self, table: str, strategy: Strategy, rho: Fraction, indices: Sequence[int] | None = None):
