@@ -34,6 +34,7 @@ import functools
 import io
 import json
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -416,7 +417,8 @@ def _check_runs(catalog, statements, column: str, n: int) -> None:
                          "for each range in a statement of its own")
 
 
-def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int = 1):
+def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int = 1,
+                     index: Sequence[int] | None = None):
     """The strategy of a workload some of whose statements ask about two fine columns
     (``direct_split``), or None when none do.  The thin ones form a direct part at the least
     share keeping each within its per-query baseline (``mixed.least_fraction``: k/m of ρ for
@@ -427,12 +429,15 @@ def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fracti
     the merged ordered parts and the others as any parts are (``mixed.split_fractions``:
     ρ_v ∝ √(k_v²·E_v), raised to the least shares keeping their queries within their
     baselines), from their errors planned at an even split, and every part is then planned
-    at its share.  One ``MixedStrategy`` (the other plan's parts scaled to their share)."""
+    at its share.  One ``MixedStrategy`` (the other plan's parts scaled to their share).
+    ``index``: the whole workload's index of each of ``workload``'s query parts, passed on to
+    the other statements' plan (``Planner.strategy_for``)."""
     from dpsql.engine.mixed import MixedStrategy, StrategyPart, is_mixed_strategy, least_fraction, split_fractions
     from dpsql.engine.mixed import sub_workload
     from dpsql.engine.ordered import is_ordered_strategy
 
     schema = planner._state(table).schema
+    whole = list(range(len(workload.parts))) if index is None else list(index)
     found = direct_split(workload, labels, offsets, schema)
     if found is None:
         return None
@@ -475,7 +480,8 @@ def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fracti
     def plan_rest(fraction: Fraction):
         sub = sub_workload(workload, keep, fraction)
         return sub, planner.strategy_for(table, sub, [labels[j] for j in keep],
-                                         [(q, at[j]) for q, j in offsets if j in at], rho * fraction, unit_rows)
+                                         [(q, at[j]) for q, j in offsets if j in at], rho * fraction, unit_rows,
+                                         [whole[j] for j in keep])
 
     def cost(s) -> float:
         if is_mixed_strategy(s):

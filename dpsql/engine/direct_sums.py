@@ -31,6 +31,7 @@ docs/privacy.md "Direct parts").
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -231,12 +232,16 @@ def _groups(terms, part) -> int:
     return int(math.prod(terms.terms[part.first_term].rows))
 
 
-def sums_above(planner, table: str, workload, offsets, strategy, rho: Fraction) -> list[int]:
+def sums_above(planner, table: str, workload, offsets, strategy, rho: Fraction,
+               index: Sequence[int] | None = None) -> list[int]:
     """The workload's query parts of several terms (no binning offsets) whose sum's planned
     error under ``strategy`` (one ``plan.Strategy``, or a ``MixedStrategy`` whose model
     parts are) exceeds its per-query baseline at the share its blocks are measured with (the
-    part's, less its binning offsets', in a mixed plan as in a plain one)."""
+    part's, less its binning offsets', in a mixed plan as in a plain one).  ``index``: the
+    whole workload's index of each of ``workload``'s query parts (``Planner.strategy_for``)."""
     from dpsql.engine.mixed import is_mixed_strategy
+
+    whole = list(range(len(workload.parts))) if index is None else list(index)
 
     with_offsets = {j for _, j in offsets}
     multi = [j for j, p in enumerate(workload.parts) if p.num_terms >= 2 and j not in with_offsets]
@@ -246,10 +251,11 @@ def sums_above(planner, table: str, workload, offsets, strategy, rho: Fraction) 
     if is_mixed_strategy(strategy):
         # a model part's counts get its share less its offsets', as measured (``Planner.plan``)
         pieces = [(p.strategy, list(p.parts),
-                   (p.share(rho) - planner._offsets_rho(table, p.strategy, p.share(rho), p.parts)) / Fraction(rho))
+                   (p.share(rho) - planner._offsets_rho(table, p.strategy, p.share(rho),
+                                                        [whole[i] for i in p.parts])) / Fraction(rho))
                   for p in strategy.parts if not (p.ordered or p.direct)]
     else:
-        counts = Fraction(rho) - planner._offsets_rho(table, strategy, rho)
+        counts = Fraction(rho) - planner._offsets_rho(table, strategy, rho, whole)
         pieces = [(strategy, list(range(len(workload.parts))), counts / Fraction(rho))]
     out = []
     for sub, parts, fraction in pieces:
@@ -306,17 +312,20 @@ def _sum_strategy(workload, indices, noise: str, fraction: Fraction, names) -> S
                        "(an OR, a NOT over several columns) measured as one count per group")
 
 
-def plan_with_sums(planner, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int, strategy):
+def plan_with_sums(planner, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int, strategy,
+                   index: Sequence[int] | None = None):
     """``strategy`` when it keeps every statement of several boxes within its baseline as a
     sum (``sums_above``), else a ``MixedStrategy`` with those statements in a direct part
     measured as one count per group (``SumStrategy``) at the least share keeping them at
-    their baselines, the rest planned again at the rest (``Planner.strategy_for``)."""
+    their baselines, the rest planned again at the rest (``Planner.strategy_for``, with the
+    whole workload's index of each of its parts: ``index`` is this workload's)."""
     from dpsql.engine.direct import DirectStrategy
     from dpsql.engine.mixed import (MixedStrategy, StrategyPart, is_mixed_strategy, least_fraction,
                                     sub_workload)
     from dpsql.engine.ordered import is_ordered_strategy
 
-    above = sums_above(planner, table, workload, offsets, strategy, rho)
+    whole = list(range(len(workload.parts))) if index is None else list(index)
+    above = sums_above(planner, table, workload, offsets, strategy, rho, whole)
     if not above:
         return strategy
     schema = planner._state(table).schema
@@ -341,7 +350,8 @@ def plan_with_sums(planner, table: str, workload, labels, offsets, rho: Fraction
         at = {j: k for k, j in enumerate(keep)}
         sub = sub_workload(workload, keep, rest_f)
         other = planner.strategy_for(table, sub, [labels[j] for j in keep],
-                                     [(q, at[j]) for q, j in offsets if j in at], rho * rest_f, unit_rows)
+                                     [(q, at[j]) for q, j in offsets if j in at], rho * rest_f, unit_rows,
+                                     [whole[j] for j in keep])
         if is_mixed_strategy(other):
             parts += [StrategyPart(p.name, p.strategy, p.fraction * rest_f, tuple(keep[i] for i in p.parts),
                                    p.workload, p.ordered, p.direct) for p in other.parts]

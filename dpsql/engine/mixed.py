@@ -45,7 +45,7 @@ import numpy as np
 from dpsql.errors import ModelTooLargeError, ProgrammingError, UnsupportedQueryError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 __all__ = ["MixedPlanner", "MixedStrategy", "StrategyPart", "is_mixed_strategy", "range_attributes", "split_columns",
            "split_fractions", "split_parts", "sub_workload", "thin_above_baseline", "thin_split"]
@@ -333,7 +333,7 @@ class MixedPlanner:
     less its binning offsets' share)."""
 
     def __init__(self, planner: Any, table: str, workload, labels, offsets, rho: Fraction, unit_rows: int,
-                 counts_rho: Callable[[Any], Fraction]) -> None:
+                 counts_rho: Callable[[Any], Fraction], index: Sequence[int] | None = None) -> None:
         self.planner = planner
         self.table = table
         self.workload = workload
@@ -342,6 +342,8 @@ class MixedPlanner:
         self.rho = rho
         self.unit_rows = unit_rows
         self.counts_rho = counts_rho
+        # the whole workload's index of each of this workload's query parts (its offsets')
+        self.index = list(range(len(workload.parts))) if index is None else list(index)
         self.moved: set[str] = set()             # thin statements moved from an ordered part to the rest
         # per ordered part (named "ordered <column>"): its column, query parts, sub-workload,
         # strategy and the fraction it was planned at; the rest's the same
@@ -411,7 +413,11 @@ class MixedPlanner:
         k2 = self.unit_rows ** 2
         least = {**{v: least_fraction(self.ordered[v], self.planned_at[v], self._rows_sq(self.ordered[v]) / k2)
                     for v in self.idx},
-                 "rest": least_fraction(self.rest, self.rest_at, self._rows_sq(self.rest) / k2)}
+                 "rest": max(least_fraction(self.rest, self.rest_at, self._rows_sq(self.rest) / k2),
+                             # the rest's binning offsets are measured from its share too
+                             self.planner.least_with_offsets(
+                                 self.table, self.rest, self.rho, [self.index[j] for j in self.rest_idx],
+                                 [self.workload.parts[j].baseline for j in self.rest_idx]))}
         if not any(least[v] > self.f[v] for v in self.f):
             return
         self.f = self._fractions(least)

@@ -268,22 +268,27 @@ class Planner:
         return PartReport(name, sub.operator, float(sub_rho), float(Fraction(sub_rho) / Fraction(rho)),
                           len(statements), rows, rmse, bound, float(sub.expected_error), exact)
 
-    def strategy_for(self, table: str, workload: Workload, labels, offsets, rho: Fraction, unit_rows: int = 1):
+    def strategy_for(self, table: str, workload: Workload, labels, offsets, rho: Fraction, unit_rows: int = 1,
+                     index: Sequence[int] | None = None):
         """The strategy of a table's workload: one HDMM or ordered strategy, or, when the
         workload mixes fine columns' CDF/range queries with others, a ``MixedStrategy`` of
         one ordered part per such column and the rest, with the budget split between them
-        (``mixed.MixedPlanner``: the split is kept only when its expected error is lower)."""
+        (``mixed.MixedPlanner``: the split is kept only when its expected error is lower).
+        ``index``: for a sub-workload planned again (the rest beside a direct part), the
+        whole workload's index of each of its query parts: its binning offsets' share and
+        variances are the whole workload's queries' (``_offset_blocks``), and without it they
+        were matched to the wrong queries (``SUM(age)`` planned at 1.134× its baseline)."""
         from dpsql.engine.direct import plan_with_direct
         from dpsql.engine.direct_sums import plan_with_sums
         from dpsql.engine.mixed import MixedPlanner, split_columns, thin_split
 
         workload = self._with_offsets(table, workload, offsets, rho)
-        direct = plan_with_direct(self, table, workload, labels, offsets, rho, unit_rows)
+        direct = plan_with_direct(self, table, workload, labels, offsets, rho, unit_rows, index)
         if direct is not None:      # thin statements over two fine columns: a part of their own
             return direct
         # measured, one strategy's blocks get rho less the binning offsets' share (``measure``)
-        counts_rho = lambda s: rho - self._offsets_rho(table, s, rho)     # noqa: E731
-        mixed = MixedPlanner(self, table, workload, labels, offsets, rho, unit_rows, counts_rho)
+        counts_rho = lambda s: rho - self._offsets_rho(table, s, rho, index)     # noqa: E731
+        mixed = MixedPlanner(self, table, workload, labels, offsets, rho, unit_rows, counts_rho, index)
         split = split_columns(workload, labels, offsets)
         if split is not None:
             chosen = mixed.split(*split)
@@ -294,7 +299,7 @@ class Planner:
             chosen = alone if apart is None else mixed.split([(apart[0], apart[1])], apart[2], alone)
         # a statement of several boxes (an OR) whose sum the strategy leaves above its
         # baseline: measured as one count per group (engine/direct_sums.py)
-        return plan_with_sums(self, table, workload, labels, offsets, rho, unit_rows, chosen)
+        return plan_with_sums(self, table, workload, labels, offsets, rho, unit_rows, chosen, index)
 
     def _with_offsets(self, table: str, workload: Workload, offsets, rho: Fraction) -> Workload:
         """``workload`` with each SUM's binning offsets' variance in its part
@@ -534,6 +539,48 @@ class Planner:
         share = offset_share(rho, counts, blocks, [p.scale for p in workload.parts], source.unit_rows, groups)
         index = list(range(len(workload.parts))) if indices is None else list(indices)
         return blocks, self._within_baselines(table, strategy, rho, share, blocks, index)
+
+    def least_with_offsets(self, table: str, strategy: Strategy, rho: Fraction, indices: Sequence[int],
+                           baselines: Sequence[float]) -> float:
+        """The least fraction of the table's ρ at which ``strategy`` (a mixed plan's model
+        part, planned on a ``sub_workload``; ``indices`` the whole workload's index of each of
+        its query parts, ``baselines`` their per-query baselines in the planned workload's
+        unit noise at ``rho``) keeps every query within its baseline with its binning offsets
+        measured beside it, 0 without offsets.  At fraction F with the offsets' share t of
+        it, query j's variance is (C_j/(1 − t) + O_j/t)/F against B_j (C_j the counts', O_j
+        the offsets', B_j the baseline, all at the whole ρ, as ``_within_baselines`` figures
+        them), so F = min over t of max_j of (C_j/(1 − t) + O_j/t)/B_j: convex in t, found by
+        ternary search.  Without it a part's share kept only its counts within their baselines
+        (``mixed.least_fraction``) and the offsets' share then left SUM(age) at 1.134×."""
+        from dpsql.engine.offsets import offset_variances
+        from dpsql.plan.error import query_tse
+
+        planned = self._offset_blocks(table, strategy, rho, indices)
+        terms, tse = strategy.workload, query_tse(strategy)
+        if planned is None or terms is None or tse is None or len(indices) > len(terms.parts):
+            return 0.0
+        source = self.config.sources[table]
+        whole = offset_variances(planned[0], rho, self.config.noise, source.unit_rows,
+                                 _groups(source, self.config.noise))
+        s2 = gaussian_sigma2_unit(float(rho))
+        rows2, k2 = self.rows_sq(table, strategy), float(source.unit_rows ** 2)
+        c = np.array([float(t) * s2 * rows2 / p.rows for t, p in zip(tse, terms.parts[:len(indices)])])
+        o = np.array([whole.get(j, 0.0) for j in indices])
+        b = np.array([float(x) * s2 * k2 for x in baselines])
+        ok = (b > 0) & np.isfinite(b) & np.isfinite(c) & np.isfinite(o)
+        c, o, b = c[ok], o[ok], b[ok]
+        if not len(b) or not (o > 0).any():
+            return 0.0
+
+        def worst(t: float) -> float:
+            return float(np.max((c / (1 - t) + o / t) / b))
+
+        lo, hi = 1e-12, 1 - 1e-12
+        for _ in range(200):
+            m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+            lo, hi = (lo, m2) if worst(m1) <= worst(m2) else (m1, hi)
+        # within_baselines keeps a millionth below each baseline (offsets._MARGIN)
+        return min(1.0, worst((lo + hi) / 2) * (1 + 2e-6))
 
     def _within_baselines(self, table: str, strategy: Strategy, rho: Fraction, share: Fraction, blocks,
                           indices: Sequence[int]) -> Fraction:

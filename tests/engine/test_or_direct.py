@@ -219,3 +219,44 @@ def test_an_or_count_beside_a_sums_offsets_in_a_mixed_plan_keeps_its_baseline(tm
         assert cur.stderr[0][-1] == pytest.approx(q.stderr, rel=1e-9)
     finally:
         _close(con)
+
+
+@pytest.mark.parametrize("cut, queries", [
+    (20, ["SELECT quantile_cont(income, 0.5) FROM t", "SELECT sex, SUM(age) FROM t GROUP BY sex",
+          "SELECT COUNT(*) FROM t WHERE sex = 'F' OR age >= 20", "SELECT sex, COUNT(*) FROM t GROUP BY sex",
+          "SELECT COUNT(*) FROM t WHERE age >= 20", "SELECT sex, COUNT(*) FROM t WHERE age >= 20 GROUP BY sex"]),
+    (50, ["SELECT quantile_cont(income, 0.5) FROM t", "SELECT sex, SUM(age) FROM t GROUP BY sex",
+          "SELECT COUNT(*) FROM t WHERE sex = 'F' OR age >= 50", "SELECT COUNT(*) FROM t"])])
+def test_a_mixed_plans_rest_with_binning_offsets_keeps_every_query_within_its_baseline(tmp_path, monkeypatch,
+                                                                                       cut, queries):
+    """The split's rest (ordered income beside it) holds SUM(age)'s binning offsets, measured
+    from the rest's share: ``MixedPlanner.keep_baselines`` raised that share only as far as
+    its counts needed, so the offsets' share then left SUM(age) at 1.134× its baseline and
+    ``COUNT(*) WHERE age >= 20`` at 1.081× (cut 20), SUM and COUNT(*) at 1.076× (cut 50)."""
+    from dpsql.testing import income_columns, write_domain
+
+    monkeypatch.setattr(noise, "_SYSTEM", noise.SeededBitSource(5))
+    rng = np.random.default_rng(7)
+    rows = 3_001
+    income = np.clip(rng.lognormal(np.log(5_000) - 1.5, 0.7, rows).astype(np.int64), 0, 4_999)
+    sex, age = rng.choice(["F", "M"], rows), rng.integers(0, 100, rows)
+    (tmp_path / "t.csv").write_text("income,sex,age\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(income, sex, age)))
+    columns = income_columns(5_000)
+    columns["age"] = {**columns["age"], "edges": [0, cut]}
+    write_domain(tmp_path / "d.toml", "t", columns, source={"csv": "t.csv"})
+    config = write_config(tmp_path, queries=queries, table="t", domain=tmp_path / "d.toml",
+                          table_options={"rows": rows}, planner={"restarts": 1, "seed": 0})
+    con = dpsql.connect(config, user="alice")
+    try:
+        report = con.session.plan()
+        assert report.strategy.operator == "split" and report.offsets_rho > 0
+        above = [(q.sql, q.stderr / q.baseline) for q in report.per_query if q.stderr > q.baseline * (1 + 1e-9)]
+        assert not above, above
+        con.session.measure()
+        cur = con.cursor()
+        for q in report.per_query[1:]:
+            cur.execute(q.sql)
+            se = max(s[-1] for s in cur.stderr)
+            assert se <= q.baseline * (1 + 1e-9), (q.sql, se, q.baseline)
+    finally:
+        _close(con)
