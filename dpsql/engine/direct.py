@@ -432,9 +432,8 @@ def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fracti
     at its share.  One ``MixedStrategy`` (the other plan's parts scaled to their share).
     ``index``: the whole workload's index of each of ``workload``'s query parts, passed on to
     the other statements' plan (``Planner.strategy_for``)."""
-    from dpsql.engine.mixed import MixedStrategy, StrategyPart, is_mixed_strategy, least_fraction, split_fractions
-    from dpsql.engine.mixed import sub_workload
-    from dpsql.engine.ordered import is_ordered_strategy
+    from dpsql.engine.mixed import (MixedStrategy, StrategyPart, is_mixed_strategy, least_fraction, rest_parts,
+                                    split_fractions, sub_workload)
 
     schema = planner._state(table).schema
     whole = list(range(len(workload.parts))) if index is None else list(index)
@@ -522,13 +521,7 @@ def plan_with_direct(planner, table: str, workload, labels, offsets, rho: Fracti
     if keep:
         assert other is not None and rest_sub is not None
         r = shares["rest"]
-        if is_mixed_strategy(other):
-            parts += [StrategyPart(p.name, p.strategy, p.fraction * r, tuple(keep[i] for i in p.parts),
-                                   p.workload, p.ordered, p.direct) for p in other.parts]
-        else:
-            ordered = is_ordered_strategy(other)
-            parts.append(StrategyPart(f"ordered {other.attribute}" if ordered else "rest", other, r,
-                                      tuple(keep), rest_sub, ordered))
+        parts += rest_parts(other, keep, r, rest_sub)
         why = getattr(other, "explanation", "")
         texts.append(f"the other statements at {float(r):.4g}: {why}" if why else
                      f"the other statements at {float(r):.4g}")

@@ -320,9 +320,7 @@ def plan_with_sums(planner, table: str, workload, labels, offsets, rho: Fraction
     their baselines, the rest planned again at the rest (``Planner.strategy_for``, with the
     whole workload's index of each of its parts: ``index`` is this workload's)."""
     from dpsql.engine.direct import DirectStrategy
-    from dpsql.engine.mixed import (MixedStrategy, StrategyPart, is_mixed_strategy, least_fraction,
-                                    sub_workload)
-    from dpsql.engine.ordered import is_ordered_strategy
+    from dpsql.engine.mixed import MixedStrategy, StrategyPart, least_fraction, rest_parts, sub_workload
 
     whole = list(range(len(workload.parts))) if index is None else list(index)
     above = sums_above(planner, table, workload, offsets, strategy, rho, whole)
@@ -352,13 +350,7 @@ def plan_with_sums(planner, table: str, workload, labels, offsets, rho: Fraction
         other = planner.strategy_for(table, sub, [labels[j] for j in keep],
                                      [(q, at[j]) for q, j in offsets if j in at], rho * rest_f, unit_rows,
                                      [whole[j] for j in keep])
-        if is_mixed_strategy(other):
-            parts += [StrategyPart(p.name, p.strategy, p.fraction * rest_f, tuple(keep[i] for i in p.parts),
-                                   p.workload, p.ordered, p.direct) for p in other.parts]
-        else:
-            ordered = is_ordered_strategy(other)
-            parts.append(StrategyPart(f"ordered {other.attribute}" if ordered else "rest", other, rest_f,
-                                      tuple(keep), sub, ordered))
+        parts += rest_parts(other, keep, rest_f, sub)
         why = getattr(other, "explanation", "")
     else:
         f = Fraction(1)

@@ -73,6 +73,20 @@ class StrategyPart:
         return Fraction(rho) * self.fraction
 
 
+def rest_parts(other, keep, fraction: Fraction, sub) -> list[StrategyPart]:
+    """``other``, a plan of the sub-workload ``sub`` (the whole workload's parts ``keep``) at
+    ``fraction`` of the budget, as parts of the whole workload's mixed plan: a mixed plan's parts
+    scaled to that fraction and re-indexed, or one part (ordered or the rest)."""
+    from dpsql.engine.ordered import is_ordered_strategy
+
+    if is_mixed_strategy(other):
+        return [StrategyPart(p.name, p.strategy, p.fraction * fraction, tuple(keep[i] for i in p.parts),
+                             p.workload, p.ordered, p.direct) for p in other.parts]
+    ordered = is_ordered_strategy(other)
+    return [StrategyPart(f"ordered {other.attribute}" if ordered else "rest", other, fraction,
+                         tuple(keep), sub, ordered)]
+
+
 @dataclass(frozen=True, eq=False)
 class MixedStrategy:
     """The ordered part and the rest of one table's workload (module docstring), with the
