@@ -182,6 +182,22 @@ def test_the_plan_promises_an_or_counts_sum_error_where_the_model_keeps_it(tmp_p
         _close(con)
 
 
+def _income_sex_age(tmp_path, cut: int) -> int:
+    """t.csv and d.toml: 3,001 rows of a fine income (5,000 cells), sex, and age in two wide
+    bins split at ``cut`` (a SUM over it has binning offsets); the rows' count."""
+    from dpsql.testing import income_columns, write_domain
+
+    rng = np.random.default_rng(7)
+    rows = 3_001
+    income = np.clip(rng.lognormal(np.log(5_000) - 1.5, 0.7, rows).astype(np.int64), 0, 4_999)
+    sex, age = rng.choice(["F", "M"], rows), rng.integers(0, 100, rows)
+    (tmp_path / "t.csv").write_text("income,sex,age\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(income, sex, age)))
+    columns = income_columns(5_000)
+    columns["age"] = {**columns["age"], "edges": [0, cut]}
+    write_domain(tmp_path / "d.toml", "t", columns, source={"csv": "t.csv"})
+    return rows
+
+
 def test_an_or_count_beside_a_sums_offsets_in_a_mixed_plan_keeps_its_baseline(tmp_path, monkeypatch):
     """A fine column's quantile makes the plan mixed (``engine/mixed.py``), ``SUM(age)`` over
     two wide bins (0..19, 20..99) gives the rest part binning offsets (30% of its share), and
@@ -189,17 +205,8 @@ def test_an_or_count_beside_a_sums_offsets_in_a_mixed_plan_keeps_its_baseline(tm
     whole share, so the OR stayed in the model and was reported at 1.114× its baseline
     (12.37 against 11.10); at the counts' share (1 − t), as a plain plan's, it is measured
     on its own."""
-    from dpsql.testing import income_columns, write_domain
-
     monkeypatch.setattr(noise, "_SYSTEM", noise.SeededBitSource(3))
-    rng = np.random.default_rng(7)
-    rows = 3_001
-    income = np.clip(rng.lognormal(np.log(5_000) - 1.5, 0.7, rows).astype(np.int64), 0, 4_999)
-    sex, age = rng.choice(["F", "M"], rows), rng.integers(0, 100, rows)
-    (tmp_path / "t.csv").write_text("income,sex,age\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(income, sex, age)))
-    columns = income_columns(5_000)
-    columns["age"] = {**columns["age"], "edges": [0, 20]}
-    write_domain(tmp_path / "d.toml", "t", columns, source={"csv": "t.csv"})
+    rows = _income_sex_age(tmp_path, 20)
     OR = "SELECT COUNT(*) FROM t WHERE sex = 'F' OR age >= 20"
     queries = ["SELECT quantile_cont(income, 0.5) FROM t", "SELECT sex, SUM(age) FROM t GROUP BY sex", OR,
                "SELECT sex, COUNT(*) FROM t GROUP BY sex", "SELECT COUNT(*) FROM t WHERE age >= 20",
@@ -233,17 +240,8 @@ def test_a_mixed_plans_rest_with_binning_offsets_keeps_every_query_within_its_ba
     from the rest's share: ``MixedPlanner.keep_baselines`` raised that share only as far as
     its counts needed, so the offsets' share then left SUM(age) at 1.134× its baseline and
     ``COUNT(*) WHERE age >= 20`` at 1.081× (cut 20), SUM and COUNT(*) at 1.076× (cut 50)."""
-    from dpsql.testing import income_columns, write_domain
-
     monkeypatch.setattr(noise, "_SYSTEM", noise.SeededBitSource(5))
-    rng = np.random.default_rng(7)
-    rows = 3_001
-    income = np.clip(rng.lognormal(np.log(5_000) - 1.5, 0.7, rows).astype(np.int64), 0, 4_999)
-    sex, age = rng.choice(["F", "M"], rows), rng.integers(0, 100, rows)
-    (tmp_path / "t.csv").write_text("income,sex,age\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(income, sex, age)))
-    columns = income_columns(5_000)
-    columns["age"] = {**columns["age"], "edges": [0, cut]}
-    write_domain(tmp_path / "d.toml", "t", columns, source={"csv": "t.csv"})
+    rows = _income_sex_age(tmp_path, cut)
     config = write_config(tmp_path, queries=queries, table="t", domain=tmp_path / "d.toml",
                           table_options={"rows": rows}, planner={"restarts": 1, "seed": 0})
     con = dpsql.connect(config, user="alice")
