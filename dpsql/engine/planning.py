@@ -546,71 +546,56 @@ class Planner:
         part, planned on a ``sub_workload``; ``indices`` the whole workload's index of each of
         its query parts, ``baselines`` their per-query baselines in the planned workload's
         unit noise at ``rho``) keeps every query within its baseline with its binning offsets
-        measured beside it, 0 without offsets.  At fraction F with the offsets' share t of
-        it, query j's variance is (C_j/(1 − t) + O_j/t)/F against B_j (C_j the counts', O_j
-        the offsets', B_j the baseline, all at the whole ρ, as ``_within_baselines`` figures
-        them), so F = min over t of max_j of (C_j/(1 − t) + O_j/t)/B_j: convex in t, found by
-        ternary search.  Without it a part's share kept only its counts within their baselines
-        (``mixed.least_fraction``) and the offsets' share then left SUM(age) at 1.134×."""
+        measured beside it, 0 without offsets (``shares.least_scale``).  Without it a part's
+        share kept only its counts within their baselines (``mixed.least_fraction``) and the
+        offsets' share then left SUM(age) at 1.134×."""
+        from dpsql.plan.shares import least_scale
+
+        planned = self._offset_blocks(table, strategy, rho, indices)
+        rows = None if planned is None else self._share_rows(table, strategy, rho, planned[0], indices, baselines)
+        if rows is None:
+            return 0.0
+        c, o, b = (np.asarray(x, dtype=float) for x in rows)
+        ok = (b > 0) & np.isfinite(b) & np.isfinite(c) & np.isfinite(o)
+        # within_baselines keeps a millionth below each baseline (offsets._MARGIN)
+        return min(1.0, least_scale(c[ok], o[ok], b[ok]) * (1 + 2e-6))
+
+    def _share_rows(self, table: str, strategy: Strategy, rho: Fraction, blocks, indices: Sequence[int],
+                    baselines: Sequence[float] | None = None):
+        """Per query part of ``strategy``'s workload, in the figures ``plan`` reports at ``rho``:
+        the counts' variance tse·σ²(ρ)·rows_sq/rows, the offsets' (``offset_variances``) and the
+        baseline b·σ²(ρ)·k² (``baselines``, else the parts' own).  ``indices[i]``: the whole
+        workload's index of the strategy's query part i; parts past them (the total
+        ``optimize_counted`` may append, ``_with_total``) are not the workload's and are left
+        out, as the report leaves them.  None without per-query errors."""
         from dpsql.engine.offsets import offset_variances
         from dpsql.plan.error import query_tse
 
-        planned = self._offset_blocks(table, strategy, rho, indices)
         terms, tse = strategy.workload, query_tse(strategy)
-        if planned is None or terms is None or tse is None or len(indices) > len(terms.parts):
-            return 0.0
+        index = list(indices)
+        if terms is None or not terms.parts or tse is None or len(index) > len(terms.parts):
+            return None
         source = self.config.sources[table]
-        whole = offset_variances(planned[0], rho, self.config.noise, source.unit_rows,
+        whole = offset_variances(blocks, rho, self.config.noise, source.unit_rows,
                                  _groups(source, self.config.noise))
         s2 = gaussian_sigma2_unit(float(rho))
         rows2, k2 = self.rows_sq(table, strategy), float(source.unit_rows ** 2)
-        c = np.array([float(t) * s2 * rows2 / p.rows for t, p in zip(tse, terms.parts[:len(indices)])])
-        o = np.array([whole.get(j, 0.0) for j in indices])
-        b = np.array([float(x) * s2 * k2 for x in baselines])
-        ok = (b > 0) & np.isfinite(b) & np.isfinite(c) & np.isfinite(o)
-        c, o, b = c[ok], o[ok], b[ok]
-        if not len(b) or not (o > 0).any():
-            return 0.0
-
-        def worst(t: float) -> float:
-            return float(np.max((c / (1 - t) + o / t) / b))
-
-        lo, hi = 1e-12, 1 - 1e-12
-        for _ in range(200):
-            m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-            lo, hi = (lo, m2) if worst(m1) <= worst(m2) else (m1, hi)
-        # within_baselines keeps a millionth below each baseline (offsets._MARGIN)
-        return min(1.0, worst((lo + hi) / 2) * (1 + 2e-6))
+        parts = terms.parts[:len(index)]
+        base = [p.baseline for p in parts] if baselines is None else baselines
+        return ([float(t) * s2 * rows2 / p.rows for t, p in zip(tse, parts)],
+                [whole.get(j, 0.0) for j in index],
+                [float(x) * s2 * k2 for x in base])
 
     def _within_baselines(self, table: str, strategy: Strategy, rho: Fraction, share: Fraction, blocks,
                           indices: Sequence[int]) -> Fraction:
         """``share`` moved to the nearest at which every query of ``strategy``'s workload keeps
         its per-query baseline with its offsets' noise (``offsets.within_baselines``), in the
-        figures ``plan`` reports: the counts' variance tse·σ²(ρ_c)·rows_sq/rows, the offsets'
-        at ρ_o, the baseline b·σ²(ρ)·k² (a part's sub-workload holds its baseline at its
-        share, ``mixed.sub_workload``).  ``indices[i]``: the whole workload's index of the
-        strategy's query part i; parts past them (the total ``optimize_counted`` may append,
-        ``_with_total``) are not the workload's and are left out, as the report leaves them."""
-        from dpsql.engine.offsets import offset_variances, within_baselines
-        from dpsql.plan.error import query_tse
+        figures ``_share_rows`` gives (a part's sub-workload holds its baseline at its share,
+        ``mixed.sub_workload``)."""
+        from dpsql.engine.offsets import within_baselines
 
-        terms = strategy.workload
-        tse = query_tse(strategy)
-        if terms is None or not terms.parts or tse is None or not share > 0:
-            return share
-        index = list(indices)
-        if len(index) > len(terms.parts):
-            return share
-        source = self.config.sources[table]
-        groups = _groups(source, self.config.noise)
-        whole = offset_variances(blocks, rho, self.config.noise, source.unit_rows, groups)
-        s2 = gaussian_sigma2_unit(float(rho))
-        rows2, k2 = self.rows_sq(table, strategy), float(source.unit_rows ** 2)
-        parts = terms.parts[:len(index)]
-        counts = [float(t) * s2 * rows2 / p.rows for t, p in zip(tse, parts)]
-        offsets = [whole.get(j, 0.0) for j in index]
-        baselines = [p.baseline * s2 * k2 for p in parts]
-        return within_baselines(share, rho, counts, offsets, baselines)
+        rows = self._share_rows(table, strategy, rho, blocks, indices) if share > 0 else None
+        return share if rows is None else within_baselines(share, rho, *rows)
 
 
 def _with_total(workload: Workload, noise: str) -> tuple:

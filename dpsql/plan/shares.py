@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-__all__ = ["LO", "HI", "intervals", "common", "above", "tightened", "split_error"]
+__all__ = ["LO", "HI", "intervals", "common", "above", "tightened", "split_error", "least_scale"]
 
 #: The share's bounds (``offsets.offset_share``): both sides are always measured.
 LO, HI = 1e-3, 1 - 1e-3
@@ -97,3 +97,21 @@ def split_error(counts: float, offsets: float, c: np.ndarray, o: np.ndarray, b: 
     meet = common(intervals(c, o, b))
     t = min(max(t, LO), HI) if meet is None else min(max(t, meet[0]), meet[1])
     return counts / (1 - t) + offsets / t
+
+
+def least_scale(c: np.ndarray, o: np.ndarray, b: np.ndarray) -> float:
+    """The least factor F by which a part's budget must exceed the one c, o, b are figured
+    at so that some offsets' share t keeps every query within its baseline: at F the rows'
+    variances are (c/(1 − t) + o/t)/F, so F = min over t of max_j (c_j/(1 − t) + o_j/t)/b_j,
+    a maximum of functions convex in t, found by ternary search.  0 without offsets."""
+    if not len(b) or not (o > 0).any():
+        return 0.0
+
+    def worst(t: float) -> float:
+        return float(np.max((c / (1 - t) + o / t) / b))
+
+    lo, hi = 1e-12, 1 - 1e-12
+    for _ in range(200):
+        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        lo, hi = (lo, m2) if worst(m1) <= worst(m2) else (m1, hi)
+    return worst((lo + hi) / 2)
