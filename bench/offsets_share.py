@@ -81,7 +81,7 @@ print(json.dumps({"share": report.offsets_rho / report.rho, "operator": report.s
 
 def plan(root: Path, what: str, scale: float, work: Path) -> dict:
     work.mkdir(parents=True, exist_ok=True)
-    mixed = json.dumps(corpora(ROOT)["mixed"][0]) if what == "mixed" else ""
+    mixed = json.dumps(corpora(ROOT, work, ["mixed"])["mixed"][0]) if what == "mixed" else ""
     out = subprocess.run([sys.executable, "-c", PLAN, str(root), str(HERE), str(work), what, str(scale), mixed],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
